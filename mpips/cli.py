@@ -1,0 +1,156 @@
+"""Command line: `python -m mpips {train,make-data} ...`."""
+import argparse
+import sys
+import traceback
+
+from .optimizer import DEFAULT_FTRL_BETA, DEFAULT_LR, NAMES
+
+DESCRIPTION = """\
+mpips: parameter-server training on an MPI job. Launch `train` with mpiexec or
+srun; the first --servers ranks hold the model, the others are workers.
+
+  mpiexec -n 4 python -m mpips train --train data/ctr.train.svm --test data/ctr.test.svm
+"""
+
+TRAIN_EPILOG = """\
+Input is svmlight/libsvm text: `label idx:val idx:val ...`, one example per
+line, label 0/1 or -1/+1, idx any integer from 0 to 2^64-1 (hashed features are
+fine: servers store only the keys that occur). Each worker reads only its own
+byte range of the file.
+
+The job writes RUN_DIR/summary.json (test logloss and AUC, throughput, bytes
+sent, keys and bytes per key on the servers) and RUN_DIR/model/server-NNNN.h5
+(one HDF5 file per server: keys, weights, optimizer state).
+
+Waits are bounded: a rank that waits longer than --timeout for another stops
+the job with a message that says what it waited for.
+"""
+
+
+def _train_parser(sub):
+    p = sub.add_parser(
+        "train", help="train sparse logistic regression (run under mpiexec/srun)",
+        description="Train sparse logistic regression with a parameter server.",
+        epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    io = p.add_argument_group("data and output")
+    io.add_argument("--train", required=True, metavar="FILE", help="training data (svmlight text)")
+    io.add_argument("--test", metavar="FILE",
+                    help="held-out data scored after training (logloss, AUC in the summary)")
+    io.add_argument("--out", default="runs/latest", metavar="RUN_DIR",
+                    help="where summary.json and the model go (default: %(default)s)")
+    io.add_argument("--skip-bad-lines", action="store_true",
+                    help="count and skip malformed lines instead of stopping at the first one")
+    job = p.add_argument_group("job layout")
+    job.add_argument("--servers", type=int, default=1, metavar="N",
+                     help="ranks that hold the model; the other ranks are workers (default: 1)")
+    job.add_argument("--consistency", choices=["bsp"], default="bsp",
+                     help="bsp: a worker reads clock c+1 only after every worker's push for "
+                          "clock c is applied (default)")
+    job.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                     help="longest any rank waits for another before failing the job "
+                          "(default: %(default)g)")
+    job.add_argument("--log-every", type=float, default=5.0, metavar="SECONDS",
+                     help="progress line interval on rank 0 (default: %(default)g)")
+    opt = p.add_argument_group("model and optimizer")
+    opt.add_argument("--epochs", type=int, default=1, help="passes over the data (default: 1)")
+    opt.add_argument("--batch-size", type=int, default=1000, metavar="B",
+                     help="rows per minibatch per worker; one pull and one push each "
+                          "(default: %(default)s)")
+    opt.add_argument("--optimizer", choices=NAMES, default="adagrad",
+                     help="server-side update rule (default: adagrad)")
+    opt.add_argument("--lr", type=float, metavar="RATE",
+                     help="learning rate; FTRL's alpha (default: "
+                          + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + ")")
+    opt.add_argument("--l2", type=float, default=0.0,
+                     help="L2 penalty: the objective is mean logloss + l2/2 * |w|^2, applied "
+                          "to the keys each minibatch touches (default: 0)")
+    opt.add_argument("--l1", type=float, default=0.0,
+                     help="L1 penalty (FTRL only; gives sparse models) (default: 0)")
+    opt.add_argument("--ftrl-beta", type=float, default=DEFAULT_FTRL_BETA, metavar="BETA",
+                     help="FTRL's beta in the per-key rate alpha / (beta + sqrt(n)); workers push "
+                          "mean minibatch gradients, so it is smaller than the paper's per-example "
+                          "1 (default: %(default)g)")
+    opt.add_argument("--no-bias", dest="bias", action="store_false",
+                     help="no intercept (by default key 2^64-1 is an always-on bias feature)")
+    p.set_defaults(run=_run_train)
+
+
+def _make_data_parser(sub):
+    p = sub.add_parser(
+        "make-data", help="write a synthetic CTR-like dataset (svmlight train/test files)",
+        description="Write PREFIX.train.svm and PREFIX.test.svm: hashed 64-bit categorical "
+                    "features with Zipf-skewed frequencies, two numeric features, and labels "
+                    "drawn from a planted logistic model. Same arguments, same files.")
+    p.add_argument("prefix", metavar="OUT_PREFIX", help="e.g. data/ctr -> data/ctr.train.svm")
+    p.add_argument("--rows", type=int, required=True, help="training rows")
+    p.add_argument("--test-rows", type=int, help="test rows (default: rows / 5)")
+    p.add_argument("--features", type=int, default=1 << 20,
+                   help="distinct categorical values over all fields (default: %(default)s)")
+    p.add_argument("--nnz", type=int, default=20, help="features per row (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=1, help="(default: %(default)s)")
+    p.set_defaults(run=_run_make_data)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m mpips", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _train_parser(sub)
+    _make_data_parser(sub)
+    return parser
+
+
+def _fail(text: str, code: int) -> None:
+    print(f"mpips: error: {text}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _run_make_data(args) -> None:
+    from .errors import ConfigError
+    from .log import say
+    from .makedata import make_data
+    try:
+        files = make_data(args.prefix, args.rows, args.features, args.nnz, args.seed,
+                          args.test_rows)
+    except ConfigError as e:
+        _fail(str(e), 2)
+    for f in files.values():
+        say(f"wrote {f['path']}: {f['rows']:,} rows, {f['positive_rate']:.1%} positive")
+
+
+def _run_train(args) -> None:
+    from mpi4py import MPI
+
+    from .errors import ConfigError, MpipsError
+    from .log import setup
+    from .optimizer import Optimizer
+    from .train import TrainConfig, train
+
+    world = MPI.COMM_WORLD
+    log = setup(f"rank {world.rank}")
+    try:
+        optimizer = Optimizer(name=args.optimizer, lr=args.lr or DEFAULT_LR[args.optimizer],
+                              l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
+        cfg = TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
+                          epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
+                          bias=args.bias, consistency=args.consistency,
+                          skip_bad_lines=args.skip_bad_lines, timeout=args.timeout,
+                          log_every=args.log_every)
+        train(cfg, world)
+    except ConfigError as e:
+        # Every rank raises the same error before any work starts: exit together, print once.
+        if getattr(e, "reported", world.rank == 0):
+            print(f"mpips train: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except Exception as e:
+        if not getattr(e, "reported", False):
+            log.error("%s", e if isinstance(e, MpipsError) else traceback.format_exc())
+        log.error("stopping the whole job (MPI_Abort)")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        world.Abort(1)
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    args.run(args)

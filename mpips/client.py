@@ -1,0 +1,153 @@
+"""A worker's handle on the servers, after ps-lite's KVWorker.
+
+    kv = KVWorker(roles)
+    ts = kv.pull(keys)                     # keys: sorted unique uint64
+    weights = kv.wait(ts)                  # float32[len(keys), width], in key order
+    kv.wait(kv.push(keys, grads, clock=True))
+
+pull and push start the transfer and return a timestamp at once; wait(ts)
+completes it. A push with clock=True also completes the worker's clock (and
+goes to every server, so each can track it); under BSP or SSP a server holds
+a pull until the clocks allow it.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+from mpi4py import MPI
+
+from . import protocol
+from .bounded import wait_all
+from .kernels.hashing import is_sorted_unique
+from .placement import Placement
+from .protocol import Op
+
+
+@dataclass
+class _Pending:
+    what: str
+    requests: list
+    buffers: list = field(default_factory=list)
+    out: np.ndarray | None = None
+    perm: np.ndarray | None = None
+
+
+class KVWorker:
+    def __init__(self, roles, width: int = 1, timeout: float = 600.0):
+        self.width = width
+        self.timeout = timeout
+        self.clock = 0            # clocks this worker has completed
+        self.bytes_sent = 0
+        self.wait_s = 0.0         # time spent blocked in wait() on pulls
+        self._comm = roles.comm
+        self._servers = roles.servers
+        self._placement = Placement(len(roles.servers))
+        self._pending: dict[int, _Pending] = {}
+        self._ts = 0
+        self._report = {}
+
+    def report(self, examples: int, loss: float, epoch: int, progress: float) -> None:
+        """Progress figures carried by this worker's next messages (servers log them)."""
+        self._report = dict(examples=examples, loss=loss, epoch=epoch, progress=progress)
+
+    def _send(self, server_index: int, op: Op, payload=(), **fields):
+        h = protocol.header(op, ts=self._ts, clock=self.clock, **self._report, **fields)
+        buf = protocol.pack(h, *payload)
+        self.bytes_sent += buf.nbytes
+        req = self._comm.Isend(buf, self._servers[server_index], protocol.REQUEST_TAG)
+        return req, buf
+
+    def _split(self, keys):
+        if keys.dtype != np.uint64 or keys.ndim != 1:
+            raise TypeError(f"keys must be a 1-d uint64 array, got {keys.dtype} {keys.shape}")
+        if not is_sorted_unique(keys):
+            raise ValueError("keys must be sorted and unique")
+        perm, offsets = self._placement.split(keys)
+        return perm, offsets, (keys if perm is None else keys[perm])
+
+    def pull(self, keys: np.ndarray, read_only: bool = False) -> int:
+        """Start reading the values of `keys`. With read_only, unknown keys read as zero
+        without being stored, and the read does not wait for other workers' clocks."""
+        self._ts += 1
+        perm, offsets, skeys = self._split(keys)
+        out = np.empty((keys.shape[0], self.width), np.float32)
+        pending = _Pending(what="", requests=[], out=out, perm=perm)
+        servers = []
+        for s in range(len(self._servers)):
+            a, b = offsets[s], offsets[s + 1]
+            if a == b:
+                continue
+            req, buf = self._send(s, Op.PULL, (skeys[a:b],), nkeys=b - a,
+                                  flags=protocol.READ_ONLY if read_only else 0)
+            pending.requests += [req, self._comm.Irecv(out[a:b], self._servers[s],
+                                                        protocol.reply_tag(self._ts))]
+            pending.buffers.append(buf)
+            servers.append(self._servers[s])
+        pending.what = (f"the reply to pull #{self._ts} ({keys.shape[0]} keys, worker clock "
+                        f"{self.clock}) from server rank(s) {servers}; under BSP/SSP a server "
+                        f"holds a pull until the slowest worker catches up")
+        self._pending[self._ts] = pending
+        return self._ts
+
+    def push(self, keys: np.ndarray, values: np.ndarray, clock: bool = False) -> int:
+        """Start sending values[len(keys), width] for `keys` to the servers' optimizers.
+        With clock=True this push also completes the worker's current clock."""
+        self._ts += 1
+        perm, offsets, skeys = self._split(keys)
+        values = np.ascontiguousarray(values, np.float32).reshape(keys.shape[0], self.width)
+        svalues = values if perm is None else values[perm]
+        pending = _Pending(what=f"push #{self._ts} to be sent", requests=[])
+        for s in range(len(self._servers)):
+            a, b = offsets[s], offsets[s + 1]
+            if a == b and not clock:
+                continue
+            req, buf = self._send(s, Op.PUSH, (skeys[a:b], svalues[a:b]), nkeys=b - a,
+                                  width=self.width, flags=protocol.CLOCK if clock else 0)
+            pending.requests.append(req)
+            pending.buffers.append(buf)
+        if clock:
+            self.clock += 1
+        self._pending[self._ts] = pending
+        return self._ts
+
+    def wait(self, ts: int) -> np.ndarray | None:
+        """Complete request `ts`; for a pull, return the values in the order of its keys."""
+        pending = self._pending[ts]
+        waited = wait_all(pending.requests, self.timeout, lambda: pending.what)
+        del self._pending[ts]  # only now: MPI may still write into the buffers until complete
+        if pending.out is None:
+            return None
+        self.wait_s += waited
+        if pending.perm is None:
+            return pending.out
+        values = np.empty_like(pending.out)
+        values[pending.perm] = pending.out
+        return values
+
+    def _broadcast(self, op: Op, payload=()):
+        sends = [self._send(s, op, payload) for s in range(len(self._servers))]
+        wait_all([r for r, _ in sends], self.timeout,
+                 lambda: f"the servers to receive {op.name}")
+
+    def finish(self) -> None:
+        """Tell the servers this worker advances no more clocks (others stop waiting for it)."""
+        for ts in list(self._pending):
+            self.wait(ts)
+        self._broadcast(Op.FINISH)
+
+    def close(self) -> None:
+        """Complete outstanding requests and tell the servers this worker is done."""
+        for ts in list(self._pending):
+            self.wait(ts)
+        self._broadcast(Op.BYE)
+
+    def fail(self, message: str, timeout: float = 60.0) -> None:
+        """Tell every server this job is failing, and wait (bounded) until each has saved
+        its shard. Best effort: a server that does not answer is given up on."""
+        text = np.frombuffer(message.encode("utf-8"), np.uint8)
+        self._ts += 1
+        sends = [self._send(s, Op.ERROR, (text,)) for s in range(len(self._servers))]
+        acks = np.zeros(len(self._servers), np.int64)
+        recvs = [self._comm.Irecv(acks[s:s + 1], server, protocol.ERROR_ACK_TAG)
+                 for s, server in enumerate(self._servers)]
+        wait_all([r for r, _ in sends] + recvs, timeout,
+                 lambda: "the servers to save their shards after an error")

@@ -1,0 +1,17 @@
+"""Errors mpips reports to the user, and how a job fails together."""
+
+
+class MpipsError(Exception):
+    """An error with a message meant for the user (no traceback needed)."""
+
+
+class ConfigError(MpipsError):
+    """Bad command line or input files, detected identically on every rank before work starts."""
+
+
+class InputError(MpipsError):
+    """Malformed training or test data, found by one rank while reading."""
+
+
+class WaitTimeout(MpipsError):
+    """A bounded wait expired; the message says what was awaited."""

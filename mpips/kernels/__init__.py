@@ -1,0 +1,1 @@
+"""numba kernels: pure functions over numpy arrays. Nothing in here talks MPI."""

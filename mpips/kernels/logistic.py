@@ -1,0 +1,94 @@
+"""Logistic-regression loss, gradient and margins on a CSR minibatch. Pure numba.
+
+Rows are CSR (indptr, cols, vals) where cols index the minibatch's unique keys,
+so `w[cols[p]]` is the weight the worker pulled for that key.
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _logloss(margin, y):
+    # log(1 + exp(-margin)) for y = 1, log(1 + exp(margin)) for y = 0, overflow-free.
+    return max(margin, 0.0) - margin * y + math.log1p(math.exp(-abs(margin)))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sigmoid(margin):
+    if margin >= 0:
+        return 1.0 / (1.0 + math.exp(-margin))
+    e = math.exp(margin)
+    return e / (1.0 + e)
+
+
+@njit(cache=True, nogil=True)
+def logistic_gradient(indptr, cols, vals, labels, bias_col, w, grad):
+    """Mean logloss gradient over the rows into `grad` (one entry per unique key).
+
+    `bias_col` is the column of the always-on bias feature, or -1 for none.
+    Returns the summed logloss of the rows, measured before the update.
+    """
+    grad[:] = 0.0
+    n_rows = indptr.shape[0] - 1
+    loss = 0.0
+    for r in range(n_rows):
+        m = np.float64(w[bias_col]) if bias_col >= 0 else 0.0
+        for p in range(indptr[r], indptr[r + 1]):
+            m += np.float64(w[cols[p]]) * vals[p]
+        y = np.float64(labels[r])
+        loss += _logloss(m, y)
+        d = _sigmoid(m) - y
+        for p in range(indptr[r], indptr[r + 1]):
+            grad[cols[p]] += d * vals[p]
+        if bias_col >= 0:
+            grad[bias_col] += d
+    if n_rows > 0:
+        scale = 1.0 / n_rows
+        for k in range(grad.shape[0]):
+            grad[k] *= scale
+    return loss
+
+
+@njit(cache=True, nogil=True)
+def logistic_margins(indptr, cols, vals, bias_col, w, out):
+    """out[r] = w . x_r (+ bias weight) for each row."""
+    for r in range(indptr.shape[0] - 1):
+        m = np.float64(w[bias_col]) if bias_col >= 0 else 0.0
+        for p in range(indptr[r], indptr[r + 1]):
+            m += np.float64(w[cols[p]]) * vals[p]
+        out[r] = m
+
+
+@njit(cache=True, nogil=True)
+def mean_logloss(margins, labels):
+    """Mean logloss of labels in {0, 1} given margins (computed from the margin, no clipping)."""
+    total = 0.0
+    for i in range(margins.shape[0]):
+        total += _logloss(np.float64(margins[i]), np.float64(labels[i]))
+    return total / max(margins.shape[0], 1)
+
+
+@njit(cache=True)
+def roc_auc(scores, labels):
+    """Area under the ROC curve, ties counted as half (Mann-Whitney U). NaN without both classes."""
+    order = np.argsort(scores, kind="mergesort")
+    n = scores.shape[0]
+    rank_sum = 0.0
+    n_pos = 0
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        avg_rank = 0.5 * (i + j) + 1.0
+        for k in range(i, j + 1):
+            if labels[order[k]] > 0.5:
+                rank_sum += avg_rank
+                n_pos += 1
+        i = j + 1
+    n_neg = n - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return np.nan
+    return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)

@@ -1,0 +1,115 @@
+"""Synthetic CTR-like rows written straight to svmlight text. Pure numba.
+
+Every random draw is a hash of (seed, row, field), so any row range can be
+generated independently and the output depends only on the parameters.
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+from .hashing import mix64
+
+_TWO_M53 = 1.0 / 9007199254740992.0
+_S11 = np.uint64(11)
+_S40 = np.uint64(40)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _uniform(h):
+    return np.float64(h >> _S11) * _TWO_M53
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _draw(seed, row, slot):
+    """Uniform [0, 1) for (seed, row, slot)."""
+    return _uniform(mix64(mix64(mix64(seed) ^ row) ^ np.uint64(slot)))
+
+
+@njit(cache=True, nogil=True)
+def feature_key(seed, field, value):
+    """The hashed 64-bit key of categorical `value` in `field` (distinct pairs give distinct keys)."""
+    return mix64((np.uint64(field) << _S40 | np.uint64(value)) ^ mix64(seed ^ np.uint64(0x5EED)))
+
+
+@njit(cache=True, nogil=True)
+def planted_weight(seed, key, sigma):
+    """The true model's weight of `key`: normal(0, sigma^2), derived from the key's hash."""
+    h = mix64(key ^ mix64(seed ^ np.uint64(0x3E16)))
+    u1 = max(_uniform(h), 1e-300)
+    u2 = _uniform(mix64(h))
+    return sigma * math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+
+
+@njit(cache=True, nogil=True)
+def _write_uint(out, pos, v):
+    tmp = np.empty(20, np.uint8)
+    n = 0
+    while True:
+        tmp[n] = np.uint8(np.uint64(48) + v % np.uint64(10))
+        v //= np.uint64(10)
+        n += 1
+        if v == 0:
+            break
+    for i in range(n):
+        out[pos + i] = tmp[n - 1 - i]
+    return pos + n
+
+
+def max_bytes_per_row(n_fields):
+    """Upper bound of one row's text: label, then ' key:value' per field, newline."""
+    return 3 + n_fields * 28
+
+
+@njit(cache=True, nogil=True)
+def write_rows(seed, first_row, n_rows, n_fields, n_numeric, cdf, bias, sigma, out):
+    """Generate rows [first_row, first_row + n_rows) as svmlight text into `out`.
+
+    Fields 0..n_numeric-1 are numeric (value in [0, 1), 4 decimals, one key per
+    field); the rest are categorical with values drawn from the Zipf-like `cdf`
+    and value 1. The label is drawn from sigmoid(bias + planted weights . x).
+    Returns (bytes written, positives).
+    """
+    pos = 0
+    positives = 0
+    useed = np.uint64(seed)
+    for r in range(n_rows):
+        row = np.uint64(first_row + r)
+        line_start = pos
+        pos += 2  # label and space, written once the margin is known
+        margin = bias
+        for f in range(n_fields):
+            if f < n_numeric:
+                key = feature_key(useed, f, np.uint64(0xFFFFFFFF))
+                x10k = int(_draw(useed, row, f) * 10000.0)
+                margin += planted_weight(useed, key, sigma) * (x10k / 10000.0)
+            else:
+                v = np.searchsorted(cdf, _draw(useed, row, f), side="right")
+                key = feature_key(useed, f, v)
+                margin += planted_weight(useed, key, sigma)
+            pos = _write_uint(out, pos, key)
+            out[pos] = 58  # ':'
+            pos += 1
+            if f < n_numeric:
+                out[pos] = 48
+                out[pos + 1] = 46
+                frac = 1000
+                for i in range(4):
+                    out[pos + 2 + i] = np.uint8(48 + (x10k // frac) % 10)
+                    frac //= 10
+                pos += 6
+            else:
+                out[pos] = 49
+                pos += 1
+            out[pos] = 32
+            pos += 1
+        p = 1.0 / (1.0 + math.exp(-margin))
+        y = 1 if _draw(useed, row, n_fields + 1) < p else 0
+        positives += y
+        out[line_start] = 48 + y
+        out[line_start + 1] = 32
+        out[pos - 1] = 10  # the last field's trailing space becomes the newline
+        if n_fields == 0:
+            out[line_start + 1] = 10
+            pos = line_start + 2
+    return pos, positives

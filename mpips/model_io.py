@@ -1,0 +1,69 @@
+"""A trained model on disk: one plain HDF5 file per server shard, written atomically.
+
+    RUN_DIR/model/server-0000.h5   keys (uint64, sorted), weights (float32[n, width]),
+                                   optimizer_state (float32[n, k]); attributes describe the run
+"""
+import glob
+import json
+import os
+
+import h5py
+import numpy as np
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic_hdf5(path: str, datasets: dict, attrs: dict) -> None:
+    """Write datasets and attributes to `path` via a temporary name, fsync, rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with h5py.File(tmp, "w") as f:
+        for name, data in datasets.items():
+            f.create_dataset(name, data=data)
+        for name, value in attrs.items():
+            f.attrs[name] = value
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(directory)
+
+
+def shard_path(model_dir: str, server: int) -> str:
+    return os.path.join(model_dir, f"server-{server:04d}.h5")
+
+
+def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict) -> str:
+    """Write one server's keys, weights and optimizer state, sorted by key."""
+    keys, state = store.items()
+    order = np.argsort(keys, kind="stable")
+    keys, state = keys[order], state[order]
+    path = shard_path(model_dir, server)
+    write_atomic_hdf5(
+        path,
+        {"keys": keys, "weights": state[:, :store.width], "optimizer_state": state[:, store.width:]},
+        {"server": server, "n_servers": n_servers, "width": store.width,
+         "optimizer": store.optimizer.name, "config": json.dumps(attrs.get("config", {})),
+         **{k: v for k, v in attrs.items() if k != "config"}})
+    return path
+
+
+def load_model(model_dir: str):
+    """(keys, weights) of every shard in `model_dir`, merged and sorted by key."""
+    paths = sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))
+    if not paths:
+        raise FileNotFoundError(f"{model_dir}: no server-*.h5 model files")
+    keys, weights = [], []
+    for p in paths:
+        with h5py.File(p, "r") as f:
+            keys.append(f["keys"][:])
+            weights.append(f["weights"][:])
+    keys, weights = np.concatenate(keys), np.concatenate(weights)
+    order = np.argsort(keys, kind="stable")
+    return keys[order], weights[order]

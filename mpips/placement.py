@@ -1,0 +1,29 @@
+"""Which server owns a key: hash the key, then give each server a range of hashes.
+
+Hashing first makes sequential or skewed feature ids spread evenly; ranges keep
+the map a short sorted array of boundaries that can later move or split.
+"""
+import numpy as np
+
+from .kernels.hashing import group_by_owner, owners
+
+_SALT = np.uint64(0x9E3779B97F4A7C15)  # keeps placement independent of the server's slot hash
+
+
+class Placement:
+    def __init__(self, n_servers: int):
+        self.n_servers = n_servers
+        self.bounds = np.array([(s << 64) // n_servers for s in range(n_servers)], np.uint64)
+
+    def owners(self, keys: np.ndarray) -> np.ndarray:
+        """Server index (int32) of each key."""
+        return owners(keys, self.bounds, _SALT)
+
+    def split(self, keys: np.ndarray):
+        """(perm, offsets): keys[perm[offsets[s]:offsets[s + 1]]] belong to server s.
+
+        perm is None when there is one server (no reordering needed).
+        """
+        if self.n_servers == 1:
+            return None, np.array([0, keys.shape[0]], np.int64)
+        return group_by_owner(self.owners(keys), self.n_servers)

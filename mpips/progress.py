@@ -1,0 +1,41 @@
+"""Job-wide training progress, as seen by the first server from the workers' messages."""
+import time
+
+import numpy as np
+
+from .log import say
+
+
+class Progress:
+    """Latest figures per worker; logs a line every `every` seconds."""
+
+    def __init__(self, n_workers: int, epochs: int, every: float):
+        self.epochs = epochs
+        self.every = every
+        self.examples = np.zeros(n_workers, np.int64)
+        self.loss = np.zeros(n_workers)
+        self.done = np.zeros(n_workers)   # fractional epochs per worker
+        self._start = time.monotonic()
+        self._last = (self._start, 0, 0.0)
+
+    def update(self, worker: int, header) -> None:
+        self.examples[worker] = header["examples"]
+        self.loss[worker] = header["loss"]
+        self.done[worker] = header["progress"]
+        if time.monotonic() - self._last[0] >= self.every:
+            self.log()
+
+    def log(self, final: bool = False) -> None:
+        now = time.monotonic()
+        t0, ex0, loss0 = self._last
+        examples, loss = int(self.examples.sum()), float(self.loss.sum())
+        if examples == ex0 and not final:
+            return
+        recent = (loss - loss0) / max(examples - ex0, 1)
+        rate = (examples - ex0) / max(now - t0, 1e-9)
+        if final:
+            recent, rate = loss / max(examples, 1), examples / max(now - self._start, 1e-9)
+        say(f"{'trained' if final else 'training'}: epoch {self.done.mean():.2f}/{self.epochs}"
+            f"  {examples:,} examples  {rate / 1e3:,.1f}k examples/s"
+            f"  train logloss {recent:.4f}{' (whole run)' if final else ''}")
+        self._last = (now, examples, loss)

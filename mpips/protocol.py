@@ -1,0 +1,81 @@
+"""Messages between workers and servers: one contiguous numpy buffer each, no pickle.
+
+A request is a 64-byte header followed by its payload: for PULL the keys
+(uint64), for PUSH the keys then the values (float32, `width` per key), for
+ERROR the UTF-8 text of the error. A pull's reply is the bare values, sent with
+a tag derived from the request's timestamp so replies can be matched out of order.
+"""
+from enum import IntEnum
+
+import numpy as np
+
+HEADER = np.dtype([
+    ("op", "<i4"), ("flags", "<i4"),
+    ("ts", "<i8"),          # the sender's request number
+    ("clock", "<i8"),       # clocks the sender has completed
+    ("nkeys", "<i8"), ("width", "<i4"),
+    ("epoch", "<i4"),
+    ("examples", "<i8"),    # examples the sender has trained on so far
+    ("loss", "<f8"),        # their summed training logloss
+    ("progress", "<f8"),    # epochs done, fractional
+])
+assert HEADER.itemsize == 64
+
+
+class Op(IntEnum):
+    PULL = 1
+    PUSH = 2
+    FINISH = 3   # the sender will advance no more clocks (it counts as infinitely far ahead)
+    BYE = 4      # the sender will send nothing more
+    ERROR = 5    # the sender failed; servers save what they hold, then acknowledge
+
+
+CLOCK = 1        # PUSH flag: this push completes the sender's current clock
+READ_ONLY = 2    # PULL flag: do not store unknown keys, do not wait for clocks (evaluation)
+
+REQUEST_TAG = 1
+ERROR_ACK_TAG = 2
+_REPLY_TAG0 = 1 << 10
+_REPLY_TAGS = 1 << 20   # within MPI's guaranteed tag range on every implementation we know
+
+
+def reply_tag(ts: int) -> int:
+    return _REPLY_TAG0 + ts % _REPLY_TAGS
+
+
+def pack(header: np.ndarray, *payload: np.ndarray) -> np.ndarray:
+    """One uint8 buffer holding the header record and the payload arrays' bytes."""
+    size = HEADER.itemsize + sum(p.nbytes for p in payload)
+    buf = np.empty(size, np.uint8)
+    buf[:HEADER.itemsize] = header.reshape(1).view(np.uint8)
+    pos = HEADER.itemsize
+    for p in payload:
+        buf[pos:pos + p.nbytes] = np.ascontiguousarray(p).reshape(-1).view(np.uint8)
+        pos += p.nbytes
+    return buf
+
+
+def header(op: Op, **fields) -> np.ndarray:
+    h = np.zeros((), HEADER)
+    h["op"] = op
+    for name, value in fields.items():
+        h[name] = value
+    return h
+
+
+def unpack(buf: np.ndarray):
+    """(header, keys, values) views into a received buffer; keys/values empty when absent."""
+    h = buf[:HEADER.itemsize].view(HEADER)[0]
+    n = int(h["nkeys"])
+    start = HEADER.itemsize
+    keys = buf[start:start + 8 * n].view(np.uint64)
+    vstart = start + 8 * n
+    values = np.empty((0, 0), np.float32)
+    if h["op"] == Op.PUSH:
+        w = int(h["width"])
+        values = buf[vstart:vstart + 4 * n * w].view(np.float32).reshape(n, w)
+    return h, keys, values
+
+
+def error_text(buf: np.ndarray) -> str:
+    return buf[HEADER.itemsize:].tobytes().decode("utf-8", "replace")

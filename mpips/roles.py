@@ -1,0 +1,62 @@
+"""Split one MPI job into a server group and a worker group.
+
+The first `n_servers` ranks serve shards of the model, the rest are workers.
+Parameter-server traffic runs on a private duplicate of the job's communicator,
+so it never matches messages of other libraries; `group` connects the ranks
+that share a role (servers with servers, workers with workers).
+"""
+from dataclasses import dataclass
+
+from mpi4py import MPI
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Roles:
+    comm: MPI.Intracomm
+    group: MPI.Intracomm
+    servers: tuple
+    workers: tuple
+
+    @property
+    def is_server(self) -> bool:
+        return self.comm.rank < len(self.servers)
+
+    @property
+    def index(self) -> int:
+        """This rank's position among the ranks of its role."""
+        return self.group.rank
+
+    @property
+    def name(self) -> str:
+        return f"{'server' if self.is_server else 'worker'} {self.index}"
+
+    def worker_index(self, rank: int) -> int:
+        return rank - len(self.servers)
+
+    def free(self) -> None:
+        self.group.Free()
+        self.comm.Free()
+
+
+def check_servers(n_servers: int, n_ranks: int) -> None:
+    """Raise ConfigError unless n_servers leaves at least one worker."""
+    if n_servers < 1:
+        raise ConfigError(f"--servers must be at least 1, got {n_servers}")
+    if n_servers >= n_ranks:
+        raise ConfigError(
+            f"--servers {n_servers} leaves no worker: the job has {n_ranks} rank(s), and needs at "
+            f"least {n_servers + 1} ({n_servers} server(s) + 1 worker). Launch more ranks, e.g. "
+            f"mpiexec -n {n_servers + 1} python -m mpips train ..., or lower --servers.")
+
+
+def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD) -> Roles:
+    """Collective over `comm`: assign roles and build the communicators."""
+    check_servers(n_servers, comm.size)
+    ps = comm.Dup()
+    is_server = ps.rank < n_servers
+    group = ps.Split(color=0 if is_server else 1, key=ps.rank)
+    return Roles(comm=ps, group=group,
+                 servers=tuple(range(n_servers)),
+                 workers=tuple(range(n_servers, ps.size)))

@@ -1,0 +1,135 @@
+"""A server's event loop: receive requests, apply pushes, answer pulls when clocks allow.
+
+One thread, one message at a time, in arrival order. MPI keeps the messages
+from one worker in order, so a worker always reads its own earlier pushes.
+"""
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from . import protocol
+from .bounded import Backoff, wait_all
+from .clocks import ClockTable
+from .errors import WaitTimeout
+from .progress import Progress
+from .protocol import Op
+from .store import KVStore
+
+
+@dataclass
+class ServerStats:
+    requests: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    pulls_held: int = 0       # pulls that had to wait for other workers' clocks
+
+
+class Server:
+    def __init__(self, roles, store: KVStore, clocks: ClockTable, timeout: float,
+                 on_error=None, progress: Progress | None = None):
+        self.roles = roles
+        self.store = store
+        self.clocks = clocks
+        self.timeout = timeout
+        self.on_error = on_error
+        self.progress = progress
+        self.stats = ServerStats()
+        self._held = deque()      # pulls waiting for clocks: (clock, source, ts, keys)
+        self._replies = []        # (request, buffer) of replies still being sent
+
+    def run(self) -> ServerStats:
+        """Serve until every worker has said BYE."""
+        comm = self.roles.comm
+        status = MPI.Status()
+        backoff = Backoff()
+        buf = np.empty(1 << 16, np.uint8)
+        talking = set(self.roles.workers)
+        last_heard = time.monotonic()
+        while talking:
+            msg = comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, status)
+            if msg is None:
+                silent = time.monotonic() - last_heard
+                if silent > self.timeout:
+                    raise WaitTimeout(
+                        f"heard nothing from worker rank(s) {sorted(talking)} for {silent:.0f} s "
+                        f"(--timeout {self.timeout:g}); {len(self._held)} pull(s) held for clocks, "
+                        f"slowest worker at clock {self.clocks.slowest()}")
+                self._reap_replies()
+                backoff.idle()
+                continue
+            backoff.reset()
+            last_heard = time.monotonic()
+            nbytes = status.Get_count(MPI.BYTE)
+            if buf.shape[0] < nbytes:
+                buf = np.empty(max(nbytes, 2 * buf.shape[0]), np.uint8)
+            msg.Recv([buf, nbytes, MPI.BYTE])
+            self.stats.requests += 1
+            self.stats.bytes_received += nbytes
+            source = status.Get_source()
+            if self._handle(source, buf[:nbytes]) is Op.BYE:
+                talking.discard(source)
+        wait_all([r for r, _ in self._replies], self.timeout, lambda: "pull replies to be sent")
+        if self.progress:
+            self.progress.log(final=True)
+        return self.stats
+
+    def _handle(self, source: int, buf: np.ndarray) -> Op:
+        h, keys, values = protocol.unpack(buf)
+        op = Op(int(h["op"]))
+        worker = self.roles.worker_index(source)
+        if self.progress:
+            self.progress.update(worker, h)
+        if op is Op.PULL:
+            clock = int(h["clock"])
+            if h["flags"] & protocol.READ_ONLY:
+                self._reply(source, int(h["ts"]), keys, insert=False)
+            elif self.clocks.may_read(clock):
+                self._serve(clock, source, int(h["ts"]), keys)
+            else:
+                self.stats.pulls_held += 1
+                self._held.append((clock, source, int(h["ts"]), keys.copy()))
+        elif op is Op.PUSH:
+            self.store.push(keys, values)
+            if h["flags"] & protocol.CLOCK:
+                self.clocks.tick(worker)
+                self._release()
+        elif op is Op.FINISH:
+            self.clocks.finish(worker)
+            self._release()
+        elif op is Op.ERROR:
+            if self.on_error:
+                self.on_error(f"worker {worker}: {protocol.error_text(buf)}")
+            self._send(np.ones(1, np.int64), source, protocol.ERROR_ACK_TAG)
+        return op
+
+    def _serve(self, clock, source, ts, keys):
+        self.clocks.record_read(clock)
+        self._reply(source, ts, keys, insert=True)
+
+    def _release(self) -> None:
+        """Serve held pulls whose clocks now allow it, oldest first."""
+        still = deque()
+        for item in self._held:
+            if self.clocks.may_read(item[0]):
+                self._serve(*item)
+            else:
+                still.append(item)
+        self._held = still
+
+    def _reply(self, dest: int, ts: int, keys: np.ndarray, insert: bool) -> None:
+        out = np.empty((keys.shape[0], self.store.width), np.float32)
+        self.store.pull(keys, out, insert=insert)
+        self._send(out, dest, protocol.reply_tag(ts))
+
+    def _send(self, buf: np.ndarray, dest: int, tag: int) -> None:
+        self.stats.bytes_sent += buf.nbytes
+        self._replies.append((self.roles.comm.Isend(buf, dest, tag), buf))
+        if len(self._replies) > 256:
+            self._reap_replies()
+
+    def _reap_replies(self) -> None:
+        if self._replies:
+            self._replies = [(r, b) for r, b in self._replies if not r.Test()]

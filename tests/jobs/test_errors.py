@@ -1,0 +1,71 @@
+"""Bad input and bad launches: a clear message, every rank stops, nothing trained is lost."""
+import subprocess
+
+import h5py
+import pytest
+from conftest import read_summary, run_job
+
+
+def no_processes_mention(marker: str) -> bool:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return not [line for line in ps.splitlines() if marker in line and "ps -eo" not in line]
+
+
+def with_bad_line(src: str, dst, line_no: int, text: str):
+    lines = open(src).read().splitlines()
+    lines[line_no - 1] = text
+    dst.write_text("\n".join(lines) + "\n")
+    return str(dst)
+
+
+def test_malformed_line_stops_the_job_and_names_file_and_line(small_data, tmp_path):
+    bad = with_bad_line(small_data[0], tmp_path / "bad.svm", 17321, "1 123:4 oops:1")
+    run = tmp_path / "run"
+    job = run_job(4, "train", "--train", bad, "--test", small_data[1], "--servers", 1,
+                  "--out", run, timeout=90)
+    assert job.returncode != 0
+    assert f"{bad}:17321: feature index is not a non-negative integer" in job.stderr
+    assert "'1 123:4 oops:1'" in job.stderr
+    assert no_processes_mention(str(run)), "every rank of the failed job has exited"
+    # The worker that failed told the server, which saved what it had trained.
+    with h5py.File(run / "model" / "server-0000.h5") as f:
+        assert not f.attrs["complete"]
+        assert "17321" in f.attrs["note"]
+        assert f["keys"].shape[0] > 1000
+
+
+def test_skip_bad_lines_counts_and_reports(small_data, tmp_path):
+    bad = with_bad_line(small_data[0], tmp_path / "bad.svm", 5, "2 1:1")
+    bad = with_bad_line(bad, tmp_path / "bad2.svm", 19000, "1 1:1 2")
+    run = tmp_path / "run"
+    job = run_job(3, "train", "--train", bad, "--servers", 1, "--out", run, "--skip-bad-lines")
+    assert job.returncode == 0, job.output
+    assert read_summary(run)["bad_lines"] == 2
+    assert "skipping bad line" in job.stderr and "skipped 2 bad input line(s)" in job.stdout
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "--train {dir}/missing.svm: no such file"),
+    ("empty", "--train {dir}/empty.svm: the file is empty"),
+])
+def test_missing_or_empty_file(tmp_path, case, message):
+    (tmp_path / "empty.svm").write_text("")
+    job = run_job(3, "train", "--train", tmp_path / f"{case}.svm", "--out", tmp_path / "run",
+                  timeout=60)
+    assert job.returncode != 0
+    assert message.format(dir=tmp_path) in job.stderr
+    assert job.stderr.count("mpips train: error:") == 1, "printed once, not once per rank"
+
+
+def test_too_many_servers(small_data, tmp_path):
+    job = run_job(3, "train", "--train", small_data[0], "--servers", 3, "--out", tmp_path / "r",
+                  timeout=60)
+    assert job.returncode != 0
+    assert "--servers 3 leaves no worker: the job has 3 rank(s)" in job.stderr
+
+
+def test_without_mpiexec_the_error_says_how_to_launch(small_data, tmp_path):
+    from conftest import run_mpips
+    job = run_mpips("train", "--train", small_data[0], "--out", tmp_path / "r")
+    assert job.returncode == 2
+    assert "mpiexec -n 2 python -m mpips train" in job.stderr

@@ -1,0 +1,74 @@
+"""Whole training jobs under mpiexec: model quality, summary, model files."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import read_summary, run_job
+from sklearn.linear_model import LogisticRegression
+
+from mpips.data import Rows, SvmlightShard
+from mpips.kernels.logistic import mean_logloss
+from mpips.model_io import load_model
+
+L2 = 1e-4
+TRAIN_ARGS = ("--epochs", 10, "--batch-size", 100, "--lr", 0.05, "--l2", L2)
+
+
+def load(path) -> Rows:
+    chunks = list(SvmlightShard(path).rows())
+    rows = chunks[0]
+    for more in chunks[1:]:
+        rows = Rows.concat(rows, more)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def sklearn_logloss(small_data):
+    """Held-out logloss of scikit-learn's LogisticRegression with the same L2.
+
+    mpips minimises mean logloss + l2/2 |w|^2; scikit-learn minimises
+    C * sum logloss + 1/2 |w|^2, the same objective with C = 1 / (l2 * n)."""
+    train, test = load(small_data[0]), load(small_data[1])
+    keys = np.unique(np.concatenate([train.indices, test.indices]))
+
+    def matrix(rows):
+        return sp.csr_matrix((rows.values.astype(np.float64), np.searchsorted(keys, rows.indices),
+                              rows.indptr), shape=(len(rows), keys.shape[0]))
+
+    model = LogisticRegression(C=1 / (L2 * len(train)), max_iter=5000, tol=1e-8)
+    model.fit(matrix(train), train.labels)
+    return float(mean_logloss(model.decision_function(matrix(test)), test.labels))
+
+
+@pytest.mark.parametrize("servers, workers", [(1, 1), (2, 2)])
+def test_matches_sklearn_within_one_percent(small_data, sklearn_logloss, tmp_path, servers, workers):
+    run = tmp_path / "run"
+    job = run_job(servers + workers, "train", "--train", small_data[0], "--test", small_data[1],
+                  "--servers", servers, "--out", run, *TRAIN_ARGS)
+    assert job.returncode == 0, job.output
+    s = read_summary(run)
+    assert s["servers"] == servers and s["workers"] == workers
+    assert s["train_examples"] == 10 * 20000 and s["test_examples"] == 10000
+    gap = abs(s["test_logloss"] - sklearn_logloss) / sklearn_logloss
+    assert gap < 0.01, f"mpips {s['test_logloss']:.5f} vs scikit-learn {sklearn_logloss:.5f}"
+    assert s["test_auc"] > 0.7
+
+
+def test_summary_and_model_files(small_data, tmp_path):
+    run = tmp_path / "run"
+    job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
+                  "--out", run, "--log-every", 0.01)
+    assert job.returncode == 0, job.output
+    s = read_summary(run)
+    for field in ("test_logloss", "test_auc", "examples_per_s", "wall_s", "keys_stored",
+                  "server_bytes_per_key", "bytes_sent", "consistency", "max_clock_gap", "wait_s"):
+        assert s[field] is not None, field
+    assert s["consistency"] == "bsp" and s["max_clock_gap"] == 0
+    assert len(s["wait_s"]) == 2
+    keys, weights = load_model(run / "model")
+    data_keys = np.unique(load(small_data[0]).indices)
+    # Stored: every training key, plus the bias key; test-only keys were read, not stored.
+    assert keys.tolist() == data_keys.tolist() + [2**64 - 1]
+    assert s["keys_stored"] == keys.shape[0]
+    assert np.abs(weights).max() > 0
+    assert "training: epoch" in job.stdout, "progress lines while training"
+    assert "done:" in job.stdout and "test logloss" in job.stdout

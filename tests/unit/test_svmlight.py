@@ -1,0 +1,153 @@
+"""svmlight parsing and byte-range splitting."""
+import numpy as np
+import pytest
+
+from mpips.data import Rows, SvmlightShard, byte_range
+from mpips.errors import InputError
+from mpips.kernels import svmlight
+
+
+def parse(text: bytes, final=True, skip_bad=False):
+    buf = np.frombuffer(text, np.uint8)
+    n_lines = svmlight.count_byte(buf, 10) + 1
+    n_entries = svmlight.count_byte(buf, 58)
+    labels = np.empty(n_lines, np.float32)
+    indptr = np.empty(n_lines + 1, np.int64)
+    indices = np.empty(n_entries, np.uint64)
+    values = np.empty(n_entries, np.float32)
+    rows, nnz, used, lines, n_bad, bad, code, col = svmlight.parse_svmlight(
+        buf, final, skip_bad, labels, indptr, indices, values)
+    return dict(rows=Rows(labels[:rows], indptr[:rows + 1], indices[:nnz], values[:nnz]),
+                used=used, lines=lines, n_bad=n_bad, bad=bad, code=code, col=col)
+
+
+def test_parses_labels_indices_values():
+    r = parse(b"1 3:0.5 18446744073709551615:2e-3\n-1 7:1\n0 qid:4 9:-1.25E+1 # comment\n"
+              b"+1 0:10\n1.0\n")
+    rows = r["rows"]
+    assert rows.labels.tolist() == [1, 0, 0, 1, 1]
+    assert rows.indptr.tolist() == [0, 2, 3, 4, 5, 5]
+    assert rows.indices.tolist() == [3, 2**64 - 1, 7, 9, 0]
+    np.testing.assert_array_equal(rows.values, np.float32([0.5, 2e-3, 1, -12.5, 10]))
+    assert r["bad"] == -1
+
+
+def test_skips_blank_and_comment_lines_and_handles_crlf():
+    rows = parse(b"\n# header\n1 1:1\r\n   \n0 2:3\r\n")["rows"]
+    assert rows.labels.tolist() == [1, 0]
+    assert rows.indices.tolist() == [1, 2]
+
+
+def test_last_line_without_newline_needs_final():
+    assert len(parse(b"1 1:1\n0 2:1", final=False)["rows"]) == 1
+    assert parse(b"1 1:1\n0 2:1", final=False)["used"] == 6
+    assert len(parse(b"1 1:1\n0 2:1", final=True)["rows"]) == 2
+
+
+@pytest.mark.parametrize("line, code", [
+    (b"x 1:1", svmlight.BAD_LABEL),
+    (b"2 1:1", svmlight.LABEL_NOT_BINARY),
+    (b"1 a:1", svmlight.BAD_INDEX),
+    (b"1 -3:1", svmlight.BAD_INDEX),
+    (b"1 18446744073709551616:1", svmlight.INDEX_OVERFLOW),
+    (b"1 99999999999999999999:1", svmlight.INDEX_OVERFLOW),
+    (b"1 5", svmlight.MISSING_COLON),
+    (b"1 5:", svmlight.BAD_VALUE),
+    (b"1 5:abc", svmlight.BAD_VALUE),
+    (b"1 5:1e", svmlight.BAD_VALUE),
+    (b"1 5:1e999", svmlight.BAD_VALUE),
+    (b"1 5:0.5x", svmlight.BAD_VALUE),
+])
+def test_reports_each_kind_of_bad_line(line, code):
+    r = parse(b"1 1:1\n" + line + b"\n0 2:2\n")
+    assert (r["bad"], r["code"]) == (1, code)
+    assert len(r["rows"]) == 1, "parsing stops before the bad line"
+    skipped = parse(b"1 1:1\n" + line + b"\n0 2:2\n", skip_bad=True)
+    assert len(skipped["rows"]) == 2 and skipped["n_bad"] == 1
+
+
+def test_floats_match_python():
+    texts = ["0", "1", "-0.5", "3.14159", "1e-7", "2.5E+3", "123456789012345678901234", "0.000001"]
+    r = parse(("1 " + " ".join(f"{i}:{t}" for i, t in enumerate(texts)) + "\n").encode())
+    np.testing.assert_array_equal(r["rows"].values, np.float32([float(t) for t in texts]))
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 100, 12345])
+def test_byte_ranges_tile_the_file(size):
+    for nparts in (1, 2, 3, 7):
+        ranges = [byte_range(size, p, nparts) for p in range(nparts)]
+        assert ranges[0][0] == 0 and ranges[-1][1] == size
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def _write(tmp_path, lines, name="d.svm", newline_at_end=True):
+    path = tmp_path / name
+    text = "\n".join(lines) + ("\n" if newline_at_end else "")
+    path.write_text(text)
+    return str(path)
+
+
+def _all_rows(shard):
+    labels, keys = [], []
+    for rows in shard.rows():
+        labels += rows.labels.tolist()
+        keys += rows.indices.tolist()
+    return labels, keys
+
+
+@pytest.mark.parametrize("newline_at_end", [True, False])
+def test_shards_cover_every_line_once(tmp_path, newline_at_end):
+    rng = np.random.default_rng(0)
+    lines = [f"{i % 2} " + " ".join(f"{int(k)}:1" for k in rng.integers(0, 2**63, i % 5))
+             for i in range(300)]
+    path = _write(tmp_path, lines, newline_at_end=newline_at_end)
+    whole = _all_rows(SvmlightShard(path))
+    for nparts in (1, 2, 3, 5, 16, 400):
+        labels, keys = [], []
+        for part in range(nparts):
+            got = _all_rows(SvmlightShard(path, part, nparts, chunk_bytes=64))
+            labels += got[0]
+            keys += got[1]
+        assert (labels, keys) == whole, f"nparts={nparts}"
+    assert len(whole[0]) == 300
+
+
+def test_line_longer_than_chunk(tmp_path):
+    long_line = "1 " + " ".join(f"{i}:1" for i in range(2000))
+    path = _write(tmp_path, ["0 1:1", long_line, "1 2:2"])
+    labels, keys = _all_rows(SvmlightShard(path, chunk_bytes=32))
+    assert labels == [0, 1, 1] and len(keys) == 2002
+
+
+def test_minibatches_have_the_requested_size(tmp_path):
+    path = _write(tmp_path, [f"1 {i}:1" for i in range(1000)])
+    sizes = [len(b) for b in SvmlightShard(path, chunk_bytes=100).minibatches(64)]
+    assert sizes == [64] * 15 + [40]
+    keys = np.concatenate([b.indices for b in SvmlightShard(path, chunk_bytes=100).minibatches(64)])
+    assert keys.tolist() == list(range(1000))
+
+
+def test_error_names_file_and_line(tmp_path):
+    lines = [f"1 {i}:1" for i in range(5000)]
+    lines[3456] = "1 12:0.5 13:oops"
+    path = _write(tmp_path, lines)
+    for part, nparts in ((0, 1), (1, 2)):
+        with pytest.raises(InputError) as e:
+            _all_rows(SvmlightShard(path, part, nparts, chunk_bytes=1000))
+        assert f"{path}:3457:" in str(e.value)
+        assert "feature value" in str(e.value) and "13:oops" in str(e.value)
+
+
+def test_skip_bad_lines_counts(tmp_path):
+    lines = ["1 1:1", "bad", "0 2:1", "1 3:x", "1 4:1"]
+    shard = SvmlightShard(_write(tmp_path, lines), skip_bad=True)
+    labels, keys = _all_rows(shard)
+    assert keys == [1, 2, 4] and shard.bad_lines == 2
+
+
+def test_unique_keys_adds_the_bias():
+    rows = Rows(np.float32([1, 0]), np.array([0, 2, 3]), np.uint64([9, 3, 9]), np.float32([1, 1, 1]))
+    keys, cols, bias_col = rows.unique_keys(bias=True)
+    assert keys.tolist() == [3, 9, 2**64 - 1] and cols.tolist() == [1, 0, 1] and bias_col == 2
+    keys, cols, bias_col = rows.unique_keys(bias=False)
+    assert keys.tolist() == [3, 9] and bias_col == -1
