@@ -48,9 +48,10 @@ run: $(VENV)/.installed $(DATA).train.svm
 	$(MPIEXEC) -n $(NP) $(PY) -m mpips train --servers $(SERVERS) \
 	    --train $(DATA).train.svm --test $(DATA).test.svm --out $(RUN_DIR)
 
+# Each test has a time limit (pytest-timeout); `timeout` also bounds MPI start-up and shutdown.
 test: $(VENV)/.installed-test
 	$(PY) -m pytest tests/unit tests/jobs
-	$(MPIEXEC) -n 4 $(PY) -m pytest --with-mpi tests/mpi
+	timeout --kill-after=30 900 $(MPIEXEC) -n 4 $(PY) -m pytest --with-mpi tests/mpi
 
 clean:
 	rm -rf data runs

@@ -7,7 +7,8 @@ from .log import say
 
 
 class Progress:
-    """Latest figures per worker; logs a line every `every` seconds."""
+    """Latest figures per worker; logs a line every `every` seconds, and at each tenth of
+    an epoch (at most twice a second) so short runs show progress too."""
 
     def __init__(self, n_workers: int, epochs: int, every: float):
         self.epochs = epochs
@@ -15,14 +16,24 @@ class Progress:
         self.examples = np.zeros(n_workers, np.int64)
         self.loss = np.zeros(n_workers)
         self.done = np.zeros(n_workers)   # fractional epochs per worker
+        self.start()
+
+    def start(self) -> None:
+        """Start the clock (when training starts, after set-up)."""
         self._start = time.monotonic()
         self._last = (self._start, 0, 0.0)
+        self._tenth = 0
 
     def update(self, worker: int, header) -> None:
         self.examples[worker] = header["examples"]
         self.loss[worker] = header["loss"]
         self.done[worker] = header["progress"]
-        if time.monotonic() - self._last[0] >= self.every:
+        since = time.monotonic() - self._last[0]
+        tenth = int(self.done.mean() * 10)
+        if self.done.min() >= self.epochs:
+            return   # all done: the final line follows
+        if since >= self.every or (tenth > self._tenth and since >= 0.5):
+            self._tenth = tenth
             self.log()
 
     def log(self, final: bool = False) -> None:

@@ -14,13 +14,13 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from . import __version__
+from . import __version__, logreg
 from .bounded import wait_all
 from .client import KVWorker
 from .clocks import ClockTable
 from .data import SvmlightShard, check_file
 from .errors import ConfigError, MpipsError
-from .kernels.logistic import logistic_gradient, logistic_margins, mean_logloss, roc_auc
+from .kernels.logistic import mean_logloss, roc_auc
 from .log import say, setup
 from .model_io import save_shard
 from .optimizer import Optimizer
@@ -28,6 +28,7 @@ from .progress import Progress
 from .roles import Roles, check_servers, split
 from .server import Server
 from .store import KVStore
+from .warmup import CompileWatch, compile_kernels
 
 log = logging.getLogger("mpips")
 
@@ -75,6 +76,7 @@ _RESULT = np.dtype([
     ("examples", "<i8"), ("train_loss", "<f8"), ("train_s", "<f8"), ("wait_s", "<f8"),
     ("bytes_sent", "<i8"), ("keys", "<i8"), ("table_bytes", "<i8"), ("bad_lines", "<i8"),
     ("pulls_held", "<i8"), ("max_gap", "<i8"), ("test_rows", "<i8"),
+    ("compile_s", "<f8"), ("late_compiles", "<i8"),
 ])
 
 
@@ -106,14 +108,41 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     agree(comm, lambda: cfg.check(comm.size))
     roles = split(cfg.servers, comm)
     setup(f"rank {comm.rank} ({roles.name})")
-    if roles.index == 0:
-        log.info("%s: %d server(s), %d worker(s)", roles.name, len(roles.servers),
-                 len(roles.workers))
+    if comm.rank == 0:
+        log.info("%d server(s), %d worker(s)", len(roles.servers), len(roles.workers))
     try:
-        result = _serve(cfg, roles) if roles.is_server else _work(cfg, roles)
-        return _summarize(cfg, roles, result, started)
+        compile_s = _compile_kernels(roles, cfg.timeout)
+        watch = CompileWatch()
+        with watch.watching():
+            record, margins, labels = _serve(cfg, roles) if roles.is_server else _work(cfg, roles)
+        if watch.compiled:
+            log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
+        record["compile_s"] = compile_s
+        record["late_compiles"] = len(watch.compiled)
+        return _summarize(cfg, roles, (record, margins, labels), started)
     finally:
         roles.free()
+
+
+def _compile_kernels(roles: Roles, timeout: float) -> float:
+    """Compile the kernels on one rank per node first; the others then load numba's cache
+    instead of compiling the same code at the same time on the same cores."""
+    start = time.monotonic()
+    if roles.comm.rank == 0:
+        log.info("loading the numba kernels (compiled on the first run on a machine, ~20 s)")
+    node = roles.comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        if node.rank == 0:
+            compile_kernels()
+        wait_all([node.Ibarrier()], timeout, lambda: "the first rank on this node to compile "
+                                                      "the numba kernels")
+        if node.rank != 0:
+            compile_kernels()
+    finally:
+        node.Free()
+    if roles.comm.rank == 0:
+        log.info("kernels ready in %.1f s", time.monotonic() - start)
+    return time.monotonic() - start
 
 
 def _ready(roles: Roles, timeout: float) -> float:
@@ -136,6 +165,8 @@ def _serve(cfg: TrainConfig, roles: Roles):
 
     server = Server(roles, store, clocks, cfg.timeout, on_error=save_partial, progress=progress)
     t0 = _ready(roles, cfg.timeout)
+    if progress:
+        progress.start()
     stats = server.run()
     train_s = time.monotonic() - t0
     save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
@@ -173,10 +204,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     for epoch in range(cfg.epochs):
         for batch in shard.minibatches(cfg.batch_size):
             keys, cols, bias_col = batch.unique_keys(cfg.bias)
-            weights = kv.wait(kv.pull(keys))[:, 0]
-            grad = np.empty(keys.shape[0], np.float32)
-            loss += logistic_gradient(batch.indptr, cols, batch.values, batch.labels,
-                                      bias_col, weights, grad)
+            grad, batch_loss = logreg.gradient(batch, cols, bias_col, kv.wait(kv.pull(keys)))
+            loss += batch_loss
             examples += len(batch)
             kv.report(examples, loss, epoch, epoch + shard.fraction_done)
             if push is not None:
@@ -205,10 +234,8 @@ def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     margins, labels = [], []
     for batch in shard.minibatches(EVAL_BATCH):
         keys, cols, bias_col = batch.unique_keys(cfg.bias)
-        weights = kv.wait(kv.pull(keys, read_only=True))[:, 0]
-        m = np.empty(len(batch))
-        logistic_margins(batch.indptr, cols, batch.values, bias_col, weights, m)
-        margins.append(m)
+        weights = kv.wait(kv.pull(keys, read_only=True))
+        margins.append(logreg.margins(batch, cols, bias_col, weights))
         labels.append(batch.labels)
     if not margins:
         return np.empty(0), np.empty(0, np.float32)
@@ -261,6 +288,8 @@ def _summarize(cfg: TrainConfig, roles: Roles, result, started: float) -> dict |
         "examples_per_s": examples / train_s if train_s > 0 else None,
         "train_s": train_s,
         "wall_s": time.monotonic() - started,
+        "compile_s": float(records["compile_s"].max()),
+        "late_compiles": int(records["late_compiles"].sum()),
         "keys_stored": keys,
         "server_bytes": int(servers["table_bytes"].sum()),
         "server_bytes_per_key": float(servers["table_bytes"].sum()) / max(keys, 1),

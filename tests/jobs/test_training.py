@@ -63,6 +63,7 @@ def test_summary_and_model_files(small_data, tmp_path):
                   "server_bytes_per_key", "bytes_sent", "consistency", "max_clock_gap", "wait_s"):
         assert s[field] is not None, field
     assert s["consistency"] == "bsp" and s["max_clock_gap"] == 0
+    assert s["late_compiles"] == 0, "warm-up compiled every kernel the job uses"
     assert len(s["wait_s"]) == 2
     keys, weights = load_model(run / "model")
     data_keys = np.unique(load(small_data[0]).indices)

@@ -1,0 +1,68 @@
+"""Compile every numba kernel a job uses (or load it from numba's cache) before training.
+
+A miniature of each numeric step runs on tiny inputs, through the same code and
+with the same array types as a real job, so nothing compiles once the clock runs.
+`CompileWatch` checks that claim during a job.
+"""
+import os
+import tempfile
+
+import numpy as np
+from numba.core import event
+
+from . import logreg, protocol
+from .data import SvmlightShard
+from .kernels.hashing import is_sorted_unique
+from .kernels.logistic import mean_logloss, roc_auc
+from .optimizer import NAMES, Optimizer
+from .placement import Placement
+from .protocol import Op
+from .store import KVStore
+
+
+def compile_kernels() -> None:
+    fd, path = tempfile.mkstemp(suffix=".svm")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write("1 1:1 2:0.5\n0 3:1 18446744073709551615:2\n1 2:1\n")
+        batches = list(SvmlightShard(path, chunk_bytes=16).minibatches(2))
+    finally:
+        os.unlink(path)
+    batch = batches[0]
+    keys, cols, bias_col = batch.unique_keys(bias=True)
+    is_sorted_unique(keys)
+    Placement(2).split(keys)
+    weights = np.zeros((keys.shape[0], 1), np.float32)
+    for name in NAMES:
+        store = KVStore(1, Optimizer(name), capacity=4)
+        grad, _ = logreg.gradient(batch, cols, bias_col, weights)
+        message = protocol.pack(protocol.header(Op.PUSH, nkeys=keys.shape[0], width=1), keys,
+                                grad)
+        _, wire_keys, wire_values = protocol.unpack(message)
+        store.push(wire_keys, wire_values)
+        store.pull(wire_keys, weights)
+        many = np.arange(64, dtype=np.uint64)
+        store.pull(many, np.empty((64, 1), np.float32))   # grows the table: rehash
+        store.pull(wire_keys, weights, insert=False)
+        store.items()
+    m = logreg.margins(batch, cols, bias_col, weights)
+    mean_logloss(m, batch.labels)
+    roc_auc(m, batch.labels)
+
+
+class CompileWatch(event.Listener):
+    """Records the mpips kernels numba compiles while installed (cache loads do not count)."""
+
+    def __init__(self):
+        self.compiled = []
+
+    def on_start(self, ev):
+        func = ev.data["dispatcher"].py_func
+        if func.__module__.startswith("mpips."):
+            self.compiled.append(f"{func.__name__}{ev.data['args']}")
+
+    def on_end(self, ev):
+        pass
+
+    def watching(self):
+        return event.install_listener("numba:compile", self)
