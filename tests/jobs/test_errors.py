@@ -3,7 +3,7 @@ import subprocess
 
 import h5py
 import pytest
-from conftest import read_summary, run_job
+from conftest import read_summary, run_job, run_mpips
 
 
 def no_processes_mention(marker: str) -> bool:
@@ -18,20 +18,25 @@ def with_bad_line(src: str, dst, line_no: int, text: str):
     return str(dst)
 
 
-def test_malformed_line_stops_the_job_and_names_file_and_line(small_data, tmp_path):
-    bad = with_bad_line(small_data[0], tmp_path / "bad.svm", 17321, "1 123:4 oops:1")
+def test_malformed_line_stops_the_job_and_names_file_and_line(tmp_path):
+    # 100,000 rows (~22 MB): each of the 2 workers reads its 11 MB in several 4 MiB chunks,
+    # so worker 1 trains on its first chunks before it reaches the bad line near the end.
+    prefix = tmp_path / "d"
+    assert run_mpips("make-data", "--rows", 100000, "--test-rows", 10, "--features", 5000,
+                     "--nnz", 10, prefix).returncode == 0
+    bad = with_bad_line(f"{prefix}.train.svm", tmp_path / "bad.svm", 95001, "1 123:4 oops:1")
     run = tmp_path / "run"
-    job = run_job(4, "train", "--train", bad, "--test", small_data[1], "--servers", 1,
-                  "--out", run, timeout=90)
+    job = run_job(3, "train", "--train", bad, "--servers", 1, "--out", run, timeout=90)
     assert job.returncode != 0
-    assert f"{bad}:17321: feature index is not a non-negative integer" in job.stderr
+    assert f"{bad}:95001: feature index is not a non-negative integer" in job.stderr
     assert "'1 123:4 oops:1'" in job.stderr
     assert no_processes_mention(str(run)), "every rank of the failed job has exited"
-    # The worker that failed told the server, which saved what it had trained.
+    # The worker that failed told the server, which saved what had been trained.
     with h5py.File(run / "model" / "server-0000.h5") as f:
         assert not f.attrs["complete"]
-        assert "17321" in f.attrs["note"]
+        assert "95001" in f.attrs["note"]
         assert f["keys"].shape[0] > 1000
+        assert abs(f["weights"][:]).max() > 0
 
 
 def test_skip_bad_lines_counts_and_reports(small_data, tmp_path):
@@ -65,7 +70,6 @@ def test_too_many_servers(small_data, tmp_path):
 
 
 def test_without_mpiexec_the_error_says_how_to_launch(small_data, tmp_path):
-    from conftest import run_mpips
     job = run_mpips("train", "--train", small_data[0], "--out", tmp_path / "r")
     assert job.returncode == 2
     assert "mpiexec -n 2 python -m mpips train" in job.stderr
