@@ -19,11 +19,12 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export OMPI_MCA_osc := ^ucx
 
-.PHONY: run test install data clean help
+.PHONY: run test bench install data clean help
 
 help:
 	@echo "make run    install into $(VENV), make the built-in dataset, train it with $(NP) ranks"
 	@echo "make test   install with test dependencies and run the unit, job and MPI tests"
+	@echo "make bench  run the benchmarks in bench/ (results in bench/results/*.json)"
 	@echo "make clean  remove generated data and runs (keeps $(VENV))"
 
 $(VENV)/.installed: pyproject.toml
@@ -53,5 +54,8 @@ test: $(VENV)/.installed-test
 	$(PY) -m pytest tests/unit tests/jobs
 	timeout --kill-after=30 900 $(MPIEXEC) -n 4 $(PY) -m pytest --with-mpi tests/mpi
 
+bench: $(VENV)/.installed
+	$(PY) bench/workers.py
+
 clean:
-	rm -rf data runs
+	rm -rf data runs bench/data bench/out

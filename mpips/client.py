@@ -45,9 +45,10 @@ class KVWorker:
         self._ts = 0
         self._report = {}
 
-    def report(self, examples: int, loss: float, epoch: int, progress: float) -> None:
-        """Progress figures carried by this worker's next messages (servers log them)."""
-        self._report = dict(examples=examples, loss=loss, epoch=epoch, progress=progress)
+    def report(self, examples: int, loss: float, progress: float) -> None:
+        """Progress figures carried by this worker's next messages (servers log them):
+        examples trained on, their summed loss, epochs done (fractional)."""
+        self._report = dict(examples=examples, loss=loss, progress=progress)
 
     def _send(self, server_index: int, op: Op, payload=(), **fields):
         h = protocol.header(op, ts=self._ts, clock=self.clock, **self._report, **fields)

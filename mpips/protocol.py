@@ -14,7 +14,7 @@ HEADER = np.dtype([
     ("ts", "<i8"),          # the sender's request number
     ("clock", "<i8"),       # clocks the sender has completed
     ("nkeys", "<i8"), ("width", "<i4"),
-    ("epoch", "<i4"),
+    ("reserved", "<i4"),
     ("examples", "<i8"),    # examples the sender has trained on so far
     ("loss", "<f8"),        # their summed training logloss
     ("progress", "<f8"),    # epochs done, fractional

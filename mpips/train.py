@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -160,14 +161,21 @@ def _serve(cfg: TrainConfig, roles: Roles):
     def save_partial(reason: str) -> None:
         path = save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
                           {"complete": False, "note": reason, "config": config})
-        log.error("a worker failed (%s); saved the %d keys trained so far to %s",
-                  reason, len(store), path)
+        log.error("saved the %d keys trained so far to %s", len(store), path)
 
-    server = Server(roles, store, clocks, cfg.timeout, on_error=save_partial, progress=progress)
+    def worker_failed(reason: str) -> None:
+        log.error("a worker failed (%s)", reason)
+        save_partial(reason)
+
+    server = Server(roles, store, clocks, cfg.timeout, on_error=worker_failed, progress=progress)
     t0 = _ready(roles, cfg.timeout)
     if progress:
         progress.start()
-    stats = server.run()
+    try:
+        stats = server.run()
+    except Exception as e:
+        save_partial(f"server {roles.index}: {_log_failure(e)}")
+        raise
     train_s = time.monotonic() - t0
     save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
                {"complete": True, "config": config})
@@ -181,14 +189,20 @@ def _serve(cfg: TrainConfig, roles: Roles):
     return r, np.empty(0), np.empty(0, np.float32)
 
 
+def _log_failure(e: Exception) -> str:
+    """Log why this rank fails (with a traceback if it is a bug); return a one-line reason."""
+    text = str(e) if isinstance(e, MpipsError) else f"{type(e).__name__}: {e}"
+    log.error("%s", text if isinstance(e, MpipsError) else traceback.format_exc())
+    e.reported = True   # the command line does not log it again
+    return text
+
+
 def _work(cfg: TrainConfig, roles: Roles):
     kv = KVWorker(roles, width=1, timeout=cfg.timeout)
     try:
         return _train_and_score(cfg, roles, kv)
     except Exception as e:
-        text = str(e) if isinstance(e, MpipsError) else f"{type(e).__name__}: {e}"
-        log.error("%s", text)
-        e.reported = True
+        text = _log_failure(e)
         try:
             kv.fail(text)
         except MpipsError as again:
@@ -207,7 +221,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
             grad, batch_loss = logreg.gradient(batch, cols, bias_col, kv.wait(kv.pull(keys)))
             loss += batch_loss
             examples += len(batch)
-            kv.report(examples, loss, epoch, epoch + shard.fraction_done)
+            kv.report(examples, loss, epoch + shard.fraction_done)
             if push is not None:
                 kv.wait(push)
             push = kv.push(keys, grad, clock=True)
@@ -215,7 +229,9 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     train_s = time.monotonic() - t0
     wait_all([roles.group.Ibarrier()], cfg.timeout,
              lambda: "the other workers to finish training")
-    margins, labels = _score(cfg, roles, kv) if cfg.test else (np.empty(0), np.empty(0, np.float32))
+    margins, labels, bad_test_lines = np.empty(0), np.empty(0, np.float32), 0
+    if cfg.test:
+        margins, labels, bad_test_lines = _score(cfg, roles, kv)
     kv.close()
     r = np.zeros((), _RESULT)
     r["examples"] = examples
@@ -223,13 +239,14 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     r["train_s"] = train_s
     r["wait_s"] = kv.wait_s
     r["bytes_sent"] = kv.bytes_sent
-    r["bad_lines"] = shard.bad_lines
+    r["bad_lines"] = shard.bad_lines + bad_test_lines
     r["test_rows"] = margins.shape[0]
     return r, margins, labels
 
 
 def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
-    """Margins of this worker's share of the test file under the final model."""
+    """(margins, labels, bad lines skipped) of this worker's share of the test file under
+    the final model."""
     shard = SvmlightShard(cfg.test, roles.index, len(roles.workers), skip_bad=cfg.skip_bad_lines)
     margins, labels = [], []
     for batch in shard.minibatches(EVAL_BATCH):
@@ -238,8 +255,8 @@ def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
         margins.append(logreg.margins(batch, cols, bias_col, weights))
         labels.append(batch.labels)
     if not margins:
-        return np.empty(0), np.empty(0, np.float32)
-    return np.concatenate(margins), np.concatenate(labels)
+        return np.empty(0), np.empty(0, np.float32), shard.bad_lines
+    return np.concatenate(margins), np.concatenate(labels), shard.bad_lines
 
 
 def _gatherv(comm, local: np.ndarray, counts: np.ndarray, timeout: float, what: str):
