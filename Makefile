@@ -47,7 +47,7 @@ data: $(DATA).train.svm
 
 run: $(VENV)/.installed $(DATA).train.svm
 	$(MPIEXEC) -n $(NP) $(PY) -m mpips train --servers $(SERVERS) \
-	    --train $(DATA).train.svm --test $(DATA).test.svm --out $(RUN_DIR)
+	    --train $(DATA).train.svm --test $(DATA).test.svm --out $(RUN_DIR) --overwrite
 
 # Each test has a time limit (pytest-timeout); `timeout` also bounds MPI start-up and shutdown.
 test: $(VENV)/.installed-test

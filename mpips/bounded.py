@@ -30,15 +30,28 @@ class Backoff:
         self._delay = min(self._delay * 2, self.longest)
 
 
-def wait_all(requests: Sequence[MPI.Request], timeout: float, what: Callable[[], str]) -> float:
-    """Complete all requests or raise WaitTimeout naming `what()`. Returns seconds waited."""
+def wait_all(requests: Sequence[MPI.Request], timeout: float, what: Callable[[], str],
+             progress: Callable[[], object] | None = None, check_every: float = 1.0) -> float:
+    """Complete all requests or raise WaitTimeout naming `what()`. Returns seconds waited.
+
+    With `progress`, the bound is on time without progress: about every `check_every`
+    seconds progress() is called, and the deadline restarts whenever its value changes.
+    """
     start = time.monotonic()
     if MPI.Request.Testall(requests):
         return 0.0
     backoff = Backoff()
+    since = start
+    last_check, seen = start, progress() if progress else None
     while not MPI.Request.Testall(requests):
-        waited = time.monotonic() - start
-        if waited > timeout:
-            raise WaitTimeout(f"waited {waited:.0f} s (--timeout {timeout:g}) for {what()}")
+        now = time.monotonic()
+        if progress and now - last_check >= check_every:
+            last_check, value = now, progress()
+            if value != seen:
+                since, seen = now, value
+        if now - since > timeout:
+            stalled = " without progress" if progress else ""
+            raise WaitTimeout(f"waited {now - since:.0f} s{stalled} (--timeout {timeout:g}) "
+                              f"for {what()}")
         backoff.idle()
     return time.monotonic() - start

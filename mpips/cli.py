@@ -1,5 +1,7 @@
 """Command line: `python -m mpips {train,make-data} ...`."""
 import argparse
+import os
+import signal
 import sys
 import traceback
 
@@ -36,8 +38,10 @@ def _train_parser(sub):
     io.add_argument("--train", required=True, metavar="FILE", help="training data (svmlight text)")
     io.add_argument("--test", metavar="FILE",
                     help="held-out data scored after training (logloss, AUC in the summary)")
-    io.add_argument("--out", default="runs/latest", metavar="RUN_DIR",
-                    help="where summary.json and the model go (default: %(default)s)")
+    io.add_argument("--out", metavar="RUN_DIR",
+                    help="where summary.json and the model go (default: runs/<date-time-id>)")
+    io.add_argument("--overwrite", action="store_true",
+                    help="replace the run already in RUN_DIR (by default that is an error)")
     io.add_argument("--skip-bad-lines", action="store_true",
                     help="count and skip malformed lines instead of stopping at the first one")
     job = p.add_argument_group("job layout")
@@ -91,9 +95,27 @@ def _make_data_parser(sub):
     p.set_defaults(run=_run_make_data)
 
 
+def _launch_rank() -> int:
+    """This process's rank as the MPI launcher announced it (0 when not launched by one)."""
+    for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """Under mpiexec every rank parses the same arguments: only rank 0 prints the error."""
+
+    def error(self, message):
+        if _launch_rank() == 0:
+            self.print_usage(sys.stderr)
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m mpips", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="python -m mpips", description=DESCRIPTION,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _train_parser(sub)
     _make_data_parser(sub)
@@ -118,23 +140,34 @@ def _run_make_data(args) -> None:
         say(f"wrote {f['path']}: {f['rows']:,} rows, {f['positive_rate']:.1%} positive")
 
 
+def _interrupt(signum, frame):
+    from .errors import Interrupted
+    error = Interrupted(f"stopped by {signal.Signals(signum).name}")
+    error.exit_status = 128 + signum
+    raise error
+
+
 def _run_train(args) -> None:
     from mpi4py import MPI
 
-    from .errors import ConfigError, MpipsError
+    from .errors import ConfigError, Interrupted, MpipsError
     from .log import setup
     from .optimizer import Optimizer
     from .train import TrainConfig, train
 
     world = MPI.COMM_WORLD
     log = setup(f"rank {world.rank}")
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _interrupt)
     try:
-        optimizer = Optimizer(name=args.optimizer, lr=args.lr or DEFAULT_LR[args.optimizer],
+        lr = DEFAULT_LR[args.optimizer] if args.lr is None else args.lr
+        optimizer = Optimizer(name=args.optimizer, lr=lr,
                               l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
         cfg = TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
                           epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
                           bias=args.bias, consistency=args.consistency,
-                          skip_bad_lines=args.skip_bad_lines, timeout=args.timeout,
+                          skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
+                          timeout=args.timeout,
                           log_every=args.log_every)
         train(cfg, world)
     except ConfigError as e:
@@ -142,6 +175,14 @@ def _run_train(args) -> None:
         if getattr(e, "reported", world.rank == 0):
             print(f"mpips train: error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except Interrupted as e:
+        # Every rank got the signal: leave without MPI_Abort (which could kill a server while
+        # it saves its shard) and without MPI_Finalize (which waits for the other ranks).
+        if not getattr(e, "reported", False):
+            log.error("%s", e)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(e.exit_status)
     except Exception as e:
         if not getattr(e, "reported", False):
             log.error("%s", e if isinstance(e, MpipsError) else traceback.format_exc())

@@ -41,6 +41,7 @@ class KVWorker:
         self._comm = roles.comm
         self._servers = roles.servers
         self._placement = Placement(len(roles.servers))
+        self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
         self._pending: dict[int, _Pending] = {}
         self._ts = 0
         self._report = {}
@@ -56,6 +57,10 @@ class KVWorker:
         self.bytes_sent += buf.nbytes
         req = self._comm.Isend(buf, self._servers[server_index], protocol.REQUEST_TAG)
         return req, buf
+
+    def _reply_into(self, out: np.ndarray, server_index: int):
+        tag = protocol.reply_tag(self._ts, self._reply_tags)
+        return self._comm.Irecv(out, self._servers[server_index], tag)
 
     def _split(self, keys):
         if keys.dtype != np.uint64 or keys.ndim != 1:
@@ -79,8 +84,7 @@ class KVWorker:
                 continue
             req, buf = self._send(s, Op.PULL, (skeys[a:b],), nkeys=b - a,
                                   flags=protocol.READ_ONLY if read_only else 0)
-            pending.requests += [req, self._comm.Irecv(out[a:b], self._servers[s],
-                                                        protocol.reply_tag(self._ts))]
+            pending.requests += [req, self._reply_into(out[a:b], s)]
             pending.buffers.append(buf)
             servers.append(self._servers[s])
         pending.what = (f"the reply to pull #{self._ts} ({keys.shape[0]} keys, worker clock "
@@ -110,6 +114,15 @@ class KVWorker:
         self._pending[self._ts] = pending
         return self._ts
 
+    def status(self) -> dict:
+        """The first server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""
+        self._ts += 1
+        out = np.empty(len(protocol.STATUS_FIELDS), np.int64)
+        req, buf = self._send(0, Op.STATUS)
+        wait_all([req, self._reply_into(out, 0)], self.timeout,
+                 lambda: f"server rank {self._servers[0]} to report the workers' clocks")
+        return dict(zip(protocol.STATUS_FIELDS, out.tolist()))
+
     def wait(self, ts: int) -> np.ndarray | None:
         """Complete request `ts`; for a pull, return the values in the order of its keys."""
         pending = self._pending[ts]
@@ -124,8 +137,8 @@ class KVWorker:
         values[pending.perm] = pending.out
         return values
 
-    def _broadcast(self, op: Op, payload=()):
-        sends = [self._send(s, op, payload) for s in range(len(self._servers))]
+    def _broadcast(self, op: Op):
+        sends = [self._send(s, op) for s in range(len(self._servers))]
         wait_all([r for r, _ in sends], self.timeout,
                  lambda: f"the servers to receive {op.name}")
 
@@ -141,14 +154,17 @@ class KVWorker:
             self.wait(ts)
         self._broadcast(Op.BYE)
 
-    def fail(self, message: str, timeout: float = 60.0) -> None:
-        """Tell every server this job is failing, and wait (bounded) until each has saved
-        its shard. Best effort: a server that does not answer is given up on."""
-        text = np.frombuffer(message.encode("utf-8"), np.uint8)
-        self._ts += 1
-        sends = [self._send(s, Op.ERROR, (text,)) for s in range(len(self._servers))]
-        acks = np.zeros(len(self._servers), np.int64)
-        recvs = [self._comm.Irecv(acks[s:s + 1], server, protocol.ERROR_ACK_TAG)
-                 for s, server in enumerate(self._servers)]
-        wait_all([r for r, _ in sends] + recvs, timeout,
-                 lambda: "the servers to save their shards after an error")
+
+def tell_servers_to_save(comm: MPI.Intracomm, servers, reason: str, timeout: float) -> None:
+    """Tell each server in `servers` (ranks) that the job is failing, and wait until each has
+    saved its shard and acknowledged. Used by a failing worker, or server for the others."""
+    text = np.frombuffer(reason.encode("utf-8"), np.uint8)
+    header = protocol.header(Op.ERROR, nkeys=0)
+    message = protocol.pack(header, text)
+    acks = np.zeros(len(servers), np.int64)
+    requests = []
+    for i, server in enumerate(servers):
+        requests.append(comm.Isend(message, server, protocol.REQUEST_TAG))
+        requests.append(comm.Irecv(acks[i:i + 1], server, protocol.ERROR_ACK_TAG))
+    wait_all(requests, timeout,
+             lambda: f"server rank(s) {list(servers)} to save their shards after an error")

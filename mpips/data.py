@@ -40,15 +40,16 @@ class Rows:
                     np.concatenate([x.indices, y.indices]),
                     np.concatenate([x.values, y.values]))
 
-    def unique_keys(self, bias: bool):
+    def unique_keys(self, bias: bool, source: str = "the data"):
         """(keys, cols, bias_col): the sorted unique keys of these rows, each entry's
         position among them, and the bias key's position (-1 without bias)."""
         keys, cols = np.unique(self.indices, return_inverse=True)
         if not bias:
             return keys, cols, -1
-        if keys.shape[0] == 0 or keys[-1] != BIAS_KEY:
-            keys = np.append(keys, BIAS_KEY)
-        return keys, cols, keys.shape[0] - 1
+        if keys.shape[0] and keys[-1] == BIAS_KEY:
+            raise InputError(f"{source}: feature index {BIAS_KEY} (2^64-1) is reserved for the "
+                             f"bias feature; renumber it, or train with --no-bias")
+        return np.append(keys, BIAS_KEY), cols, keys.shape[0]
 
 
 def check_file(path: str, flag: str) -> None:
@@ -90,45 +91,50 @@ class SvmlightShard:
         self.path = path
         self.skip_bad = skip_bad
         self.chunk_bytes = chunk_bytes
-        self.bad_lines = 0
+        self.bad_lines = 0           # in the latest pass
         self.size = os.path.getsize(path)
         lo, hi = byte_range(self.size, part, nparts)
         with open(path, "rb") as f:
             self.start = _line_start(f, lo, self.size)
             self.stop = _line_start(f, hi, self.size)
         self.position = self.start   # first byte not yet handed out as rows
+        self._first_line = None
+        self._warnings = 0
+        self._passes = 0
 
     @property
     def fraction_done(self) -> float:
         span = self.stop - self.start
         return 1.0 if span <= 0 else (self.position - self.start) / span
 
-    def _line_number(self, offset: int) -> int:
-        """1-based line number of the line starting at byte `offset` (reads the prefix)."""
-        lines = 0
-        with open(self.path, "rb") as f:
-            todo = offset
-            while todo > 0:
-                block = f.read(min(todo, 1 << 22))
-                lines += block.count(b"\n")
-                todo -= len(block)
-        return lines + 1
+    def _first_line_number(self) -> int:
+        """1-based line number of the shard's first line (reads the file's prefix, once)."""
+        if self._first_line is None:
+            lines = 0
+            with open(self.path, "rb") as f:
+                todo = self.start
+                while todo > 0:
+                    block = f.read(min(todo, 1 << 22))
+                    lines += block.count(b"\n")
+                    todo -= len(block)
+            self._first_line = lines + 1
+        return self._first_line
 
-    def _line_text(self, offset: int) -> str:
-        with open(self.path, "rb") as f:
-            f.seek(offset)
-            line = f.readline(200).rstrip(b"\r\n")
-        return line.decode("utf-8", "replace")
-
-    def _bad_line(self, data, chunk_pos, line_idx, code, col) -> str:
+    def _describe(self, data, chunk_pos, lines_before, line_idx, code, col) -> str:
+        """'file:line: what is wrong (at character c): 'the line'' for a bad line in a chunk."""
         nl = np.flatnonzero(data == 10)
-        offset = chunk_pos + (0 if line_idx == 0 else int(nl[line_idx - 1]) + 1)
-        return (f"{self.path}:{self._line_number(offset)}: {ERROR_TEXT[code]} "
-                f"(at character {col + 1}): {self._line_text(offset)!r}")
+        start = 0 if line_idx == 0 else int(nl[line_idx - 1]) + 1
+        end = int(nl[line_idx]) if line_idx < nl.shape[0] else data.shape[0]
+        text = data[start:min(end, start + 200)].tobytes().rstrip(b"\r").decode("utf-8", "replace")
+        number = self._first_line_number() + lines_before + line_idx
+        return f"{self.path}:{number}: {ERROR_TEXT[code]} (at character {col + 1}): {text!r}"
 
     def rows(self):
-        """Yield the shard's rows chunk by chunk."""
+        """Yield the shard's rows chunk by chunk. Each call is one pass over the shard."""
         self.position = self.start
+        self.bad_lines = 0
+        self._passes += 1
+        lines_done = 0
         buf = np.empty(self.chunk_bytes, np.uint8)
         filled = 0
         with open(self.path, "rb") as f:
@@ -145,21 +151,23 @@ class SvmlightShard:
                 indptr = np.empty(n_lines + 1, np.int64)
                 indices = np.empty(n_entries, np.uint64)
                 values = np.empty(n_entries, np.float32)
-                n, nnz, used, _, n_bad, bad_idx, code, col = parse_svmlight(
+                n, nnz, used, lines, n_bad, bad_idx, code, col = parse_svmlight(
                     data, final, self.skip_bad, labels, indptr, indices, values)
-                if bad_idx >= 0:
-                    where = self._bad_line(data, self.position, bad_idx, code, col)
-                    if not self.skip_bad:
-                        raise InputError(where)
-                    if self.bad_lines < 5:
-                        log.warning("skipping bad line %s", where)
-                    self.bad_lines += n_bad
+                if bad_idx >= 0 and not self.skip_bad:
+                    raise InputError(self._describe(data, self.position, lines_done, bad_idx,
+                                                    code, col))
+                if bad_idx >= 0 and self._passes == 1 and self._warnings < 5:
+                    self._warnings += 1
+                    log.warning("skipping bad line %s", self._describe(
+                        data, self.position, lines_done, bad_idx, code, col))
+                self.bad_lines += n_bad
                 if used == 0 and not final:
                     buf = np.concatenate([buf, np.empty_like(buf)])  # a line longer than the buffer
                     continue
                 buf[:filled - used] = buf[used:filled]
                 filled -= used
                 self.position += used
+                lines_done += lines
                 if n:
                     yield Rows(labels[:n], indptr[:n + 1], indices[:nnz], values[:nnz])
 

@@ -15,3 +15,8 @@ class InputError(MpipsError):
 
 class WaitTimeout(MpipsError):
     """A bounded wait expired; the message says what was awaited."""
+
+
+class Interrupted(MpipsError):
+    """The job was told to stop (SIGTERM, SIGINT). Every rank gets the signal, so no rank
+    waits for the others: each server saves its own shard and exits."""

@@ -54,16 +54,30 @@ def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict) 
     return path
 
 
-def load_model(model_dir: str):
-    """(keys, weights) of every shard in `model_dir`, merged and sorted by key."""
+def load_model(model_dir: str, allow_partial: bool = False):
+    """(keys, weights) of every shard in `model_dir`, merged and sorted by key.
+
+    Checks that the shards are all of one run and that none is missing; a model
+    saved after an error is refused unless `allow_partial`.
+    """
     paths = sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))
     if not paths:
         raise FileNotFoundError(f"{model_dir}: no server-*.h5 model files")
-    keys, weights = [], []
+    keys, weights, runs, sizes = [], [], set(), set()
     for p in paths:
         with h5py.File(p, "r") as f:
+            runs.add(str(f.attrs["run_id"]))
+            sizes.add(int(f.attrs["n_servers"]))
+            if not f.attrs["complete"] and not allow_partial:
+                raise ValueError(f"{p}: saved after an error ({f.attrs['note']}); "
+                                 f"pass allow_partial=True to read it anyway")
             keys.append(f["keys"][:])
             weights.append(f["weights"][:])
+    if len(runs) > 1:
+        raise ValueError(f"{model_dir}: shards of different runs {sorted(runs)}")
+    if sizes != {len(paths)}:
+        raise ValueError(f"{model_dir}: {len(paths)} shard file(s), but the run had "
+                         f"{sorted(sizes)} server(s)")
     keys, weights = np.concatenate(keys), np.concatenate(weights)
     order = np.argsort(keys, kind="stable")
     return keys[order], weights[order]

@@ -27,20 +27,29 @@ class Op(IntEnum):
     PUSH = 2
     FINISH = 3   # the sender will advance no more clocks (it counts as infinitely far ahead)
     BYE = 4      # the sender will send nothing more
-    ERROR = 5    # the sender failed; servers save what they hold, then acknowledge
+    ERROR = 5    # the sender (worker or server) failed; servers save what they hold, then ack
+    STATUS = 6   # reply: STATUS_FIELDS, the server's view of the workers' clocks
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock
 READ_ONLY = 2    # PULL flag: do not store unknown keys, do not wait for clocks (evaluation)
 
+# Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished.
+STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished")
+
 REQUEST_TAG = 1
 ERROR_ACK_TAG = 2
-_REPLY_TAG0 = 1 << 10
-_REPLY_TAGS = 1 << 20   # within MPI's guaranteed tag range on every implementation we know
+_REPLY_TAG0 = 16
 
 
-def reply_tag(ts: int) -> int:
-    return _REPLY_TAG0 + ts % _REPLY_TAGS
+def reply_tags(tag_ub: int) -> int:
+    """How many distinct reply tags to cycle through, given the MPI's largest tag."""
+    return min(1 << 20, tag_ub - _REPLY_TAG0 + 1)
+
+
+def reply_tag(ts: int, n_tags: int) -> int:
+    """The tag of the reply to request `ts`; it is reused only after n_tags newer requests."""
+    return _REPLY_TAG0 + ts % n_tags
 
 
 def pack(header: np.ndarray, *payload: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 from . import protocol
 from .bounded import Backoff, wait_all
-from .clocks import ClockTable
+from .clocks import FINISHED, ClockTable
 from .errors import WaitTimeout
 from .progress import Progress
 from .protocol import Op
@@ -37,8 +37,10 @@ class Server:
         self.on_error = on_error
         self.progress = progress
         self.stats = ServerStats()
+        self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
         self._held = deque()      # pulls waiting for clocks: (clock, source, ts, keys)
         self._replies = []        # (request, buffer) of replies still being sent
+        self._heard = np.zeros(len(roles.workers))   # when each worker last sent something
 
     def run(self) -> ServerStats:
         """Serve until every worker has said BYE."""
@@ -47,21 +49,15 @@ class Server:
         backoff = Backoff()
         buf = np.empty(1 << 16, np.uint8)
         talking = set(self.roles.workers)
-        last_heard = time.monotonic()
+        self._heard[:] = time.monotonic()
         while talking:
             msg = comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, status)
             if msg is None:
-                silent = time.monotonic() - last_heard
-                if silent > self.timeout:
-                    raise WaitTimeout(
-                        f"heard nothing from worker rank(s) {sorted(talking)} for {silent:.0f} s "
-                        f"(--timeout {self.timeout:g}); {len(self._held)} pull(s) held for clocks, "
-                        f"slowest worker at clock {self.clocks.slowest()}")
+                self._check_silence(talking)
                 self._reap_replies()
                 backoff.idle()
                 continue
             backoff.reset()
-            last_heard = time.monotonic()
             nbytes = status.Get_count(MPI.BYTE)
             if buf.shape[0] < nbytes:
                 buf = np.empty(max(nbytes, 2 * buf.shape[0]), np.uint8)
@@ -76,10 +72,36 @@ class Server:
             self.progress.log(final=True)
         return self.stats
 
+    def _check_silence(self, talking: set) -> None:
+        """Fail if no worker that is still talking has sent anything for `timeout` seconds."""
+        now = time.monotonic()
+        ranks = sorted(talking)
+        heard = [self._heard[self.roles.worker_index(r)] for r in ranks]
+        if now - max(heard) <= self.timeout:
+            return
+        held = {source for _, source, _, _ in self._held}
+        lines = []
+        for rank, last in zip(ranks, heard):
+            w = self.roles.worker_index(rank)
+            clock = self.clocks.done[w]
+            state = ("finished training" if clock == FINISHED else f"at clock {clock}")
+            waiting = ", waiting for a pull held for the clocks" if rank in held else ""
+            lines.append(f"worker {w} (rank {rank}) {state}, silent {now - last:.0f} s{waiting}")
+        raise WaitTimeout(f"no worker has sent anything for {now - max(heard):.0f} s "
+                          f"(--timeout {self.timeout:g}): " + "; ".join(lines))
+
     def _handle(self, source: int, buf: np.ndarray) -> Op:
         h, keys, values = protocol.unpack(buf)
         op = Op(int(h["op"]))
+        if op is Op.ERROR:
+            who = (f"worker {self.roles.worker_index(source)}" if source in self.roles.workers
+                   else f"server {source}")
+            if self.on_error:
+                self.on_error(f"{who}: {protocol.error_text(buf)}")
+            self._send(np.ones(1, np.int64), source, protocol.ERROR_ACK_TAG)
+            return op
         worker = self.roles.worker_index(source)
+        self._heard[worker] = time.monotonic()
         if self.progress:
             self.progress.update(worker, h)
         if op is Op.PULL:
@@ -99,11 +121,18 @@ class Server:
         elif op is Op.FINISH:
             self.clocks.finish(worker)
             self._release()
-        elif op is Op.ERROR:
-            if self.on_error:
-                self.on_error(f"worker {worker}: {protocol.error_text(buf)}")
-            self._send(np.ones(1, np.int64), source, protocol.ERROR_ACK_TAG)
+        elif op is Op.STATUS:
+            self._send(self._status(), source, protocol.reply_tag(int(h["ts"]), self._reply_tags))
         return op
+
+    def _status(self) -> np.ndarray:
+        done = self.clocks.done
+        slowest = int(np.argmin(done))
+        if done[slowest] == FINISHED:
+            slowest = -1
+        values = {"slowest_clock": -1 if slowest < 0 else int(done[slowest]),
+                  "slowest_worker": slowest, "finished": int((done == FINISHED).sum())}
+        return np.array([values[f] for f in protocol.STATUS_FIELDS], np.int64)
 
     def _serve(self, clock, source, ts, keys):
         self.clocks.record_read(clock)
@@ -122,7 +151,7 @@ class Server:
     def _reply(self, dest: int, ts: int, keys: np.ndarray, insert: bool) -> None:
         out = np.empty((keys.shape[0], self.store.width), np.float32)
         self.store.pull(keys, out, insert=insert)
-        self._send(out, dest, protocol.reply_tag(ts))
+        self._send(out, dest, protocol.reply_tag(ts, self._reply_tags))
 
     def _send(self, buf: np.ndarray, dest: int, tag: int) -> None:
         self.stats.bytes_sent += buf.nbytes

@@ -10,7 +10,7 @@ from .optimizer import Optimizer
 
 
 class KVStore:
-    def __init__(self, width: int, optimizer: Optimizer, capacity: int = 1 << 16,
+    def __init__(self, width: int, optimizer: Optimizer, capacity: int = 1 << 10,
                  max_load: float = 0.75):
         self.width = width
         self.optimizer = optimizer

@@ -5,31 +5,31 @@ keys -> pull -> logistic-regression gradient (numba) -> push, which also
 completes the worker's clock. After the last epoch every worker scores its share
 of the test file with the final model, and rank 0 gathers the scores.
 """
-import json
 import logging
 import os
+import shutil
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from mpi4py import MPI
 
-from . import __version__, logreg
+from . import logreg, summary
 from .bounded import wait_all
-from .client import KVWorker
+from .client import KVWorker, tell_servers_to_save
 from .clocks import ClockTable
 from .data import SvmlightShard, check_file
-from .errors import ConfigError, MpipsError
-from .kernels.logistic import mean_logloss, roc_auc
+from .errors import ConfigError, Interrupted, MpipsError
 from .log import say, setup
 from .model_io import save_shard
 from .optimizer import Optimizer
 from .progress import Progress
 from .roles import Roles, check_servers, split
 from .server import Server
+from .startup import agree, compile_per_node, run_id
 from .store import KVStore
-from .warmup import CompileWatch, compile_kernels
+from .warmup import CompileWatch
 
 log = logging.getLogger("mpips")
 
@@ -39,7 +39,7 @@ EVAL_BATCH = 10000
 @dataclass(frozen=True)
 class TrainConfig:
     train: str
-    out: str
+    out: str | None = None          # None: runs/<run id>
     test: str | None = None
     servers: int = 1
     epochs: int = 1
@@ -48,6 +48,7 @@ class TrainConfig:
     bias: bool = True
     consistency: str = "bsp"
     skip_bad_lines: bool = False
+    overwrite: bool = False
     timeout: float = 600.0
     log_every: float = 5.0
 
@@ -57,11 +58,16 @@ class TrainConfig:
         for flag, value in (("--epochs", self.epochs), ("--batch-size", self.batch_size)):
             if value < 1:
                 raise ConfigError(f"{flag} must be at least 1, got {value}")
-        if not self.timeout > 0:
-            raise ConfigError(f"--timeout must be positive, got {self.timeout}")
+        if not 0 < self.timeout < float("inf"):
+            raise ConfigError(f"--timeout must be a positive number of seconds, got {self.timeout}")
         check_file(self.train, "--train")
         if self.test is not None:
             check_file(self.test, "--test")
+        earlier = [name for name in ("summary.json", "model")
+                   if os.path.exists(os.path.join(self.out, name))]
+        if earlier and not self.overwrite:
+            raise ConfigError(f"--out {self.out} already holds a run ({', '.join(earlier)}); "
+                              f"choose another --out, or pass --overwrite to replace it")
         try:
             os.makedirs(self.out, exist_ok=True)
         except OSError as e:
@@ -71,122 +77,53 @@ class TrainConfig:
     def model_dir(self) -> str:
         return os.path.join(self.out, "model")
 
-
-# What each rank reports at the end; gathered to rank 0 as raw bytes.
-_RESULT = np.dtype([
-    ("examples", "<i8"), ("train_loss", "<f8"), ("train_s", "<f8"), ("wait_s", "<f8"),
-    ("bytes_sent", "<i8"), ("keys", "<i8"), ("table_bytes", "<i8"), ("bad_lines", "<i8"),
-    ("pulls_held", "<i8"), ("max_gap", "<i8"), ("test_rows", "<i8"),
-    ("compile_s", "<f8"), ("late_compiles", "<i8"),
-])
-
-
-def agree(comm: MPI.Intracomm, check, timeout: float = 120.0) -> None:
-    """Run `check()` on every rank; if it raises ConfigError anywhere, raise it everywhere.
-
-    The lowest failing rank keeps the original message; the others raise a
-    ConfigError with `reported = False` so only one copy is printed.
-    """
-    error = None
-    try:
-        check()
-    except ConfigError as e:
-        error = e
-    first = np.array([comm.rank if error else comm.size], np.int64)
-    result = np.empty(1, np.int64)
-    req = comm.Iallreduce(first, result, op=MPI.MIN)
-    wait_all([req], timeout, lambda: "every rank to check the configuration")
-    if result[0] < comm.size:
-        if error is None:
-            error = ConfigError(f"rank {result[0]} rejected the configuration")
-        error.reported = comm.rank == result[0]
-        raise error
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["optimizer"] = asdict(self.optimizer)
+        return d
 
 
 def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None:
     """Collective over `comm`. Returns the summary on rank 0, None elsewhere."""
     started = time.monotonic()
-    agree(comm, lambda: cfg.check(comm.size))
-    roles = split(cfg.servers, comm)
+    # Every rank waits this long at most, even before the configuration is checked.
+    bound = cfg.timeout if 0 < cfg.timeout < float("inf") else TrainConfig.timeout
+    name = run_id(comm, bound)
+    cfg = replace(cfg, out=cfg.out or os.path.join("runs", name))
+    agree(comm, lambda: cfg.check(comm.size), bound)
+    if comm.rank == 0 and cfg.overwrite:
+        shutil.rmtree(cfg.model_dir, ignore_errors=True)
+        for stale in ("summary.json", "summary.json.tmp"):
+            if os.path.exists(os.path.join(cfg.out, stale)):
+                os.remove(os.path.join(cfg.out, stale))
+    roles = split(cfg.servers, comm)   # collective: nobody writes before the old run is gone
     setup(f"rank {comm.rank} ({roles.name})")
     if comm.rank == 0:
-        log.info("%d server(s), %d worker(s)", len(roles.servers), len(roles.workers))
+        log.info("run %s: %d server(s), %d worker(s), writing to %s", name, len(roles.servers),
+                 len(roles.workers), cfg.out)
+        log.info("loading the numba kernels (compiled on the first run on a machine, ~20 s)")
     try:
-        compile_s = _compile_kernels(roles, cfg.timeout)
+        compile_s = compile_per_node(roles.comm, cfg.timeout)
+        if comm.rank == 0:
+            log.info("kernels ready in %.1f s", compile_s)
         watch = CompileWatch()
         with watch.watching():
-            record, margins, labels = _serve(cfg, roles) if roles.is_server else _work(cfg, roles)
+            if roles.is_server:
+                record, margins, labels = _serve(cfg, roles, name)
+            else:
+                record, margins, labels = _work(cfg, roles)
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
         record["compile_s"] = compile_s
         record["late_compiles"] = len(watch.compiled)
-        return _summarize(cfg, roles, (record, margins, labels), started)
+        return _finish(cfg, roles, name, record, margins, labels, started)
     finally:
         roles.free()
-
-
-def _compile_kernels(roles: Roles, timeout: float) -> float:
-    """Compile the kernels on one rank per node first; the others then load numba's cache
-    instead of compiling the same code at the same time on the same cores."""
-    start = time.monotonic()
-    if roles.comm.rank == 0:
-        log.info("loading the numba kernels (compiled on the first run on a machine, ~20 s)")
-    node = roles.comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        if node.rank == 0:
-            compile_kernels()
-        wait_all([node.Ibarrier()], timeout, lambda: "the first rank on this node to compile "
-                                                      "the numba kernels")
-        if node.rank != 0:
-            compile_kernels()
-    finally:
-        node.Free()
-    if roles.comm.rank == 0:
-        log.info("kernels ready in %.1f s", time.monotonic() - start)
-    return time.monotonic() - start
 
 
 def _ready(roles: Roles, timeout: float) -> float:
     wait_all([roles.comm.Ibarrier()], timeout, lambda: "every rank to start")
     return time.monotonic()
-
-
-def _serve(cfg: TrainConfig, roles: Roles):
-    store = KVStore(width=1, optimizer=cfg.optimizer)
-    clocks = ClockTable(len(roles.workers), staleness=0)
-    progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
-                if roles.index == 0 else None)
-    config = _config_dict(cfg)
-
-    def save_partial(reason: str) -> None:
-        path = save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
-                          {"complete": False, "note": reason, "config": config})
-        log.error("saved the %d keys trained so far to %s", len(store), path)
-
-    def worker_failed(reason: str) -> None:
-        log.error("a worker failed (%s)", reason)
-        save_partial(reason)
-
-    server = Server(roles, store, clocks, cfg.timeout, on_error=worker_failed, progress=progress)
-    t0 = _ready(roles, cfg.timeout)
-    if progress:
-        progress.start()
-    try:
-        stats = server.run()
-    except Exception as e:
-        save_partial(f"server {roles.index}: {_log_failure(e)}")
-        raise
-    train_s = time.monotonic() - t0
-    save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
-               {"complete": True, "config": config})
-    r = np.zeros((), _RESULT)
-    r["train_s"] = train_s
-    r["bytes_sent"] = stats.bytes_sent
-    r["keys"] = len(store)
-    r["table_bytes"] = store.nbytes
-    r["pulls_held"] = stats.pulls_held
-    r["max_gap"] = clocks.max_gap
-    return r, np.empty(0), np.empty(0, np.float32)
 
 
 def _log_failure(e: Exception) -> str:
@@ -197,16 +134,65 @@ def _log_failure(e: Exception) -> str:
     return text
 
 
+def _serve(cfg: TrainConfig, roles: Roles, name: str):
+    store = KVStore(width=1, optimizer=cfg.optimizer)
+    clocks = ClockTable(len(roles.workers), staleness=0)
+    progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
+                if roles.index == 0 else None)
+    attrs = {"run_id": name, "config": cfg.as_dict()}
+
+    reasons = []
+
+    def save_partial(reason: str) -> None:
+        reasons.append(reason)   # the first reason stays first: later ones are often echoes
+        path = save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
+                          {**attrs, "complete": False, "note": "; then ".join(reasons)})
+        log.error("saved the %d keys trained so far to %s", len(store), path)
+
+    def another_rank_failed(reason: str) -> None:
+        log.error("stopping: %s", reason)
+        save_partial(reason)
+
+    server = Server(roles, store, clocks, cfg.timeout, on_error=another_rank_failed,
+                    progress=progress)
+    t0 = _ready(roles, cfg.timeout)
+    if progress:
+        progress.start()
+    try:
+        stats = server.run()
+    except Exception as e:
+        reason = f"server {roles.index}: {_log_failure(e)}"
+        save_partial(reason)
+        others = [r for r in roles.servers if r != roles.comm.rank]
+        if others and not isinstance(e, Interrupted):
+            try:
+                tell_servers_to_save(roles.comm, others, reason, cfg.timeout)
+            except MpipsError as again:
+                log.error("the other servers did not confirm saving their shards: %s", again)
+        raise
+    train_s = time.monotonic() - t0
+    save_shard(cfg.model_dir, roles.index, len(roles.servers), store, {**attrs, "complete": True})
+    r = summary.new_record()
+    r["train_s"] = train_s
+    r["bytes_sent"] = stats.bytes_sent
+    r["keys"] = len(store)
+    r["table_bytes"] = store.nbytes
+    r["pulls_held"] = stats.pulls_held
+    r["max_gap"] = clocks.max_gap
+    return r, np.empty(0), np.empty(0, np.float32)
+
+
 def _work(cfg: TrainConfig, roles: Roles):
     kv = KVWorker(roles, width=1, timeout=cfg.timeout)
     try:
         return _train_and_score(cfg, roles, kv)
     except Exception as e:
-        text = _log_failure(e)
-        try:
-            kv.fail(text)
-        except MpipsError as again:
-            log.error("could not reach the servers to save the model: %s", again)
+        reason = f"worker {roles.index}: {_log_failure(e)}"
+        if not isinstance(e, Interrupted):
+            try:
+                tell_servers_to_save(roles.comm, roles.servers, reason, cfg.timeout)
+            except MpipsError as again:
+                log.error("could not reach the servers to save the model: %s", again)
         raise
 
 
@@ -217,7 +203,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     examples, loss, push = 0, 0.0, None
     for epoch in range(cfg.epochs):
         for batch in shard.minibatches(cfg.batch_size):
-            keys, cols, bias_col = batch.unique_keys(cfg.bias)
+            keys, cols, bias_col = batch.unique_keys(cfg.bias, shard.path)
             grad, batch_loss = logreg.gradient(batch, cols, bias_col, kv.wait(kv.pull(keys)))
             loss += batch_loss
             examples += len(batch)
@@ -225,15 +211,15 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
             if push is not None:
                 kv.wait(push)
             push = kv.push(keys, grad, clock=True)
+        kv.report(examples, loss, epoch + 1)
     kv.finish()
     train_s = time.monotonic() - t0
-    wait_all([roles.group.Ibarrier()], cfg.timeout,
-             lambda: "the other workers to finish training")
+    _wait_for_other_workers(roles, kv, cfg.timeout)
     margins, labels, bad_test_lines = np.empty(0), np.empty(0, np.float32), 0
     if cfg.test:
         margins, labels, bad_test_lines = _score(cfg, roles, kv)
     kv.close()
-    r = np.zeros((), _RESULT)
+    r = summary.new_record()
     r["examples"] = examples
     r["train_loss"] = loss
     r["train_s"] = train_s
@@ -244,13 +230,28 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     return r, margins, labels
 
 
+def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float) -> None:
+    """Wait until every worker has finished training, however long that takes, as long as
+    the slowest keeps advancing: the bound is --timeout without progress."""
+    latest = {}
+
+    def progress():
+        latest.update(kv.status())
+        return latest["slowest_clock"], latest["finished"]
+
+    wait_all([roles.group.Ibarrier()], timeout, progress=progress, check_every=2.0,
+             what=lambda: (f"the other workers to finish training (worker "
+                           f"{latest.get('slowest_worker')} is at clock "
+                           f"{latest.get('slowest_clock')})"))
+
+
 def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     """(margins, labels, bad lines skipped) of this worker's share of the test file under
     the final model."""
     shard = SvmlightShard(cfg.test, roles.index, len(roles.workers), skip_bad=cfg.skip_bad_lines)
     margins, labels = [], []
     for batch in shard.minibatches(EVAL_BATCH):
-        keys, cols, bias_col = batch.unique_keys(cfg.bias)
+        keys, cols, bias_col = batch.unique_keys(cfg.bias, shard.path)
         weights = kv.wait(kv.pull(keys, read_only=True))
         margins.append(logreg.margins(batch, cols, bias_col, weights))
         labels.append(batch.labels)
@@ -259,93 +260,24 @@ def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     return np.concatenate(margins), np.concatenate(labels), shard.bad_lines
 
 
-def _gatherv(comm, local: np.ndarray, counts: np.ndarray, timeout: float, what: str):
-    recv = None
-    if comm.rank == 0:
-        recv = np.empty(int(counts.sum()), local.dtype)
-        req = comm.Igatherv(local, [recv, counts], root=0)
-    else:
-        req = comm.Igatherv(local, None, root=0)
-    wait_all([req], timeout, lambda: what)
-    return recv
-
-
-def _summarize(cfg: TrainConfig, roles: Roles, result, started: float) -> dict | None:
-    record, margins, labels = result
+def _finish(cfg, roles, name, record, margins, labels, started) -> dict | None:
+    """Gather every rank's figures and the test scores; rank 0 writes the summary."""
     comm = roles.comm
-    size = comm.size
-    records = np.empty(size, _RESULT) if comm.rank == 0 else None
-    req = comm.Igather([record.reshape(1).view(np.uint8), MPI.BYTE],
-                       [records.view(np.uint8), MPI.BYTE] if records is not None else None, root=0)
-    wait_all([req], cfg.timeout, lambda: "every rank's results")
-    counts = np.zeros(size, np.int64)
+    records = summary.allgather(comm, record, cfg.timeout)
+    counts = records["test_rows"]
+    margins = summary.gather_to_root(comm, margins, counts, cfg.timeout, "the test scores")
+    labels = summary.gather_to_root(comm, labels, counts, cfg.timeout, "the test labels")
+    result = None
     if comm.rank == 0:
-        counts[:] = records["test_rows"]
-    margins = _gatherv(comm, margins, counts, cfg.timeout, "the test scores")
-    labels = _gatherv(comm, labels, counts, cfg.timeout, "the test labels")
-    if comm.rank != 0:
-        return None
-    servers, workers = records[:len(roles.servers)], records[len(roles.servers):]
-    examples = int(workers["examples"].sum())
-    train_s = float(workers["train_s"].max())
-    keys = int(servers["keys"].sum())
-    bytes_sent = int(records["bytes_sent"].sum())
-    summary = {
-        "mpips_version": __version__,
-        "servers": len(roles.servers),
-        "workers": len(roles.workers),
-        "config": _config_dict(cfg),
-        "consistency": cfg.consistency,
-        "staleness": 0,
-        "train_examples": examples,
-        "train_logloss": float(workers["train_loss"].sum()) / max(examples, 1),
-        "test_examples": int(counts.sum()),
-        "test_logloss": float(mean_logloss(margins, labels)) if counts.sum() else None,
-        "test_auc": float(roc_auc(margins, labels)) if counts.sum() else None,
-        "examples_per_s": examples / train_s if train_s > 0 else None,
-        "train_s": train_s,
-        "wall_s": time.monotonic() - started,
-        "compile_s": float(records["compile_s"].max()),
-        "late_compiles": int(records["late_compiles"].sum()),
-        "keys_stored": keys,
-        "server_bytes": int(servers["table_bytes"].sum()),
-        "server_bytes_per_key": float(servers["table_bytes"].sum()) / max(keys, 1),
-        "bytes_sent": bytes_sent,
-        "bytes_per_example": bytes_sent / max(examples, 1),
-        "wait_s": [float(x) for x in workers["wait_s"]],
-        "max_clock_gap": int(servers["max_gap"].max()),
-        "pulls_held": int(servers["pulls_held"].sum()),
-        "bad_lines": int(workers["bad_lines"].sum()),
-        "model_dir": os.path.abspath(cfg.model_dir),
-    }
-    if summary["test_auc"] is not None and np.isnan(summary["test_auc"]):
-        summary["test_auc"] = None
-    os.makedirs(cfg.out, exist_ok=True)
-    path = os.path.join(cfg.out, "summary.json")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(summary, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
-    _print_summary(summary, path)
-    return summary
-
-
-def _config_dict(cfg: TrainConfig) -> dict:
-    d = asdict(cfg)
-    d["optimizer"] = asdict(cfg.optimizer)
-    return d
-
-
-def _print_summary(s: dict, path: str) -> None:
-    test = (f"test logloss {s['test_logloss']:.4f}  AUC {s['test_auc']:.4f} "
-            f"on {s['test_examples']:,} examples" if s["test_logloss"] is not None
-            else "no --test file given")
-    say(f"done: {s['train_examples']:,} training examples in {s['train_s']:.1f} s "
-        f"({s['examples_per_s'] / 1e3:,.1f}k examples/s, {s['workers']} worker(s), "
-        f"{s['servers']} server(s)); {test}")
-    say(f"model: {s['keys_stored']:,} keys, {s['server_bytes_per_key']:.1f} bytes/key on the "
-        f"servers, in {s['model_dir']}; {s['bytes_per_example']:,.0f} bytes sent per example")
-    if s["bad_lines"]:
-        say(f"skipped {s['bad_lines']:,} bad input line(s) (--skip-bad-lines)")
-    say(f"summary: {path}")
+        result = summary.build(
+            records, len(roles.servers), margins, labels, run_id=name, config=cfg.as_dict(),
+            consistency=cfg.consistency, staleness=0, wall_s=time.monotonic() - started,
+            model_dir=os.path.abspath(cfg.model_dir))
+        summary.print_lines(result, summary.write(cfg.out, result))
+    examples = int(records["examples"].sum())
+    if examples == 0:   # every rank sees the same records, so all fail alike
+        error = ConfigError(f"--train {cfg.train}: no training examples "
+                            f"({int(records['bad_lines'].sum())} bad line(s) skipped)")
+        error.reported = comm.rank == 0
+        raise error
+    return result

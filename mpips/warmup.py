@@ -24,7 +24,7 @@ def compile_kernels() -> None:
     fd, path = tempfile.mkstemp(suffix=".svm")
     try:
         with os.fdopen(fd, "w") as f:
-            f.write("1 1:1 2:0.5\n0 3:1 18446744073709551615:2\n1 2:1\n")
+            f.write("1 1:1 2:0.5\n0 3:1 18446744073709551614:2\n1 2:1\n")
         batches = list(SvmlightShard(path, chunk_bytes=16).minibatches(2))
     finally:
         os.unlink(path)

@@ -15,7 +15,7 @@ ERROR_TEXT = {
     BAD_INDEX: "feature index is not a non-negative integer",
     INDEX_OVERFLOW: "feature index exceeds 2^64-1",
     MISSING_COLON: "expected idx:value",
-    BAD_VALUE: "feature value is not a finite decimal number",
+    BAD_VALUE: "feature value is not a decimal number within float32 range",
 }
 _BLANK = -1
 
@@ -23,6 +23,7 @@ _NL, _CR, _SP, _TAB, _COLON, _HASH = 10, 13, 32, 9, 58, 35
 _PLUS, _MINUS, _DOT, _ZERO = 43, 45, 46, 48
 _U10 = np.uint64(10)
 _UMAX_DIV10 = np.uint64(1844674407370955161)  # (2^64 - 1) // 10; last digit of 2^64-1 is 5
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _POW10 = np.array([10.0**i for i in range(23)])  # exactly representable in float64
 
 
@@ -83,7 +84,7 @@ def _parse_float(buf, i, end):
         v = v / _POW10[-exp10]
     else:
         v = v * 10.0**exp10
-    if not np.isfinite(v):
+    if not abs(v) <= _FLOAT32_MAX:   # also rejects inf and nan: values are stored as float32
         return 0.0, i, False
     return -v if neg else v, i, True
 

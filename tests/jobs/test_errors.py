@@ -5,6 +5,8 @@ import h5py
 import pytest
 from conftest import read_summary, run_job, run_mpips
 
+from mpips.model_io import load_model
+
 
 def no_processes_mention(marker: str) -> bool:
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
@@ -73,3 +75,27 @@ def test_without_mpiexec_the_error_says_how_to_launch(small_data, tmp_path):
     job = run_mpips("train", "--train", small_data[0], "--out", tmp_path / "r")
     assert job.returncode == 2
     assert "mpiexec -n 2 python -m mpips train" in job.stderr
+
+
+def test_an_earlier_run_is_kept_unless_overwrite(small_data, tmp_path):
+    run = tmp_path / "run"
+    first = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--out", run)
+    assert first.returncode == 0, first.output
+    again = run_job(3, "train", "--train", small_data[0], "--servers", 1, "--out", run, timeout=60)
+    assert again.returncode == 2
+    assert f"--out {run} already holds a run (summary.json, model)" in again.stderr
+    assert (run / "model" / "server-0001.h5").exists(), "the earlier model is untouched"
+    third = run_job(3, "train", "--train", small_data[0], "--servers", 1, "--out", run,
+                    "--overwrite")
+    assert third.returncode == 0, third.output
+    keys, _ = load_model(run / "model")   # one run's shards only: the 2-server files are gone
+    assert sorted((run / "model").iterdir()) == [run / "model" / "server-0000.h5"]
+    assert read_summary(run)["servers"] == 1 and keys.shape[0] == read_summary(run)["keys_stored"]
+
+
+def test_a_file_without_examples_is_an_error(tmp_path):
+    only_comments = tmp_path / "c.svm"
+    only_comments.write_text("# nothing\n\n# here\n")
+    job = run_job(3, "train", "--train", only_comments, "--out", tmp_path / "r", timeout=60)
+    assert job.returncode == 2
+    assert f"--train {only_comments}: no training examples" in job.stderr

@@ -56,6 +56,8 @@ def test_last_line_without_newline_needs_final():
     (b"1 5:abc", svmlight.BAD_VALUE),
     (b"1 5:1e", svmlight.BAD_VALUE),
     (b"1 5:1e999", svmlight.BAD_VALUE),
+    (b"1 5:1e39", svmlight.BAD_VALUE),      # finite in float64, inf in float32
+    (b"1 5:-4e38", svmlight.BAD_VALUE),
     (b"1 5:0.5x", svmlight.BAD_VALUE),
 ])
 def test_reports_each_kind_of_bad_line(line, code):
@@ -67,7 +69,8 @@ def test_reports_each_kind_of_bad_line(line, code):
 
 
 def test_floats_match_python():
-    texts = ["0", "1", "-0.5", "3.14159", "1e-7", "2.5E+3", "123456789012345678901234", "0.000001"]
+    texts = ["0", "1", "-0.5", "3.14159", "1e-7", "2.5E+3", "123456789012345678901234", "0.000001",
+             "3.4e38", "-1e-50"]
     r = parse(("1 " + " ".join(f"{i}:{t}" for i, t in enumerate(texts)) + "\n").encode())
     np.testing.assert_array_equal(r["rows"].values, np.float32([float(t) for t in texts]))
 
@@ -151,3 +154,21 @@ def test_unique_keys_adds_the_bias():
     assert keys.tolist() == [3, 9, 2**64 - 1] and cols.tolist() == [1, 0, 1] and bias_col == 2
     keys, cols, bias_col = rows.unique_keys(bias=False)
     assert keys.tolist() == [3, 9] and bias_col == -1
+    clash = Rows(np.float32([1]), np.array([0, 1]), np.uint64([2**64 - 1]), np.float32([1]))
+    with pytest.raises(InputError, match=r"f.svm: feature index 18446744073709551615 .*--no-bias"):
+        clash.unique_keys(bias=True, source="f.svm")
+    assert clash.unique_keys(bias=False)[0].tolist() == [2**64 - 1]
+
+
+def test_skipped_lines_are_named_and_counted_per_pass(tmp_path, caplog):
+    lines = [f"1 {i}:1" for i in range(3000)]
+    for n in (10, 1500, 2999):
+        lines[n - 1] = "1 1:x"
+    shard = SvmlightShard(_write(tmp_path, lines), chunk_bytes=500, skip_bad=True)
+    for _ in range(2):
+        labels, _ = _all_rows(shard)
+        assert shard.bad_lines == 3 and len(labels) == 2997
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 3, "each bad line is logged once, not once per pass"
+    for text, n in zip(warned, (10, 1500, 2999)):
+        assert f":{n}: feature value" in text

@@ -1,0 +1,60 @@
+"""What every rank must share before a job starts: the verdict on the configuration,
+the run id, and numba kernels compiled once per node."""
+import secrets
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from .bounded import wait_all
+from .errors import ConfigError
+from .warmup import compile_kernels
+
+
+def agree(comm: MPI.Intracomm, check, timeout: float) -> None:
+    """Run `check()` on every rank; if it raises ConfigError anywhere, raise it everywhere.
+
+    The lowest failing rank keeps its message and `reported = True`; the others
+    raise with `reported = False`, so the message is printed once.
+    """
+    error = None
+    try:
+        check()
+    except ConfigError as e:
+        error = e
+    first = np.array([comm.rank if error else comm.size], np.int64)
+    result = np.empty(1, np.int64)
+    req = comm.Iallreduce(first, result, op=MPI.MIN)
+    wait_all([req], timeout, lambda: "every rank to check the configuration")
+    if result[0] < comm.size:
+        if error is None:
+            error = ConfigError(f"rank {result[0]} rejected the configuration")
+        error.reported = comm.rank == result[0]
+        raise error
+
+
+def run_id(comm: MPI.Intracomm, timeout: float) -> str:
+    """A name for this run, the same on every rank: start time and a random suffix."""
+    buf = np.zeros(64, np.uint8)
+    if comm.rank == 0:
+        text = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}".encode()
+        buf[:len(text)] = np.frombuffer(text, np.uint8)
+    wait_all([comm.Ibcast(buf, root=0)], timeout, lambda: "rank 0 to name the run")
+    return buf.tobytes().rstrip(b"\0").decode()
+
+
+def compile_per_node(comm: MPI.Intracomm, timeout: float) -> float:
+    """Compile the kernels on one rank per node first; the others then load numba's cache
+    instead of compiling the same code at the same time on the same cores. Returns seconds."""
+    start = time.monotonic()
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        if node.rank == 0:
+            compile_kernels()
+        wait_all([node.Ibarrier()], timeout,
+                 lambda: "the first rank on this node to compile the numba kernels")
+        if node.rank != 0:
+            compile_kernels()
+    finally:
+        node.Free()
+    return time.monotonic() - start

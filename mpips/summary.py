@@ -1,0 +1,107 @@
+"""What a finished job reports: each rank's figures, gathered; summary.json; the last lines."""
+import json
+import os
+
+import numpy as np
+from mpi4py import MPI
+
+from . import __version__
+from .bounded import wait_all
+from .kernels.logistic import mean_logloss, roc_auc
+from .log import say
+
+# One rank's figures at the end of a job (servers and workers fill different fields).
+RECORD = np.dtype([
+    ("examples", "<i8"), ("train_loss", "<f8"), ("train_s", "<f8"), ("wait_s", "<f8"),
+    ("bytes_sent", "<i8"), ("keys", "<i8"), ("table_bytes", "<i8"), ("bad_lines", "<i8"),
+    ("pulls_held", "<i8"), ("max_gap", "<i8"), ("test_rows", "<i8"),
+    ("compile_s", "<f8"), ("late_compiles", "<i8"),
+])
+
+
+def new_record() -> np.ndarray:
+    return np.zeros((), RECORD)
+
+
+def allgather(comm: MPI.Intracomm, record: np.ndarray, timeout: float) -> np.ndarray:
+    """Every rank's record, on every rank (so all can decide the job's outcome alike)."""
+    records = np.empty(comm.size, RECORD)
+    req = comm.Iallgather([record.reshape(1).view(np.uint8), MPI.BYTE],
+                          [records.view(np.uint8), MPI.BYTE])
+    wait_all([req], timeout, lambda: "every rank's results")
+    return records
+
+
+def gather_to_root(comm: MPI.Intracomm, local: np.ndarray, counts: np.ndarray, timeout: float,
+                   what: str) -> np.ndarray | None:
+    """Concatenate each rank's `local` (counts[r] entries from rank r) on rank 0."""
+    recv = np.empty(int(counts.sum()), local.dtype) if comm.rank == 0 else None
+    req = comm.Igatherv(local, [recv, counts] if recv is not None else None, root=0)
+    wait_all([req], timeout, lambda: what)
+    return recv
+
+
+def build(records: np.ndarray, n_servers: int, margins, labels, **extra) -> dict:
+    """The summary from all ranks' records and the gathered test scores."""
+    servers, workers = records[:n_servers], records[n_servers:]
+    examples = int(workers["examples"].sum())
+    train_s = float(workers["train_s"].max())
+    keys = int(servers["keys"].sum())
+    bytes_sent = int(records["bytes_sent"].sum())
+    tested = margins is not None and margins.shape[0] > 0
+    auc = float(roc_auc(margins, labels)) if tested else float("nan")
+    return {
+        "mpips_version": __version__,
+        "servers": n_servers,
+        "workers": len(workers),
+        **extra,
+        "train_examples": examples,
+        "train_logloss": float(workers["train_loss"].sum()) / examples if examples else None,
+        "test_examples": int(workers["test_rows"].sum()),
+        "test_logloss": float(mean_logloss(margins, labels)) if tested else None,
+        "test_auc": None if np.isnan(auc) else auc,
+        "examples_per_s": examples / train_s if train_s > 0 else None,
+        "train_s": train_s,
+        "compile_s": float(records["compile_s"].max()),
+        "late_compiles": int(records["late_compiles"].sum()),
+        "keys_stored": keys,
+        "server_bytes": int(servers["table_bytes"].sum()),
+        "server_bytes_per_key": float(servers["table_bytes"].sum()) / keys if keys else None,
+        "bytes_sent": bytes_sent,
+        "bytes_per_example": bytes_sent / examples if examples else None,
+        "wait_s": [float(x) for x in workers["wait_s"]],
+        "max_clock_gap": int(servers["max_gap"].max()),
+        "pulls_held": int(servers["pulls_held"].sum()),
+        "bad_lines": int(workers["bad_lines"].sum()),
+    }
+
+
+def write(out_dir: str, summary: dict) -> str:
+    """RUN_DIR/summary.json, replaced atomically."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "summary.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(summary, f, indent=2, allow_nan=False)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def print_lines(s: dict, path: str) -> None:
+    if s["test_logloss"] is not None:
+        auc = "n/a (one class)" if s["test_auc"] is None else f"{s['test_auc']:.4f}"
+        test = f"test logloss {s['test_logloss']:.4f}  AUC {auc} on {s['test_examples']:,} examples"
+    elif s["config"]["test"]:
+        test = "the test file holds no examples"
+    else:
+        test = "no --test file given"
+    rate = f"{s['examples_per_s'] / 1e3:,.1f}k examples/s, " if s["examples_per_s"] else ""
+    say(f"done: {s['train_examples']:,} training examples in {s['train_s']:.1f} s "
+        f"({rate}{s['workers']} worker(s), {s['servers']} server(s)); {test}")
+    if s["keys_stored"]:
+        say(f"model: {s['keys_stored']:,} keys, {s['server_bytes_per_key']:.1f} bytes/key on the "
+            f"servers, in {s['model_dir']}; {s['bytes_per_example']:,.0f} bytes sent per example")
+    if s["bad_lines"]:
+        say(f"skipped {s['bad_lines']:,} bad input line(s) (--skip-bad-lines)")
+    say(f"summary: {path}")
