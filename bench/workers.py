@@ -30,6 +30,15 @@ def run(cmd: list, timeout: float = 1800) -> None:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
 
 
+def dataset(rows: int) -> str:
+    """The CTR-like bench set of `rows` training rows, made once in bench/data/."""
+    prefix = os.path.join(HERE, "data", f"ctr{rows}")
+    if not os.path.exists(prefix + ".train.svm"):
+        run([sys.executable, "-m", "mpips", "make-data", "--rows", str(rows),
+             "--features", str(1 << 20), "--nnz", "20", "--seed", "1", prefix])
+    return prefix
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -38,10 +47,7 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(HERE, "results", "workers.json"))
     args = parser.parse_args()
 
-    prefix = os.path.join(HERE, "data", f"ctr{args.rows}")
-    if not os.path.exists(prefix + ".train.svm"):
-        run([sys.executable, "-m", "mpips", "make-data", "--rows", str(args.rows),
-             "--features", str(1 << 20), "--nnz", "20", "--seed", "1", prefix])
+    prefix = dataset(args.rows)
     rows = []
     for servers, workers in LAYOUTS:
         best = None

@@ -47,14 +47,32 @@ def _train_parser(sub):
     job = p.add_argument_group("job layout")
     job.add_argument("--servers", type=int, default=1, metavar="N",
                      help="ranks that hold the model; the other ranks are workers (default: 1)")
-    job.add_argument("--consistency", choices=["bsp"], default="bsp",
-                     help="bsp: a worker reads clock c+1 only after every worker's push for "
-                          "clock c is applied (default)")
+    job.add_argument("--consistency", choices=["bsp", "ssp", "asp"], default="bsp",
+                     help="when a worker may read: bsp, only once every worker has finished the "
+                          "previous clock (default); ssp, while at most --staleness clocks ahead "
+                          "of the slowest worker; asp, always (never waits)")
+    job.add_argument("--staleness", type=int, metavar="S",
+                     help="for --consistency ssp: how many clocks the fastest worker may be ahead "
+                          "of the slowest (0 behaves as bsp)")
     job.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                      help="longest any rank waits for another before failing the job "
                           "(default: %(default)g)")
     job.add_argument("--log-every", type=float, default=5.0, metavar="SECONDS",
                      help="progress line interval on rank 0 (default: %(default)g)")
+    diag = p.add_argument_group("diagnostics and testing aids")
+    diag.add_argument("--snapshot-every", type=float, metavar="SECONDS",
+                      help="also save the model every SECONDS of training to "
+                           "RUN_DIR/snapshots/NNNN/ (learning curves: `python -m mpips score "
+                           "RUN_DIR --snapshots`)")
+    diag.add_argument("--record-pulls", action="store_true",
+                      help="each server writes every pull it served to RUN_DIR/pulls/ (worker, "
+                           "its clock, the slowest worker's clock, time held), to check the "
+                           "consistency model from outside")
+    diag.add_argument("--straggler", action="append", default=[], metavar="W:FACTOR",
+                      type=_straggler,
+                      help="make worker W (0-based among workers) take FACTOR times as long per "
+                           "minibatch, by sleeping; to test and measure the consistency models "
+                           "(repeatable)")
     opt = p.add_argument_group("model and optimizer")
     opt.add_argument("--epochs", type=int, default=1, help="passes over the data (default: 1)")
     opt.add_argument("--batch-size", type=int, default=1000, metavar="B",
@@ -77,6 +95,14 @@ def _train_parser(sub):
     opt.add_argument("--no-bias", dest="bias", action="store_false",
                      help="no intercept (by default key 2^64-1 is an always-on bias feature)")
     p.set_defaults(run=_run_train)
+
+
+def _straggler(text: str):
+    worker, sep, factor = text.partition(":")
+    try:
+        return int(worker), float(factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected W:FACTOR such as 0:3, got {text!r}") from None
 
 
 def _make_data_parser(sub):
@@ -113,11 +139,53 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _score_parser(sub):
+    p = sub.add_parser(
+        "score", help="score a trained model (or a run's snapshots) on a test file",
+        description="Held-out logloss and AUC of a saved model, in one process (the test file "
+                    "must fit in memory). RUN_DIR is a run's --out directory or a model "
+                    "directory of server-NNNN.h5 files.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--test", required=True, metavar="FILE", help="svmlight test data")
+    p.add_argument("--snapshots", action="store_true",
+                   help="score every snapshot in RUN_DIR/snapshots/ (from --snapshot-every)")
+    p.add_argument("--json", metavar="FILE", help="also write the scores as JSON")
+    p.set_defaults(run=_run_score)
+
+
+def _run_score(args) -> None:
+    import json
+
+    from .evaluate import read_rows, score_model, score_snapshots
+    from .log import say
+    try:
+        rows = read_rows(args.test)
+        if args.snapshots:
+            result = score_snapshots(args.run_dir, rows)
+            if not result:
+                _fail(f"{args.run_dir}/snapshots: no complete snapshots", 2)
+            for r in result:
+                clock = "done" if r["slowest_clock"] < 0 else r["slowest_clock"]
+                say(f"snapshot {r['snapshot']}  {r['elapsed_s']:7.2f} s  slowest clock "
+                    f"{clock:>6}  logloss {r['logloss']:.4f}  AUC {r['auc']:.4f}")
+        else:
+            model = os.path.join(args.run_dir, "model")
+            result = score_model(model if os.path.isdir(model) else args.run_dir, rows)
+            say(f"logloss {result['logloss']:.4f}  AUC {result['auc']:.4f} on "
+                f"{result['examples']:,} examples")
+    except (OSError, ValueError) as e:
+        _fail(str(e), 2)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m mpips", description=DESCRIPTION,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _train_parser(sub)
+    _score_parser(sub)
     _make_data_parser(sub)
     return parser
 
@@ -166,6 +234,8 @@ def _run_train(args) -> None:
         cfg = TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
                           epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
                           bias=args.bias, consistency=args.consistency,
+                          staleness=args.staleness, stragglers=tuple(args.straggler),
+                          record_pulls=args.record_pulls, snapshot_every=args.snapshot_every,
                           skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
                           timeout=args.timeout,
                           log_every=args.log_every)

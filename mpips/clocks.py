@@ -1,9 +1,11 @@
 """Vector clocks on a server: how far each worker has got, and which reads may proceed.
 
-A worker's clock counts the clocks it has completed. A read by a worker at
+A worker's clock counts the clocks it has completed, as this server has seen
+them (its CLOCK pushes), never as the worker claims. A read by a worker at
 clock c may proceed once every worker has completed c - staleness clocks:
-staleness 0 is bulk-synchronous (BSP), s > 0 is stale-synchronous (SSP), and
-None never waits (ASP). A finished worker counts as infinitely far ahead.
+staleness 0 is bulk-synchronous (BSP), s > 0 is stale-synchronous (SSP, Ho et
+al. 2013), and None never waits (ASP). A finished worker counts as infinitely
+far ahead, and its own reads never wait.
 """
 import numpy as np
 
@@ -23,16 +25,22 @@ class ClockTable:
         self.done[worker] = FINISHED
 
     def slowest(self) -> int:
+        """The smallest clock among workers still training (FINISHED if none is)."""
         return int(self.done.min())
 
-    def may_read(self, clock: int) -> bool:
-        return self.staleness is None or self.slowest() >= clock - self.staleness
+    def may_read(self, worker: int) -> bool:
+        clock = self.done[worker]
+        return (self.staleness is None or clock == FINISHED
+                or self.slowest() >= clock - self.staleness)
 
-    def record_read(self, clock: int) -> None:
-        """Note a served read, to report the largest gap to the slowest worker."""
+    def record_read(self, worker: int) -> int:
+        """Note a read served to `worker`; returns the slowest clock at that moment, and keeps
+        the largest gap between a reader's clock and the slowest for the summary."""
         slowest = self.slowest()
-        if slowest != FINISHED:
-            self.max_gap = max(self.max_gap, clock - slowest)
+        clock = self.done[worker]
+        if clock != FINISHED:
+            self.max_gap = max(self.max_gap, int(clock) - slowest)
+        return slowest
 
     @property
     def all_finished(self) -> bool:

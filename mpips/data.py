@@ -34,11 +34,13 @@ class Rows:
                     self.indices[lo:hi], self.values[lo:hi])
 
     @staticmethod
-    def concat(x: "Rows", y: "Rows") -> "Rows":
-        return Rows(np.concatenate([x.labels, y.labels]),
-                    np.concatenate([x.indptr, y.indptr[1:] + x.indptr[-1]]),
-                    np.concatenate([x.indices, y.indices]),
-                    np.concatenate([x.values, y.values]))
+    def concat(parts: list) -> "Rows":
+        offsets = np.cumsum([0] + [p.indptr[-1] for p in parts[:-1]])
+        return Rows(np.concatenate([p.labels for p in parts]),
+                    np.concatenate([parts[0].indptr[:1]] +
+                                   [p.indptr[1:] + off for p, off in zip(parts, offsets)]),
+                    np.concatenate([p.indices for p in parts]),
+                    np.concatenate([p.values for p in parts]))
 
     def unique_keys(self, bias: bool, source: str = "the data"):
         """(keys, cols, bias_col): the sorted unique keys of these rows, each entry's
@@ -176,7 +178,7 @@ class SvmlightShard:
         carry = None
         for rows in self.rows():
             if carry is not None:
-                rows = Rows.concat(carry, rows)
+                rows = Rows.concat([carry, rows])
             full = len(rows) // batch_size * batch_size
             for a in range(0, full, batch_size):
                 yield rows.slice(a, a + batch_size)

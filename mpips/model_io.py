@@ -39,15 +39,19 @@ def shard_path(model_dir: str, server: int) -> str:
     return os.path.join(model_dir, f"server-{server:04d}.h5")
 
 
-def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict) -> str:
-    """Write one server's keys, weights and optimizer state, sorted by key."""
+def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict,
+               weights_only: bool = False) -> str:
+    """Write one server's keys, weights and optimizer state, sorted by key. `weights_only`
+    (snapshots for learning curves) skips the optimizer state and the sort."""
     keys, state = store.items()
-    order = np.argsort(keys, kind="stable")
-    keys, state = keys[order], state[order]
+    datasets = {"keys": keys, "weights": state[:, :store.width]}
+    if not weights_only:
+        order = np.argsort(keys, kind="stable")
+        datasets = {"keys": keys[order], "weights": state[order, :store.width],
+                    "optimizer_state": state[order, store.width:]}
     path = shard_path(model_dir, server)
     write_atomic_hdf5(
-        path,
-        {"keys": keys, "weights": state[:, :store.width], "optimizer_state": state[:, store.width:]},
+        path, datasets,
         {"server": server, "n_servers": n_servers, "width": store.width,
          "optimizer": store.optimizer.name, "config": json.dumps(attrs.get("config", {})),
          **{k: v for k, v in attrs.items() if k != "config"}})

@@ -25,11 +25,20 @@ class ServerStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     pulls_held: int = 0       # pulls that had to wait for other workers' clocks
+    busy_s: float = 0.0       # time spent handling requests (the rest is waiting for them)
+
+
+# One served pull, recorded with --record-pulls: who read, at which clock, how far the slowest
+# worker had got (-1 once every other worker has finished), how long the pull was held, when.
+PULL_RECORD = np.dtype([("worker", "<i4"), ("clock", "<i8"), ("slowest", "<i8"),
+                        ("held_s", "<f8"), ("t", "<f8")])
 
 
 class Server:
     def __init__(self, roles, store: KVStore, clocks: ClockTable, timeout: float,
-                 on_error=None, progress: Progress | None = None):
+                 on_error=None, progress: Progress | None = None, record_pulls: bool = False,
+                 every: tuple | None = None):
+        """`every` = (seconds, callback): call callback() that often while serving."""
         self.roles = roles
         self.store = store
         self.clocks = clocks
@@ -38,9 +47,12 @@ class Server:
         self.progress = progress
         self.stats = ServerStats()
         self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
-        self._held = deque()      # pulls waiting for clocks: (clock, source, ts, keys)
+        self._held = deque()      # pulls waiting for clocks: (worker, source, ts, keys, since)
         self._replies = []        # (request, buffer) of replies still being sent
         self._heard = np.zeros(len(roles.workers))   # when each worker last sent something
+        self.pulls = [] if record_pulls else None
+        self._every = every
+        self._start = time.monotonic()
 
     def run(self) -> ServerStats:
         """Serve until every worker has said BYE."""
@@ -49,8 +61,13 @@ class Server:
         backoff = Backoff()
         buf = np.empty(1 << 16, np.uint8)
         talking = set(self.roles.workers)
-        self._heard[:] = time.monotonic()
+        self._start = time.monotonic()
+        self._heard[:] = self._start
+        next_call = self._start + (self._every[0] if self._every else float("inf"))
         while talking:
+            if time.monotonic() >= next_call:
+                self._every[1]()
+                next_call += self._every[0]
             msg = comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, status)
             if msg is None:
                 self._check_silence(talking)
@@ -58,6 +75,7 @@ class Server:
                 backoff.idle()
                 continue
             backoff.reset()
+            began = time.monotonic()
             nbytes = status.Get_count(MPI.BYTE)
             if buf.shape[0] < nbytes:
                 buf = np.empty(max(nbytes, 2 * buf.shape[0]), np.uint8)
@@ -67,6 +85,7 @@ class Server:
             source = status.Get_source()
             if self._handle(source, buf[:nbytes]) is Op.BYE:
                 talking.discard(source)
+            self.stats.busy_s += time.monotonic() - began
         wait_all([r for r, _ in self._replies], self.timeout, lambda: "pull replies to be sent")
         if self.progress:
             self.progress.log(final=True)
@@ -79,7 +98,7 @@ class Server:
         heard = [self._heard[self.roles.worker_index(r)] for r in ranks]
         if now - max(heard) <= self.timeout:
             return
-        held = {source for _, source, _, _ in self._held}
+        held = {item[1] for item in self._held}
         lines = []
         for rank, last in zip(ranks, heard):
             w = self.roles.worker_index(rank)
@@ -105,14 +124,13 @@ class Server:
         if self.progress:
             self.progress.update(worker, h)
         if op is Op.PULL:
-            clock = int(h["clock"])
             if h["flags"] & protocol.READ_ONLY:
                 self._reply(source, int(h["ts"]), keys, insert=False)
-            elif self.clocks.may_read(clock):
-                self._serve(clock, source, int(h["ts"]), keys)
+            elif self.clocks.may_read(worker):
+                self._serve(worker, source, int(h["ts"]), keys, None)
             else:
                 self.stats.pulls_held += 1
-                self._held.append((clock, source, int(h["ts"]), keys.copy()))
+                self._held.append((worker, source, int(h["ts"]), keys.copy(), time.monotonic()))
         elif op is Op.PUSH:
             self.store.push(keys, values)
             if h["flags"] & protocol.CLOCK:
@@ -134,8 +152,14 @@ class Server:
                   "slowest_worker": slowest, "finished": int((done == FINISHED).sum())}
         return np.array([values[f] for f in protocol.STATUS_FIELDS], np.int64)
 
-    def _serve(self, clock, source, ts, keys):
-        self.clocks.record_read(clock)
+    def _serve(self, worker, source, ts, keys, held_since):
+        slowest = self.clocks.record_read(worker)
+        if self.pulls is not None:
+            now = time.monotonic()
+            self.pulls.append((worker, self.clocks.done[worker],
+                               -1 if slowest == FINISHED else slowest,
+                               0.0 if held_since is None else now - held_since,
+                               now - self._start))
         self._reply(source, ts, keys, insert=True)
 
     def _release(self) -> None:
@@ -147,6 +171,10 @@ class Server:
             else:
                 still.append(item)
         self._held = still
+
+    def pull_records(self) -> np.ndarray:
+        """The recorded pulls (with record_pulls) as a PULL_RECORD array."""
+        return np.array(self.pulls or [], PULL_RECORD)
 
     def _reply(self, dest: int, ts: int, keys: np.ndarray, insert: bool) -> None:
         out = np.empty((keys.shape[0], self.store.width), np.float32)

@@ -15,7 +15,7 @@ RECORD = np.dtype([
     ("examples", "<i8"), ("train_loss", "<f8"), ("train_s", "<f8"), ("wait_s", "<f8"),
     ("bytes_sent", "<i8"), ("keys", "<i8"), ("table_bytes", "<i8"), ("bad_lines", "<i8"),
     ("pulls_held", "<i8"), ("max_gap", "<i8"), ("test_rows", "<i8"),
-    ("compile_s", "<f8"), ("late_compiles", "<i8"),
+    ("compile_s", "<f8"), ("late_compiles", "<i8"), ("busy_s", "<f8"),
 ])
 
 
@@ -72,6 +72,9 @@ def build(records: np.ndarray, n_servers: int, margins, labels, **extra) -> dict
         "wait_s": [float(x) for x in workers["wait_s"]],
         "max_clock_gap": int(servers["max_gap"].max()),
         "pulls_held": int(servers["pulls_held"].sum()),
+        # Fraction of training time each server spent handling requests (not waiting for them).
+        "server_busy": [float(b / t) if t > 0 else None
+                        for b, t in zip(servers["busy_s"], servers["train_s"])],
         "bad_lines": int(workers["bad_lines"].sum()),
     }
 

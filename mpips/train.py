@@ -18,11 +18,11 @@ from mpi4py import MPI
 from . import logreg, summary
 from .bounded import wait_all
 from .client import KVWorker, tell_servers_to_save
-from .clocks import ClockTable
+from .clocks import FINISHED, ClockTable
 from .data import SvmlightShard, check_file
 from .errors import ConfigError, Interrupted, MpipsError
 from .log import say, setup
-from .model_io import save_shard
+from .model_io import save_shard, write_atomic_hdf5
 from .optimizer import Optimizer
 from .progress import Progress
 from .roles import Roles, check_servers, split
@@ -34,6 +34,8 @@ from .warmup import CompileWatch
 log = logging.getLogger("mpips")
 
 EVAL_BATCH = 10000
+CONSISTENCY = ("bsp", "ssp", "asp")
+RUN_OUTPUTS = ("summary.json", "model", "pulls", "snapshots")   # what a run writes in --out
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class TrainConfig:
     optimizer: Optimizer = field(default_factory=Optimizer)
     bias: bool = True
     consistency: str = "bsp"
+    staleness: int | None = None    # SSP only
+    stragglers: tuple = ()          # ((worker, slowdown factor), ...): a testing aid
+    record_pulls: bool = False
+    snapshot_every: float | None = None
     skip_bad_lines: bool = False
     overwrite: bool = False
     timeout: float = 600.0
@@ -60,11 +66,25 @@ class TrainConfig:
                 raise ConfigError(f"{flag} must be at least 1, got {value}")
         if not 0 < self.timeout < float("inf"):
             raise ConfigError(f"--timeout must be a positive number of seconds, got {self.timeout}")
+        if self.consistency not in CONSISTENCY:
+            raise ConfigError(f"--consistency must be one of {', '.join(CONSISTENCY)}, "
+                              f"got {self.consistency!r}")
+        if self.consistency == "ssp" and (self.staleness is None or self.staleness < 0):
+            raise ConfigError("--consistency ssp needs --staleness S, a number of clocks >= 0")
+        if self.consistency != "ssp" and self.staleness is not None:
+            raise ConfigError(f"--staleness applies to --consistency ssp, not {self.consistency}")
+        for worker, factor in self.stragglers:
+            if not 0 <= worker < n_ranks - self.servers:
+                raise ConfigError(f"--straggler {worker}:{factor}: worker {worker} does not exist "
+                                  f"(workers are 0..{n_ranks - self.servers - 1})")
+            if not 1 <= factor < float("inf"):
+                raise ConfigError(f"--straggler {worker}:{factor}: the factor must be >= 1")
+        if self.snapshot_every is not None and not self.snapshot_every > 0:
+            raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
         check_file(self.train, "--train")
         if self.test is not None:
             check_file(self.test, "--test")
-        earlier = [name for name in ("summary.json", "model")
-                   if os.path.exists(os.path.join(self.out, name))]
+        earlier = [name for name in RUN_OUTPUTS if os.path.exists(os.path.join(self.out, name))]
         if earlier and not self.overwrite:
             raise ConfigError(f"--out {self.out} already holds a run ({', '.join(earlier)}); "
                               f"choose another --out, or pass --overwrite to replace it")
@@ -76,6 +96,14 @@ class TrainConfig:
     @property
     def model_dir(self) -> str:
         return os.path.join(self.out, "model")
+
+    @property
+    def max_staleness(self) -> int | None:
+        """Clocks a reader may be ahead of the slowest worker: 0 for BSP, None (any) for ASP."""
+        return {"bsp": 0, "asp": None}.get(self.consistency, self.staleness)
+
+    def slowdown(self, worker: int) -> float:
+        return dict(self.stragglers).get(worker, 1.0)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -92,10 +120,12 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     cfg = replace(cfg, out=cfg.out or os.path.join("runs", name))
     agree(comm, lambda: cfg.check(comm.size), bound)
     if comm.rank == 0 and cfg.overwrite:
-        shutil.rmtree(cfg.model_dir, ignore_errors=True)
-        for stale in ("summary.json", "summary.json.tmp"):
-            if os.path.exists(os.path.join(cfg.out, stale)):
-                os.remove(os.path.join(cfg.out, stale))
+        for name in RUN_OUTPUTS:
+            path = os.path.join(cfg.out, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
     roles = split(cfg.servers, comm)   # collective: nobody writes before the old run is gone
     setup(f"rank {comm.rank} ({roles.name})")
     if comm.rank == 0:
@@ -136,10 +166,21 @@ def _log_failure(e: Exception) -> str:
 
 def _serve(cfg: TrainConfig, roles: Roles, name: str):
     store = KVStore(width=1, optimizer=cfg.optimizer)
-    clocks = ClockTable(len(roles.workers), staleness=0)
+    clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
     progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
                 if roles.index == 0 else None)
     attrs = {"run_id": name, "config": cfg.as_dict()}
+    started = [time.monotonic()]
+    taken = []
+
+    def snapshot() -> None:
+        """The model as it is now, for learning curves (--snapshot-every)."""
+        taken.append(time.monotonic() - started[0])
+        slowest = clocks.slowest()
+        save_shard(os.path.join(cfg.out, "snapshots", f"{len(taken) - 1:04d}"), roles.index,
+                   len(roles.servers), store,
+                   {**attrs, "complete": True, "elapsed_s": taken[-1],
+                    "slowest_clock": -1 if slowest == FINISHED else slowest}, weights_only=True)
 
     reasons = []
 
@@ -154,8 +195,9 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str):
         save_partial(reason)
 
     server = Server(roles, store, clocks, cfg.timeout, on_error=another_rank_failed,
-                    progress=progress)
-    t0 = _ready(roles, cfg.timeout)
+                    progress=progress, record_pulls=cfg.record_pulls,
+                    every=(cfg.snapshot_every, snapshot) if cfg.snapshot_every else None)
+    t0 = started[0] = _ready(roles, cfg.timeout)
     if progress:
         progress.start()
     try:
@@ -172,6 +214,12 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str):
         raise
     train_s = time.monotonic() - t0
     save_shard(cfg.model_dir, roles.index, len(roles.servers), store, {**attrs, "complete": True})
+    if cfg.record_pulls:
+        pulls = server.pull_records()
+        write_atomic_hdf5(os.path.join(cfg.out, "pulls", f"server-{roles.index:04d}.h5"),
+                          {field: pulls[field] for field in pulls.dtype.names},
+                          {"run_id": name, "consistency": cfg.consistency,
+                           "staleness": -1 if cfg.max_staleness is None else cfg.max_staleness})
     r = summary.new_record()
     r["train_s"] = train_s
     r["bytes_sent"] = stats.bytes_sent
@@ -179,6 +227,7 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str):
     r["table_bytes"] = store.nbytes
     r["pulls_held"] = stats.pulls_held
     r["max_gap"] = clocks.max_gap
+    r["busy_s"] = stats.busy_s
     return r, np.empty(0), np.empty(0, np.float32)
 
 
@@ -199,10 +248,12 @@ def _work(cfg: TrainConfig, roles: Roles):
 def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     n_workers = len(roles.workers)
     shard = SvmlightShard(cfg.train, roles.index, n_workers, skip_bad=cfg.skip_bad_lines)
-    t0 = _ready(roles, cfg.timeout)
+    slowdown = cfg.slowdown(roles.index)
+    t0 = mark = _ready(roles, cfg.timeout)
     examples, loss, push = 0, 0.0, None
     for epoch in range(cfg.epochs):
         for batch in shard.minibatches(cfg.batch_size):
+            waited = kv.wait_s
             keys, cols, bias_col = batch.unique_keys(cfg.bias, shard.path)
             grad, batch_loss = logreg.gradient(batch, cols, bias_col, kv.wait(kv.pull(keys)))
             loss += batch_loss
@@ -211,6 +262,10 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
             if push is not None:
                 kv.wait(push)
             push = kv.push(keys, grad, clock=True)
+            if slowdown > 1:   # --straggler, a testing aid: take `slowdown` times as long
+                busy = time.monotonic() - mark - (kv.wait_s - waited)
+                time.sleep((slowdown - 1) * max(busy, 0.0))
+                mark = time.monotonic()
         kv.report(examples, loss, epoch + 1)
     kv.finish()
     train_s = time.monotonic() - t0
@@ -271,7 +326,8 @@ def _finish(cfg, roles, name, record, margins, labels, started) -> dict | None:
     if comm.rank == 0:
         result = summary.build(
             records, len(roles.servers), margins, labels, run_id=name, config=cfg.as_dict(),
-            consistency=cfg.consistency, staleness=0, wall_s=time.monotonic() - started,
+            consistency=cfg.consistency, staleness=cfg.max_staleness,
+            wall_s=time.monotonic() - started,
             model_dir=os.path.abspath(cfg.model_dir))
         summary.print_lines(result, summary.write(cfg.out, result))
     examples = int(records["examples"].sum())

@@ -1,24 +1,18 @@
 """Whole training jobs under mpiexec: model quality, summary, model files."""
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import read_summary, run_job
+from conftest import read_summary, run_job, run_mpips
 from sklearn.linear_model import LogisticRegression
 
-from mpips.data import Rows, SvmlightShard
+from mpips.evaluate import read_rows
 from mpips.kernels.logistic import mean_logloss
 from mpips.model_io import load_model
 
 L2 = 1e-4
 TRAIN_ARGS = ("--epochs", 10, "--batch-size", 100, "--lr", 0.05, "--l2", L2)
-
-
-def load(path) -> Rows:
-    chunks = list(SvmlightShard(path).rows())
-    rows = chunks[0]
-    for more in chunks[1:]:
-        rows = Rows.concat(rows, more)
-    return rows
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +21,7 @@ def sklearn_logloss(small_data):
 
     mpips minimises mean logloss + l2/2 |w|^2; scikit-learn minimises
     C * sum logloss + 1/2 |w|^2, the same objective with C = 1 / (l2 * n)."""
-    train, test = load(small_data[0]), load(small_data[1])
+    train, test = read_rows(small_data[0]), read_rows(small_data[1])
     keys = np.unique(np.concatenate([train.indices, test.indices]))
 
     def matrix(rows):
@@ -66,10 +60,29 @@ def test_summary_and_model_files(small_data, tmp_path):
     assert s["late_compiles"] == 0, "warm-up compiled every kernel the job uses"
     assert len(s["wait_s"]) == 2
     keys, weights = load_model(run / "model")
-    data_keys = np.unique(load(small_data[0]).indices)
+    data_keys = np.unique(read_rows(small_data[0]).indices)
     # Stored: every training key, plus the bias key; test-only keys were read, not stored.
     assert keys.tolist() == data_keys.tolist() + [2**64 - 1]
     assert s["keys_stored"] == keys.shape[0]
     assert np.abs(weights).max() > 0
     assert "training: epoch" in job.stdout, "progress lines while training"
+    offline = run_mpips("score", run, "--test", small_data[1], "--json", tmp_path / "score.json")
+    assert offline.returncode == 0, offline.output
+    with open(tmp_path / "score.json") as f:
+        assert json.load(f)["logloss"] == pytest.approx(s["test_logloss"], rel=1e-9)
     assert "done:" in job.stdout and "test logloss" in job.stdout
+
+
+def test_snapshots_make_a_learning_curve(small_data, tmp_path):
+    run = tmp_path / "run"
+    job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
+                  "--out", run, "--epochs", 5, "--batch-size", 100, "--snapshot-every", 0.05)
+    assert job.returncode == 0, job.output
+    scored = run_mpips("score", run, "--test", small_data[1], "--snapshots",
+                       "--json", tmp_path / "curve.json")
+    assert scored.returncode == 0, scored.output
+    with open(tmp_path / "curve.json") as f:
+        curve = json.load(f)
+    assert len(curve) >= 2, "snapshots every 0.05 s over 5 epochs"
+    assert [c["elapsed_s"] for c in curve] == sorted(c["elapsed_s"] for c in curve)
+    assert curve[0]["logloss"] > read_summary(run)["test_logloss"], "the model improved"

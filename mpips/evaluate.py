@@ -1,0 +1,67 @@
+"""Score a saved model, or every snapshot of a run, on a test file, in one process."""
+import glob
+import json
+import os
+
+import h5py
+import numpy as np
+
+from .data import BIAS_KEY, Rows, SvmlightShard
+from .kernels.logistic import logistic_margins, mean_logloss, roc_auc
+from .model_io import load_model
+
+
+def read_rows(path: str) -> Rows:
+    """All rows of an svmlight file (for test sets that fit in memory)."""
+    chunks = list(SvmlightShard(path).rows())
+    if not chunks:
+        raise ValueError(f"{path}: no examples")
+    return Rows.concat(chunks)
+
+
+def score(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool) -> dict:
+    """Held-out logloss and AUC of the model (sorted keys -> weights[:, 0]) on `rows`."""
+    n = keys.shape[0]
+    w = np.append(weights[:, 0], np.float32(0))     # w[n] = 0: the weight of unknown keys
+    pos = np.searchsorted(keys, rows.indices)
+    found = pos < n
+    found[found] = keys[pos[found]] == rows.indices[found]
+    cols = np.where(found, pos, n)
+    bias_col = -1
+    if bias:
+        bias_col = n - 1 if n and keys[-1] == BIAS_KEY else n
+    margins = np.empty(len(rows))
+    logistic_margins(rows.indptr, cols, rows.values, bias_col, w, margins)
+    auc = roc_auc(margins, rows.labels)
+    return {"logloss": float(mean_logloss(margins, rows.labels)),
+            "auc": None if np.isnan(auc) else float(auc), "examples": len(rows)}
+
+
+def _bias(model_dir: str) -> bool:
+    with h5py.File(sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))[0], "r") as f:
+        return bool(json.loads(f.attrs["config"])["bias"])
+
+
+def score_model(model_dir: str, rows: Rows, allow_partial: bool = False) -> dict:
+    keys, weights = load_model(model_dir, allow_partial=allow_partial)
+    return score(keys, weights, rows, _bias(model_dir))
+
+
+def score_snapshots(run_dir: str, rows: Rows) -> list:
+    """One entry per snapshot in RUN_DIR/snapshots/: seconds into training, logloss, AUC."""
+    out = []
+    for snap in sorted(glob.glob(os.path.join(run_dir, "snapshots", "[0-9]*"))):
+        paths = sorted(glob.glob(os.path.join(snap, "server-*.h5")))
+        with h5py.File(paths[0], "r") as f:
+            n_servers = int(f.attrs["n_servers"])
+        if len(paths) < n_servers:
+            continue    # the run ended while the servers were writing this one
+        elapsed, slowest = [], []
+        for p in paths:
+            with h5py.File(p, "r") as f:
+                elapsed.append(float(f.attrs["elapsed_s"]))
+                slowest.append(int(f.attrs["slowest_clock"]))
+        out.append({"snapshot": os.path.basename(snap), "elapsed_s": max(elapsed),
+                    "slowest_clock": -1 if -1 in slowest else min(slowest),
+                    **score_model(snap, rows)})
+    return out

@@ -1,0 +1,68 @@
+"""BSP, SSP and ASP under a real straggler, checked from the servers' record of every pull."""
+import h5py
+import numpy as np
+import pytest
+from conftest import read_summary, run_job
+
+SERVERS, WORKERS, STRAGGLER = 2, 3, 1
+
+
+def pulls(run_dir):
+    """Every pull served, from all servers: worker, clock, slowest, held_s."""
+    parts = []
+    for s in range(SERVERS):
+        with h5py.File(run_dir / "pulls" / f"server-{s:04d}.h5") as f:
+            parts.append({k: f[k][:] for k in ("worker", "clock", "slowest", "held_s")})
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def train(small_data, run_dir, *consistency):
+    job = run_job(SERVERS + WORKERS, "train", "--train", small_data[0], "--servers", SERVERS,
+                  "--out", run_dir, "--batch-size", 200, "--epochs", 2, "--record-pulls",
+                  "--straggler", f"{STRAGGLER}:4", *consistency)
+    assert job.returncode == 0, job.output
+    record = pulls(run_dir)
+    training = record["slowest"] >= 0     # reads while the straggler, at least, still trains
+    gap = record["clock"][training] - record["slowest"][training]
+    # 20,000 rows over 3 workers in minibatches of 200, twice: 34 clocks each, on each server.
+    assert len(record["worker"]) == SERVERS * 2 * WORKERS * 34
+    return read_summary(run_dir), record, gap
+
+
+def test_bsp_moves_in_lockstep(small_data, tmp_path):
+    summary, record, gap = train(small_data, tmp_path / "run", "--consistency", "bsp")
+    assert (gap == 0).all(), "every read happened at the slowest worker's clock"
+    assert (record["held_s"] > 0).any(), "the fast workers were held back"
+    assert summary["consistency"] == "bsp" and summary["staleness"] == 0
+    assert summary["max_clock_gap"] == 0 and summary["pulls_held"] > 0
+
+
+@pytest.mark.parametrize("staleness", [0, 1, 3])   # s = 0 behaves as BSP
+def test_ssp_keeps_the_fastest_within_s_clocks(small_data, tmp_path, staleness):
+    summary, record, gap = train(small_data, tmp_path / "run", "--consistency", "ssp",
+                                 "--staleness", staleness)
+    assert gap.max() == staleness, "never more than s ahead, and the fast workers got that far"
+    assert (record["held_s"] > 0).any(), "some reads had to wait"
+    held = record["held_s"] > 0
+    straggler = record["worker"] == STRAGGLER
+    assert held[straggler].sum() < held[~straggler].sum() / 4, "it is the fast ones that wait"
+    assert summary["max_clock_gap"] == staleness and summary["staleness"] == staleness
+
+
+def test_asp_never_waits_for_the_straggler(small_data, tmp_path):
+    summary, record, gap = train(small_data, tmp_path / "run", "--consistency", "asp")
+    assert (record["held_s"] == 0).all() and summary["pulls_held"] == 0
+    assert gap.max() > 10, "the fast workers ran far ahead of the straggler"
+    assert summary["staleness"] is None and summary["max_clock_gap"] == gap.max()
+    assert len(summary["wait_s"]) == WORKERS
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--consistency", "ssp"), "--consistency ssp needs --staleness S"),
+    (("--staleness", "2"), "--staleness applies to --consistency ssp, not bsp"),
+    (("--straggler", "5:3"), "--straggler 5:3.0: worker 5 does not exist (workers are 0..1)"),
+    (("--straggler", "0:0.5"), "the factor must be >= 1"),
+])
+def test_bad_consistency_options(small_data, tmp_path, args, message):
+    job = run_job(3, "train", "--train", small_data[0], "--out", tmp_path / "r", *args, timeout=60)
+    assert job.returncode == 2 and message in job.stderr
