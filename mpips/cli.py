@@ -149,8 +149,14 @@ def _score_parser(sub):
     p.add_argument("--test", required=True, metavar="FILE", help="svmlight test data")
     p.add_argument("--snapshots", action="store_true",
                    help="score every snapshot in RUN_DIR/snapshots/ (from --snapshot-every)")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="also score a model saved after an error (it holds what was trained)")
     p.add_argument("--json", metavar="FILE", help="also write the scores as JSON")
     p.set_defaults(run=_run_score)
+
+
+def _auc(scores: dict) -> str:
+    return "n/a (one class)" if scores["auc"] is None else f"{scores['auc']:.4f}"
 
 
 def _run_score(args) -> None:
@@ -166,12 +172,13 @@ def _run_score(args) -> None:
                 _fail(f"{args.run_dir}/snapshots: no complete snapshots", 2)
             for r in result:
                 clock = "done" if r["slowest_clock"] < 0 else r["slowest_clock"]
-                say(f"snapshot {r['snapshot']}  {r['elapsed_s']:7.2f} s  slowest clock "
-                    f"{clock:>6}  logloss {r['logloss']:.4f}  AUC {r['auc']:.4f}")
+                say(f"snapshot {r['snapshot']:>5}  {r['elapsed_s']:7.2f} s  slowest clock "
+                    f"{clock:>6}  logloss {r['logloss']:.4f}  AUC {_auc(r)}")
         else:
             model = os.path.join(args.run_dir, "model")
-            result = score_model(model if os.path.isdir(model) else args.run_dir, rows)
-            say(f"logloss {result['logloss']:.4f}  AUC {result['auc']:.4f} on "
+            result = score_model(model if os.path.isdir(model) else args.run_dir, rows,
+                                 allow_partial=args.allow_partial)
+            say(f"logloss {result['logloss']:.4f}  AUC {_auc(result)} on "
                 f"{result['examples']:,} examples")
     except (OSError, ValueError) as e:
         _fail(str(e), 2)

@@ -9,6 +9,8 @@ far ahead, and its own reads never wait.
 """
 import numpy as np
 
+from .errors import ProtocolError
+
 FINISHED = np.iinfo(np.int64).max
 
 
@@ -19,6 +21,8 @@ class ClockTable:
         self.max_gap = 0
 
     def tick(self, worker: int) -> None:
+        if self.done[worker] == FINISHED:
+            raise ProtocolError(f"worker {worker} completed a clock after it said FINISH")
         self.done[worker] += 1
 
     def finish(self, worker: int) -> None:

@@ -13,6 +13,10 @@ class InputError(MpipsError):
     """Malformed training or test data, found by one rank while reading."""
 
 
+class ProtocolError(MpipsError):
+    """A rank sent something the protocol does not allow (e.g. a clock after FINISH)."""
+
+
 class WaitTimeout(MpipsError):
     """A bounded wait expired; the message says what was awaited."""
 

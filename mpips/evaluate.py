@@ -50,12 +50,15 @@ def score_model(model_dir: str, rows: Rows, allow_partial: bool = False) -> dict
 def score_snapshots(run_dir: str, rows: Rows) -> list:
     """One entry per snapshot in RUN_DIR/snapshots/: seconds into training, logloss, AUC."""
     out = []
-    for snap in sorted(glob.glob(os.path.join(run_dir, "snapshots", "[0-9]*"))):
+    # Numbered snapshots in order, then "final" (taken when every worker had finished).
+    for snap in sorted(glob.glob(os.path.join(run_dir, "snapshots", "*"))):
         paths = sorted(glob.glob(os.path.join(snap, "server-*.h5")))
+        if not paths:
+            continue    # the run stopped before any server wrote this one
         with h5py.File(paths[0], "r") as f:
             n_servers = int(f.attrs["n_servers"])
         if len(paths) < n_servers:
-            continue    # the run ended while the servers were writing this one
+            continue    # the run stopped while the servers were writing this one
         elapsed, slowest = [], []
         for p in paths:
             with h5py.File(p, "r") as f:

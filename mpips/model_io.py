@@ -70,11 +70,13 @@ def load_model(model_dir: str, allow_partial: bool = False):
     keys, weights, runs, sizes = [], [], set(), set()
     for p in paths:
         with h5py.File(p, "r") as f:
+            if "keys" not in f or "n_servers" not in f.attrs:
+                raise ValueError(f"{p}: not a model shard written by mpips")
             runs.add(str(f.attrs["run_id"]))
             sizes.add(int(f.attrs["n_servers"]))
             if not f.attrs["complete"] and not allow_partial:
                 raise ValueError(f"{p}: saved after an error ({f.attrs['note']}); "
-                                 f"pass allow_partial=True to read it anyway")
+                                 f"read it anyway with allow_partial (score --allow-partial)")
             keys.append(f["keys"][:])
             weights.append(f["weights"][:])
     if len(runs) > 1:

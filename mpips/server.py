@@ -28,8 +28,9 @@ class ServerStats:
     busy_s: float = 0.0       # time spent handling requests (the rest is waiting for them)
 
 
-# One served pull, recorded with --record-pulls: who read, at which clock, how far the slowest
-# worker had got (-1 once every other worker has finished), how long the pull was held, when.
+# One pull served to a worker still training, recorded with --record-pulls: who read, at which
+# clock, how far the slowest worker had got (-1 once all others have finished), how long the
+# pull was held for the clocks, and when (seconds since the server started serving).
 PULL_RECORD = np.dtype([("worker", "<i4"), ("clock", "<i8"), ("slowest", "<i8"),
                         ("held_s", "<f8"), ("t", "<f8")])
 
@@ -38,7 +39,9 @@ class Server:
     def __init__(self, roles, store: KVStore, clocks: ClockTable, timeout: float,
                  on_error=None, progress: Progress | None = None, record_pulls: bool = False,
                  every: tuple | None = None):
-        """`every` = (seconds, callback): call callback() that often while serving."""
+        """`every` = (seconds, callback): call callback(final=False) at each multiple of
+        `seconds` while serving (skipping those missed while busy), and callback(final=True)
+        once when every worker has finished training."""
         self.roles = roles
         self.store = store
         self.clocks = clocks
@@ -47,11 +50,14 @@ class Server:
         self.progress = progress
         self.stats = ServerStats()
         self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
-        self._held = deque()      # pulls waiting for clocks: (worker, source, ts, keys, since)
+        self._held = deque()      # pulls waiting for clocks: (worker, source, ts, keys, insert,
+                                  # since)
         self._replies = []        # (request, buffer) of replies still being sent
         self._heard = np.zeros(len(roles.workers))   # when each worker last sent something
         self.pulls = [] if record_pulls else None
+        self.held_s = np.zeros(len(roles.workers))   # per worker: time its pulls were held
         self._every = every
+        self._final_taken = False
         self._start = time.monotonic()
 
     def run(self) -> ServerStats:
@@ -65,9 +71,12 @@ class Server:
         self._heard[:] = self._start
         next_call = self._start + (self._every[0] if self._every else float("inf"))
         while talking:
+            if self._final_taken:
+                next_call = float("inf")
             if time.monotonic() >= next_call:
-                self._every[1]()
-                next_call += self._every[0]
+                self._timed(final=False)
+                missed = (time.monotonic() - self._start) // self._every[0]
+                next_call = self._start + (missed + 1) * self._every[0]
             msg = comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, status)
             if msg is None:
                 self._check_silence(talking)
@@ -90,6 +99,11 @@ class Server:
         if self.progress:
             self.progress.log(final=True)
         return self.stats
+
+    def _timed(self, final: bool) -> None:
+        began = time.monotonic()
+        self._every[1](final=final)
+        self.stats.busy_s += time.monotonic() - began
 
     def _check_silence(self, talking: set) -> None:
         """Fail if no worker that is still talking has sent anything for `timeout` seconds."""
@@ -124,13 +138,15 @@ class Server:
         if self.progress:
             self.progress.update(worker, h)
         if op is Op.PULL:
-            if h["flags"] & protocol.READ_ONLY:
-                self._reply(source, int(h["ts"]), keys, insert=False)
-            elif self.clocks.may_read(worker):
-                self._serve(worker, source, int(h["ts"]), keys, None)
+            # READ_ONLY only spares storing unknown keys: the clocks apply to every read
+            # (a finished worker's reads, such as scoring the test file, never wait).
+            insert = not h["flags"] & protocol.READ_ONLY
+            if self.clocks.may_read(worker):
+                self._serve(worker, source, int(h["ts"]), keys, insert, None)
             else:
                 self.stats.pulls_held += 1
-                self._held.append((worker, source, int(h["ts"]), keys.copy(), time.monotonic()))
+                self._held.append((worker, source, int(h["ts"]), keys.copy(), insert,
+                                   time.monotonic()))
         elif op is Op.PUSH:
             self.store.push(keys, values)
             if h["flags"] & protocol.CLOCK:
@@ -139,6 +155,9 @@ class Server:
         elif op is Op.FINISH:
             self.clocks.finish(worker)
             self._release()
+            if self.clocks.all_finished and self._every and not self._final_taken:
+                self._timed(final=True)
+                self._final_taken = True
         elif op is Op.STATUS:
             self._send(self._status(), source, protocol.reply_tag(int(h["ts"]), self._reply_tags))
         return op
@@ -152,15 +171,15 @@ class Server:
                   "slowest_worker": slowest, "finished": int((done == FINISHED).sum())}
         return np.array([values[f] for f in protocol.STATUS_FIELDS], np.int64)
 
-    def _serve(self, worker, source, ts, keys, held_since):
+    def _serve(self, worker, source, ts, keys, insert, held_since):
         slowest = self.clocks.record_read(worker)
-        if self.pulls is not None:
-            now = time.monotonic()
+        now = time.monotonic()
+        held = 0.0 if held_since is None else now - held_since
+        self.held_s[worker] += held
+        if self.pulls is not None and self.clocks.done[worker] != FINISHED:
             self.pulls.append((worker, self.clocks.done[worker],
-                               -1 if slowest == FINISHED else slowest,
-                               0.0 if held_since is None else now - held_since,
-                               now - self._start))
-        self._reply(source, ts, keys, insert=True)
+                               -1 if slowest == FINISHED else slowest, held, now - self._start))
+        self._reply(source, ts, keys, insert=insert)
 
     def _release(self) -> None:
         """Serve held pulls whose clocks now allow it, oldest first."""

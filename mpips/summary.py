@@ -32,6 +32,14 @@ def allgather(comm: MPI.Intracomm, record: np.ndarray, timeout: float) -> np.nda
     return records
 
 
+def max_over_ranks(comm: MPI.Intracomm, values: np.ndarray, timeout: float,
+                   what: str) -> np.ndarray:
+    """Elementwise maximum of a float64 array over all ranks, on every rank."""
+    out = np.empty_like(values)
+    wait_all([comm.Iallreduce(values, out, op=MPI.MAX)], timeout, lambda: what)
+    return out
+
+
 def gather_to_root(comm: MPI.Intracomm, local: np.ndarray, counts: np.ndarray, timeout: float,
                    what: str) -> np.ndarray | None:
     """Concatenate each rank's `local` (counts[r] entries from rank r) on rank 0."""
@@ -41,8 +49,9 @@ def gather_to_root(comm: MPI.Intracomm, local: np.ndarray, counts: np.ndarray, t
     return recv
 
 
-def build(records: np.ndarray, n_servers: int, margins, labels, **extra) -> dict:
-    """The summary from all ranks' records and the gathered test scores."""
+def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra) -> dict:
+    """The summary from all ranks' records, the gathered test scores, and how long each
+    worker's pulls were held for the clocks."""
     servers, workers = records[:n_servers], records[n_servers:]
     examples = int(workers["examples"].sum())
     train_s = float(workers["train_s"].max())
@@ -69,9 +78,13 @@ def build(records: np.ndarray, n_servers: int, margins, labels, **extra) -> dict
         "server_bytes_per_key": float(servers["table_bytes"].sum()) / keys if keys else None,
         "bytes_sent": bytes_sent,
         "bytes_per_example": bytes_sent / examples if examples else None,
+        # Per worker: time blocked on pulls (round trips and waiting for the clocks), and of
+        # that, time its pulls were held for the clocks (on the server that held them longest).
         "wait_s": [float(x) for x in workers["wait_s"]],
+        "held_s": [float(x) for x in held_s],
         "max_clock_gap": int(servers["max_gap"].max()),
-        "pulls_held": int(servers["pulls_held"].sum()),
+        # Pulls held for the clocks, on the server that held the most (each holds its part).
+        "pulls_held": int(servers["pulls_held"].max()),
         # Fraction of training time each server spent handling requests (not waiting for them).
         "server_busy": [float(b / t) if t > 0 else None
                         for b, t in zip(servers["busy_s"], servers["train_s"])],

@@ -69,10 +69,16 @@ class TrainConfig:
         if self.consistency not in CONSISTENCY:
             raise ConfigError(f"--consistency must be one of {', '.join(CONSISTENCY)}, "
                               f"got {self.consistency!r}")
-        if self.consistency == "ssp" and (self.staleness is None or self.staleness < 0):
+        if self.consistency == "ssp" and not 0 <= (self.staleness or 0) < 2**31:
+            raise ConfigError(f"--staleness must be a number of clocks from 0 to 2^31-1, "
+                              f"got {self.staleness}")
+        if self.consistency == "ssp" and self.staleness is None:
             raise ConfigError("--consistency ssp needs --staleness S, a number of clocks >= 0")
         if self.consistency != "ssp" and self.staleness is not None:
             raise ConfigError(f"--staleness applies to --consistency ssp, not {self.consistency}")
+        slowed = [worker for worker, _ in self.stragglers]
+        if len(set(slowed)) < len(slowed):
+            raise ConfigError(f"--straggler names a worker more than once: {sorted(slowed)}")
         for worker, factor in self.stragglers:
             if not 0 <= worker < n_ranks - self.servers:
                 raise ConfigError(f"--straggler {worker}:{factor}: worker {worker} does not exist "
@@ -120,8 +126,8 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     cfg = replace(cfg, out=cfg.out or os.path.join("runs", name))
     agree(comm, lambda: cfg.check(comm.size), bound)
     if comm.rank == 0 and cfg.overwrite:
-        for name in RUN_OUTPUTS:
-            path = os.path.join(cfg.out, name)
+        for output in RUN_OUTPUTS:
+            path = os.path.join(cfg.out, output)
             if os.path.isdir(path):
                 shutil.rmtree(path)
             elif os.path.exists(path):
@@ -139,14 +145,14 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
         watch = CompileWatch()
         with watch.watching():
             if roles.is_server:
-                record, margins, labels = _serve(cfg, roles, name)
+                record, margins, labels, held = _serve(cfg, roles, name)
             else:
-                record, margins, labels = _work(cfg, roles)
+                record, margins, labels, held = _work(cfg, roles)
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
         record["compile_s"] = compile_s
         record["late_compiles"] = len(watch.compiled)
-        return _finish(cfg, roles, name, record, margins, labels, started)
+        return _finish(cfg, roles, name, record, margins, labels, held, started)
     finally:
         roles.free()
 
@@ -173,11 +179,13 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str):
     started = [time.monotonic()]
     taken = []
 
-    def snapshot() -> None:
-        """The model as it is now, for learning curves (--snapshot-every)."""
+    def snapshot(final: bool) -> None:
+        """The model as it is now, for learning curves (--snapshot-every); the last one
+        when every worker has finished training."""
         taken.append(time.monotonic() - started[0])
         slowest = clocks.slowest()
-        save_shard(os.path.join(cfg.out, "snapshots", f"{len(taken) - 1:04d}"), roles.index,
+        name = "final" if final else f"{len(taken) - 1:04d}"
+        save_shard(os.path.join(cfg.out, "snapshots", name), roles.index,
                    len(roles.servers), store,
                    {**attrs, "complete": True, "elapsed_s": taken[-1],
                     "slowest_clock": -1 if slowest == FINISHED else slowest}, weights_only=True)
@@ -228,7 +236,7 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str):
     r["pulls_held"] = stats.pulls_held
     r["max_gap"] = clocks.max_gap
     r["busy_s"] = stats.busy_s
-    return r, np.empty(0), np.empty(0, np.float32)
+    return r, np.empty(0), np.empty(0, np.float32), server.held_s
 
 
 def _work(cfg: TrainConfig, roles: Roles):
@@ -282,7 +290,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     r["bytes_sent"] = kv.bytes_sent
     r["bad_lines"] = shard.bad_lines + bad_test_lines
     r["test_rows"] = margins.shape[0]
-    return r, margins, labels
+    return r, margins, labels, np.zeros(n_workers)
 
 
 def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float) -> None:
@@ -315,18 +323,19 @@ def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     return np.concatenate(margins), np.concatenate(labels), shard.bad_lines
 
 
-def _finish(cfg, roles, name, record, margins, labels, started) -> dict | None:
+def _finish(cfg, roles, name, record, margins, labels, held, started) -> dict | None:
     """Gather every rank's figures and the test scores; rank 0 writes the summary."""
     comm = roles.comm
     records = summary.allgather(comm, record, cfg.timeout)
+    held = summary.max_over_ranks(comm, held, cfg.timeout, "the servers' hold times")
     counts = records["test_rows"]
     margins = summary.gather_to_root(comm, margins, counts, cfg.timeout, "the test scores")
     labels = summary.gather_to_root(comm, labels, counts, cfg.timeout, "the test labels")
     result = None
     if comm.rank == 0:
         result = summary.build(
-            records, len(roles.servers), margins, labels, run_id=name, config=cfg.as_dict(),
-            consistency=cfg.consistency, staleness=cfg.max_staleness,
+            records, len(roles.servers), margins, labels, held, run_id=name,
+            config=cfg.as_dict(), consistency=cfg.consistency, staleness=cfg.max_staleness,
             wall_s=time.monotonic() - started,
             model_dir=os.path.abspath(cfg.model_dir))
         summary.print_lines(result, summary.write(cfg.out, result))

@@ -8,11 +8,12 @@ SERVERS, WORKERS, STRAGGLER = 2, 3, 1
 
 
 def pulls(run_dir):
-    """Every pull served, from all servers: worker, clock, slowest, held_s."""
+    """Every pull served, from all servers: worker, clock, slowest, held_s, t, server."""
     parts = []
     for s in range(SERVERS):
         with h5py.File(run_dir / "pulls" / f"server-{s:04d}.h5") as f:
-            parts.append({k: f[k][:] for k in ("worker", "clock", "slowest", "held_s")})
+            parts.append({k: f[k][:] for k in ("worker", "clock", "slowest", "held_s", "t")})
+            parts[-1]["server"] = np.full(parts[-1]["worker"].shape, s)
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
@@ -35,6 +36,8 @@ def test_bsp_moves_in_lockstep(small_data, tmp_path):
     assert (record["held_s"] > 0).any(), "the fast workers were held back"
     assert summary["consistency"] == "bsp" and summary["staleness"] == 0
     assert summary["max_clock_gap"] == 0 and summary["pulls_held"] > 0
+    fast = [w for w in range(WORKERS) if w != STRAGGLER]
+    assert all(summary["held_s"][w] > 0 for w in fast), "held for the clocks, per the summary"
 
 
 @pytest.mark.parametrize("staleness", [0, 1, 3])   # s = 0 behaves as BSP
@@ -52,8 +55,13 @@ def test_ssp_keeps_the_fastest_within_s_clocks(small_data, tmp_path, staleness):
 def test_asp_never_waits_for_the_straggler(small_data, tmp_path):
     summary, record, gap = train(small_data, tmp_path / "run", "--consistency", "asp")
     assert (record["held_s"] == 0).all() and summary["pulls_held"] == 0
+    assert summary["held_s"] == [0.0] * WORKERS
     assert gap.max() > 10, "the fast workers ran far ahead of the straggler"
     assert summary["staleness"] is None and summary["max_clock_gap"] == gap.max()
+    for s in range(SERVERS):   # each fast worker's last read came before the straggler's
+        on = record["server"] == s
+        last = [record["t"][on & (record["worker"] == w)].max() for w in range(WORKERS)]
+        assert max(last[w] for w in range(WORKERS) if w != STRAGGLER) < last[STRAGGLER]
     assert len(summary["wait_s"]) == WORKERS
 
 

@@ -79,18 +79,20 @@ def test_without_mpiexec_the_error_says_how_to_launch(small_data, tmp_path):
 
 def test_an_earlier_run_is_kept_unless_overwrite(small_data, tmp_path):
     run = tmp_path / "run"
-    first = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--out", run)
+    first = run_job(4, "train", "--train", small_data[0], "--servers", 3, "--out", run)
     assert first.returncode == 0, first.output
     again = run_job(3, "train", "--train", small_data[0], "--servers", 1, "--out", run, timeout=60)
     assert again.returncode == 2
     assert f"--out {run} already holds a run (summary.json, model)" in again.stderr
-    assert (run / "model" / "server-0001.h5").exists(), "the earlier model is untouched"
-    third = run_job(3, "train", "--train", small_data[0], "--servers", 1, "--out", run,
+    assert (run / "model" / "server-0002.h5").exists(), "the earlier model is untouched"
+    third = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--out", run,
                     "--overwrite")
     assert third.returncode == 0, third.output
-    keys, _ = load_model(run / "model")   # one run's shards only: the 2-server files are gone
-    assert sorted((run / "model").iterdir()) == [run / "model" / "server-0000.h5"]
-    assert read_summary(run)["servers"] == 1 and keys.shape[0] == read_summary(run)["keys_stored"]
+    # Only the new run's two shards, both of the same run: the 3-server files are gone.
+    assert sorted(p.name for p in (run / "model").iterdir()) == ["server-0000.h5",
+                                                                  "server-0001.h5"]
+    keys, _ = load_model(run / "model")
+    assert read_summary(run)["servers"] == 2 and keys.shape[0] == read_summary(run)["keys_stored"]
 
 
 def test_a_file_without_examples_is_an_error(tmp_path):

@@ -79,3 +79,31 @@ def test_a_client_cannot_read_ahead_by_lying_about_its_clock():
         kv.close()
     finally:
         roles.free()
+
+
+def test_a_read_only_pull_is_held_by_the_clocks_too():
+    roles = split(2, MPI.COMM_WORLD)
+    try:
+        if roles.is_server:
+            serve(roles, staleness=0)
+            return
+        kv = KVWorker(roles, timeout=60)
+        keys = np.arange(8, dtype=np.uint64)
+        if roles.index == 0:
+            for _ in range(3):
+                kv.wait(kv.push(keys, np.ones(8, np.float32), clock=True))
+            ts = kv.pull(keys, read_only=True)
+            kv.timeout = 1.0
+            with pytest.raises(WaitTimeout):
+                kv.wait(ts)           # read-only does not mean "skip the clocks"
+            both_workers_reach(roles, "worker 1 to catch up")
+            kv.timeout = 60
+            np.testing.assert_array_equal(kv.wait(ts)[:, 0], -6 * np.ones(8))
+        else:
+            both_workers_reach(roles, "worker 0 to be held")
+            for _ in range(3):
+                kv.wait(kv.push(keys, np.ones(8, np.float32), clock=True))
+        kv.finish()
+        kv.close()
+    finally:
+        roles.free()

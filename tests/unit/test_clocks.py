@@ -53,3 +53,13 @@ def test_max_gap_is_to_the_slowest_unfinished_worker():
     c.finish(1)
     c.record_read(0)
     assert c.max_gap == 3, "reads by finished workers do not count"
+
+
+def test_a_clock_after_finish_is_a_protocol_error():
+    import pytest
+
+    from mpips.errors import ProtocolError
+    c = ClockTable(2, staleness=0)
+    c.finish(0)
+    with pytest.raises(ProtocolError, match="worker 0 completed a clock after it said FINISH"):
+        c.tick(0)
