@@ -1,8 +1,11 @@
 """Bounded waits: poll MPI requests with backoff, and fail loudly when time runs out.
 
-Open MPI and MPICH busy-poll inside blocking calls; polling with short sleeps
-leaves the cores to computation when ranks outnumber them.
+Open MPI and MPICH busy-poll inside blocking calls. Polling here first yields the
+core between polls (another rank on the same core runs; an idle core answers at
+once), then, once a wait has lasted a while, sleeps a little longer each round,
+which leaves the cores to computation when ranks outnumber them.
 """
+import os
 import time
 from typing import Callable, Sequence
 
@@ -12,19 +15,23 @@ from .errors import WaitTimeout
 
 
 class Backoff:
-    """Sleep a little longer each idle round, from `first` up to `longest` seconds."""
+    """Yield between polls for the first `spin` seconds of a wait, then sleep from `first`
+    up to `longest` seconds, doubling."""
 
-    def __init__(self, first: float = 2e-5, longest: float = 1e-3, spins: int = 50):
-        self.first, self.longest, self.spins = first, longest, spins
+    def __init__(self, spin: float = 2e-3, first: float = 5e-5, longest: float = 1e-3):
+        self.spin, self.first, self.longest = spin, first, longest
         self.reset()
 
     def reset(self) -> None:
-        self._round = 0
+        self._since = None
         self._delay = self.first
 
     def idle(self) -> None:
-        self._round += 1
-        if self._round <= self.spins:
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        if now - self._since < self.spin:
+            os.sched_yield()
             return
         time.sleep(self._delay)
         self._delay = min(self._delay * 2, self.longest)

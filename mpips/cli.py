@@ -5,7 +5,7 @@ import signal
 import sys
 import traceback
 
-from .optimizer import DEFAULT_FTRL_BETA, DEFAULT_LR, NAMES
+from .optimizer import DEFAULT_FTRL_BETA, LR_SCALE, NAMES
 
 DESCRIPTION = """\
 mpips: parameter-server training on an MPI job. Launch `train` with mpiexec or
@@ -81,8 +81,9 @@ def _train_parser(sub):
     opt.add_argument("--optimizer", choices=NAMES, default="adagrad",
                      help="server-side update rule (default: adagrad)")
     opt.add_argument("--lr", type=float, metavar="RATE",
-                     help="learning rate; FTRL's alpha (default: "
-                          + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + ")")
+                     help="learning rate; FTRL's alpha (default: SCALE / features per row, bias "
+                          "included, measured on the training data; SCALE is "
+                          + ", ".join(f"{v:g} for {k}" for k, v in LR_SCALE.items()) + ")")
     opt.add_argument("--l2", type=float, default=0.0,
                      help="L2 penalty: the objective is mean logloss + l2/2 * |w|^2, applied "
                           "to the keys each minibatch touches (default: 0)")
@@ -187,12 +188,55 @@ def _run_score(args) -> None:
             json.dump(result, f, indent=2)
 
 
+def _convert_parser(sub):
+    p = sub.add_parser(
+        "convert", help="convert svmlight text to binary CSR shards that workers memory-map",
+        description="Write OUT/ with one part of CSR arrays (.npy: labels, row pointers, uint64 "
+                    "keys, float32 values) per rank and a meta.json. Under mpiexec -n K each "
+                    "rank converts its own byte range of IN in parallel. `train --train OUT` "
+                    "then reads it without parsing; each worker maps only its rows.")
+    p.add_argument("src", metavar="IN", help="svmlight text file")
+    p.add_argument("dst", metavar="OUT", help="output directory")
+    p.add_argument("--skip-bad-lines", action="store_true",
+                   help="count and skip malformed lines instead of stopping at the first one")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.set_defaults(run=_run_convert)
+
+
+def _run_convert(args) -> None:
+    from mpi4py import MPI
+
+    from .data import check_file
+    from .errors import ConfigError, MpipsError
+    from .log import say, setup
+    from .shards import convert
+
+    world = MPI.COMM_WORLD
+    log = setup(f"rank {world.rank}")
+    try:
+        check_file(args.src, "IN")
+        meta = convert(args.src, args.dst, world, skip_bad=args.skip_bad_lines,
+                       overwrite=args.overwrite)
+    except ConfigError as e:
+        if world.rank == 0:
+            _fail(str(e), 2)
+        sys.exit(2)
+    except MpipsError as e:
+        log.error("%s", e)
+        world.Abort(1)
+    if meta:
+        say(f"wrote {args.dst}: {meta['rows']:,} rows, {meta['nnz']:,} non-zeros in "
+            f"{len(meta['parts'])} part(s)" +
+            (f"; skipped {meta['bad_lines']:,} bad line(s)" if meta["bad_lines"] else ""))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m mpips", description=DESCRIPTION,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _train_parser(sub)
     _score_parser(sub)
+    _convert_parser(sub)
     _make_data_parser(sub)
     return parser
 
@@ -235,8 +279,7 @@ def _run_train(args) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _interrupt)
     try:
-        lr = DEFAULT_LR[args.optimizer] if args.lr is None else args.lr
-        optimizer = Optimizer(name=args.optimizer, lr=lr,
+        optimizer = Optimizer(name=args.optimizer, lr=args.lr,
                               l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
         cfg = TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
                           epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,

@@ -8,8 +8,11 @@
 pull and push start the transfer and return a timestamp at once; wait(ts)
 completes it. A push with clock=True also completes the worker's clock (and
 goes to every server, so each can track it); under BSP or SSP a server holds
-a pull until the clocks allow it.
+a pull until the clocks allow it. Pushing the very array of keys passed to one
+of the last two pulls (once waited for) sends only the values: the servers reuse
+that pull's keys, so do not change a key array between its pull and its push.
 """
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +48,7 @@ class KVWorker:
         self._pending: dict[int, _Pending] = {}
         self._ts = 0
         self._report = {}
+        self._pulled = deque(maxlen=2)   # [ts, keys, perm, offsets, completed] of recent pulls
 
     def report(self, examples: int, loss: float, progress: float) -> None:
         """Progress figures carried by this worker's next messages (servers log them):
@@ -70,11 +74,15 @@ class KVWorker:
         perm, offsets = self._placement.split(keys)
         return perm, offsets, (keys if perm is None else keys[perm])
 
-    def pull(self, keys: np.ndarray, read_only: bool = False) -> int:
+    def pull(self, keys: np.ndarray, read_only: bool = False, next_clock: bool = False) -> int:
         """Start reading the values of `keys`. With read_only, unknown keys read as zero
-        without being stored, and the read does not wait for other workers' clocks."""
+        without being stored. With next_clock, the read is for this worker's next clock, sent
+        ahead of the push that completes the current one (prefetching): servers answer it
+        once that push has arrived and the consistency model allows the next clock."""
         self._ts += 1
         perm, offsets, skeys = self._split(keys)
+        if not read_only:
+            self._pulled.append([self._ts, keys, perm, offsets, False])
         out = np.empty((keys.shape[0], self.width), np.float32)
         pending = _Pending(what="", requests=[], out=out, perm=perm)
         servers = []
@@ -82,14 +90,15 @@ class KVWorker:
             a, b = offsets[s], offsets[s + 1]
             if a == b:
                 continue
-            req, buf = self._send(s, Op.PULL, (skeys[a:b],), nkeys=b - a,
-                                  flags=protocol.READ_ONLY if read_only else 0)
+            flags = ((protocol.READ_ONLY if read_only else 0)
+                     | (protocol.NEXT_CLOCK if next_clock else 0))
+            req, buf = self._send(s, Op.PULL, (skeys[a:b],), nkeys=b - a, flags=flags)
             pending.requests += [req, self._reply_into(out[a:b], s)]
             pending.buffers.append(buf)
             servers.append(self._servers[s])
         pending.what = (f"the reply to pull #{self._ts} ({keys.shape[0]} keys, worker clock "
-                        f"{self.clock}) from server rank(s) {servers}; under BSP/SSP a server "
-                        f"holds a pull until the slowest worker catches up")
+                        f"{self.clock + next_clock}) from server rank(s) {servers}; under BSP/SSP "
+                        f"a server holds a pull until the slowest worker catches up")
         self._pending[self._ts] = pending
         return self._ts
 
@@ -97,7 +106,18 @@ class KVWorker:
         """Start sending values[len(keys), width] for `keys` to the servers' optimizers.
         With clock=True this push also completes the worker's current clock."""
         self._ts += 1
-        perm, offsets, skeys = self._split(keys)
+        # The latest completed pull of this very key array, if recent: its values are the ones
+        # the pushed values were computed from. Each pull's keys serve one push.
+        found = [i for i, p in enumerate(self._pulled) if p[1] is keys and p[4]]
+        pulled = self._pulled[found[-1]] if found else None
+        if found:
+            del self._pulled[found[-1]]
+        if pulled is None:
+            perm, offsets, skeys = self._split(keys)
+            flags, ref = 0, 0
+        else:   # the keys of a recent pull: the servers still have them
+            ref, _, perm, offsets, _ = pulled
+            flags = protocol.SAME_KEYS
         values = np.ascontiguousarray(values, np.float32).reshape(keys.shape[0], self.width)
         svalues = values if perm is None else values[perm]
         pending = _Pending(what=f"push #{self._ts} to be sent", requests=[])
@@ -105,8 +125,9 @@ class KVWorker:
             a, b = offsets[s], offsets[s + 1]
             if a == b and not clock:
                 continue
-            req, buf = self._send(s, Op.PUSH, (skeys[a:b], svalues[a:b]), nkeys=b - a,
-                                  width=self.width, flags=protocol.CLOCK if clock else 0)
+            payload = (svalues[a:b],) if pulled else (skeys[a:b], svalues[a:b])
+            req, buf = self._send(s, Op.PUSH, payload, nkeys=b - a, width=self.width, ref=ref,
+                                  flags=flags | (protocol.CLOCK if clock else 0))
             pending.requests.append(req)
             pending.buffers.append(buf)
         if clock:
@@ -130,6 +151,9 @@ class KVWorker:
         del self._pending[ts]  # only now: MPI may still write into the buffers until complete
         if pending.out is None:
             return None
+        for p in self._pulled:
+            if p[0] == ts:
+                p[4] = True
         self.wait_s += waited
         if pending.perm is None:
             return pending.out

@@ -32,10 +32,20 @@ class ClockTable:
         """The smallest clock among workers still training (FINISHED if none is)."""
         return int(self.done.min())
 
-    def may_read(self, worker: int) -> bool:
-        clock = self.done[worker]
-        return (self.staleness is None or clock == FINISHED
-                or self.slowest() >= clock - self.staleness)
+    def read_clock(self, worker: int, next_clock: bool = False) -> int:
+        """The clock a read by `worker` is for: its own, or the next one (a read sent ahead of
+        the push that completes its current clock)."""
+        clock = int(self.done[worker])
+        return clock if clock == FINISHED or not next_clock else clock + 1
+
+    def may_read(self, worker: int, clock: int) -> bool:
+        """Whether `worker` may now read for `clock`: once it has itself completed the clocks
+        before, and every worker has completed clock - staleness of them."""
+        done = self.done[worker]
+        if done == FINISHED:
+            return True
+        return done >= clock and (self.staleness is None
+                                  or self.slowest() >= clock - self.staleness)
 
     def record_read(self, worker: int) -> int:
         """Note a read served to `worker`; returns the slowest clock at that moment, and keeps

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ConfigError, InputError
+from .kernels.keys import sorted_unique_inverse
 from .kernels.svmlight import ERROR_TEXT, count_byte, parse_svmlight
 
 log = logging.getLogger("mpips")
@@ -42,16 +43,41 @@ class Rows:
                     np.concatenate([p.indices for p in parts]),
                     np.concatenate([p.values for p in parts]))
 
-    def unique_keys(self, bias: bool, source: str = "the data"):
-        """(keys, cols, bias_col): the sorted unique keys of these rows, each entry's
-        position among them, and the bias key's position (-1 without bias)."""
-        keys, cols = np.unique(self.indices, return_inverse=True)
+
+
+class KeyIndexer:
+    """Sorted unique keys of minibatches (plus the bias key), with scratch space reused
+    from one minibatch to the next."""
+
+    def __init__(self):
+        self._grow(1 << 12)
+
+    def _grow(self, entries: int) -> None:
+        size = 1 << (3 * max(entries, 1) // 2).bit_length()   # at most 2/3 full
+        self._table = np.zeros((size, 2), np.uint64)
+        self._ids = np.empty(entries, np.int64)
+        self._scratch_keys = np.empty(entries, np.uint64)
+        self._scratch_ids = np.empty(entries, np.int64)
+        self._stamp = 0
+
+    def __call__(self, rows: Rows, bias: bool, source: str = "the data"):
+        """(keys, cols, bias_col): the sorted unique keys of the rows, each entry's position
+        among them, and the bias key's position (-1 without bias)."""
+        n = rows.indices.shape[0]
+        if n > self._ids.shape[0] or self._stamp == 2**32 - 1:
+            self._grow(max(n, 2 * self._ids.shape[0]))
+        self._stamp += 1
+        keys = np.empty(n + 1, np.uint64)
+        cols = np.empty(n, np.int64)
+        m = sorted_unique_inverse(rows.indices, self._table, self._stamp, keys, cols,
+                                  self._ids, self._scratch_keys, self._scratch_ids)
         if not bias:
-            return keys, cols, -1
-        if keys.shape[0] and keys[-1] == BIAS_KEY:
+            return keys[:m], cols, -1
+        if m and keys[m - 1] == BIAS_KEY:
             raise InputError(f"{source}: feature index {BIAS_KEY} (2^64-1) is reserved for the "
                              f"bias feature; renumber it, or train with --no-bias")
-        return np.append(keys, BIAS_KEY), cols, keys.shape[0]
+        keys[m] = BIAS_KEY
+        return keys[:m + 1], cols, m
 
 
 def check_file(path: str, flag: str) -> None:

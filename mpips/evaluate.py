@@ -9,10 +9,14 @@ import numpy as np
 from .data import BIAS_KEY, Rows, SvmlightShard
 from .kernels.logistic import logistic_margins, mean_logloss, roc_auc
 from .model_io import load_model
+from .shards import CsrShard
 
 
 def read_rows(path: str) -> Rows:
-    """All rows of an svmlight file (for test sets that fit in memory)."""
+    """All rows of an svmlight file or converted dataset (for test sets that fit in memory)."""
+    if os.path.isdir(path):
+        shard = CsrShard(path)
+        return shard.parts[0] if len(shard.parts) == 1 else Rows.concat(shard.parts)
     chunks = list(SvmlightShard(path).rows())
     if not chunks:
         raise ValueError(f"{path}: no examples")

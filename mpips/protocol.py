@@ -1,9 +1,12 @@
 """Messages between workers and servers: one contiguous numpy buffer each, no pickle.
 
-A request is a 64-byte header followed by its payload: for PULL the keys
+A request is a 72-byte header followed by its payload: for PULL the keys
 (uint64), for PUSH the keys then the values (float32, `width` per key), for
-ERROR the UTF-8 text of the error. A pull's reply is the bare values, sent with
-a tag derived from the request's timestamp so replies can be matched out of order.
+ERROR the UTF-8 text of the error. A push of the same keys as an earlier pull
+(flag SAME_KEYS) carries only the values, in that pull's order, and names the
+pull in `ref`: keys cross the wire once per minibatch, and the server reuses the
+rows it found for the pull. A pull's reply is the bare values, sent with a tag
+derived from the request's timestamp so replies can be matched out of order.
 """
 from enum import IntEnum
 
@@ -15,11 +18,12 @@ HEADER = np.dtype([
     ("clock", "<i8"),       # clocks the sender has completed
     ("nkeys", "<i8"), ("width", "<i4"),
     ("reserved", "<i4"),
+    ("ref", "<i8"),         # SAME_KEYS: the ts of the pull whose keys this push reuses
     ("examples", "<i8"),    # examples the sender has trained on so far
     ("loss", "<f8"),        # their summed training logloss
     ("progress", "<f8"),    # epochs done, fractional
 ])
-assert HEADER.itemsize == 64
+assert HEADER.itemsize == 72
 
 
 class Op(IntEnum):
@@ -32,7 +36,10 @@ class Op(IntEnum):
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock
-READ_ONLY = 2    # PULL flag: do not store unknown keys, do not wait for clocks (evaluation)
+READ_ONLY = 2    # PULL flag: do not store unknown keys (evaluation)
+NEXT_CLOCK = 8   # PULL flag: a read for the sender's next clock, sent before the push that
+                 # completes its current one (prefetching); served once that push has arrived
+SAME_KEYS = 4    # PUSH flag: no keys in the message; they are those of pull `ref`
 
 # Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished.
 STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished")
@@ -77,8 +84,9 @@ def unpack(buf: np.ndarray):
     h = buf[:HEADER.itemsize].view(HEADER)[0]
     n = int(h["nkeys"])
     start = HEADER.itemsize
-    keys = buf[start:start + 8 * n].view(np.uint64)
-    vstart = start + 8 * n
+    n_keys = 0 if h["flags"] & SAME_KEYS else n
+    keys = buf[start:start + 8 * n_keys].view(np.uint64)
+    vstart = start + 8 * n_keys
     values = np.empty((0, 0), np.float32)
     if h["op"] == Op.PUSH:
         w = int(h["width"])

@@ -4,7 +4,7 @@ One thread, one message at a time, in arrival order. MPI keeps the messages
 from one worker in order, so a worker always reads its own earlier pushes.
 """
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +13,7 @@ from mpi4py import MPI
 from . import protocol
 from .bounded import Backoff, wait_all
 from .clocks import FINISHED, ClockTable
-from .errors import WaitTimeout
+from .errors import ProtocolError, WaitTimeout
 from .progress import Progress
 from .protocol import Op
 from .store import KVStore
@@ -50,12 +50,15 @@ class Server:
         self.progress = progress
         self.stats = ServerStats()
         self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
-        self._held = deque()      # pulls waiting for clocks: (worker, source, ts, keys, insert,
-                                  # since)
+        self._held = deque()      # pulls waiting for clocks:
+                                  # [clock, worker, source, ts, keys, insert, held since]
         self._replies = []        # (request, buffer) of replies still being sent
         self._heard = np.zeros(len(roles.workers))   # when each worker last sent something
         self.pulls = [] if record_pulls else None
         self.held_s = np.zeros(len(roles.workers))   # per worker: time its pulls were held
+        # Per worker, the last pulls served: ts -> (keys, rows found, table generation), so a
+        # push of the same keys (SAME_KEYS) needs neither the keys nor a second lookup.
+        self._pulled = [OrderedDict() for _ in roles.workers]
         self._every = every
         self._final_taken = False
         self._start = time.monotonic()
@@ -70,6 +73,7 @@ class Server:
         self._start = time.monotonic()
         self._heard[:] = self._start
         next_call = self._start + (self._every[0] if self._every else float("inf"))
+        next_check = self._start
         while talking:
             if self._final_taken:
                 next_call = float("inf")
@@ -79,8 +83,10 @@ class Server:
                 next_call = self._start + (missed + 1) * self._every[0]
             msg = comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, status)
             if msg is None:
-                self._check_silence(talking)
-                self._reap_replies()
+                if time.monotonic() >= next_check:
+                    self._check_silence(talking)
+                    self._reap_replies()
+                    next_check = time.monotonic() + 0.5
                 backoff.idle()
                 continue
             backoff.reset()
@@ -112,7 +118,7 @@ class Server:
         heard = [self._heard[self.roles.worker_index(r)] for r in ranks]
         if now - max(heard) <= self.timeout:
             return
-        held = {item[1] for item in self._held}
+        held = {item[2] for item in self._held}
         lines = []
         for rank, last in zip(ranks, heard):
             w = self.roles.worker_index(rank)
@@ -141,14 +147,17 @@ class Server:
             # READ_ONLY only spares storing unknown keys: the clocks apply to every read
             # (a finished worker's reads, such as scoring the test file, never wait).
             insert = not h["flags"] & protocol.READ_ONLY
-            if self.clocks.may_read(worker):
+            clock = self.clocks.read_clock(worker, bool(h["flags"] & protocol.NEXT_CLOCK))
+            if self.clocks.may_read(worker, clock):
                 self._serve(worker, source, int(h["ts"]), keys, insert, None)
             else:
-                self.stats.pulls_held += 1
-                self._held.append((worker, source, int(h["ts"]), keys.copy(), insert,
-                                   time.monotonic()))
+                self._held.append([clock, worker, source, int(h["ts"]), keys.copy(), insert,
+                                   self._held_since(worker, clock)])
         elif op is Op.PUSH:
-            self.store.push(keys, values)
+            if not h["flags"] & protocol.SAME_KEYS:
+                self.store.push(keys, values)
+            elif values.shape[0]:
+                self._push_same_keys(worker, int(h["ref"]), values)
             if h["flags"] & protocol.CLOCK:
                 self.clocks.tick(worker)
                 self._release()
@@ -171,7 +180,7 @@ class Server:
                   "slowest_worker": slowest, "finished": int((done == FINISHED).sum())}
         return np.array([values[f] for f in protocol.STATUS_FIELDS], np.int64)
 
-    def _serve(self, worker, source, ts, keys, insert, held_since):
+    def _serve(self, worker, source, ts, keys, insert, held_since, keys_are_a_copy=False):
         slowest = self.clocks.record_read(worker)
         now = time.monotonic()
         held = 0.0 if held_since is None else now - held_since
@@ -179,26 +188,53 @@ class Server:
         if self.pulls is not None and self.clocks.done[worker] != FINISHED:
             self.pulls.append((worker, self.clocks.done[worker],
                                -1 if slowest == FINISHED else slowest, held, now - self._start))
-        self._reply(source, ts, keys, insert=insert)
+        out = np.empty((keys.shape[0], self.store.width), np.float32)
+        slots = self.store.find(keys, insert, out)
+        if insert:
+            pulled = self._pulled[worker]
+            pulled[ts] = (keys if keys_are_a_copy else keys.copy(), slots,
+                          self.store.generation)
+            while len(pulled) > 4:   # the client reuses only its last two pulls
+                pulled.popitem(last=False)
+        self._send(out, source, protocol.reply_tag(ts, self._reply_tags))
+
+    def _push_same_keys(self, worker: int, ref: int, values: np.ndarray) -> None:
+        """Apply a push that reuses the keys of pull `ref` (and the rows found for it)."""
+        entry = self._pulled[worker].pop(ref, None)
+        if entry is None or entry[0].shape[0] != values.shape[0]:
+            raise ProtocolError(f"worker {worker} pushed {values.shape[0]} values for the keys "
+                                f"of pull #{ref}, which this server does not hold")
+        keys, slots, generation = entry
+        if generation == self.store.generation:
+            self.store.update(slots, values)
+        else:   # the table grew since: its rows moved
+            self.store.push(keys, values)
+
+    def _held_since(self, worker: int, clock: int) -> float | None:
+        """When a pull that cannot be served yet starts waiting for other workers: now, if its
+        own worker has completed the clocks before; None while it waits for that worker's own
+        push (a pull sent ahead, with NEXT_CLOCK: pipelining, not a consistency wait)."""
+        if self.clocks.done[worker] < clock:
+            return None
+        self.stats.pulls_held += 1
+        return time.monotonic()
 
     def _release(self) -> None:
         """Serve held pulls whose clocks now allow it, oldest first."""
         still = deque()
         for item in self._held:
-            if self.clocks.may_read(item[0]):
-                self._serve(*item)
+            clock, worker = item[0], item[1]
+            if self.clocks.may_read(worker, clock):
+                self._serve(*item[1:], keys_are_a_copy=True)
             else:
+                if item[-1] is None:
+                    item[-1] = self._held_since(worker, clock)
                 still.append(item)
         self._held = still
 
     def pull_records(self) -> np.ndarray:
         """The recorded pulls (with record_pulls) as a PULL_RECORD array."""
         return np.array(self.pulls or [], PULL_RECORD)
-
-    def _reply(self, dest: int, ts: int, keys: np.ndarray, insert: bool) -> None:
-        out = np.empty((keys.shape[0], self.store.width), np.float32)
-        self.store.pull(keys, out, insert=insert)
-        self._send(out, dest, protocol.reply_tag(ts, self._reply_tags))
 
     def _send(self, buf: np.ndarray, dest: int, tag: int) -> None:
         self.stats.bytes_sent += buf.nbytes

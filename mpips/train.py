@@ -19,11 +19,12 @@ from . import logreg, summary
 from .bounded import wait_all
 from .client import KVWorker, tell_servers_to_save
 from .clocks import FINISHED, ClockTable
-from .data import SvmlightShard, check_file
+from .data import KeyIndexer
+from .shards import check_input, features_per_row, open_shard
 from .errors import ConfigError, Interrupted, MpipsError
 from .log import say, setup
 from .model_io import save_shard, write_atomic_hdf5
-from .optimizer import Optimizer
+from .optimizer import LR_SCALE, Optimizer
 from .progress import Progress
 from .roles import Roles, check_servers, split
 from .server import Server
@@ -87,9 +88,9 @@ class TrainConfig:
                 raise ConfigError(f"--straggler {worker}:{factor}: the factor must be >= 1")
         if self.snapshot_every is not None and not self.snapshot_every > 0:
             raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
-        check_file(self.train, "--train")
+        check_input(self.train, "--train")
         if self.test is not None:
-            check_file(self.test, "--test")
+            check_input(self.test, "--test")
         earlier = [name for name in RUN_OUTPUTS if os.path.exists(os.path.join(self.out, name))]
         if earlier and not self.overwrite:
             raise ConfigError(f"--out {self.out} already holds a run ({', '.join(earlier)}); "
@@ -125,6 +126,10 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     name = run_id(comm, bound)
     cfg = replace(cfg, out=cfg.out or os.path.join("runs", name))
     agree(comm, lambda: cfg.check(comm.size), bound)
+    chosen_lr = cfg.optimizer.lr is None
+    if chosen_lr:   # every rank reads the same bytes, so all choose the same rate
+        density = features_per_row(cfg.train) + cfg.bias
+        cfg = replace(cfg, optimizer=cfg.optimizer.with_default_lr(density))
     if comm.rank == 0 and cfg.overwrite:
         for output in RUN_OUTPUTS:
             path = os.path.join(cfg.out, output)
@@ -137,6 +142,9 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     if comm.rank == 0:
         log.info("run %s: %d server(s), %d worker(s), writing to %s", name, len(roles.servers),
                  len(roles.workers), cfg.out)
+        if chosen_lr:
+            log.info("%s learning rate %.4g: %g / %.1f features per row (set --lr to change)",
+                     cfg.optimizer.name, cfg.optimizer.lr, LR_SCALE[cfg.optimizer.name], density)
         log.info("loading the numba kernels (compiled on the first run on a machine, ~20 s)")
     try:
         compile_s = compile_per_node(roles.comm, cfg.timeout)
@@ -255,26 +263,33 @@ def _work(cfg: TrainConfig, roles: Roles):
 
 def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     n_workers = len(roles.workers)
-    shard = SvmlightShard(cfg.train, roles.index, n_workers, skip_bad=cfg.skip_bad_lines)
+    shard = open_shard(cfg.train, roles.index, n_workers, skip_bad=cfg.skip_bad_lines)
     slowdown = cfg.slowdown(roles.index)
+    stream = _minibatches(cfg, shard)
     t0 = mark = _ready(roles, cfg.timeout)
     examples, loss, push = 0, 0.0, None
-    for epoch in range(cfg.epochs):
-        for batch in shard.minibatches(cfg.batch_size):
-            waited = kv.wait_s
-            keys, cols, bias_col = batch.unique_keys(cfg.bias, shard.path)
-            grad, batch_loss = logreg.gradient(batch, cols, bias_col, kv.wait(kv.pull(keys)))
-            loss += batch_loss
-            examples += len(batch)
-            kv.report(examples, loss, epoch + shard.fraction_done)
-            if push is not None:
-                kv.wait(push)
-            push = kv.push(keys, grad, clock=True)
-            if slowdown > 1:   # --straggler, a testing aid: take `slowdown` times as long
-                busy = time.monotonic() - mark - (kv.wait_s - waited)
-                time.sleep((slowdown - 1) * max(busy, 0.0))
-                mark = time.monotonic()
-        kv.report(examples, loss, epoch + 1)
+    current = next(stream, None)
+    pull = kv.pull(current[1]) if current else None
+    while current is not None:
+        waited = kv.wait_s
+        # Pipelining: the next minibatch's keys are found and its pull sent now, so the
+        # servers work on it while this one computes (they answer once this push arrives).
+        upcoming = next(stream, None)
+        next_pull = kv.pull(upcoming[1], next_clock=True) if upcoming else None
+        batch, keys, cols, bias_col, progress = current
+        grad, batch_loss = logreg.gradient(batch, cols, bias_col, kv.wait(pull))
+        loss += batch_loss
+        examples += len(batch)
+        kv.report(examples, loss, progress)
+        if push is not None:
+            kv.wait(push)
+        push = kv.push(keys, grad, clock=True)
+        if slowdown > 1:   # --straggler, a testing aid: take `slowdown` times as long
+            busy = time.monotonic() - mark - (kv.wait_s - waited)
+            time.sleep((slowdown - 1) * max(busy, 0.0))
+            mark = time.monotonic()
+        current, pull = upcoming, next_pull
+    kv.report(examples, loss, cfg.epochs)
     kv.finish()
     train_s = time.monotonic() - t0
     _wait_for_other_workers(roles, kv, cfg.timeout)
@@ -291,6 +306,15 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     r["bad_lines"] = shard.bad_lines + bad_test_lines
     r["test_rows"] = margins.shape[0]
     return r, margins, labels, np.zeros(n_workers)
+
+
+def _minibatches(cfg: TrainConfig, shard):
+    """(rows, keys, cols, bias_col, epochs done) for each minibatch of every epoch."""
+    index = KeyIndexer()
+    for epoch in range(cfg.epochs):
+        for batch in shard.minibatches(cfg.batch_size):
+            keys, cols, bias_col = index(batch, cfg.bias, shard.path)
+            yield batch, keys, cols, bias_col, epoch + shard.fraction_done
 
 
 def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float) -> None:
@@ -311,10 +335,10 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float) -> None:
 def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     """(margins, labels, bad lines skipped) of this worker's share of the test file under
     the final model."""
-    shard = SvmlightShard(cfg.test, roles.index, len(roles.workers), skip_bad=cfg.skip_bad_lines)
-    margins, labels = [], []
+    shard = open_shard(cfg.test, roles.index, len(roles.workers), skip_bad=cfg.skip_bad_lines)
+    margins, labels, index = [], [], KeyIndexer()
     for batch in shard.minibatches(EVAL_BATCH):
-        keys, cols, bias_col = batch.unique_keys(cfg.bias, shard.path)
+        keys, cols, bias_col = index(batch, cfg.bias, shard.path)
         weights = kv.wait(kv.pull(keys, read_only=True))
         margins.append(logreg.margins(batch, cols, bias_col, weights))
         labels.append(batch.labels)

@@ -11,7 +11,7 @@ import numpy as np
 from numba.core import event
 
 from . import logreg, protocol
-from .data import SvmlightShard
+from .data import KeyIndexer, SvmlightShard
 from .kernels.hashing import is_sorted_unique
 from .kernels.logistic import mean_logloss, roc_auc
 from .optimizer import NAMES, Optimizer
@@ -29,12 +29,12 @@ def compile_kernels() -> None:
     finally:
         os.unlink(path)
     batch = batches[0]
-    keys, cols, bias_col = batch.unique_keys(bias=True)
+    keys, cols, bias_col = KeyIndexer()(batch, bias=True)
     is_sorted_unique(keys)
     Placement(2).split(keys)
     weights = np.zeros((keys.shape[0], 1), np.float32)
     for name in NAMES:
-        store = KVStore(1, Optimizer(name), capacity=4)
+        store = KVStore(1, Optimizer(name, lr=0.1), capacity=4)
         grad, _ = logreg.gradient(batch, cols, bias_col, weights)
         message = protocol.pack(protocol.header(Op.PUSH, nkeys=keys.shape[0], width=1), keys,
                                 grad)

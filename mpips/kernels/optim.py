@@ -15,19 +15,6 @@ STATE_COLUMNS = {"sgd": 1, "adagrad": 2, "ftrl": 3}
 
 
 @njit(cache=True, nogil=True)
-def gather_weights(state, slots, width, out):
-    """out[i] = weights of slots[i]; a slot of -1 (key not stored) reads as zeros."""
-    for i in range(slots.shape[0]):
-        s = slots[i]
-        if s < 0:
-            for j in range(width):
-                out[i, j] = 0.0
-        else:
-            for j in range(width):
-                out[i, j] = state[s, j]
-
-
-@njit(cache=True, nogil=True)
 def sgd_update(state, slots, grads, lr, l2):
     """w -= lr * (g + l2 * w)"""
     width = grads.shape[1]

@@ -1,9 +1,16 @@
-"""Open-addressing hash table over numpy arrays (linear probing). Pure numba.
+"""Open-addressing hash table with the key and its state in one row. Pure numba.
 
-A table is `keys: uint64[cap + 1]` (cap a power of two) plus a row of state per
-slot in a separate `float32[cap + 1, row]` array. EMPTY marks a free slot; the
-key that equals EMPTY itself lives in the extra slot `cap`. `meta[0]` counts
-stored keys, `meta[1]` is 1 when the EMPTY-valued key is stored.
+A table is `rows: uint32[cap + 1, 2 + C]`: words 0 and 1 hold the key (low,
+high), words 2.. hold C float32 of state (weights first), reached through a
+float32 view of the same memory. One lookup touches one row: one cache miss for
+the key and the state together. Any capacity works (the home slot is a
+multiply-shift of the hash, not a mask), so the table can stay 72-90% full.
+Linear probing: inserting never moves a stored key, so slots stay valid until
+the table is rebuilt larger.
+
+EMPTY (both key words all ones) marks a free row; the key that equals EMPTY
+itself lives in the extra row `cap`. `meta[0]` counts stored keys, `meta[1]` is 1
+when the EMPTY-valued key is stored.
 """
 import numpy as np
 from numba import njit
@@ -11,17 +18,36 @@ from numba import njit
 from .hashing import mix64
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
+KEY_WORDS = 2
+_ONES = np.uint32(0xFFFFFFFF)
+_LOW = np.uint64(0xFFFFFFFF)
+_S32 = np.uint64(32)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _home(key, cap):
+    h = mix64(key)
+    if cap <= 0xFFFFFFFF:
+        return np.int64(((h >> _S32) * np.uint64(cap)) >> _S32)
+    return np.int64(h % np.uint64(cap))
 
 
 @njit(cache=True, nogil=True)
-def find_slots(tkeys, meta, keys, insert, slots):
-    """Slot of each key in `slots`; missing keys are inserted, or get -1 if not `insert`.
+def find_slots(rows, meta, keys, insert, slots):
+    """Row of each key in `slots`; missing keys are inserted, or get -1 if not `insert`.
 
-    The caller guarantees room: meta[0] + len(keys) < capacity.
-    Returns the number of keys inserted.
+    The caller guarantees room: meta[0] + len(keys) < capacity. Returns keys inserted.
     """
-    cap = tkeys.shape[0] - 1
-    mask = np.uint64(cap - 1)
+    return find_and_read(rows, meta, keys, insert, slots, np.empty((keys.shape[0], 0), np.float32))
+
+
+@njit(cache=True, nogil=True)
+def find_and_read(rows, meta, keys, insert, slots, out):
+    """find_slots, also copying each key's first out.shape[1] state words (its weights) to
+    out[i] while its row is in cache (zeros for a key not found)."""
+    cap = rows.shape[0] - 1
+    width = out.shape[1]
+    state = rows.view(np.float32)
     inserted = 0
     for i in range(keys.shape[0]):
         k = keys[i]
@@ -29,59 +55,76 @@ def find_slots(tkeys, meta, keys, insert, slots):
             if meta[1] == 0:
                 if not insert:
                     slots[i] = -1
+                    out[i, :] = 0.0
                     continue
                 meta[1] = 1
                 meta[0] += 1
                 inserted += 1
             slots[i] = cap
+            for c in range(width):
+                out[i, c] = state[cap, KEY_WORDS + c]
             continue
-        j = mix64(k) & mask
+        lo = np.uint32(k & _LOW)
+        hi = np.uint32(k >> _S32)
+        j = _home(k, cap)
         while True:
-            t = tkeys[j]
-            if t == k:
+            a = rows[j, 0]
+            b = rows[j, 1]
+            if a == lo and b == hi:
                 slots[i] = j
                 break
-            if t == EMPTY:
+            if a == _ONES and b == _ONES:
                 if insert:
-                    tkeys[j] = k
+                    rows[j, 0] = lo
+                    rows[j, 1] = hi
                     meta[0] += 1
                     inserted += 1
                     slots[i] = j
                 else:
                     slots[i] = -1
                 break
-            j = (j + np.uint64(1)) & mask
+            j += 1
+            if j == cap:
+                j = 0
+        if slots[i] < 0:
+            out[i, :] = 0.0
+        else:
+            for c in range(width):
+                out[i, c] = state[j, KEY_WORDS + c]
     return inserted
 
 
 @njit(cache=True, nogil=True)
-def rehash(old_keys, old_state, new_keys, new_state):
-    """Move every stored key and its state row into a larger, empty table."""
-    old_cap = old_keys.shape[0] - 1
-    new_cap = new_keys.shape[0] - 1
-    mask = np.uint64(new_cap - 1)
+def rehash(old_rows, new_rows):
+    """Move every stored row into a larger, empty table (its key words all ones)."""
+    old_cap = old_rows.shape[0] - 1
+    cap = new_rows.shape[0] - 1
     for i in range(old_cap):
-        k = old_keys[i]
-        if k == EMPTY:
+        if old_rows[i, 0] == _ONES and old_rows[i, 1] == _ONES:
             continue
-        j = mix64(k) & mask
-        while new_keys[j] != EMPTY:
-            j = (j + np.uint64(1)) & mask
-        new_keys[j] = k
-        new_state[j, :] = old_state[i, :]
-    new_state[new_cap, :] = old_state[old_cap, :]
+        k = np.uint64(old_rows[i, 0]) | (np.uint64(old_rows[i, 1]) << _S32)
+        j = _home(k, cap)
+        while not (new_rows[j, 0] == _ONES and new_rows[j, 1] == _ONES):
+            j += 1
+            if j == cap:
+                j = 0
+        new_rows[j, :] = old_rows[i, :]
+    new_rows[cap, :] = old_rows[old_cap, :]
 
 
 @njit(cache=True, nogil=True)
-def occupied_slots(tkeys, meta):
-    """Slots that hold a key, in slot order (the EMPTY-valued key's slot last)."""
-    cap = tkeys.shape[0] - 1
-    out = np.empty(meta[0], np.int64)
+def stored(rows, meta):
+    """(slots, keys) of every stored key, in row order (the EMPTY-valued key's row last)."""
+    cap = rows.shape[0] - 1
+    slots = np.empty(meta[0], np.int64)
+    keys = np.empty(meta[0], np.uint64)
     n = 0
     for i in range(cap):
-        if tkeys[i] != EMPTY:
-            out[n] = i
+        if not (rows[i, 0] == _ONES and rows[i, 1] == _ONES):
+            slots[n] = i
+            keys[n] = np.uint64(rows[i, 0]) | (np.uint64(rows[i, 1]) << _S32)
             n += 1
     if meta[1] == 1:
-        out[n] = cap
-    return out
+        slots[n] = cap
+        keys[n] = EMPTY
+    return slots, keys

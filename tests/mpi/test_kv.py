@@ -84,7 +84,7 @@ def test_unknown_keys_read_as_zero_and_bad_keys_are_refused():
     roles = split(2, MPI.COMM_WORLD)
     try:
         if roles.is_server:
-            store, _ = serve(roles, Optimizer("sgd"))
+            store, _ = serve(roles, Optimizer("sgd", lr=1.0))
             n = len(store)
         else:
             kv = KVWorker(roles, timeout=60)
@@ -108,7 +108,7 @@ def test_a_finished_worker_does_not_hold_back_the_others():
     roles = split(2, MPI.COMM_WORLD)
     try:
         if roles.is_server:
-            _, clocks = serve(roles, Optimizer("sgd"))
+            _, clocks = serve(roles, Optimizer("sgd", lr=1.0))
             assert clocks.all_finished
         else:
             kv = KVWorker(roles, timeout=30)
@@ -127,7 +127,7 @@ def test_a_pull_held_by_bsp_times_out_and_says_why():
     roles = split(2, MPI.COMM_WORLD)
     try:
         if roles.is_server:
-            serve(roles, Optimizer("sgd"))
+            serve(roles, Optimizer("sgd", lr=1.0))
         else:
             kv = KVWorker(roles, timeout=1.0)
             keys = np.arange(5, dtype=np.uint64)

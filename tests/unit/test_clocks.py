@@ -4,29 +4,29 @@ from mpips.clocks import ClockTable
 
 def test_bsp_waits_for_the_slowest_worker():
     c = ClockTable(3, staleness=0)
-    assert c.may_read(0)
+    assert c.may_read(0, int(c.done[0]))
     c.tick(0)
-    assert not c.may_read(0), "worker 0 at clock 1; workers 1 and 2 have not finished clock 0"
+    assert not c.may_read(0, int(c.done[0])), "worker 0 at clock 1; workers 1 and 2 have not finished clock 0"
     c.tick(1)
-    assert not c.may_read(0)
+    assert not c.may_read(0, int(c.done[0]))
     c.tick(2)
-    assert c.may_read(0) and c.may_read(1)
+    assert c.may_read(0, int(c.done[0])) and c.may_read(1, int(c.done[1]))
 
 
 def test_ssp_lets_the_fastest_run_s_clocks_ahead():
     c = ClockTable(2, staleness=2)
     for clock in range(1, 4):
         c.tick(0)
-        assert c.may_read(0) == (clock <= 2), clock
+        assert c.may_read(0, int(c.done[0])) == (clock <= 2), clock
     c.tick(1)
-    assert c.may_read(0)
+    assert c.may_read(0, int(c.done[0]))
 
 
 def test_asp_never_waits():
     c = ClockTable(2, staleness=None)
     for _ in range(100):
         c.tick(0)
-    assert c.may_read(0)
+    assert c.may_read(0, int(c.done[0]))
     assert c.record_read(0) == 0 and c.max_gap == 100
 
 
@@ -34,9 +34,9 @@ def test_finished_workers_do_not_hold_back_the_others_or_themselves():
     c = ClockTable(2, staleness=0)
     c.tick(0)
     c.finish(1)
-    assert c.may_read(0) and c.may_read(1)
+    assert c.may_read(0, int(c.done[0])) and c.may_read(1, int(c.done[1]))
     c.tick(0)
-    assert c.may_read(0)
+    assert c.may_read(0, int(c.done[0]))
     c.finish(0)
     assert c.all_finished
 
@@ -63,3 +63,17 @@ def test_a_clock_after_finish_is_a_protocol_error():
     c.finish(0)
     with pytest.raises(ProtocolError, match="worker 0 completed a clock after it said FINISH"):
         c.tick(0)
+
+
+def test_a_read_for_the_next_clock_waits_for_the_readers_own_push():
+    c = ClockTable(2, staleness=None)
+    clock = c.read_clock(0, next_clock=True)
+    assert clock == 1 and not c.may_read(0, clock), "even ASP: its own push comes first"
+    c.tick(0)
+    assert c.may_read(0, clock)
+    bsp = ClockTable(2, staleness=0)
+    clock = bsp.read_clock(0, next_clock=True)
+    bsp.tick(0)
+    assert not bsp.may_read(0, clock), "BSP: and every other worker's clock 0"
+    bsp.tick(1)
+    assert bsp.may_read(0, clock)

@@ -24,3 +24,13 @@ def test_l1_makes_ftrl_sparse():
     state = np.zeros((1, 3), np.float32)
     opt.update(state, np.array([0]), np.float32([[0.5]]))
     assert state[0, 0] == 0 and state[0, 1] == 0.5
+
+
+def test_the_default_rate_halves_when_rows_are_twice_as_dense():
+    sparse = Optimizer("adagrad").with_default_lr(21.0)
+    dense = Optimizer("adagrad").with_default_lr(42.0)
+    assert dense.lr == pytest.approx(sparse.lr / 2)
+    assert Optimizer("adagrad", lr=0.3).with_default_lr(42.0).lr == 0.3, "a set rate stays"
+    with pytest.raises(ValueError, match="no learning rate"):
+        Optimizer("sgd").update(np.zeros((1, 1), np.float32), np.zeros(1, np.int64),
+                                np.zeros((1, 1), np.float32))

@@ -1,5 +1,6 @@
 """The server's hash table: agrees with a dict, grows, and stores only touched keys."""
 import numpy as np
+import pytest
 
 from mpips.kernels.table import EMPTY
 from mpips.optimizer import Optimizer
@@ -29,7 +30,7 @@ def test_matches_a_dict_through_growth():
 
 
 def test_read_only_pull_stores_nothing():
-    store = KVStore(width=1, optimizer=Optimizer())
+    store = KVStore(width=1, optimizer=Optimizer(lr=0.1))
     keys = np.array([1, 2, 2**64 - 1], np.uint64)
     out = store.pull(keys, np.full((3, 1), 7, np.float32), insert=False)
     assert (out == 0).all() and len(store) == 0
@@ -37,9 +38,25 @@ def test_read_only_pull_stores_nothing():
     assert len(store) == 3
 
 
-def test_bytes_per_key_at_scale():
-    store = KVStore(width=1, optimizer=Optimizer("sgd"))
-    keys = np.arange(1_000_000, dtype=np.uint64)
-    store.pull(keys, np.empty((keys.shape[0], 1), np.float32))
-    # 8 bytes of key + 4 of weight per slot, at a load factor between 0.375 and 0.75.
-    assert 16 <= store.nbytes / len(store) <= 32
+@pytest.mark.parametrize("n_keys", [2_000_000, 3_000_000])
+def test_a_large_table_stays_72_to_90_percent_full(n_keys):
+    store = KVStore(width=1, optimizer=Optimizer("sgd", lr=1.0))
+    keys = np.arange(n_keys, dtype=np.uint64)
+    for part in np.array_split(keys, 10):   # grows step by step, as a server's table does
+        store.pull(part, np.empty((part.shape[0], 1), np.float32))
+    # 8 bytes of key + 4 of weight per row, at a load between 0.9 / 1.25 and 0.9.
+    assert 12 / 0.9 <= store.nbytes / len(store) <= 12 * 1.25 / 0.9 + 0.01
+
+
+def test_rows_stay_valid_until_the_table_grows():
+    store = KVStore(width=1, optimizer=Optimizer("sgd", lr=1.0), capacity=1000)
+    first = np.arange(100, dtype=np.uint64)
+    slots = store.find(first)
+    store.find(np.arange(100, 200, dtype=np.uint64))   # inserts, without growing
+    assert store.generation == 0
+    store.update(slots, np.ones((100, 1), np.float32))
+    out = store.pull(first, np.empty((100, 1), np.float32))
+    assert (out == -1).all()
+    store.find(np.arange(200, 5000, dtype=np.uint64))  # grows: rows are renumbered
+    assert store.generation > 0
+    assert (store.pull(first, np.empty((100, 1), np.float32)) == -1).all()

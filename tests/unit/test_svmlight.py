@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mpips.data import Rows, SvmlightShard, byte_range
+from mpips.data import KeyIndexer, Rows, SvmlightShard, byte_range
 from mpips.errors import InputError
 from mpips.kernels import svmlight
 
@@ -148,16 +148,34 @@ def test_skip_bad_lines_counts(tmp_path):
     assert keys == [1, 2, 4] and shard.bad_lines == 2
 
 
-def test_unique_keys_adds_the_bias():
+def test_key_indexer_adds_the_bias():
+    index = KeyIndexer()
     rows = Rows(np.float32([1, 0]), np.array([0, 2, 3]), np.uint64([9, 3, 9]), np.float32([1, 1, 1]))
-    keys, cols, bias_col = rows.unique_keys(bias=True)
+    keys, cols, bias_col = index(rows, bias=True)
     assert keys.tolist() == [3, 9, 2**64 - 1] and cols.tolist() == [1, 0, 1] and bias_col == 2
-    keys, cols, bias_col = rows.unique_keys(bias=False)
+    keys, cols, bias_col = index(rows, bias=False)
     assert keys.tolist() == [3, 9] and bias_col == -1
     clash = Rows(np.float32([1]), np.array([0, 1]), np.uint64([2**64 - 1]), np.float32([1]))
     with pytest.raises(InputError, match=r"f.svm: feature index 18446744073709551615 .*--no-bias"):
-        clash.unique_keys(bias=True, source="f.svm")
-    assert clash.unique_keys(bias=False)[0].tolist() == [2**64 - 1]
+        index(clash, bias=True, source="f.svm")
+    assert index(clash, bias=False)[0].tolist() == [2**64 - 1]
+
+
+@pytest.mark.parametrize("size, space", [(0, 10), (1, 10), (50, 7), (3000, 2**64 - 1),
+                                         (20000, 2**40), (70000, 5000)])
+def test_key_indexer_equals_numpy_unique(size, space):
+    index = KeyIndexer()
+    rng = np.random.default_rng(size)
+    for _ in range(3):   # reuses its scratch space, and grows it
+        indices = rng.integers(0, space, size, dtype=np.uint64, endpoint=True)
+        if size > 10:
+            indices[:5] = [0, 2**32, 2**63, space, 1]   # digits that differ in a single pass
+        rows = Rows(np.zeros(1, np.float32), np.array([0, size]), indices,
+                    np.ones(size, np.float32))
+        keys, cols, _ = index(rows, bias=False)
+        expect_keys, expect_cols = np.unique(indices, return_inverse=True)
+        np.testing.assert_array_equal(keys, expect_keys)
+        np.testing.assert_array_equal(cols, expect_cols)
 
 
 def test_skipped_lines_are_named_and_counted_per_pass(tmp_path, caplog):

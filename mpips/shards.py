@@ -1,0 +1,175 @@
+"""Binary CSR shards: svmlight converted once, then memory-mapped by every worker.
+
+A dataset is a directory:
+
+    meta.json                     rows, nnz, parts (written last: its presence means complete)
+    part-NNNN.labels.npy          float32[rows]      0 or 1
+    part-NNNN.indptr.npy          int64[rows + 1]    row starts within the part, from 0
+    part-NNNN.indices.npy         uint64[nnz]        feature keys
+    part-NNNN.values.npy          float32[nnz]
+
+`convert` writes one part per converting rank, each from its own byte range of
+the text; `CsrShard` gives worker w of W the rows [N*w/W, N*(w+1)/W) without
+reading anything else.
+"""
+import json
+import os
+import shutil
+
+import numpy as np
+
+from .bounded import wait_all
+from .data import Rows, SvmlightShard, check_file
+from .errors import ConfigError
+
+FORMAT = "mpips-csr"
+ARRAYS = (("labels", np.float32), ("indptr", np.int64), ("indices", np.uint64),
+          ("values", np.float32))
+
+
+def is_dataset(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "meta.json"))
+
+
+def read_meta(path: str) -> dict:
+    try:
+        with open(os.path.join(path, "meta.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: not a converted dataset ({e})") from None
+    if meta.get("format") != FORMAT:
+        raise ConfigError(f"{path}/meta.json: format is {meta.get('format')!r}, not {FORMAT!r}")
+    return meta
+
+
+def _part_file(path: str, part: str, array: str) -> str:
+    return os.path.join(path, f"{part}.{array}.npy")
+
+
+def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict:
+    """Convert byte range `rank` of `size` of the svmlight file `src` into part `rank`."""
+    name = f"part-{rank:04d}"
+    shard = SvmlightShard(src, rank, size, skip_bad=skip_bad)
+    raw = {array: open(_part_file(dst, name, array) + ".raw", "wb") for array, _ in ARRAYS}
+    rows = nnz = 0
+    raw["indptr"].write(np.zeros(1, np.int64).tobytes())
+    try:
+        for chunk in shard.rows():
+            raw["labels"].write(chunk.labels.tobytes())
+            raw["indptr"].write((chunk.indptr[1:] + nnz).tobytes())
+            raw["indices"].write(chunk.indices.tobytes())
+            raw["values"].write(chunk.values.tobytes())
+            rows += len(chunk)
+            nnz += int(chunk.indptr[-1])
+    finally:
+        for f in raw.values():
+            f.close()
+    for array, dtype in ARRAYS:   # .npy needs the length up front: copy the raw bytes behind it
+        tmp = _part_file(dst, name, array) + ".raw"
+        count = os.path.getsize(tmp) // np.dtype(dtype).itemsize
+        out = np.lib.format.open_memmap(_part_file(dst, name, array), "w+", dtype, (count,))
+        with open(tmp, "rb") as f:
+            done, block = 0, (64 << 20) // np.dtype(dtype).itemsize
+            while done < count:
+                n = min(block, count - done)
+                out[done:done + n] = np.frombuffer(f.read(n * out.itemsize), dtype)
+                done += n
+        out.flush()
+        del out
+        os.remove(tmp)
+    return {"name": name, "rows": rows, "nnz": nnz, "bad_lines": shard.bad_lines}
+
+
+def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = False,
+            timeout: float = 3600.0) -> dict | None:
+    """Collective over `comm`: every rank converts its byte range of `src`; rank 0 writes
+    meta.json once all parts exist. Returns the metadata on rank 0."""
+    if comm.rank == 0:
+        if os.path.exists(dst) and not overwrite:
+            raise ConfigError(f"{dst} exists; choose another output, or pass --overwrite")
+        shutil.rmtree(dst, ignore_errors=True)
+        os.makedirs(dst)
+    wait_all([comm.Ibarrier()], timeout, lambda: "rank 0 to create the output directory")
+    part = write_part(src, dst, comm.rank, comm.size, skip_bad)
+    counts = np.array([part["rows"], part["nnz"], part["bad_lines"]], np.int64)
+    every = np.empty((comm.size, 3), np.int64)
+    wait_all([comm.Iallgather(counts, every)], timeout, lambda: "every rank to finish its part")
+    if comm.rank != 0:
+        return None
+    meta = {"format": FORMAT, "version": 1, "source": os.path.abspath(src),
+            "rows": int(every[:, 0].sum()), "nnz": int(every[:, 1].sum()),
+            "bad_lines": int(every[:, 2].sum()),
+            "parts": [{"name": f"part-{r:04d}", "rows": int(every[r, 0]), "nnz": int(every[r, 1])}
+                      for r in range(comm.size)]}
+    with open(os.path.join(dst, "meta.json.tmp"), "w") as f:
+        json.dump(meta, f, indent=2)
+    os.replace(os.path.join(dst, "meta.json.tmp"), os.path.join(dst, "meta.json"))
+    return meta
+
+
+class CsrShard:
+    """Rows [N*part/nparts, N*(part+1)/nparts) of a converted dataset, memory-mapped."""
+
+    bad_lines = 0   # bad lines were handled when converting
+
+    def __init__(self, path: str, part: int = 0, nparts: int = 1):
+        self.path = path
+        meta = read_meta(path)
+        self.parts = []
+        for p in meta["parts"]:
+            # Copy-on-write maps: writable array types, so the same compiled kernels apply.
+            arrays = {a: np.load(_part_file(path, p["name"], a), mmap_mode="c")
+                      for a, _ in ARRAYS}
+            self.parts.append(Rows(arrays["labels"], arrays["indptr"], arrays["indices"],
+                                   arrays["values"]))
+        self.part_starts = np.cumsum([0] + [len(p) for p in self.parts])
+        n = int(self.part_starts[-1])
+        self.start, self.stop = n * part // nparts, n * (part + 1) // nparts
+        self.position = self.start
+
+    @property
+    def fraction_done(self) -> float:
+        span = self.stop - self.start
+        return 1.0 if span <= 0 else (self.position - self.start) / span
+
+    def _rows(self, a: int, b: int) -> Rows:
+        """Global rows [a, b), as views unless they span parts."""
+        pieces = []
+        while a < b:
+            p = int(np.searchsorted(self.part_starts, a, side="right")) - 1
+            end = min(b, int(self.part_starts[p + 1]))
+            lo = a - int(self.part_starts[p])
+            pieces.append(self.parts[p].slice(lo, lo + end - a))
+            a = end
+        return pieces[0] if len(pieces) == 1 else Rows.concat(pieces)
+
+    def minibatches(self, batch_size: int):
+        """Yield Rows of `batch_size` rows (the last may be smaller)."""
+        for a in range(self.start, self.stop, batch_size):
+            b = min(a + batch_size, self.stop)
+            self.position = b
+            yield self._rows(a, b)
+
+
+def features_per_row(path: str) -> float:
+    """Mean non-zeros per row: exact for a converted dataset, from the first 1 MiB of text."""
+    if os.path.isdir(path):
+        meta = read_meta(path)
+        return meta["nnz"] / max(meta["rows"], 1)
+    rows = next(SvmlightShard(path, chunk_bytes=1 << 20, skip_bad=True).rows(), None)
+    return 0.0 if rows is None else float(rows.indptr[-1]) / len(rows)
+
+
+def check_input(path: str, flag: str) -> None:
+    """ConfigError unless `path` is a readable non-empty svmlight file or a converted dataset."""
+    if os.path.isdir(path):
+        read_meta(path)
+    else:
+        check_file(path, flag)
+
+
+def open_shard(path: str, part: int, nparts: int, skip_bad: bool = False):
+    """Part `part` of `nparts` of a dataset: svmlight text, or a directory from `convert`."""
+    if os.path.isdir(path):
+        return CsrShard(path, part, nparts)
+    return SvmlightShard(path, part, nparts, skip_bad=skip_bad)
