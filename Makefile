@@ -61,6 +61,9 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 bench: $(VENV)/.installed-bench
 	$(PY) bench/workers.py
 	$(PY) bench/consistency.py
+	$(PY) bench/throughput.py
+	$(MPIEXEC) -n 2 $(PY) bench/comm.py
+	$(PY) bench/memory.py
 
 clean:
 	rm -rf data runs bench/data bench/out

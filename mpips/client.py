@@ -56,7 +56,7 @@ class KVWorker:
         self._report = dict(examples=examples, loss=loss, progress=progress)
 
     def _send(self, server_index: int, op: Op, payload=(), **fields):
-        h = protocol.header(op, ts=self._ts, clock=self.clock, **self._report, **fields)
+        h = protocol.Header(op, ts=self._ts, clock=self.clock, **self._report, **fields)
         buf = protocol.pack(h, *payload)
         self.bytes_sent += buf.nbytes
         req = self._comm.Isend(buf, self._servers[server_index], protocol.REQUEST_TAG)
@@ -183,7 +183,7 @@ def tell_servers_to_save(comm: MPI.Intracomm, servers, reason: str, timeout: flo
     """Tell each server in `servers` (ranks) that the job is failing, and wait until each has
     saved its shard and acknowledged. Used by a failing worker, or server for the others."""
     text = np.frombuffer(reason.encode("utf-8"), np.uint8)
-    header = protocol.header(Op.ERROR, nkeys=0)
+    header = protocol.Header(Op.ERROR)
     message = protocol.pack(header, text)
     acks = np.zeros(len(servers), np.int64)
     requests = []

@@ -25,13 +25,13 @@ class Progress:
         self._tenth = 0
 
     def update(self, worker: int, header) -> None:
-        self.examples[worker] = header["examples"]
-        self.loss[worker] = header["loss"]
-        self.done[worker] = header["progress"]
+        self.examples[worker] = header.examples
+        self.loss[worker] = header.loss
+        self.done[worker] = header.progress
         since = time.monotonic() - self._last[0]
+        if since < min(self.every, 0.5) or self.done.min() >= self.epochs:
+            return   # too soon for another line, or all done: the final line follows
         tenth = int(self.done.mean() * 10)
-        if self.done.min() >= self.epochs:
-            return   # all done: the final line follows
         if since >= self.every or (tenth > self._tenth and since >= 0.5):
             self._tenth = tenth
             self.log()

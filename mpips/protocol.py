@@ -8,22 +8,31 @@ pull in `ref`: keys cross the wire once per minibatch, and the server reuses the
 rows it found for the pull. A pull's reply is the bare values, sent with a tag
 derived from the request's timestamp so replies can be matched out of order.
 """
+import struct
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 
-HEADER = np.dtype([
-    ("op", "<i4"), ("flags", "<i4"),
-    ("ts", "<i8"),          # the sender's request number
-    ("clock", "<i8"),       # clocks the sender has completed
-    ("nkeys", "<i8"), ("width", "<i4"),
-    ("reserved", "<i4"),
-    ("ref", "<i8"),         # SAME_KEYS: the ts of the pull whose keys this push reuses
-    ("examples", "<i8"),    # examples the sender has trained on so far
-    ("loss", "<f8"),        # their summed training logloss
-    ("progress", "<f8"),    # epochs done, fractional
-])
-assert HEADER.itemsize == 72
+
+class Header(NamedTuple):
+    op: int
+    flags: int = 0
+    ts: int = 0          # the sender's request number
+    clock: int = 0       # clocks the sender has completed
+    nkeys: int = 0
+    width: int = 0
+    ref: int = 0         # SAME_KEYS: the ts of the pull whose keys this push reuses
+    examples: int = 0    # examples the sender has trained on so far
+    loss: float = 0.0    # their summed training logloss
+    progress: float = 0.0  # epochs done, fractional
+
+
+# Little-endian, 8-byte aligned payload after it: op flags ts clock nkeys width (pad) ref
+# examples loss progress.
+_LAYOUT = struct.Struct("<iiqqqi4xqqdd")
+HEADER_BYTES = _LAYOUT.size
+assert HEADER_BYTES == 72
 
 
 class Op(IntEnum):
@@ -59,40 +68,34 @@ def reply_tag(ts: int, n_tags: int) -> int:
     return _REPLY_TAG0 + ts % n_tags
 
 
-def pack(header: np.ndarray, *payload: np.ndarray) -> np.ndarray:
-    """One uint8 buffer holding the header record and the payload arrays' bytes."""
-    size = HEADER.itemsize + sum(p.nbytes for p in payload)
+def pack(header: Header, *payload: np.ndarray) -> np.ndarray:
+    """One uint8 buffer holding the header and the payload arrays' bytes."""
+    size = HEADER_BYTES + sum(p.nbytes for p in payload)
     buf = np.empty(size, np.uint8)
-    buf[:HEADER.itemsize] = header.reshape(1).view(np.uint8)
-    pos = HEADER.itemsize
+    _LAYOUT.pack_into(buf, 0, *header)
+    pos = HEADER_BYTES
     for p in payload:
         buf[pos:pos + p.nbytes] = np.ascontiguousarray(p).reshape(-1).view(np.uint8)
         pos += p.nbytes
     return buf
 
 
-def header(op: Op, **fields) -> np.ndarray:
-    h = np.zeros((), HEADER)
-    h["op"] = op
-    for name, value in fields.items():
-        h[name] = value
-    return h
-
-
 def unpack(buf: np.ndarray):
     """(header, keys, values) views into a received buffer; keys/values empty when absent."""
-    h = buf[:HEADER.itemsize].view(HEADER)[0]
-    n = int(h["nkeys"])
-    start = HEADER.itemsize
-    n_keys = 0 if h["flags"] & SAME_KEYS else n
+    h = Header._make(_LAYOUT.unpack_from(buf, 0))
+    n_keys = 0 if h.flags & SAME_KEYS else h.nkeys
+    start = HEADER_BYTES
     keys = buf[start:start + 8 * n_keys].view(np.uint64)
-    vstart = start + 8 * n_keys
-    values = np.empty((0, 0), np.float32)
-    if h["op"] == Op.PUSH:
-        w = int(h["width"])
-        values = buf[vstart:vstart + 4 * n * w].view(np.float32).reshape(n, w)
+    values = _NO_VALUES
+    if h.op == Op.PUSH:
+        vstart = start + 8 * n_keys
+        values = buf[vstart:vstart + 4 * h.nkeys * h.width].view(np.float32).reshape(
+            h.nkeys, h.width)
     return h, keys, values
 
 
+_NO_VALUES = np.empty((0, 0), np.float32)
+
+
 def error_text(buf: np.ndarray) -> str:
-    return buf[HEADER.itemsize:].tobytes().decode("utf-8", "replace")
+    return buf[HEADER_BYTES:].tobytes().decode("utf-8", "replace")

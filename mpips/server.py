@@ -131,7 +131,7 @@ class Server:
 
     def _handle(self, source: int, buf: np.ndarray) -> Op:
         h, keys, values = protocol.unpack(buf)
-        op = Op(int(h["op"]))
+        op = Op(h.op)
         if op is Op.ERROR:
             who = (f"worker {self.roles.worker_index(source)}" if source in self.roles.workers
                    else f"server {source}")
@@ -146,19 +146,19 @@ class Server:
         if op is Op.PULL:
             # READ_ONLY only spares storing unknown keys: the clocks apply to every read
             # (a finished worker's reads, such as scoring the test file, never wait).
-            insert = not h["flags"] & protocol.READ_ONLY
-            clock = self.clocks.read_clock(worker, bool(h["flags"] & protocol.NEXT_CLOCK))
+            insert = not h.flags & protocol.READ_ONLY
+            clock = self.clocks.read_clock(worker, bool(h.flags & protocol.NEXT_CLOCK))
             if self.clocks.may_read(worker, clock):
-                self._serve(worker, source, int(h["ts"]), keys, insert, None)
+                self._serve(worker, source, h.ts, keys, insert, None)
             else:
-                self._held.append([clock, worker, source, int(h["ts"]), keys.copy(), insert,
+                self._held.append([clock, worker, source, h.ts, keys.copy(), insert,
                                    self._held_since(worker, clock)])
         elif op is Op.PUSH:
-            if not h["flags"] & protocol.SAME_KEYS:
+            if not h.flags & protocol.SAME_KEYS:
                 self.store.push(keys, values)
             elif values.shape[0]:
-                self._push_same_keys(worker, int(h["ref"]), values)
-            if h["flags"] & protocol.CLOCK:
+                self._push_same_keys(worker, h.ref, values)
+            if h.flags & protocol.CLOCK:
                 self.clocks.tick(worker)
                 self._release()
         elif op is Op.FINISH:
@@ -168,7 +168,7 @@ class Server:
                 self._timed(final=True)
                 self._final_taken = True
         elif op is Op.STATUS:
-            self._send(self._status(), source, protocol.reply_tag(int(h["ts"]), self._reply_tags))
+            self._send(self._status(), source, protocol.reply_tag(h.ts, self._reply_tags))
         return op
 
     def _status(self) -> np.ndarray:

@@ -43,24 +43,21 @@ class KVStore:
         """Row of each key (new array); unknown keys are stored if `insert`, else -1. Rows stay
         valid while `generation` is unchanged. With `out`, also reads the keys' weights into
         out[len(keys), width] in the same pass (zeros for keys not found)."""
-        if insert:
-            self._reserve(len(self) + keys.shape[0])
         slots = np.empty(keys.shape[0], np.int64)
         if out is None:
-            table.find_slots(self._rows, self._meta, keys, insert, slots)
-        else:
-            table.find_and_read(self._rows, self._meta, keys, insert, slots, out)
-        return slots
+            out = np.empty((keys.shape[0], 0), np.float32)
+        while True:
+            limit = int(self.max_load * self.capacity)
+            done = table.find_and_read(self._rows, self._meta, keys, insert, limit, slots, out)
+            if done == keys.shape[0]:
+                return slots
+            self._grow()   # rows found so far have moved: look them up again
 
-    def _reserve(self, n_keys: int) -> None:
+    def _grow(self) -> None:
         cap = self.capacity
-        if n_keys < self.max_load * cap:
-            return
-        while n_keys >= self.max_load * cap:
-            # Small tables double (fewer rebuilds); large ones grow by `growth` (less memory).
-            cap = int(cap * (2.0 if cap < 1 << 20 else self.growth)) + 1
+        # Small tables double (fewer rebuilds); large ones grow by `growth` (less memory).
         old = self._rows
-        self._allocate(cap)
+        self._allocate(int(cap * (2.0 if cap < 1 << 20 else self.growth)) + 1)
         table.rehash(old, self._rows)
         self.generation += 1
 

@@ -1,6 +1,7 @@
 """What a finished job reports: each rank's figures, gathered; summary.json; the last lines."""
 import json
 import os
+import resource
 
 import numpy as np
 from mpi4py import MPI
@@ -15,7 +16,7 @@ RECORD = np.dtype([
     ("examples", "<i8"), ("train_loss", "<f8"), ("train_s", "<f8"), ("wait_s", "<f8"),
     ("bytes_sent", "<i8"), ("keys", "<i8"), ("table_bytes", "<i8"), ("bad_lines", "<i8"),
     ("pulls_held", "<i8"), ("max_gap", "<i8"), ("test_rows", "<i8"),
-    ("compile_s", "<f8"), ("late_compiles", "<i8"), ("busy_s", "<f8"),
+    ("compile_s", "<f8"), ("late_compiles", "<i8"), ("busy_s", "<f8"), ("peak_rss_mb", "<f8"),
 ])
 
 
@@ -24,7 +25,9 @@ def new_record() -> np.ndarray:
 
 
 def allgather(comm: MPI.Intracomm, record: np.ndarray, timeout: float) -> np.ndarray:
-    """Every rank's record, on every rank (so all can decide the job's outcome alike)."""
+    """Every rank's record, on every rank (so all can decide the job's outcome alike). Fills
+    in this rank's peak resident memory."""
+    record["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     records = np.empty(comm.size, RECORD)
     req = comm.Iallgather([record.reshape(1).view(np.uint8), MPI.BYTE],
                           [records.view(np.uint8), MPI.BYTE])
@@ -89,6 +92,9 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "server_busy": [float(b / t) if t > 0 else None
                         for b, t in zip(servers["busy_s"], servers["train_s"])],
         "bad_lines": int(workers["bad_lines"].sum()),
+        # Peak resident memory of each rank (servers first), and of the job.
+        "peak_rss_mb": [round(float(x), 1) for x in records["peak_rss_mb"]],
+        "peak_rss_mb_total": round(float(records["peak_rss_mb"].sum()), 1),
     }
 
 

@@ -36,7 +36,7 @@ def compile_kernels() -> None:
     for name in NAMES:
         store = KVStore(1, Optimizer(name, lr=0.1), capacity=4)
         grad, _ = logreg.gradient(batch, cols, bias_col, weights)
-        message = protocol.pack(protocol.header(Op.PUSH, nkeys=keys.shape[0], width=1), keys,
+        message = protocol.pack(protocol.Header(Op.PUSH, nkeys=keys.shape[0], width=1), keys,
                                 grad)
         _, wire_keys, wire_values = protocol.unpack(message)
         store.push(wire_keys, wire_values)

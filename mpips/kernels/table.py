@@ -33,22 +33,14 @@ def _home(key, cap):
 
 
 @njit(cache=True, nogil=True)
-def find_slots(rows, meta, keys, insert, slots):
-    """Row of each key in `slots`; missing keys are inserted, or get -1 if not `insert`.
-
-    The caller guarantees room: meta[0] + len(keys) < capacity. Returns keys inserted.
-    """
-    return find_and_read(rows, meta, keys, insert, slots, np.empty((keys.shape[0], 0), np.float32))
-
-
-@njit(cache=True, nogil=True)
-def find_and_read(rows, meta, keys, insert, slots, out):
-    """find_slots, also copying each key's first out.shape[1] state words (its weights) to
-    out[i] while its row is in cache (zeros for a key not found)."""
+def find_and_read(rows, meta, keys, insert, limit, slots, out):
+    """Row of each key in `slots`, copying its first out.shape[1] state words (its weights)
+    to out[i] while the row is in cache. A missing key is inserted, or gets row -1 and zeros
+    if not `insert`. Stops before an insert would store more than `limit` keys, and returns
+    how many keys it got through (the caller grows the table and starts again)."""
     cap = rows.shape[0] - 1
     width = out.shape[1]
     state = rows.view(np.float32)
-    inserted = 0
     for i in range(keys.shape[0]):
         k = keys[i]
         if k == EMPTY:
@@ -57,9 +49,10 @@ def find_and_read(rows, meta, keys, insert, slots, out):
                     slots[i] = -1
                     out[i, :] = 0.0
                     continue
+                if meta[0] >= limit:
+                    return i
                 meta[1] = 1
                 meta[0] += 1
-                inserted += 1
             slots[i] = cap
             for c in range(width):
                 out[i, c] = state[cap, KEY_WORDS + c]
@@ -74,14 +67,15 @@ def find_and_read(rows, meta, keys, insert, slots, out):
                 slots[i] = j
                 break
             if a == _ONES and b == _ONES:
-                if insert:
-                    rows[j, 0] = lo
-                    rows[j, 1] = hi
-                    meta[0] += 1
-                    inserted += 1
-                    slots[i] = j
-                else:
+                if not insert:
                     slots[i] = -1
+                    break
+                if meta[0] >= limit:
+                    return i
+                rows[j, 0] = lo
+                rows[j, 1] = hi
+                meta[0] += 1
+                slots[i] = j
                 break
             j += 1
             if j == cap:
@@ -91,7 +85,7 @@ def find_and_read(rows, meta, keys, insert, slots, out):
         else:
             for c in range(width):
                 out[i, c] = state[j, KEY_WORDS + c]
-    return inserted
+    return keys.shape[0]
 
 
 @njit(cache=True, nogil=True)

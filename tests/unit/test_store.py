@@ -60,3 +60,14 @@ def test_rows_stay_valid_until_the_table_grows():
     store.find(np.arange(200, 5000, dtype=np.uint64))  # grows: rows are renumbered
     assert store.generation > 0
     assert (store.pull(first, np.empty((100, 1), np.float32)) == -1).all()
+
+
+def test_reading_stored_keys_never_grows_the_table():
+    store = KVStore(width=1, optimizer=Optimizer("sgd", lr=1.0))
+    keys = np.arange(100_000, dtype=np.uint64)
+    store.find(keys)
+    capacity, generation = store.capacity, store.generation
+    for _ in range(3):
+        store.find(keys)
+    assert (store.capacity, store.generation) == (capacity, generation)
+    assert len(store) / store.capacity > 0.7

@@ -1,0 +1,283 @@
+"""mpips beside Vowpal Wabbit, scikit-learn and a bare numba loop: one pass, same data.
+
+    python bench/throughput.py [--repeats 3]
+
+Data (made once in bench/data/): 2,000,000 training and 400,000 test rows of 40
+hashed features over a key space of 2^22 values (`mpips make-data`), as
+svmlight text, as mpips binary shards (`mpips convert`), and in VW's format.
+Every system runs in its own processes; each is timed on its training pass,
+`--repeats` times (the median counts), and scored on the same test rows:
+
+  mpips     1 server + 1 worker and 1 + 3 (ranks share the 2 cores here), from
+            binary shards and from text, default settings (training time is
+            mpips' own `train_s`: set-up and scoring excluded)
+  VW        vowpalwabbit's Workspace(...).run_parser(), --loss_function logistic,
+            -b 22 (2^22 weights, the data's key space), otherwise defaults; from
+            text, and from its cache (made beforehand, untimed here)
+  sklearn   SGDClassifier(loss="log_loss"), one epoch, keys hashed to 2^22 columns
+  numba     the limit: per-example AdaGrad over the same CSR arrays in one
+            process, weight and accumulator side by side, 2^22 hashed slots
+
+Also measured: the worker's gradient kernel in non-zeros/s, against the numba
+loop. Prints a table with ratios to VW (cache) and to the numba loop; writes
+bench/results/throughput.json.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data")
+PREFIX = os.path.join(DATA, "big")
+ROWS, TEST_ROWS, NNZ, BITS = 2_000_000, 400_000, 40, 22
+sys.path.insert(0, HERE)
+from workers import mpiexec, run  # noqa: E402
+
+
+# ---- data ----------------------------------------------------------------------------------
+
+def prepare() -> None:
+    """Make the text, binary and VW forms of the data, once."""
+    if not os.path.exists(PREFIX + ".train.svm"):
+        run([sys.executable, "-m", "mpips", "make-data", "--rows", str(ROWS), "--test-rows",
+             str(TEST_ROWS), "--nnz", str(NNZ), "--features", str(1 << BITS), "--seed", "7",
+             PREFIX])
+    for part in ("train", "test"):
+        if not os.path.exists(f"{PREFIX}.{part}.bin/meta.json"):
+            run([mpiexec(), "-n", "2", sys.executable, "-m", "mpips", "convert", "--overwrite",
+                 f"{PREFIX}.{part}.svm", f"{PREFIX}.{part}.bin"])
+        if not os.path.exists(f"{PREFIX}.{part}.vw"):
+            write_vw(f"{PREFIX}.{part}.bin", f"{PREFIX}.{part}.vw")
+    if not os.path.exists(PREFIX + ".train.vwcache"):
+        from vowpalwabbit import Workspace
+        vw = Workspace(f"{vw_args()} -d {PREFIX}.train.vw --cache_file {PREFIX}.train.vwcache")
+        vw.run_parser()
+        vw.finish()
+
+
+def write_vw(src: str, dst: str) -> None:
+    """VW text: '1 |f key:value ...' (-1 for negatives; ':value' left out when it is 1)."""
+    from baselines import format_vw
+
+    from mpips.shards import CsrShard
+    tmp = dst + ".tmp"
+    with open(tmp, "wb") as f:
+        for part in CsrShard(src).parts:
+            for a in range(0, len(part), 100_000):
+                rows = part.slice(a, min(a + 100_000, len(part)))
+                out = np.empty(rows.indices.shape[0] * 32 + len(rows) * 8, np.uint8)
+                n = format_vw(rows.indptr, rows.indices, rows.values, rows.labels, out)
+                f.write(out[:n].tobytes())
+    os.replace(tmp, dst)
+
+
+def vw_args() -> str:
+    return f"--loss_function logistic -b {BITS} --quiet"
+
+
+# ---- one system per child process ----------------------------------------------------------
+
+def child(name: str) -> dict:
+    """Train one system once; return its figures (run in a fresh process)."""
+    from mpips.evaluate import read_rows
+    if name.startswith("VW"):
+        return vw_run(cache=name.endswith("cache"))
+    if name == "sklearn":
+        return sklearn_run(read_rows(PREFIX + ".train.bin"), read_rows(PREFIX + ".test.bin"))
+    if name == "numba":
+        return numba_run(PREFIX + ".train.bin", read_rows(PREFIX + ".test.bin"))
+    if name == "kernel":
+        return kernel_run(PREFIX + ".train.bin")
+    raise ValueError(name)
+
+
+def scores(margins, labels) -> dict:
+    from mpips.kernels.logistic import mean_logloss, roc_auc
+    return {"test_logloss": float(mean_logloss(margins, labels)),
+            "test_auc": float(roc_auc(margins, labels))}
+
+
+def vw_run(cache: bool) -> dict:
+    from vowpalwabbit import Workspace
+    model = os.path.join(DATA, "vw.model")
+    source = f"--cache_file {PREFIX}.train.vwcache" if cache else f"-d {PREFIX}.train.vw"
+    start = time.perf_counter()
+    vw = Workspace(f"{vw_args()} {source} -f {model}")
+    vw.run_parser()
+    vw.finish()
+    train_s = time.perf_counter() - start
+    preds = os.path.join(DATA, "vw.preds")
+    test = Workspace(f"--quiet -t -i {model} --link logistic -d {PREFIX}.test.vw -p {preds}")
+    test.run_parser()
+    test.finish()
+    p = np.clip(np.loadtxt(preds), 1e-15, 1 - 1e-15)
+    labels = np.fromiter((line[0] == ord("1") for line in open(PREFIX + ".test.vw", "rb")),
+                         np.float32)
+    return {"train_s": train_s, **scores(np.log(p) - np.log1p(-p), labels)}
+
+
+def hashed(rows):
+    import scipy.sparse as sp
+    cols = (rows.indices & np.uint64((1 << BITS) - 1)).astype(np.int32)
+    return sp.csr_matrix((rows.values.astype(np.float64), cols, rows.indptr),
+                         shape=(len(rows), 1 << BITS))
+
+
+def sklearn_run(train, test) -> dict:
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import SGDClassifier
+    x, y, xt = hashed(train), train.labels, hashed(test)
+    model = SGDClassifier(loss="log_loss", max_iter=1, tol=None, random_state=0)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)   # one epoch is the point
+        model.fit(x, y)
+    return {"train_s": time.perf_counter() - start,
+            **scores(model.decision_function(xt), test.labels)}
+
+
+def numba_run(train_path, test) -> dict:
+    from baselines import adagrad_pass, hashed_margins
+
+    from mpips.shards import CsrShard
+    mask = np.uint64((1 << BITS) - 1)
+    shard = CsrShard(train_path)
+    lr = 2.0 / (NNZ + 1)          # mpips' default rule for AdaGrad
+    warm = np.zeros((4, 2), np.float32)
+    adagrad_pass(np.array([0, 1]), np.zeros(1, np.uint64), np.ones(1, np.float32),
+                 np.zeros(1, np.float32), warm, lr, np.uint64(1))
+    table = np.zeros(((1 << BITS) + 2, 2), np.float32)
+    start = time.perf_counter()
+    for part in shard.parts:
+        adagrad_pass(part.indptr, part.indices, part.values, part.labels, table, lr, mask)
+    train_s = time.perf_counter() - start
+    out = np.empty(len(test))
+    hashed_margins(test.indptr, test.indices, test.values, table, mask, out)
+    return {"train_s": train_s, **scores(out, test.labels)}
+
+
+def kernel_run(train_path) -> dict:
+    """The worker's gradient kernel alone over minibatches of 1,000 rows (keys found first)."""
+    from mpips import logreg
+    from mpips.data import KeyIndexer
+    from mpips.shards import CsrShard
+    index = KeyIndexer()
+    batches = [(b, *index(b, True)) for b in CsrShard(train_path).minibatches(1000)]
+    weights = np.zeros((max(len(k) for _, k, _, _ in batches), 1), np.float32)
+    logreg.gradient(batches[0][0], batches[0][2], batches[0][3], weights[:len(batches[0][1])])
+    start = time.perf_counter()
+    for batch, keys, cols, bias_col in batches:
+        logreg.gradient(batch, cols, bias_col, weights[:keys.shape[0]])
+    return {"train_s": time.perf_counter() - start}
+
+
+def in_child(name: str) -> dict:
+    """Run `child(name)` in a fresh process; add its peak resident memory."""
+    proc = subprocess.Popen([sys.executable, __file__, "--child", name], stdout=subprocess.PIPE,
+                            text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        sys.exit(f"{name} failed:\n{out}")
+    return {**json.loads(out.strip().splitlines()[-1]), "peak_rss_mb": usage.ru_maxrss / 1024}
+
+
+def mpips_run(servers: int, workers: int, source: str) -> dict:
+    out = os.path.join(HERE, "out", f"throughput-{servers}-{workers}-{source}")
+    data = {"binary": ".bin", "text": ".svm"}[source]
+    run([mpiexec(), "-n", str(servers + workers), sys.executable, "-m", "mpips", "train",
+         "--servers", str(servers), "--train", PREFIX + ".train" + data,
+         "--test", PREFIX + ".test.bin", "--out", out, "--overwrite"])
+    with open(os.path.join(out, "summary.json")) as f:
+        s = json.load(f)
+    return {"train_s": s["train_s"], "test_logloss": s["test_logloss"], "test_auc": s["test_auc"],
+            "peak_rss_mb": s["peak_rss_mb_total"], "bytes_per_example": s["bytes_per_example"]}
+
+
+SYSTEMS = {
+    "mpips 1+1 binary": lambda: mpips_run(1, 1, "binary"),
+    "mpips 1+1 text": lambda: mpips_run(1, 1, "text"),
+    "mpips 1+3 binary": lambda: mpips_run(1, 3, "binary"),
+    "mpips 1+3 text": lambda: mpips_run(1, 3, "text"),
+    "VW text": lambda: in_child("VW text"),
+    "VW cache": lambda: in_child("VW cache"),
+    "sklearn SGD": lambda: in_child("sklearn"),
+    "numba AdaGrad (limit)": lambda: in_child("numba"),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per system; median counts")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "throughput.json"))
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child)))
+        return
+    prepare()
+    results = {}
+    for repeat in range(args.repeats):      # interleaved, so drift hits every system alike
+        for name, fn in list(SYSTEMS.items()) + [("gradient kernel", lambda: in_child("kernel"))]:
+            print(f"[{repeat + 1}/{args.repeats}] {name}", flush=True)
+            results.setdefault(name, []).append(fn())
+    rows = {name: summarize(runs) for name, runs in results.items()}
+    report(rows, args)
+
+
+def summarize(runs: list) -> dict:
+    row = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    row["train_s_each"] = [r["train_s"] for r in runs]
+    row["examples_per_s"] = ROWS / row["train_s"]
+    row["nnz_per_s"] = ROWS * NNZ / row["train_s"]
+    return row
+
+
+def report(rows: dict, args) -> None:
+    vw, limit = rows["VW cache"]["examples_per_s"], rows["numba AdaGrad (limit)"]["examples_per_s"]
+    kernel = rows.pop("gradient kernel")
+    print(f"\none pass over {ROWS:,} rows x {NNZ} non-zeros, test on {TEST_ROWS:,} rows; "
+          f"medians of {args.repeats}; {os.cpu_count()} cores")
+    print(f"{'':22} {'train s':>8} {'k ex/s':>7} {'M nnz/s':>8} {'vs VW':>6} {'vs limit':>8} "
+          f"{'peak MB':>8} {'logloss':>8} {'AUC':>7}")
+    for name, r in rows.items():
+        r["ratio_to_vw_cache"] = r["examples_per_s"] / vw
+        r["ratio_to_numba_limit"] = r["examples_per_s"] / limit
+        print(f"{name:22} {r['train_s']:8.2f} {r['examples_per_s'] / 1e3:7.0f} "
+              f"{r['nnz_per_s'] / 1e6:8.1f} {r['ratio_to_vw_cache']:6.2f} "
+              f"{r['ratio_to_numba_limit']:8.2f} {r['peak_rss_mb']:8.0f} "
+              f"{r['test_logloss']:8.4f} {r['test_auc']:7.4f}")
+    kernel_ratio = kernel["nnz_per_s"] / rows["numba AdaGrad (limit)"]["nnz_per_s"]
+    best = rows["mpips 1+1 binary"]
+    targets = {
+        "mpips 1+1 >= VW cache in examples/s": best["examples_per_s"] >= vw,
+        "mpips 1+1 logloss <= VW's": best["test_logloss"] <= rows["VW cache"]["test_logloss"],
+        "gradient kernel >= 70% of the numba loop": kernel_ratio >= 0.7,
+    }
+    print(f"\ngradient kernel alone: {kernel['nnz_per_s'] / 1e6:.1f} M nnz/s, "
+          f"{kernel_ratio:.2f}x the numba loop")
+    for what, met in targets.items():
+        print(f"  {'met    ' if met else 'NOT met'}  {what}")
+    result = {"bench": "throughput", "date": time.strftime("%Y-%m-%d %H:%M"), "rows": ROWS,
+              "test_rows": TEST_ROWS, "nnz": NNZ, "key_bits": BITS, "repeats": args.repeats,
+              "cpus": os.cpu_count(), "systems": rows,
+              "gradient_kernel": {**kernel, "ratio_to_numba_limit_nnz": kernel_ratio},
+              "targets": targets}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
