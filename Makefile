@@ -23,7 +23,7 @@ export OMPI_MCA_osc := ^ucx
 
 help:
 	@echo "make run    install into $(VENV), make the built-in dataset, train it with $(NP) ranks"
-	@echo "make test   install with test dependencies and run the unit, job and MPI tests"
+	@echo "make test   install with test dependencies and run the unit, job, Slurm and MPI tests"
 	@echo "make bench  run the benchmarks in bench/ (results in bench/results/*.json)"
 	@echo "make clean  remove generated data and runs (keeps $(VENV))"
 
@@ -50,8 +50,10 @@ run: $(VENV)/.installed $(DATA).train.svm
 	    --train $(DATA).train.svm --test $(DATA).test.svm --out $(RUN_DIR) --overwrite
 
 # Each test has a time limit (pytest-timeout); `timeout` also bounds MPI start-up and shutdown.
+# tests/slurm starts a real Slurm on this machine (installing it with apt-get as root), and
+# skips, saying why, where it cannot.
 test: $(VENV)/.installed-test
-	$(PY) -m pytest tests/unit tests/jobs
+	$(PY) -m pytest tests/unit tests/jobs tests/slurm
 	timeout --kill-after=30 900 $(MPIEXEC) -n 4 $(PY) -m pytest --with-mpi tests/mpi
 
 $(VENV)/.installed-bench: $(VENV)/.installed
@@ -64,6 +66,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) bench/throughput.py
 	$(MPIEXEC) -n 2 $(PY) bench/comm.py
 	$(PY) bench/memory.py
+	$(PY) bench/checkpoint.py
 
 clean:
 	rm -rf data runs bench/data bench/out

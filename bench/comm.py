@@ -7,10 +7,10 @@ rounds of one pull (waiting for its reply) and one push of the same keys
 (clock=True, ASP so nothing waits for clocks), against a warm server table, in
 two variants:
   reuse  the push passes the pull's own key array, so it sends only the values
-         (the server reuses that pull's keys and rows): 72 + 8n bytes out,
-         4n back, 72 + 4n out;
+         (the server reuses that pull's keys and rows): H + 8n bytes out, 4n back,
+         H + 4n out, with H = protocol.HEADER_BYTES;
   keys   the push passes another array of the same keys, so it sends keys and
-         values: 72 + 8n out, 4n back, 72 + 12n out.
+         values: H + 8n out, 4n back, H + 12n out.
 Right after each, the same exchange with plain blocking MPI Send/Recv of
 preallocated uint8 buffers of those sizes (no packing, table or optimizer), on a
 communicator of its own. Prints the median time per round, keys/s, the ratio

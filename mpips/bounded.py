@@ -38,19 +38,21 @@ class Backoff:
 
 
 def wait_all(requests: Sequence[MPI.Request], timeout: float, what: Callable[[], str],
-             progress: Callable[[], object] | None = None, check_every: float = 1.0) -> float:
+             progress: Callable[[], object] | None = None, check_every: float = 1.0,
+             statuses: list | None = None) -> float:
     """Complete all requests or raise WaitTimeout naming `what()`. Returns seconds waited.
 
     With `progress`, the bound is on time without progress: about every `check_every`
     seconds progress() is called, and the deadline restarts whenever its value changes.
+    With `statuses` (MPI.Status objects, one per request), they are filled in.
     """
     start = time.monotonic()
-    if MPI.Request.Testall(requests):
+    if MPI.Request.Testall(requests, statuses):
         return 0.0
     backoff = Backoff()
     since = start
     last_check, seen = start, progress() if progress else None
-    while not MPI.Request.Testall(requests):
+    while not MPI.Request.Testall(requests, statuses):
         now = time.monotonic()
         if progress and now - last_check >= check_every:
             last_check, value = now, progress()

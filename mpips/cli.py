@@ -1,7 +1,6 @@
 """Command line: `python -m mpips {train,make-data} ...`."""
 import argparse
 import os
-import signal
 import sys
 import traceback
 
@@ -28,6 +27,20 @@ Waits are bounded: a rank that waits longer than --timeout for another stops
 the job with a message that says what it waited for.
 """
 
+
+
+def checkpoint_interval(text: str) -> tuple[int, float]:
+    """--checkpoint-every: "500" is (500 clocks, 0 s); "30s", "10m", "2h" are (0, seconds)."""
+    scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:].lower())
+    try:
+        value = float(text[:-1]) if scale else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a number of clocks (500) or of seconds, minutes or hours "
+            f"(30s, 10m, 2h)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must not be negative")
+    return (0, value * scale) if scale else (value, 0.0)
 
 def _train_parser(sub):
     p = sub.add_parser(
@@ -59,6 +72,24 @@ def _train_parser(sub):
                           "(default: %(default)g)")
     job.add_argument("--log-every", type=float, default=5.0, metavar="SECONDS",
                      help="progress line interval on rank 0 (default: %(default)g)")
+    backup = p.add_argument_group(
+        "checkpoints (cold backup)",
+        "The first SIGUSR1, SIGTERM or SIGINT asks the job to stop: it writes a checkpoint at "
+        "the next clock every rank reaches and exits with status 75; a second SIGTERM or "
+        "SIGINT stops at once. With Open MPI's mpiexec, send SIGUSR1 (Slurm: "
+        "#SBATCH --signal=B:USR1@120 and a script that forwards it, as in slurm/).")
+    backup.add_argument("--checkpoint-every", type=checkpoint_interval, default=(0, 0.0),
+                        metavar="N|Ts",
+                        help="write a checkpoint every N clocks (one clock = one minibatch per "
+                             "worker), or every T seconds with a suffix s, m or h (30s, 10m), "
+                             "and when training ends (default: 0, only when asked to stop)")
+    backup.add_argument("--checkpoint-dir", metavar="DIR",
+                        help="where checkpoints go (default: RUN_DIR/checkpoints)")
+    backup.add_argument("--keep-checkpoints", type=int, default=3, metavar="K",
+                        help="keep the newest K complete checkpoints (default: %(default)s)")
+    backup.add_argument("--resume", metavar="DIR",
+                        help="continue from the newest complete, undamaged checkpoint in DIR "
+                             "(the same workers and data; the number of servers may change)")
     diag = p.add_argument_group("diagnostics and testing aids")
     diag.add_argument("--snapshot-every", type=float, metavar="SECONDS",
                       help="also save the model every SECONDS of training to "
@@ -206,7 +237,6 @@ def _convert_parser(sub):
 def _run_convert(args) -> None:
     from mpi4py import MPI
 
-    from .data import check_file
     from .errors import ConfigError, MpipsError
     from .log import say, setup
     from .shards import convert
@@ -214,12 +244,11 @@ def _run_convert(args) -> None:
     world = MPI.COMM_WORLD
     log = setup(f"rank {world.rank}")
     try:
-        check_file(args.src, "IN")
         meta = convert(args.src, args.dst, world, skip_bad=args.skip_bad_lines,
                        overwrite=args.overwrite)
-    except ConfigError as e:
-        if world.rank == 0:
-            _fail(str(e), 2)
+    except ConfigError as e:   # agreed by every rank: all exit, one prints
+        if getattr(e, "reported", world.rank == 0):
+            print(f"mpips convert: error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
     except MpipsError as e:
         log.error("%s", e)
@@ -236,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _train_parser(sub)
     _score_parser(sub)
+    _inspect_parser(sub)
     _convert_parser(sub)
     _make_data_parser(sub)
     return parser
@@ -259,25 +289,19 @@ def _run_make_data(args) -> None:
         say(f"wrote {f['path']}: {f['rows']:,} rows, {f['positive_rate']:.1%} positive")
 
 
-def _interrupt(signum, frame):
-    from .errors import Interrupted
-    error = Interrupted(f"stopped by {signal.Signals(signum).name}")
-    error.exit_status = 128 + signum
-    raise error
-
-
 def _run_train(args) -> None:
     from mpi4py import MPI
 
+    from . import signals
+    from .config import TrainConfig
     from .errors import ConfigError, Interrupted, MpipsError
     from .log import setup
     from .optimizer import Optimizer
-    from .train import TrainConfig, train
+    from .train import JobStopped, train
 
     world = MPI.COMM_WORLD
     log = setup(f"rank {world.rank}")
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _interrupt)
+    signals.install()
     try:
         optimizer = Optimizer(name=args.optimizer, lr=args.lr,
                               l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
@@ -287,16 +311,23 @@ def _run_train(args) -> None:
                           staleness=args.staleness, stragglers=tuple(args.straggler),
                           record_pulls=args.record_pulls, snapshot_every=args.snapshot_every,
                           skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
-                          timeout=args.timeout,
-                          log_every=args.log_every)
+                          checkpoint_dir=args.checkpoint_dir,
+                          checkpoint_every=args.checkpoint_every[0],
+                          checkpoint_seconds=args.checkpoint_every[1],
+                          keep_checkpoints=args.keep_checkpoints, resume=args.resume,
+                          timeout=args.timeout, log_every=args.log_every)
         train(cfg, world)
     except ConfigError as e:
         # Every rank raises the same error before any work starts: exit together, print once.
         if getattr(e, "reported", world.rank == 0):
             print(f"mpips train: error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except JobStopped as e:
+        if not getattr(e, "reported", False):
+            log.info("%s", e)
+        sys.exit(signals.RESUMABLE)
     except Interrupted as e:
-        # Every rank got the signal: leave without MPI_Abort (which could kill a server while
+        # A second signal: leave at once, without MPI_Abort (which could kill a server while
         # it saves its shard) and without MPI_Finalize (which waits for the other ranks).
         if not getattr(e, "reported", False):
             log.error("%s", e)
@@ -310,6 +341,28 @@ def _run_train(args) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         world.Abort(1)
+
+
+def _inspect_parser(sub):
+    p = sub.add_parser(
+        "inspect", help="describe the checkpoints in a directory",
+        description="For each checkpoint in CKPT_DIR (newest first): whether it is complete "
+                    "and undamaged, its clock, keys and weight norms per server, where each "
+                    "worker stood, and the configuration that wrote it. The files are plain "
+                    "HDF5 (h5dump -H CKPT_DIR/clock-*/server-0000.h5).")
+    p.add_argument("ckpt_dir", metavar="CKPT_DIR")
+    p.add_argument("--all", action="store_true", help="every checkpoint, not just the newest")
+    p.set_defaults(run=_run_inspect)
+
+
+def _run_inspect(args) -> None:
+    from .checkpoint import describe
+    try:
+        text, ok = describe(args.ckpt_dir, every=args.all)
+    except (OSError, ValueError) as e:
+        _fail(str(e), 2)
+    print(text)
+    sys.exit(0 if ok else 1)
 
 
 def main(argv=None) -> None:

@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 from . import protocol
 from .bounded import wait_all
+from .errors import Stopped
 from .kernels.hashing import is_sorted_unique
 from .placement import Placement
 from .protocol import Op
@@ -28,10 +29,11 @@ from .protocol import Op
 @dataclass
 class _Pending:
     what: str
-    requests: list
+    requests: list          # sends, then (for a pull) the receives of the replies
     buffers: list = field(default_factory=list)
     out: np.ndarray | None = None
     perm: np.ndarray | None = None
+    replies: int = 0        # how many of `requests`, at the end, are receives
 
 
 class KVWorker:
@@ -50,10 +52,13 @@ class KVWorker:
         self._report = {}
         self._pulled = deque(maxlen=2)   # [ts, keys, perm, offsets, completed] of recent pulls
 
-    def report(self, examples: int, loss: float, progress: float) -> None:
-        """Progress figures carried by this worker's next messages (servers log them):
-        examples trained on, their summed loss, epochs done (fractional)."""
-        self._report = dict(examples=examples, loss=loss, progress=progress)
+    def report(self, examples: int, loss: float, progress: float, epoch: int = 0,
+               offset: int = 0) -> None:
+        """Figures carried by this worker's next messages: examples trained on, their summed
+        loss, epochs done (fractional), for the servers' progress lines; and where the next
+        minibatch starts (epoch, byte offset or row), which checkpoints record."""
+        self._report = dict(examples=examples, loss=loss, progress=progress, epoch=epoch,
+                            offset=offset)
 
     def _send(self, server_index: int, op: Op, payload=(), **fields):
         h = protocol.Header(op, ts=self._ts, clock=self.clock, **self._report, **fields)
@@ -85,7 +90,7 @@ class KVWorker:
             self._pulled.append([self._ts, keys, perm, offsets, False])
         out = np.empty((keys.shape[0], self.width), np.float32)
         pending = _Pending(what="", requests=[], out=out, perm=perm)
-        servers = []
+        servers, replies = [], []
         for s in range(len(self._servers)):
             a, b = offsets[s], offsets[s + 1]
             if a == b:
@@ -93,9 +98,12 @@ class KVWorker:
             flags = ((protocol.READ_ONLY if read_only else 0)
                      | (protocol.NEXT_CLOCK if next_clock else 0))
             req, buf = self._send(s, Op.PULL, (skeys[a:b],), nkeys=b - a, flags=flags)
-            pending.requests += [req, self._reply_into(out[a:b], s)]
+            pending.requests.append(req)
+            replies.append(self._reply_into(out[a:b], s))
             pending.buffers.append(buf)
             servers.append(self._servers[s])
+        pending.requests += replies
+        pending.replies = len(replies)
         pending.what = (f"the reply to pull #{self._ts} ({keys.shape[0]} keys, worker clock "
                         f"{self.clock + next_clock}) from server rank(s) {servers}; under BSP/SSP "
                         f"a server holds a pull until the slowest worker catches up")
@@ -147,10 +155,15 @@ class KVWorker:
     def wait(self, ts: int) -> np.ndarray | None:
         """Complete request `ts`; for a pull, return the values in the order of its keys."""
         pending = self._pending[ts]
-        waited = wait_all(pending.requests, self.timeout, lambda: pending.what)
+        statuses = [MPI.Status() for _ in pending.requests]
+        waited = wait_all(pending.requests, self.timeout, lambda: pending.what,
+                          statuses=statuses)
         del self._pending[ts]  # only now: MPI may still write into the buffers until complete
         if pending.out is None:
             return None
+        if pending.replies and any(st.Get_count(MPI.FLOAT) == 0
+                                   for st in statuses[-pending.replies:]):
+            raise Stopped("the servers stopped the job after writing a checkpoint")
         for p in self._pulled:
             if p[0] == ts:
                 p[4] = True
@@ -175,7 +188,10 @@ class KVWorker:
     def close(self) -> None:
         """Complete outstanding requests and tell the servers this worker is done."""
         for ts in list(self._pending):
-            self.wait(ts)
+            try:
+                self.wait(ts)
+            except Stopped:
+                pass   # a read sent ahead, refused because the job is stopping
         self._broadcast(Op.BYE)
 
 

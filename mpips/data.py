@@ -20,28 +20,37 @@ BIAS_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)  # the always-on feature that carries t
 
 @dataclass
 class Rows:
-    """Labelled sparse rows in CSR form."""
+    """Labelled sparse rows in CSR form, and where each came from in its dataset."""
     labels: np.ndarray    # float32[n], 0 or 1
     indptr: np.ndarray    # int64[n + 1]
     indices: np.ndarray   # uint64[nnz], feature keys
     values: np.ndarray    # float32[nnz]
+    origins: np.ndarray | None = None   # int64[n]: byte offset of the line, or row number
 
     def __len__(self) -> int:
         return self.labels.shape[0]
 
+    @property
+    def start(self) -> int:
+        """Where the first row came from: a byte offset in text, a row in binary shards."""
+        return int(self.origins[0])
+
     def slice(self, a: int, b: int) -> "Rows":
         lo, hi = self.indptr[a], self.indptr[b]
-        return Rows(self.labels[a:b], self.indptr[a:b + 1] - lo,
-                    self.indices[lo:hi], self.values[lo:hi])
+        return Rows(self.labels[a:b], self.indptr[a:b + 1] - lo, self.indices[lo:hi],
+                    self.values[lo:hi], None if self.origins is None else self.origins[a:b])
 
     @staticmethod
     def concat(parts: list) -> "Rows":
-        offsets = np.cumsum([0] + [p.indptr[-1] for p in parts[:-1]])
+        shifts = np.cumsum([0] + [p.indptr[-1] for p in parts[:-1]])
+        origins = None
+        if all(p.origins is not None for p in parts):
+            origins = np.concatenate([p.origins for p in parts])
         return Rows(np.concatenate([p.labels for p in parts]),
                     np.concatenate([parts[0].indptr[:1]] +
-                                   [p.indptr[1:] + off for p, off in zip(parts, offsets)]),
+                                   [p.indptr[1:] + shift for p, shift in zip(parts, shifts)]),
                     np.concatenate([p.indices for p in parts]),
-                    np.concatenate([p.values for p in parts]))
+                    np.concatenate([p.values for p in parts]), origins)
 
 
 
@@ -50,27 +59,36 @@ class KeyIndexer:
     from one minibatch to the next."""
 
     def __init__(self):
-        self._grow(1 << 12)
+        self._grow_scratch(1 << 12)
+        self._grow_table(1 << 12)
 
-    def _grow(self, entries: int) -> None:
-        size = 1 << (3 * max(entries, 1) // 2).bit_length()   # at most 2/3 full
-        self._table = np.zeros((size, 2), np.uint64)
+    def _grow_scratch(self, entries: int) -> None:
         self._ids = np.empty(entries, np.int64)
         self._scratch_keys = np.empty(entries, np.uint64)
         self._scratch_ids = np.empty(entries, np.int64)
+
+    def _grow_table(self, unique: int) -> None:
+        """A hash table with room for `unique` keys at most half full."""
+        self._table = np.zeros((1 << (2 * unique - 1).bit_length(), 2), np.uint64)
         self._stamp = 0
 
     def __call__(self, rows: Rows, bias: bool, source: str = "the data"):
         """(keys, cols, bias_col): the sorted unique keys of the rows, each entry's position
         among them, and the bias key's position (-1 without bias)."""
         n = rows.indices.shape[0]
-        if n > self._ids.shape[0] or self._stamp == 2**32 - 1:
-            self._grow(max(n, 2 * self._ids.shape[0]))
-        self._stamp += 1
+        if n > self._ids.shape[0]:
+            self._grow_scratch(max(n, 2 * self._ids.shape[0]))
         keys = np.empty(n + 1, np.uint64)
         cols = np.empty(n, np.int64)
-        m = sorted_unique_inverse(rows.indices, self._table, self._stamp, keys, cols,
-                                  self._ids, self._scratch_keys, self._scratch_ids)
+        while True:
+            if self._stamp == 2**32 - 1:
+                self._grow_table(self._table.shape[0] // 2)
+            self._stamp += 1
+            m = sorted_unique_inverse(rows.indices, self._table, self._stamp, keys, cols,
+                                      self._ids, self._scratch_keys, self._scratch_ids)
+            if m >= 0:
+                break
+            self._grow_table(self._table.shape[0])   # more unique keys than fit: double it
         if not bias:
             return keys[:m], cols, -1
         if m and keys[m - 1] == BIAS_KEY:
@@ -115,9 +133,10 @@ class SvmlightShard:
     """The lines of `path` that start in byte range `part` of `nparts`."""
 
     def __init__(self, path: str, part: int = 0, nparts: int = 1,
-                 chunk_bytes: int = 4 << 20, skip_bad: bool = False):
+                 chunk_bytes: int = 4 << 20, skip_bad: bool = False, log_bad: bool = True):
         self.path = path
         self.skip_bad = skip_bad
+        self.log_bad = log_bad
         self.chunk_bytes = chunk_bytes
         self.bad_lines = 0           # in the latest pass
         self.size = os.path.getsize(path)
@@ -126,7 +145,7 @@ class SvmlightShard:
             self.start = _line_start(f, lo, self.size)
             self.stop = _line_start(f, hi, self.size)
         self.position = self.start   # first byte not yet handed out as rows
-        self._first_line = None
+        self._line_numbers = {}
         self._warnings = 0
         self._passes = 0
 
@@ -135,38 +154,44 @@ class SvmlightShard:
         span = self.stop - self.start
         return 1.0 if span <= 0 else (self.position - self.start) / span
 
-    def _first_line_number(self) -> int:
-        """1-based line number of the shard's first line (reads the file's prefix, once)."""
-        if self._first_line is None:
+    def _line_number(self, offset: int) -> int:
+        """1-based line number of the line starting at byte `offset` (reads the file's prefix;
+        remembered, as only a pass's first offset is asked)."""
+        if offset not in self._line_numbers:
             lines = 0
             with open(self.path, "rb") as f:
-                todo = self.start
+                todo = offset
                 while todo > 0:
                     block = f.read(min(todo, 1 << 22))
                     lines += block.count(b"\n")
                     todo -= len(block)
-            self._first_line = lines + 1
-        return self._first_line
+            self._line_numbers[offset] = lines + 1
+        return self._line_numbers[offset]
 
-    def _describe(self, data, chunk_pos, lines_before, line_idx, code, col) -> str:
-        """'file:line: what is wrong (at character c): 'the line'' for a bad line in a chunk."""
+    def _describe(self, data, chunk_pos, pass_start, lines_before, line_idx, code, col) -> str:
+        """'file:line: what is wrong (at character c): 'the line'' for a bad line in a chunk,
+        `lines_before` lines after the pass's first byte `pass_start`."""
         nl = np.flatnonzero(data == 10)
         start = 0 if line_idx == 0 else int(nl[line_idx - 1]) + 1
         end = int(nl[line_idx]) if line_idx < nl.shape[0] else data.shape[0]
         text = data[start:min(end, start + 200)].tobytes().rstrip(b"\r").decode("utf-8", "replace")
-        number = self._first_line_number() + lines_before + line_idx
+        number = self._line_number(pass_start) + lines_before + line_idx
         return f"{self.path}:{number}: {ERROR_TEXT[code]} (at character {col + 1}): {text!r}"
 
-    def rows(self):
-        """Yield the shard's rows chunk by chunk. Each call is one pass over the shard."""
-        self.position = self.start
+    def rows(self, start: int | None = None):
+        """Yield the shard's rows chunk by chunk, from byte `start` (a line's first byte in
+        the shard; default: its beginning). Each call is one pass over the shard."""
+        if start is not None and not self.start <= start <= self.stop:
+            raise ValueError(f"{self.path}: byte {start} is outside this part "
+                             f"[{self.start}, {self.stop})")
+        self.position = pass_start = self.start if start is None else start
         self.bad_lines = 0
         self._passes += 1
         lines_done = 0
         buf = np.empty(self.chunk_bytes, np.uint8)
         filled = 0
         with open(self.path, "rb") as f:
-            f.seek(self.start)
+            f.seek(self.position)
             while self.position < self.stop:
                 want = min(buf.shape[0], self.stop - self.position) - filled
                 if want > 0:
@@ -179,15 +204,16 @@ class SvmlightShard:
                 indptr = np.empty(n_lines + 1, np.int64)
                 indices = np.empty(n_entries, np.uint64)
                 values = np.empty(n_entries, np.float32)
+                starts = np.empty(n_lines, np.int64)
                 n, nnz, used, lines, n_bad, bad_idx, code, col = parse_svmlight(
-                    data, final, self.skip_bad, labels, indptr, indices, values)
+                    data, final, self.skip_bad, labels, indptr, indices, values, starts)
                 if bad_idx >= 0 and not self.skip_bad:
-                    raise InputError(self._describe(data, self.position, lines_done, bad_idx,
-                                                    code, col))
-                if bad_idx >= 0 and self._passes == 1 and self._warnings < 5:
+                    raise InputError(self._describe(data, self.position, pass_start, lines_done,
+                                                    bad_idx, code, col))
+                if bad_idx >= 0 and self.log_bad and self._passes == 1 and self._warnings < 5:
                     self._warnings += 1
                     log.warning("skipping bad line %s", self._describe(
-                        data, self.position, lines_done, bad_idx, code, col))
+                        data, self.position, pass_start, lines_done, bad_idx, code, col))
                 self.bad_lines += n_bad
                 if used == 0 and not final:
                     buf = np.concatenate([buf, np.empty_like(buf)])  # a line longer than the buffer
@@ -197,12 +223,13 @@ class SvmlightShard:
                 self.position += used
                 lines_done += lines
                 if n:
-                    yield Rows(labels[:n], indptr[:n + 1], indices[:nnz], values[:nnz])
+                    yield Rows(labels[:n], indptr[:n + 1], indices[:nnz], values[:nnz],
+                               starts[:n] + (self.position - used))
 
-    def minibatches(self, batch_size: int):
-        """Yield Rows of `batch_size` rows (the last may be smaller)."""
+    def minibatches(self, batch_size: int, start: int | None = None):
+        """Yield Rows of `batch_size` rows (the last may be smaller), from byte `start`."""
         carry = None
-        for rows in self.rows():
+        for rows in self.rows(start):
             if carry is not None:
                 rows = Rows.concat([carry, rows])
             full = len(rows) // batch_size * batch_size

@@ -24,3 +24,8 @@ class WaitTimeout(MpipsError):
 class Interrupted(MpipsError):
     """The job was told to stop (SIGTERM, SIGINT). Every rank gets the signal, so no rank
     waits for the others: each server saves its own shard and exits."""
+
+
+class Stopped(MpipsError):
+    """The job was asked to stop (Slurm's warning, SIGUSR1, a first SIGTERM or SIGINT): the
+    servers wrote a checkpoint and answer no more reads. Exit status 75, resumable."""

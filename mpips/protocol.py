@@ -1,6 +1,6 @@
 """Messages between workers and servers: one contiguous numpy buffer each, no pickle.
 
-A request is a 72-byte header followed by its payload: for PULL the keys
+A request is an 80-byte header followed by its payload: for PULL the keys
 (uint64), for PUSH the keys then the values (float32, `width` per key), for
 ERROR the UTF-8 text of the error. A push of the same keys as an earlier pull
 (flag SAME_KEYS) carries only the values, in that pull's order, and names the
@@ -22,17 +22,18 @@ class Header(NamedTuple):
     clock: int = 0       # clocks the sender has completed
     nkeys: int = 0
     width: int = 0
+    epoch: int = 0       # where the sender's next minibatch starts: this epoch, ...
     ref: int = 0         # SAME_KEYS: the ts of the pull whose keys this push reuses
+    offset: int = 0      # ... and this byte offset (text) or row (binary shards)
     examples: int = 0    # examples the sender has trained on so far
     loss: float = 0.0    # their summed training logloss
     progress: float = 0.0  # epochs done, fractional
 
 
-# Little-endian, 8-byte aligned payload after it: op flags ts clock nkeys width (pad) ref
-# examples loss progress.
-_LAYOUT = struct.Struct("<iiqqqi4xqqdd")
+# Little-endian, a multiple of 8 bytes so the payload after it stays aligned.
+_LAYOUT = struct.Struct("<iiqqqiiqqqdd")
 HEADER_BYTES = _LAYOUT.size
-assert HEADER_BYTES == 72
+assert HEADER_BYTES == 80
 
 
 class Op(IntEnum):
@@ -42,6 +43,9 @@ class Op(IntEnum):
     BYE = 4      # the sender will send nothing more
     ERROR = 5    # the sender (worker or server) failed; servers save what they hold, then ack
     STATUS = 6   # reply: STATUS_FIELDS, the server's view of the workers' clocks
+    STOP_AT = 7  # server 0 to the others: write a checkpoint at `clock`, then stop the workers
+    SHARD_SAVED = 8  # a server to server 0: its file of checkpoint `clock` (JSON payload)
+    CHECKPOINT_AT = 9  # server 0 to the others: write a checkpoint at `clock` (a timed one)
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock

@@ -2,10 +2,21 @@
 
 One thread, one message at a time, in arrival order. MPI keeps the messages
 from one worker in order, so a worker always reads its own earlier pushes.
+
+Under BSP the pushes that complete a clock are applied together, in worker
+order, once every worker has sent its own: a run is reproducible, and the model
+at each clock is a consistent cut, so checkpoints are taken there, before any
+read of the next clock is answered. Server 0 writes each checkpoint's manifest
+once every server has reported its file. Asked to stop, or when a timed
+checkpoint is due, it names the clock for it: two past its slowest worker, which
+no server has passed yet.
 """
+import json
+import logging
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -18,6 +29,8 @@ from .progress import Progress
 from .protocol import Op
 from .store import KVStore
 
+log = logging.getLogger("mpips")
+
 
 @dataclass
 class ServerStats:
@@ -25,7 +38,10 @@ class ServerStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     pulls_held: int = 0       # pulls that had to wait for other workers' clocks
+    train_bytes_sent: int = 0   # bytes sent until every worker had finished training
+    refound: int = 0          # SAME_KEYS pushes whose rows had moved (the table grew)
     busy_s: float = 0.0       # time spent handling requests (the rest is waiting for them)
+    checkpoints: int = 0      # checkpoint files written
 
 
 # One pull served to a worker still training, recorded with --record-pulls: who read, at which
@@ -35,19 +51,32 @@ PULL_RECORD = np.dtype([("worker", "<i4"), ("clock", "<i8"), ("slowest", "<i8"),
                         ("held_s", "<f8"), ("t", "<f8")])
 
 
+@dataclass
+class CheckpointPlan:
+    """When and how this server writes checkpoints."""
+    every: int                                      # clocks between them; 0: not by clocks
+    seconds: float                                  # or seconds between them; 0: not by time
+    write_shard: Callable[[int], dict]              # clock -> this server's manifest entry
+    write_manifest: Callable[[int, list, dict], None]   # server 0: clock, entries, positions
+    stop_requested: Callable[[], bool] = lambda: False  # polled by server 0
+
+
 class Server:
     def __init__(self, roles, store: KVStore, clocks: ClockTable, timeout: float,
                  on_error=None, progress: Progress | None = None, record_pulls: bool = False,
-                 every: tuple | None = None):
+                 every: tuple | None = None, checkpoints: CheckpointPlan | None = None,
+                 positions: dict | None = None):
         """`every` = (seconds, callback): call callback(final=False) at each multiple of
         `seconds` while serving (skipping those missed while busy), and callback(final=True)
-        once when every worker has finished training."""
+        once when every worker has finished training. `positions`: where each worker stood,
+        when resuming from a checkpoint."""
         self.roles = roles
         self.store = store
         self.clocks = clocks
         self.timeout = timeout
         self.on_error = on_error
         self.progress = progress
+        self.checkpoints = checkpoints
         self.stats = ServerStats()
         self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
         self._held = deque()      # pulls waiting for clocks:
@@ -59,32 +88,63 @@ class Server:
         # Per worker, the last pulls served: ts -> (keys, rows found, table generation), so a
         # push of the same keys (SAME_KEYS) needs neither the keys nor a second lookup.
         self._pulled = [OrderedDict() for _ in roles.workers]
+        # BSP: the pushes that complete each clock, by clock then worker, until every worker
+        # has completed that clock (a worker may push ahead of the others).
+        self._clock_pushes = {}
+        self._slowest = clocks.slowest()
+        # Where each worker's next minibatch starts, from its latest clock push (checkpoints).
+        self.positions = dict(positions or {})
+        self.stop_at = None       # the clock to checkpoint and stop at, once asked
+        self._planned = set()     # clocks server 0 named for timed checkpoints
+        self.stopped = False      # that checkpoint is written: reads are refused
+        self._entries = {}        # server 0: clock -> the servers' files of that checkpoint
+        self._written = set()     # clocks this server has written a checkpoint at
         self._every = every
         self._final_taken = False
         self._start = time.monotonic()
 
+    @property
+    def _lead(self) -> bool:
+        return self.roles.index == 0
+
     def run(self) -> ServerStats:
-        """Serve until every worker has said BYE."""
+        """Serve until every worker has said BYE; server 0 also until every other server has
+        (after its last SHARD_SAVED), so it knows which checkpoints are complete."""
         comm = self.roles.comm
         status = MPI.Status()
         backoff = Backoff()
         buf = np.empty(1 << 16, np.uint8)
         talking = set(self.roles.workers)
-        self._start = time.monotonic()
+        servers_left = set(self.roles.servers[1:]) if self._lead else set()
+        self._start = quiet_since = time.monotonic()
         self._heard[:] = self._start
         next_call = self._start + (self._every[0] if self._every else float("inf"))
         next_check = self._start
-        while talking:
+        timed = self.checkpoints.seconds if self.checkpoints else 0
+        next_timed = self._start + timed if timed else float("inf")
+        while talking or servers_left:
             if self._final_taken:
                 next_call = float("inf")
             if time.monotonic() >= next_call:
                 self._timed(final=False)
                 missed = (time.monotonic() - self._start) // self._every[0]
                 next_call = self._start + (missed + 1) * self._every[0]
+            if (self._lead and self.stop_at is None and self.checkpoints
+                    and self.checkpoints.stop_requested()):
+                self._schedule_stop()
+            if self._lead and time.monotonic() >= next_timed:
+                self._schedule_checkpoint()
+                next_timed = time.monotonic() + timed
             msg = comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, status)
             if msg is None:
                 if time.monotonic() >= next_check:
-                    self._check_silence(talking)
+                    if talking:
+                        self._check_silence(talking)
+                        quiet_since = time.monotonic()
+                    elif time.monotonic() - quiet_since > self.timeout:
+                        raise WaitTimeout(f"servers {sorted(servers_left)} did not say they had "
+                                          f"finished within --timeout {self.timeout:g} s of the "
+                                          f"last worker")
                     self._reap_replies()
                     next_check = time.monotonic() + 0.5
                 backoff.idle()
@@ -100,8 +160,18 @@ class Server:
             source = status.Get_source()
             if self._handle(source, buf[:nbytes]) is Op.BYE:
                 talking.discard(source)
+                servers_left.discard(source)
             self.stats.busy_s += time.monotonic() - began
-        wait_all([r for r, _ in self._replies], self.timeout, lambda: "pull replies to be sent")
+        if not self._lead:   # after this server's last SHARD_SAVED, in MPI's order
+            bye = protocol.pack(protocol.Header(Op.BYE))
+            self._replies.append((comm.Isend(bye, self.roles.servers[0], protocol.REQUEST_TAG),
+                                  bye))
+        for clock in sorted(self._entries):
+            have = {e["server"] for e in self._entries[clock]["shards"]}
+            missing = sorted(set(range(len(self.roles.servers))) - have)
+            log.warning("checkpoint at clock %d is incomplete (server(s) %s did not write it, "
+                        "the job having ended first): it will be passed over", clock, missing)
+        wait_all([r for r, _ in self._replies], self.timeout, lambda: "replies to be sent")
         if self.progress:
             self.progress.log(final=True)
         return self.stats
@@ -132,13 +202,8 @@ class Server:
     def _handle(self, source: int, buf: np.ndarray) -> Op:
         h, keys, values = protocol.unpack(buf)
         op = Op(h.op)
-        if op is Op.ERROR:
-            who = (f"worker {self.roles.worker_index(source)}" if source in self.roles.workers
-                   else f"server {source}")
-            if self.on_error:
-                self.on_error(f"{who}: {protocol.error_text(buf)}")
-            self._send(np.ones(1, np.int64), source, protocol.ERROR_ACK_TAG)
-            return op
+        if source in self.roles.servers:
+            return self._from_server(op, source, h, buf)
         worker = self.roles.worker_index(source)
         self._heard[worker] = time.monotonic()
         if self.progress:
@@ -148,28 +213,169 @@ class Server:
             # (a finished worker's reads, such as scoring the test file, never wait).
             insert = not h.flags & protocol.READ_ONLY
             clock = self.clocks.read_clock(worker, bool(h.flags & protocol.NEXT_CLOCK))
-            if self.clocks.may_read(worker, clock):
+            if self.stopped and self.clocks.done[worker] != FINISHED:
+                self._refuse(source, h.ts)
+            elif self.clocks.may_read(worker, clock):
                 self._serve(worker, source, h.ts, keys, insert, None)
             else:
                 self._held.append([clock, worker, source, h.ts, keys.copy(), insert,
                                    self._held_since(worker, clock)])
         elif op is Op.PUSH:
-            if not h.flags & protocol.SAME_KEYS:
-                self.store.push(keys, values)
-            elif values.shape[0]:
-                self._push_same_keys(worker, h.ref, values)
+            if h.flags & protocol.CLOCK and self.clocks.staleness == 0:
+                pending = self._clock_pushes.setdefault(int(self.clocks.done[worker]), {})
+                pending[worker] = self._pushed(worker, h, keys, values, copy=True)
+            else:
+                self._apply(*self._pushed(worker, h, keys, values, copy=False))
             if h.flags & protocol.CLOCK:
                 self.clocks.tick(worker)
-                self._release()
+                self.positions[worker] = self._position(worker, h)
+                self._advance()
         elif op is Op.FINISH:
+            self.positions[worker] = self._position(worker, h)
             self.clocks.finish(worker)
-            self._release()
-            if self.clocks.all_finished and self._every and not self._final_taken:
-                self._timed(final=True)
-                self._final_taken = True
+            self._advance()
+            if self.clocks.all_finished:
+                self.stats.train_bytes_sent = self.stats.bytes_sent
+                if self._every and not self._final_taken:
+                    self._timed(final=True)
+                    self._final_taken = True
         elif op is Op.STATUS:
             self._send(self._status(), source, protocol.reply_tag(h.ts, self._reply_tags))
+        elif op is Op.ERROR:
+            self._failed(f"worker {worker}", source, buf)
         return op
+
+    def _from_server(self, op: Op, source: int, h, buf: np.ndarray) -> Op:
+        if op is Op.ERROR:
+            self._failed(f"server {source}", source, buf)
+        elif op is Op.STOP_AT:
+            self.stop_at = h.clock
+            self._advance()
+        elif op is Op.CHECKPOINT_AT:
+            self._planned.add(h.clock)
+            self._advance()
+        elif op is Op.BYE:
+            pass
+        elif op is Op.SHARD_SAVED:
+            self._shard_saved(h.clock, json.loads(protocol.error_text(buf)))
+        else:
+            raise ProtocolError(f"server rank {source} sent {op.name}")
+        return op
+
+    def _failed(self, who: str, source: int, buf: np.ndarray) -> None:
+        if self.on_error:
+            self.on_error(f"{who}: {protocol.error_text(buf)}")
+        self._send(np.ones(1, np.int64), source, protocol.ERROR_ACK_TAG)
+
+    @staticmethod
+    def _position(worker: int, h) -> dict:
+        return {"clock": h.clock + (1 if h.op == Op.PUSH else 0), "epoch": h.epoch,
+                "offset": h.offset, "examples": h.examples, "loss": h.loss}
+
+    def _pushed(self, worker: int, h, keys, values, copy: bool):
+        """(keys, rows or None, table generation, values) of a push, ready to apply."""
+        if not h.flags & protocol.SAME_KEYS:
+            return (keys.copy() if copy else keys), None, -1, (values.copy() if copy else values)
+        if not values.shape[0]:
+            return keys, None, -1, values
+        entry = self._pulled[worker].pop(h.ref, None)
+        if entry is None or entry[0].shape[0] != values.shape[0]:
+            raise ProtocolError(f"worker {worker} pushed {values.shape[0]} values for the keys "
+                                f"of pull #{h.ref}, which this server does not hold")
+        return entry[0], entry[1], entry[2], (values.copy() if copy else values)
+
+    def _apply(self, keys, slots, generation, values) -> None:
+        if slots is not None and generation == self.store.generation:
+            self.store.update(slots, values)
+            return
+        if slots is not None:   # the table grew since the pull: its rows moved
+            self.stats.refound += 1
+        self.store.push(keys, values)
+
+    def _advance(self) -> None:
+        """After a worker's clock or FINISH: if the slowest worker moved on, apply the clock's
+        pushes (BSP), checkpoint if due, then answer the pulls the new clock lets through."""
+        slowest = self.clocks.slowest()
+        if slowest > self._slowest:
+            for clock in sorted(c for c in self._clock_pushes if c < slowest):
+                pending = self._clock_pushes.pop(clock)
+                for worker in sorted(pending):
+                    self._apply(*pending[worker])
+            self._checkpoint_due(self._slowest, slowest)
+            self._slowest = slowest
+        for clock in sorted(c for c in self._planned if c <= slowest):
+            # As for stopping: CHECKPOINT_AT may arrive after this server reached the clock.
+            self._planned.discard(clock)
+            self._checkpoint(clock)
+        if self.stop_at is not None and slowest >= self.stop_at and not self.stopped:
+            # Here at the latest: STOP_AT may arrive after this server reached the clock, and
+            # no worker can read past it (server 0 refuses), so the state is still that clock.
+            self._checkpoint(self.stop_at)
+            self.stopped = True
+        self._release()
+
+    def _checkpoint_due(self, before: int, now: int) -> None:
+        plan = self.checkpoints
+        if plan is None:
+            return
+        if now == FINISHED:   # every worker has finished: the final state
+            if plan.every or plan.seconds:
+                self._checkpoint(max(p["clock"] for p in self.positions.values()))
+            return
+        for clock in range(before + 1, now + 1):
+            if ((plan.every and clock % plan.every == 0) or clock == self.stop_at
+                    or clock in self._planned):
+                self._planned.discard(clock)
+                self._checkpoint(clock)
+
+    def _checkpoint(self, clock: int) -> None:
+        if clock in self._written:
+            return
+        self._written.add(clock)
+        entry = self.checkpoints.write_shard(clock)
+        self.stats.checkpoints += 1
+        if self._lead:
+            self._entries.setdefault(clock, {"shards": [], "positions": None})
+            self._entries[clock]["positions"] = {w: dict(p) for w, p in self.positions.items()}
+            self._shard_saved(clock, entry)
+        else:
+            text = np.frombuffer(json.dumps(entry).encode(), np.uint8)
+            buf = protocol.pack(protocol.Header(Op.SHARD_SAVED, clock=clock), text)
+            self.stats.bytes_sent += buf.nbytes
+            self._replies.append((self.roles.comm.Isend(buf, self.roles.servers[0],
+                                                        protocol.REQUEST_TAG), buf))
+
+    def _shard_saved(self, clock: int, entry: dict) -> None:
+        """Server 0: note a server's file of checkpoint `clock`; once all are in and its own
+        positions are known, write the manifest (the checkpoint now exists)."""
+        state = self._entries.setdefault(clock, {"shards": [], "positions": None})
+        state["shards"].append(entry)
+        if len(state["shards"]) == len(self.roles.servers) and state["positions"] is not None:
+            self.checkpoints.write_manifest(clock, state["shards"], state["positions"])
+            del self._entries[clock]
+
+    def _schedule_stop(self) -> None:
+        """Server 0, asked to stop: checkpoint at two clocks past the slowest worker (no server
+        can be further than one clock ahead of this one), then refuse further reads."""
+        slowest = self.clocks.slowest()
+        if slowest == FINISHED:
+            return   # training is over: nothing to stop
+        self.stop_at = slowest + 2
+        self._tell_servers(Op.STOP_AT, self.stop_at)
+
+    def _schedule_checkpoint(self) -> None:
+        """Server 0, a timed checkpoint being due: as for stopping, two clocks past the slowest
+        worker, without stopping."""
+        slowest = self.clocks.slowest()
+        if slowest == FINISHED or self.stop_at is not None:
+            return   # the final or the stopping checkpoint comes anyway
+        self._planned.add(slowest + 2)
+        self._tell_servers(Op.CHECKPOINT_AT, slowest + 2)
+
+    def _tell_servers(self, op: Op, clock: int) -> None:
+        for server in self.roles.servers[1:]:
+            buf = protocol.pack(protocol.Header(op, clock=clock))
+            self._replies.append((self.roles.comm.Isend(buf, server, protocol.REQUEST_TAG), buf))
 
     def _status(self) -> np.ndarray:
         done = self.clocks.done
@@ -198,17 +404,9 @@ class Server:
                 pulled.popitem(last=False)
         self._send(out, source, protocol.reply_tag(ts, self._reply_tags))
 
-    def _push_same_keys(self, worker: int, ref: int, values: np.ndarray) -> None:
-        """Apply a push that reuses the keys of pull `ref` (and the rows found for it)."""
-        entry = self._pulled[worker].pop(ref, None)
-        if entry is None or entry[0].shape[0] != values.shape[0]:
-            raise ProtocolError(f"worker {worker} pushed {values.shape[0]} values for the keys "
-                                f"of pull #{ref}, which this server does not hold")
-        keys, slots, generation = entry
-        if generation == self.store.generation:
-            self.store.update(slots, values)
-        else:   # the table grew since: its rows moved
-            self.store.push(keys, values)
+    def _refuse(self, dest: int, ts: int) -> None:
+        """An empty reply: the job has stopped (a checkpoint holds the model)."""
+        self._send(np.empty(0, np.float32), dest, protocol.reply_tag(ts, self._reply_tags))
 
     def _held_since(self, worker: int, clock: int) -> float | None:
         """When a pull that cannot be served yet starts waiting for other workers: now, if its
@@ -220,11 +418,14 @@ class Server:
         return time.monotonic()
 
     def _release(self) -> None:
-        """Serve held pulls whose clocks now allow it, oldest first."""
+        """Serve held pulls whose clocks now allow it, oldest first; refuse them all once the
+        job has stopped."""
         still = deque()
         for item in self._held:
             clock, worker = item[0], item[1]
-            if self.clocks.may_read(worker, clock):
+            if self.stopped and self.clocks.done[worker] != FINISHED:
+                self._refuse(item[2], item[3])
+            elif self.clocks.may_read(worker, clock):
                 self._serve(*item[1:], keys_are_a_copy=True)
             else:
                 if item[-1] is None:

@@ -21,6 +21,7 @@ import numpy as np
 from .bounded import wait_all
 from .data import Rows, SvmlightShard, check_file
 from .errors import ConfigError
+from .startup import agree
 
 FORMAT = "mpips-csr"
 ARRAYS = (("labels", np.float32), ("indptr", np.int64), ("indices", np.uint64),
@@ -80,13 +81,24 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
     return {"name": name, "rows": rows, "nnz": nnz, "bad_lines": shard.bad_lines}
 
 
+def check_output(dst: str, overwrite: bool) -> None:
+    """ConfigError unless `dst` may be written: absent, or (with overwrite) an empty directory
+    or a converted dataset. Nothing else is ever deleted."""
+    if not os.path.exists(dst):
+        return
+    if not overwrite:
+        raise ConfigError(f"{dst} exists; choose another output, or pass --overwrite")
+    if not os.path.isdir(dst) or (os.listdir(dst) and not is_dataset(dst)):
+        raise ConfigError(f"{dst} is not a converted dataset: --overwrite replaces only those "
+                          f"(a directory with meta.json) or an empty directory")
+
+
 def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = False,
             timeout: float = 3600.0) -> dict | None:
     """Collective over `comm`: every rank converts its byte range of `src`; rank 0 writes
     meta.json once all parts exist. Returns the metadata on rank 0."""
+    agree(comm, lambda: (check_file(src, "IN"), check_output(dst, overwrite)), timeout)
     if comm.rank == 0:
-        if os.path.exists(dst) and not overwrite:
-            raise ConfigError(f"{dst} exists; choose another output, or pass --overwrite")
         shutil.rmtree(dst, ignore_errors=True)
         os.makedirs(dst)
     wait_all([comm.Ibarrier()], timeout, lambda: "rank 0 to create the output directory")
@@ -135,29 +147,44 @@ class CsrShard:
     def _rows(self, a: int, b: int) -> Rows:
         """Global rows [a, b), as views unless they span parts."""
         pieces = []
+        first = a
         while a < b:
             p = int(np.searchsorted(self.part_starts, a, side="right")) - 1
             end = min(b, int(self.part_starts[p + 1]))
             lo = a - int(self.part_starts[p])
             pieces.append(self.parts[p].slice(lo, lo + end - a))
             a = end
-        return pieces[0] if len(pieces) == 1 else Rows.concat(pieces)
+        rows = pieces[0] if len(pieces) == 1 else Rows.concat(pieces)
+        rows.origins = np.arange(first, b, dtype=np.int64)
+        return rows
 
-    def minibatches(self, batch_size: int):
-        """Yield Rows of `batch_size` rows (the last may be smaller)."""
-        for a in range(self.start, self.stop, batch_size):
+    def minibatches(self, batch_size: int, start: int | None = None):
+        """Yield Rows of `batch_size` rows (the last may be smaller), from row `start`."""
+        if start is not None and not self.start <= start <= self.stop:
+            raise ValueError(f"{self.path}: row {start} is outside this part "
+                             f"[{self.start}, {self.stop})")
+        for a in range(self.start if start is None else start, self.stop, batch_size):
             b = min(a + batch_size, self.stop)
             self.position = b
             yield self._rows(a, b)
 
 
-def features_per_row(path: str) -> float:
-    """Mean non-zeros per row: exact for a converted dataset, from the first 1 MiB of text."""
+def features_per_row(path: str, samples: int = 8, sample_bytes: int = 1 << 17) -> float:
+    """Mean non-zeros per row: exact for a converted dataset; for text, from the first
+    `sample_bytes` of each of `samples` evenly spaced parts of the file (a sorted file, or
+    one whose first rows are unusual, is still measured fairly)."""
     if os.path.isdir(path):
         meta = read_meta(path)
         return meta["nnz"] / max(meta["rows"], 1)
-    rows = next(SvmlightShard(path, chunk_bytes=1 << 20, skip_bad=True).rows(), None)
-    return 0.0 if rows is None else float(rows.indptr[-1]) / len(rows)
+    rows = nnz = 0
+    for part in range(samples):
+        shard = SvmlightShard(path, part, samples, chunk_bytes=sample_bytes, skip_bad=True,
+                              log_bad=False)
+        chunk = next(shard.rows(), None)
+        if chunk is not None:
+            rows += len(chunk)
+            nnz += int(chunk.indptr[-1])
+    return nnz / rows if rows else 0.0
 
 
 def check_input(path: str, flag: str) -> None:

@@ -33,14 +33,23 @@ def agree(comm: MPI.Intracomm, check, timeout: float) -> None:
         raise error
 
 
+def broadcast_text(comm: MPI.Intracomm, text: str | None, timeout: float,
+                   limit: int = 4096) -> str:
+    """Rank 0's `text` (up to `limit` bytes of UTF-8), on every rank."""
+    buf = np.zeros(limit, np.uint8)
+    if comm.rank == 0:
+        data = text.encode()
+        if len(data) > limit:
+            raise ValueError(f"{len(data)} bytes of text; at most {limit} can be broadcast")
+        buf[:len(data)] = np.frombuffer(data, np.uint8)
+    wait_all([comm.Ibcast(buf, root=0)], timeout, lambda: "rank 0 to broadcast")
+    return buf.tobytes().rstrip(b"\0").decode()
+
+
 def run_id(comm: MPI.Intracomm, timeout: float) -> str:
     """A name for this run, the same on every rank: start time and a random suffix."""
-    buf = np.zeros(64, np.uint8)
-    if comm.rank == 0:
-        text = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}".encode()
-        buf[:len(text)] = np.frombuffer(text, np.uint8)
-    wait_all([comm.Ibcast(buf, root=0)], timeout, lambda: "rank 0 to name the run")
-    return buf.tobytes().rstrip(b"\0").decode()
+    text = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}" if comm.rank == 0 else None
+    return broadcast_text(comm, text, timeout)
 
 
 def compile_per_node(comm: MPI.Intracomm, timeout: float) -> float:

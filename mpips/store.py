@@ -51,13 +51,16 @@ class KVStore:
             done = table.find_and_read(self._rows, self._meta, keys, insert, limit, slots, out)
             if done == keys.shape[0]:
                 return slots
-            self._grow()   # rows found so far have moved: look them up again
+            # Rows found so far have moved: look them up again, with room for all the keys
+            # not yet looked at, so that a large batch (a resume) rebuilds the table once.
+            self._grow(at_least=len(self) + keys.shape[0] - done)
 
-    def _grow(self) -> None:
+    def _grow(self, at_least: int) -> None:
         cap = self.capacity
         # Small tables double (fewer rebuilds); large ones grow by `growth` (less memory).
+        grown = int(cap * (2.0 if cap < 1 << 20 else self.growth)) + 1
         old = self._rows
-        self._allocate(int(cap * (2.0 if cap < 1 << 20 else self.growth)) + 1)
+        self._allocate(max(grown, int(at_least / self.max_load) + 1))
         table.rehash(old, self._rows)
         self.generation += 1
 
@@ -74,6 +77,14 @@ class KVStore:
     def push(self, keys: np.ndarray, grads: np.ndarray) -> None:
         """Apply the optimizer to `keys` with gradients grads[len(keys), width]."""
         self.update(self.find(keys), grads)
+
+    def load(self, keys: np.ndarray, state: np.ndarray) -> None:
+        """Store keys with these state rows (weights first), as a checkpoint saved them."""
+        if state.shape != (keys.shape[0], self.columns):
+            raise ValueError(f"state of shape {state.shape} for {keys.shape[0]} keys; this "
+                             f"{self.optimizer.name} store keeps {self.columns} columns a key")
+        slots = self.find(keys)   # may grow the table: look up before touching _state
+        self._state[slots] = state
 
     def items(self):
         """(keys, state rows) of everything stored; state columns start with the weights."""

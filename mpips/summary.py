@@ -17,6 +17,9 @@ RECORD = np.dtype([
     ("bytes_sent", "<i8"), ("keys", "<i8"), ("table_bytes", "<i8"), ("bad_lines", "<i8"),
     ("pulls_held", "<i8"), ("max_gap", "<i8"), ("test_rows", "<i8"),
     ("compile_s", "<f8"), ("late_compiles", "<i8"), ("busy_s", "<f8"), ("peak_rss_mb", "<f8"),
+    ("train_bytes", "<i8"),   # bytes sent until every worker had finished training
+    ("stopped_at", "<i8"),    # servers: the clock the job stopped at (checkpoint), or -1
+    ("node", "S64"),          # where the rank ran: Slurm's node name, else the host name
 ])
 
 
@@ -26,8 +29,10 @@ def new_record() -> np.ndarray:
 
 def allgather(comm: MPI.Intracomm, record: np.ndarray, timeout: float) -> np.ndarray:
     """Every rank's record, on every rank (so all can decide the job's outcome alike). Fills
-    in this rank's peak resident memory."""
+    in this rank's peak resident memory and node."""
     record["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    node = os.environ.get("SLURMD_NODENAME") or MPI.Get_processor_name()
+    record["node"] = node.encode()[:64]
     records = np.empty(comm.size, RECORD)
     req = comm.Iallgather([record.reshape(1).view(np.uint8), MPI.BYTE],
                           [records.view(np.uint8), MPI.BYTE])
@@ -79,8 +84,9 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "keys_stored": keys,
         "server_bytes": int(servers["table_bytes"].sum()),
         "server_bytes_per_key": float(servers["table_bytes"].sum()) / keys if keys else None,
-        "bytes_sent": bytes_sent,
-        "bytes_per_example": bytes_sent / examples if examples else None,
+        "bytes_sent": bytes_sent,   # all parameter-server traffic, scoring the test file included
+        "bytes_per_example": (float(records["train_bytes"].sum()) / examples
+                              if examples else None),   # training traffic only
         # Per worker: time blocked on pulls (round trips and waiting for the clocks), and of
         # that, time its pulls were held for the clocks (on the server that held them longest).
         "wait_s": [float(x) for x in workers["wait_s"]],
@@ -91,6 +97,8 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         # Fraction of training time each server spent handling requests (not waiting for them).
         "server_busy": [float(b / t) if t > 0 else None
                         for b, t in zip(servers["busy_s"], servers["train_s"])],
+        "nodes": {"servers": [n.decode() for n in servers["node"]],
+                  "workers": [n.decode() for n in workers["node"]]},
         "bad_lines": int(workers["bad_lines"].sum()),
         # Peak resident memory of each rank (servers first), and of the job.
         "peak_rss_mb": [round(float(x), 1) for x in records["peak_rss_mb"]],
@@ -111,11 +119,16 @@ def write(out_dir: str, summary: dict) -> str:
 
 
 def print_lines(s: dict, path: str) -> None:
+    if s["status"] == "stopped":
+        say(f"stopped at clock {s['stopped_at_clock']}, as asked, after writing a checkpoint: "
+            f"continue with --resume {s['checkpoints']}")
     if s["test_logloss"] is not None:
         auc = "n/a (one class)" if s["test_auc"] is None else f"{s['test_auc']:.4f}"
         test = f"test logloss {s['test_logloss']:.4f}  AUC {auc} on {s['test_examples']:,} examples"
-    elif s["config"]["test"]:
+    elif s["config"]["test"] and s["status"] == "complete":
         test = "the test file holds no examples"
+    elif s["config"]["test"]:
+        test = "not scored (stopped early)"
     else:
         test = "no --test file given"
     rate = f"{s['examples_per_s'] / 1e3:,.1f}k examples/s, " if s["examples_per_s"] else ""

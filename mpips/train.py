@@ -1,121 +1,47 @@
 """A training job: servers serve, workers train on their shard, rank 0 writes the summary.
 
-One minibatch on a worker: rows from its byte range of the file -> sorted unique
-keys -> pull -> logistic-regression gradient (numba) -> push, which also
-completes the worker's clock. After the last epoch every worker scores its share
-of the test file with the final model, and rank 0 gathers the scores.
+One minibatch on a worker: rows from its share of the data -> sorted unique keys
+-> pull -> logistic-regression gradient (numba) -> push, which also completes the
+worker's clock. After the last epoch every worker scores its share of the test
+file with the final model, and rank 0 gathers the scores. With --resume, servers
+first load the checkpoint's keys they own and workers start where it says.
 """
 import logging
 import os
 import shutil
 import time
 import traceback
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 from mpi4py import MPI
 
-from . import logreg, summary
+from . import checkpoint, logreg, signals, summary
 from .bounded import wait_all
 from .client import KVWorker, tell_servers_to_save
 from .clocks import FINISHED, ClockTable
+from .config import RUN_OUTPUTS, TrainConfig, check_resumable
 from .data import KeyIndexer
-from .shards import check_input, features_per_row, open_shard
-from .errors import ConfigError, Interrupted, MpipsError
+from .errors import ConfigError, Interrupted, MpipsError, Stopped
 from .log import say, setup
 from .model_io import save_shard, write_atomic_hdf5
-from .optimizer import LR_SCALE, Optimizer
+from .optimizer import LR_SCALE
+from .placement import Placement
 from .progress import Progress
-from .roles import Roles, check_servers, split
-from .server import Server
-from .startup import agree, compile_per_node, run_id
+from .roles import Roles, split
+from .server import CheckpointPlan, Server
+from .shards import features_per_row, open_shard
+from .startup import agree, broadcast_text, compile_per_node, run_id
 from .store import KVStore
 from .warmup import CompileWatch
 
 log = logging.getLogger("mpips")
 
 EVAL_BATCH = 10000
-CONSISTENCY = ("bsp", "ssp", "asp")
-RUN_OUTPUTS = ("summary.json", "model", "pulls", "snapshots")   # what a run writes in --out
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    train: str
-    out: str | None = None          # None: runs/<run id>
-    test: str | None = None
-    servers: int = 1
-    epochs: int = 1
-    batch_size: int = 1000
-    optimizer: Optimizer = field(default_factory=Optimizer)
-    bias: bool = True
-    consistency: str = "bsp"
-    staleness: int | None = None    # SSP only
-    stragglers: tuple = ()          # ((worker, slowdown factor), ...): a testing aid
-    record_pulls: bool = False
-    snapshot_every: float | None = None
-    skip_bad_lines: bool = False
-    overwrite: bool = False
-    timeout: float = 600.0
-    log_every: float = 5.0
-
-    def check(self, n_ranks: int) -> None:
-        """Raise ConfigError for anything wrong that every rank can see the same way."""
-        check_servers(self.servers, n_ranks)
-        for flag, value in (("--epochs", self.epochs), ("--batch-size", self.batch_size)):
-            if value < 1:
-                raise ConfigError(f"{flag} must be at least 1, got {value}")
-        if not 0 < self.timeout < float("inf"):
-            raise ConfigError(f"--timeout must be a positive number of seconds, got {self.timeout}")
-        if self.consistency not in CONSISTENCY:
-            raise ConfigError(f"--consistency must be one of {', '.join(CONSISTENCY)}, "
-                              f"got {self.consistency!r}")
-        if self.consistency == "ssp" and not 0 <= (self.staleness or 0) < 2**31:
-            raise ConfigError(f"--staleness must be a number of clocks from 0 to 2^31-1, "
-                              f"got {self.staleness}")
-        if self.consistency == "ssp" and self.staleness is None:
-            raise ConfigError("--consistency ssp needs --staleness S, a number of clocks >= 0")
-        if self.consistency != "ssp" and self.staleness is not None:
-            raise ConfigError(f"--staleness applies to --consistency ssp, not {self.consistency}")
-        slowed = [worker for worker, _ in self.stragglers]
-        if len(set(slowed)) < len(slowed):
-            raise ConfigError(f"--straggler names a worker more than once: {sorted(slowed)}")
-        for worker, factor in self.stragglers:
-            if not 0 <= worker < n_ranks - self.servers:
-                raise ConfigError(f"--straggler {worker}:{factor}: worker {worker} does not exist "
-                                  f"(workers are 0..{n_ranks - self.servers - 1})")
-            if not 1 <= factor < float("inf"):
-                raise ConfigError(f"--straggler {worker}:{factor}: the factor must be >= 1")
-        if self.snapshot_every is not None and not self.snapshot_every > 0:
-            raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
-        check_input(self.train, "--train")
-        if self.test is not None:
-            check_input(self.test, "--test")
-        earlier = [name for name in RUN_OUTPUTS if os.path.exists(os.path.join(self.out, name))]
-        if earlier and not self.overwrite:
-            raise ConfigError(f"--out {self.out} already holds a run ({', '.join(earlier)}); "
-                              f"choose another --out, or pass --overwrite to replace it")
-        try:
-            os.makedirs(self.out, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"--out {self.out}: cannot create the run directory ({e.strerror})")
-
-    @property
-    def model_dir(self) -> str:
-        return os.path.join(self.out, "model")
-
-    @property
-    def max_staleness(self) -> int | None:
-        """Clocks a reader may be ahead of the slowest worker: 0 for BSP, None (any) for ASP."""
-        return {"bsp": 0, "asp": None}.get(self.consistency, self.staleness)
-
-    def slowdown(self, worker: int) -> float:
-        return dict(self.stragglers).get(worker, 1.0)
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["optimizer"] = asdict(self.optimizer)
-        return d
+class JobStopped(MpipsError):
+    """Raised on every rank after a job stopped early with a checkpoint: exit status 75."""
 
 
 def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None:
@@ -126,11 +52,14 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     name = run_id(comm, bound)
     cfg = replace(cfg, out=cfg.out or os.path.join("runs", name))
     agree(comm, lambda: cfg.check(comm.size), bound)
+    resume = _find_checkpoint(cfg, comm, bound) if cfg.resume else None
+    if resume:
+        agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.servers), bound)
     chosen_lr = cfg.optimizer.lr is None
     if chosen_lr:   # every rank reads the same bytes, so all choose the same rate
         density = features_per_row(cfg.train) + cfg.bias
         cfg = replace(cfg, optimizer=cfg.optimizer.with_default_lr(density))
-    if comm.rank == 0 and cfg.overwrite:
+    if comm.rank == 0 and (cfg.overwrite or cfg.resume):
         for output in RUN_OUTPUTS:
             path = os.path.join(cfg.out, output)
             if os.path.isdir(path):
@@ -153,9 +82,9 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
         watch = CompileWatch()
         with watch.watching():
             if roles.is_server:
-                record, margins, labels, held = _serve(cfg, roles, name)
+                record, margins, labels, held = _serve(cfg, roles, name, resume)
             else:
-                record, margins, labels, held = _work(cfg, roles)
+                record, margins, labels, held = _work(cfg, roles, resume)
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
         record["compile_s"] = compile_s
@@ -163,6 +92,18 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
         return _finish(cfg, roles, name, record, margins, labels, held, started)
     finally:
         roles.free()
+
+
+def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
+    """(directory, manifest) of the newest valid checkpoint in --resume, the same on every
+    rank: rank 0 verifies the checksums (and says which newer ones it passed over)."""
+    found = checkpoint.latest_valid(cfg.resume) if comm.rank == 0 else None
+    directory = broadcast_text(comm, found[0] if found else "", timeout)
+    if not directory:
+        error = ConfigError(f"--resume {cfg.resume}: no complete, undamaged checkpoint in it")
+        error.reported = comm.rank == 0
+        raise error
+    return directory, checkpoint.read_manifest(directory)
 
 
 def _ready(roles: Roles, timeout: float) -> float:
@@ -178,9 +119,51 @@ def _log_failure(e: Exception) -> str:
     return text
 
 
-def _serve(cfg: TrainConfig, roles: Roles, name: str):
+def _positions(resume) -> dict:
+    """Worker -> where it stood in the checkpoint (clock, epoch, offset, examples, loss)."""
+    return {int(w): p for w, p in resume[1]["positions"].items()} if resume else {}
+
+
+def _checkpoint_plan(cfg: TrainConfig, roles: Roles, name: str, store) -> CheckpointPlan:
+    root = cfg.checkpoints
+    os.makedirs(root, exist_ok=True)
+    placement = Placement(len(roles.servers))
+
+    def write_shard(clock: int) -> dict:
+        start = time.monotonic()
+        entry = checkpoint.write_shard(root, clock, roles.index, store, {"run_id": name})
+        log.info("wrote %d keys of checkpoint clock %d in %.2f s", entry["keys"], clock,
+                 time.monotonic() - start)
+        return entry
+
+    def write_manifest(clock: int, shards: list, positions: dict) -> None:
+        directory = checkpoint.write_manifest(
+            root, clock, shards, run_id=name, config=cfg.as_dict(), servers=len(roles.servers),
+            workers=len(roles.workers), consistency=cfg.consistency,
+            placement={"hash": "splitmix64 of key ^ salt, ranges of the hash",
+                       "bounds": [str(b) for b in placement.bounds]},
+            positions={str(w): p for w, p in sorted(positions.items())},
+            written=time.strftime("%Y-%m-%d %H:%M:%S"))
+        checkpoint.prune(root, cfg.keep_checkpoints)
+        say(f"checkpoint at clock {clock}: {directory}")
+
+    return CheckpointPlan(every=cfg.checkpoint_every, seconds=cfg.checkpoint_seconds,
+                          write_shard=write_shard,
+                          write_manifest=write_manifest, stop_requested=signals.stop_requested)
+
+
+def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
     store = KVStore(width=1, optimizer=cfg.optimizer)
     clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
+    positions = _positions(resume)
+    if resume:
+        owner = Placement(len(roles.servers))
+        loaded = checkpoint.load_shards(resume[0], resume[1], store,
+                                        lambda keys: owner.owners(keys) == roles.index)
+        for worker, p in positions.items():
+            clocks.done[worker] = p["clock"]
+        log.info("resumed from checkpoint clock %d (%s): loaded %d keys",
+                 resume[1]["clock"], resume[0], loaded)
     progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
                 if roles.index == 0 else None)
     attrs = {"run_id": name, "config": cfg.as_dict()}
@@ -192,8 +175,8 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str):
         when every worker has finished training."""
         taken.append(time.monotonic() - started[0])
         slowest = clocks.slowest()
-        name = "final" if final else f"{len(taken) - 1:04d}"
-        save_shard(os.path.join(cfg.out, "snapshots", name), roles.index,
+        label = "final" if final else f"{len(taken) - 1:04d}"
+        save_shard(os.path.join(cfg.out, "snapshots", label), roles.index,
                    len(roles.servers), store,
                    {**attrs, "complete": True, "elapsed_s": taken[-1],
                     "slowest_clock": -1 if slowest == FINISHED else slowest}, weights_only=True)
@@ -212,7 +195,8 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str):
 
     server = Server(roles, store, clocks, cfg.timeout, on_error=another_rank_failed,
                     progress=progress, record_pulls=cfg.record_pulls,
-                    every=(cfg.snapshot_every, snapshot) if cfg.snapshot_every else None)
+                    every=(cfg.snapshot_every, snapshot) if cfg.snapshot_every else None,
+                    checkpoints=_checkpoint_plan(cfg, roles, name, store), positions=positions)
     t0 = started[0] = _ready(roles, cfg.timeout)
     if progress:
         progress.start()
@@ -229,7 +213,12 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str):
                 log.error("the other servers did not confirm saving their shards: %s", again)
         raise
     train_s = time.monotonic() - t0
-    save_shard(cfg.model_dir, roles.index, len(roles.servers), store, {**attrs, "complete": True})
+    if server.stopped:
+        save_partial(f"stopped at clock {server.stop_at}; continue with --resume "
+                     f"{cfg.checkpoints}")
+    else:
+        save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
+                   {**attrs, "complete": True})
     if cfg.record_pulls:
         pulls = server.pull_records()
         write_atomic_hdf5(os.path.join(cfg.out, "pulls", f"server-{roles.index:04d}.h5"),
@@ -244,13 +233,15 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str):
     r["pulls_held"] = stats.pulls_held
     r["max_gap"] = clocks.max_gap
     r["busy_s"] = stats.busy_s
+    r["train_bytes"] = stats.train_bytes_sent
+    r["stopped_at"] = server.stop_at if server.stopped else -1
     return r, np.empty(0), np.empty(0, np.float32), server.held_s
 
 
-def _work(cfg: TrainConfig, roles: Roles):
+def _work(cfg: TrainConfig, roles: Roles, resume):
     kv = KVWorker(roles, width=1, timeout=cfg.timeout)
     try:
-        return _train_and_score(cfg, roles, kv)
+        return _train_and_score(cfg, roles, kv, _positions(resume).get(roles.index))
     except Exception as e:
         reason = f"worker {roles.index}: {_log_failure(e)}"
         if not isinstance(e, Interrupted):
@@ -261,13 +252,17 @@ def _work(cfg: TrainConfig, roles: Roles):
         raise
 
 
-def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
+def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None):
     n_workers = len(roles.workers)
     shard = open_shard(cfg.train, roles.index, n_workers, skip_bad=cfg.skip_bad_lines)
     slowdown = cfg.slowdown(roles.index)
-    stream = _minibatches(cfg, shard)
+    examples, loss, push, stopped = 0, 0.0, None, False
+    epoch, offset = 0, -1
+    if position:
+        kv.clock, epoch, offset = position["clock"], position["epoch"], position["offset"]
+        examples, loss = position["examples"], position["loss"]
+    stream = _minibatches(cfg, shard, epoch, offset)
     t0 = mark = _ready(roles, cfg.timeout)
-    examples, loss, push = 0, 0.0, None
     current = next(stream, None)
     pull = kv.pull(current[1]) if current else None
     while current is not None:
@@ -276,11 +271,18 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
         # servers work on it while this one computes (they answer once this push arrives).
         upcoming = next(stream, None)
         next_pull = kv.pull(upcoming[1], next_clock=True) if upcoming else None
-        batch, keys, cols, bias_col, progress = current
-        grad, batch_loss = logreg.gradient(batch, cols, bias_col, kv.wait(pull))
+        batch, keys, cols, bias_col, progress, _ = current
+        try:
+            weights = kv.wait(pull)
+        except Stopped:
+            stopped = True
+            break
+        grad, batch_loss = logreg.gradient(batch, cols, bias_col, weights)
         loss += batch_loss
         examples += len(batch)
-        kv.report(examples, loss, progress)
+        # Where the next minibatch starts, for checkpoints: the servers note it with the push.
+        kv.report(examples, loss, progress, *((upcoming[5], upcoming[0].start) if upcoming
+                                              else (cfg.epochs, -1)))
         if push is not None:
             kv.wait(push)
         push = kv.push(keys, grad, clock=True)
@@ -289,13 +291,18 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
             time.sleep((slowdown - 1) * max(busy, 0.0))
             mark = time.monotonic()
         current, pull = upcoming, next_pull
-    kv.report(examples, loss, cfg.epochs)
-    kv.finish()
     train_s = time.monotonic() - t0
-    _wait_for_other_workers(roles, kv, cfg.timeout)
     margins, labels, bad_test_lines = np.empty(0), np.empty(0, np.float32), 0
-    if cfg.test:
-        margins, labels, bad_test_lines = _score(cfg, roles, kv)
+    if not stopped:
+        kv.report(examples, loss, cfg.epochs, cfg.epochs, -1)
+        kv.finish()
+        train_bytes = kv.bytes_sent
+        _wait_for_other_workers(roles, kv, cfg.timeout)
+        if cfg.test:
+            margins, labels, bad_test_lines = _score(cfg, roles, kv)
+    else:
+        train_bytes = kv.bytes_sent
+        log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
     kv.close()
     r = summary.new_record()
     r["examples"] = examples
@@ -303,18 +310,22 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     r["train_s"] = train_s
     r["wait_s"] = kv.wait_s
     r["bytes_sent"] = kv.bytes_sent
+    r["train_bytes"] = train_bytes
     r["bad_lines"] = shard.bad_lines + bad_test_lines
     r["test_rows"] = margins.shape[0]
+    r["stopped_at"] = -1
     return r, margins, labels, np.zeros(n_workers)
 
 
-def _minibatches(cfg: TrainConfig, shard):
-    """(rows, keys, cols, bias_col, epochs done) for each minibatch of every epoch."""
+def _minibatches(cfg: TrainConfig, shard, first_epoch: int = 0, offset: int = -1):
+    """(rows, keys, cols, bias_col, epochs done, epoch) for each minibatch from `first_epoch`
+    on, the first epoch starting at `offset` (a byte or row; -1: its beginning)."""
     index = KeyIndexer()
-    for epoch in range(cfg.epochs):
-        for batch in shard.minibatches(cfg.batch_size):
+    for epoch in range(first_epoch, cfg.epochs):
+        start = offset if epoch == first_epoch and offset >= 0 else None
+        for batch in shard.minibatches(cfg.batch_size, start):
             keys, cols, bias_col = index(batch, cfg.bias, shard.path)
-            yield batch, keys, cols, bias_col, epoch + shard.fraction_done
+            yield batch, keys, cols, bias_col, epoch + shard.fraction_done, epoch
 
 
 def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float) -> None:
@@ -355,16 +366,24 @@ def _finish(cfg, roles, name, record, margins, labels, held, started) -> dict | 
     counts = records["test_rows"]
     margins = summary.gather_to_root(comm, margins, counts, cfg.timeout, "the test scores")
     labels = summary.gather_to_root(comm, labels, counts, cfg.timeout, "the test labels")
+    stopped_at = int(records["stopped_at"].max())
     result = None
     if comm.rank == 0:
         result = summary.build(
             records, len(roles.servers), margins, labels, held, run_id=name,
             config=cfg.as_dict(), consistency=cfg.consistency, staleness=cfg.max_staleness,
-            wall_s=time.monotonic() - started,
+            status="stopped" if stopped_at >= 0 else "complete",
+            stopped_at_clock=stopped_at if stopped_at >= 0 else None,
+            checkpoints=os.path.abspath(cfg.checkpoints), wall_s=time.monotonic() - started,
             model_dir=os.path.abspath(cfg.model_dir))
         summary.print_lines(result, summary.write(cfg.out, result))
+    if stopped_at >= 0:   # every rank sees the same records, so all end alike
+        error = JobStopped(f"stopped at clock {stopped_at} after writing a checkpoint; continue "
+                           f"with --resume {cfg.checkpoints}")
+        error.reported = comm.rank != 0
+        raise error
     examples = int(records["examples"].sum())
-    if examples == 0:   # every rank sees the same records, so all fail alike
+    if examples == 0:
         error = ConfigError(f"--train {cfg.train}: no training examples "
                             f"({int(records['bad_lines'].sum())} bad line(s) skipped)")
         error.reported = comm.rank == 0

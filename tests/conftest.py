@@ -33,19 +33,28 @@ class Job:
         return self.stdout + self.stderr
 
 
-def run_job(n_ranks: int, *args: str, timeout: float = 180) -> Job:
-    """Run `mpiexec -n N python -m mpips ARGS` to completion; kill the whole process group
-    and fail the test if it outlives `timeout`."""
+def launch(n_ranks: int, *args) -> subprocess.Popen:
+    """Start `mpiexec -n N python -m mpips ARGS` in its own process group."""
     cmd = [mpiexec_path(), "-n", str(n_ranks), sys.executable, "-m", "mpips", *map(str, args)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 180) -> Job:
+    """Wait for a launched job; kill its whole process group and fail the test if it
+    outlives `timeout`."""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        pytest.fail(f"job did not finish within {timeout} s: {' '.join(cmd)}\n{out}\n{err}")
+        pytest.fail(f"job did not finish within {timeout} s: {' '.join(proc.args)}\n{out}\n{err}")
     return Job(proc.returncode, out, err)
+
+
+def run_job(n_ranks: int, *args: str, timeout: float = 180) -> Job:
+    """Run `mpiexec -n N python -m mpips ARGS` to completion (see `finish`)."""
+    return finish(launch(n_ranks, *args), timeout)
 
 
 def run_mpips(*args: str, timeout: float = 120) -> Job:

@@ -158,10 +158,11 @@ def count_byte(buf, byte):
 
 
 @njit(cache=True, nogil=True)
-def parse_svmlight(buf, final, skip_bad, labels, indptr, indices, values):
-    """Parse the complete lines of `buf` into preallocated CSR arrays.
+def parse_svmlight(buf, final, skip_bad, labels, indptr, indices, values, starts):
+    """Parse the complete lines of `buf` into preallocated CSR arrays, and the byte offset in
+    `buf` where each row's line starts into `starts`.
 
-    Capacity: labels and indptr[1:] need one entry per newline (+1 if `final`),
+    Capacity: labels, starts and indptr[1:] need one entry per newline (+1 if `final`),
     indices and values one per ':' byte. Only complete lines are parsed unless
     `final`, in which case a last line without newline counts too.
 
@@ -190,6 +191,7 @@ def parse_svmlight(buf, final, skip_bad, labels, indptr, indices, values):
             end -= 1
         code, col, k = _parse_line(buf, pos, end, labels, indices, values, row, nnz)
         if code == OK:
+            starts[row] = pos
             nnz += k
             row += 1
             indptr[row] = nnz

@@ -1,7 +1,7 @@
 """Binary CSR shards: converting in parallel, splitting by rows, training from them."""
 import numpy as np
 import pytest
-from conftest import read_summary, run_job, run_mpips
+from conftest import read_summary, run_job
 
 from mpips.evaluate import read_rows
 from mpips.model_io import load_model
@@ -48,6 +48,15 @@ def test_training_from_shards_equals_training_from_text(small_data, converted, t
     assert read_summary(tmp_path / "binary")["train_examples"] == 2 * 20000
 
 
-def test_convert_refuses_to_overwrite(small_data, converted):
-    job = run_mpips("convert", small_data[0], converted)
-    assert job.returncode == 2 and "exists" in job.stderr
+def test_convert_refuses_to_overwrite_on_every_rank(small_data, converted):
+    job = run_job(3, "convert", small_data[0], converted, timeout=60)
+    assert job.returncode == 2 and job.stderr.count("exists; choose another output") == 1
+
+
+def test_overwrite_replaces_only_a_converted_dataset(small_data, tmp_path):
+    precious = tmp_path / "results"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    job = run_job(2, "convert", small_data[0], precious, "--overwrite", timeout=60)
+    assert job.returncode == 2 and "is not a converted dataset" in job.stderr
+    assert (precious / "notes.txt").read_text() == "keep me"

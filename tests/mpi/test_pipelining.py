@@ -17,8 +17,9 @@ CLOCKS = 8
 
 def serve(roles, staleness, capacity=1 << 10):
     store = KVStore(width=1, optimizer=Optimizer("sgd", lr=1.0), capacity=capacity)
-    Server(roles, store, ClockTable(len(roles.workers), staleness), timeout=60).run()
-    return store
+    server = Server(roles, store, ClockTable(len(roles.workers), staleness), timeout=60)
+    server.run()
+    return server
 
 
 def test_a_read_sent_ahead_under_bsp_sees_every_workers_previous_clock():
@@ -49,8 +50,8 @@ def test_a_push_reusing_keys_after_the_table_grew_updates_the_right_keys():
     roles = split(2, MPI.COMM_WORLD)
     try:
         if roles.is_server:
-            store = serve(roles, staleness=None, capacity=16)
-            assert store.generation > 0, "the table was rebuilt between a pull and its push"
+            server = serve(roles, staleness=None, capacity=256)
+            assert server.stats.refound == len(roles.workers), "rows had moved: found by key"
             return
         kv = KVWorker(roles, timeout=60)
         me = roles.index

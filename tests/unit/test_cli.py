@@ -1,5 +1,10 @@
 """The command line without MPI: help, argument errors, make-data."""
+import argparse
+
+import pytest
 from conftest import run_mpips
+
+from mpips.cli import checkpoint_interval
 
 
 def test_help_explains_each_option():
@@ -19,3 +24,15 @@ def test_bad_option_values_are_named():
 def test_make_data_rejects_bad_sizes(tmp_path):
     job = run_mpips("make-data", "--rows", "0", tmp_path / "x")
     assert job.returncode == 2 and "--rows must be at least 1" in job.stderr
+
+
+def test_checkpoint_interval_is_clocks_or_time():
+    assert checkpoint_interval("500") == (500, 0.0)
+    assert checkpoint_interval("30s") == (0, 30.0)
+    assert checkpoint_interval("1.5m") == (0, 90.0)
+    assert checkpoint_interval("2h") == (0, 7200.0)
+    for bad in ("often", "10x", "-5", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match=repr(bad)):
+            checkpoint_interval(bad)
+    job = run_mpips("train", "--train", "x.svm", "--checkpoint-every", "soon")
+    assert job.returncode == 2 and "--checkpoint-every" in job.stderr

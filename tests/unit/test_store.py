@@ -71,3 +71,29 @@ def test_reading_stored_keys_never_grows_the_table():
         store.find(keys)
     assert (store.capacity, store.generation) == (capacity, generation)
     assert len(store) / store.capacity > 0.7
+
+
+def test_load_puts_back_exactly_what_items_gave():
+    store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1))
+    rng = np.random.default_rng(4)
+    keys = np.unique(rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64, endpoint=True))
+    store.push(keys, rng.normal(size=(keys.shape[0], 1)).astype(np.float32))
+    saved_keys, saved_state = store.items()
+    copy = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1))
+    copy.load(saved_keys, saved_state)
+    again_keys, again_state = copy.items()
+    order, again = np.argsort(saved_keys), np.argsort(again_keys)
+    np.testing.assert_array_equal(saved_keys[order], again_keys[again])
+    np.testing.assert_array_equal(saved_state[order], again_state[again])
+    with pytest.raises(ValueError, match="keeps 2 columns"):
+        copy.load(saved_keys, saved_state[:, :1])
+
+
+def test_a_large_batch_of_new_keys_rebuilds_the_table_once():
+    store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1))   # 1,024 rows to start
+    keys = np.arange(300_000, dtype=np.uint64) * np.uint64(2654435761)
+    state = np.ones((keys.shape[0], store.columns), np.float32)
+    store.load(keys, state)        # as a resume does with a whole checkpoint
+    assert store.generation == 1 and len(store) == keys.shape[0]
+    np.testing.assert_array_equal(store.pull(keys, np.empty((keys.shape[0], 1), np.float32)),
+                                  np.ones((keys.shape[0], 1), np.float32))

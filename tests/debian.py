@@ -1,0 +1,27 @@
+"""Debian packages some tests need (Slurm, munge, h5dump), installed with apt-get when missing.
+
+Where that cannot be done (not root, no apt-get), the test skips and says why."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+def ensure(commands: list, packages: list) -> None:
+    """Make `commands` available, installing `packages` if any is missing; skip otherwise."""
+    if all(shutil.which(c) for c in commands):
+        return
+    missing = ", ".join(c for c in commands if not shutil.which(c))
+    if os.geteuid() != 0:
+        pytest.skip(f"{missing} not installed, and installing {' '.join(packages)} needs root")
+    if not shutil.which("apt-get"):
+        pytest.skip(f"{missing} not installed, and apt-get is not available to install "
+                    f"{' '.join(packages)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"],
+                ["apt-get", "install", "-y", "-qq", *packages]):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}"
+    still = [c for c in commands if not shutil.which(c)]
+    assert not still, f"installed {' '.join(packages)}, but {', '.join(still)} still missing"

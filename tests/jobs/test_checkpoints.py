@@ -1,0 +1,194 @@
+"""Cold backup with real jobs: checkpoints, stopping on a signal, resuming (bitwise under BSP),
+re-sharding, damaged checkpoints, and a rank killed outright."""
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+import pytest
+from conftest import finish, launch, read_summary, run_job, run_mpips
+from debian import ensure
+
+from mpips import checkpoint
+from mpips.checkpoint import read_manifest
+from mpips.model_io import load_model
+from mpips.placement import Placement
+
+TRAIN = ("--epochs", 8, "--batch-size", 200, "--checkpoint-every", 15)
+
+
+def complete_checkpoints(ckpt) -> list:
+    return sorted(glob.glob(os.path.join(ckpt, "clock-*", "manifest.json")))
+
+
+def wait_for_checkpoint(ckpt, proc, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not complete_checkpoints(ckpt):
+        assert proc.poll() is None, "the job ended before writing a checkpoint"
+        assert time.monotonic() < deadline, f"no checkpoint in {ckpt} after {timeout} s"
+        time.sleep(0.05)
+
+
+def rank_pids(out_dir) -> list:
+    """PIDs of the job's Python ranks (not the launcher), found by their --out argument."""
+    ps = subprocess.run(["pgrep", "-f", "--", f"-m mpips train .*--out {out_dir}"],
+                        capture_output=True, text=True).stdout.split()
+    ranks = []
+    for pid in map(int, ps):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                program = f.read().split(b"\0")[0]
+        except FileNotFoundError:
+            continue
+        if b"python" in os.path.basename(program):
+            ranks.append(pid)
+    return ranks
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(small_data, tmp_path_factory):
+    """2 servers + 2 workers, BSP, a checkpoint every 15 clocks and at the end."""
+    run = tmp_path_factory.mktemp("whole") / "run"
+    job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
+                  "--out", run, *TRAIN)
+    assert job.returncode == 0, job.output
+    return run
+
+
+def test_a_stopped_and_resumed_run_ends_bitwise_equal(small_data, uninterrupted, tmp_path):
+    run = tmp_path / "run"
+    job = launch(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
+                 "--out", run, *TRAIN)
+    wait_for_checkpoint(run / "checkpoints", job)
+    os.kill(job.pid, signal.SIGUSR1)      # what Slurm's warning, forwarded, does
+    ended = finish(job)
+    assert ended.returncode == 75, ended.output
+    assert "after writing a checkpoint: continue with --resume" in ended.output
+    stopped = read_summary(run)
+    assert stopped["status"] == "stopped" and stopped["stopped_at_clock"] > 0
+    assert stopped["train_examples"] < 8 * 20000, "it stopped before the end"
+    with h5py.File(run / "model" / "server-0000.h5") as f:
+        assert not f.attrs["complete"] and "resume" in f.attrs["note"]
+    resumed = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
+                      "--servers", 2, "--out", run, *TRAIN, "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    assert f"resumed from checkpoint clock {stopped['stopped_at_clock']}" in resumed.output
+    ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])   # bit for bit
+    assert read_summary(run)["train_examples"] == 8 * 20000
+    assert read_summary(run)["test_logloss"] == read_summary(uninterrupted)["test_logloss"]
+
+
+@pytest.mark.parametrize("servers", [1, 3])
+def test_a_checkpoint_of_two_servers_resumes_on_another_number(small_data, uninterrupted,
+                                                               tmp_path, servers):
+    ckpt = uninterrupted / "checkpoints"
+    final = read_manifest(os.path.dirname(complete_checkpoints(ckpt)[-1]))
+    assert final["servers"] == 2
+    run = tmp_path / "run"
+    job = run_job(servers + 2, "train", "--train", small_data[0], "--servers", servers,
+                  "--out", run, *TRAIN, "--resume", ckpt, "--checkpoint-dir", tmp_path / "new")
+    assert job.returncode == 0, job.output
+    # Every worker had finished: the model is the checkpoint's, now spread over `servers`.
+    ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    owner = Placement(servers)
+    for s in range(servers):   # each key now lives with its new owner
+        with h5py.File(run / "model" / f"server-{s:04d}.h5") as f:
+            assert (owner.owners(f["keys"][:]) == s).all()
+
+
+def test_timed_checkpoints_resume_to_the_same_model(small_data, uninterrupted, tmp_path):
+    """--checkpoint-every in seconds: server 0 names the clock, every server writes there."""
+    run = tmp_path / "run"
+    job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
+                  "--out", run, *TRAIN[:4], "--checkpoint-every", "0.3s", "--straggler", "0:4",
+                  "--keep-checkpoints", 100)
+    assert job.returncode == 0, job.output
+    found = [os.path.dirname(p) for p in complete_checkpoints(run / "checkpoints")]
+    assert len(found) >= 3, f"a run of several seconds wrote {len(found)} checkpoint(s)"
+    for directory in found:
+        assert checkpoint.verify(directory) is None
+    earliest = tmp_path / "earliest"
+    shutil.copytree(found[0], earliest / os.path.basename(found[0]))
+    resumed = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
+                      "--servers", 2, "--out", tmp_path / "again", *TRAIN[:4],
+                      "--resume", earliest)
+    assert resumed.returncode == 0, resumed.output
+    ours, theirs = load_model(tmp_path / "again" / "model"), load_model(uninterrupted / "model")
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+
+
+def test_a_damaged_checkpoint_is_passed_over(small_data, uninterrupted, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(uninterrupted / "checkpoints", ckpt)
+    newest, previous = [os.path.dirname(p) for p in complete_checkpoints(ckpt)[::-1][:2]]
+    shard = os.path.join(newest, "server-0001.h5")
+    with h5py.File(shard) as f:
+        where = f["state"].id.get_offset() + 40
+    with open(shard, "r+b") as f:       # flip bytes inside the saved weights
+        f.seek(where)
+        data = bytearray(f.read(8))
+        f.seek(where)
+        f.write(bytes(b ^ 0xFF for b in data))
+    report = run_mpips("inspect", ckpt, "--all")
+    assert f"{os.path.basename(newest)}  NOT USABLE: server-0001.h5: dataset state does not " \
+           f"match its checksum" in report.stdout
+    job = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--out",
+                  tmp_path / "run", *TRAIN, "--resume", ckpt)
+    assert job.returncode == 0, job.output
+    assert f"checkpoint {newest} is damaged or incomplete" in job.output
+    assert f"resumed from checkpoint clock {read_manifest(previous)['clock']}" in job.output
+    os.truncate(os.path.join(previous, "server-0000.h5"), 1000)   # and a truncated file
+    report = run_mpips("inspect", ckpt, "--all")
+    assert report.returncode == 0 and "server-0000.h5: unreadable" in report.stdout
+
+
+def test_a_killed_rank_then_resume_finishes_as_well(small_data, uninterrupted, tmp_path):
+    run = tmp_path / "run"
+    args = ("train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
+            "--out", run, *TRAIN, "--log-every", 0.1)
+    job = launch(4, *args)
+    wait_for_checkpoint(run / "checkpoints", job)
+    victim = max(rank_pids(run))        # a rank, not the launcher
+    os.kill(victim, signal.SIGKILL)
+    assert finish(job).returncode != 0, "the launcher reports the failure"
+    assert rank_pids(run) == [], "no rank outlives the failed job"
+    newest = read_manifest(os.path.dirname(complete_checkpoints(run / "checkpoints")[-1]))
+    resumed = run_job(4, *args, "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    assert f"resumed from checkpoint clock {newest['clock']}" in resumed.output
+    # The next checkpoint (every 15 clocks) was never written: the kill came before it.
+    print(f"updates lost: at most 14 clocks of 2 workers x 200 rows after clock "
+          f"{newest['clock']}")
+    ours = read_summary(run)["test_logloss"]
+    theirs = read_summary(uninterrupted)["test_logloss"]
+    assert abs(ours - theirs) / theirs < 0.005
+
+
+def test_sigterm_to_the_ranks_checkpoints_and_stops(small_data, tmp_path):
+    """As srun delivers it: SIGTERM to every rank, KillWait before SIGKILL."""
+    run = tmp_path / "run"
+    job = launch(3, "train", "--train", small_data[0], "--out", run, *TRAIN)
+    wait_for_checkpoint(run / "checkpoints", job)
+    for pid in rank_pids(run):
+        os.kill(pid, signal.SIGTERM)
+    ended = finish(job)
+    assert ended.returncode == 75, ended.output
+    stop = read_summary(run)["stopped_at_clock"]
+    assert os.path.exists(run / "checkpoints" / f"clock-{stop:012d}" / "manifest.json")
+
+
+def test_checkpoint_files_are_plain_hdf5(uninterrupted):
+    ensure(["h5dump"], ["hdf5-tools"])
+    shard = glob.glob(str(uninterrupted / "checkpoints" / "clock-*" / "server-0000.h5"))[0]
+    header = subprocess.run(["h5dump", "-H", shard], capture_output=True, text=True)
+    assert header.returncode == 0
+    assert 'DATASET "keys"' in header.stdout and 'DATASET "state"' in header.stdout

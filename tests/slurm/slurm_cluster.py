@@ -1,0 +1,135 @@
+"""A real Slurm on this machine for the slurm/ templates: munge, slurmctld and two slurmd,
+started for the test session on their own ports and directories, and stopped after it.
+
+The two slurmd are two nodes on this host, ps1 (feature bigmem) and ps2 (feature standard),
+so that multi-node and heterogeneous jobs have two nodes. Each runs in its own UTS namespace
+with its node name as host name: MPI tells nodes apart by host name, as on a real cluster.
+
+Installs Debian's slurm-wlm and munge when they are missing (tests/debian.py). Needs root;
+without it the tests skip and say why.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+
+import pytest
+from debian import ensure
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+
+CONF = """\
+ClusterName=mpipstest
+SlurmctldHost={host}
+SlurmctldPort=16817
+AuthType=auth/munge
+# A requeued job waits out the credential lifetime (default 120 s) before it starts again.
+AuthInfo=cred_expire=10
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SlurmdParameters=config_overrides
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1
+StateSaveLocation={dir}/state
+SlurmdSpoolDir={dir}/spool-%n
+SlurmctldPidFile={dir}/slurmctld.pid
+SlurmdPidFile={dir}/slurmd-%n.pid
+SlurmctldLogFile={dir}/slurmctld.log
+SlurmdLogFile={dir}/slurmd-%n.log
+SlurmUser=root
+ReturnToService=2
+MpiDefault=none
+JobRequeue=1
+MinJobAge=600
+KillWait=10
+NodeName=ps1 NodeHostname=ps1 NodeAddr=127.0.0.1 Port=16818 CPUs=4 RealMemory=8000 Feature=bigmem State=UNKNOWN
+NodeName=ps2 NodeHostname=ps2 NodeAddr=127.0.0.1 Port=16819 CPUs=4 RealMemory=8000 Feature=standard State=UNKNOWN
+PartitionName=debug Nodes=ps1,ps2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+"""
+
+
+@dataclass
+class Cluster:
+    env: dict
+    dir: str
+
+    def run(self, *cmd: str, timeout: float = 60) -> str:
+        out = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed: {out.stdout}{out.stderr}")
+        return out.stdout
+
+    def submit(self, template: str, *options: str, **knobs) -> str:
+        """sbatch a template from slurm/ with knobs as environment variables; the job id."""
+        exports = ",".join(["ALL", f"MPIPS_DIR={REPO}"] + [f"{k}={v}" for k, v in knobs.items()])
+        return self.run("sbatch", "--parsable", f"--chdir={self.dir}", f"--export={exports}",
+                        *options, os.path.join(REPO, "slurm", template)).strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict:
+        """The job's fields from scontrol (JobState, Restarts, ExitCode, StdOut, ...)."""
+        fields = {}
+        for token in self.run("scontrol", "show", "job", "-o", job_id).split():
+            key, _, value = token.partition("=")
+            fields.setdefault(key, value)
+        return fields
+
+    def wait(self, job_id: str, timeout: float = 600, until=TERMINAL) -> dict:
+        """Poll until the job reaches a state in `until`; fail the test past `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if job["JobState"] in until:
+                return job
+            if time.monotonic() > deadline:
+                pytest.fail(f"job {job_id} still {job['JobState']} after {timeout} s")
+            time.sleep(1)
+
+    def output(self, job: dict) -> str:
+        with open(job["StdOut"]) as f:
+            return f.read()
+
+
+def _start_munge() -> None:
+    if subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0:
+        return
+    if not os.path.exists("/etc/munge/munge.key"):
+        subprocess.run(["mungekey", "--create"], check=True)
+        shutil.chown("/etc/munge/munge.key", "munge", "munge")
+    os.makedirs("/run/munge", exist_ok=True)
+    shutil.chown("/run/munge", "munge", "munge")
+    subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "munged"], check=True)
+
+
+@pytest.fixture(scope="session", name="slurm")
+def slurm_fixture(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start munge, slurmctld and slurmd")
+    ensure(["slurmctld", "slurmd", "munged"], ["slurm-wlm", "munge"])
+    _start_munge()
+    base = str(tmp_path_factory.mktemp("slurm"))
+    for sub in ("state", "spool-ps1", "spool-ps2", "jobs"):
+        os.makedirs(os.path.join(base, sub))
+    conf = os.path.join(base, "slurm.conf")
+    with open(conf, "w") as f:
+        f.write(CONF.format(host=socket.gethostname(), dir=base))
+    env = {**os.environ, "SLURM_CONF": conf}
+    subprocess.run(["slurmctld", "-f", conf], env=env, check=True, timeout=60)
+    for node in ("ps1", "ps2"):
+        subprocess.run(["unshare", "--uts", "--", "sh", "-c",
+                        f"hostname {node} && exec slurmd -N {node} -f {conf}"],
+                       env=env, check=True, timeout=60)
+    cluster = Cluster(env=env, dir=os.path.join(base, "jobs"))
+    deadline = time.monotonic() + 60
+    while subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True,
+                         text=True).stdout.split() != ["idle", "idle"]:
+        if time.monotonic() > deadline:
+            pytest.fail(f"the Slurm nodes did not come up in 60 s; see {base}/*.log")
+        time.sleep(0.5)
+    yield cluster
+    subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True, timeout=60)
