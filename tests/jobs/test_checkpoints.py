@@ -2,6 +2,7 @@
 re-sharding, damaged checkpoints, and a rank killed outright."""
 import glob
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -159,18 +160,72 @@ def test_a_killed_rank_then_resume_finishes_as_well(small_data, uninterrupted, t
     wait_for_checkpoint(run / "checkpoints", job)
     victim = max(rank_pids(run))        # a rank, not the launcher
     os.kill(victim, signal.SIGKILL)
-    assert finish(job).returncode != 0, "the launcher reports the failure"
+    killed = finish(job)
+    assert killed.returncode != 0, "the launcher reports the failure"
     assert rank_pids(run) == [], "no rank outlives the failed job"
     newest = read_manifest(os.path.dirname(complete_checkpoints(run / "checkpoints")[-1]))
     resumed = run_job(4, *args, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     assert f"resumed from checkpoint clock {newest['clock']}" in resumed.output
-    # The next checkpoint (every 15 clocks) was never written: the kill came before it.
-    print(f"updates lost: at most 14 clocks of 2 workers x 200 rows after clock "
-          f"{newest['clock']}")
+    # Updates lost: what the workers had trained (the last progress line before the kill,
+    # every 0.1 s) beyond the checkpoint. Less than one interval: the next was never written.
+    trained = max([0] + [int(n.replace(",", "")) for n in
+                         re.findall(r"training: .*?  ([\d,]+) examples", killed.output)])
+    saved = sum(p["examples"] for p in newest["positions"].values())
+    print(f"updates lost beyond checkpoint clock {newest['clock']}: at least "
+          f"{max(trained - saved, 0) // 400} and at most 14 clocks of 2 workers x 200 rows")
     ours = read_summary(run)["test_logloss"]
     theirs = read_summary(uninterrupted)["test_logloss"]
     assert abs(ours - theirs) / theirs < 0.005
+
+
+@pytest.fixture(scope="module")
+def uneven_data(tmp_path_factory):
+    """Worker 0's half of the bytes holds 4,000 short rows, worker 1's 20 long ones: each
+    epoch is 40 minibatches for worker 0 and one for worker 1."""
+    path = tmp_path_factory.mktemp("uneven") / "uneven.svm"
+    rng = np.random.default_rng(5)
+    with open(path, "w") as f:
+        for _ in range(4000):
+            f.write(f"{rng.integers(2)} {rng.integers(1000, 9999)}:1\n")
+        for _ in range(20):
+            keys = rng.choice(np.arange(10000, 99999), 200, replace=False)
+            f.write(f"{rng.integers(2)} " + " ".join(f"{k}:1" for k in keys) + "\n")
+    return str(path)
+
+
+def test_a_stop_after_a_worker_has_finished_still_checkpoints_and_resumes(uneven_data,
+                                                                         tmp_path):
+    args = ("train", "--train", uneven_data, "--servers", 1, "--batch-size", 100,
+            "--epochs", 30, "--checkpoint-every", 100, "--timeout", 60)
+    whole = run_job(3, *args, "--out", tmp_path / "whole")
+    assert whole.returncode == 0, whole.output
+    run = tmp_path / "run"
+    job = launch(3, *args, "--out", run, "--straggler", "0:3")
+    wait_for_checkpoint(run / "checkpoints", job)   # clock 100: worker 1 finished at 30
+    os.kill(job.pid, signal.SIGUSR1)
+    ended = finish(job, timeout=50)     # not held for --timeout by the finished worker
+    assert ended.returncode == 75, ended.output
+    resumed = run_job(3, *args, "--out", run, "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    ours, theirs = load_model(run / "model"), load_model(tmp_path / "whole" / "model")
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    assert read_summary(run)["train_examples"] == read_summary(tmp_path / "whole")[
+        "train_examples"] == 30 * 4020
+
+
+def test_a_new_run_keeps_out_of_old_checkpoints(small_data, uninterrupted, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(uninterrupted / "checkpoints", ckpt)
+    args = ("train", "--train", small_data[0], "--out", tmp_path / "run", "--checkpoint-dir",
+            ckpt, *TRAIN)
+    refused = run_job(3, *args)
+    assert refused.returncode == 2 and f"--checkpoint-dir {ckpt} already holds" in refused.output
+    replaced = run_job(3, *args, "--overwrite", "--epochs", 1, "--keep-checkpoints", 100)
+    assert replaced.returncode == 0, replaced.output
+    for directory in checkpoint.all_checkpoints(ckpt):   # only this run's checkpoints
+        assert read_manifest(directory)["servers"] == 1
 
 
 def test_sigterm_to_the_ranks_checkpoints_and_stops(small_data, tmp_path):

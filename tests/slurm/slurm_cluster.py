@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from debian import ensure
+from debian import cannot, ensure
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -95,23 +95,25 @@ class Cluster:
             return f.read()
 
 
-def _start_munge() -> None:
+def _start_munge() -> bool:
+    """Start munged unless one answers already; whether this started it."""
     if subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0:
-        return
+        return False
     if not os.path.exists("/etc/munge/munge.key"):
         subprocess.run(["mungekey", "--create"], check=True)
         shutil.chown("/etc/munge/munge.key", "munge", "munge")
     os.makedirs("/run/munge", exist_ok=True)
     shutil.chown("/run/munge", "munge", "munge")
     subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "munged"], check=True)
+    return True
 
 
 @pytest.fixture(scope="session", name="slurm")
 def slurm_fixture(tmp_path_factory):
     if os.geteuid() != 0:
-        pytest.skip("needs root to start munge, slurmctld and slurmd")
+        cannot("needs root to start munge, slurmctld and slurmd")
     ensure(["slurmctld", "slurmd", "munged"], ["slurm-wlm", "munge"])
-    _start_munge()
+    started_munge = _start_munge()
     base = str(tmp_path_factory.mktemp("slurm"))
     for sub in ("state", "spool-ps1", "spool-ps2", "jobs"):
         os.makedirs(os.path.join(base, sub))
@@ -119,17 +121,20 @@ def slurm_fixture(tmp_path_factory):
     with open(conf, "w") as f:
         f.write(CONF.format(host=socket.gethostname(), dir=base))
     env = {**os.environ, "SLURM_CONF": conf}
-    subprocess.run(["slurmctld", "-f", conf], env=env, check=True, timeout=60)
-    for node in ("ps1", "ps2"):
-        subprocess.run(["unshare", "--uts", "--", "sh", "-c",
-                        f"hostname {node} && exec slurmd -N {node} -f {conf}"],
-                       env=env, check=True, timeout=60)
-    cluster = Cluster(env=env, dir=os.path.join(base, "jobs"))
-    deadline = time.monotonic() + 60
-    while subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True,
-                         text=True).stdout.split() != ["idle", "idle"]:
-        if time.monotonic() > deadline:
-            pytest.fail(f"the Slurm nodes did not come up in 60 s; see {base}/*.log")
-        time.sleep(0.5)
-    yield cluster
-    subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True, timeout=60)
+    try:
+        subprocess.run(["slurmctld", "-f", conf], env=env, check=True, timeout=60)
+        for node in ("ps1", "ps2"):
+            subprocess.run(["unshare", "--uts", "--", "sh", "-c",
+                            f"hostname {node} && exec slurmd -N {node} -f {conf}"],
+                           env=env, check=True, timeout=60)
+        deadline = time.monotonic() + 60
+        while subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True,
+                             text=True).stdout.split() != ["idle", "idle"]:
+            if time.monotonic() > deadline:
+                pytest.fail(f"the Slurm nodes did not come up in 60 s; see {base}/*.log")
+            time.sleep(0.5)
+        yield Cluster(env=env, dir=os.path.join(base, "jobs"))
+    finally:
+        subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True, timeout=60)
+        if started_munge:
+            subprocess.run(["pkill", "-x", "munged"], capture_output=True)
