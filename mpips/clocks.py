@@ -5,7 +5,8 @@ them (its CLOCK pushes), never as the worker claims. A read by a worker at
 clock c may proceed once every worker has completed c - staleness clocks:
 staleness 0 is bulk-synchronous (BSP), s > 0 is stale-synchronous (SSP, Ho et
 al. 2013), and None never waits (ASP). A finished worker counts as infinitely
-far ahead, and its own reads never wait.
+far ahead. Its own reads wait only under BSP, where a clock's pushes are applied
+once every worker has completed it: until the last of its own pushes is in.
 """
 import numpy as np
 
@@ -17,6 +18,7 @@ FINISHED = np.iinfo(np.int64).max
 class ClockTable:
     def __init__(self, n_workers: int, staleness: int | None = 0):
         self.done = np.zeros(n_workers, np.int64)
+        self.finished_at = np.zeros(n_workers, np.int64)   # clocks completed before FINISH
         self.staleness = staleness
         self.max_gap = 0
 
@@ -26,6 +28,8 @@ class ClockTable:
         self.done[worker] += 1
 
     def finish(self, worker: int) -> None:
+        if self.done[worker] != FINISHED:
+            self.finished_at[worker] = self.done[worker]
         self.done[worker] = FINISHED
 
     def slowest(self) -> int:
@@ -42,8 +46,8 @@ class ClockTable:
         """Whether `worker` may now read for `clock`: once it has itself completed the clocks
         before, and every worker has completed clock - staleness of them."""
         done = self.done[worker]
-        if done == FINISHED:
-            return True
+        if done == FINISHED:   # read-my-writes: under BSP its last pushes may still wait
+            return self.staleness != 0 or self.slowest() >= self.finished_at[worker]
         return done >= clock and (self.staleness is None
                                   or self.slowest() >= clock - self.staleness)
 

@@ -218,7 +218,7 @@ class Server:
             clock = self.clocks.read_clock(worker, bool(h.flags & protocol.NEXT_CLOCK))
             if self.stopped and self.clocks.done[worker] != FINISHED:
                 self._refuse(source, h.ts)
-            elif self.clocks.may_read(worker, clock):
+            elif self._may_read(worker, clock):
                 self._serve(worker, source, h.ts, keys, insert, None)
             else:
                 self._held.append([clock, worker, source, h.ts, keys.copy(), insert,
@@ -448,6 +448,12 @@ class Server:
         """An empty reply: the job has stopped (a checkpoint holds the model)."""
         self._send(np.empty(0, np.float32), dest, protocol.reply_tag(ts, self._reply_tags))
 
+    def _may_read(self, worker: int, clock: int) -> bool:
+        """The clocks' rule; once the job has stopped, a finished worker (scoring) reads the
+        model as it stands, as the clocks will not move again."""
+        return self.clocks.may_read(worker, clock) or (
+            self.stopped and self.clocks.done[worker] == FINISHED)
+
     def _held_since(self, worker: int, clock: int) -> float | None:
         """When a pull that cannot be served yet starts waiting for other workers: now, if its
         own worker has completed the clocks before; None while it waits for that worker's own
@@ -465,7 +471,7 @@ class Server:
             clock, worker = item[0], item[1]
             if self.stopped and self.clocks.done[worker] != FINISHED:
                 self._refuse(item[2], item[3])
-            elif self.clocks.may_read(worker, clock):
+            elif self._may_read(worker, clock):
                 self._serve(*item[1:], keys_are_a_copy=True)
             else:
                 if item[-1] is None:

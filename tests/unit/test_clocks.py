@@ -1,5 +1,5 @@
 """Server-side vector clocks."""
-from mpips.clocks import ClockTable
+from mpips.clocks import FINISHED, ClockTable
 
 
 def test_bsp_waits_for_the_slowest_worker():
@@ -77,3 +77,19 @@ def test_a_read_for_the_next_clock_waits_for_the_readers_own_push():
     assert not bsp.may_read(0, clock), "BSP: and every other worker's clock 0"
     bsp.tick(1)
     assert bsp.may_read(0, clock)
+
+
+def test_under_bsp_a_finished_worker_reads_once_its_last_pushes_are_applied():
+    c = ClockTable(2, staleness=0)
+    c.tick(0)
+    c.tick(0)
+    c.finish(0)               # worker 0 completed clocks 0 and 1, then finished
+    assert not c.may_read(0, FINISHED), "its push of clock 1 waits for worker 1's"
+    c.tick(1)
+    assert not c.may_read(0, FINISHED)
+    c.tick(1)
+    assert c.may_read(0, FINISHED)
+    ssp = ClockTable(2, staleness=1)
+    ssp.tick(0)
+    ssp.finish(0)
+    assert ssp.may_read(0, FINISHED), "SSP applies pushes at once: nothing to wait for"
