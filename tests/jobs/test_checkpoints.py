@@ -88,14 +88,18 @@ def test_a_stopped_and_resumed_run_ends_bitwise_equal(small_data, uninterrupted,
 @pytest.mark.parametrize("servers", [1, 3])
 def test_a_checkpoint_of_two_servers_resumes_on_another_number(small_data, uninterrupted,
                                                                tmp_path, servers):
-    ckpt = uninterrupted / "checkpoints"
-    final = read_manifest(os.path.dirname(complete_checkpoints(ckpt)[-1]))
-    assert final["servers"] == 2
+    """Mid-run: the keys move to their new owners, values unchanged, and training goes on to
+    the same model bit for bit (each key's updates do not depend on who holds it)."""
+    mid = os.path.dirname(complete_checkpoints(uninterrupted / "checkpoints")[0])
+    assert read_manifest(mid)["servers"] == 2
+    assert read_manifest(mid)["positions"]["0"]["epoch"] < 8, "a checkpoint from mid-run"
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(mid, ckpt / os.path.basename(mid))
     run = tmp_path / "run"
     job = run_job(servers + 2, "train", "--train", small_data[0], "--servers", servers,
-                  "--out", run, *TRAIN, "--resume", ckpt, "--checkpoint-dir", tmp_path / "new")
+                  "--out", run, *TRAIN, "--resume", ckpt)
     assert job.returncode == 0, job.output
-    # Every worker had finished: the model is the checkpoint's, now spread over `servers`.
+    assert f"resumed from checkpoint clock {read_manifest(mid)['clock']}" in job.output
     ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
     np.testing.assert_array_equal(ours[0], theirs[0])
     np.testing.assert_array_equal(ours[1], theirs[1])
@@ -103,6 +107,27 @@ def test_a_checkpoint_of_two_servers_resumes_on_another_number(small_data, unint
     for s in range(servers):   # each key now lives with its new owner
         with h5py.File(run / "model" / f"server-{s:04d}.h5") as f:
             assert (owner.owners(f["keys"][:]) == s).all()
+
+
+@pytest.mark.parametrize("consistency", [("--consistency", "ssp", "--staleness", 2),
+                                         ("--consistency", "asp")], ids=["ssp2", "asp"])
+def test_ssp_and_asp_runs_stop_and_resume(small_data, uninterrupted, tmp_path, consistency):
+    """Not bitwise (updates apply as they come), but every example is trained once and the
+    model is as good."""
+    run = tmp_path / "run"
+    args = ("train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
+            "--out", run, *TRAIN, *consistency)
+    job = launch(4, *args, "--straggler", "0:2")
+    wait_for_checkpoint(run / "checkpoints", job)
+    os.kill(job.pid, signal.SIGUSR1)
+    ended = finish(job)
+    assert ended.returncode == 75, ended.output
+    resumed = run_job(4, *args, "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    result = read_summary(run)
+    assert result["train_examples"] == 8 * 20000
+    theirs = read_summary(uninterrupted)["test_logloss"]
+    assert abs(result["test_logloss"] - theirs) / theirs < 0.01
 
 
 def test_timed_checkpoints_resume_to_the_same_model(small_data, uninterrupted, tmp_path):
