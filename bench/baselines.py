@@ -5,6 +5,8 @@ import math
 import numpy as np
 from numba import njit
 
+from mpips.kernels.synth import write_uint
+
 
 @njit(cache=True)
 def adagrad_pass(indptr, idx, vals, labels, table, lr, mask):
@@ -38,7 +40,6 @@ def format_vw(indptr, idx, vals, labels, out):
     """Rows as VW text into `out` ('1 |f key:value ...', -1 for negatives, ':value' left out
     when it is 1, values with 4 decimals); returns the bytes written."""
     pos = 0
-    digits = np.empty(20, np.uint8)
     for r in range(indptr.shape[0] - 1):
         if labels[r] > 0.5:
             out[pos] = 49
@@ -53,18 +54,7 @@ def format_vw(indptr, idx, vals, labels, out):
         pos += 3
         for p in range(indptr[r], indptr[r + 1]):
             out[pos] = 32
-            pos += 1
-            v = idx[p]
-            n = 0
-            while True:
-                digits[n] = np.uint8(np.uint64(48) + v % np.uint64(10))
-                v //= np.uint64(10)
-                n += 1
-                if v == 0:
-                    break
-            for i in range(n):
-                out[pos + i] = digits[n - 1 - i]
-            pos += n
+            pos = write_uint(out, pos + 1, idx[p])
             if vals[p] != 1.0:
                 q = int(round(vals[p] * 10000))
                 out[pos] = 58

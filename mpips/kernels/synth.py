@@ -42,17 +42,16 @@ def planted_weight(seed, key, sigma):
 
 
 @njit(cache=True, nogil=True)
-def _write_uint(out, pos, v):
-    tmp = np.empty(20, np.uint8)
-    n = 0
-    while True:
-        tmp[n] = np.uint8(np.uint64(48) + v % np.uint64(10))
-        v //= np.uint64(10)
+def write_uint(out, pos, v):
+    """The decimal digits of uint64 `v` into out[pos:]; returns the position after them."""
+    n = 1
+    rest = v // np.uint64(10)
+    while rest > 0:
         n += 1
-        if v == 0:
-            break
-    for i in range(n):
-        out[pos + i] = tmp[n - 1 - i]
+        rest //= np.uint64(10)
+    for i in range(n - 1, -1, -1):
+        out[pos + i] = np.uint8(np.uint64(48) + v % np.uint64(10))
+        v //= np.uint64(10)
     return pos + n
 
 
@@ -87,7 +86,7 @@ def write_rows(seed, first_row, n_rows, n_fields, n_numeric, cdf, bias, sigma, o
                 v = np.searchsorted(cdf, _draw(useed, row, f), side="right")
                 key = feature_key(useed, f, v)
                 margin += planted_weight(useed, key, sigma)
-            pos = _write_uint(out, pos, key)
+            pos = write_uint(out, pos, key)
             out[pos] = 58  # ':'
             pos += 1
             if f < n_numeric:
