@@ -8,7 +8,6 @@ the checkpoint's SHA-256 checksums (what --resume does before choosing it); and 
 shard into an empty table. Writes bench/results/checkpoint.json.
 """
 import argparse
-import json
 import os
 import shutil
 import time
@@ -18,6 +17,7 @@ import numpy as np
 from mpips import checkpoint
 from mpips.optimizer import NAMES, Optimizer
 from mpips.store import KVStore
+from report import save
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -35,7 +35,7 @@ def measure(name: str, n_keys: int, root: str) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     start = time.perf_counter()
     entry = checkpoint.write_shard(root, 1, 0, store, {})
-    directory = checkpoint.write_manifest(root, 1, [entry])
+    directory = checkpoint.write_manifest(root, 1, [entry], positions={}, config={})
     write_s = time.perf_counter() - start
     size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
     start = time.perf_counter()
@@ -68,12 +68,8 @@ def main() -> None:
         print(f"{r['optimizer']:8} {r['keys']:>11,} {r['bytes'] / 1e6:7.0f} {r['write_s']:8.2f} "
               f"{r['write_mb_per_s']:6.0f} {r['verify_s']:8.2f} {r['load_s']:7.2f} "
               f"{r['read_s']:7.2f}")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"bench": "checkpoint", "date": time.strftime("%Y-%m-%d %H:%M"),
-                   "note": "one server's shard; read_s = verify_s (checksums) + load_s",
-                   "rows": rows}, f, indent=1)
-    print(f"wrote {args.out}")
+    save(args.out, "checkpoint", rows=rows,
+         note="one server's shard; read_s = verify_s (checksums) + load_s")
 
 
 if __name__ == "__main__":

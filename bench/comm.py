@@ -18,7 +18,6 @@ mpips / raw and the server's handling time per round (Server.stats.busy_s), and
 writes bench/results/comm.json. The project's target: a 10,000-key pull + push
 (reuse) costs at most 2x its raw ping-pong.
 """
-import json
 import os
 import platform
 import time
@@ -33,6 +32,7 @@ from mpips.protocol import HEADER_BYTES
 from mpips.roles import split
 from mpips.server import Server
 from mpips.store import KVStore
+from report import save
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "comm.json")
 SIZES = (10, 100, 1000, 10_000, 100_000)
@@ -153,19 +153,14 @@ def report(rows: list) -> None:
     met = target["ratio"] <= TARGET_RATIO
     print(f"target: a {TARGET_KEYS:,}-key pull + push at most {TARGET_RATIO:g}x raw: "
           f"{target['ratio']:.2f}x, {'met' if met else 'NOT met'}")
-    result = {"bench": "comm", "date": time.strftime("%Y-%m-%d %H:%M"),
-              "cpus": os.cpu_count(), "machine": platform.machine(),
-              "mpi": MPI.Get_library_version().replace("\0", "").splitlines()[0],
-              "key_counts": list(SIZES), "warmup_rounds": WARMUP,
-              "note": "per round: median microseconds; ratio = mpips_us / raw_us; "
-                      "server_us = Server.stats.busy_s / rounds",
-              "target": {"keys": TARGET_KEYS, "max_ratio": TARGET_RATIO,
-                         "ratio": target["ratio"], "met": met},
-              "results": rows}
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {OUT}")
+    save(OUT, "comm", cpus=os.cpu_count(), machine=platform.machine(),
+         mpi=MPI.Get_library_version().replace("\0", "").splitlines()[0],
+         key_counts=list(SIZES), warmup_rounds=WARMUP,
+         note="per round: median microseconds; ratio = mpips_us / raw_us; "
+              "server_us = Server.stats.busy_s / rounds",
+         target={"keys": TARGET_KEYS, "max_ratio": TARGET_RATIO, "ratio": target["ratio"],
+                 "met": met},
+         results=rows)
 
 
 def main() -> None:

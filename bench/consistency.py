@@ -16,13 +16,13 @@ import json
 import os
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from workers import dataset, mpiexec, run  # noqa: E402
 
 from mpips.evaluate import read_rows, score_snapshots  # noqa: E402
+from report import save  # noqa: E402
 
 STALENESS = [0, 1, 3, 10, None]   # None: ASP
 
@@ -115,15 +115,9 @@ def main() -> None:
               f"{r['final_logloss']:>7.4f} {r['train_s']:>8.2f} {r['max_clock_gap']:>7} "
               f"{r['held_s_others']:>11.2f} {r['held_s_straggler']:>11.2f} "
               f"{r['wait_s_others']:>11.2f}")
-    result = {"bench": "consistency", "date": time.strftime("%Y-%m-%d %H:%M"),
-              "rows": args.rows, "slowdown": args.slowdown, "target_logloss": target,
-              "cpus": os.cpu_count(), "runs": runs}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    save(args.out, "consistency", rows=args.rows, slowdown=args.slowdown,
+         target_logloss=target, cpus=os.cpu_count(), runs=runs)
     plot(runs, target, args, os.path.splitext(args.out)[0] + ".png")
-    print(f"wrote {args.out}")
 
 
 def plot(runs, target, args, path) -> None:

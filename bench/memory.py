@@ -8,7 +8,6 @@ key), the insert rate, and what 10^10 keys would take across servers. Writes
 bench/results/memory.json.
 """
 import argparse
-import json
 import os
 import time
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from mpips.optimizer import NAMES, Optimizer
 from mpips.store import KVStore
+from report import save
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -67,12 +67,7 @@ def main() -> None:
           f"{'met' if sgd['bytes_per_key'] <= 16 else 'NOT met'} ({sgd['bytes_per_key']:.1f}; "
           f"at most {sgd['bytes_per_key_range'][1]:.1f} at other sizes, "
           f"{sgd['bytes_per_key_while_growing']:.1f} while growing)")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"bench": "memory", "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows},
-                  f, indent=2)
-        f.write("\n")
-    print(f"wrote {args.out}")
+    save(args.out, "memory", rows=rows)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ PREFIX = os.path.join(DATA, "big")
 ROWS, TEST_ROWS, NNZ, BITS = 2_000_000, 400_000, 40, 22
 sys.path.insert(0, HERE)
 from workers import mpiexec, run  # noqa: E402
+from report import save  # noqa: E402
 
 
 # ---- data ----------------------------------------------------------------------------------
@@ -289,16 +290,10 @@ def report(rows: dict, args) -> None:
           f"{loop_s / kernel['gradient_s']:.1f}x)")
     for what, met in targets.items():
         print(f"  {'met    ' if met else 'NOT met'}  {what}")
-    result = {"bench": "throughput", "date": time.strftime("%Y-%m-%d %H:%M"), "rows": ROWS,
-              "test_rows": TEST_ROWS, "nnz": NNZ, "key_bits": BITS, "repeats": args.repeats,
-              "cpus": os.cpu_count(), "systems": rows,
-              "worker_kernels": {**kernel, "speed_relative_to_numba_loop": kernel_ratio},
-              "targets": targets}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    print(f"wrote {args.out}")
+    save(args.out, "throughput", rows=ROWS, test_rows=TEST_ROWS, nnz=NNZ, key_bits=BITS,
+         repeats=args.repeats, cpus=os.cpu_count(), systems=rows,
+         worker_kernels={**kernel, "speed_relative_to_numba_loop": kernel_ratio},
+         targets=targets)
 
 
 if __name__ == "__main__":

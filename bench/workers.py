@@ -13,7 +13,8 @@ import os
 import platform
 import subprocess
 import sys
-import time
+
+from report import save
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYOUTS = [(1, 1), (1, 2), (1, 3), (2, 2)]   # (servers, workers)
@@ -73,13 +74,8 @@ def main() -> None:
         print(f"{r['servers']:>7} {r['workers']:>7} {r['examples_per_s']:>11,.0f} "
               f"{r['ratio_to_one_worker']:>10.2f}x {r['test_logloss']:>8.4f} {r['test_auc']:>7.4f} "
               f"{r['bytes_per_example']:>8.0f} {r['wait_s_mean']:>7.2f}")
-    result = {"bench": "workers", "date": time.strftime("%Y-%m-%d %H:%M"), "rows": args.rows,
-              "cpus": os.cpu_count(), "machine": platform.machine(), "results": rows}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    print(f"wrote {args.out}")
+    save(args.out, "workers", rows=args.rows, cpus=os.cpu_count(),
+         machine=platform.machine(), results=rows)
 
 
 if __name__ == "__main__":
