@@ -6,27 +6,18 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 from reference import weights_after_each_step
+from serving import serve
 
 from mpips.bounded import wait_all
 from mpips.client import KVWorker
-from mpips.clocks import ClockTable
 from mpips.errors import WaitTimeout
 from mpips.optimizer import Optimizer
 from mpips.placement import Placement
 from mpips.roles import split
-from mpips.server import Server
-from mpips.store import KVStore
 
 pytestmark = pytest.mark.mpi(min_size=4)
 
 CLOCKS = 12
-
-
-def serve(roles, optimizer, timeout=60.0, width=1):
-    store = KVStore(width=width, optimizer=optimizer)
-    clocks = ClockTable(len(roles.workers), staleness=0)
-    Server(roles, store, clocks, timeout).run()
-    return store, clocks
 
 
 def keys_of(worker: int) -> np.ndarray:
@@ -50,7 +41,7 @@ def test_pull_after_push_is_the_optimizer_formula(optimizer):
     roles = split(2, MPI.COMM_WORLD)
     try:
         if roles.is_server:
-            store, _ = serve(roles, optimizer)
+            store = serve(roles, optimizer).store
             n_own = len(store)
         else:
             me, other = roles.index, 1 - roles.index
@@ -84,7 +75,7 @@ def test_unknown_keys_read_as_zero_and_bad_keys_are_refused():
     roles = split(2, MPI.COMM_WORLD)
     try:
         if roles.is_server:
-            store, _ = serve(roles, Optimizer("sgd", lr=1.0))
+            store = serve(roles).store
             n = len(store)
         else:
             kv = KVWorker(roles, timeout=60)
@@ -108,7 +99,7 @@ def test_a_finished_worker_does_not_hold_back_the_others():
     roles = split(2, MPI.COMM_WORLD)
     try:
         if roles.is_server:
-            _, clocks = serve(roles, Optimizer("sgd", lr=1.0))
+            clocks = serve(roles).clocks
             assert clocks.all_finished
         else:
             kv = KVWorker(roles, timeout=30)
@@ -127,7 +118,7 @@ def test_a_pull_held_by_bsp_times_out_and_says_why():
     roles = split(2, MPI.COMM_WORLD)
     try:
         if roles.is_server:
-            serve(roles, Optimizer("sgd", lr=1.0))
+            serve(roles)
         else:
             kv = KVWorker(roles, timeout=1.0)
             keys = np.arange(5, dtype=np.uint64)

@@ -3,23 +3,13 @@ real servers: 2 servers + 2 workers. Run with mpiexec -n 4 python -m pytest --wi
 import numpy as np
 import pytest
 from mpi4py import MPI
+from serving import serve
 
 from mpips.client import KVWorker
-from mpips.clocks import ClockTable
-from mpips.optimizer import Optimizer
 from mpips.roles import split
-from mpips.server import Server
-from mpips.store import KVStore
 
 pytestmark = pytest.mark.mpi(min_size=4)
 CLOCKS = 8
-
-
-def serve(roles, staleness, capacity=1 << 10):
-    store = KVStore(width=1, optimizer=Optimizer("sgd", lr=1.0), capacity=capacity)
-    server = Server(roles, store, ClockTable(len(roles.workers), staleness), timeout=60)
-    server.run()
-    return server
 
 
 def test_a_read_sent_ahead_under_bsp_sees_every_workers_previous_clock():
