@@ -56,8 +56,9 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     if resume:
         agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.servers), bound)
     chosen_lr = cfg.optimizer.lr is None
-    if chosen_lr:   # every rank reads the same bytes, so all choose the same rate
-        density = features_per_row(cfg.train) + cfg.bias
+    if chosen_lr:   # rank 0 samples the data (not every rank), and all use its figure
+        sampled = repr(features_per_row(cfg.train)) if comm.rank == 0 else None
+        density = float(broadcast_text(comm, sampled, bound)) + cfg.bias
         cfg = replace(cfg, optimizer=cfg.optimizer.with_default_lr(density))
     if comm.rank == 0 and (cfg.overwrite or cfg.resume):
         for output in RUN_OUTPUTS:
