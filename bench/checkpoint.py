@@ -16,6 +16,7 @@ import numpy as np
 
 from mpips import checkpoint
 from mpips.optimizer import NAMES, Optimizer
+from mpips.placement import Placement
 from mpips.store import KVStore
 from report import save
 
@@ -35,7 +36,7 @@ def measure(name: str, n_keys: int, root: str) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     start = time.perf_counter()
     entry = checkpoint.write_shard(root, 1, 0, store, {})
-    directory = checkpoint.write_manifest(root, 1, [entry], positions={}, config={})
+    directory = checkpoint.write_manifest(root, 1, [entry], servers=1, positions={}, config={})
     write_s = time.perf_counter() - start
     size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
     start = time.perf_counter()
@@ -45,7 +46,7 @@ def measure(name: str, n_keys: int, root: str) -> dict:
     empty = KVStore(width=1, optimizer=store.optimizer)
     start = time.perf_counter()
     loaded = checkpoint.load_shards(directory, checkpoint.read_manifest(directory), empty,
-                                    lambda keys: np.ones(keys.shape[0], bool))
+                                    Placement(1), 0)
     load_s = time.perf_counter() - start
     assert loaded == len(store)
     shutil.rmtree(root, ignore_errors=True)

@@ -125,14 +125,18 @@ def prune(root: str, keep: int, newest: str) -> None:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def load_shards(directory: str, manifest: dict, store, owns) -> int:
-    """Put into `store` every key of the checkpoint that `owns(keys)` marks as this server's
-    (any number of servers may have written it). Returns the keys loaded."""
+def load_shards(directory: str, manifest: dict, store, placement, server: int) -> int:
+    """Put into `store` every key of the checkpoint that `placement` gives to `server`; returns
+    how many. Written by as many servers, the checkpoint holds them all in this server's own
+    file; otherwise (re-sharding) every file is read and filtered."""
+    same = manifest["servers"] == placement.n_servers
     loaded = 0
     for shard in manifest["shards"]:
+        if same and shard["server"] != server:
+            continue
         with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
             keys, state = f["keys"][:], f["state"][:]
-        mine = owns(keys)
+        mine = placement.owners(keys) == server
         store.load(keys[mine], state[mine])
         loaded += int(mine.sum())
     return loaded

@@ -162,9 +162,8 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
     clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
     positions = _positions(resume)
     if resume:
-        owner = Placement(len(roles.servers))
         loaded = checkpoint.load_shards(resume[0], resume[1], store,
-                                        lambda keys: owner.owners(keys) == roles.index)
+                                        Placement(len(roles.servers)), roles.index)
         for worker, p in positions.items():
             clocks.done[worker] = p["clock"]
         log.info("resumed from checkpoint clock %d (%s): loaded %d keys",
