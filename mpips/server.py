@@ -166,9 +166,8 @@ class Server:
                 servers_left.discard(source)
             self.stats.busy_s += time.monotonic() - began
         if not self._lead:   # after this server's last SHARD_SAVED, in MPI's order
-            bye = protocol.pack(protocol.Header(Op.BYE))
-            self._replies.append((comm.Isend(bye, self.roles.servers[0], protocol.REQUEST_TAG),
-                                  bye))
+            self._send(protocol.pack(protocol.Header(Op.BYE)), self.roles.servers[0],
+                       protocol.REQUEST_TAG)
         for clock in sorted(self._entries):
             have = {e["server"] for e in self._entries[clock]["shards"]}
             missing = sorted(set(range(len(self.roles.servers))) - have)
@@ -380,10 +379,8 @@ class Server:
             self._shard_saved(clock, entry)
         else:
             text = np.frombuffer(json.dumps(entry).encode(), np.uint8)
-            buf = protocol.pack(protocol.Header(Op.SHARD_SAVED, clock=clock), text)
-            self.stats.bytes_sent += buf.nbytes
-            self._replies.append((self.roles.comm.Isend(buf, self.roles.servers[0],
-                                                        protocol.REQUEST_TAG), buf))
+            self._send(protocol.pack(protocol.Header(Op.SHARD_SAVED, clock=clock), text),
+                       self.roles.servers[0], protocol.REQUEST_TAG)
 
     def _shard_saved(self, clock: int, entry: dict) -> None:
         """Server 0: note a server's file of checkpoint `clock`; once all are in and its own
@@ -414,8 +411,8 @@ class Server:
 
     def _tell_servers(self, op: Op, clock: int) -> None:
         for server in self.roles.servers[1:]:
-            buf = protocol.pack(protocol.Header(op, clock=clock))
-            self._replies.append((self.roles.comm.Isend(buf, server, protocol.REQUEST_TAG), buf))
+            self._send(protocol.pack(protocol.Header(op, clock=clock)), server,
+                       protocol.REQUEST_TAG)
 
     def _status(self) -> np.ndarray:
         done = self.clocks.done
