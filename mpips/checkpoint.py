@@ -20,12 +20,12 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 
 import h5py
 import numpy as np
 
-from .model_io import fsync_dir, write_atomic_hdf5
+from .files import write_hdf5, write_json
+from .rundir import remove_checkpoint
 
 log = logging.getLogger("mpips")
 MANIFEST = "manifest.json"
@@ -44,7 +44,7 @@ def write_shard(root: str, clock: int, server: int, store, attrs: dict) -> dict:
     """Write one server's shard of checkpoint `clock`; returns its entry for the manifest."""
     keys, state = store.items()
     name = f"server-{server:04d}.h5"
-    write_atomic_hdf5(os.path.join(clock_dir(root, clock), name), {"keys": keys, "state": state},
+    write_hdf5(os.path.join(clock_dir(root, clock), name), {"keys": keys, "state": state},
                       {"clock": clock, "server": server, "width": store.width,
                        "optimizer": store.optimizer.name, **attrs})
     return {"file": name, "server": server, "keys": int(keys.shape[0]),
@@ -56,13 +56,7 @@ def write_manifest(root: str, clock: int, shards: list, **fields) -> str:
     directory = clock_dir(root, clock)
     manifest = {"format": FORMAT, "version": 1, "clock": clock,
                 "shards": sorted(shards, key=lambda s: s["server"]), **fields}
-    tmp = os.path.join(directory, MANIFEST + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(manifest, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(directory, MANIFEST))
-    fsync_dir(directory)
+    write_json(os.path.join(directory, MANIFEST), manifest)
     return directory
 
 
@@ -122,7 +116,10 @@ def prune(root: str, keep: int, newest: str) -> None:
     oldest_kept = complete[keep - 1]
     for directory in before:
         if directory < oldest_kept:
-            shutil.rmtree(directory, ignore_errors=True)
+            foreign = remove_checkpoint(directory)
+            if foreign:
+                log.warning("left in %s what mpips did not write there: %s", directory,
+                            ", ".join(foreign))
 
 
 def load_shards(directory: str, manifest: dict, store, placement, server: int) -> int:

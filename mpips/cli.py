@@ -1,5 +1,6 @@
 """Command line: `python -m mpips {train,make-data} ...`."""
 import argparse
+import math
 import os
 import sys
 import traceback
@@ -29,6 +30,17 @@ the job with a message that says what it waited for.
 
 
 
+def finite_float(text: str) -> float:
+    """A number option: inf and nan are refused here, before any rank starts work."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number")
+    return value
+
+
 def checkpoint_interval(text: str) -> tuple[int, float]:
     """--checkpoint-every: "500" is (500 clocks, 0 s); "30s", "10m", "2h" are (0, seconds)."""
     scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:].lower())
@@ -38,9 +50,10 @@ def checkpoint_interval(text: str) -> tuple[int, float]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: give a number of clocks (500) or of seconds, minutes or hours "
             f"(30s, 10m, 2h)") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must not be negative")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number, not negative")
     return (0, value * scale) if scale else (value, 0.0)
+
 
 def _train_parser(sub):
     p = sub.add_parser(
@@ -67,11 +80,15 @@ def _train_parser(sub):
     job.add_argument("--staleness", type=int, metavar="S",
                      help="for --consistency ssp: how many clocks the fastest worker may be ahead "
                           "of the slowest (0 behaves as bsp)")
-    job.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+    job.add_argument("--timeout", type=finite_float, default=600.0, metavar="SECONDS",
                      help="longest any rank waits for another before failing the job "
                           "(default: %(default)g)")
-    job.add_argument("--log-every", type=float, default=5.0, metavar="SECONDS",
+    job.add_argument("--log-every", type=finite_float, default=5.0, metavar="SECONDS",
                      help="progress line interval on rank 0 (default: %(default)g)")
+    job.add_argument("--disk-wait", type=finite_float, default=600.0, metavar="SECONDS",
+                     help="when the model cannot be saved because the disk is full, keep it in "
+                          "memory and try again for this long, saying how much space it needs "
+                          "(default: %(default)g)")
     backup = p.add_argument_group(
         "checkpoints (cold backup)",
         "The first SIGUSR1, SIGTERM or SIGINT asks the job to stop: it writes a checkpoint at "
@@ -89,9 +106,15 @@ def _train_parser(sub):
                         help="keep the newest K complete checkpoints (default: %(default)s)")
     backup.add_argument("--resume", metavar="DIR",
                         help="continue from the newest complete, undamaged checkpoint in DIR "
-                             "(the same workers and data; the number of servers may change)")
+                             "(the same workers and data; the number of servers may change). "
+                             "It replaces the outputs in RUN_DIR of the run that wrote the "
+                             "checkpoint, and nothing else")
+    backup.add_argument("--allow-changed-data", action="store_true",
+                        help="resume even though --train changed since the checkpoint (its "
+                             "size, modification time or first and last MiB differ); each "
+                             "worker goes on at the first row at or after its recorded place")
     diag = p.add_argument_group("diagnostics and testing aids")
-    diag.add_argument("--snapshot-every", type=float, metavar="SECONDS",
+    diag.add_argument("--snapshot-every", type=finite_float, metavar="SECONDS",
                       help="also save the model every SECONDS of training to "
                            "RUN_DIR/snapshots/NNNN/ (learning curves: `python -m mpips score "
                            "RUN_DIR --snapshots`)")
@@ -111,16 +134,16 @@ def _train_parser(sub):
                           "(default: %(default)s)")
     opt.add_argument("--optimizer", choices=NAMES, default="adagrad",
                      help="server-side update rule (default: adagrad)")
-    opt.add_argument("--lr", type=float, metavar="RATE",
+    opt.add_argument("--lr", type=finite_float, metavar="RATE",
                      help="learning rate; FTRL's alpha (default: SCALE / features per row, bias "
                           "included, measured on the training data; SCALE is "
                           + ", ".join(f"{v:g} for {k}" for k, v in LR_SCALE.items()) + ")")
-    opt.add_argument("--l2", type=float, default=0.0,
+    opt.add_argument("--l2", type=finite_float, default=0.0,
                      help="L2 penalty: the objective is mean logloss + l2/2 * |w|^2, applied "
                           "to the keys each minibatch touches (default: 0)")
-    opt.add_argument("--l1", type=float, default=0.0,
+    opt.add_argument("--l1", type=finite_float, default=0.0,
                      help="L1 penalty (FTRL only; gives sparse models) (default: 0)")
-    opt.add_argument("--ftrl-beta", type=float, default=DEFAULT_FTRL_BETA, metavar="BETA",
+    opt.add_argument("--ftrl-beta", type=finite_float, default=DEFAULT_FTRL_BETA, metavar="BETA",
                      help="FTRL's beta in the per-key rate alpha / (beta + sqrt(n)); workers push "
                           "mean minibatch gradients, so it is smaller than the paper's per-example "
                           "1 (default: %(default)g)")
@@ -132,8 +155,8 @@ def _train_parser(sub):
 def _straggler(text: str):
     worker, sep, factor = text.partition(":")
     try:
-        return int(worker), float(factor)
-    except ValueError:
+        return int(worker), finite_float(factor)
+    except (ValueError, argparse.ArgumentTypeError):
         raise argparse.ArgumentTypeError(f"expected W:FACTOR such as 0:3, got {text!r}") from None
 
 
@@ -153,12 +176,35 @@ def _make_data_parser(sub):
     p.set_defaults(run=_run_make_data)
 
 
-def _launch_rank() -> int:
-    """This process's rank as the MPI launcher announced it (0 when not launched by one)."""
-    for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+def _launched(names: tuple) -> int | None:
+    """What the MPI launcher announced in the first of these variables that it set."""
+    for name in names:
         if os.environ.get(name, "").isdigit():
             return int(os.environ[name])
-    return 0
+    return None
+
+
+def _launch_rank() -> int:
+    """This process's rank as the MPI launcher announced it (0 when not launched by one)."""
+    return _launched(("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")) or 0
+
+
+def exit_together(code: int, message: str | None = None) -> None:
+    """Print `message` (if this rank reports it) and exit with `code`, but under a launcher
+    only once every rank has got here (or 10 s have passed): a launcher kills the remaining
+    ranks when one exits with an error, and could kill the one still printing."""
+    if message:
+        print(message, file=sys.stderr, flush=True)
+    if (_launched(("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")) or 1) > 1:
+        from mpi4py import MPI
+
+        from .bounded import wait_all
+        from .errors import WaitTimeout
+        try:
+            wait_all([MPI.COMM_WORLD.Ibarrier()], 10.0, lambda: "the other ranks to exit")
+        except WaitTimeout:
+            pass   # a rank that never arrives cannot be waited for: leave anyway
+    sys.exit(code)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -167,8 +213,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         if _launch_rank() == 0:
             self.print_usage(sys.stderr)
-            print(f"{self.prog}: error: {message}", file=sys.stderr)
-        sys.exit(2)
+        exit_together(2, f"{self.prog}: error: {message}" if _launch_rank() == 0 else None)
 
 
 def _score_parser(sub):
@@ -194,9 +239,12 @@ def _auc(scores: dict) -> str:
 def _run_score(args) -> None:
     import json
 
+    from .errors import MpipsError
     from .evaluate import read_rows, score_model, score_snapshots
     from .log import say
+    from .shards import check_input
     try:
+        check_input(args.test, "--test")
         rows = read_rows(args.test)
         if args.snapshots:
             result = score_snapshots(args.run_dir, rows)
@@ -212,11 +260,11 @@ def _run_score(args) -> None:
                                  allow_partial=args.allow_partial)
             say(f"logloss {result['logloss']:.4f}  AUC {_auc(result)} on "
                 f"{result['examples']:,} examples")
-    except (OSError, ValueError) as e:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=2)
+    except (OSError, ValueError, MpipsError) as e:
         _fail(str(e), 2)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
 
 
 def _convert_parser(sub):
@@ -247,9 +295,8 @@ def _run_convert(args) -> None:
         meta = convert(args.src, args.dst, world, skip_bad=args.skip_bad_lines,
                        overwrite=args.overwrite)
     except ConfigError as e:   # agreed by every rank: all exit, one prints
-        if getattr(e, "reported", world.rank == 0):
-            print(f"mpips convert: error: {e}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        exit_together(2, f"mpips convert: error: {e}"
+                      if getattr(e, "reported", world.rank == 0) else None)
     except MpipsError as e:
         log.error("%s", e)
         world.Abort(1)
@@ -315,13 +362,13 @@ def _run_train(args) -> None:
                           checkpoint_every=args.checkpoint_every[0],
                           checkpoint_seconds=args.checkpoint_every[1],
                           keep_checkpoints=args.keep_checkpoints, resume=args.resume,
-                          timeout=args.timeout, log_every=args.log_every)
+                          allow_changed_data=args.allow_changed_data, timeout=args.timeout,
+                          disk_wait=args.disk_wait, log_every=args.log_every)
         train(cfg, world)
     except ConfigError as e:
         # Every rank raises the same error before any work starts: exit together, print once.
-        if getattr(e, "reported", world.rank == 0):
-            print(f"mpips train: error: {e}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        exit_together(2, f"mpips train: error: {e}"
+                      if getattr(e, "reported", world.rank == 0) else None)
     except JobStopped as e:
         if not getattr(e, "reported", False):
             log.info("%s", e)
@@ -357,9 +404,10 @@ def _inspect_parser(sub):
 
 def _run_inspect(args) -> None:
     from .checkpoint import describe
+    from .errors import MpipsError
     try:
         text, ok = describe(args.ckpt_dir, every=args.all)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, MpipsError) as e:
         _fail(str(e), 2)
     print(text)
     sys.exit(0 if ok else 1)

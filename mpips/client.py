@@ -51,6 +51,7 @@ class KVWorker:
         self._ts = 0
         self._report = {}
         self._pulled = deque(maxlen=2)   # [ts, keys, perm, offsets, completed] of recent pulls
+        self.stop_sent = False
 
     def report(self, examples: int, loss: float, progress: float, epoch: int = 0,
                offset: int = 0) -> None:
@@ -151,6 +152,15 @@ class KVWorker:
         wait_all([req, self._reply_into(out, 0)], self.timeout,
                  lambda: f"server rank {self._servers[0]} to report the workers' clocks")
         return dict(zip(protocol.STATUS_FIELDS, out.tolist()))
+
+    def ask_to_stop(self) -> None:
+        """Tell server 0 this rank was asked to stop (a signal): it stops the whole job at a
+        clock every rank can reach, after a checkpoint."""
+        self.stop_sent = True
+        self._ts += 1
+        req, buf = self._send(0, Op.STOP)
+        self._pending[self._ts] = _Pending(what="the stop request to be sent", requests=[req],
+                                           buffers=[buf])
 
     def wait(self, ts: int) -> np.ndarray | None:
         """Complete request `ts`; for a pull, return the values in the order of its keys."""

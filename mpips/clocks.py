@@ -5,8 +5,9 @@ them (its CLOCK pushes), never as the worker claims. A read by a worker at
 clock c may proceed once every worker has completed c - staleness clocks:
 staleness 0 is bulk-synchronous (BSP), s > 0 is stale-synchronous (SSP, Ho et
 al. 2013), and None never waits (ASP). A finished worker counts as infinitely
-far ahead. Its own reads wait only under BSP, where a clock's pushes are applied
-once every worker has completed it: until the last of its own pushes is in.
+far ahead. What it reads after FINISH (scoring the test file) is the final model:
+its reads wait until every worker has finished, so that the last pushes of all,
+which may still be on their way to this server, are in.
 """
 import numpy as np
 
@@ -18,7 +19,6 @@ FINISHED = np.iinfo(np.int64).max
 class ClockTable:
     def __init__(self, n_workers: int, staleness: int | None = 0):
         self.done = np.zeros(n_workers, np.int64)
-        self.finished_at = np.zeros(n_workers, np.int64)   # clocks completed before FINISH
         self.staleness = staleness
         self.max_gap = 0
 
@@ -28,8 +28,6 @@ class ClockTable:
         self.done[worker] += 1
 
     def finish(self, worker: int) -> None:
-        if self.done[worker] != FINISHED:
-            self.finished_at[worker] = self.done[worker]
         self.done[worker] = FINISHED
 
     def slowest(self) -> int:
@@ -44,10 +42,11 @@ class ClockTable:
 
     def may_read(self, worker: int, clock: int) -> bool:
         """Whether `worker` may now read for `clock`: once it has itself completed the clocks
-        before, and every worker has completed clock - staleness of them."""
+        before, and every worker has completed clock - staleness of them; after FINISH, once
+        every worker has finished (the final model)."""
         done = self.done[worker]
-        if done == FINISHED:   # read-my-writes: under BSP its last pushes may still wait
-            return self.staleness != 0 or self.slowest() >= self.finished_at[worker]
+        if done == FINISHED:
+            return self.all_finished
         return done >= clock and (self.staleness is None
                                   or self.slowest() >= clock - self.staleness)
 

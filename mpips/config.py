@@ -1,15 +1,14 @@
 """The configuration of a training job, and the checks every rank can make the same way."""
-import glob
 import os
 from dataclasses import asdict, dataclass, field
 
+from . import fingerprint
 from .errors import ConfigError
 from .optimizer import Optimizer
 from .roles import check_servers
 from .shards import check_input
 
 CONSISTENCY = ("bsp", "ssp", "asp")
-RUN_OUTPUTS = ("summary.json", "model", "pulls", "snapshots")   # what a run writes in --out
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,9 @@ class TrainConfig:
     checkpoint_seconds: float = 0.0     # or seconds between checkpoints; 0: by clocks
     keep_checkpoints: int = 3
     resume: str | None = None           # a checkpoint directory to continue from
+    allow_changed_data: bool = False    # resume even if --train changed since the checkpoint
     timeout: float = 600.0
+    disk_wait: float = 600.0            # how long a model that cannot be saved waits for space
     log_every: float = 5.0
 
     def check(self, n_ranks: int) -> None:
@@ -45,6 +46,8 @@ class TrainConfig:
                 raise ConfigError(f"{flag} must be at least 1, got {value}")
         if not 0 < self.timeout < float("inf"):
             raise ConfigError(f"--timeout must be a positive number of seconds, got {self.timeout}")
+        if not 0 <= self.disk_wait < float("inf"):
+            raise ConfigError(f"--disk-wait must be a number of seconds >= 0, got {self.disk_wait}")
         if self.consistency not in CONSISTENCY:
             raise ConfigError(f"--consistency must be one of {', '.join(CONSISTENCY)}, "
                               f"got {self.consistency!r}")
@@ -75,20 +78,8 @@ class TrainConfig:
             raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}")
         if self.resume is not None and not os.path.isdir(self.resume):
             raise ConfigError(f"--resume {self.resume}: no such directory")
-        if (self.resume is None and not self.overwrite
-                and glob.glob(os.path.join(self.checkpoints, "clock-*"))):
-            raise ConfigError(f"--checkpoint-dir {self.checkpoints} already holds checkpoints; "
-                              f"continue them with --resume {self.checkpoints}, choose another "
-                              f"directory, or pass --overwrite to remove them")
-        earlier = [name for name in RUN_OUTPUTS if os.path.exists(os.path.join(self.out, name))]
-        if earlier and not (self.overwrite or self.resume):
-            raise ConfigError(f"--out {self.out} already holds a run ({', '.join(earlier)}); "
-                              f"choose another --out, or pass --overwrite to replace it "
-                              f"(--resume continues it)")
-        try:
-            os.makedirs(self.out, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"--out {self.out}: cannot create the run directory ({e.strerror})")
+        if self.allow_changed_data and self.resume is None:
+            raise ConfigError("--allow-changed-data applies to --resume only")
 
     @property
     def model_dir(self) -> str:
@@ -97,6 +88,11 @@ class TrainConfig:
     @property
     def checkpoints(self) -> str:
         return self.checkpoint_dir or os.path.join(self.out, "checkpoints")
+
+    @property
+    def checkpoints_on(self) -> bool:
+        """Whether checkpoints are written as training goes (not only when asked to stop)."""
+        return self.checkpoint_every > 0 or self.checkpoint_seconds > 0
 
     @property
     def max_staleness(self) -> int | None:
@@ -114,7 +110,8 @@ class TrainConfig:
 
 
 
-def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int) -> None:
+def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int,
+                    compare_data: bool = True) -> None:
     """ConfigError unless this job can continue from the checkpoint: the same workers reading
     the same data in the same minibatches, the same optimizer (servers may differ)."""
     where = f"--resume {cfg.resume}: the checkpoint at clock {manifest['clock']}"
@@ -130,3 +127,13 @@ def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int) -> None:
         then = saved["optimizer"]["name"] if field_name is None else saved[field_name]
         if then != now:
             raise ConfigError(f"{where} was written with {flag} {then}, this job has {now}")
+    recorded = manifest.get("inputs", {}).get("train")
+    if recorded is None or not compare_data:
+        return   # written before inputs were fingerprinted, or another rank compares them
+    changed = fingerprint.changes(cfg.train, recorded, fingerprint.of_input(cfg.train))
+    if changed and not cfg.allow_changed_data:
+        raise ConfigError(f"{where} was written on other data: --train {cfg.train} changed since "
+                          f"({'; '.join(changed)}). The workers' places in it would be wrong; "
+                          f"resume on the data it was written on, or pass --allow-changed-data "
+                          f"to resume anyway (each worker goes on at the line at or after its "
+                          f"recorded place)")

@@ -16,6 +16,7 @@ from .kernels.svmlight import ERROR_TEXT, count_byte, parse_svmlight
 log = logging.getLogger("mpips")
 
 BIAS_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)  # the always-on feature that carries the intercept
+MAX_LINE_BYTES = 256 << 20   # a longer "line" is not svmlight text (or a newline is missing)
 
 
 @dataclass
@@ -144,7 +145,8 @@ class SvmlightShard:
         with open(path, "rb") as f:
             self.start = _line_start(f, lo, self.size)
             self.stop = _line_start(f, hi, self.size)
-        self.position = self.start   # first byte not yet handed out as rows
+        self.position = self.start   # first byte not yet parsed into rows
+        self.handed_out = self.start   # first byte of the rows not yet in a minibatch
         self._line_numbers = {}
         self._warnings = 0
         self._passes = 0
@@ -152,7 +154,18 @@ class SvmlightShard:
     @property
     def fraction_done(self) -> float:
         span = self.stop - self.start
-        return 1.0 if span <= 0 else (self.position - self.start) / span
+        return 1.0 if span <= 0 else (self.handed_out - self.start) / span
+
+    def next_row_at(self, offset: int) -> int | None:
+        """The first line of this shard that starts at or after byte `offset` (None if
+        there is none)."""
+        if offset >= self.stop:
+            return None
+        if offset <= self.start:
+            return self.start
+        with open(self.path, "rb") as f:
+            start = _line_start(f, offset, self.size)
+        return start if start < self.stop else None
 
     def _line_number(self, offset: int) -> int:
         """1-based line number of the line starting at byte `offset` (reads the file's prefix;
@@ -182,7 +195,7 @@ class SvmlightShard:
         """Yield the shard's rows chunk by chunk, from byte `start` (a line's first byte in
         the shard; default: its beginning). Each call is one pass over the shard."""
         if start is not None and not self.start <= start <= self.stop:
-            raise ValueError(f"{self.path}: byte {start} is outside this part "
+            raise InputError(f"{self.path}: byte {start} is outside this part "
                              f"[{self.start}, {self.stop})")
         self.position = pass_start = self.start if start is None else start
         self.bad_lines = 0
@@ -195,7 +208,13 @@ class SvmlightShard:
             while self.position < self.stop:
                 want = min(buf.shape[0], self.stop - self.position) - filled
                 if want > 0:
-                    filled += f.readinto(memoryview(buf)[filled:filled + want])
+                    got = f.readinto(memoryview(buf)[filled:filled + want])
+                    if got == 0:
+                        raise InputError(
+                            f"{self.path}: ends at byte {self.position + filled:,}, but was "
+                            f"{self.size:,} bytes long when the job opened it: it changed "
+                            f"while being read")
+                    filled += got
                 final = self.position + filled >= self.stop
                 data = buf[:filled]
                 n_lines = count_byte(data, 10) + 1
@@ -215,8 +234,13 @@ class SvmlightShard:
                     log.warning("skipping bad line %s", self._describe(
                         data, self.position, pass_start, lines_done, bad_idx, code, col))
                 self.bad_lines += n_bad
-                if used == 0 and not final:
-                    buf = np.concatenate([buf, np.empty_like(buf)])  # a line longer than the buffer
+                if used == 0 and not final:   # a line longer than the buffer
+                    if buf.shape[0] >= MAX_LINE_BYTES:
+                        number = self._line_number(pass_start) + lines_done
+                        raise InputError(f"{self.path}:{number}: a line longer than "
+                                         f"{MAX_LINE_BYTES >> 20} MiB (no newline in it): "
+                                         f"not svmlight text")
+                    buf = np.concatenate([buf, np.empty_like(buf)])
                     continue
                 buf[:filled - used] = buf[used:filled]
                 filled -= used
@@ -234,7 +258,10 @@ class SvmlightShard:
                 rows = Rows.concat([carry, rows])
             full = len(rows) // batch_size * batch_size
             for a in range(0, full, batch_size):
-                yield rows.slice(a, a + batch_size)
+                b = a + batch_size
+                self.handed_out = int(rows.origins[b]) if b < len(rows) else self.position
+                yield rows.slice(a, b)
             carry = rows.slice(full, len(rows)) if full < len(rows) else None
         if carry is not None:
+            self.handed_out = self.stop
             yield carry

@@ -29,3 +29,16 @@ class Interrupted(MpipsError):
 class Stopped(MpipsError):
     """The job was asked to stop (Slurm's warning, SIGUSR1, a first SIGTERM or SIGINT): the
     servers wrote a checkpoint and answer no more reads. Exit status 75, resumable."""
+
+
+class SaveError(MpipsError):
+    """A file could not be written (a full disk, a read-only or vanished directory). The
+    message is one line: the file, why, and for a full disk the bytes needed and free."""
+
+
+class CheckpointsFailing(MpipsError):
+    """Several checkpoints in a row could not be written: the job stops, keeping its model."""
+
+
+class Diverged(MpipsError):
+    """The training loss stopped being a finite number."""

@@ -10,29 +10,7 @@ import os
 import h5py
 import numpy as np
 
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic_hdf5(path: str, datasets: dict, attrs: dict) -> None:
-    """Write datasets and attributes to `path` via a temporary name, fsync, rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with h5py.File(tmp, "w") as f:
-        for name, data in datasets.items():
-            f.create_dataset(name, data=data)
-        for name, value in attrs.items():
-            f.attrs[name] = value
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(directory)
+from .files import write_hdf5
 
 
 def shard_path(model_dir: str, server: int) -> str:
@@ -50,7 +28,7 @@ def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict,
         datasets = {"keys": keys[order], "weights": state[order, :store.width],
                     "optimizer_state": state[order, store.width:]}
     path = shard_path(model_dir, server)
-    write_atomic_hdf5(
+    write_hdf5(
         path, datasets,
         {"server": server, "n_servers": n_servers, "width": store.width,
          "optimizer": store.optimizer.name, "config": json.dumps(attrs.get("config", {})),

@@ -5,7 +5,7 @@ the map a short sorted array of boundaries that can later move or split.
 """
 import numpy as np
 
-from .kernels.hashing import group_by_owner, owners
+from .kernels.hashing import first_misplaced, group_by_owner, owners
 
 _SALT = np.uint64(0x9E3779B97F4A7C15)  # keeps placement independent of the server's slot hash
 
@@ -27,3 +27,9 @@ class Placement:
         if self.n_servers == 1:
             return None, np.array([0, keys.shape[0]], np.int64)
         return group_by_owner(self.owners(keys), self.n_servers)
+
+    def first_misplaced(self, keys: np.ndarray, server: int) -> tuple[int, str]:
+        """(index, why) of the first key out of strictly increasing order or not owned by
+        `server`; (-1, "") if every key is in order and `server`'s."""
+        i, why = first_misplaced(keys, self.bounds, _SALT, server)
+        return int(i), {0: "", 1: "not in strictly increasing order", 2: "owned by another server"}[int(why)]

@@ -18,10 +18,14 @@ class Progress:
         self.done = np.zeros(n_workers)   # fractional epochs per worker
         self.start()
 
-    def start(self) -> None:
-        """Start the clock (when training starts, after set-up)."""
+    def start(self, positions: dict | None = None) -> None:
+        """Start the clock (when training starts, after set-up), from where each worker
+        stands (a resume: its examples and loss so far, which rates leave out)."""
+        for w, p in (positions or {}).items():
+            self.examples[w], self.loss[w] = p["examples"], p["loss"]
         self._start = time.monotonic()
-        self._last = (self._start, 0, 0.0)
+        self._first = self._last = (self._start, int(self.examples.sum()),
+                                    float(self.loss.sum()))
         self._tenth = 0
 
     def update(self, worker: int, header) -> None:
@@ -45,7 +49,8 @@ class Progress:
         recent = (loss - loss0) / max(examples - ex0, 1)
         rate = (examples - ex0) / max(now - t0, 1e-9)
         if final:
-            recent, rate = loss / max(examples, 1), examples / max(now - self._start, 1e-9)
+            recent = loss / max(examples, 1)
+            rate = (examples - self._first[1]) / max(now - self._start, 1e-9)
         say(f"{'trained' if final else 'training'}: epoch {self.done.mean():.2f}/{self.epochs}"
             f"  {examples:,} examples  {rate / 1e3:,.1f}k examples/s"
             f"  train logloss {recent:.4f}{' (whole run)' if final else ''}")

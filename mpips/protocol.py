@@ -46,6 +46,7 @@ class Op(IntEnum):
     STOP_AT = 7  # server 0 to the others: write a checkpoint at `clock`, then stop the workers
     SHARD_SAVED = 8  # a server to server 0: its file of checkpoint `clock` (JSON payload)
     CHECKPOINT_AT = 9  # server 0 to the others: write a checkpoint at `clock` (a timed one)
+    STOP = 10    # any rank to server 0: this rank was asked to stop (a signal); stop the job
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock

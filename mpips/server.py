@@ -22,9 +22,11 @@ import numpy as np
 from mpi4py import MPI
 
 from . import protocol
+from .admission import admit
 from .bounded import Backoff, wait_all
 from .clocks import FINISHED, ClockTable
-from .errors import ProtocolError, WaitTimeout
+from .errors import CheckpointsFailing, ProtocolError, WaitTimeout
+from .placement import Placement
 from .progress import Progress
 from .protocol import Op
 from .store import KVStore
@@ -51,21 +53,29 @@ PULL_RECORD = np.dtype([("worker", "<i4"), ("clock", "<i8"), ("slowest", "<i8"),
                         ("held_s", "<f8"), ("t", "<f8")])
 
 
+# Checkpoints that fail one after another (a full or read-only disk) stop the job after this
+# many: training on without a way back is a risk the user did not choose.
+FAILURES_IN_A_ROW = 3
+
+
 @dataclass
 class CheckpointPlan:
-    """When and how this server writes checkpoints."""
+    """When and how this server writes checkpoints. The writers report failure, they do not
+    raise: a checkpoint that could not be written does not stop training by itself."""
     every: int                                      # clocks between them; 0: not by clocks
     seconds: float                                  # or seconds between them; 0: not by time
-    write_shard: Callable[[int], dict]              # clock -> this server's manifest entry
-    write_manifest: Callable[[int, list, dict], None]   # server 0: clock, entries, positions
-    stop_requested: Callable[[], bool] = lambda: False  # polled by server 0
+    write_shard: Callable[[int], dict]              # clock -> this server's manifest entry,
+                                                    # or {"server", "error"}
+    write_manifest: Callable[[int, list, dict], str | None]  # server 0: clock, entries,
+                                                    # positions -> None, or why it failed
+    stop_requested: Callable[[], bool] = lambda: False  # polled by every server
 
 
 class Server:
     def __init__(self, roles, store: KVStore, clocks: ClockTable, timeout: float,
                  on_error=None, progress: Progress | None = None, record_pulls: bool = False,
                  every: tuple | None = None, checkpoints: CheckpointPlan | None = None,
-                 positions: dict | None = None):
+                 positions: dict | None = None, placement: Placement | None = None):
         """`every` = (seconds, callback): call callback(final=False) at each multiple of
         `seconds` while serving (skipping those missed while busy), and callback(final=True)
         once when every worker has finished training. `positions`: where each worker stood,
@@ -77,6 +87,7 @@ class Server:
         self.on_error = on_error
         self.progress = progress
         self.checkpoints = checkpoints
+        self.placement = placement or Placement(len(roles.servers))
         self.stats = ServerStats()
         self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
         self._held = deque()      # pulls waiting for clocks:
@@ -98,6 +109,9 @@ class Server:
         self._history = {w: {p["clock"]: p} for w, p in self.positions.items()}
         self._applied = min([p["clock"] for p in self.positions.values()] or [0])  # BSP
         self.stop_at = None       # the clock to checkpoint and stop at, once asked
+        self._stop_asked = False  # server 0: a rank was asked to stop; others: told server 0
+        self.completed = set()    # server 0: clocks of the checkpoints whose manifest it wrote
+        self._failed_in_a_row = 0   # server 0: checkpoints that failed since the last success
         self._planned = set()     # clocks server 0 named for timed checkpoints
         self.stopped = False      # that checkpoint is written: reads are refused
         self._entries = {}        # server 0: clock -> the servers' files of that checkpoint
@@ -132,9 +146,7 @@ class Server:
                 self._timed(final=False)
                 missed = (time.monotonic() - self._start) // self._every[0]
                 next_call = self._start + (missed + 1) * self._every[0]
-            if (self._lead and self.stop_at is None and self.checkpoints
-                    and self.checkpoints.stop_requested()):
-                self._schedule_stop()
+            self._poll_stop()
             if self._lead and time.monotonic() >= next_timed:
                 self._schedule_checkpoint()
                 next_timed = time.monotonic() + timed
@@ -178,6 +190,16 @@ class Server:
             self.progress.log(final=True)
         return self.stats
 
+    def _poll_stop(self) -> None:
+        """A stop asked of any rank reaches server 0, which names the clock to stop at."""
+        if not self._stop_asked and self.checkpoints and self.checkpoints.stop_requested():
+            self._stop_asked = True
+            if not self._lead:
+                self._send(protocol.pack(protocol.Header(Op.STOP)), self.roles.servers[0],
+                           protocol.REQUEST_TAG)
+        if self._lead and self._stop_asked and self.stop_at is None:
+            self._schedule_stop()
+
     def _timed(self, final: bool) -> None:
         began = time.monotonic()
         self._every[1](final=final)
@@ -201,10 +223,18 @@ class Server:
         raise WaitTimeout(f"no worker has sent anything for {now - max(heard):.0f} s "
                           f"(--timeout {self.timeout:g}): " + "; ".join(lines))
 
-    def _handle(self, source: int, buf: np.ndarray) -> Op:
-        h, keys, values = protocol.unpack(buf)
-        op = Op(h.op)
+    def _sender(self, source: int) -> str:
         if source in self.roles.servers:
+            return f"server {self.roles.servers.index(source)} (rank {source})"
+        return f"worker {self.roles.worker_index(source)} (rank {source})"
+
+    def _handle(self, source: int, buf: np.ndarray) -> Op:
+        from_worker = source not in self.roles.servers
+        op, h, keys, values = admit(buf, self._sender(source), from_worker, to_lead=self._lead,
+                                    from_lead=source == self.roles.servers[0],
+                                    width=self.store.width, placement=self.placement,
+                                    server=self.roles.index)
+        if not from_worker:
             return self._from_server(op, source, h, buf)
         worker = self.roles.worker_index(source)
         self._heard[worker] = time.monotonic()
@@ -245,6 +275,9 @@ class Server:
             self._send(self._status(), source, protocol.reply_tag(h.ts, self._reply_tags))
         elif op is Op.ERROR:
             self._failed(f"worker {worker}", source, buf)
+        elif op is Op.STOP:
+            self._stop_asked = True   # only server 0 receives it
+            self._poll_stop()
         return op
 
     def _from_server(self, op: Op, source: int, h, buf: np.ndarray) -> Op:
@@ -259,9 +292,15 @@ class Server:
         elif op is Op.BYE:
             pass
         elif op is Op.SHARD_SAVED:
-            self._shard_saved(h.clock, json.loads(protocol.error_text(buf)))
-        else:
-            raise ProtocolError(f"server rank {source} sent {op.name}")
+            try:
+                entry = json.loads(protocol.error_text(buf))
+            except ValueError:
+                raise ProtocolError(f"{self._sender(source)} sent a bad request: SHARD_SAVED "
+                                    f"whose text is not JSON") from None
+            self._shard_saved(h.clock, entry)
+        elif op is Op.STOP:
+            self._stop_asked = True
+            self._poll_stop()
         return op
 
     def _failed(self, who: str, source: int, buf: np.ndarray) -> None:
@@ -372,7 +411,7 @@ class Server:
                         "already", clock, self._applied - 1)
             return
         entry = self.checkpoints.write_shard(clock)
-        self.stats.checkpoints += 1
+        self.stats.checkpoints += "error" not in entry
         if self._lead:
             self._entries.setdefault(clock, {"shards": [], "positions": None})
             self._entries[clock]["positions"] = self._positions_at(clock)
@@ -388,8 +427,26 @@ class Server:
         state = self._entries.setdefault(clock, {"shards": [], "positions": None})
         state["shards"].append(entry)
         if len(state["shards"]) == len(self.roles.servers) and state["positions"] is not None:
-            self.checkpoints.write_manifest(clock, state["shards"], state["positions"])
             del self._entries[clock]
+            failed = [f"server {e['server']}: {e['error']}" for e in state["shards"]
+                      if "error" in e]
+            if not failed:
+                problem = self.checkpoints.write_manifest(clock, state["shards"],
+                                                          state["positions"])
+                failed = [problem] if problem else []
+            if not failed:
+                self._failed_in_a_row = 0
+                self.completed.add(clock)
+                return
+            self._failed_in_a_row += 1
+            why = "; ".join(failed)
+            if self._failed_in_a_row >= FAILURES_IN_A_ROW:
+                raise CheckpointsFailing(
+                    f"{self._failed_in_a_row} checkpoints in a row could not be written (the "
+                    f"last, at clock {clock}: {why}); stopping rather than training on without "
+                    f"a checkpoint to come back to")
+            log.error("checkpoint at clock %d was not written (%s); training goes on, and "
+                      "stops if %d in a row fail", clock, why, FAILURES_IN_A_ROW)
 
     def _schedule_stop(self) -> None:
         """Server 0, asked to stop: checkpoint at two clocks past the slowest worker (no server

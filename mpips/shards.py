@@ -20,7 +20,8 @@ import numpy as np
 
 from .bounded import wait_all
 from .data import Rows, SvmlightShard, check_file
-from .errors import ConfigError
+from .errors import ConfigError, InputError
+from .kernels.csr import first_bad_label, first_bad_pointer
 from .startup import agree
 
 FORMAT = "mpips-csr"
@@ -40,7 +41,46 @@ def read_meta(path: str) -> dict:
         raise ConfigError(f"{path}: not a converted dataset ({e})") from None
     if meta.get("format") != FORMAT:
         raise ConfigError(f"{path}/meta.json: format is {meta.get('format')!r}, not {FORMAT!r}")
+    try:
+        for p in meta["parts"]:
+            if not (isinstance(p["name"], str) and p["rows"] >= 0 and p["nnz"] >= 0):
+                raise ValueError(p)
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"{path}/meta.json: its list of parts is damaged") from None
     return meta
+
+
+def _array_lengths(part: dict) -> dict:
+    return {"labels": part["rows"], "indptr": part["rows"] + 1, "indices": part["nnz"],
+            "values": part["nnz"]}
+
+
+def check_parts(path: str, meta: dict) -> None:
+    """ConfigError unless every part's arrays are there, of the type and length meta.json
+    says, and whole: from the .npy headers and the file sizes, without reading the data."""
+    for part in meta["parts"]:
+        for array, dtype in ARRAYS:
+            name = _part_file(path, part["name"], array)
+            want = (_array_lengths(part)[array],)
+            try:
+                with open(name, "rb") as f:
+                    version = np.lib.format.read_magic(f)
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)
+                    shape, fortran, found = read(f)
+                    start = f.tell()
+                size = os.path.getsize(name)
+            except FileNotFoundError:
+                raise ConfigError(f"{name}: missing from the dataset") from None
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"{name}: not a readable .npy file ({e})") from None
+            if found != np.dtype(dtype) or shape != want or fortran:
+                raise ConfigError(f"{name}: holds {found}{list(shape)}, where meta.json makes it "
+                                  f"{np.dtype(dtype)}{list(want)}")
+            expected = start + want[0] * np.dtype(dtype).itemsize
+            if size != expected:
+                raise ConfigError(f"{name}: {size:,} bytes, where its header makes it "
+                                  f"{expected:,} ({'truncated' if size < expected else 'too long'})")
 
 
 def _part_file(path: str, part: str, array: str) -> str:
@@ -120,13 +160,16 @@ def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = 
 
 
 class CsrShard:
-    """Rows [N*part/nparts, N*(part+1)/nparts) of a converted dataset, memory-mapped."""
+    """Rows [N*part/nparts, N*(part+1)/nparts) of a converted dataset, memory-mapped. The row
+    pointers and labels of those rows are checked when it is opened: the kernels index with
+    them unchecked, and a damaged file must not send them outside the arrays."""
 
     bad_lines = 0   # bad lines were handled when converting
 
     def __init__(self, path: str, part: int = 0, nparts: int = 1):
         self.path = path
         meta = read_meta(path)
+        check_parts(path, meta)
         self.parts = []
         for p in meta["parts"]:
             # Copy-on-write maps: writable array types, so the same compiled kernels apply.
@@ -138,6 +181,37 @@ class CsrShard:
         n = int(self.part_starts[-1])
         self.start, self.stop = n * part // nparts, n * (part + 1) // nparts
         self.position = self.start
+        self._check_rows(meta)
+
+    def _check_rows(self, meta: dict) -> None:
+        """InputError naming the file and row if the rows this shard serves are damaged."""
+        for p, rows in enumerate(self.parts):
+            lo = max(self.start - int(self.part_starts[p]), 0)
+            hi = min(self.stop - int(self.part_starts[p]), len(rows))
+            if lo >= hi and not (lo == 0 and len(rows) == 0):
+                continue
+            name = meta["parts"][p]["name"]
+            ends = (rows.indptr[0], rows.indptr[-1])
+            if ends != (0, rows.indices.shape[0]):
+                raise InputError(f"{_part_file(self.path, name, 'indptr')}: starts at {ends[0]} "
+                                 f"and ends at {ends[1]}, not 0 and {rows.indices.shape[0]} "
+                                 f"(the number of values): the file is damaged")
+            bad = first_bad_pointer(rows.indptr[lo:hi + 1], rows.indices.shape[0])
+            if bad >= 0:
+                raise InputError(f"{_part_file(self.path, name, 'indptr')}: row pointer "
+                                 f"{lo + bad} is {int(rows.indptr[lo + bad])}, out of order or "
+                                 f"outside 0..{rows.indices.shape[0]}: the file is damaged")
+            bad = first_bad_label(rows.labels[lo:hi])
+            if bad >= 0:
+                raise InputError(f"{_part_file(self.path, name, 'labels')}: label of row "
+                                 f"{lo + bad} is {rows.labels[lo + bad]}, not 0 or 1: the file "
+                                 f"is damaged")
+
+    def next_row_at(self, row: int) -> int | None:
+        """The first of this shard's rows at or after `row` (None if there is none)."""
+        if row >= self.stop:
+            return None
+        return max(row, self.start)
 
     @property
     def fraction_done(self) -> float:
@@ -188,9 +262,10 @@ def features_per_row(path: str, samples: int = 8, sample_bytes: int = 1 << 17) -
 
 
 def check_input(path: str, flag: str) -> None:
-    """ConfigError unless `path` is a readable non-empty svmlight file or a converted dataset."""
+    """ConfigError unless `path` is a readable non-empty svmlight file or a whole converted
+    dataset."""
     if os.path.isdir(path):
-        read_meta(path)
+        check_parts(path, read_meta(path))
     else:
         check_file(path, flag)
 

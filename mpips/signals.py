@@ -1,6 +1,7 @@
 """Asking a running job to stop, by signal.
 
-The first SIGUSR1, SIGTERM or SIGINT only asks: server 0 names the next clock
+The first SIGUSR1, SIGTERM or SIGINT only asks: whichever rank gets it tells
+server 0 (a worker with its next message), server 0 names the next clock
 every rank can reach, every server writes its part of a checkpoint there, and all
 ranks exit with status 75 (EX_TEMPFAIL: resumable). This is what Slurm's warning
 (`#SBATCH --signal=B:USR1@120`, forwarded by the job script) and Ctrl-C do.
@@ -34,3 +35,4 @@ def _handle(signum, frame) -> None:
 
 def stop_requested() -> bool:
     return bool(_asked)
+

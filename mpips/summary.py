@@ -1,5 +1,6 @@
 """What a finished job reports: each rank's figures, gathered; summary.json; the last lines."""
-import json
+import logging
+import math
 import os
 import resource
 
@@ -8,8 +9,11 @@ from mpi4py import MPI
 
 from . import __version__
 from .bounded import wait_all
+from .files import keep_trying, write_json
 from .kernels.logistic import mean_logloss, roc_auc
 from .log import say
+
+log = logging.getLogger("mpips")
 
 # One rank's figures at the end of a job (servers and workers fill different fields).
 RECORD = np.dtype([
@@ -19,6 +23,8 @@ RECORD = np.dtype([
     ("compile_s", "<f8"), ("late_compiles", "<i8"), ("busy_s", "<f8"), ("peak_rss_mb", "<f8"),
     ("train_bytes", "<i8"),   # bytes sent until every worker had finished training
     ("stopped_at", "<i8"),    # servers: the clock the job stopped at (checkpoint), or -1
+    ("stop_saved", "?"),      # server 0: the checkpoint it stopped at was written
+    ("examples_before", "<i8"),   # workers: examples trained before this launch (a resume)
     ("node", "S64"),          # where the rank ran: Slurm's node name, else the host name
 ])
 
@@ -62,6 +68,8 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
     worker's pulls were held for the clocks."""
     servers, workers = records[:n_servers], records[n_servers:]
     examples = int(workers["examples"].sum())
+    # Rates are of this launch: a resumed run trained the examples before it in others.
+    now = examples - int(workers["examples_before"].sum())
     train_s = float(workers["train_s"].max())
     keys = int(servers["keys"].sum())
     bytes_sent = int(records["bytes_sent"].sum())
@@ -73,11 +81,12 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "workers": len(workers),
         **extra,
         "train_examples": examples,
+        "train_examples_this_launch": now,
         "train_logloss": float(workers["train_loss"].sum()) / examples if examples else None,
         "test_examples": int(workers["test_rows"].sum()),
         "test_logloss": float(mean_logloss(margins, labels)) if tested else None,
         "test_auc": None if np.isnan(auc) else auc,
-        "examples_per_s": examples / train_s if train_s > 0 else None,
+        "examples_per_s": now / train_s if train_s > 0 and now else None,
         "train_s": train_s,
         "compile_s": float(records["compile_s"].max()),
         "late_compiles": int(records["late_compiles"].sum()),
@@ -85,8 +94,8 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "server_bytes": int(servers["table_bytes"].sum()),
         "server_bytes_per_key": float(servers["table_bytes"].sum()) / keys if keys else None,
         "bytes_sent": bytes_sent,   # all parameter-server traffic, scoring the test file included
-        "bytes_per_example": (float(records["train_bytes"].sum()) / examples
-                              if examples else None),   # training traffic only
+        "bytes_per_example": (float(records["train_bytes"].sum()) / now
+                              if now else None),   # training traffic only
         # Per worker: time blocked on pulls (round trips and waiting for the clocks), and of
         # that, time its pulls were held for the clocks (on the server that held them longest).
         "wait_s": [float(x) for x in workers["wait_s"]],
@@ -106,15 +115,27 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
     }
 
 
-def write(out_dir: str, summary: dict) -> str:
-    """RUN_DIR/summary.json, replaced atomically."""
-    os.makedirs(out_dir, exist_ok=True)
+def _finite(value, where: str, bad: list):
+    """`value` with every non-finite float replaced by None (strict JSON), naming each in
+    `bad`."""
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{where}.{k}" if where else k, bad) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v, f"{where}[{i}]", bad) for i, v in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        bad.append(f"{where} = {value}")
+        return None
+    return value
+
+
+def write(out_dir: str, summary: dict, wait_s: float = 0.0) -> str:
+    """RUN_DIR/summary.json, replaced atomically; on a full disk tried again for `wait_s`."""
     path = os.path.join(out_dir, "summary.json")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(summary, f, indent=2, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    bad = []
+    clean = _finite(summary, "", bad)
+    if bad:
+        log.warning("summary.json: not finite, written as null: %s", ", ".join(bad))
+    keep_trying(lambda: write_json(path, clean), wait_s, "the summary")
     return path
 
 
@@ -135,8 +156,10 @@ def print_lines(s: dict, path: str) -> None:
     say(f"done: {s['train_examples']:,} training examples in {s['train_s']:.1f} s "
         f"({rate}{s['workers']} worker(s), {s['servers']} server(s)); {test}")
     if s["keys_stored"]:
+        sent = (f"; {s['bytes_per_example']:,.0f} bytes sent per example"
+                if s["bytes_per_example"] else "")
         say(f"model: {s['keys_stored']:,} keys, {s['server_bytes_per_key']:.1f} bytes/key on the "
-            f"servers, in {s['model_dir']}; {s['bytes_per_example']:,.0f} bytes sent per example")
+            f"servers, in {s['model_dir']}{sent}")
     if s["bad_lines"]:
         say(f"skipped {s['bad_lines']:,} bad input line(s) (--skip-bad-lines)")
     say(f"summary: {path}")

@@ -7,8 +7,8 @@ file with the final model, and rank 0 gathers the scores. With --resume, servers
 first load the checkpoint's keys they own and workers start where it says.
 """
 import logging
+import math
 import os
-import shutil
 import time
 import traceback
 from dataclasses import replace
@@ -16,15 +16,16 @@ from dataclasses import replace
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, logreg, signals, summary
+from . import checkpoint, fingerprint, logreg, rundir, signals, summary
 from .bounded import wait_all
 from .client import KVWorker, tell_servers_to_save
 from .clocks import FINISHED, ClockTable
-from .config import RUN_OUTPUTS, TrainConfig, check_resumable
-from .data import KeyIndexer
-from .errors import ConfigError, Interrupted, MpipsError, Stopped
+from .config import TrainConfig, check_resumable
+from .data import KeyIndexer, SvmlightShard
+from .errors import ConfigError, Diverged, Interrupted, MpipsError, SaveError, Stopped
 from .log import say, setup
-from .model_io import save_shard, write_atomic_hdf5
+from .files import keep_trying, write_hdf5
+from .model_io import save_shard
 from .optimizer import LR_SCALE
 from .placement import Placement
 from .progress import Progress
@@ -54,27 +55,68 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     agree(comm, lambda: cfg.check(comm.size), bound)
     resume = _find_checkpoint(cfg, comm, bound) if cfg.resume else None
     if resume:
-        agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.servers), bound)
+        agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.servers,
+                                            compare_data=comm.rank == 0), bound)
+        name = resume[1]["run_id"]   # a resumed run goes on under its own name
+    locks = _claim_directories(cfg, comm, name, resume, bound)
+    try:
+        return _run(cfg, comm, name, resume, started, bound)
+    finally:
+        if locks:
+            locks.stop()
+
+
+def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float):
+    """Rank 0 locks --out (and --checkpoint-dir, if checkpoints go elsewhere), makes sure
+    nothing of another run is there, and removes what this run replaces: only files mpips
+    wrote. Agreed by every rank. Returns the locks' heartbeat on rank 0."""
+    held = []
+
+    def claim():
+        if comm.rank != 0:
+            return
+        directories = [(cfg.out, "--out")]
+        inside = os.path.realpath(cfg.checkpoints).startswith(os.path.realpath(cfg.out) + os.sep)
+        if (cfg.checkpoints_on or resume) and not inside:
+            directories.append((cfg.checkpoints, "--checkpoint-dir"))
+        for directory, flag in directories:
+            lock = rundir.DirectoryLock(directory, name, flag)
+            lock.acquire()
+            held.append(lock)
+        rundir.check_outputs(cfg.out, cfg.checkpoints, cfg.overwrite,
+                             resume[1]["run_id"] if resume else None)
+        try:
+            foreign = [os.path.join(cfg.out, p) for p in rundir.remove_run_outputs(cfg.out)]
+            if cfg.overwrite and not resume:   # the checkpoints of the run replaced go too
+                foreign += [os.path.join(cfg.checkpoints, p)
+                            for p in rundir.remove_checkpoints(cfg.checkpoints)]
+        except OSError as e:
+            raise ConfigError(f"cannot remove the earlier run's {e.filename}: {e.strerror}")
+        if foreign:
+            log.warning("left in place, not written by mpips: %s", ", ".join(foreign))
+
+    try:
+        agree(comm, claim, timeout)
+    except ConfigError:
+        for lock in held:
+            lock.release()
+        raise
+    return rundir.Heartbeat(held) if held else None
+
+
+def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float):
     chosen_lr = cfg.optimizer.lr is None
     if chosen_lr:   # rank 0 samples the data (not every rank), and all use its figure
         sampled = repr(features_per_row(cfg.train)) if comm.rank == 0 else None
         density = float(broadcast_text(comm, sampled, bound)) + cfg.bias
         cfg = replace(cfg, optimizer=cfg.optimizer.with_default_lr(density))
-    if comm.rank == 0 and (cfg.overwrite or cfg.resume):
-        for output in RUN_OUTPUTS:
-            path = os.path.join(cfg.out, output)
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            elif os.path.exists(path):
-                os.remove(path)
-        if not cfg.resume:   # --overwrite: the checkpoints of the run replaced go too
-            for directory in checkpoint.all_checkpoints(cfg.checkpoints):
-                shutil.rmtree(directory)
     roles = split(cfg.servers, comm)   # collective: nobody writes before the old run is gone
     setup(f"rank {comm.rank} ({roles.name})")
     if comm.rank == 0:
         log.info("run %s: %d server(s), %d worker(s), writing to %s", name, len(roles.servers),
                  len(roles.workers), cfg.out)
+        if resume:
+            _say_what_is_left(cfg, resume)
         if chosen_lr:
             log.info("%s learning rate %.4g: %g / %.1f features per row (set --lr to change)",
                      cfg.optimizer.name, cfg.optimizer.lr, LR_SCALE[cfg.optimizer.name], density)
@@ -96,6 +138,21 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
         return _finish(cfg, roles, name, record, margins, labels, held, started)
     finally:
         roles.free()
+
+
+def _say_what_is_left(cfg: TrainConfig, resume) -> None:
+    """When a checkpoint has no training left under --epochs, say so (the model is saved and
+    scored all the same)."""
+    directory, manifest = resume
+    epochs = [p["epoch"] for p in manifest["positions"].values()]
+    if min(epochs) < cfg.epochs:
+        return
+    beyond = max(epochs) > cfg.epochs
+    log.warning("the checkpoint at clock %d (%s) has %s --epochs %d (its workers are at epoch "
+                "%d): nothing is left to train; its model is saved%s. Pass a larger --epochs "
+                "to train on", manifest["clock"], directory,
+                "gone beyond" if beyond else "finished", cfg.epochs, max(epochs),
+                " and scored" if cfg.test else "")
 
 
 def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
@@ -130,27 +187,37 @@ def _positions(resume) -> dict:
 
 def _checkpoint_plan(cfg: TrainConfig, roles: Roles, name: str, store) -> CheckpointPlan:
     root = cfg.checkpoints
-    os.makedirs(root, exist_ok=True)
     placement = Placement(len(roles.servers))
+    # What the workers read, as it was when this launch started: a resume compares it.
+    inputs = {"train": fingerprint.of_input(cfg.train)} if roles.index == 0 else None
 
     def write_shard(clock: int) -> dict:
         start = time.monotonic()
-        entry = checkpoint.write_shard(root, clock, roles.index, store, {"run_id": name})
+        try:
+            entry = checkpoint.write_shard(root, clock, roles.index, store, {"run_id": name})
+        except SaveError as e:
+            log.error("checkpoint at clock %d: %s", clock, e)
+            return {"server": roles.index, "error": str(e)}
         log.info("wrote %d keys of checkpoint clock %d in %.2f s", entry["keys"], clock,
                  time.monotonic() - start)
         return entry
 
-    def write_manifest(clock: int, shards: list, positions: dict) -> None:
-        directory = checkpoint.write_manifest(
-            root, clock, shards, run_id=name, config=cfg.as_dict(), servers=len(roles.servers),
-            workers=len(roles.workers), consistency=cfg.consistency,
-            placement={"hash": "splitmix64 of key ^ salt, ranges of the hash",
-                       "bounds": [str(b) for b in placement.bounds]},
-            positions={str(w): p for w, p in sorted(positions.items())},
-            worker_random_state=None,   # workers draw no random numbers (file order)
-            written=time.strftime("%Y-%m-%d %H:%M:%S"))
+    def write_manifest(clock: int, shards: list, positions: dict) -> str | None:
+        try:
+            directory = checkpoint.write_manifest(
+                root, clock, shards, run_id=name, config=cfg.as_dict(),
+                servers=len(roles.servers), workers=len(roles.workers),
+                consistency=cfg.consistency, inputs=inputs,
+                placement={"hash": "splitmix64 of key ^ salt, ranges of the hash",
+                           "bounds": [str(b) for b in placement.bounds]},
+                positions={str(w): p for w, p in sorted(positions.items())},
+                worker_random_state=None,   # workers draw no random numbers (file order)
+                written=time.strftime("%Y-%m-%d %H:%M:%S"))
+        except SaveError as e:
+            return str(e)
         checkpoint.prune(root, cfg.keep_checkpoints, directory)
         say(f"checkpoint at clock {clock}: {directory}")
+        return None
 
     return CheckpointPlan(every=cfg.checkpoint_every, seconds=cfg.checkpoint_seconds,
                           write_shard=write_shard,
@@ -180,17 +247,27 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
         taken.append(time.monotonic() - started[0])
         slowest = clocks.slowest()
         label = "final" if final else f"{len(taken) - 1:04d}"
-        save_shard(os.path.join(cfg.out, "snapshots", label), roles.index,
-                   len(roles.servers), store,
-                   {**attrs, "complete": True, "elapsed_s": taken[-1],
-                    "slowest_clock": -1 if slowest == FINISHED else slowest}, weights_only=True)
+        try:
+            save_shard(os.path.join(cfg.out, "snapshots", label), roles.index,
+                       len(roles.servers), store,
+                       {**attrs, "complete": True, "elapsed_s": taken[-1],
+                        "slowest_clock": -1 if slowest == FINISHED else slowest},
+                       weights_only=True)
+        except SaveError as e:
+            log.warning("snapshot %s not written: %s", label, e)
 
     reasons = []
 
     def save_partial(reason: str) -> None:
+        """After an error: one attempt (other ranks wait for this one's word)."""
         reasons.append(reason)   # the first reason stays first: later ones are often echoes
-        path = save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
-                          {**attrs, "complete": False, "note": "; then ".join(reasons)})
+        try:
+            path = save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
+                              {**attrs, "complete": False, "note": "; then ".join(reasons)})
+        except SaveError as e:
+            log.error("could not save the %d keys trained so far: %s%s", len(store), e,
+                      _checkpoints_hint(cfg))
+            return
         log.error("saved the %d keys trained so far to %s", len(store), path)
 
     def another_rank_failed(reason: str) -> None:
@@ -203,7 +280,7 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
                     checkpoints=_checkpoint_plan(cfg, roles, name, store), positions=positions)
     t0 = started[0] = _ready(roles, cfg.timeout)
     if progress:
-        progress.start()
+        progress.start(positions)
     try:
         stats = server.run()
     except Exception as e:
@@ -218,17 +295,26 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
         raise
     train_s = time.monotonic() - t0
     if server.stopped and not clocks.all_finished:
-        save_partial(f"stopped at clock {server.stop_at}; continue with --resume "
-                     f"{cfg.checkpoints}")
+        saved = {**attrs, "complete": False,
+                 "note": f"stopped at clock {server.stop_at}; continue with --resume "
+                         f"{cfg.checkpoints}"}
     else:
-        save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
-                   {**attrs, "complete": True})
+        saved = {**attrs, "complete": True}
+    try:
+        keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
+                                       saved), cfg.disk_wait, "the trained model")
+    except SaveError as e:
+        raise SaveError(f"the model of server {roles.index} ({len(store):,} keys) could not be "
+                        f"saved: {e}{_checkpoints_hint(cfg)}") from None
     if cfg.record_pulls:
         pulls = server.pull_records()
-        write_atomic_hdf5(os.path.join(cfg.out, "pulls", f"server-{roles.index:04d}.h5"),
-                          {field: pulls[field] for field in pulls.dtype.names},
-                          {"run_id": name, "consistency": cfg.consistency,
-                           "staleness": -1 if cfg.max_staleness is None else cfg.max_staleness})
+        try:
+            write_hdf5(os.path.join(cfg.out, "pulls", f"server-{roles.index:04d}.h5"),
+                       {field: pulls[field] for field in pulls.dtype.names},
+                       {"run_id": name, "consistency": cfg.consistency,
+                        "staleness": -1 if cfg.max_staleness is None else cfg.max_staleness})
+        except SaveError as e:
+            log.warning("the record of pulls (--record-pulls) was not written: %s", e)
     r = summary.new_record()
     r["train_s"] = train_s
     r["bytes_sent"] = stats.bytes_sent
@@ -239,7 +325,15 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
     r["busy_s"] = stats.busy_s
     r["train_bytes"] = stats.train_bytes_sent
     r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
+    r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
     return r, np.empty(0), np.empty(0, np.float32), server.held_s
+
+
+def _checkpoints_hint(cfg: TrainConfig) -> str:
+    """Where the model is kept as of an earlier clock, if anywhere."""
+    found = checkpoint.all_checkpoints(cfg.checkpoints)
+    return (f"; the checkpoints in {cfg.checkpoints} hold it as of clock "
+            f"{int(os.path.basename(found[0]).split('-')[1])} at best" if found else "")
 
 
 def _work(cfg: TrainConfig, roles: Roles, resume):
@@ -265,11 +359,15 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     if position:
         kv.clock, epoch, offset = position["clock"], position["epoch"], position["offset"]
         examples, loss = position["examples"], position["loss"]
+        if offset >= 0:
+            epoch, offset = _resume_point(shard, epoch, offset)
+    before = examples
     stream = _minibatches(cfg, shard, epoch, offset)
     t0 = mark = _ready(roles, cfg.timeout)
     current = next(stream, None)
     pull = kv.pull(current[1]) if current else None
     while current is not None:
+        _pass_on_stop(kv)
         waited = kv.wait_s
         # Pipelining: the next minibatch's keys are found and its pull sent now, so the
         # servers work on it while this one computes (they answer once this push arrives).
@@ -282,6 +380,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
             stopped = True
             break
         grad, batch_loss = logreg.gradient(batch, cols, bias_col, weights)
+        if not math.isfinite(batch_loss):
+            raise Diverged(_diverged(cfg, kv.clock, current, shard, batch_loss))
         loss += batch_loss
         examples += len(batch)
         # Where the next minibatch starts, for checkpoints: the servers note it with the push.
@@ -311,6 +411,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     kv.close()
     r = summary.new_record()
     r["examples"] = examples
+    r["examples_before"] = before
     r["train_loss"] = loss
     r["train_s"] = train_s
     r["wait_s"] = kv.wait_s
@@ -320,6 +421,38 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     r["test_rows"] = margins.shape[0]
     r["stopped_at"] = kv.clock if stopped else -1   # a worker: where it was stopped
     return r, margins, labels, np.zeros(n_workers)
+
+
+def _pass_on_stop(kv: KVWorker) -> None:
+    """A stop asked of this worker (a signal to this rank alone) goes to server 0, once."""
+    if signals.stop_requested() and not kv.stop_sent:
+        kv.ask_to_stop()
+
+
+def _resume_point(shard, epoch: int, offset: int) -> tuple[int, int]:
+    """(epoch, offset) to go on from, given where a checkpoint says this worker stood: the
+    same, unless the data changed since (--allow-changed-data) and the place is no longer the
+    start of a row of this worker's part."""
+    point = shard.next_row_at(offset)
+    if point == offset:
+        return epoch, offset
+    if point is None:
+        log.warning("%s: byte or row %d of the checkpoint is past this worker's part of the "
+                    "changed data: going on with epoch %d", shard.path, offset, epoch + 1)
+        return epoch + 1, -1
+    log.warning("%s: the checkpoint's place %d is not a row start of this worker's part of "
+                "the changed data: going on at %d", shard.path, offset, point)
+    return epoch, point
+
+
+def _diverged(cfg: TrainConfig, clock: int, current, shard, loss: float) -> str:
+    batch, epoch = current[0], current[5]
+    where = "byte" if isinstance(shard, SvmlightShard) else "row"
+    kept = (f"; the checkpoints in {cfg.checkpoints} are kept" if cfg.checkpoints_on else "")
+    return (f"the training loss became {loss} at clock {clock} (epoch {epoch}, the minibatch "
+            f"at {where} {batch.start} of {shard.path}); nothing of it was pushed. The "
+            f"learning rate ({cfg.optimizer.name} --lr {cfg.optimizer.lr:.4g}) may be too "
+            f"large, or the data holds values that are not finite{kept}")
 
 
 def _minibatches(cfg: TrainConfig, shard, first_epoch: int = 0, offset: int = -1):
@@ -339,6 +472,7 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float) -> None:
     latest = {}
 
     def progress():
+        _pass_on_stop(kv)
         latest.update(kv.status())
         return latest["slowest_clock"], latest["finished"]
 

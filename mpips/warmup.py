@@ -12,6 +12,7 @@ from numba.core import event
 
 from . import logreg, protocol
 from .data import KeyIndexer, SvmlightShard
+from .kernels.csr import first_bad_label, first_bad_pointer
 from .kernels.hashing import is_sorted_unique
 from .kernels.logistic import mean_logloss, roc_auc
 from .optimizer import NAMES, Optimizer
@@ -39,12 +40,15 @@ def compile_kernels() -> None:
         message = protocol.pack(protocol.Header(Op.PUSH, nkeys=keys.shape[0], width=1), keys,
                                 grad)
         _, wire_keys, wire_values = protocol.unpack(message)
+        Placement(2).first_misplaced(wire_keys, 0)
         store.push(wire_keys, wire_values)
         store.pull(wire_keys, weights)
         many = np.arange(64, dtype=np.uint64)
         store.pull(many, np.empty((64, 1), np.float32))   # grows the table: rehash
         store.pull(wire_keys, weights, insert=False)
         store.items()
+    first_bad_pointer(batch.indptr, batch.indices.shape[0])
+    first_bad_label(batch.labels)
     m = logreg.margins(batch, cols, bias_col, weights)
     mean_logloss(m, batch.labels)
     roc_auc(m, batch.labels)

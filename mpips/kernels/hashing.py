@@ -63,3 +63,18 @@ def is_sorted_unique(keys):
         if keys[i] <= keys[i - 1]:
             return False
     return True
+
+
+@njit(cache=True, nogil=True)
+def first_misplaced(keys, bounds, salt, owner):
+    """(index, why) of the first key that does not follow the one before in strictly
+    increasing order (why 1), or that server `owner` does not own (why 2); (-1, 0) if none."""
+    nb = bounds.shape[0]
+    lo = bounds[owner]
+    for i in range(keys.shape[0]):
+        if i > 0 and keys[i] <= keys[i - 1]:
+            return i, 1
+        h = mix64(keys[i] ^ salt)
+        if h < lo or (owner + 1 < nb and h >= bounds[owner + 1]):
+            return i, 2
+    return -1, 0

@@ -134,7 +134,7 @@ def test_timed_checkpoints_resume_to_the_same_model(small_data, uninterrupted, t
     """--checkpoint-every in seconds: server 0 names the clock, every server writes there."""
     run = tmp_path / "run"
     job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
-                  "--out", run, *TRAIN[:4], "--checkpoint-every", "0.3s", "--straggler", "0:4",
+                  "--out", run, *TRAIN[:4], "--checkpoint-every", "0.05s", "--straggler", "0:4",
                   "--keep-checkpoints", 100)
     assert job.returncode == 0, job.output
     found = [os.path.dirname(p) for p in complete_checkpoints(run / "checkpoints")]

@@ -50,7 +50,7 @@ def test_matches_sklearn_within_one_percent(small_data, sklearn_logloss, tmp_pat
 def test_summary_and_model_files(small_data, tmp_path):
     run = tmp_path / "run"
     job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
-                  "--out", run, "--log-every", 0.01)
+                  "--out", run, "--log-every", 0.01, "--batch-size", 50)
     assert job.returncode == 0, job.output
     s = read_summary(run)
     for field in ("test_logloss", "test_auc", "examples_per_s", "wall_s", "keys_stored",
@@ -76,7 +76,8 @@ def test_summary_and_model_files(small_data, tmp_path):
 def test_snapshots_make_a_learning_curve(small_data, tmp_path):
     run = tmp_path / "run"
     job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
-                  "--out", run, "--epochs", 5, "--batch-size", 100, "--snapshot-every", 0.05)
+                  "--out", run, "--epochs", 5, "--batch-size", 100, "--snapshot-every", 0.05,
+                  "--lr", 0.05)   # a rate at which every epoch improves the held-out loss
     assert job.returncode == 0, job.output
     scored = run_mpips("score", run, "--test", small_data[1], "--snapshots",
                        "--json", tmp_path / "curve.json")

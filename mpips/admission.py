@@ -1,0 +1,102 @@
+"""What a server accepts: every request is checked before anything in it is used.
+
+A server trusts no message: the operation must be one the sender's role may send, the payload
+must be as long as the header says, a push's width must be the table's, keys must be sorted,
+unique and this server's, values and the sender's figures finite. A request that fails is not
+applied; the server stops the job with a message naming the sender and what was wrong (the
+numba kernels do no bounds checks, so nothing unchecked may reach them).
+"""
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from . import protocol
+from .errors import ProtocolError
+from .protocol import HEADER_BYTES, Op
+
+# Who may send what: workers talk to every server; servers to server 0 (their checkpoint files,
+# their end, a stop they were asked for) and server 0 to the others (clocks to checkpoint at).
+FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STOP}
+FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP}
+FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR}
+FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
+         Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS}
+TEXT_PAYLOAD = {Op.ERROR, Op.SHARD_SAVED}   # UTF-8 text of any length
+TEXT_LIMIT = 1 << 20
+
+
+class Request(NamedTuple):
+    op: Op
+    header: protocol.Header
+    keys: np.ndarray
+    values: np.ndarray
+
+
+def _expected_bytes(op: Op, h) -> int:
+    keys = 0 if h.flags & protocol.SAME_KEYS else 8 * h.nkeys
+    if op is Op.PULL:
+        return HEADER_BYTES + keys
+    if op is Op.PUSH:
+        return HEADER_BYTES + keys + 4 * h.nkeys * h.width
+    return HEADER_BYTES
+
+
+def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, width: int,
+           placement, server: int):
+    """The request, or raise ProtocolError(what is wrong)."""
+    if buf.shape[0] < HEADER_BYTES:
+        raise ProtocolError(f"a message of {buf.shape[0]} bytes, shorter than the "
+                            f"{HEADER_BYTES}-byte header")
+    h = protocol.Header._make(protocol._LAYOUT.unpack_from(buf, 0))
+    try:
+        op = Op(h.op)
+    except ValueError:
+        raise ProtocolError(f"unknown operation {h.op}") from None
+    allowed = (FROM_WORKERS if from_worker else
+               (FROM_SERVERS_TO_LEAD if to_lead else set()) | (FROM_LEAD if from_lead else set()))
+    if op not in allowed:
+        raise ProtocolError(f"{op.name}, which {'a worker' if from_worker else 'this server'} "
+                            f"may not send {'' if from_worker else 'to this one'}".rstrip())
+    if h.flags & ~FLAGS.get(op, 0):
+        raise ProtocolError(f"{op.name} with unknown flags {h.flags:#x}")
+    if h.nkeys < 0 or h.width < 0:
+        raise ProtocolError(f"{op.name} with {h.nkeys} keys of width {h.width}")
+    if op is Op.PUSH and h.width != width:
+        raise ProtocolError(f"PUSH of width {h.width}; this table's width is {width}")
+    if op in TEXT_PAYLOAD:
+        if buf.shape[0] > HEADER_BYTES + TEXT_LIMIT:
+            raise ProtocolError(f"{op.name} with {buf.shape[0] - HEADER_BYTES} bytes of text")
+    elif buf.shape[0] != _expected_bytes(op, h):
+        raise ProtocolError(f"{op.name} of {buf.shape[0]} bytes, where its header "
+                            f"({h.nkeys} keys, width {h.width}) makes it "
+                            f"{_expected_bytes(op, h)}")
+    for name in ("loss", "progress"):
+        value = getattr(h, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise ProtocolError(f"{op.name} reporting {name} {value}")
+    if h.epoch < 0 or h.offset < -1 or h.examples < 0 or h.ts < 0 or h.clock < 0:
+        raise ProtocolError(f"{op.name} with a negative field (epoch {h.epoch}, offset "
+                            f"{h.offset}, examples {h.examples}, ts {h.ts}, clock {h.clock})")
+    _, keys, values = protocol.unpack(buf)
+    if keys.shape[0]:
+        i, why = placement.first_misplaced(keys, server)
+        if i >= 0:
+            raise ProtocolError(f"{op.name} of {keys.shape[0]} keys whose key #{i} "
+                                f"({int(keys[i])}) is {why}")
+    if values.size and not np.isfinite(values).all():
+        bad = int(np.flatnonzero(~np.isfinite(values.reshape(-1)))[0])
+        raise ProtocolError(f"PUSH with a value that is not finite "
+                            f"({values.reshape(-1)[bad]} at position {bad})")
+    return Request(op, h, keys, values)
+
+
+def admit(buf: np.ndarray, sender: str, from_worker: bool, to_lead: bool, from_lead: bool,
+          width: int, placement, server: int) -> Request:
+    """The request in `buf` from `sender` (e.g. "worker 1 (rank 3)"), checked; raises
+    ProtocolError naming the sender and the fault otherwise."""
+    try:
+        return _check(buf, from_worker, to_lead, from_lead, width, placement, server)
+    except ProtocolError as e:
+        raise ProtocolError(f"{sender} sent a bad request: {e}; it was not applied, and the job "
+                            f"stops") from None

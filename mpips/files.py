@@ -1,0 +1,145 @@
+"""Writing files so that a failure leaves nothing half-written and says why in one line.
+
+Every file goes to a temporary name, is fsynced and renamed: a reader sees the old file or
+the new one. When writing fails (a full disk, a quota, a read-only or vanished directory),
+the temporary file is removed and SaveError names the file, the reason and, for a full
+disk, how many bytes were needed and how many are free. `keep_trying` holds what could
+not be written in memory and tries again, for a bounded time, while the user frees space.
+"""
+import errno
+import json
+import logging
+import os
+import time
+
+import h5py
+
+from .errors import SaveError
+
+log = logging.getLogger("mpips")
+
+HDF5_OVERHEAD = 64 << 10   # bytes an HDF5 file takes beyond its datasets, about
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def free_bytes(directory: str) -> int | None:
+    """Bytes this user may still write on the file system holding `directory`."""
+    while directory and not os.path.isdir(directory):
+        directory = os.path.dirname(directory)
+    try:
+        st = os.statvfs(directory or ".")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _reason(e: BaseException) -> tuple[str, bool]:
+    """(why, whether the disk is full) for an error from writing; h5py wraps the errno in
+    its text."""
+    code = getattr(e, "errno", None)
+    text = str(e)
+    full = code in _FULL or "No space left" in text or "Disk quota exceeded" in text
+    if full:
+        return os.strerror(errno.ENOSPC), True
+    if code:
+        return os.strerror(code), False
+    return (text.splitlines() or [type(e).__name__])[0][:200], False
+
+
+def save_error(path: str, e: BaseException, needed: int) -> SaveError:
+    why, full = _reason(e)
+    directory = os.path.dirname(os.path.abspath(path))
+    text = f"cannot write {path}: {why}"
+    if full:
+        free = free_bytes(directory)
+        text += (f" (it needs about {_mb(needed)}; "
+                 f"{'?' if free is None else _mb(free)} free in {directory})")
+    error = SaveError(text)
+    error.disk_full = full
+    return error
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _replace(tmp: str, path: str, needed: int) -> None:
+    try:
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+    except OSError as e:
+        _remove(tmp)
+        raise save_error(path, e, needed) from None
+
+
+def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:
+    """Write datasets and attributes to `path` atomically; SaveError if it cannot be done."""
+    needed = sum(d.nbytes for d in datasets.values()) + HDF5_OVERHEAD
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with h5py.File(tmp, "w") as f:
+            for name, data in datasets.items():
+                f.create_dataset(name, data=data)
+            for name, value in attrs.items():
+                f.attrs[name] = value
+    except Exception as e:   # h5py raises OSError or RuntimeError, whatever the cause
+        _remove(tmp)
+        raise save_error(path, e, needed) from None
+    _replace(tmp, path, needed)
+
+
+def write_json(path: str, value) -> None:
+    """Write `value` as JSON to `path` atomically; SaveError if it cannot be done. Numbers
+    must be finite (strict JSON)."""
+    text = json.dumps(value, indent=2, allow_nan=False) + "\n"
+    tmp = f"{path}.tmp"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(text)
+    except OSError as e:
+        _remove(tmp)
+        raise save_error(path, e, len(text)) from None
+    _replace(tmp, path, len(text))
+
+
+def keep_trying(write, wait_s: float, what: str, every: float = 5.0):
+    """Call write() until it succeeds, for at most `wait_s` seconds after the first failure
+    (what it writes stays in memory meanwhile); the last SaveError if it never does. Only a
+    full disk is worth waiting for: other failures are raised at once."""
+    try:
+        return write()
+    except SaveError as e:
+        if not getattr(e, "disk_full", False) or wait_s <= 0:
+            raise
+        log.error("%s; %s is kept in memory: free some space, it is tried again every %g s "
+                  "for up to %g s", e, what, every, wait_s)
+        deadline = time.monotonic() + wait_s
+        while True:
+            time.sleep(min(every, max(deadline - time.monotonic(), 0)))
+            try:
+                result = write()
+            except SaveError as again:
+                if time.monotonic() >= deadline:
+                    raise SaveError(f"{again}; gave up after waiting {wait_s:g} s for space")
+                continue
+            log.warning("wrote %s after all", what)
+            return result

@@ -1,0 +1,23 @@
+"""Structure checks of CSR arrays read from disk, before any kernel indexes with them. Pure
+numba: one sequential pass, no allocation."""
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def first_bad_pointer(indptr, nnz):
+    """Index of the first row pointer that is below the one before or outside [0, nnz];
+    -1 if they are all in order."""
+    for i in range(indptr.shape[0]):
+        p = indptr[i]
+        if p < 0 or p > nnz or (i > 0 and p < indptr[i - 1]):
+            return i
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def first_bad_label(labels):
+    """Index of the first label that is not 0 or 1; -1 if none."""
+    for i in range(labels.shape[0]):
+        if labels[i] != 0.0 and labels[i] != 1.0:
+            return i
+    return -1
