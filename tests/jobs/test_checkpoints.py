@@ -6,13 +6,13 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 
 import h5py
 import numpy as np
 import pytest
 from conftest import finish, launch, read_summary, run_job, run_mpips
 from debian import ensure
+from watch import complete_checkpoints, rank_pids, wait_for_checkpoint
 
 from mpips import checkpoint
 from mpips.checkpoint import read_manifest
@@ -20,34 +20,6 @@ from mpips.model_io import load_model
 from mpips.placement import Placement
 
 TRAIN = ("--epochs", 8, "--batch-size", 200, "--checkpoint-every", 15)
-
-
-def complete_checkpoints(ckpt) -> list:
-    return sorted(glob.glob(os.path.join(ckpt, "clock-*", "manifest.json")))
-
-
-def wait_for_checkpoint(ckpt, proc, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not complete_checkpoints(ckpt):
-        assert proc.poll() is None, "the job ended before writing a checkpoint"
-        assert time.monotonic() < deadline, f"no checkpoint in {ckpt} after {timeout} s"
-        time.sleep(0.05)
-
-
-def rank_pids(out_dir) -> list:
-    """PIDs of the job's Python ranks (not the launcher), found by their --out argument."""
-    ps = subprocess.run(["pgrep", "-f", "--", f"-m mpips train .*--out {out_dir}"],
-                        capture_output=True, text=True).stdout.split()
-    ranks = []
-    for pid in map(int, ps):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                program = f.read().split(b"\0")[0]
-        except FileNotFoundError:
-            continue
-        if b"python" in os.path.basename(program):
-            ranks.append(pid)
-    return ranks
 
 
 @pytest.fixture(scope="module")

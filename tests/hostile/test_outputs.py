@@ -1,0 +1,155 @@
+"""Hostile and careless uses of the run and checkpoint directories: what a user has there is
+never lost, and two jobs never share one.
+
+Each case is a real job under mpiexec. To add one: start from the closest case, set up the
+directory as the careless user would, and assert what must survive and what the job says.
+"""
+import json
+import os
+import socket
+
+import h5py
+from conftest import read_summary, run_job
+from mounts import tmpfs
+from watch import WatchedJob, pid_of_rank
+
+from mpips.model_io import load_model
+
+QUICK = ("--batch-size", 200)
+
+
+def train(data, run, *extra, n=3, timeout=120):
+    return run_job(n, "train", "--train", data, "--out", run, *QUICK, *extra, timeout=timeout)
+
+
+def run_id_of(run) -> str:
+    return read_summary(run)["run_id"]
+
+
+def test_resume_refuses_to_replace_another_runs_outputs(small_data, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert train(small_data[0], first, "--checkpoint-every", 20).returncode == 0
+    assert train(small_data[0], second).returncode == 0
+    before = (second / "summary.json").read_bytes()
+    job = train(small_data[0], second, "--resume", first / "checkpoints")
+    assert job.returncode == 2, job.output
+    assert (f"the checkpoint is of run {run_id_of(first)}, but --out {second}" in job.stderr
+            and run_id_of(second) in job.stderr)
+    assert (second / "summary.json").read_bytes() == before, "the finished run is untouched"
+    with h5py.File(second / "model" / "server-0000.h5") as f:
+        assert f.attrs["run_id"] == run_id_of(second)
+
+
+def test_resume_goes_on_under_its_own_run_id(small_data, tmp_path):
+    run = tmp_path / "run"
+    assert train(small_data[0], run, "--checkpoint-every", 20).returncode == 0
+    first_id = run_id_of(run)
+    job = train(small_data[0], run, "--resume", run / "checkpoints", "--epochs", 2,
+                "--checkpoint-every", 20)
+    assert job.returncode == 0, job.output
+    assert run_id_of(run) == first_id, "the resumed run replaced its own outputs"
+
+
+def test_overwrite_removes_only_what_mpips_wrote(small_data, tmp_path):
+    run = tmp_path / "run"
+    assert train(small_data[0], run, "--snapshot-every", 0.01, "--checkpoint-every", 20,
+                 n=4, timeout=120).returncode == 0
+    notes, photo = run / "model" / "notes.txt", run / "snapshots" / "photo.jpg"
+    mine = run / "checkpoints" / "README"
+    for path, text in ((notes, "my notes"), (photo, "jpeg"), (mine, "keep")):
+        path.write_text(text)
+    job = train(small_data[0], run, "--overwrite", "--servers", 2, n=4)
+    assert job.returncode == 0, job.output
+    assert notes.read_text() == "my notes" and photo.read_text() == "jpeg"
+    assert mine.read_text() == "keep"
+    assert "not written by mpips" in job.output and "notes.txt" in job.output
+    assert sorted(p.name for p in (run / "model").glob("*.h5")) == ["server-0000.h5",
+                                                                   "server-0001.h5"]
+    assert not list((run / "snapshots").glob("0*")), "the old snapshots went"
+
+
+def test_a_second_job_on_the_same_out_stops_at_once_naming_the_first(small_data, tmp_path):
+    run = tmp_path / "run"
+    first = WatchedJob(3, "train", "--train", small_data[0], "--out", run, "--batch-size", 20,
+                       "--epochs", 30, "--straggler", "0:3", "--checkpoint-every", 200)
+    first.wait_for("kernels ready")
+    lock = json.loads((run / "mpips.lock").read_text())
+    second = train(small_data[0], run, "--epochs", 1, timeout=60)
+    assert second.returncode == 2, second.output
+    assert (f"is in use by run {lock['run_id']} on host {socket.gethostname()}"
+            in second.stderr)
+    os.kill(first.proc.pid, 10)   # SIGUSR1: the first job checkpoints and stops
+    assert first.finish().returncode == 75, first.output
+    assert run_id_of(run) == lock["run_id"], "the first job's outputs only"
+    assert not (run / "mpips.lock").exists(), "released when the job ended"
+    also = train(small_data[0], tmp_path / "other", "--checkpoint-dir", run / "checkpoints",
+                 "--checkpoint-every", 10, timeout=60)
+    assert also.returncode == 2 and "already holds checkpoints" in also.stderr
+
+
+def test_a_lock_left_by_a_dead_job_is_taken_over(small_data, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    dead = {"run_id": "gone", "host": socket.gethostname(), "pid": 2**22 + 1, "started": "1",
+            "taken": "then", "what": "--out"}
+    (run / "mpips.lock").write_text(json.dumps(dead))
+    job = train(small_data[0], run)
+    assert job.returncode == 0, job.output
+    assert "taking over the lock of run gone" in job.output
+
+
+def test_a_fresh_lock_of_another_host_is_respected_and_a_stale_one_taken_over(small_data,
+                                                                             tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    other = {"run_id": "elsewhere", "host": "node-that-is-not-this-one", "pid": 1,
+             "started": "1", "taken": "now", "what": "--out"}
+    lock = run / "mpips.lock"
+    lock.write_text(json.dumps(other))
+    refused = train(small_data[0], run, timeout=60)
+    assert refused.returncode == 2
+    assert "in use by run elsewhere on host node-that-is-not-this-one" in refused.stderr
+    os.utime(lock, (0, 0))   # its holder stopped refreshing it long ago
+    job = train(small_data[0], run)
+    assert job.returncode == 0, job.output
+    assert "taking over the lock of run elsewhere" in job.output
+
+
+def test_a_read_only_checkpoint_dir_matters_only_when_checkpoints_are_on(small_data, tmp_path):
+    with tmpfs(tmp_path / "ro", read_only=True) as ro:
+        quiet = train(small_data[0], tmp_path / "run", "--checkpoint-dir", ro, timeout=60)
+        assert quiet.returncode == 0, quiet.output
+        job = train(small_data[0], tmp_path / "run2", "--checkpoint-dir", ro,
+                    "--checkpoint-every", 10, timeout=60)
+        assert job.returncode == 2, job.output
+        assert f"--checkpoint-dir {ro}: cannot write there (Read-only file system)" in job.stderr
+        assert "Traceback" not in job.output
+
+
+def test_a_killed_job_leaves_a_lock_that_its_resume_takes_over(small_data, tmp_path):
+    run = tmp_path / "run"
+    job = WatchedJob(4, "train", "--train", small_data[0], "--out", run, "--servers", 2,
+                     "--batch-size", 50, "--epochs", 20, "--checkpoint-every", 20)
+    job.wait_for("checkpoint at clock")
+    os.kill(pid_of_rank(run, 0), 9)   # the rank that holds the lock
+    assert job.finish().returncode != 0
+    assert (run / "mpips.lock").exists()
+    resumed = run_job(4, "train", "--train", small_data[0], "--out", run, "--servers", 2,
+                      "--batch-size", 50, "--epochs", 20, "--checkpoint-every", 20,
+                      "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    assert "is no longer running" in resumed.output
+    keys, _ = load_model(run / "model")
+    assert keys.shape[0] == read_summary(run)["keys_stored"]
+
+
+def test_an_out_or_checkpoint_dir_that_is_a_file_is_refused(small_data, tmp_path):
+    taken = tmp_path / "a-file"
+    taken.write_text("not a directory")
+    job = train(small_data[0], taken, timeout=60)
+    assert job.returncode == 2 and f"--out {taken}: cannot create the directory" in job.stderr
+    job = train(small_data[0], tmp_path / "run", "--checkpoint-dir", taken,
+                "--checkpoint-every", 10, timeout=60)
+    assert job.returncode == 2
+    assert f"--checkpoint-dir {taken}: cannot create the directory" in job.stderr
+    assert taken.read_text() == "not a directory"

@@ -1,0 +1,107 @@
+"""Watching a running job from a test: its output as it comes, its ranks' processes, its
+checkpoints. Every wait here has a deadline and fails the test when it passes."""
+import glob
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import Job, mpiexec_path
+
+
+def complete_checkpoints(ckpt) -> list:
+    return sorted(glob.glob(os.path.join(ckpt, "clock-*", "manifest.json")))
+
+
+def wait_for_checkpoint(ckpt, proc, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not complete_checkpoints(ckpt):
+        assert proc.poll() is None, "the job ended before writing a checkpoint"
+        assert time.monotonic() < deadline, f"no checkpoint in {ckpt} after {timeout} s"
+        time.sleep(0.05)
+
+
+def rank_pids(out_dir) -> list:
+    """PIDs of the job's Python ranks (not the launcher), found by their --out argument."""
+    ps = subprocess.run(["pgrep", "-f", "--", f"-m mpips train .*--out {out_dir}"],
+                        capture_output=True, text=True).stdout.split()
+    ranks = []
+    for pid in map(int, ps):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                program = f.read().split(b"\0")[0]
+        except FileNotFoundError:
+            continue
+        if b"python" in os.path.basename(program):
+            ranks.append(pid)
+    return ranks
+
+
+def pid_of_rank(out_dir, rank: int) -> int:
+    """The PID of MPI rank `rank` of the job writing to `out_dir` (from the launcher's
+    OMPI_COMM_WORLD_RANK in the process's environment)."""
+    for pid in rank_pids(out_dir):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return pid
+    pytest.fail(f"no process of rank {rank} writing to {out_dir}")
+
+
+class WatchedJob:
+    """`mpiexec -n N python -m mpips ARGS`, its output (stdout and stderr together) read as it
+    comes, so that a test can act when the job says something."""
+
+    def __init__(self, n_ranks: int, *args):
+        cmd = [mpiexec_path(), "-n", str(n_ranks), sys.executable, "-m", "mpips",
+               *map(str, args)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+        self.lines = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float = 120) -> str:
+        """Wait until a line of the output contains `text`; returns that line."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in list(self.lines):
+                if text in line:
+                    return line
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                pytest.fail(f"the job ended without saying {text!r}:\n{self.output}")
+            if time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(f"the job did not say {text!r} within {timeout} s:\n{self.output}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, 9)
+        except ProcessLookupError:
+            pass
+
+    def finish(self, timeout: float = 180) -> Job:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.proc.wait()
+            self._reader.join(5)
+            pytest.fail(f"job did not finish within {timeout} s: {' '.join(self.proc.args)}\n"
+                        f"{self.output}")
+        self._reader.join(10)
+        return Job(self.proc.returncode, self.output, "")
