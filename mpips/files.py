@@ -7,6 +7,7 @@ disk, how many bytes were needed and how many are free. `keep_trying` holds what
 not be written in memory and tries again, for a bounded time, while the user frees space.
 """
 import errno
+import io
 import json
 import logging
 import os
@@ -18,7 +19,6 @@ from .errors import SaveError
 
 log = logging.getLogger("mpips")
 
-HDF5_OVERHEAD = 64 << 10   # bytes an HDF5 file takes beyond its datasets, about
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -78,47 +78,42 @@ def _remove(path: str) -> None:
         pass
 
 
-def _replace(tmp: str, path: str, needed: int) -> None:
+def write_bytes(path: str, data, tmp: str | None = None) -> None:
+    """Write `data` (bytes-like) to `path` atomically; SaveError if it cannot be done."""
+    tmp = tmp or f"{path}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "rb") as f:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(os.path.dirname(os.path.abspath(path)))
     except OSError as e:
         _remove(tmp)
-        raise save_error(path, e, needed) from None
+        raise save_error(path, e, len(data)) from None
 
 
 def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:
-    """Write datasets and attributes to `path` atomically; SaveError if it cannot be done."""
-    needed = sum(d.nbytes for d in datasets.values()) + HDF5_OVERHEAD
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with h5py.File(tmp, "w") as f:
-            for name, data in datasets.items():
-                f.create_dataset(name, data=data)
-            for name, value in attrs.items():
-                f.attrs[name] = value
-    except Exception as e:   # h5py raises OSError or RuntimeError, whatever the cause
-        _remove(tmp)
-        raise save_error(path, e, needed) from None
-    _replace(tmp, path, needed)
+    """Write datasets and attributes to `path` atomically; SaveError if it cannot be done.
+
+    The HDF5 file is built in memory and written with plain writes: the HDF5 library, when a
+    write fails under it, leaves objects it can no longer close and crashes at exit. That
+    costs a copy of the file in memory for the moment it is written."""
+    image = io.BytesIO()
+    with h5py.File(image, "w") as f:
+        for name, data in datasets.items():
+            f.create_dataset(name, data=data)
+        for name, value in attrs.items():
+            f.attrs[name] = value
+    write_bytes(path, image.getbuffer())
 
 
 def write_json(path: str, value) -> None:
     """Write `value` as JSON to `path` atomically; SaveError if it cannot be done. Numbers
     must be finite (strict JSON)."""
     text = json.dumps(value, indent=2, allow_nan=False) + "\n"
-    tmp = f"{path}.tmp"
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(tmp, "w") as f:
-            f.write(text)
-    except OSError as e:
-        _remove(tmp)
-        raise save_error(path, e, len(text)) from None
-    _replace(tmp, path, len(text))
+    write_bytes(path, text.encode(), tmp=f"{path}.tmp")
 
 
 def keep_trying(write, wait_s: float, what: str, every: float = 5.0):

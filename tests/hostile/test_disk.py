@@ -1,0 +1,104 @@
+"""Full disks, for real: small tmpfs file systems filled with a ballast file. What was trained
+is kept, nothing half-written is left behind, and the job says in one line what it needed.
+
+To add a case: mount a tmpfs, `fill` it to the space you want, and watch what the job says.
+"""
+import glob
+import os
+
+import h5py
+import numpy as np
+import pytest
+from conftest import read_summary, run_job
+from mounts import fill, tmpfs
+from watch import WatchedJob, complete_checkpoints
+
+from mpips.model_io import load_model
+
+ARGS = ("--servers", 2, "--batch-size", 200, "--epochs", 2)
+
+
+@pytest.fixture(scope="module")
+def reference(small_data, tmp_path_factory):
+    """The same job on a disk with room: the model every case must end with."""
+    run = tmp_path_factory.mktemp("reference") / "run"
+    job = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS)
+    assert job.returncode == 0, job.output
+    return load_model(run / "model")
+
+
+def temporary_files(directory) -> list:
+    return glob.glob(os.path.join(directory, "**", "*.tmp*"), recursive=True)
+
+
+def assert_same_model(run, reference):
+    keys, weights = load_model(run / "model")
+    np.testing.assert_array_equal(keys, reference[0])
+    np.testing.assert_array_equal(weights, reference[1])
+
+
+def test_a_full_out_keeps_the_model_until_space_is_freed(small_data, reference, tmp_path):
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        run = disk / "run"
+        ballast = fill(disk, leave=16 << 10)    # room for the lock and the summary only
+        job = WatchedJob(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+                         "--disk-wait", 120)
+        line = job.wait_for("is kept in memory")
+        assert "No space left on device (it needs about" in line and "free in" in line
+        assert not temporary_files(run), "the failed attempt left nothing behind"
+        os.remove(ballast)                      # the user frees space
+        ended = job.finish()
+        assert ended.returncode == 0, ended.output
+        assert "wrote the trained model after all" in ended.output
+        assert "Traceback" not in ended.output
+        assert_same_model(run, reference)
+        assert read_summary(run)["train_examples"] == 2 * 20000
+
+
+def test_a_full_out_that_stays_full_says_so_in_one_line(small_data, tmp_path):
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        run = disk / "run"
+        fill(disk, leave=16 << 10)
+        job = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+                      "--checkpoint-dir", tmp_path / "ckpt", "--checkpoint-every", 20,
+                      "--disk-wait", 1, timeout=120)
+        assert job.returncode != 0
+        assert "could not be saved: cannot write" in job.output
+        assert "gave up after waiting 1 s for space" in job.output
+        assert f"the checkpoints in {tmp_path / 'ckpt'} hold it as of clock" in job.output
+        assert "Traceback" not in job.output and "h5py" not in job.output
+        assert not temporary_files(run)
+
+
+def test_a_failed_checkpoint_does_not_stop_training(small_data, reference, tmp_path):
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        ballast = fill(disk, leave=8 << 10)
+        run = tmp_path / "run"
+        job = WatchedJob(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+                         "--checkpoint-dir", disk / "ckpt", "--checkpoint-every", 10,
+                         "--straggler", "0:3")
+        line = job.wait_for("was not written")
+        assert "training goes on" in line
+        os.remove(ballast)
+        ended = job.finish()
+        assert ended.returncode == 0, ended.output
+        assert complete_checkpoints(disk / "ckpt"), "later checkpoints were written"
+        assert not temporary_files(disk / "ckpt")
+        assert_same_model(run, reference)
+
+
+def test_checkpoints_failing_in_a_row_stop_the_job_and_keep_the_model(small_data, tmp_path):
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        fill(disk, leave=8 << 10)
+        run = tmp_path / "run"
+        job = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+                      "--checkpoint-dir", disk / "ckpt", "--checkpoint-every", 10,
+                      timeout=120)
+        assert job.returncode != 0
+        assert "3 checkpoints in a row could not be written" in job.output
+        assert "No space left on device" in job.output
+        assert not temporary_files(disk / "ckpt")
+        for server in (0, 1):
+            with h5py.File(run / "model" / f"server-{server:04d}.h5") as f:
+                assert not f.attrs["complete"] and "checkpoints in a row" in f.attrs["note"]
+                assert f["keys"].shape[0] > 0
