@@ -42,7 +42,11 @@ def free_bytes(directory: str) -> int | None:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e6:,.1f} MB"
+    """A size for people: 812 bytes, 40.2 KB, 1.3 MB, 2.0 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _reason(e: BaseException) -> tuple[str, bool]:
@@ -125,6 +129,7 @@ def keep_trying(write, wait_s: float, what: str, every: float = 5.0):
     except SaveError as e:
         if not getattr(e, "disk_full", False) or wait_s <= 0:
             raise
+        every = min(every, wait_s)
         log.error("%s; %s is kept in memory: free some space, it is tried again every %g s "
                   "for up to %g s", e, what, every, wait_s)
         deadline = time.monotonic() + wait_s

@@ -7,12 +7,14 @@ import numpy as np
 from mpi4py import MPI
 
 from .bounded import wait_all
-from .errors import ConfigError
+from .errors import ConfigError, MpipsError
 from .warmup import compile_kernels
 
 
-def agree(comm: MPI.Intracomm, check, timeout: float) -> None:
-    """Run `check()` on every rank; if it raises ConfigError anywhere, raise it everywhere.
+def agree(comm: MPI.Intracomm, check, timeout: float,
+          what: str = "every rank to check the configuration") -> None:
+    """Run `check()` on every rank; if it raises MpipsError anywhere, raise ConfigError
+    everywhere, so that all ranks stop together before any waits for another.
 
     The lowest failing rank keeps its message and `reported = True`; the others
     raise with `reported = False`, so the message is printed once.
@@ -20,15 +22,15 @@ def agree(comm: MPI.Intracomm, check, timeout: float) -> None:
     error = None
     try:
         check()
-    except ConfigError as e:
-        error = e
+    except MpipsError as e:
+        error = e if isinstance(e, ConfigError) else ConfigError(str(e))
     first = np.array([comm.rank if error else comm.size], np.int64)
     result = np.empty(1, np.int64)
     req = comm.Iallreduce(first, result, op=MPI.MIN)
-    wait_all([req], timeout, lambda: "every rank to check the configuration")
+    wait_all([req], timeout, lambda: what)
     if result[0] < comm.size:
         if error is None:
-            error = ConfigError(f"rank {result[0]} rejected the configuration")
+            error = ConfigError(f"rank {result[0]} could not go on")
         error.reported = comm.rank == result[0]
         raise error
 

@@ -22,7 +22,8 @@ from .client import KVWorker, tell_servers_to_save
 from .clocks import FINISHED, ClockTable
 from .config import TrainConfig, check_resumable
 from .data import KeyIndexer, SvmlightShard
-from .errors import ConfigError, Diverged, Interrupted, MpipsError, SaveError, Stopped
+from .errors import (ConfigError, Diverged, InputError, Interrupted, MpipsError, SaveError,
+                     Stopped)
 from .log import say, setup
 from .files import keep_trying, write_hdf5
 from .model_io import save_shard
@@ -167,8 +168,10 @@ def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
     return directory, checkpoint.read_manifest(directory)
 
 
-def _ready(roles: Roles, timeout: float) -> float:
-    wait_all([roles.comm.Ibarrier()], timeout, lambda: "every rank to start")
+def _ready(roles: Roles, timeout: float, prepare) -> float:
+    """Every rank prepares (opens its data, loads its part of a checkpoint); if any fails,
+    all stop together with its message instead of waiting for it. Returns the start time."""
+    agree(roles.comm, prepare, timeout, "every rank to be ready to train")
     return time.monotonic()
 
 
@@ -228,11 +231,17 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
     store = KVStore(width=1, optimizer=cfg.optimizer)
     clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
     positions = _positions(resume)
-    if resume:
-        loaded = checkpoint.load_shards(resume[0], resume[1], store,
-                                        Placement(len(roles.servers)), roles.index)
-        for worker, p in positions.items():
-            clocks.done[worker] = p["clock"]
+    for worker, p in positions.items():
+        clocks.done[worker] = p["clock"]
+
+    def load() -> None:
+        if not resume:
+            return
+        try:
+            loaded = checkpoint.load_shards(resume[0], resume[1], store,
+                                            Placement(len(roles.servers)), roles.index)
+        except (OSError, KeyError, ValueError) as e:
+            raise ConfigError(f"--resume: cannot read the checkpoint {resume[0]}: {e}") from None
         log.info("resumed from checkpoint clock %d (%s): loaded %d keys",
                  resume[1]["clock"], resume[0], loaded)
     progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
@@ -278,7 +287,7 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
                     progress=progress, record_pulls=cfg.record_pulls,
                     every=(cfg.snapshot_every, snapshot) if cfg.snapshot_every else None,
                     checkpoints=_checkpoint_plan(cfg, roles, name, store), positions=positions)
-    t0 = started[0] = _ready(roles, cfg.timeout)
+    t0 = started[0] = _ready(roles, cfg.timeout, load)
     if progress:
         progress.start(positions)
     try:
@@ -331,9 +340,10 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
 
 def _checkpoints_hint(cfg: TrainConfig) -> str:
     """Where the model is kept as of an earlier clock, if anywhere."""
-    found = checkpoint.all_checkpoints(cfg.checkpoints)
-    return (f"; the checkpoints in {cfg.checkpoints} hold it as of clock "
-            f"{int(os.path.basename(found[0]).split('-')[1])} at best" if found else "")
+    found = [d for d in checkpoint.all_checkpoints(cfg.checkpoints)
+             if os.path.exists(os.path.join(d, checkpoint.MANIFEST))]
+    return (f"; the newest checkpoint, {found[0]}, holds it as of its clock" if found else
+            "; there is no checkpoint of it")
 
 
 def _work(cfg: TrainConfig, roles: Roles, resume):
@@ -341,6 +351,8 @@ def _work(cfg: TrainConfig, roles: Roles, resume):
     try:
         return _train_and_score(cfg, roles, kv, _positions(resume).get(roles.index))
     except Exception as e:
+        if isinstance(e, ConfigError):
+            raise   # every rank stops with it, before training
         reason = f"worker {roles.index}: {_log_failure(e)}"
         if not isinstance(e, Interrupted):
             try:
@@ -352,18 +364,26 @@ def _work(cfg: TrainConfig, roles: Roles, resume):
 
 def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None):
     n_workers = len(roles.workers)
-    shard = open_shard(cfg.train, roles.index, n_workers, skip_bad=cfg.skip_bad_lines)
     slowdown = cfg.slowdown(roles.index)
     examples, loss, push, stopped = 0, 0.0, None, False
     epoch, offset = 0, -1
     if position:
         kv.clock, epoch, offset = position["clock"], position["epoch"], position["offset"]
         examples, loss = position["examples"], position["loss"]
-        if offset >= 0:
-            epoch, offset = _resume_point(shard, epoch, offset)
     before = examples
+    opened = []
+
+    def open_data() -> None:
+        try:
+            shard = open_shard(cfg.train, roles.index, n_workers, skip_bad=cfg.skip_bad_lines)
+        except OSError as e:
+            raise InputError(f"--train {cfg.train}: {e.strerror or e}") from None
+        opened.append((shard, *(_resume_point(shard, epoch, offset) if offset >= 0
+                                else (epoch, offset))))
+
+    t0 = mark = _ready(roles, cfg.timeout, open_data)
+    shard, epoch, offset = opened[0]
     stream = _minibatches(cfg, shard, epoch, offset)
-    t0 = mark = _ready(roles, cfg.timeout)
     current = next(stream, None)
     pull = kv.pull(current[1]) if current else None
     while current is not None:

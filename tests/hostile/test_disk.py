@@ -65,7 +65,7 @@ def test_a_full_out_that_stays_full_says_so_in_one_line(small_data, tmp_path):
         assert job.returncode != 0
         assert "could not be saved: cannot write" in job.output
         assert "gave up after waiting 1 s for space" in job.output
-        assert f"the checkpoints in {tmp_path / 'ckpt'} hold it as of clock" in job.output
+        assert f"the newest checkpoint, {tmp_path / 'ckpt'}/clock-" in job.output
         assert "Traceback" not in job.output and "h5py" not in job.output
         assert not temporary_files(run)
 

@@ -1,0 +1,194 @@
+"""Damaged, changed and shrinking data: a clear error naming the file, at once, never a hang
+or a crash; a resume never trains silently on data that changed under it.
+
+To add a case: damage a copy of a dataset the way a disk, a copy or a user would, and assert
+the job's exit status, that it ends well within its --timeout, and what it names.
+"""
+import os
+import shutil
+import time
+
+import h5py
+import numpy as np
+import pytest
+from conftest import read_summary, run_job, run_mpips
+
+from mpips import data
+from mpips.data import SvmlightShard
+from mpips.errors import InputError
+
+ARGS = ("--batch-size", 200, "--epochs", 4, "--checkpoint-every", 15, "--servers", 2)
+
+
+@pytest.fixture(scope="module")
+def converted(small_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bin") / "train.bin"
+    job = run_job(2, "convert", small_data[0], out)
+    assert job.returncode == 0, job.output
+    return out
+
+
+def copy_of(converted, tmp_path):
+    dst = tmp_path / "train.bin"
+    shutil.copytree(converted, dst)
+    return dst
+
+
+def train(source, run, *extra, timeout=60):
+    """A job that would wait 600 s for a missing rank; the tests give it 60 to fail."""
+    started = time.monotonic()
+    job = run_job(4, "train", "--train", source, "--out", run, *ARGS, *extra, timeout=timeout)
+    job.seconds = time.monotonic() - started
+    return job
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing", "wrong-type"])
+def test_a_damaged_part_is_named_before_any_rank_waits(converted, tmp_path, damage):
+    dataset = copy_of(converted, tmp_path)
+    victim = dataset / "part-0001.indices.npy"
+    if damage == "truncated":
+        os.truncate(victim, os.path.getsize(victim) - 1000)
+    elif damage == "missing":
+        os.remove(victim)
+    else:
+        np.save(victim, np.load(victim).astype(np.int64))
+    job = train(dataset, tmp_path / "run")
+    assert job.returncode == 2, job.output
+    expected = {"truncated": "bytes, where its header makes it", "missing": "missing from the "
+                "dataset", "wrong-type": "holds int64"}[damage]
+    assert f"{victim}: " in job.stderr and expected in job.stderr
+    assert job.stderr.count("mpips train: error:") == 1
+    assert job.seconds < 30, "not held in a barrier until --timeout"
+
+
+def corrupt_indptr(dataset, row: int, value: int) -> str:
+    path = dataset / "part-0000.indptr.npy"
+    indptr = np.load(path, mmap_mode="r+")
+    indptr[row] = value
+    indptr.flush()
+    return str(path)
+
+
+def test_a_corrupt_row_pointer_is_an_error_not_a_segfault(converted, small_data, tmp_path):
+    dataset = copy_of(converted, tmp_path)
+    path = corrupt_indptr(dataset, 5000, 10**12)
+    job = train(dataset, tmp_path / "run")
+    assert job.returncode == 2, job.output
+    assert f"{path}: row pointer 5000 is 1000000000000, out of order" in job.stderr
+    scored = run_mpips("score", tmp_path / "run", "--test", dataset)
+    assert scored.returncode == 2 and "Traceback" not in scored.output
+
+
+def test_score_on_a_corrupt_shard_says_which_file(converted, small_data, tmp_path):
+    run = tmp_path / "run"
+    assert run_job(3, "train", "--train", small_data[0], "--out", run).returncode == 0
+    dataset = copy_of(converted, tmp_path)
+    path = corrupt_indptr(dataset, 10, -7)
+    scored = run_mpips("score", run, "--test", dataset)
+    assert scored.returncode == 2, scored.output
+    assert f"mpips: error: {path}: row pointer 10 is -7" in scored.stderr
+    assert "Traceback" not in scored.output
+
+
+def test_a_label_that_is_not_0_or_1_in_a_shard_is_named(converted, tmp_path):
+    dataset = copy_of(converted, tmp_path)
+    labels = np.load(dataset / "part-0001.labels.npy", mmap_mode="r+")
+    labels[3] = 7.0
+    labels.flush()
+    job = train(dataset, tmp_path / "run")
+    assert job.returncode == 2
+    assert "part-0001.labels.npy: label of row 3 is 7.0, not 0 or 1" in job.stderr
+
+
+def test_a_value_that_is_not_finite_stops_training_naming_the_clock(converted, tmp_path):
+    dataset = copy_of(converted, tmp_path)
+    values = np.load(dataset / "part-0001.values.npy", mmap_mode="r+")
+    values[500] = np.nan
+    values.flush()
+    run = tmp_path / "run"
+    job = train(dataset, run, "--epochs", 1)
+    assert job.returncode != 0
+    assert "the training loss became nan at clock" in job.stderr
+    assert f"of {dataset}); nothing of it was pushed" in job.stderr
+    with h5py.File(run / "model" / "server-0000.h5") as f:
+        assert np.isfinite(f["weights"][:]).all(), "the model kept is finite"
+
+
+def edit_labels_in_place(path):
+    """Flip every label: the file keeps its size."""
+    text = open(path).read().splitlines()
+    flipped = [("0" if line[0] == "1" else "1") + line[1:] for line in text]
+    stat = os.stat(path)
+    with open(path, "w") as f:
+        f.write("\n".join(flipped) + "\n")
+    assert os.path.getsize(path) == stat.st_size
+
+
+def test_resuming_on_edited_data_is_refused_unless_allowed(small_data, tmp_path):
+    source = tmp_path / "train.svm"
+    shutil.copy(small_data[0], source)
+    run = tmp_path / "run"
+    assert train(source, run).returncode == 0
+    edit_labels_in_place(source)
+    refused = train(source, run, "--resume", run / "checkpoints")
+    assert refused.returncode == 2, refused.output
+    assert f"--train {source} changed since" in refused.stderr
+    assert "its first or last MiB differ" in refused.stderr and "modified" in refused.stderr
+    allowed = train(source, run, "--resume", run / "checkpoints", "--allow-changed-data",
+                    "--epochs", 6)
+    assert allowed.returncode == 0, allowed.output
+
+
+def test_resuming_on_a_shortened_file_if_allowed_goes_on_from_valid_places(small_data,
+                                                                            tmp_path):
+    source = tmp_path / "train.svm"
+    shutil.copy(small_data[0], source)
+    run = tmp_path / "run"
+    args = ("--epochs", 1, "--checkpoint-every", 40)
+    whole = train(source, run, *args)
+    assert whole.returncode == 0
+    mid = sorted((run / "checkpoints").glob("clock-*"))[0]   # mid-epoch: byte offsets
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(mid, ckpt / mid.name)
+    os.truncate(source, os.path.getsize(source) * 2 // 3 + 17)   # and mid-line
+    refused = train(source, tmp_path / "again", *args, "--resume", ckpt)
+    assert refused.returncode == 2 and "size" in refused.stderr
+    allowed = train(source, tmp_path / "again", *args, "--resume", ckpt,
+                    "--allow-changed-data", "--skip-bad-lines")
+    assert allowed.returncode == 0, allowed.output
+    assert "Traceback" not in allowed.output
+    assert read_summary(tmp_path / "again")["train_examples"] > 0
+
+
+def test_a_file_that_shrinks_while_read_is_an_error(tmp_path):
+    path = tmp_path / "shrinks.svm"
+    path.write_text("1 1:1 2:1\n" * 200000)
+    shard = SvmlightShard(str(path), chunk_bytes=1 << 16)
+    rows = shard.rows()
+    next(rows)
+    os.truncate(path, 100000)
+    with pytest.raises(InputError, match=r"shrinks\.svm: ends at byte .* but was 2,000,000 "
+                                         r"bytes long when the job opened it"):
+        for _ in rows:
+            pass
+
+
+def test_a_line_longer_than_the_bound_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "MAX_LINE_BYTES", 1 << 20)
+    path = tmp_path / "long.svm"
+    path.write_text("1 1:1\n0 2:1\n1 " + "3:1 " * 400000 + "\n")
+    with pytest.raises(InputError, match=r"long\.svm:3: a line longer than 1 MiB"):
+        list(SvmlightShard(str(path), chunk_bytes=1 << 16).rows())
+
+
+def test_score_with_a_malformed_test_file_or_a_directory_says_so(small_data, tmp_path):
+    run = tmp_path / "run"
+    assert run_job(3, "train", "--train", small_data[0], "--out", run).returncode == 0
+    bad = tmp_path / "bad.svm"
+    bad.write_text("1 1:1\n1 oops\n")
+    for test, says in ((bad, f"{bad}:2: feature index is not a non-negative integer"),
+                       (tmp_path, "not a converted dataset"),
+                       (tmp_path / "nothing.svm", "no such file")):
+        scored = run_mpips("score", run, "--test", test)
+        assert scored.returncode == 2, scored.output
+        assert says in scored.stderr and "Traceback" not in scored.output
