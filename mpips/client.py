@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 from . import protocol
 from .bounded import wait_all
-from .errors import Stopped
+from .errors import Stopped, WaitTimeout
 from .kernels.hashing import is_sorted_unique
 from .placement import Placement
 from .protocol import Op
@@ -144,14 +144,27 @@ class KVWorker:
         self._pending[self._ts] = pending
         return self._ts
 
-    def status(self) -> dict:
+    def status(self, timeout: float | None = None) -> dict:
         """The first server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""
         self._ts += 1
         out = np.empty(len(protocol.STATUS_FIELDS), np.int64)
         req, buf = self._send(0, Op.STATUS)
-        wait_all([req, self._reply_into(out, 0)], self.timeout,
+        wait_all([req, self._reply_into(out, 0)], timeout or self.timeout,
                  lambda: f"server rank {self._servers[0]} to report the workers' clocks")
         return dict(zip(protocol.STATUS_FIELDS, out.tolist()))
+
+    def _who_is_slow(self) -> str:
+        """What server 0 says of the slowest worker, for a message about a wait that ran out."""
+        try:
+            s = self.status(timeout=min(5.0, self.timeout))
+        except WaitTimeout:
+            return (f"; server rank {self._servers[0]} did not say which worker is slowest "
+                    f"either (is it frozen?)")
+        if s["slowest_worker"] < 0:
+            return "; server 0 says every worker has finished"
+        rank = len(self._servers) + s["slowest_worker"]
+        return (f"; server 0 says the slowest is worker {s['slowest_worker']} (rank {rank}), at "
+                f"clock {s['slowest_clock']}, silent for {s['slowest_silent_ms'] / 1000:.0f} s")
 
     def ask_to_stop(self) -> None:
         """Tell server 0 this rank was asked to stop (a signal): it stops the whole job at a
@@ -166,8 +179,13 @@ class KVWorker:
         """Complete request `ts`; for a pull, return the values in the order of its keys."""
         pending = self._pending[ts]
         statuses = [MPI.Status() for _ in pending.requests]
-        waited = wait_all(pending.requests, self.timeout, lambda: pending.what,
-                          statuses=statuses)
+        try:
+            waited = wait_all(pending.requests, self.timeout, lambda: pending.what,
+                              statuses=statuses)
+        except WaitTimeout as e:
+            if not pending.replies:
+                raise
+            raise WaitTimeout(f"{e}{self._who_is_slow()}") from None
         del self._pending[ts]  # only now: MPI may still write into the buffers until complete
         if pending.out is None:
             return None

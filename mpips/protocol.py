@@ -55,8 +55,9 @@ NEXT_CLOCK = 8   # PULL flag: a read for the sender's next clock, sent before th
                  # completes its current one (prefetching); served once that push has arrived
 SAME_KEYS = 4    # PUSH flag: no keys in the message; they are those of pull `ref`
 
-# Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished.
-STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished")
+# Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished;
+# `slowest_silent_ms` is how long server 0 has heard nothing from it.
+STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished", "slowest_silent_ms")
 
 REQUEST_TAG = 1
 ERROR_ACK_TAG = 2

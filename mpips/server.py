@@ -476,8 +476,10 @@ class Server:
         slowest = int(np.argmin(done))
         if done[slowest] == FINISHED:
             slowest = -1
+        silent = 0 if slowest < 0 else time.monotonic() - self._heard[slowest]
         values = {"slowest_clock": -1 if slowest < 0 else int(done[slowest]),
-                  "slowest_worker": slowest, "finished": int((done == FINISHED).sum())}
+                  "slowest_worker": slowest, "finished": int((done == FINISHED).sum()),
+                  "slowest_silent_ms": int(silent * 1000)}
         return np.array([values[f] for f in protocol.STATUS_FIELDS], np.int64)
 
     def _serve(self, worker, source, ts, keys, insert, held_since, keys_are_a_copy=False):

@@ -5,10 +5,15 @@ from mpips.server import Server
 from mpips.store import KVStore
 
 
-def serve(roles, optimizer=None, staleness=0, capacity=1 << 10) -> Server:
-    """Serve until every worker has said BYE (SGD with lr 1 unless told); returns the server,
-    for its store, clocks and stats."""
+def server_for(roles, optimizer=None, staleness=0, capacity=1 << 10) -> Server:
+    """A server (SGD with lr 1 unless told), not yet serving."""
     store = KVStore(width=1, optimizer=optimizer or Optimizer("sgd", lr=1.0), capacity=capacity)
-    server = Server(roles, store, ClockTable(len(roles.workers), staleness), timeout=60)
+    return Server(roles, store, ClockTable(len(roles.workers), staleness), timeout=60)
+
+
+def serve(roles, optimizer=None, staleness=0, capacity=1 << 10) -> Server:
+    """Serve until every worker has said BYE; returns the server, for its store, clocks and
+    stats."""
+    server = server_for(roles, optimizer, staleness, capacity)
     server.run()
     return server

@@ -1,0 +1,92 @@
+"""Signals to single ranks, frozen ranks and resumes with surprising options: every rank that
+is asked to stop stops the job cleanly, nothing waits without a bound, and the figures a
+resumed run reports are of what it did.
+
+To add a case: launch a WatchedJob, act on one rank through `pid_of_rank` (SIGTERM, SIGSTOP,
+SIGKILL) once the job says it is where you want it, and assert how the job ends.
+"""
+import os
+import signal
+
+import numpy as np
+import pytest
+from conftest import read_summary, run_job
+from watch import WatchedJob, complete_checkpoints, pid_of_rank
+
+from mpips.model_io import load_model
+
+ARGS = ("--servers", 2, "--batch-size", 100, "--epochs", 6, "--checkpoint-every", 25)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(small_data, tmp_path_factory):
+    run = tmp_path_factory.mktemp("whole") / "run"
+    job = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS)
+    assert job.returncode == 0, job.output
+    return run
+
+
+def launch(small_data, run, *extra):
+    return WatchedJob(4, "train", "--train", small_data[0], "--out", run, *ARGS, *extra)
+
+
+@pytest.mark.parametrize("rank, signum", [(3, signal.SIGTERM), (1, signal.SIGUSR1)],
+                         ids=["SIGTERM-to-worker-1", "SIGUSR1-to-server-1"])
+def test_a_stop_signal_to_any_one_rank_stops_the_job_with_a_checkpoint(
+        small_data, uninterrupted, tmp_path, rank, signum):
+    run = tmp_path / "run"
+    job = launch(small_data, run, "--straggler", "0:2")
+    job.wait_for("checkpoint at clock")
+    os.kill(pid_of_rank(run, rank), signum)
+    ended = job.finish()
+    assert ended.returncode == 75, ended.output
+    stopped = read_summary(run)["stopped_at_clock"]
+    assert any(f"clock-{stopped:012d}" in p for p in complete_checkpoints(run / "checkpoints"))
+    resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+                      "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
+    np.testing.assert_array_equal(ours[1], theirs[1])
+
+
+def test_a_resumed_run_reports_the_rate_of_its_own_launch(small_data, tmp_path):
+    run = tmp_path / "run"
+    job = launch(small_data, run)
+    job.wait_for("checkpoint at clock")
+    os.kill(job.proc.pid, signal.SIGUSR1)
+    assert job.finish().returncode == 75
+    before = read_summary(run)["train_examples"]
+    resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+                      "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    s = read_summary(run)
+    assert s["train_examples"] == 6 * 20000
+    assert s["train_examples_this_launch"] == 6 * 20000 - before
+    assert s["examples_per_s"] == pytest.approx(s["train_examples_this_launch"] / s["train_s"])
+
+
+def test_resuming_past_the_requested_epochs_says_so(small_data, uninterrupted, tmp_path):
+    job = run_job(4, "train", "--train", small_data[0], "--out", tmp_path / "run",
+                  *ARGS[:4], "--epochs", 2, "--resume", uninterrupted / "checkpoints")
+    assert job.returncode == 0, job.output
+    assert "has gone beyond --epochs 2 (its workers are at epoch 6): nothing is left to " \
+           "train" in job.output
+    assert read_summary(tmp_path / "run")["train_examples_this_launch"] == 0
+
+
+def test_a_frozen_worker_fails_the_job_within_the_bound_naming_it(small_data, tmp_path):
+    run = tmp_path / "run"
+    job = launch(small_data, run, "--timeout", 4, "--epochs", 40)
+    job.wait_for("training: epoch")
+    frozen = pid_of_rank(run, 3)
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        ended = job.finish(timeout=60)
+    finally:
+        try:
+            os.kill(frozen, signal.SIGCONT)
+        except ProcessLookupError:
+            pass   # the launcher killed it with the job
+    assert ended.returncode != 0
+    assert "server 0 says the slowest is worker 1 (rank 3)" in ended.output
+    assert "saved the" in ended.output and "keys trained so far" in ended.output

@@ -1,0 +1,116 @@
+"""Forged and malformed requests, against the server's admission rules (no MPI needed: the
+rules are a pure function of the bytes received and who sent them). tests/mpi/
+test_forged_requests.py sends some of these to real servers.
+
+To add a case: append to FORGED a name, how to build the message, who sends it, and what
+the refusal must say.
+"""
+import numpy as np
+import pytest
+
+from mpips import protocol
+from mpips.admission import admit
+from mpips.errors import ProtocolError
+from mpips.placement import Placement
+from mpips.protocol import HEADER_BYTES, Header, Op
+
+PLACEMENT = Placement(2)
+SERVER = 0
+
+
+def own_keys(n: int, server: int = SERVER) -> np.ndarray:
+    keys = np.arange(1, 40 * n, dtype=np.uint64)
+    return keys[PLACEMENT.owners(keys) == server][:n]
+
+
+def push(keys, values, width=1, **fields):
+    return protocol.pack(Header(Op.PUSH, nkeys=keys.shape[0], width=width, **fields), keys,
+                         values)
+
+
+def pull(keys, **fields):
+    return protocol.pack(Header(Op.PULL, nkeys=keys.shape[0], **fields), keys)
+
+
+K = own_keys(8)
+G = np.ones((8, 1), np.float32)
+# Who sends, and where: (role, received by server 0, sent by server 0).
+WORKER = ("worker", True, False)
+TO_LEAD = ("server", True, False)              # another server to server 0
+FROM_OTHER_SERVER = ("server", False, False)   # a server to a server that is not 0
+FROM_LEAD = ("server", False, True)            # server 0 to another
+
+FORGED = [
+    ("short header", lambda: np.zeros(20, np.uint8), WORKER, "shorter than the 80-byte header"),
+    ("unknown op", lambda: protocol.pack(Header(42)), WORKER, "unknown operation 42"),
+    ("width 2 into a width-1 table",
+     lambda: push(K, np.ones((8, 2), np.float32), width=2), WORKER, "PUSH of width 2"),
+    ("more keys than sent", lambda: pull(K)[:-8], WORKER, "where its header"),
+    ("negative key count",
+     lambda: protocol.pack(Header(Op.PULL, nkeys=-5)), WORKER, "with -5 keys"),
+    ("values missing", lambda: push(K, G)[:-4], WORKER, "where its header"),
+    ("NaN gradient",
+     lambda: push(K, np.where(np.arange(8)[:, None] == 3, np.nan, 1).astype(np.float32)),
+     WORKER, "not finite (nan at position 3)"),
+    ("infinite gradient", lambda: push(K, np.full((8, 1), np.inf, np.float32)), WORKER,
+     "not finite"),
+    ("keys of another server", lambda: pull(own_keys(8, server=1)), WORKER,
+     "owned by another server"),
+    ("keys out of order", lambda: pull(K[::-1].copy()), WORKER,
+     "not in strictly increasing order"),
+    ("repeated key", lambda: pull(np.repeat(K[:4], 2)), WORKER,
+     "not in strictly increasing order"),
+    ("unknown flags", lambda: pull(K, flags=64), WORKER, "unknown flags 0x40"),
+    ("STOP_AT from a worker", lambda: protocol.pack(Header(Op.STOP_AT, clock=3)), WORKER,
+     "STOP_AT, which a worker may not send"),
+    ("SHARD_SAVED from a worker",
+     lambda: protocol.pack(Header(Op.SHARD_SAVED), np.frombuffer(b"{}", np.uint8)), WORKER,
+     "SHARD_SAVED, which a worker may not send"),
+    ("CHECKPOINT_AT to server 0 from another", lambda: protocol.pack(
+        Header(Op.CHECKPOINT_AT, clock=3)), TO_LEAD, "CHECKPOINT_AT, which this server may not"),
+    ("SHARD_SAVED to a server that is not 0", lambda: protocol.pack(
+        Header(Op.SHARD_SAVED), np.frombuffer(b"{}", np.uint8)), FROM_OTHER_SERVER,
+     "SHARD_SAVED, which this server may not"),
+    ("PUSH from a server", lambda: push(K, G), FROM_LEAD, "PUSH, which this server may not"),
+    ("NaN loss in the figures", lambda: protocol.pack(Header(Op.FINISH, loss=float("nan"))),
+     WORKER, "reporting loss nan"),
+    ("negative epoch", lambda: protocol.pack(Header(Op.FINISH, epoch=-1)), WORKER,
+     "negative field (epoch -1"),
+    ("extra bytes after a FINISH",
+     lambda: np.concatenate([protocol.pack(Header(Op.FINISH)), np.zeros(8, np.uint8)]),
+     WORKER, "FINISH of 88 bytes"),
+]
+
+
+def check(buf, sender):
+    role, to_lead, from_lead = sender
+    return admit(buf, f"{role} 1 (rank 3)", role == "worker", to_lead=to_lead,
+                 from_lead=from_lead, width=1, placement=PLACEMENT, server=SERVER)
+
+
+@pytest.mark.parametrize("name, build, sender, says", FORGED, ids=[f[0] for f in FORGED])
+def test_a_forged_request_is_refused_naming_the_sender(name, build, sender, says):
+    with pytest.raises(ProtocolError) as refused:
+        check(build(), sender)
+    text = str(refused.value)
+    assert text.startswith(f"{sender[0]} 1 (rank 3) sent a bad request: ")
+    assert says in text and "it was not applied, and the job stops" in text
+
+
+@pytest.mark.parametrize("buf", [pull(K), push(K, G, flags=protocol.CLOCK),
+                                 protocol.pack(Header(Op.PUSH, nkeys=8, width=1,
+                                                      flags=protocol.SAME_KEYS), G),
+                                 protocol.pack(Header(Op.FINISH, loss=3.5, epoch=2)),
+                                 protocol.pack(Header(Op.STATUS))],
+                         ids=["pull", "push", "same-keys push", "finish", "status"])
+def test_what_a_worker_sends_is_admitted(buf):
+    request = check(buf, WORKER)
+    assert request.op == protocol.Op(int(np.frombuffer(buf[:4], np.int32)[0]))
+
+
+def test_a_server_may_send_what_the_protocol_gives_it():
+    assert check(protocol.pack(Header(Op.STOP_AT, clock=3)), FROM_LEAD).op is Op.STOP_AT
+    saved = protocol.pack(Header(Op.SHARD_SAVED), np.frombuffer(b'{"server": 1}', np.uint8))
+    assert check(saved, TO_LEAD).op is Op.SHARD_SAVED
+    assert check(protocol.pack(Header(Op.STOP)), TO_LEAD).op is Op.STOP
+    assert HEADER_BYTES == 80
