@@ -86,8 +86,8 @@ def test_time_limit_warning_checkpoints_stops_and_requeues(slurm, small_data, tm
                        RUN_DIR=run, CHECKPOINT_EVERY=1000, EXTRA="--epochs 12 --batch-size 100")
     slurm.wait(job, 120, until={"RUNNING"})
     deadline = time.monotonic() + 120
-    while not os.path.exists(run / "checkpoints"):   # training has started
-        assert time.monotonic() < deadline, "the job did not start training in 120 s"
+    while not os.path.exists(run / "mpips.lock"):   # every rank is up and takes signals
+        assert time.monotonic() < deadline, "the job did not start in 120 s"
         time.sleep(0.2)
     # What Slurm does --signal=B:USR1@120 before the time limit: signal the batch shell.
     slurm.run("scancel", "--batch", "--signal=USR1", job)
