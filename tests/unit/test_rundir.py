@@ -1,0 +1,91 @@
+"""Run directories without MPI: which files are mpips's, what removal leaves, locks, and
+input fingerprints."""
+import json
+import os
+import socket
+
+import pytest
+
+from mpips import fingerprint, rundir
+from mpips.errors import ConfigError
+
+MPIPS_FILES = ["summary.json", "model/server-0000.h5", "model/server-0001.h5.tmp-123",
+               "pulls/server-0000.h5", "snapshots/0003/server-0000.h5",
+               "snapshots/final/server-0001.h5"]
+USER_FILES = ["notes.md", "model/notes.txt", "snapshots/photo.jpg", "model/mine/server-0000.h5",
+              "snapshots/0003/plot.png"]
+
+
+def make(root, paths):
+    for p in paths:
+        os.makedirs(os.path.dirname(os.path.join(root, p)) or root, exist_ok=True)
+        with open(os.path.join(root, p), "w") as f:
+            f.write("x")
+
+
+def test_only_the_files_mpips_writes_are_its_own(tmp_path):
+    make(tmp_path, MPIPS_FILES + USER_FILES)
+    assert sorted(rundir.run_outputs(str(tmp_path))) == sorted(MPIPS_FILES)
+
+
+def test_removal_keeps_everything_else_and_names_it(tmp_path):
+    make(tmp_path, MPIPS_FILES + USER_FILES)
+    left = rundir.remove_run_outputs(str(tmp_path))
+    assert sorted(left) == sorted(p for p in USER_FILES if "/" in p)
+    for p in USER_FILES:
+        assert (tmp_path / p).exists(), p
+    for p in MPIPS_FILES:
+        assert not (tmp_path / p).exists(), p
+    assert not (tmp_path / "pulls").exists() and not (tmp_path / "snapshots" / "final").exists()
+
+
+def test_checkpoint_files_and_removal(tmp_path):
+    make(tmp_path, ["clock-000000000015/server-0000.h5", "clock-000000000015/manifest.json",
+                    "clock-000000000030/manifest.json.tmp", "clock-000000000030/README",
+                    "clock-7/server-0000.h5", "mpips.lock"])
+    assert len(rundir.checkpoint_files(str(tmp_path))) == 3
+    assert rundir.remove_checkpoints(str(tmp_path)) == ["clock-000000000030/README"]
+    assert sorted(os.listdir(tmp_path)) == ["clock-000000000030", "clock-7", "mpips.lock"]
+
+
+def run_with(root, run_id):
+    root.mkdir(parents=True)
+    (root / "summary.json").write_text(json.dumps({"run_id": run_id}))
+
+
+def test_outputs_of_another_run_are_refused_and_of_the_same_run_replaced(tmp_path):
+    out, ckpt = tmp_path / "out", tmp_path / "out" / "checkpoints"
+    rundir.check_outputs(str(out), str(ckpt), False, None)   # nothing there
+    run_with(out, "A")
+    with pytest.raises(ConfigError, match="already holds a run"):
+        rundir.check_outputs(str(out), str(ckpt), False, None)
+    rundir.check_outputs(str(out), str(ckpt), False, "A")
+    with pytest.raises(ConfigError, match="the checkpoint is of run B, but --out .* holds A"):
+        rundir.check_outputs(str(out), str(ckpt), False, "B")
+    rundir.check_outputs(str(out), str(ckpt), True, "B")
+
+
+def test_a_lock_names_its_holder_and_stale_ones_are_taken_over(tmp_path):
+    first = rundir.DirectoryLock(str(tmp_path), "run-1", "--out")
+    first.acquire()
+    with pytest.raises(ConfigError, match=f"in use by run run-1 on host {socket.gethostname()}"):
+        rundir.DirectoryLock(str(tmp_path), "run-2", "--out").acquire()
+    first.release()
+    assert not (tmp_path / rundir.LOCK).exists()
+    (tmp_path / rundir.LOCK).write_text(json.dumps(
+        {"run_id": "old", "host": socket.gethostname(), "pid": os.getpid(), "started": "0"}))
+    rundir.DirectoryLock(str(tmp_path), "run-3", "--out").acquire()   # pid reused: not its
+
+
+def test_a_fingerprint_tells_what_changed(tmp_path):
+    path = tmp_path / "d.svm"
+    path.write_bytes(b"1 1:1\n" * 1000)
+    then = fingerprint.of_input(str(path))
+    assert fingerprint.changes(str(path), then, fingerprint.of_input(str(path))) == []
+    path.write_bytes(b"0 1:1\n" + b"1 1:1\n" * 999)
+    os.utime(path, ns=(then["mtime_ns"], then["mtime_ns"]))
+    assert fingerprint.changes(str(path), then, fingerprint.of_input(str(path))) == [
+        f"{path}: its first or last MiB differ"]
+    path.write_bytes(b"1 1:1\n" * 10)
+    found = fingerprint.changes(str(path), then, fingerprint.of_input(str(path)))
+    assert any("size 6,000 -> 60 bytes" in c for c in found)
