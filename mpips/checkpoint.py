@@ -140,18 +140,23 @@ def load_shards(directory: str, manifest: dict, store, placement, server: int) -
 
 
 def describe(root: str, every: bool = False) -> tuple[str, bool]:
-    """A readable account of the checkpoints in `root` (the newest, or all), and whether any
-    of them is complete and undamaged."""
+    """A readable account of the checkpoints in `root`, and whether any of them is complete
+    and undamaged: all of them, or (by default) the one `--resume` would take and the
+    damaged ones newer than it, which a resume passes over."""
     found = all_checkpoints(root)
     if not found:
         raise ValueError(f"{root}: no checkpoints (clock-* directories)")
     lines, any_valid = [f"{root}: {len(found)} checkpoint(s), newest first"], False
-    for directory in found if every else found[:1]:
+    for directory in found:
+        if any_valid and not every:
+            break
         problem = verify(directory)
         name = os.path.basename(directory)
         if problem:
             lines.append(f"{name}  NOT USABLE: {problem}")
             continue
+        if not any_valid and not every:
+            lines.append(f"--resume {root} takes:")
         any_valid = True
         m = read_manifest(directory)
         c = m["config"]
@@ -175,4 +180,6 @@ def describe(root: str, every: bool = False) -> tuple[str, bool]:
         lines.append(f"  config: --train {c['train']} --epochs {c['epochs']} --batch-size "
                      f"{c['batch_size']} --optimizer {o['name']} --lr {o['lr']:.4g} "
                      f"--l1 {o['l1']} --l2 {o['l2']} --consistency {c['consistency']}")
+    if not any_valid:
+        lines.append(f"none of them can be resumed: --resume {root} would stop with an error")
     return "\n".join(lines), any_valid

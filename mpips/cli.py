@@ -95,15 +95,17 @@ def _train_parser(sub):
         "the next clock every rank reaches and exits with status 75; a second SIGTERM or "
         "SIGINT stops at once. With Open MPI's mpiexec, send SIGUSR1 (Slurm: "
         "#SBATCH --signal=B:USR1@120 and a script that forwards it, as in slurm/).")
-    backup.add_argument("--checkpoint-every", type=checkpoint_interval, default=(0, 0.0),
+    backup.add_argument("--checkpoint-every", type=checkpoint_interval, default=(None, None),
                         metavar="N|Ts",
                         help="write a checkpoint every N clocks (one clock = one minibatch per "
                              "worker), or every T seconds with a suffix s, m or h (30s, 10m), "
-                             "and when training ends (default: 0, only when asked to stop)")
+                             "and when training ends (default: with --resume, as the run "
+                             "resumed did; else 0, only when asked to stop)")
     backup.add_argument("--checkpoint-dir", metavar="DIR",
                         help="where checkpoints go (default: RUN_DIR/checkpoints)")
-    backup.add_argument("--keep-checkpoints", type=int, default=3, metavar="K",
-                        help="keep the newest K complete checkpoints (default: %(default)s)")
+    backup.add_argument("--keep-checkpoints", type=int, metavar="K",
+                        help="keep the newest K complete checkpoints (default: with --resume, "
+                             "as the run resumed did; else 3)")
     backup.add_argument("--resume", metavar="DIR",
                         help="continue from the newest complete, undamaged checkpoint in DIR "
                              "(the same workers and data; the number of servers may change). "
@@ -393,12 +395,16 @@ def _run_train(args) -> None:
 def _inspect_parser(sub):
     p = sub.add_parser(
         "inspect", help="describe the checkpoints in a directory",
-        description="For each checkpoint in CKPT_DIR (newest first): whether it is complete "
+        description="The checkpoint in CKPT_DIR that --resume would take (and any damaged "
+                    "ones newer than it, which a resume passes over; --all: every one). For "
+                    "each, newest first: whether it is complete "
                     "and undamaged, its clock, keys and weight norms per server, where each "
                     "worker stood, and the configuration that wrote it. The files are plain "
                     "HDF5 (h5dump -H CKPT_DIR/clock-*/server-0000.h5).")
     p.add_argument("ckpt_dir", metavar="CKPT_DIR")
-    p.add_argument("--all", action="store_true", help="every checkpoint, not just the newest")
+    p.add_argument("--all", action="store_true",
+                   help="every checkpoint; by default, the one --resume would take and the "
+                        "damaged ones newer than it")
     p.set_defaults(run=_run_inspect)
 
 

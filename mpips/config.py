@@ -1,6 +1,6 @@
 """The configuration of a training job, and the checks every rank can make the same way."""
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from . import fingerprint
 from .errors import ConfigError
@@ -29,9 +29,11 @@ class TrainConfig:
     skip_bad_lines: bool = False
     overwrite: bool = False
     checkpoint_dir: str | None = None   # None: OUT/checkpoints
-    checkpoint_every: int = 0           # clocks; 0: only when the job is asked to stop
-    checkpoint_seconds: float = 0.0     # or seconds between checkpoints; 0: by clocks
-    keep_checkpoints: int = 3
+    # None, for the three below: not given, so the run resumed's, else the default (see
+    # `with_checkpointing`).
+    checkpoint_every: int | None = None      # clocks; 0: only when the job is asked to stop
+    checkpoint_seconds: float | None = None  # or seconds between checkpoints; 0: by clocks
+    keep_checkpoints: int | None = None
     resume: str | None = None           # a checkpoint directory to continue from
     allow_changed_data: bool = False    # resume even if --train changed since the checkpoint
     timeout: float = 600.0
@@ -72,9 +74,9 @@ class TrainConfig:
         check_input(self.train, "--train")
         if self.test is not None:
             check_input(self.test, "--test")
-        if self.checkpoint_every < 0 or self.checkpoint_seconds < 0:
+        if (self.checkpoint_every or 0) < 0 or (self.checkpoint_seconds or 0) < 0:
             raise ConfigError("--checkpoint-every must not be negative")
-        if self.keep_checkpoints < 1:
+        if self.keep_checkpoints is not None and self.keep_checkpoints < 1:
             raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}")
         if self.resume is not None and not os.path.isdir(self.resume):
             raise ConfigError(f"--resume {self.resume}: no such directory")
@@ -88,6 +90,18 @@ class TrainConfig:
     @property
     def checkpoints(self) -> str:
         return self.checkpoint_dir or os.path.join(self.out, "checkpoints")
+
+    def with_checkpointing(self, resumed: dict | None) -> "TrainConfig":
+        """The checkpoint settings not given: those of the run resumed (its configuration),
+        else the defaults (none by clocks or time, keep 3)."""
+        saved = resumed or {}
+        fill = {}
+        if self.checkpoint_every is None and self.checkpoint_seconds is None:
+            fill["checkpoint_every"] = saved.get("checkpoint_every") or 0
+            fill["checkpoint_seconds"] = saved.get("checkpoint_seconds") or 0.0
+        if self.keep_checkpoints is None:
+            fill["keep_checkpoints"] = saved.get("keep_checkpoints") or 3
+        return replace(self, **fill)
 
     @property
     def checkpoints_on(self) -> bool:

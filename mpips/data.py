@@ -16,6 +16,9 @@ from .kernels.svmlight import ERROR_TEXT, count_byte, parse_svmlight
 log = logging.getLogger("mpips")
 
 BIAS_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)  # the always-on feature that carries the intercept
+# Compressed files by their first bytes: (magic, format, how to decompress keeping the file).
+COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"),
+              (b"\xfd7zXZ\x00", "xz", "unxz -k"), (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))
 MAX_LINE_BYTES = 256 << 20   # a longer "line" is not svmlight text (or a newline is missing)
 
 
@@ -109,6 +112,14 @@ def check_file(path: str, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: the file is empty")
     if not os.access(path, os.R_OK):
         raise ConfigError(f"{flag} {path}: not readable")
+    with open(path, "rb") as f:
+        head = f.read(6)
+    for magic, kind, tool in COMPRESSED:
+        if head.startswith(magic):
+            raise ConfigError(f"{flag} {path}: {kind}-compressed. Workers read byte ranges of "
+                              f"plain text in parallel, which a compressed file does not allow: "
+                              f"decompress it first ({tool} {path}), then train on it or "
+                              f"convert it to binary shards (python -m mpips convert)")
 
 
 def byte_range(size: int, part: int, nparts: int) -> tuple[int, int]:

@@ -548,3 +548,15 @@ class Server:
     def _reap_replies(self) -> None:
         if self._replies:
             self._replies = [(r, b) for r, b in self._replies if not r.Test()]
+
+
+def serve(roles, optimizer, width: int = 1, staleness: int | None = 0,
+          timeout: float = 600.0) -> Server:
+    """Serve as this rank's part of the parameter server until every worker has closed, with
+    this optimizer and consistency (staleness 0: BSP, s: SSP, None: ASP); returns the server,
+    for its store. For scripts that use KVWorker directly; training jobs build their own."""
+    server = Server(roles, KVStore(width=width, optimizer=optimizer),
+                    ClockTable(len(roles.workers), staleness), timeout=timeout)
+    server.run()
+    return server
+

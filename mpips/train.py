@@ -59,6 +59,7 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
         agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.servers,
                                             compare_data=comm.rank == 0), bound)
         name = resume[1]["run_id"]   # a resumed run goes on under its own name
+    cfg = cfg.with_checkpointing(resume[1]["config"] if resume else None)
     locks = _claim_directories(cfg, comm, name, resume, bound)
     try:
         return _run(cfg, comm, name, resume, started, bound)
@@ -118,6 +119,11 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
                  len(roles.workers), cfg.out)
         if resume:
             _say_what_is_left(cfg, resume)
+            every = (f"every {cfg.checkpoint_every} clocks" if cfg.checkpoint_every else
+                     f"every {cfg.checkpoint_seconds:g} s" if cfg.checkpoint_seconds else
+                     "only when asked to stop")
+            log.info("checkpoints %s, keeping the newest %d (as the run resumed, unless given "
+                     "again)", every, cfg.keep_checkpoints)
         if chosen_lr:
             log.info("%s learning rate %.4g: %g / %.1f features per row (set --lr to change)",
                      cfg.optimizer.name, cfg.optimizer.lr, LR_SCALE[cfg.optimizer.name], density)

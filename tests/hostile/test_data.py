@@ -4,6 +4,7 @@ or a crash; a resume never trains silently on data that changed under it.
 To add a case: damage a copy of a dataset the way a disk, a copy or a user would, and assert
 the job's exit status, that it ends well within its --timeout, and what it names.
 """
+import gzip
 import os
 import shutil
 import time
@@ -192,3 +193,21 @@ def test_score_with_a_malformed_test_file_or_a_directory_says_so(small_data, tmp
         scored = run_mpips("score", run, "--test", test)
         assert scored.returncode == 2, scored.output
         assert says in scored.stderr and "Traceback" not in scored.output
+
+
+@pytest.mark.parametrize("command", ["train", "convert", "score"])
+def test_compressed_input_is_refused_saying_how_to_read_it(small_data, tmp_path, command):
+    packed = tmp_path / "train.svm.gz"
+    with open(small_data[0], "rb") as src, gzip.open(packed, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    if command == "train":
+        job = run_job(3, "train", "--train", packed, "--out", tmp_path / "run", timeout=60)
+    elif command == "convert":
+        job = run_job(2, "convert", packed, tmp_path / "bin", timeout=60)
+    else:
+        run = tmp_path / "run"
+        assert run_job(3, "train", "--train", small_data[0], "--out", run).returncode == 0
+        job = run_mpips("score", run, "--test", packed)
+    assert job.returncode == 2, job.output
+    assert f"{packed}: gzip-compressed" in job.stderr and f"gunzip -k {packed}" in job.stderr
+    assert "Traceback" not in job.output

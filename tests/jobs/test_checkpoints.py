@@ -139,6 +139,12 @@ def test_a_damaged_checkpoint_is_passed_over(small_data, uninterrupted, tmp_path
     report = run_mpips("inspect", ckpt, "--all")
     assert f"{os.path.basename(newest)}  NOT USABLE: server-0001.h5: dataset state does not " \
            f"match its checksum" in report.stdout
+    usual = run_mpips("inspect", ckpt)     # what a user types after a crash
+    assert usual.returncode == 0
+    assert usual.stdout.index(f"{os.path.basename(newest)}  NOT USABLE") < usual.stdout.index(
+        f"--resume {ckpt} takes:\n{os.path.basename(previous)}  complete, checksums match")
+    assert os.path.basename(sorted(complete_checkpoints(ckpt))[0]) not in usual.stdout, \
+        "older checkpoints than the one taken are not listed without --all"
     job = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--out",
                   tmp_path / "run", *TRAIN, "--resume", ckpt)
     assert job.returncode == 0, job.output
@@ -169,8 +175,9 @@ def test_a_killed_rank_then_resume_finishes_as_well(small_data, uninterrupted, t
     trained = max([0] + [int(n.replace(",", "")) for n in
                          re.findall(r"training: .*?  ([\d,]+) examples", killed.output)])
     saved = sum(p["examples"] for p in newest["positions"].values())
-    print(f"updates lost beyond checkpoint clock {newest['clock']}: at least "
-          f"{max(trained - saved, 0) // 400} and at most 14 clocks of 2 workers x 200 rows")
+    lost = max(trained - saved, 0) // 400   # clocks of 2 workers x 200 rows
+    print(f"updates lost beyond checkpoint clock {newest['clock']}: at least {lost} clocks")
+    assert lost < 15, "less than one checkpoint interval is lost"
     ours = read_summary(run)["test_logloss"]
     theirs = read_summary(uninterrupted)["test_logloss"]
     print(f"held-out logloss: resumed {ours:.6f}, uninterrupted {theirs:.6f}")
@@ -237,6 +244,24 @@ def test_sigterm_to_the_ranks_checkpoints_and_stops(small_data, tmp_path):
     assert ended.returncode == 75, ended.output
     stop = read_summary(run)["stopped_at_clock"]
     assert os.path.exists(run / "checkpoints" / f"clock-{stop:012d}" / "manifest.json")
+
+
+def test_a_resume_keeps_the_checkpoint_settings_of_its_run(small_data, tmp_path):
+    run = tmp_path / "run"
+    args = ("train", "--train", small_data[0], "--out", run, "--epochs", 8, "--batch-size", 200)
+    job = launch(3, *args, "--checkpoint-every", 15, "--keep-checkpoints", 2)
+    wait_for_checkpoint(run / "checkpoints", job)
+    os.kill(job.pid, signal.SIGUSR1)
+    assert finish(job).returncode == 75
+    resumed = run_job(3, *args, "--resume", run / "checkpoints")   # no checkpoint options
+    assert resumed.returncode == 0, resumed.output
+    assert "checkpoints every 15 clocks, keeping the newest 2" in resumed.output
+    clocks = [read_manifest(os.path.dirname(p))["clock"]
+              for p in complete_checkpoints(run / "checkpoints")]
+    assert clocks == [405, 408], "every 15 clocks and the final one, the newest 2 kept"
+    again = run_job(3, *args, "--resume", run / "checkpoints", "--epochs", 9,
+                    "--keep-checkpoints", 5)
+    assert again.returncode == 0 and "keeping the newest 5" in again.output
 
 
 def test_checkpoint_files_are_plain_hdf5(uninterrupted):

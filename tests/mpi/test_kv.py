@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 from reference import weights_after_each_step
-from serving import serve
+from serving import serve, server_for
 
 from mpips.bounded import wait_all
 from mpips.client import KVWorker
@@ -99,8 +99,14 @@ def test_a_finished_worker_does_not_hold_back_the_others():
     roles = split(2, MPI.COMM_WORLD)
     try:
         if roles.is_server:
-            clocks = serve(roles).clocks
-            assert clocks.all_finished
+            server = server_for(roles, record_pulls=True)
+            server.run()
+            reads = server.pull_records()
+            late = reads[(reads["worker"] == 1) & (reads["clock"] > 3)]
+            assert late.shape[0] == 16, "worker 1 read for each of its clocks 4 to 19"
+            # Worker 0 finished after clock 3: from then on worker 1 is the slowest itself.
+            np.testing.assert_array_equal(late["slowest"], late["clock"])
+            assert [server.positions[w]["clock"] for w in (0, 1)] == [3, 20]
         else:
             kv = KVWorker(roles, timeout=30)
             keys = np.arange(10, dtype=np.uint64)

@@ -1,0 +1,24 @@
+"""What the README shows runs as written."""
+import os
+import re
+import subprocess
+import sys
+
+from conftest import mpiexec_path
+
+
+README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+
+
+def python_blocks(path=README) -> list:
+    return re.findall(r"```python\n(.*?)```", open(path).read(), re.S)
+
+
+def test_the_python_snippet_runs_as_written(tmp_path):
+    (snippet,) = python_blocks()
+    script = tmp_path / "script.py"
+    script.write_text(snippet)
+    job = subprocess.run([mpiexec_path(), "-n", "3", sys.executable, str(script)],
+                         capture_output=True, text=True, timeout=120)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.stdout.count("[1. 1. 1.]") == 2, job.stdout + job.stderr
