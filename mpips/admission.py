@@ -21,7 +21,8 @@ FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STO
 FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP}
 FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR}
 FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
-         Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS}
+         Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT,
+         Op.FINISH: protocol.REPORT}
 TEXT_PAYLOAD = {Op.ERROR, Op.SHARD_SAVED}   # UTF-8 text of any length
 TEXT_LIMIT = 1 << 20
 
@@ -31,15 +32,17 @@ class Request(NamedTuple):
     header: protocol.Header
     keys: np.ndarray
     values: np.ndarray
+    report: protocol.Report | None
 
 
 def _expected_bytes(op: Op, h) -> int:
     keys = 0 if h.flags & protocol.SAME_KEYS else 8 * h.nkeys
+    report = protocol.REPORT_BYTES if h.flags & protocol.REPORT else 0
     if op is Op.PULL:
         return HEADER_BYTES + keys
     if op is Op.PUSH:
-        return HEADER_BYTES + keys + 4 * h.nkeys * h.width
-    return HEADER_BYTES
+        return HEADER_BYTES + keys + 4 * h.nkeys * h.width + report
+    return HEADER_BYTES + report
 
 
 def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, width: int,
@@ -48,7 +51,7 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     if buf.shape[0] < HEADER_BYTES:
         raise ProtocolError(f"a message of {buf.shape[0]} bytes, shorter than the "
                             f"{HEADER_BYTES}-byte header")
-    h = protocol.Header._make(protocol._LAYOUT.unpack_from(buf, 0))
+    h = protocol.header(buf)
     try:
         op = Op(h.op)
     except ValueError:
@@ -71,14 +74,20 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         raise ProtocolError(f"{op.name} of {buf.shape[0]} bytes, where its header "
                             f"({h.nkeys} keys, width {h.width}) makes it "
                             f"{_expected_bytes(op, h)}")
-    for name in ("loss", "progress"):
-        value = getattr(h, name)
-        if not (math.isfinite(value) and value >= 0):
-            raise ProtocolError(f"{op.name} reporting {name} {value}")
-    if h.epoch < 0 or h.offset < -1 or h.examples < 0 or h.ts < 0 or h.clock < 0:
-        raise ProtocolError(f"{op.name} with a negative field (epoch {h.epoch}, offset "
-                            f"{h.offset}, examples {h.examples}, ts {h.ts}, clock {h.clock})")
-    _, keys, values = protocol.unpack(buf)
+    if h.ts < 0 or h.clock < 0:
+        raise ProtocolError(f"{op.name} with a negative ts {h.ts} or clock {h.clock}")
+    if op in (Op.PULL, Op.PUSH) and h.placement != placement.version:
+        raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
+                            f"this server's is {placement.version}")
+    _, keys, values, report = protocol.unpack(buf)
+    if report is not None:
+        for name in ("loss", "progress"):
+            value = getattr(report, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ProtocolError(f"{op.name} reporting {name} {value}")
+        if report.epoch < 0 or report.offset < -1 or report.examples < 0:
+            raise ProtocolError(f"{op.name} reporting a negative figure (epoch {report.epoch}, "
+                                f"offset {report.offset}, examples {report.examples})")
     if keys.shape[0]:
         i, why = placement.first_misplaced(keys, server)
         if i >= 0:
@@ -88,7 +97,7 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         bad = int(np.flatnonzero(~np.isfinite(values.reshape(-1)))[0])
         raise ProtocolError(f"PUSH with a value that is not finite "
                             f"({values.reshape(-1)[bad]} at position {bad})")
-    return Request(op, h, keys, values)
+    return Request(op, h, keys, values, report)
 
 
 def admit(buf: np.ndarray, sender: str, from_worker: bool, to_lead: bool, from_lead: bool,

@@ -37,7 +37,9 @@ class _Pending:
 
 
 class KVWorker:
-    def __init__(self, roles, width: int = 1, timeout: float = 600.0):
+    def __init__(self, roles, width: int = 1, timeout: float = 600.0,
+                 placement: Placement | None = None):
+        """`placement`: the job's key placement (by default, an even split over the servers)."""
         self.width = width
         self.timeout = timeout
         self.clock = 0            # clocks this worker has completed
@@ -45,25 +47,26 @@ class KVWorker:
         self.wait_s = 0.0         # time spent blocked in wait() on pulls
         self._comm = roles.comm
         self._servers = roles.servers
-        self._placement = Placement(len(roles.servers))
+        self._placement = placement or Placement(len(roles.servers))
         self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
         self._pending: dict[int, _Pending] = {}
         self._ts = 0
-        self._report = {}
+        self._report = None
         self._pulled = deque(maxlen=2)   # [ts, keys, perm, offsets, completed] of recent pulls
         self.stop_sent = False
 
     def report(self, examples: int, loss: float, progress: float, epoch: int = 0,
                offset: int = 0) -> None:
-        """Figures carried by this worker's next messages: examples trained on, their summed
-        loss, epochs done (fractional), for the servers' progress lines; and where the next
-        minibatch starts (epoch, byte offset or row), which checkpoints record."""
-        self._report = dict(examples=examples, loss=loss, progress=progress, epoch=epoch,
-                            offset=offset)
+        """Figures carried by this worker's next clock push and its FINISH: examples trained
+        on, their summed loss, epochs done (fractional), for the servers' progress lines; and
+        where the next minibatch starts (epoch, byte offset or row), which checkpoints
+        record."""
+        self._report = protocol.Report(epoch, offset, examples, loss, progress)
 
-    def _send(self, server_index: int, op: Op, payload=(), **fields):
-        h = protocol.Header(op, ts=self._ts, clock=self.clock, **self._report, **fields)
-        buf = protocol.pack(h, *payload)
+    def _send(self, server_index: int, op: Op, payload=(), report: bool = False, **fields):
+        h = protocol.Header(op, ts=self._ts, clock=self.clock,
+                            placement=self._placement.version, **fields)
+        buf = protocol.pack(h, *payload, report=self._report if report else None)
         self.bytes_sent += buf.nbytes
         req = self._comm.Isend(buf, self._servers[server_index], protocol.REQUEST_TAG)
         return req, buf
@@ -135,7 +138,8 @@ class KVWorker:
             if a == b and not clock:
                 continue
             payload = (svalues[a:b],) if pulled else (skeys[a:b], svalues[a:b])
-            req, buf = self._send(s, Op.PUSH, payload, nkeys=b - a, width=self.width, ref=ref,
+            req, buf = self._send(s, Op.PUSH, payload, report=clock, nkeys=b - a,
+                                  width=self.width, ref=ref,
                                   flags=flags | (protocol.CLOCK if clock else 0))
             pending.requests.append(req)
             pending.buffers.append(buf)
@@ -203,7 +207,7 @@ class KVWorker:
         return values
 
     def _broadcast(self, op: Op):
-        sends = [self._send(s, op) for s in range(len(self._servers))]
+        sends = [self._send(s, op, report=op is Op.FINISH) for s in range(len(self._servers))]
         wait_all([r for r, _ in sends], self.timeout,
                  lambda: f"the servers to receive {op.name}")
 

@@ -11,8 +11,12 @@ _SALT = np.uint64(0x9E3779B97F4A7C15)  # keeps placement independent of the serv
 
 
 class Placement:
-    def __init__(self, n_servers: int):
+    """`version` numbers the placements of one job: a message says which one its sender used,
+    so that a server can tell keys split by another (after a membership change) apart."""
+
+    def __init__(self, n_servers: int, version: int = 0):
         self.n_servers = n_servers
+        self.version = version
         self.bounds = np.array([(s << 64) // n_servers for s in range(n_servers)], np.uint64)
 
     def owners(self, keys: np.ndarray) -> np.ndarray:

@@ -1,12 +1,15 @@
 """Messages between workers and servers: one contiguous numpy buffer each, no pickle.
 
-A request is an 80-byte header followed by its payload: for PULL the keys
+A request is a 48-byte header followed by its payload: for PULL the keys
 (uint64), for PUSH the keys then the values (float32, `width` per key), for
 ERROR the UTF-8 text of the error. A push of the same keys as an earlier pull
 (flag SAME_KEYS) carries only the values, in that pull's order, and names the
 pull in `ref`: keys cross the wire once per minibatch, and the server reuses the
-rows it found for the pull. A pull's reply is the bare values, sent with a tag
-derived from the request's timestamp so replies can be matched out of order.
+rows it found for the pull. A worker's figures (where its next minibatch starts,
+examples and loss so far: what checkpoints and progress lines need) travel as a
+40-byte Report after the payload, on the messages that complete a clock and on
+FINISH (flag REPORT). A pull's reply is the bare values, sent with a tag derived
+from the request's timestamp so replies can be matched out of order.
 """
 import struct
 from enum import IntEnum
@@ -22,18 +25,25 @@ class Header(NamedTuple):
     clock: int = 0       # clocks the sender has completed
     nkeys: int = 0
     width: int = 0
-    epoch: int = 0       # where the sender's next minibatch starts: this epoch, ...
+    placement: int = 0   # the version of the placement the sender split its keys by
     ref: int = 0         # SAME_KEYS: the ts of the pull whose keys this push reuses
-    offset: int = 0      # ... and this byte offset (text) or row (binary shards)
+
+
+class Report(NamedTuple):
+    """A worker's figures: where its next minibatch starts, and what it has done."""
+    epoch: int = 0       # this epoch, ...
+    offset: int = 0      # ... at this byte offset (text) or row (binary shards); -1: its start
     examples: int = 0    # examples the sender has trained on so far
     loss: float = 0.0    # their summed training logloss
     progress: float = 0.0  # epochs done, fractional
 
 
-# Little-endian, a multiple of 8 bytes so the payload after it stays aligned.
-_LAYOUT = struct.Struct("<iiqqqiiqqqdd")
+# Little-endian, multiples of 8 bytes so the payload after the header stays aligned.
+_LAYOUT = struct.Struct("<iiqqqiiq")
 HEADER_BYTES = _LAYOUT.size
-assert HEADER_BYTES == 80
+assert HEADER_BYTES == 48
+_REPORT = struct.Struct("<qqqdd")
+REPORT_BYTES = _REPORT.size
 
 
 class Op(IntEnum):
@@ -54,6 +64,7 @@ READ_ONLY = 2    # PULL flag: do not store unknown keys (evaluation)
 NEXT_CLOCK = 8   # PULL flag: a read for the sender's next clock, sent before the push that
                  # completes its current one (prefetching); served once that push has arrived
 SAME_KEYS = 4    # PUSH flag: no keys in the message; they are those of pull `ref`
+REPORT = 16      # PUSH or FINISH flag: a Report follows the payload
 
 # Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished;
 # `slowest_silent_ms` is how long server 0 has heard nothing from it.
@@ -74,30 +85,40 @@ def reply_tag(ts: int, n_tags: int) -> int:
     return _REPLY_TAG0 + ts % n_tags
 
 
-def pack(header: Header, *payload: np.ndarray) -> np.ndarray:
-    """One uint8 buffer holding the header and the payload arrays' bytes."""
-    size = HEADER_BYTES + sum(p.nbytes for p in payload)
+def pack(header: Header, *payload: np.ndarray, report: Report | None = None) -> np.ndarray:
+    """One uint8 buffer holding the header, the payload arrays' bytes and the report."""
+    if report is not None:
+        header = header._replace(flags=header.flags | REPORT)
+    size = HEADER_BYTES + sum(p.nbytes for p in payload) + (REPORT_BYTES if report else 0)
     buf = np.empty(size, np.uint8)
     _LAYOUT.pack_into(buf, 0, *header)
     pos = HEADER_BYTES
     for p in payload:
         buf[pos:pos + p.nbytes] = np.ascontiguousarray(p).reshape(-1).view(np.uint8)
         pos += p.nbytes
+    if report is not None:
+        _REPORT.pack_into(buf, pos, *report)
     return buf
 
 
+def header(buf: np.ndarray) -> Header:
+    return Header._make(_LAYOUT.unpack_from(buf, 0))
+
+
 def unpack(buf: np.ndarray):
-    """(header, keys, values) views into a received buffer; keys/values empty when absent."""
-    h = Header._make(_LAYOUT.unpack_from(buf, 0))
+    """(header, keys, values, report) of a received buffer: views of it, keys and values
+    empty when absent, report None."""
+    h = header(buf)
     n_keys = 0 if h.flags & SAME_KEYS else h.nkeys
     start = HEADER_BYTES
     keys = buf[start:start + 8 * n_keys].view(np.uint64)
     values = _NO_VALUES
+    end = start + 8 * n_keys
     if h.op == Op.PUSH:
-        vstart = start + 8 * n_keys
-        values = buf[vstart:vstart + 4 * h.nkeys * h.width].view(np.float32).reshape(
-            h.nkeys, h.width)
-    return h, keys, values
+        end += 4 * h.nkeys * h.width
+        values = buf[start + 8 * n_keys:end].view(np.float32).reshape(h.nkeys, h.width)
+    report = Report._make(_REPORT.unpack_from(buf, end)) if h.flags & REPORT else None
+    return h, keys, values, report
 
 
 _NO_VALUES = np.empty((0, 0), np.float32)

@@ -31,7 +31,8 @@ from .optimizer import LR_SCALE
 from .placement import Placement
 from .progress import Progress
 from .roles import Roles, split
-from .server import CheckpointPlan, Server
+from .checkpointing import Checkpoints
+from .server import Hooks, Server
 from .shards import features_per_row, open_shard
 from .startup import agree, broadcast_text, compile_per_node, run_id
 from .store import KVStore
@@ -113,6 +114,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         density = float(broadcast_text(comm, sampled, bound)) + cfg.bias
         cfg = replace(cfg, optimizer=cfg.optimizer.with_default_lr(density))
     roles = split(cfg.servers, comm)   # collective: nobody writes before the old run is gone
+    placement = Placement(len(roles.servers))   # the one key placement every part uses
     setup(f"rank {comm.rank} ({roles.name})")
     if comm.rank == 0:
         log.info("run %s: %d server(s), %d worker(s), writing to %s", name, len(roles.servers),
@@ -135,9 +137,9 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         watch = CompileWatch()
         with watch.watching():
             if roles.is_server:
-                record, margins, labels, held = _serve(cfg, roles, name, resume)
+                record, margins, labels, held = _serve(cfg, roles, name, resume, placement)
             else:
-                record, margins, labels, held = _work(cfg, roles, resume)
+                record, margins, labels, held = _work(cfg, roles, resume, placement)
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
         record["compile_s"] = compile_s
@@ -194,9 +196,10 @@ def _positions(resume) -> dict:
     return {int(w): p for w, p in resume[1]["positions"].items()} if resume else {}
 
 
-def _checkpoint_plan(cfg: TrainConfig, roles: Roles, name: str, store) -> CheckpointPlan:
+def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, store,
+                        placement: Placement) -> dict:
+    """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest."""
     root = cfg.checkpoints
-    placement = Placement(len(roles.servers))
     # What the workers read, as it was when this launch started: a resume compares it.
     inputs = {"train": fingerprint.of_input(cfg.train)} if roles.index == 0 else None
 
@@ -228,12 +231,10 @@ def _checkpoint_plan(cfg: TrainConfig, roles: Roles, name: str, store) -> Checkp
         say(f"checkpoint at clock {clock}: {directory}")
         return None
 
-    return CheckpointPlan(every=cfg.checkpoint_every, seconds=cfg.checkpoint_seconds,
-                          write_shard=write_shard,
-                          write_manifest=write_manifest, stop_requested=signals.stop_requested)
+    return {"write_shard": write_shard, "write_manifest": write_manifest}
 
 
-def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
+def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement):
     store = KVStore(width=1, optimizer=cfg.optimizer)
     clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
     positions = _positions(resume)
@@ -244,8 +245,8 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
         if not resume:
             return
         try:
-            loaded = checkpoint.load_shards(resume[0], resume[1], store,
-                                            Placement(len(roles.servers)), roles.index)
+            loaded = checkpoint.load_shards(resume[0], resume[1], store, placement,
+                                            roles.index)
         except (OSError, KeyError, ValueError) as e:
             raise ConfigError(f"--resume: cannot read the checkpoint {resume[0]}: {e}") from None
         log.info("resumed from checkpoint clock %d (%s): loaded %d keys",
@@ -289,10 +290,14 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume):
         log.error("stopping: %s", reason)
         save_partial(reason)
 
-    server = Server(roles, store, clocks, cfg.timeout, on_error=another_rank_failed,
-                    progress=progress, record_pulls=cfg.record_pulls,
-                    every=(cfg.snapshot_every, snapshot) if cfg.snapshot_every else None,
-                    checkpoints=_checkpoint_plan(cfg, roles, name, store), positions=positions)
+    hooks = Hooks(**_checkpoint_writers(cfg, roles, name, store, placement),
+                  snapshot=snapshot if cfg.snapshot_every else None,
+                  snapshot_every=cfg.snapshot_every or 0.0, failed=another_rank_failed,
+                  stop_requested=signals.stop_requested)
+    checkpoints = Checkpoints(cfg.checkpoint_every, cfg.checkpoint_seconds, roles.index == 0,
+                              len(roles.servers), cfg.max_staleness == 0, positions)
+    server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
+                    record_pulls=cfg.record_pulls, checkpoints=checkpoints, placement=placement)
     t0 = started[0] = _ready(roles, cfg.timeout, load)
     if progress:
         progress.start(positions)
@@ -352,8 +357,8 @@ def _checkpoints_hint(cfg: TrainConfig) -> str:
             "; there is no checkpoint of it")
 
 
-def _work(cfg: TrainConfig, roles: Roles, resume):
-    kv = KVWorker(roles, width=1, timeout=cfg.timeout)
+def _work(cfg: TrainConfig, roles: Roles, resume, placement: Placement):
+    kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement)
     try:
         return _train_and_score(cfg, roles, kv, _positions(resume).get(roles.index))
     except Exception as e:

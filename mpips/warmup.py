@@ -39,7 +39,7 @@ def compile_kernels() -> None:
         grad, _ = logreg.gradient(batch, cols, bias_col, weights)
         message = protocol.pack(protocol.Header(Op.PUSH, nkeys=keys.shape[0], width=1), keys,
                                 grad)
-        _, wire_keys, wire_values = protocol.unpack(message)
+        _, wire_keys, wire_values, _ = protocol.unpack(message)
         Placement(2).first_misplaced(wire_keys, 0)
         store.push(wire_keys, wire_values)
         store.pull(wire_keys, weights)

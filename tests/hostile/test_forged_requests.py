@@ -12,7 +12,7 @@ from mpips import protocol
 from mpips.admission import admit
 from mpips.errors import ProtocolError
 from mpips.placement import Placement
-from mpips.protocol import HEADER_BYTES, Header, Op
+from mpips.protocol import HEADER_BYTES, Header, Op, Report
 
 PLACEMENT = Placement(2)
 SERVER = 0
@@ -41,7 +41,7 @@ FROM_OTHER_SERVER = ("server", False, False)   # a server to a server that is no
 FROM_LEAD = ("server", False, True)            # server 0 to another
 
 FORGED = [
-    ("short header", lambda: np.zeros(20, np.uint8), WORKER, "shorter than the 80-byte header"),
+    ("short header", lambda: np.zeros(20, np.uint8), WORKER, "shorter than the 48-byte header"),
     ("unknown op", lambda: protocol.pack(Header(42)), WORKER, "unknown operation 42"),
     ("width 2 into a width-1 table",
      lambda: push(K, np.ones((8, 2), np.float32), width=2), WORKER, "PUSH of width 2"),
@@ -72,13 +72,18 @@ FORGED = [
         Header(Op.SHARD_SAVED), np.frombuffer(b"{}", np.uint8)), FROM_OTHER_SERVER,
      "SHARD_SAVED, which this server may not"),
     ("PUSH from a server", lambda: push(K, G), FROM_LEAD, "PUSH, which this server may not"),
-    ("NaN loss in the figures", lambda: protocol.pack(Header(Op.FINISH, loss=float("nan"))),
+    ("NaN loss in the figures",
+     lambda: protocol.pack(Header(Op.FINISH), report=Report(loss=float("nan"))),
      WORKER, "reporting loss nan"),
-    ("negative epoch", lambda: protocol.pack(Header(Op.FINISH, epoch=-1)), WORKER,
-     "negative field (epoch -1"),
+    ("negative epoch", lambda: protocol.pack(Header(Op.FINISH), report=Report(epoch=-1)),
+     WORKER, "reporting a negative figure (epoch -1"),
     ("extra bytes after a FINISH",
      lambda: np.concatenate([protocol.pack(Header(Op.FINISH)), np.zeros(8, np.uint8)]),
-     WORKER, "FINISH of 88 bytes"),
+     WORKER, "FINISH of 56 bytes"),
+    ("a report cut short", lambda: protocol.pack(Header(Op.FINISH), report=Report())[:-8],
+     WORKER, "FINISH of 80 bytes"),
+    ("keys split by another placement", lambda: pull(K, placement=1), WORKER,
+     "split by placement version 1; this server's is 0"),
 ]
 
 
@@ -100,7 +105,7 @@ def test_a_forged_request_is_refused_naming_the_sender(name, build, sender, says
 @pytest.mark.parametrize("buf", [pull(K), push(K, G, flags=protocol.CLOCK),
                                  protocol.pack(Header(Op.PUSH, nkeys=8, width=1,
                                                       flags=protocol.SAME_KEYS), G),
-                                 protocol.pack(Header(Op.FINISH, loss=3.5, epoch=2)),
+                                 protocol.pack(Header(Op.FINISH), report=Report(2, -1, 9, 3.5)),
                                  protocol.pack(Header(Op.STATUS))],
                          ids=["pull", "push", "same-keys push", "finish", "status"])
 def test_what_a_worker_sends_is_admitted(buf):
@@ -113,4 +118,4 @@ def test_a_server_may_send_what_the_protocol_gives_it():
     saved = protocol.pack(Header(Op.SHARD_SAVED), np.frombuffer(b'{"server": 1}', np.uint8))
     assert check(saved, TO_LEAD).op is Op.SHARD_SAVED
     assert check(protocol.pack(Header(Op.STOP)), TO_LEAD).op is Op.STOP
-    assert HEADER_BYTES == 80
+    assert HEADER_BYTES == 48

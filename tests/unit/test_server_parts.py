@@ -1,0 +1,137 @@
+"""The server's concerns as state machines, without MPI: the read gate, the row cache, BSP's
+push buffer and checkpoint coordination."""
+import numpy as np
+import pytest
+
+from mpips.checkpointing import FAILURES_IN_A_ROW, Checkpoints
+from mpips.clockpushes import ClockPushes
+from mpips.clocks import ClockTable
+from mpips.errors import CheckpointsFailing, ProtocolError
+from mpips.protocol import Report
+from mpips.readgate import HOLD, REFUSE, SERVE, Pull, ReadGate
+from mpips.rowcache import KEEP, RowCache
+
+KEYS = np.arange(4, dtype=np.uint64)
+
+
+def pull(worker, ts=1):
+    return Pull(worker, source=10 + worker, ts=ts, keys=KEYS, insert=True)
+
+
+def test_the_gate_holds_a_bsp_read_until_every_worker_has_completed_the_clock():
+    clocks = ClockTable(2, staleness=0)
+    gate = ReadGate(clocks, record=True)
+    clocks.tick(0)
+    ahead = pull(0)
+    assert gate.arrive(ahead, next_clock=False) == HOLD
+    assert ahead.owned and ahead.keys is not KEYS, "a held pull keeps its own keys"
+    assert gate.release() == ([], []) and gate.pulls_held == 1
+    clocks.tick(1)
+    serve, refuse = gate.release()
+    assert serve == [ahead] and refuse == [] and not gate.held
+    gate.served(ahead)
+    record = gate.pull_records()
+    assert record["worker"].tolist() == [0] and record["clock"].tolist() == [1]
+    assert record["slowest"].tolist() == [1] and gate.held_s[0] >= 0
+
+
+def test_a_read_sent_ahead_waits_for_its_own_push_without_counting_as_held():
+    clocks = ClockTable(2, staleness=0)
+    gate = ReadGate(clocks)
+    early = pull(0)
+    assert gate.arrive(early, next_clock=True) == HOLD and early.clock == 1
+    assert gate.pulls_held == 0 and early.since is None, "pipelining, not a consistency wait"
+    clocks.tick(0)
+    gate.release()
+    assert gate.pulls_held == 1 and early.since is not None, "now it waits for worker 1"
+
+
+def test_a_stopped_gate_refuses_training_reads_and_serves_finished_workers():
+    clocks = ClockTable(2, staleness=0)
+    gate = ReadGate(clocks)
+    clocks.tick(0)
+    held = pull(0)
+    gate.arrive(held, next_clock=False)
+    gate.stopped = True
+    assert gate.release() == ([], [held])
+    clocks.finish(1)
+    assert gate.arrive(pull(1), next_clock=False) == SERVE, "scoring the model as it stands"
+    assert gate.arrive(pull(0), next_clock=False) == REFUSE
+
+
+def test_the_row_cache_gives_each_pull_to_one_push_and_forgets_old_ones():
+    cache = RowCache(2)
+    for ts in range(1, KEEP + 2):
+        cache.remember(0, ts, KEYS, np.arange(4), generation=7)
+    keys, rows, generation = cache.take(0, KEEP + 1, 4)
+    assert generation == 7 and (rows == np.arange(4)).all()
+    with pytest.raises(ProtocolError, match="pull #1, which this server does not hold"):
+        cache.take(0, 1, 4)          # the oldest was forgotten
+    with pytest.raises(ProtocolError, match=f"pull #{KEEP + 1}"):
+        cache.take(0, KEEP + 1, 4)   # taken already
+    with pytest.raises(ProtocolError, match="pushed 3 values"):
+        cache.take(0, 2, 3)
+
+
+def test_clock_pushes_come_out_in_clock_then_worker_order_whatever_the_arrival():
+    buffer = ClockPushes(applied=5)
+    for clock, worker in [(6, 1), (5, 1), (6, 0), (5, 0), (7, 0)]:
+        buffer.add(clock, worker, (clock, worker))
+    assert buffer.until(7) == [(5, 0), (5, 1), (6, 0), (6, 1)]
+    assert buffer.applied == 7 and buffer.until(7) == []
+    assert buffer.until(8) == [(7, 0)]
+
+
+def report(epoch, offset=0):
+    return Report(epoch=epoch, offset=offset, examples=100 * epoch, loss=1.0, progress=epoch)
+
+
+def test_checkpoints_keep_each_workers_place_by_clock_under_bsp():
+    ckpt = Checkpoints(every=10, seconds=0, lead=True, n_servers=2, bsp=True)
+    assert ckpt.due(10) and not ckpt.due(11) and ckpt.periodic
+    ckpt.note(0, 10, report(1, 500), finished=False)
+    ckpt.note(0, 11, report(1, 600), finished=False)   # worker 0 pushed past clock 10
+    ckpt.note(1, 10, report(1, 700), finished=False)
+    assert ckpt.positions_at(10) == {
+        0: {"clock": 10, "epoch": 1, "offset": 500, "examples": 100, "loss": 1.0,
+            "finished": False},
+        1: {"clock": 10, "epoch": 1, "offset": 700, "examples": 100, "loss": 1.0,
+            "finished": False}}
+    ckpt.forget_before(11)
+    assert ckpt.positions_at(10)[0]["offset"] == 600, "forgotten: the latest"
+    asp = Checkpoints(every=10, seconds=0, lead=True, n_servers=1, bsp=False)
+    asp.note(0, 10, report(1, 500), False)
+    asp.note(0, 11, report(1, 600), False)
+    assert asp.positions_at(10)[0]["offset"] == 600, "SSP/ASP: each worker's latest"
+
+
+def test_server_0_completes_a_checkpoint_once_every_server_reported():
+    ckpt = Checkpoints(every=10, seconds=0, lead=True, n_servers=2, bsp=True)
+    assert ckpt.begin(10) and not ckpt.begin(10), "written once"
+    assert ckpt.shard_in(10, {"server": 1}) is None, "server 0's own file is still missing"
+    shards, positions = ckpt.shard_in(10, {"server": 0}, {0: {"clock": 10}})
+    assert [s["server"] for s in shards] == [1, 0] and positions == {0: {"clock": 10}}
+    ckpt.outcome(10, [])
+    assert ckpt.completed == {10}
+    ckpt.shard_in(20, {"server": 1})
+    assert ckpt.incomplete() == [(20, [0])]
+
+
+def test_checkpoints_failing_in_a_row_stop_and_a_success_resets_the_count():
+    ckpt = Checkpoints(every=10, seconds=0, lead=True, n_servers=1, bsp=True)
+    for clock in range(1, FAILURES_IN_A_ROW):
+        ckpt.outcome(clock, ["disk full"])
+    ckpt.outcome(50, [])
+    assert ckpt.failed_in_a_row == 0
+    for clock in range(60, 60 + FAILURES_IN_A_ROW - 1):
+        ckpt.outcome(clock, ["disk full"])
+    with pytest.raises(CheckpointsFailing, match=f"{FAILURES_IN_A_ROW} checkpoints in a row"):
+        ckpt.outcome(99, ["disk full"])
+
+
+def test_timed_checkpoints_named_for_a_passed_clock_are_taken_when_reached():
+    ckpt = Checkpoints(every=0, seconds=30, lead=False, n_servers=2, bsp=True)
+    ckpt.planned.update({12, 15})
+    assert ckpt.due(12) and ckpt.reached(13) == [12] and ckpt.planned == {15}
+    ckpt.stop_at = 20
+    assert ckpt.due(20)
