@@ -34,6 +34,7 @@ class _Pending:
     out: np.ndarray | None = None
     perm: np.ndarray | None = None
     replies: int = 0        # how many of `requests`, at the end, are receives
+    repliers: list = field(default_factory=list)   # the server rank of each reply
 
 
 class KVWorker:
@@ -108,6 +109,7 @@ class KVWorker:
             servers.append(self._servers[s])
         pending.requests += replies
         pending.replies = len(replies)
+        pending.repliers = servers
         pending.what = (f"the reply to pull #{self._ts} ({keys.shape[0]} keys, worker clock "
                         f"{self.clock + next_clock}) from server rank(s) {servers}; under BSP/SSP "
                         f"a server holds a pull until the slowest worker catches up")
@@ -189,7 +191,11 @@ class KVWorker:
         except WaitTimeout as e:
             if not pending.replies:
                 raise
-            raise WaitTimeout(f"{e}{self._who_is_slow()}") from None
+            silent = [rank for rank, r in zip(pending.repliers,
+                                              pending.requests[-pending.replies:])
+                      if not r.Test()]
+            raise WaitTimeout(f"{e}; no reply yet from server rank(s) {silent}"
+                              f"{self._who_is_slow()}") from None
         del self._pending[ts]  # only now: MPI may still write into the buffers until complete
         if pending.out is None:
             return None

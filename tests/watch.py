@@ -1,7 +1,9 @@
 """Watching a running job from a test: its output as it comes, its ranks' processes, its
 checkpoints. Every wait here has a deadline and fails the test when it passes."""
+import contextlib
 import glob
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -105,3 +107,16 @@ class WatchedJob:
                         f"{self.output}")
         self._reader.join(10)
         return Job(self.proc.returncode, self.output, "")
+
+
+@contextlib.contextmanager
+def frozen(pid: int):
+    """SIGSTOP a process for the duration; SIGCONT it after, if it still exists."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pid
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass   # the launcher killed it with the job

@@ -11,7 +11,7 @@ import signal
 import numpy as np
 import pytest
 from conftest import read_summary, run_job
-from watch import WatchedJob, complete_checkpoints, pid_of_rank
+from watch import WatchedJob, complete_checkpoints, frozen, pid_of_rank
 
 from mpips.model_io import load_model
 
@@ -78,15 +78,18 @@ def test_a_frozen_worker_fails_the_job_within_the_bound_naming_it(small_data, tm
     run = tmp_path / "run"
     job = launch(small_data, run, "--timeout", 4, "--epochs", 40)
     job.wait_for("training: epoch")
-    frozen = pid_of_rank(run, 3)
-    os.kill(frozen, signal.SIGSTOP)
-    try:
+    with frozen(pid_of_rank(run, 3)):
         ended = job.finish(timeout=60)
-    finally:
-        try:
-            os.kill(frozen, signal.SIGCONT)
-        except ProcessLookupError:
-            pass   # the launcher killed it with the job
     assert ended.returncode != 0
     assert "server 0 says the slowest is worker 1 (rank 3)" in ended.output
     assert "saved the" in ended.output and "keys trained so far" in ended.output
+
+
+def test_a_frozen_server_fails_the_job_within_the_bound_naming_it(small_data, tmp_path):
+    run = tmp_path / "run"
+    job = launch(small_data, run, "--timeout", 4, "--epochs", 40)
+    job.wait_for("training: epoch")
+    with frozen(pid_of_rank(run, 1)):
+        ended = job.finish(timeout=60)
+    assert ended.returncode != 0
+    assert "no reply yet from server rank(s) [1]" in ended.output
