@@ -164,16 +164,21 @@ def _straggler(text: str):
 
 def _make_data_parser(sub):
     p = sub.add_parser(
-        "make-data", help="write a synthetic CTR-like dataset (svmlight train/test files)",
-        description="Write PREFIX.train.svm and PREFIX.test.svm: hashed 64-bit categorical "
-                    "features with Zipf-skewed frequencies, two numeric features, and labels "
-                    "drawn from a planted logistic model. Same arguments, same files.")
+        "make-data", help="write a synthetic dataset (svmlight train/test files)",
+        description="Write PREFIX.train.svm and PREFIX.test.svm, with labels drawn from a "
+                    "planted logistic model. --kind ctr (default): hashed 64-bit categorical "
+                    "features with Zipf-skewed frequencies and two numeric features. census: "
+                    "like the adult/a9a data, 14 correlated categorical fields one-hot encoded "
+                    "into 123 binary features. dense: 10 real-valued features of different "
+                    "magnitudes. Same arguments, same files.")
     p.add_argument("prefix", metavar="OUT_PREFIX", help="e.g. data/ctr -> data/ctr.train.svm")
     p.add_argument("--rows", type=int, required=True, help="training rows")
     p.add_argument("--test-rows", type=int, help="test rows (default: rows / 5)")
-    p.add_argument("--features", type=int, default=1 << 20,
-                   help="distinct categorical values over all fields (default: %(default)s)")
-    p.add_argument("--nnz", type=int, default=20, help="features per row (default: %(default)s)")
+    p.add_argument("--kind", choices=("ctr", "census", "dense"), default="ctr",
+                   help="what the data looks like (default: %(default)s)")
+    p.add_argument("--features", type=int,
+                   help="distinct categorical values over all fields (ctr only; default: 1048576)")
+    p.add_argument("--nnz", type=int, help="features per row (ctr only; default: 20)")
     p.add_argument("--seed", type=int, default=1, help="(default: %(default)s)")
     p.set_defaults(run=_run_make_data)
 
@@ -331,7 +336,7 @@ def _run_make_data(args) -> None:
     from .makedata import make_data
     try:
         files = make_data(args.prefix, args.rows, args.features, args.nnz, args.seed,
-                          args.test_rows)
+                          args.test_rows, args.kind)
     except ConfigError as e:
         _fail(str(e), 2)
     for f in files.values():

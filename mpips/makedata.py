@@ -1,5 +1,13 @@
-"""Synthetic CTR-like data: hashed categorical features with Zipf-skewed frequencies,
-a few numeric ones, and binary labels drawn from a planted logistic model."""
+"""Synthetic data with labels drawn from a planted logistic model, of three kinds:
+
+  ctr     hashed categorical features with Zipf-skewed frequencies and a few numeric ones
+          (CTR-like, millions of keys; the built-in dataset)
+  census  like the adult/a9a census data: 14 categorical fields one-hot encoded into 123
+          binary features, each field with a frequent value, values correlated through two
+          hidden factors (so X^T X has a large top eigenvalue), about 24% positives
+  dense   10 real-valued features of different magnitudes (typical sizes 0.5 to 8, some
+          values in the tens), signed and skewed, weakly correlated, about 30% positives
+"""
 import math
 import os
 
@@ -42,12 +50,22 @@ def write_svmlight(path: str, seed: int, first_row: int, n_rows: int, n_fields: 
     return positives
 
 
-def make_data(prefix: str, rows: int, features: int, nnz: int, seed: int,
-              test_rows: int | None = None) -> dict:
+KINDS = ("ctr", "census", "dense")
+
+
+def make_data(prefix: str, rows: int, features: int | None = None, nnz: int | None = None,
+              seed: int = 1, test_rows: int | None = None, kind: str = "ctr") -> dict:
     """Write PREFIX.train.svm (rows) and PREFIX.test.svm (test_rows, default rows // 5).
+    `features` and `nnz` shape the ctr kind only (default 2^20 and 20).
 
     The test file is written first, so an existing train file means both are complete.
     """
+    if kind not in KINDS:
+        raise ConfigError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if kind != "ctr" and (features, nnz) != (None, None):
+        raise ConfigError(f"--features and --nnz shape --kind ctr only, not {kind}")
+    features = 1 << 20 if features is None else features
+    nnz = 20 if nnz is None else nnz
     if test_rows is None:
         test_rows = max(rows // 5, 1)
     for name, value in (("--rows", rows), ("--features", features), ("--nnz", nnz)):
@@ -60,8 +78,132 @@ def make_data(prefix: str, rows: int, features: int, nnz: int, seed: int,
     parent = os.path.dirname(os.path.abspath(prefix))
     os.makedirs(parent, exist_ok=True)
     out = {}
+    model = TABULAR[kind](seed) if kind != "ctr" else None
+    bias = _calibrated_bias(model, seed) if model else 0.0
     for name, first, count in (("test", rows, test_rows), ("train", 0, rows)):
         path = f"{prefix}.{name}.svm"
-        positives = write_svmlight(path, seed, first, count, nnz, features)
+        if kind == "ctr":
+            positives = write_svmlight(path, seed, first, count, nnz, features)
+        else:
+            positives = write_tabular(path, model, bias, seed, first, count)
         out[name] = {"path": path, "rows": count, "positive_rate": positives / max(count, 1)}
     return out
+
+
+# ---- census and dense: small tabular sets, generated with numpy ------------------------------
+
+CHUNK = 10000   # rows per independently seeded block, so any row range can be written alone
+
+# a9a's fields: age, workclass, fnlwgt, education, education-num, marital-status, occupation,
+# relationship, race, sex, capital-gain, capital-loss, hours-per-week, native-country.
+CENSUS_VALUES = (5, 8, 5, 16, 5, 7, 14, 6, 5, 2, 2, 2, 5, 41)
+CENSUS_FREQUENT = (0.3, 0.7, 0.3, 0.33, 0.35, 0.46, 0.13, 0.4, 0.85, 0.67, 0.92, 0.95, 0.47, 0.9)
+CENSUS_MISSING = (0, 0.05, 0, 0, 0, 0, 0.05, 0, 0, 0, 0, 0, 0, 0.02)
+# dense: each feature's typical size; odd ones are skewed (log-normal, >= 0), even ones signed.
+DENSE_SCALES = (0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 1.0, 2.0, 4.0, 6.0)
+
+
+def _sigmoid(m: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-m))
+
+
+class Census:
+    """One categorical value per field (some missing), drawn given two hidden factors;
+    label from a weight per value plus the first factor (which the features only reveal)."""
+    code, positive_rate = 1, 0.24
+
+    def __init__(self, seed: int):
+        rng = np.random.default_rng([seed, self.code, 0])
+        hidden = np.random.default_rng([seed, self.code, 1]).normal(size=(10000, 2))
+        self.fields = []
+        for values, frequent in zip(CENSUS_VALUES, CENSUS_FREQUENT):
+            rest = 1.0 / np.arange(1, values)
+            p = np.concatenate([[frequent], (1 - frequent) * rest / rest.sum()])
+            loadings = rng.normal(0, 0.8, (values, 2))
+            logits = np.log(p)
+            for _ in range(10):   # the factors flatten the frequencies: restore them
+                e = np.exp(logits + hidden @ loadings.T)
+                logits += np.log(p / (e / e.sum(axis=1, keepdims=True)).mean(axis=0))
+            self.fields.append((logits, loadings, rng.normal(0, 0.6, values)))
+
+    def rows(self, rng, n: int):
+        """(margins without the intercept, indptr, keys, values) of n rows."""
+        hidden = rng.normal(size=(n, 2))
+        margin = hidden[:, 0].copy()
+        keys, offset = [], 0
+        for (logp, loadings, weights), missing in zip(self.fields, CENSUS_MISSING):
+            value = np.argmax(logp + hidden @ loadings.T + rng.gumbel(size=(n, logp.shape[0])),
+                              axis=1)
+            present = rng.random(n) >= missing
+            margin += np.where(present, weights[value], 0.0)
+            keys.append(np.where(present, offset + value + 1, 0))
+            offset += logp.shape[0]
+        keys = np.stack(keys, axis=1)
+        present = keys > 0
+        indptr = np.concatenate([[0], np.cumsum(present.sum(axis=1))])
+        return margin, indptr, keys[present], np.ones(int(present.sum()))
+
+
+class Dense:
+    """Ten weakly correlated real-valued features of different magnitudes; the label depends
+    linearly on their standardized hidden values (so skewed features are not linear in it)."""
+    code, positive_rate = 2, 0.3
+
+    def __init__(self, seed: int):
+        rng = np.random.default_rng([seed, self.code, 0])
+        d = len(DENSE_SCALES)
+        self.loadings = rng.normal(0, 0.3, (d, 3))
+        self.weights = rng.normal(0, 0.6, d)
+
+    def rows(self, rng, n: int):
+        d = len(DENSE_SCALES)
+        u = rng.normal(size=(n, 3)) @ self.loadings.T + rng.normal(size=(n, d))
+        u /= np.sqrt((self.loadings ** 2).sum(axis=1) + 1.0)
+        scales = np.asarray(DENSE_SCALES)
+        x = np.where(np.arange(d) % 2 == 1, scales * np.exp(0.7 * u), scales * u)
+        indptr = np.arange(0, n * d + 1, d)
+        return u @ self.weights, indptr, np.tile(np.arange(1, d + 1), n), x.ravel()
+
+
+TABULAR = {"census": Census, "dense": Dense}
+
+
+def _calibrated_bias(model, seed: int) -> float:
+    """The intercept that gives the model's positive rate, by bisection on a pilot sample."""
+    margins = model.rows(np.random.default_rng([seed, model.code, 2]), 20000)[0]
+    lo, hi = -10.0, 10.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _sigmoid(mid + margins).mean() > model.positive_rate else (mid, hi)
+    return (lo + hi) / 2
+
+
+def _svmlight_lines(labels, indptr, keys, values) -> str:
+    text = []
+    for r in range(labels.shape[0]):
+        a, b = indptr[r], indptr[r + 1]
+        text.append(" ".join([str(int(labels[r]))] + [
+            f"{k}:{v:.5g}" for k, v in zip(keys[a:b].tolist(), values[a:b].tolist())]))
+    return "\n".join(text) + "\n"
+
+
+def write_tabular(path: str, model, bias: float, seed: int, first_row: int, n_rows: int) -> int:
+    """Rows [first_row, first_row + n_rows) of a census or dense set to `path`, atomically;
+    rows come in blocks of CHUNK, each seeded by (seed, kind, block). Returns positives."""
+    positives = 0
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        for block in range(first_row // CHUNK, -(-(first_row + n_rows) // CHUNK)):
+            rng = np.random.default_rng([seed, model.code, 3, block])
+            margins, indptr, keys, values = model.rows(rng, CHUNK)
+            labels = rng.random(CHUNK) < _sigmoid(bias + margins)
+            a = max(first_row - block * CHUNK, 0)
+            b = min(first_row + n_rows - block * CHUNK, CHUNK)
+            lo, hi = indptr[a], indptr[b]
+            f.write(_svmlight_lines(labels[a:b], indptr[a:b + 1] - lo, keys[lo:hi],
+                                    values[lo:hi]))
+            positives += int(labels[a:b].sum())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return positives
