@@ -5,7 +5,7 @@ import os
 import sys
 import traceback
 
-from .optimizer import DEFAULT_FTRL_BETA, LR_SCALE, NAMES
+from .optimizer import NAMES
 
 DESCRIPTION = """\
 mpips: parameter-server training on an MPI job. Launch `train` with mpiexec or
@@ -131,24 +131,27 @@ def _train_parser(sub):
                            "(repeatable)")
     opt = p.add_argument_group("model and optimizer")
     opt.add_argument("--epochs", type=int, default=1, help="passes over the data (default: 1)")
-    opt.add_argument("--batch-size", type=int, default=1000, metavar="B",
-                     help="rows per minibatch per worker; one pull and one push each "
-                          "(default: %(default)s)")
+    opt.add_argument("--batch-size", type=int, metavar="B",
+                     help="rows per minibatch per worker; one pull and one push each (default: "
+                          "about 1000 minibatches per epoch for the worker with the fewest rows, "
+                          "at most 1000 rows; a resumed run keeps its own)")
     opt.add_argument("--optimizer", choices=NAMES, default="adagrad",
                      help="server-side update rule (default: adagrad)")
     opt.add_argument("--lr", type=finite_float, metavar="RATE",
-                     help="learning rate; FTRL's alpha (default: SCALE / features per row, bias "
-                          "included, measured on the training data; SCALE is "
-                          + ", ".join(f"{v:g} for {k}" for k, v in LR_SCALE.items()) + ")")
+                     help="learning rate; FTRL's alpha (default: chosen from a sample of the "
+                          "training data. sgd: 1 / (2 L), L = (workers x top eigenvalue of "
+                          "X'X/n + mean |x|^2 / batch size) / 4, a bound on the curvature of "
+                          "one clock's updates; adagrad and ftrl: 2 / (features per row x "
+                          "median |value|); the job's log says what it chose)")
     opt.add_argument("--l2", type=finite_float, default=0.0,
                      help="L2 penalty: the objective is mean logloss + l2/2 * |w|^2, applied "
                           "to the keys each minibatch touches (default: 0)")
     opt.add_argument("--l1", type=finite_float, default=0.0,
                      help="L1 penalty (FTRL only; gives sparse models) (default: 0)")
-    opt.add_argument("--ftrl-beta", type=finite_float, default=DEFAULT_FTRL_BETA, metavar="BETA",
+    opt.add_argument("--ftrl-beta", type=finite_float, metavar="BETA",
                      help="FTRL's beta in the per-key rate alpha / (beta + sqrt(n)); workers push "
                           "mean minibatch gradients, so it is smaller than the paper's per-example "
-                          "1 (default: %(default)g)")
+                          "1 (default: 1 / batch size)")
     opt.add_argument("--no-bias", dest="bias", action="store_false",
                      help="no intercept (by default key 2^64-1 is an always-on bias feature)")
     p.set_defaults(run=_run_train)

@@ -18,7 +18,7 @@ class TrainConfig:
     test: str | None = None
     servers: int = 1
     epochs: int = 1
-    batch_size: int = 1000
+    batch_size: int | None = None   # None: chosen from the data (defaults.batch_size)
     optimizer: Optimizer = field(default_factory=Optimizer)
     bias: bool = True
     consistency: str = "bsp"
@@ -43,7 +43,8 @@ class TrainConfig:
     def check(self, n_ranks: int) -> None:
         """Raise ConfigError for anything wrong that every rank can see the same way."""
         check_servers(self.servers, n_ranks)
-        for flag, value in (("--epochs", self.epochs), ("--batch-size", self.batch_size)):
+        batch = 1 if self.batch_size is None else self.batch_size   # None: chosen later
+        for flag, value in (("--epochs", self.epochs), ("--batch-size", batch)):
             if value < 1:
                 raise ConfigError(f"{flag} must be at least 1, got {value}")
         if not 0 < self.timeout < float("inf"):
@@ -139,7 +140,7 @@ def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int,
                                   ("--optimizer", None, cfg.optimizer.name),
                                   ("--no-bias", "bias", cfg.bias)):
         then = saved["optimizer"]["name"] if field_name is None else saved[field_name]
-        if then != now:
+        if then != now and now is not None:   # a batch size not given: the checkpoint's
             raise ConfigError(f"{where} was written with {flag} {then}, this job has {now}")
     recorded = manifest.get("inputs", {}).get("train")
     if recorded is None or not compare_data:

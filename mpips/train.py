@@ -6,6 +6,7 @@ worker's clock. After the last epoch every worker scores its share of the test
 file with the final model, and rank 0 gathers the scores. With --resume, servers
 first load the checkpoint's keys they own and workers start where it says.
 """
+import json
 import logging
 import math
 import os
@@ -16,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, fingerprint, logreg, rundir, signals, summary
+from . import checkpoint, defaults, fingerprint, logreg, rundir, signals, summary
 from .bounded import wait_all
 from .client import KVWorker, tell_servers_to_save
 from .clocks import FINISHED, ClockTable
@@ -27,13 +28,12 @@ from .errors import (ConfigError, Diverged, InputError, Interrupted, MpipsError,
 from .log import say, setup
 from .files import keep_trying, write_hdf5
 from .model_io import save_shard
-from .optimizer import LR_SCALE
 from .placement import Placement
 from .progress import Progress
 from .roles import Roles, split
 from .checkpointing import Checkpoints
 from .server import Hooks, Server
-from .shards import features_per_row, open_shard
+from .shards import open_shard, sample_rows
 from .startup import agree, broadcast_text, compile_per_node, run_id
 from .store import KVStore
 from .warmup import CompileWatch
@@ -108,11 +108,20 @@ def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float
 
 
 def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float):
-    chosen_lr = cfg.optimizer.lr is None
-    if chosen_lr:   # rank 0 samples the data (not every rank), and all use its figure
-        sampled = repr(features_per_row(cfg.train)) if comm.rank == 0 else None
-        density = float(broadcast_text(comm, sampled, bound)) + cfg.bias
-        cfg = replace(cfg, optimizer=cfg.optimizer.with_default_lr(density))
+    # Rank 0 samples the data (not every rank) to choose what was not given, and to check
+    # what was; all use its choice.
+    chosen, workers = None, comm.size - cfg.servers
+    if comm.rank == 0:
+        sample = sample_rows(cfg.train, workers)
+        chosen = json.dumps(defaults.choose(
+            sample.rows, sample.per_part, sample.exact, workers=workers, bias=cfg.bias,
+            optimizer=cfg.optimizer.name, lr=cfg.optimizer.lr, batch=cfg.batch_size,
+            beta=cfg.optimizer.beta,
+            resumed_batch=resume[1]["config"]["batch_size"] if resume else None))
+    chosen = json.loads(broadcast_text(comm, chosen, bound))
+    cfg = replace(cfg, batch_size=chosen["batch_size"],
+                  optimizer=replace(cfg.optimizer, lr=chosen["lr"], beta=chosen["beta"],
+                                    eps=chosen["eps"]))
     roles = split(cfg.servers, comm)   # collective: nobody writes before the old run is gone
     placement = Placement(len(roles.servers))   # the one key placement every part uses
     setup(f"rank {comm.rank} ({roles.name})")
@@ -126,9 +135,10 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
                      "only when asked to stop")
             log.info("checkpoints %s, keeping the newest %d (as the run resumed, unless given "
                      "again)", every, cfg.keep_checkpoints)
-        if chosen_lr:
-            log.info("%s learning rate %.4g: %g / %.1f features per row (set --lr to change)",
-                     cfg.optimizer.name, cfg.optimizer.lr, LR_SCALE[cfg.optimizer.name], density)
+        for line in chosen["notes"]:
+            log.info("%s", line)
+        for line in chosen["warnings"]:
+            log.warning("%s", line)
         log.info("loading the numba kernels (compiled on the first run on a machine, ~20 s)")
     try:
         compile_s = compile_per_node(roles.comm, cfg.timeout)
