@@ -88,8 +88,8 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         if report.epoch < 0 or report.offset < -1 or report.examples < 0:
             raise ProtocolError(f"{op.name} reporting a negative figure (epoch {report.epoch}, "
                                 f"offset {report.offset}, examples {report.examples})")
-    if keys.shape[0]:
-        i, why = placement.first_misplaced(keys, server)
+    if keys.shape[0]:   # reads go to a key's primary, writes to every server holding it
+        i, why = placement.first_misplaced(keys, server, as_primary=op is Op.PULL)
         if i >= 0:
             raise ProtocolError(f"{op.name} of {keys.shape[0]} keys whose key #{i} "
                                 f"({int(keys[i])}) is {why}")

@@ -40,14 +40,17 @@ def sha256(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).view(np.uint8)).hexdigest()
 
 
-def write_shard(root: str, clock: int, server: int, store, attrs: dict) -> dict:
-    """Write one server's shard of checkpoint `clock`; returns its entry for the manifest."""
+def write_shard(root: str, clock: int, server: int, store, attrs: dict,
+                ranges: list | None = None) -> dict:
+    """Write one server's shard of checkpoint `clock` (the key `ranges` it is primary for);
+    returns its entry for the manifest."""
     keys, state = store.items()
     name = f"server-{server:04d}.h5"
     write_hdf5(os.path.join(clock_dir(root, clock), name), {"keys": keys, "state": state},
-                      {"clock": clock, "server": server, "width": store.width,
-                       "optimizer": store.optimizer.name, **attrs})
+               {"clock": clock, "server": server, "width": store.width,
+                "optimizer": store.optimizer.name, **attrs})
     return {"file": name, "server": server, "keys": int(keys.shape[0]),
+            "ranges": [server] if ranges is None else ranges,
             "sha256": {"keys": sha256(keys), "state": sha256(state)}}
 
 
@@ -123,17 +126,19 @@ def prune(root: str, keep: int, newest: str) -> None:
 
 
 def load_shards(directory: str, manifest: dict, store, placement, server: int) -> int:
-    """Put into `store` every key of the checkpoint that `placement` gives to `server`; returns
-    how many. Written by as many servers, the checkpoint holds them all in this server's own
-    file; otherwise (re-sharding) every file is read and filtered."""
-    same = manifest["servers"] == placement.n_servers
+    """Put into `store` every key of the checkpoint that `placement` gives to `server` (as
+    primary or backup); returns how many. Written with as many key ranges, the checkpoint
+    holds them in the files of the ranges this server holds; otherwise (re-sharding) every
+    file is read and filtered."""
+    same = manifest["servers"] == placement.n_ranges
+    held = placement.held_ranges(server)
     loaded = 0
     for shard in manifest["shards"]:
-        if same and shard["server"] != server:
+        if same and not any(held[r] for r in shard.get("ranges", [shard["server"]])):
             continue
         with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
             keys, state = f["keys"][:], f["state"][:]
-        mine = placement.owners(keys) == server
+        mine = placement.holds(keys, server)
         store.load(keys[mine], state[mine])
         loaded += int(mine.sum())
     return loaded
@@ -160,16 +165,22 @@ def describe(root: str, every: bool = False) -> tuple[str, bool]:
         any_valid = True
         m = read_manifest(directory)
         c = m["config"]
+        replicas = m["placement"].get("replicas", 1)
+        copies = f", each key on {replicas} servers (written once)" if replicas > 1 else ""
         lines.append(f"{name}  complete, checksums match  (written {m['written']}, run "
-                     f"{m['run_id']}, {m['servers']} server(s), {m['workers']} worker(s), "
-                     f"{m['consistency']})")
+                     f"{m['run_id']}, {m['servers']} server(s){copies}, {m['workers']} "
+                     f"worker(s), {m['consistency']})")
         for shard in m["shards"]:
             with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
                 weights = f["state"][:, :int(f.attrs["width"])]
             norm = float(np.linalg.norm(weights)) if weights.size else 0.0
             biggest = float(np.abs(weights).max()) if weights.size else 0.0
+            held = m["placement"].get("holders")
+            ranges = shard.get("ranges", [shard["server"]])
+            backups = sorted({s for r in ranges for s in held[r][1:]}) if held else []
+            copied = f", backed up on server(s) {backups}" if backups else ""
             lines.append(f"  server {shard['server']}: {shard['keys']:,} keys, weights L2 norm "
-                         f"{norm:.4g}, largest {biggest:.4g}  ({shard['file']})")
+                         f"{norm:.4g}, largest {biggest:.4g}{copied}  ({shard['file']})")
         for worker, p in sorted(m["positions"].items(), key=lambda kv: int(kv[0])):
             where = ("done" if p["epoch"] >= c["epochs"] else
                      f"epoch {p['epoch']}, next minibatch at "

@@ -73,6 +73,10 @@ def _train_parser(sub):
     job = p.add_argument_group("job layout")
     job.add_argument("--servers", type=int, default=1, metavar="N",
                      help="ranks that hold the model; the other ranks are workers (default: 1)")
+    job.add_argument("--replicas", type=int, default=1, metavar="R",
+                     help="keep every key on R servers: a primary, which answers reads, and R-1 "
+                          "backups on the next servers (other nodes first), which apply the "
+                          "same pushes (default: 1, no copies)")
     job.add_argument("--consistency", choices=["bsp", "ssp", "asp"], default="bsp",
                      help="when a worker may read: bsp, only once every worker has finished the "
                           "previous clock (default); ssp, while at most --staleness clocks ahead "
@@ -363,6 +367,7 @@ def _run_train(args) -> None:
         optimizer = Optimizer(name=args.optimizer, lr=args.lr,
                               l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
         cfg = TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
+                          replicas=args.replicas,
                           epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
                           bias=args.bias, consistency=args.consistency,
                           staleness=args.staleness, stragglers=tuple(args.straggler),

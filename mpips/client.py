@@ -135,6 +135,8 @@ class KVWorker:
         values = np.ascontiguousarray(values, np.float32).reshape(keys.shape[0], self.width)
         svalues = values if perm is None else values[perm]
         pending = _Pending(what=f"push #{self._ts} to be sent", requests=[])
+        if self._placement.replicas > 1:
+            self._push_to_backups(keys, values, pending)
         for s in range(len(self._servers)):
             a, b = offsets[s], offsets[s + 1]
             if a == b and not clock:
@@ -149,6 +151,18 @@ class KVWorker:
             self.clock += 1
         self._pending[self._ts] = pending
         return self._ts
+
+    def _push_to_backups(self, keys: np.ndarray, values: np.ndarray, pending: _Pending):
+        """Send each server the part of a push it keeps a backup copy of, keys and values,
+        ahead of its part as primary: every copy of a key sees the same pushes."""
+        ranges = self._placement.ranges_of(keys)
+        for s in range(len(self._servers)):
+            mine = np.flatnonzero(self._placement.backup_ranges(s)[ranges])
+            if mine.shape[0]:
+                req, buf = self._send(s, Op.PUSH, (keys[mine], values[mine]),
+                                      nkeys=mine.shape[0], width=self.width)
+                pending.requests.append(req)
+                pending.buffers.append(buf)
 
     def status(self, timeout: float | None = None) -> dict:
         """The first server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""

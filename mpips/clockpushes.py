@@ -1,23 +1,25 @@
-"""BSP's push buffer: the pushes that complete each clock are kept until every worker has
-completed that clock, then given out in clock and worker order. The model at each clock is
-then a consistent cut, and does not depend on the order in which the pushes arrived, so a
-run with a fixed seed is reproducible bit for bit."""
+"""BSP's push buffer: the pushes of each clock are kept until every worker has completed that
+clock, then given out in clock, worker and arrival order. The model at each clock is then a
+consistent cut, and does not depend on the order in which workers' pushes arrived, so a run
+with a fixed seed is reproducible bit for bit, and every replica of a key range, given the
+same pushes, holds the same bits."""
 
 
 class ClockPushes:
     def __init__(self, applied: int = 0):
-        self._pending = {}        # clock -> worker -> push
+        self._pending = {}        # clock -> worker -> [push, ...] in arrival order
         self.applied = applied    # every push of the clocks before this one has been given out
 
     def add(self, clock: int, worker: int, push) -> None:
-        self._pending.setdefault(clock, {})[worker] = push
+        self._pending.setdefault(clock, {}).setdefault(worker, []).append(push)
 
     def until(self, clock: int) -> list:
-        """The pushes of every clock before `clock` not given out yet, in clock then worker
-        order."""
+        """The pushes of every clock before `clock` not given out yet, in clock, worker, then
+        arrival order."""
         ready = []
         for c in sorted(c for c in self._pending if c < clock):
             pending = self._pending.pop(c)
-            ready += [pending[w] for w in sorted(pending)]
+            for w in sorted(pending):
+                ready += pending[w]
         self.applied = max(self.applied, clock)
         return ready

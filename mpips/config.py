@@ -17,6 +17,7 @@ class TrainConfig:
     out: str | None = None          # None: runs/<run id>
     test: str | None = None
     servers: int = 1
+    replicas: int = 1               # copies of each key, on as many servers
     epochs: int = 1
     batch_size: int | None = None   # None: chosen from the data (defaults.batch_size)
     optimizer: Optimizer = field(default_factory=Optimizer)
@@ -43,6 +44,9 @@ class TrainConfig:
     def check(self, n_ranks: int) -> None:
         """Raise ConfigError for anything wrong that every rank can see the same way."""
         check_servers(self.servers, n_ranks)
+        if not 1 <= self.replicas <= self.servers:
+            raise ConfigError(f"--replicas {self.replicas}: each key is kept on that many "
+                              f"servers, so it must be from 1 to --servers ({self.servers})")
         batch = 1 if self.batch_size is None else self.batch_size   # None: chosen later
         for flag, value in (("--epochs", self.epochs), ("--batch-size", batch)):
             if value < 1:

@@ -7,6 +7,7 @@ that share a role (servers with servers, workers with workers).
 """
 from dataclasses import dataclass
 
+import numpy as np
 from mpi4py import MPI
 
 from .errors import ConfigError
@@ -18,6 +19,7 @@ class Roles:
     group: MPI.Intracomm
     servers: tuple
     workers: tuple
+    nodes: tuple = ()   # for each rank of `comm`, a number shared by the ranks of its node
 
     @property
     def is_server(self) -> bool:
@@ -59,4 +61,18 @@ def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD) -> Roles:
     group = ps.Split(color=0 if is_server else 1, key=ps.rank)
     return Roles(comm=ps, group=group,
                  servers=tuple(range(n_servers)),
-                 workers=tuple(range(n_servers, ps.size)))
+                 workers=tuple(range(n_servers, ps.size)), nodes=node_numbers(ps))
+
+
+def node_numbers(comm: MPI.Intracomm) -> tuple:
+    """Collective: for each rank, the lowest rank on its node (so that backups can be put on
+    other nodes than their primaries)."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    try:
+        first = np.array([comm.rank], np.int64)
+        node.Bcast(first, root=0)
+    finally:
+        node.Free()
+    numbers = np.empty(comm.size, np.int64)
+    comm.Allgather(first, numbers)
+    return tuple(numbers.tolist())

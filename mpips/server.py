@@ -220,7 +220,7 @@ class Server:
     def _on_push(self, source: int, r, buf) -> None:
         worker = self.roles.worker_index(source)
         completes = bool(r.header.flags & protocol.CLOCK)
-        if completes and self.clocks.staleness == 0:
+        if self.clocks.staleness == 0:
             self.clock_pushes.add(int(self.clocks.done[worker]), worker,
                                   self._push_of(worker, r, copy=True))
         else:

@@ -19,6 +19,7 @@ log = logging.getLogger("mpips")
 RECORD = np.dtype([
     ("examples", "<i8"), ("train_loss", "<f8"), ("train_s", "<f8"), ("wait_s", "<f8"),
     ("bytes_sent", "<i8"), ("keys", "<i8"), ("table_bytes", "<i8"), ("bad_lines", "<i8"),
+    ("copies", "<i8"),        # servers: keys stored, as primary or backup
     ("pulls_held", "<i8"), ("max_gap", "<i8"), ("test_rows", "<i8"),
     ("compile_s", "<f8"), ("late_compiles", "<i8"), ("busy_s", "<f8"), ("peak_rss_mb", "<f8"),
     ("train_bytes", "<i8"),   # bytes sent until every worker had finished training
@@ -91,6 +92,7 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "compile_s": float(records["compile_s"].max()),
         "late_compiles": int(records["late_compiles"].sum()),
         "keys_stored": keys,
+        "key_copies_stored": int(servers["copies"].sum()),
         "server_bytes": int(servers["table_bytes"].sum()),
         "server_bytes_per_key": float(servers["table_bytes"].sum()) / keys if keys else None,
         "bytes_sent": bytes_sent,   # all parameter-server traffic, scoring the test file included

@@ -29,6 +29,7 @@ from .log import say, setup
 from .files import keep_trying, write_hdf5
 from .model_io import save_shard
 from .placement import Placement
+from .replicas import PrimaryKeys
 from .progress import Progress
 from .roles import Roles, split
 from .checkpointing import Checkpoints
@@ -123,7 +124,8 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
                   optimizer=replace(cfg.optimizer, lr=chosen["lr"], beta=chosen["beta"],
                                     eps=chosen["eps"]))
     roles = split(cfg.servers, comm)   # collective: nobody writes before the old run is gone
-    placement = Placement(len(roles.servers))   # the one key placement every part uses
+    # The one key placement every part uses.
+    placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)])
     setup(f"rank {comm.rank} ({roles.name})")
     if comm.rank == 0:
         log.info("run %s: %d server(s), %d worker(s), writing to %s", name, len(roles.servers),
@@ -216,7 +218,9 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, store,
     def write_shard(clock: int) -> dict:
         start = time.monotonic()
         try:
-            entry = checkpoint.write_shard(root, clock, roles.index, store, {"run_id": name})
+            entry = checkpoint.write_shard(root, clock, roles.index, store, {"run_id": name},
+                                           ranges=np.flatnonzero(
+                                               placement.primary_ranges(roles.index)).tolist())
         except SaveError as e:
             log.error("checkpoint at clock %d: %s", clock, e)
             return {"server": roles.index, "error": str(e)}
@@ -230,8 +234,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, store,
                 root, clock, shards, run_id=name, config=cfg.as_dict(),
                 servers=len(roles.servers), workers=len(roles.workers),
                 consistency=cfg.consistency, inputs=inputs,
-                placement={"hash": "splitmix64 of key ^ salt, ranges of the hash",
-                           "bounds": [str(b) for b in placement.bounds]},
+                placement=placement.describe(),
                 positions={str(w): p for w, p in sorted(positions.items())},
                 worker_random_state=None,   # workers draw no random numbers (file order)
                 written=time.strftime("%Y-%m-%d %H:%M:%S"))
@@ -246,6 +249,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, store,
 
 def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement):
     store = KVStore(width=1, optimizer=cfg.optimizer)
+    own = PrimaryKeys(store, placement, roles.index)   # what this server writes
     clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
     positions = _positions(resume)
     for worker, p in positions.items():
@@ -275,7 +279,7 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placeme
         label = "final" if final else f"{len(taken) - 1:04d}"
         try:
             save_shard(os.path.join(cfg.out, "snapshots", label), roles.index,
-                       len(roles.servers), store,
+                       len(roles.servers), own,
                        {**attrs, "complete": True, "elapsed_s": taken[-1],
                         "slowest_clock": -1 if slowest == FINISHED else slowest},
                        weights_only=True)
@@ -288,19 +292,19 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placeme
         """After an error: one attempt (other ranks wait for this one's word)."""
         reasons.append(reason)   # the first reason stays first: later ones are often echoes
         try:
-            path = save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
+            path = save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
                               {**attrs, "complete": False, "note": "; then ".join(reasons)})
         except SaveError as e:
-            log.error("could not save the %d keys trained so far: %s%s", len(store), e,
+            log.error("could not save the %d keys trained so far: %s%s", len(own), e,
                       _checkpoints_hint(cfg))
             return
-        log.error("saved the %d keys trained so far to %s", len(store), path)
+        log.error("saved the %d keys trained so far to %s", len(own), path)
 
     def another_rank_failed(reason: str) -> None:
         log.error("stopping: %s", reason)
         save_partial(reason)
 
-    hooks = Hooks(**_checkpoint_writers(cfg, roles, name, store, placement),
+    hooks = Hooks(**_checkpoint_writers(cfg, roles, name, own, placement),
                   snapshot=snapshot if cfg.snapshot_every else None,
                   snapshot_every=cfg.snapshot_every or 0.0, failed=another_rank_failed,
                   stop_requested=signals.stop_requested)
@@ -331,10 +335,10 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placeme
     else:
         saved = {**attrs, "complete": True}
     try:
-        keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), store,
+        keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
                                        saved), cfg.disk_wait, "the trained model")
     except SaveError as e:
-        raise SaveError(f"the model of server {roles.index} ({len(store):,} keys) could not be "
+        raise SaveError(f"the model of server {roles.index} ({len(own):,} keys) could not be "
                         f"saved: {e}{_checkpoints_hint(cfg)}") from None
     if cfg.record_pulls:
         pulls = server.pull_records()
@@ -348,7 +352,8 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placeme
     r = summary.new_record()
     r["train_s"] = train_s
     r["bytes_sent"] = stats.bytes_sent
-    r["keys"] = len(store)
+    r["keys"] = len(own)
+    r["copies"] = len(store)   # with backups' keys
     r["table_bytes"] = store.nbytes
     r["pulls_held"] = stats.pulls_held
     r["max_gap"] = clocks.max_gap

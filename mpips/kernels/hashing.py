@@ -1,4 +1,4 @@
-"""64-bit mixing and key-to-server grouping. Pure numba, no MPI."""
+"""64-bit mixing and key-to-range grouping. Pure numba, no MPI."""
 import numpy as np
 from numba import njit
 
@@ -17,25 +17,29 @@ def mix64(x):
     return x ^ (x >> _S31)
 
 
-@njit(cache=True, nogil=True)
-def owners(keys, bounds, salt):
-    """Server index of each key: the range of `bounds` holding mix64(key ^ salt).
+@njit(cache=True, nogil=True, inline="always")
+def _range_of(h, bounds):
+    """The last r with bounds[r] <= h (binary search; bounds[0] is 0)."""
+    lo, hi = 0, bounds.shape[0]
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if bounds[mid] <= h:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
-    `bounds` is sorted uint64 of length n_servers; server s owns hashes in
-    [bounds[s], bounds[s+1]) and the last one owns up to 2^64-1.
+
+@njit(cache=True, nogil=True)
+def ranges_of(keys, bounds, salt):
+    """Range index of each key: the range of `bounds` holding mix64(key ^ salt).
+
+    `bounds` is sorted uint64 of length n_ranges; range r holds hashes in
+    [bounds[r], bounds[r+1]) and the last one up to 2^64-1.
     """
     out = np.empty(keys.shape[0], np.int32)
-    nb = bounds.shape[0]
     for i in range(keys.shape[0]):
-        h = mix64(keys[i] ^ salt)
-        lo, hi = 0, nb
-        while hi - lo > 1:
-            mid = (lo + hi) >> 1
-            if bounds[mid] <= h:
-                lo = mid
-            else:
-                hi = mid
-        out[i] = lo
+        out[i] = _range_of(mix64(keys[i] ^ salt), bounds)
     return out
 
 
@@ -66,15 +70,13 @@ def is_sorted_unique(keys):
 
 
 @njit(cache=True, nogil=True)
-def first_misplaced(keys, bounds, salt, owner):
+def first_misplaced(keys, bounds, salt, allowed):
     """(index, why) of the first key that does not follow the one before in strictly
-    increasing order (why 1), or that server `owner` does not own (why 2); (-1, 0) if none."""
-    nb = bounds.shape[0]
-    lo = bounds[owner]
+    increasing order (why 1), or whose range r (of `bounds`) has allowed[r] false (why 2);
+    (-1, 0) if none."""
     for i in range(keys.shape[0]):
         if i > 0 and keys[i] <= keys[i - 1]:
             return i, 1
-        h = mix64(keys[i] ^ salt)
-        if h < lo or (owner + 1 < nb and h >= bounds[owner + 1]):
+        if not allowed[_range_of(mix64(keys[i] ^ salt), bounds)]:
             return i, 2
     return -1, 0

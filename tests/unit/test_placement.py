@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mpips.placement import Placement
+from mpips.placement import Placement, ring_holders
 
 
 @pytest.mark.parametrize("n_servers", [2, 3, 4, 7])
@@ -37,3 +37,39 @@ def test_one_server_needs_no_permutation():
     keys = np.arange(10, dtype=np.uint64)
     perm, offsets = Placement(1).split(keys)
     assert perm is None and offsets.tolist() == [0, 10]
+
+
+def test_ring_puts_backups_on_the_next_servers_of_other_nodes_first():
+    assert ring_holders(4, 2) == ((0, 1), (1, 2), (2, 3), (3, 0))
+    assert ring_holders(3, 3) == ((0, 1, 2), (1, 2, 0), (2, 0, 1))
+    # Servers 0,1 on one node and 2,3 on another: every range has a copy on each node.
+    assert ring_holders(4, 2, nodes=[0, 0, 1, 1]) == ((0, 2), (1, 2), (2, 0), (3, 0))
+    # Too few nodes for distinct ones: the next servers on the ring.
+    assert ring_holders(3, 3, nodes=[5, 5, 5]) == ((0, 1, 2), (1, 2, 0), (2, 0, 1))
+    with pytest.raises(ValueError, match="at least as many servers"):
+        Placement(2, replicas=3)
+
+
+def test_without_a_server_its_backups_become_primaries():
+    keys = np.unique(np.random.default_rng(2).integers(0, 2**63, 4000, dtype=np.uint64))
+    before = Placement(4, replicas=2)
+    after = before.without({1})
+    assert after.version == before.version + 1 and after.lost == ()
+    moved = before.owners(keys) == 1
+    assert (after.owners(keys)[moved] == 2).all(), "range 1's backup is server 2"
+    assert (after.owners(keys)[~moved] == before.owners(keys)[~moved]).all()
+    assert after.without({2}).lost == (1,), "range 1 had copies on servers 1 and 2 only"
+    assert Placement(2).without({0}).lost == (0,)
+
+
+def test_reads_go_to_the_primary_writes_to_any_holder():
+    keys = np.unique(np.random.default_rng(3).integers(0, 2**63, 2000, dtype=np.uint64))
+    p = Placement(3, replicas=2)
+    of_range_0 = keys[p.ranges_of(keys) == 0]
+    assert p.first_misplaced(of_range_0, 0) == (-1, "")
+    assert p.first_misplaced(of_range_0, 1) == (0, "held by another server")   # backup
+    assert p.first_misplaced(of_range_0, 1, as_primary=False) == (-1, "")
+    assert p.first_misplaced(of_range_0, 2, as_primary=False) == (0, "held by another server")
+    assert p.first_misplaced(of_range_0[::-1], 0)[1] == "not in strictly increasing order"
+    assert p.holds(keys, 1).sum() == (p.ranges_of(keys) <= 1).sum()
+    assert (p.backup_ranges(1) == [True, False, False]).all()

@@ -1,0 +1,33 @@
+"""A server's store holds every key range the placement gives it, as primary or as backup.
+What it writes (checkpoints, the model, snapshots) is only what it is primary for, so that
+each key is written once whatever the number of copies."""
+import numpy as np
+
+
+class PrimaryKeys:
+    """The keys of `store` that `server` is primary for, read as the writers read a store."""
+
+    def __init__(self, store, placement, server: int):
+        self.store = store
+        self.placement = placement   # replaced when the job's placement changes
+        self.server = server
+
+    @property
+    def width(self) -> int:
+        return self.store.width
+
+    @property
+    def optimizer(self):
+        return self.store.optimizer
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        keys, state = self.store.items()
+        if self.placement.replicas == 1:   # a server then holds nothing but its own keys
+            return keys, state
+        mine = self.placement.owners(keys) == self.server
+        return keys[mine], state[mine]
+
+    def __len__(self) -> int:
+        if self.placement.replicas == 1:
+            return len(self.store)
+        return int((self.placement.owners(self.store.items()[0]) == self.server).sum())

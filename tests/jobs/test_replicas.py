@@ -1,0 +1,90 @@
+"""--replicas: every key on R servers. Under BSP the copies change nothing of the model: it is
+bit for bit that of a run without copies; checkpoints and models hold each key once."""
+import os
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+from conftest import read_summary, run_job, run_mpips
+from watch import complete_checkpoints
+
+from mpips.checkpoint import read_manifest
+from mpips.model_io import load_model
+from mpips.placement import Placement
+
+TRAIN = ("--epochs", 3, "--batch-size", 200, "--checkpoint-every", 40)
+
+
+def train(n_ranks, data, run, servers, replicas, *more):
+    job = run_job(n_ranks, "train", "--train", data[0], "--test", data[1], "--servers", servers,
+                  "--replicas", replicas, "--out", run, *TRAIN, *more)
+    assert job.returncode == 0, job.output
+    return job
+
+
+@pytest.fixture(scope="module")
+def single(small_data, tmp_path_factory):
+    """2 servers + 2 workers, one copy of each key."""
+    run = tmp_path_factory.mktemp("single") / "run"
+    train(4, small_data, run, 2, 1)
+    return run
+
+
+@pytest.fixture(scope="module")
+def replicated(small_data, tmp_path_factory):
+    """3 servers + 2 workers, each key on 2 of them."""
+    run = tmp_path_factory.mktemp("replicated") / "run"
+    train(5, small_data, run, 3, 2)
+    return run
+
+
+def same_model(a, b) -> None:
+    ours, theirs = load_model(a / "model"), load_model(b / "model")
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])   # bit for bit
+
+
+def test_copies_leave_the_model_bitwise_unchanged(single, replicated):
+    same_model(replicated, single)
+    s = read_summary(replicated)
+    assert s["keys_stored"] == read_summary(single)["keys_stored"]
+    assert s["key_copies_stored"] == 2 * s["keys_stored"]
+    assert s["config"]["replicas"] == 2
+    primary = Placement(3, replicas=2)
+    for server in range(3):   # each server wrote the keys it answers reads for, no others
+        with h5py.File(replicated / "model" / f"server-{server:04d}.h5") as f:
+            assert (primary.owners(f["keys"][:]) == server).all()
+
+
+def test_checkpoints_hold_each_key_once_and_say_where_the_copies_are(replicated):
+    newest = os.path.dirname(complete_checkpoints(replicated / "checkpoints")[-1])
+    manifest = read_manifest(newest)
+    assert sum(s["keys"] for s in manifest["shards"]) == read_summary(replicated)["keys_stored"]
+    assert manifest["placement"]["replicas"] == 2
+    report = run_mpips("inspect", replicated / "checkpoints")
+    assert report.returncode == 0, report.output
+    assert "3 server(s), each key on 2 servers (written once)" in report.output
+    assert "server 0: " in report.output and "backed up on server(s) [1]" in report.output
+
+
+@pytest.mark.parametrize("servers,replicas", [(2, 2), (3, 3), (2, 1)])
+def test_a_replicated_checkpoint_resumes_on_any_layout(small_data, single, replicated, tmp_path,
+                                                       servers, replicas):
+    mid = os.path.dirname(complete_checkpoints(replicated / "checkpoints")[0])
+    assert read_manifest(mid)["positions"]["0"]["epoch"] < 3, "a checkpoint from mid-run"
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(mid, ckpt / os.path.basename(mid))
+    run = tmp_path / "run"
+    job = train(servers + 2, small_data, run, servers, replicas, "--resume", ckpt)
+    assert f"resumed from checkpoint clock {read_manifest(mid)['clock']}" in job.output
+    same_model(run, single)
+
+
+def test_more_replicas_than_servers_is_refused(small_data, tmp_path):
+    job = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--replicas", 3,
+                  "--out", tmp_path / "run")
+    assert job.returncode == 2, job.output
+    assert "--replicas 3: each key is kept on that many servers, so it must be from 1 to " \
+           "--servers (2)" in job.output
+    assert "Traceback" not in job.output
