@@ -93,3 +93,21 @@ def test_a_frozen_server_fails_the_job_within_the_bound_naming_it(small_data, tm
         ended = job.finish(timeout=60)
     assert ended.returncode != 0
     assert "no reply yet from server rank(s) [1]" in ended.output
+
+
+def test_a_killed_server_with_copies_but_no_ulfm_falls_back_to_its_checkpoint(
+        small_data, uninterrupted, tmp_path):
+    """Copies alone do not keep a job alive: without ULFM a dead rank ends the launch, and the
+    resume (with copies) still ends on the uninterrupted model, bit for bit."""
+    run = tmp_path / "run"
+    job = launch(small_data, run, "--replicas", 2)
+    job.wait_for("checkpoint at clock")
+    os.kill(pid_of_rank(run, 1), signal.SIGKILL)
+    ended = job.finish(timeout=120)
+    assert ended.returncode != 0
+    resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+                      "--replicas", 2, "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])

@@ -55,7 +55,7 @@ FORGED = [
     ("infinite gradient", lambda: push(K, np.full((8, 1), np.inf, np.float32)), WORKER,
      "not finite"),
     ("keys of another server", lambda: pull(own_keys(8, server=1)), WORKER,
-     "owned by another server"),
+     "held by another server"),
     ("keys out of order", lambda: pull(K[::-1].copy()), WORKER,
      "not in strictly increasing order"),
     ("repeated key", lambda: pull(np.repeat(K[:4], 2)), WORKER,
@@ -119,3 +119,29 @@ def test_a_server_may_send_what_the_protocol_gives_it():
     assert check(saved, TO_LEAD).op is Op.SHARD_SAVED
     assert check(protocol.pack(Header(Op.STOP)), TO_LEAD).op is Op.STOP
     assert HEADER_BYTES == 48
+
+
+REPLICATED = Placement(3, replicas=2)   # range r on servers r and r+1
+
+
+def range_keys(r: int, n: int = 8) -> np.ndarray:
+    keys = np.arange(1, 40 * n, dtype=np.uint64)
+    return keys[REPLICATED.ranges_of(keys) == r][:n]
+
+
+@pytest.mark.parametrize("buf, says", [
+    (pull(range_keys(0)), "held by another server"),              # server 1 only backs it up
+    (push(range_keys(2), G), "held by another server"),           # servers 2 and 0 hold it
+    (pull(range_keys(1)[::-1].copy()), "not in strictly increasing order"),
+], ids=["read from a backup", "write to a server without a copy", "keys out of order"])
+def test_a_backup_refuses_reads_and_keys_it_does_not_hold(buf, says):
+    with pytest.raises(ProtocolError, match=says):
+        admit(buf, "worker 0 (rank 3)", True, to_lead=False, from_lead=False, width=1,
+              placement=REPLICATED, server=1)
+
+
+def test_a_backup_takes_writes_of_the_ranges_it_copies():
+    for keys in (range_keys(0), range_keys(1)):
+        request = admit(push(keys, G), "worker 0 (rank 3)", True, to_lead=False,
+                        from_lead=False, width=1, placement=REPLICATED, server=1)
+        assert (request.keys == keys).all()

@@ -18,6 +18,10 @@ REFUSED = [
     (("--disk-wait", "-1"), "--disk-wait must be a number of seconds >= 0, got -1.0"),
     (("--allow-changed-data",), "--allow-changed-data applies to --resume only"),
     (("--lr", "-0.1"), "--lr must be positive, got -0.1"),
+    (("--replicas", "0"), "--replicas 0: each key is kept on that many servers, so it must be "
+                          "from 1 to --servers (1)"),
+    (("--servers", "2", "--replicas", "3"), "--replicas 3: each key is kept on that many "
+                                            "servers, so it must be from 1 to --servers (2)"),
 ]
 
 

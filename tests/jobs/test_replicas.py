@@ -80,11 +80,3 @@ def test_a_replicated_checkpoint_resumes_on_any_layout(small_data, single, repli
     assert f"resumed from checkpoint clock {read_manifest(mid)['clock']}" in job.output
     same_model(run, single)
 
-
-def test_more_replicas_than_servers_is_refused(small_data, tmp_path):
-    job = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--replicas", 3,
-                  "--out", tmp_path / "run")
-    assert job.returncode == 2, job.output
-    assert "--replicas 3: each key is kept on that many servers, so it must be from 1 to " \
-           "--servers (2)" in job.output
-    assert "Traceback" not in job.output
