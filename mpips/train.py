@@ -127,6 +127,8 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     # The one key placement every part uses.
     placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)])
     setup(f"rank {comm.rank} ({roles.name})")
+    from .faulttolerance import announce
+    announce(comm, bound)   # collective: rank 0 logs whether hot failover can work, and why
     if comm.rank == 0:
         log.info("run %s: %d server(s), %d worker(s), writing to %s", name, len(roles.servers),
                  len(roles.workers), cfg.out)

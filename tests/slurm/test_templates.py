@@ -35,6 +35,15 @@ def test_single_node_template(slurm, small_data, tmp_path):
     assert "launcher mpiexec" in out and summary(run)["workers"] == 2
 
 
+def test_ft_knob_launches_with_ulfm(slurm, small_data, tmp_path):
+    run = tmp_path / "run"
+    job = slurm.submit("train.sbatch", "--ntasks=3", TRAIN=small_data[0], TEST=small_data[1],
+                       RUN_DIR=run, SERVERS=1, FT=1)
+    out = finished_with_a_model(slurm, job, run)
+    assert "launcher mpiexec with ULFM (FT=1)" in out
+    assert "hot failover is on: Open MPI" in out, out
+
+
 def test_multinode_template_spreading_servers(slurm, small_data, tmp_path):
     run = tmp_path / "run"
     job = slurm.submit("multinode.sbatch", "--nodes=2", "--ntasks-per-node=2",

@@ -1,0 +1,61 @@
+"""At start, rank 0 says whether hot failover can work in this launch, and if not, why."""
+import subprocess
+import sys
+
+import pytest
+from conftest import Job, finish, mpiexec_path, read_summary, run_mpips
+
+ULFM = ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
+        "--mca", "mpi_ft_detector_period", "0.2", "--mca", "mpi_ft_detector_timeout", "1"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    prefix = tmp_path_factory.mktemp("tiny") / "t"
+    job = run_mpips("make-data", "--rows", 3000, "--test-rows", 500, "--features", 500,
+                    "--nnz", 5, "--seed", 1, prefix)
+    assert job.returncode == 0, job.output
+    return f"{prefix}.train.svm", f"{prefix}.test.svm"
+
+
+def train(flags, data, out) -> Job:
+    cmd = [mpiexec_path(), *flags, "-n", "3", sys.executable, "-m", "mpips", "train",
+           "--servers", "1", "--train", data[0], "--test", data[1], "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    return finish(proc, timeout=120)
+
+
+def ft_lines(job: Job) -> list:
+    return [line for line in job.stderr.splitlines() if "hot failover is" in line]
+
+
+def test_plain_launch_says_off_and_how_to_turn_it_on(tiny, tmp_path):
+    job = train([], tiny, tmp_path / "run")
+    assert job.returncode == 0, job.output
+    lines = ft_lines(job)
+    assert len(lines) == 1 and "mpips rank 0 (server 0): INFO" in lines[0], job.stderr
+    assert lines[0].endswith("hot failover is off: launched without ULFM (use `make run FT=1`, "
+                             "FT=1 in the Slurm templates, or mpiexec --with-ft ulfm --mca "
+                             "mpi_ft_detector true --mca mpi_ft_detector_period 0.2 --mca "
+                             "mpi_ft_detector_timeout 1)")
+    assert read_summary(tmp_path / "run")["train_examples"] == 3000
+
+
+def test_ulfm_launch_says_on(tiny, tmp_path):
+    job = train(ULFM, tiny, tmp_path / "run")
+    assert job.returncode == 0, job.output
+    lines = ft_lines(job)
+    assert len(lines) == 1 and "mpips rank 0 (server 0): INFO" in lines[0], job.stderr
+    assert "hot failover is on: Open MPI 5." in lines[0]
+    assert lines[0].endswith("with ULFM and its failure detector (a rank silent for 1 s counts "
+                             "as failed)")
+    assert read_summary(tmp_path / "run")["train_examples"] == 3000
+
+
+def test_ulfm_without_the_detector_says_off_and_why(tiny, tmp_path):
+    job = train(["--with-ft", "ulfm"], tiny, tmp_path / "run")
+    assert job.returncode == 0, job.output
+    lines = ft_lines(job)
+    assert len(lines) == 1, job.stderr
+    assert "hot failover is off: launched with ULFM but without its failure detector" in lines[0]
