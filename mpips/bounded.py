@@ -64,3 +64,16 @@ def wait_all(requests: Sequence[MPI.Request], timeout: float, what: Callable[[],
                               f"for {what()}")
         backoff.idle()
     return time.monotonic() - start
+
+
+def wait_until(done: Callable[[], bool], timeout: float, what: Callable[[], str]) -> float:
+    """Poll done() with backoff until it is true, or raise WaitTimeout naming `what()`.
+    Returns seconds waited."""
+    start = time.monotonic()
+    backoff = Backoff()
+    while not done():
+        now = time.monotonic()
+        if now - start > timeout:
+            raise WaitTimeout(f"waited {now - start:.0f} s (--timeout {timeout:g}) for {what()}")
+        backoff.idle()
+    return time.monotonic() - start

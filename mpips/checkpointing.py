@@ -22,6 +22,7 @@ class Checkpoints:
                  positions: dict | None = None):
         self.every, self.seconds = every, seconds
         self.lead, self.n_servers, self.bsp = lead, n_servers, bsp
+        self.living = set(range(n_servers))   # the servers whose files a checkpoint needs
         # Where each worker's next minibatch starts, from its latest clock push; under BSP
         # also by the clock it had reached, for checkpoints of earlier clocks.
         self.positions = dict(positions or {})
@@ -91,10 +92,22 @@ class Checkpoints:
         state["shards"].append(entry)
         if positions is not None:
             state["positions"] = positions
-        if len(state["shards"]) < self.n_servers or state["positions"] is None:
+        return self._ready(clock)
+
+    def _ready(self, clock: int):
+        state = self._entries[clock]
+        if (not self.living <= {e["server"] for e in state["shards"]}
+                or state["positions"] is None):
             return None
         del self._entries[clock]
         return state["shards"], state["positions"]
+
+    def servers_lost(self, servers) -> list:
+        """Server 0: `servers` died; checkpoints no longer wait for their files. Returns
+        (clock, entries, positions) of those that are now complete."""
+        self.living -= set(servers)
+        ready = [(clock, self._ready(clock)) for clock in sorted(self._entries)]
+        return [(clock, *r) for clock, r in ready if r is not None]
 
     def outcome(self, clock: int, failures: list) -> None:
         """Server 0: checkpoint `clock` was written (no failures) or not; several failed in a
@@ -115,6 +128,6 @@ class Checkpoints:
 
     def incomplete(self) -> list:
         """Server 0, at the end: (clock, servers missing) of checkpoints never completed."""
-        return [(clock, sorted(set(range(self.n_servers))
+        return [(clock, sorted(self.living
                                - {e["server"] for e in self._entries[clock]["shards"]}))
                 for clock in sorted(self._entries)]

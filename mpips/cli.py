@@ -1,5 +1,6 @@
 """Command line: `python -m mpips {train,make-data} ...`."""
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -356,6 +357,8 @@ def _run_train(args) -> None:
     from . import signals
     from .config import TrainConfig
     from .errors import ConfigError, Interrupted, MpipsError
+    from .failover import CannotFailOver, KeepAlive
+    from .faulttolerance import local_verdict
     from .log import setup
     from .optimizer import Optimizer
     from .train import JobStopped, train
@@ -363,46 +366,54 @@ def _run_train(args) -> None:
     world = MPI.COMM_WORLD
     log = setup(f"rank {world.rank}")
     signals.install()
-    try:
-        optimizer = Optimizer(name=args.optimizer, lr=args.lr,
-                              l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
-        cfg = TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
-                          replicas=args.replicas,
-                          epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
-                          bias=args.bias, consistency=args.consistency,
-                          staleness=args.staleness, stragglers=tuple(args.straggler),
-                          record_pulls=args.record_pulls, snapshot_every=args.snapshot_every,
-                          skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
-                          checkpoint_dir=args.checkpoint_dir,
-                          checkpoint_every=args.checkpoint_every[0],
-                          checkpoint_seconds=args.checkpoint_every[1],
-                          keep_checkpoints=args.keep_checkpoints, resume=args.resume,
-                          allow_changed_data=args.allow_changed_data, timeout=args.timeout,
-                          disk_wait=args.disk_wait, log_every=args.log_every)
-        train(cfg, world)
-    except ConfigError as e:
-        # Every rank raises the same error before any work starts: exit together, print once.
-        exit_together(2, f"mpips train: error: {e}"
-                      if getattr(e, "reported", world.rank == 0) else None)
-    except JobStopped as e:
-        if not getattr(e, "reported", False):
-            log.info("%s", e)
-        sys.exit(signals.RESUMABLE)
-    except Interrupted as e:
-        # A second signal: leave at once, without MPI_Abort (which could kill a server while
-        # it saves its shard) and without MPI_Finalize (which waits for the other ranks).
-        if not getattr(e, "reported", False):
-            log.error("%s", e)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(e.exit_status)
-    except Exception as e:
-        if not getattr(e, "reported", False):
-            log.error("%s", e if isinstance(e, MpipsError) else traceback.format_exc())
-        log.error("stopping the whole job (MPI_Abort)")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        world.Abort(1)
+    # Under ULFM a rank busy without MPI calls would count as dead: keep it heard.
+    with KeepAlive() if local_verdict().on else contextlib.nullcontext():
+        try:
+            optimizer = Optimizer(name=args.optimizer, lr=args.lr,
+                                  l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
+            cfg = TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
+                              replicas=args.replicas,
+                              epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
+                              bias=args.bias, consistency=args.consistency,
+                              staleness=args.staleness, stragglers=tuple(args.straggler),
+                              record_pulls=args.record_pulls, snapshot_every=args.snapshot_every,
+                              skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
+                              checkpoint_dir=args.checkpoint_dir,
+                              checkpoint_every=args.checkpoint_every[0],
+                              checkpoint_seconds=args.checkpoint_every[1],
+                              keep_checkpoints=args.keep_checkpoints, resume=args.resume,
+                              allow_changed_data=args.allow_changed_data, timeout=args.timeout,
+                              disk_wait=args.disk_wait, log_every=args.log_every)
+            train(cfg, world)
+        except ConfigError as e:
+            # Every rank raises the same error before any work starts: exit together, print once.
+            exit_together(2, f"mpips train: error: {e}"
+                          if getattr(e, "reported", world.rank == 0) else None)
+        except JobStopped as e:
+            if not getattr(e, "reported", False):
+                log.info("%s", e)
+            sys.exit(signals.RESUMABLE)
+        except CannotFailOver as e:
+            log.error("%s: the job stops; continue from its last checkpoint with --resume "
+                      "(exit %d, which the requeue template resumes)", e, e.exit_status)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            world.Abort(e.exit_status)
+        except Interrupted as e:
+            # A second signal: leave at once, without MPI_Abort (which could kill a server while
+            # it saves its shard) and without MPI_Finalize (which waits for the other ranks).
+            if not getattr(e, "reported", False):
+                log.error("%s", e)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.exit_status)
+        except Exception as e:
+            if not getattr(e, "reported", False):
+                log.error("%s", e if isinstance(e, MpipsError) else traceback.format_exc())
+            log.error("stopping the whole job (MPI_Abort)")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            world.Abort(1)
 
 
 def _inspect_parser(sub):

@@ -12,6 +12,7 @@ a pull until the clocks allow it. Pushing the very array of keys passed to one
 of the last two pulls (once waited for) sends only the values: the servers reuse
 that pull's keys, so do not change a key array between its pull and its push.
 """
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -19,33 +20,59 @@ import numpy as np
 from mpi4py import MPI
 
 from . import protocol
-from .bounded import wait_all
+from .bounded import wait_all, wait_until
 from .errors import Stopped, WaitTimeout
+from .failover import CannotFailOver, dead_ranks, is_failure
 from .kernels.hashing import is_sorted_unique
 from .placement import Placement
 from .protocol import Op
 
 
 @dataclass
+class _Send:
+    request: MPI.Request
+    buffer: np.ndarray
+    server: int                   # index of the server it goes to
+    done: bool = False
+
+
+@dataclass
+class _Reply:
+    request: MPI.Request
+    server: int                   # index of the server that answers
+    into: np.ndarray              # the receive buffer
+    rows: object                  # the rows of the pull's output it answers (slice or indices)
+    copy: bool = False            # whether `into` is a buffer of its own, copied out after
+    done: bool = False
+    status: MPI.Status = field(default_factory=MPI.Status)
+
+
+@dataclass
 class _Pending:
     what: str
-    requests: list          # sends, then (for a pull) the receives of the replies
-    buffers: list = field(default_factory=list)
+    sends: list = field(default_factory=list)     # _Send
+    replies: list = field(default_factory=list)   # _Reply of a pull
     out: np.ndarray | None = None
     perm: np.ndarray | None = None
-    replies: int = 0        # how many of `requests`, at the end, are receives
-    repliers: list = field(default_factory=list)   # the server rank of each reply
+    keys: np.ndarray | None = None   # a pull's keys in the order of `out`, to ask again
+    flags: int = 0
+    clock: int = 0                   # the worker's clock when it was sent
+    version: int = 0                 # the placement its requests were sent by
 
 
 class KVWorker:
     def __init__(self, roles, width: int = 1, timeout: float = 600.0,
-                 placement: Placement | None = None):
-        """`placement`: the job's key placement (by default, an even split over the servers)."""
+                 placement: Placement | None = None, failover: bool = False):
+        """`placement`: the job's key placement (by default, an even split over the servers).
+        `failover` (under ULFM): a dead server's requests go to the living copies of its keys
+        instead of failing the job."""
         self.width = width
         self.timeout = timeout
+        self.failover = failover
         self.clock = 0            # clocks this worker has completed
         self.bytes_sent = 0
         self.wait_s = 0.0         # time spent blocked in wait() on pulls
+        self.failures = []        # (server index, Unix time it was learned of)
         self._comm = roles.comm
         self._servers = roles.servers
         self._placement = placement or Placement(len(roles.servers))
@@ -53,8 +80,13 @@ class KVWorker:
         self._pending: dict[int, _Pending] = {}
         self._ts = 0
         self._report = None
-        self._pulled = deque(maxlen=2)   # [ts, keys, perm, offsets, completed] of recent pulls
+        # [ts, keys, perm, offsets, completed, placement version] of recent pulls
+        self._pulled = deque(maxlen=2)
         self.stop_sent = False
+
+    @property
+    def placement(self) -> Placement:
+        return self._placement
 
     def report(self, examples: int, loss: float, progress: float, epoch: int = 0,
                offset: int = 0) -> None:
@@ -64,17 +96,22 @@ class KVWorker:
         record."""
         self._report = protocol.Report(epoch, offset, examples, loss, progress)
 
+    def _live(self) -> list:
+        return [s for s in range(len(self._servers)) if s not in self._placement.dead]
+
     def _send(self, server_index: int, op: Op, payload=(), report: bool = False, **fields):
         h = protocol.Header(op, ts=self._ts, clock=self.clock,
                             placement=self._placement.version, **fields)
         buf = protocol.pack(h, *payload, report=self._report if report else None)
         self.bytes_sent += buf.nbytes
         req = self._comm.Isend(buf, self._servers[server_index], protocol.REQUEST_TAG)
-        return req, buf
+        return _Send(req, buf, server_index)
 
-    def _reply_into(self, out: np.ndarray, server_index: int):
+    def _reply_into(self, into: np.ndarray, server_index: int, rows=None,
+                    copy: bool = False) -> _Reply:
         tag = protocol.reply_tag(self._ts, self._reply_tags)
-        return self._comm.Irecv(out, self._servers[server_index], tag)
+        return _Reply(self._comm.Irecv(into, self._servers[server_index], tag), server_index,
+                      into, rows, copy)
 
     def _split(self, keys):
         if keys.dtype != np.uint64 or keys.ndim != 1:
@@ -92,24 +129,19 @@ class KVWorker:
         self._ts += 1
         perm, offsets, skeys = self._split(keys)
         if not read_only:
-            self._pulled.append([self._ts, keys, perm, offsets, False])
+            self._pulled.append([self._ts, keys, perm, offsets, False, self._placement.version])
+        flags = ((protocol.READ_ONLY if read_only else 0)
+                 | (protocol.NEXT_CLOCK if next_clock else 0))
         out = np.empty((keys.shape[0], self.width), np.float32)
-        pending = _Pending(what="", requests=[], out=out, perm=perm)
-        servers, replies = [], []
-        for s in range(len(self._servers)):
+        pending = _Pending(what="", out=out, perm=perm, keys=skeys, flags=flags,
+                           clock=self.clock, version=self._placement.version)
+        for s in self._live():
             a, b = offsets[s], offsets[s + 1]
-            if a == b:
-                continue
-            flags = ((protocol.READ_ONLY if read_only else 0)
-                     | (protocol.NEXT_CLOCK if next_clock else 0))
-            req, buf = self._send(s, Op.PULL, (skeys[a:b],), nkeys=b - a, flags=flags)
-            pending.requests.append(req)
-            replies.append(self._reply_into(out[a:b], s))
-            pending.buffers.append(buf)
-            servers.append(self._servers[s])
-        pending.requests += replies
-        pending.replies = len(replies)
-        pending.repliers = servers
+            if a < b:
+                pending.sends.append(self._send(s, Op.PULL, (skeys[a:b],), nkeys=b - a,
+                                                flags=flags))
+                pending.replies.append(self._reply_into(out[a:b], s, slice(a, b)))
+        servers = [self._servers[r.server] for r in pending.replies]
         pending.what = (f"the reply to pull #{self._ts} ({keys.shape[0]} keys, worker clock "
                         f"{self.clock + next_clock}) from server rank(s) {servers}; under BSP/SSP "
                         f"a server holds a pull until the slowest worker catches up")
@@ -120,33 +152,34 @@ class KVWorker:
         """Start sending values[len(keys), width] for `keys` to the servers' optimizers.
         With clock=True this push also completes the worker's current clock."""
         self._ts += 1
-        # The latest completed pull of this very key array, if recent: its values are the ones
-        # the pushed values were computed from. Each pull's keys serve one push.
+        # The latest completed pull of this very key array, if recent and split as this push
+        # is: its values are the ones the pushed values were computed from. Each pull's keys
+        # serve one push.
         found = [i for i, p in enumerate(self._pulled) if p[1] is keys and p[4]]
         pulled = self._pulled[found[-1]] if found else None
         if found:
             del self._pulled[found[-1]]
+        if pulled is not None and pulled[5] != self._placement.version:
+            pulled = None   # a server died since: the rows are elsewhere now
         if pulled is None:
             perm, offsets, skeys = self._split(keys)
             flags, ref = 0, 0
         else:   # the keys of a recent pull: the servers still have them
-            ref, _, perm, offsets, _ = pulled
+            ref, _, perm, offsets = pulled[:4]
             flags = protocol.SAME_KEYS
         values = np.ascontiguousarray(values, np.float32).reshape(keys.shape[0], self.width)
         svalues = values if perm is None else values[perm]
-        pending = _Pending(what=f"push #{self._ts} to be sent", requests=[])
+        pending = _Pending(what=f"push #{self._ts} to be sent", version=self._placement.version)
         if self._placement.replicas > 1:
             self._push_to_backups(keys, values, pending)
-        for s in range(len(self._servers)):
+        for s in self._live():
             a, b = offsets[s], offsets[s + 1]
             if a == b and not clock:
                 continue
             payload = (svalues[a:b],) if pulled else (skeys[a:b], svalues[a:b])
-            req, buf = self._send(s, Op.PUSH, payload, report=clock, nkeys=b - a,
-                                  width=self.width, ref=ref,
-                                  flags=flags | (protocol.CLOCK if clock else 0))
-            pending.requests.append(req)
-            pending.buffers.append(buf)
+            pending.sends.append(self._send(s, Op.PUSH, payload, report=clock, nkeys=b - a,
+                                            width=self.width, ref=ref,
+                                            flags=flags | (protocol.CLOCK if clock else 0)))
         if clock:
             self.clock += 1
         self._pending[self._ts] = pending
@@ -156,20 +189,18 @@ class KVWorker:
         """Send each server the part of a push it keeps a backup copy of, keys and values,
         ahead of its part as primary: every copy of a key sees the same pushes."""
         ranges = self._placement.ranges_of(keys)
-        for s in range(len(self._servers)):
+        for s in self._live():
             mine = np.flatnonzero(self._placement.backup_ranges(s)[ranges])
             if mine.shape[0]:
-                req, buf = self._send(s, Op.PUSH, (keys[mine], values[mine]),
-                                      nkeys=mine.shape[0], width=self.width)
-                pending.requests.append(req)
-                pending.buffers.append(buf)
+                pending.sends.append(self._send(s, Op.PUSH, (keys[mine], values[mine]),
+                                                nkeys=mine.shape[0], width=self.width))
 
     def status(self, timeout: float | None = None) -> dict:
         """The first server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""
         self._ts += 1
         out = np.empty(len(protocol.STATUS_FIELDS), np.int64)
-        req, buf = self._send(0, Op.STATUS)
-        wait_all([req, self._reply_into(out, 0)], timeout or self.timeout,
+        wait_all([self._send(0, Op.STATUS).request, self._reply_into(out, 0).request],
+                 timeout or self.timeout,
                  lambda: f"server rank {self._servers[0]} to report the workers' clocks")
         return dict(zip(protocol.STATUS_FIELDS, out.tolist()))
 
@@ -191,31 +222,36 @@ class KVWorker:
         clock every rank can reach, after a checkpoint."""
         self.stop_sent = True
         self._ts += 1
-        req, buf = self._send(0, Op.STOP)
-        self._pending[self._ts] = _Pending(what="the stop request to be sent", requests=[req],
-                                           buffers=[buf])
+        self._pending[self._ts] = _Pending(what="the stop request to be sent",
+                                           sends=[self._send(0, Op.STOP)],
+                                           version=self._placement.version)
 
     def wait(self, ts: int) -> np.ndarray | None:
         """Complete request `ts`; for a pull, return the values in the order of its keys."""
         pending = self._pending[ts]
-        statuses = [MPI.Status() for _ in pending.requests]
-        try:
-            waited = wait_all(pending.requests, self.timeout, lambda: pending.what,
-                              statuses=statuses)
-        except WaitTimeout as e:
-            if not pending.replies:
-                raise
-            silent = [rank for rank, r in zip(pending.repliers,
-                                              pending.requests[-pending.replies:])
-                      if not r.Test()]
-            raise WaitTimeout(f"{e}; no reply yet from server rank(s) {silent}"
-                              f"{self._who_is_slow()}") from None
+        while True:
+            if pending.version != self._placement.version:
+                self._repair(pending)
+            try:
+                waited = self._complete(pending)
+                break
+            except MPI.Exception as e:
+                if not (self.failover and is_failure(e) and self._learn_failures()):
+                    raise
+            except WaitTimeout as e:
+                if not pending.replies:
+                    raise
+                silent = [self._servers[r.server] for r in pending.replies if not r.done]
+                raise WaitTimeout(f"{e}; no reply yet from server rank(s) {silent}"
+                                  f"{self._who_is_slow()}") from None
         del self._pending[ts]  # only now: MPI may still write into the buffers until complete
         if pending.out is None:
             return None
-        if pending.replies and any(st.Get_count(MPI.FLOAT) == 0
-                                   for st in statuses[-pending.replies:]):
+        if any(r.status.Get_count(MPI.FLOAT) == 0 for r in pending.replies):
             raise Stopped("the servers stopped the job after writing a checkpoint")
+        for r in pending.replies:
+            if r.copy:
+                pending.out[r.rows] = r.into
         for p in self._pulled:
             if p[0] == ts:
                 p[4] = True
@@ -226,10 +262,85 @@ class KVWorker:
         values[pending.perm] = pending.out
         return values
 
+    def _complete(self, pending: _Pending) -> float:
+        """Wait until every part of a request is done; seconds waited. Under ULFM each part
+        is polled on its own: a part that involves a dead server raises at once (a Testall
+        would hide the failure until every other part is done), and the others stay
+        pending."""
+        parts = [p for p in pending.sends + pending.replies if not p.done]
+        if not self.failover:
+            statuses = [p.status if isinstance(p, _Reply) else MPI.Status() for p in parts]
+            waited = wait_all([p.request for p in parts], self.timeout, lambda: pending.what,
+                              statuses=statuses)
+            for p in parts:
+                p.done = True
+            return waited
+
+        def poll() -> bool:
+            for p in parts:
+                if not p.done:
+                    p.done = p.request.Test(p.status if isinstance(p, _Reply) else None)
+            return all(p.done for p in parts)
+        return wait_until(poll, self.timeout, lambda: pending.what)
+
+    def _learn_failures(self) -> bool:
+        """After MPI told of a failure: which servers died; their keys' living copies take
+        over (a new placement), or the job cannot go on. Whether a server died."""
+        dead = dead_ranks(self._comm)
+        gone = {s for s, rank in enumerate(self._servers) if rank in dead} - self._placement.dead
+        if not gone:
+            return False
+        self.failures += [(s, time.time()) for s in sorted(gone)]
+        placement = self._placement.without(gone)
+        if 0 in gone:
+            raise CannotFailOver(f"server 0 (rank {self._servers[0]}) died: it leads the "
+                             f"checkpoints and the job's progress, which no other server "
+                             f"takes over yet")
+        if placement.lost:
+            raise CannotFailOver(f"every copy of key range(s) {list(placement.lost)} died with "
+                           f"server(s) {sorted(placement.dead)}")
+        self._placement = placement
+        return True
+
+    def _repair(self, pending: _Pending) -> None:
+        """Drop a request's parts that went to servers that died since it was sent, and ask
+        the living copies for the values a dead server did not send."""
+        dead = self._placement.dead
+        pending.sends = [send for send in pending.sends if send.server not in dead]
+        living = []
+        for r in pending.replies:
+            if r.server not in dead or r.done:   # (a dead server may have answered first)
+                living.append(r)
+                continue
+            rows = np.arange(pending.out.shape[0])[r.rows]
+            keys = pending.keys[rows]
+            owners = self._placement.owners(keys)
+            flags = pending.flags
+            if self.clock > pending.clock:   # a read sent ahead, now for the current clock
+                flags &= ~protocol.NEXT_CLOCK
+            self._ts += 1
+            for s in np.unique(owners).tolist():
+                part = np.flatnonzero(owners == s)
+                pending.sends.append(self._send(s, Op.PULL, (keys[part],),
+                                                nkeys=part.shape[0], flags=flags))
+                living.append(self._reply_into(
+                    np.empty((part.shape[0], self.width), np.float32), s, rows[part], True))
+        pending.replies = living
+        pending.version = self._placement.version
+
     def _broadcast(self, op: Op):
-        sends = [self._send(s, op, report=op is Op.FINISH) for s in range(len(self._servers))]
-        wait_all([r for r, _ in sends], self.timeout,
-                 lambda: f"the servers to receive {op.name}")
+        pending = _Pending(what=f"the servers to receive {op.name}",
+                           sends=[self._send(s, op, report=op is Op.FINISH)
+                                  for s in self._live()], version=self._placement.version)
+        while True:
+            if pending.version != self._placement.version:
+                self._repair(pending)
+            try:
+                self._complete(pending)
+                return
+            except MPI.Exception as e:
+                if not (self.failover and is_failure(e) and self._learn_failures()):
+                    raise
 
     def finish(self) -> None:
         """Tell the servers this worker advances no more clocks (others stop waiting for it)."""

@@ -18,9 +18,11 @@ def shard_path(model_dir: str, server: int) -> str:
 
 
 def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict,
-               weights_only: bool = False) -> str:
+               weights_only: bool = False, ranges: list | None = None) -> str:
     """Write one server's keys, weights and optimizer state, sorted by key. `weights_only`
-    (snapshots for learning curves) skips the optimizer state and the sort."""
+    (snapshots for learning curves) skips the optimizer state and the sort. `ranges`: the
+    key ranges the shard holds (by default the server's own: after a server died, another
+    holds its keys)."""
     keys, state = store.items()
     datasets = {"keys": keys, "weights": state[:, :store.width]}
     if not weights_only:
@@ -31,6 +33,7 @@ def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict,
     write_hdf5(
         path, datasets,
         {"server": server, "n_servers": n_servers, "width": store.width,
+         "ranges": np.array([server] if ranges is None else ranges, np.int64),
          "optimizer": store.optimizer.name, "config": json.dumps(attrs.get("config", {})),
          **{k: v for k, v in attrs.items() if k != "config"}})
     return path
@@ -45,7 +48,7 @@ def load_model(model_dir: str, allow_partial: bool = False):
     paths = sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))
     if not paths:
         raise FileNotFoundError(f"{model_dir}: no server-*.h5 model files")
-    keys, weights, runs, sizes = [], [], set(), set()
+    keys, weights, runs, sizes, ranges = [], [], set(), set(), []
     for p in paths:
         with h5py.File(p, "r") as f:
             if "keys" not in f or "n_servers" not in f.attrs:
@@ -55,13 +58,16 @@ def load_model(model_dir: str, allow_partial: bool = False):
             if not f.attrs["complete"] and not allow_partial:
                 raise ValueError(f"{p}: saved after an error ({f.attrs['note']}); "
                                  f"read it anyway with allow_partial (score --allow-partial)")
+            ranges += (f.attrs["ranges"].tolist() if "ranges" in f.attrs
+                       else [int(f.attrs["server"])])
             keys.append(f["keys"][:])
             weights.append(f["weights"][:])
     if len(runs) > 1:
         raise ValueError(f"{model_dir}: shards of different runs {sorted(runs)}")
-    if sizes != {len(paths)}:
-        raise ValueError(f"{model_dir}: {len(paths)} shard file(s), but the run had "
-                         f"{sorted(sizes)} server(s)")
+    if len(sizes) != 1 or sorted(ranges) != list(range(min(sizes))):
+        raise ValueError(f"{model_dir}: {len(paths)} shard file(s) holding key range(s) "
+                         f"{sorted(ranges)}, but the run had {sorted(sizes)} server(s), a "
+                         f"range each")
     keys, weights = np.concatenate(keys), np.concatenate(weights)
     order = np.argsort(keys, kind="stable")
     return keys[order], weights[order]

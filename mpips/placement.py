@@ -62,9 +62,11 @@ class Placement:
         return self.bounds.shape[0]
 
     def without(self, dead) -> "Placement":
-        """The next version: the same ring with `dead` servers (indices) gone as well."""
-        return Placement(self.n_servers, self.replicas, self.nodes, self.version + 1,
-                         self.dead | frozenset(dead))
+        """The same ring with `dead` servers (indices) gone as well. Its version counts the
+        dead servers, so that ranks that learn of two deaths in either order agree."""
+        gone = self.dead | frozenset(dead)
+        return Placement(self.n_servers, self.replicas, self.nodes,
+                         self.version + len(gone - self.dead), gone)
 
     def ranges_of(self, keys: np.ndarray) -> np.ndarray:
         """Key range (int32) of each key."""

@@ -20,6 +20,10 @@ class PrimaryKeys:
     def optimizer(self):
         return self.store.optimizer
 
+    def ranges(self) -> list:
+        """The key ranges this server answers for (its own, and a dead server's it took)."""
+        return np.flatnonzero(self.placement.primary_ranges(self.server)).tolist()
+
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         keys, state = self.store.items()
         if self.placement.replicas == 1:   # a server then holds nothing but its own keys

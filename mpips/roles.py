@@ -11,6 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .errors import ConfigError
+from .failover import survivors
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,19 @@ class Roles:
 
     def worker_index(self, rank: int) -> int:
         return rank - len(self.servers)
+
+    def survived(self) -> "Roles":
+        """Collective over the living ranks: if a rank has died (under ULFM), the roles of
+        the survivors on a communicator of their own (servers first, as before; `group` is
+        not carried over); else these roles."""
+        comm = survivors(self.comm)
+        if comm is None:
+            return self
+        old = comm.Get_group().Translate_ranks(list(range(comm.size)), self.comm.Get_group())
+        n_servers = sum(1 for r in old if r < len(self.servers))
+        return Roles(comm=comm, group=self.group, servers=tuple(range(n_servers)),
+                     workers=tuple(range(n_servers, comm.size)),
+                     nodes=tuple(self.nodes[r] for r in old) if self.nodes else ())
 
     def free(self) -> None:
         self.group.Free()

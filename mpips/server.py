@@ -24,11 +24,12 @@ from mpi4py import MPI
 
 from . import protocol
 from .admission import admit
-from .bounded import Backoff, wait_all
+from .bounded import Backoff, wait_all, wait_until
 from .checkpointing import Checkpoints
 from .clockpushes import ClockPushes
 from .clocks import FINISHED, ClockTable
 from .errors import ProtocolError, WaitTimeout
+from .failover import CannotFailOver, dead_ranks, is_failure
 from .placement import Placement
 from .progress import Progress
 from .protocol import Op, Report
@@ -63,6 +64,7 @@ class Hooks:
     snapshot_every: float = 0.0
     failed: Callable[[str], None] = lambda reason: None   # another rank failed: keep the model
     stop_requested: Callable[[], bool] = lambda: False    # polled by every server
+    placement_changed: Callable[[Placement], None] = lambda placement: None   # a server died
 
 
 _NO_REPORT = Report()
@@ -72,9 +74,10 @@ class Server:
     def __init__(self, roles, store: KVStore, clocks: ClockTable, timeout: float,
                  hooks: Hooks | None = None, progress: Progress | None = None,
                  record_pulls: bool = False, checkpoints: Checkpoints | None = None,
-                 placement: Placement | None = None):
+                 placement: Placement | None = None, failover: bool = False):
         """`checkpoints`: when to write them, and where each worker stood (when resuming);
-        by default none but those a stop asks for."""
+        by default none but those a stop asks for. `failover` (under ULFM): when another
+        server dies, go on with the living copies of its keys."""
         self.roles = roles
         self.store = store
         self.clocks = clocks
@@ -83,13 +86,15 @@ class Server:
         self.progress = progress
         self.placement = placement or Placement(len(roles.servers))
         self.stats = ServerStats()
+        self.failover = failover
+        self.failures = []        # what this server saw of other servers' deaths
         self.ckpt = checkpoints or Checkpoints(0, 0.0, roles.index == 0, len(roles.servers),
                                                clocks.staleness == 0)
         self.gate = ReadGate(clocks, record_pulls)
         self.rows = RowCache(len(roles.workers))
         self.clock_pushes = ClockPushes(self.ckpt.first_clock())
         self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
-        self._replies = []        # (request, buffer) of replies still being sent
+        self._replies = []        # (request, buffer, destination) of replies still being sent
         self._heard = np.zeros(len(roles.workers))   # when each worker last sent something
         self._slowest = clocks.slowest()
         self._stop_asked = False  # server 0: a rank was asked to stop; others: told server 0
@@ -135,62 +140,133 @@ class Server:
     def run(self) -> ServerStats:
         """Serve until every worker has said BYE; server 0 also until every other server has
         (after its last SHARD_SAVED), so it knows which checkpoints are complete."""
-        comm = self.roles.comm
-        status = MPI.Status()
-        backoff = Backoff()
-        buf = np.empty(1 << 16, np.uint8)
-        start = quiet_since = self.gate.start = time.monotonic()
+        self._buf = np.empty(1 << 16, np.uint8)
+        self._probed = MPI.Status()
+        self._backoff = Backoff()
+        start = self._quiet_since = self.gate.start = time.monotonic()
         self._heard[:] = start
-        every = self.hooks.snapshot_every if self.hooks.snapshot else 0
-        next_snapshot = start + every if every else float("inf")
-        next_check = start
-        next_timed = start + self.ckpt.seconds if self.ckpt.seconds else float("inf")
+        self._next_check = start
+        self._next_snapshot = (start + self.hooks.snapshot_every
+                               if self.hooks.snapshot and self.hooks.snapshot_every
+                               else float("inf"))
+        self._next_timed = start + self.ckpt.seconds if self.ckpt.seconds else float("inf")
         while self._talking or self._servers_left:
-            now = time.monotonic()
-            if now >= next_snapshot and not self._final_taken:
-                self._snapshot(final=False)
-                missed = (time.monotonic() - start) // every
-                next_snapshot = start + (missed + 1) * every
-            self._poll_stop()
-            if self._lead and now >= next_timed:
-                self._name_timed_checkpoint()
-                next_timed = time.monotonic() + self.ckpt.seconds
-            msg = comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, status)
-            if msg is None:
-                if now >= next_check:
-                    if self._talking:
-                        self._check_silence()
-                        quiet_since = now
-                    elif now - quiet_since > self.timeout:
-                        raise WaitTimeout(f"servers {sorted(self._servers_left)} did not say "
-                                          f"they had finished within --timeout "
-                                          f"{self.timeout:g} s of the last worker")
-                    self._reap_replies()
-                    next_check = now + 0.5
-                backoff.idle()
-                continue
-            backoff.reset()
-            nbytes = status.Get_count(MPI.BYTE)
-            if buf.shape[0] < nbytes:
-                buf = np.empty(max(nbytes, 2 * buf.shape[0]), np.uint8)
-            msg.Recv([buf, nbytes, MPI.BYTE])
-            self.stats.requests += 1
-            self.stats.bytes_received += nbytes
-            self._dispatch(status.Get_source(), buf[:nbytes])
-            self.stats.busy_s += time.monotonic() - now
+            try:
+                self._step(start)
+            except MPI.Exception as e:
+                # Under ULFM another rank died: go on without it, if that can be done.
+                if not (self.failover and is_failure(e) and self._fail_over()):
+                    raise
         if not self._lead:   # after this server's last SHARD_SAVED, in MPI's order
             self._send(protocol.pack(protocol.Header(Op.BYE)), self.roles.servers[0])
         for clock, missing in self.ckpt.incomplete():
             log.warning("checkpoint at clock %d is incomplete (server(s) %s did not write it, "
                         "the job having ended first): it will be passed over", clock, missing)
-        wait_all([r for r, _ in self._replies], self.timeout, lambda: "replies to be sent")
+        wait_all([r for r, _, _ in self._replies], self.timeout, lambda: "replies to be sent")
         self.stats.pulls_held = self.gate.pulls_held
         if self.progress:
             self.progress.log(final=True)
         return self.stats
 
+    def _step(self, start: float) -> None:
+        """One turn of the loop: the timers, then one message received and dispatched (or a
+        short idle wait)."""
+        now = time.monotonic()
+        if now >= self._next_snapshot and not self._final_taken:
+            every = self.hooks.snapshot_every
+            self._snapshot(final=False)
+            missed = (time.monotonic() - start) // every
+            self._next_snapshot = start + (missed + 1) * every
+        self._poll_stop()
+        if self._lead and now >= self._next_timed:
+            self._name_timed_checkpoint()
+            self._next_timed = time.monotonic() + self.ckpt.seconds
+        msg = self.roles.comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, self._probed)
+        if msg is None:
+            if now >= self._next_check:
+                if self._talking:
+                    self._check_silence()
+                    self._quiet_since = now
+                elif now - self._quiet_since > self.timeout:
+                    raise WaitTimeout(f"servers {sorted(self._servers_left)} did not say "
+                                      f"they had finished within --timeout "
+                                      f"{self.timeout:g} s of the last worker")
+                self._reap_replies()
+                self._next_check = now + 0.5
+            self._backoff.idle()
+            return
+        self._backoff.reset()
+        nbytes = self._probed.Get_count(MPI.BYTE)
+        if self._buf.shape[0] < nbytes:
+            self._buf = np.empty(max(nbytes, 2 * self._buf.shape[0]), np.uint8)
+        msg.Recv([self._buf, nbytes, MPI.BYTE])
+        self.stats.requests += 1
+        self.stats.bytes_received += nbytes
+        self._dispatch(self._probed.Get_source(), self._buf[:nbytes])
+        self.stats.busy_s += time.monotonic() - now
+
+    def _fail_over(self) -> bool:
+        """After MPI told of a failure: learn which ranks died. Another server: the living
+        copies of its keys take over (a new placement), and nobody waits for it. Whether
+        this server can go on (raises CannotFailOver when the job cannot)."""
+        began = time.monotonic()
+        dead = dead_ranks(self.roles.comm)
+        servers = {self.roles.servers.index(r) for r in dead if r in self.roles.servers}
+        gone = servers - self.placement.dead
+        workers = sorted(self.roles.worker_index(r) for r in dead if r not in self.roles.servers)
+        if workers:
+            raise CannotFailOver(f"worker(s) {workers} died: hot failover covers servers only "
+                                 f"so far")
+        if not gone:
+            return False
+        if 0 in gone:
+            raise CannotFailOver(f"server 0 (rank {self.roles.servers[0]}) died: it leads the "
+                                 f"checkpoints and the job's progress, which no other server "
+                                 f"takes over yet")
+        before = self.placement.primary_ranges(self.roles.index)
+        placement = self.placement.without(gone)
+        if placement.lost:
+            raise CannotFailOver(f"every copy of key range(s) {list(placement.lost)} died with "
+                                 f"server(s) {sorted(placement.dead)}")
+        self.placement = placement
+        self.hooks.placement_changed(placement)
+        ranks = {self.roles.servers[g] for g in gone}
+        self._servers_left -= ranks
+        self._replies = [(r, b, dest) for r, b, dest in self._replies if dest not in ranks]
+        for clock, shards, positions in self.ckpt.servers_lost(gone):
+            self._checkpoint_complete(clock, shards, positions)
+        took = np.flatnonzero(placement.primary_ranges(self.roles.index) & ~before).tolist()
+        for server in sorted(gone):
+            self.failures.append({"server": server, "rank": self.roles.servers[server],
+                                  "learned_at": time.time(),
+                                  "failover_s": time.monotonic() - began,
+                                  "ranges_taken_over": took})
+            log.warning("server %d (rank %d) died; the living copies of its keys take over "
+                        "(placement version %d): this server now answers key range(s) %s",
+                        server, self.roles.servers[server], placement.version, took or "none")
+        return True
+
+    def _catch_up(self, version: int, source: int) -> None:
+        """A sender split its keys by a placement that counts more dead servers than this
+        server knows of: it learned of a death first. Wait (bounded) until this server's
+        MPI tells of it too; a sender's word alone is not taken for a death."""
+        def learned() -> bool:
+            self.roles.comm.Iprobe(MPI.ANY_SOURCE, protocol.REQUEST_TAG)   # MPI progress
+            self._fail_over()
+            return self.placement.version >= version
+        try:
+            wait_until(learned, min(self.timeout, 60.0),
+                       lambda: f"MPI to tell of the servers' deaths that "
+                               f"{self._sender(source)} knows of (placement version {version})")
+        except MPI.Exception as e:
+            if not (is_failure(e) and self._fail_over()):
+                raise
+
     def _dispatch(self, source: int, buf: np.ndarray) -> None:
         from_worker = source not in self.roles.servers
+        if (self.failover and buf.shape[0] >= protocol.HEADER_BYTES
+                and protocol.header(buf).placement > self.placement.version):
+            self._catch_up(protocol.header(buf).placement, source)
         request = admit(buf, self._sender(source), from_worker, to_lead=self._lead,
                         from_lead=source == self.roles.servers[0], width=self.store.width,
                         placement=self.placement, server=self.roles.index)
@@ -354,10 +430,18 @@ class Server:
         """Server 0: a server's file of checkpoint `clock`; once all are in (and its own
         positions), the manifest: the checkpoint now exists."""
         ready = self.ckpt.shard_in(clock, entry, positions)
-        if ready is None:
-            return
-        shards, positions = ready
+        if ready is not None:
+            self._checkpoint_complete(clock, *ready)
+
+    def _checkpoint_complete(self, clock: int, shards: list, positions: dict) -> None:
+        """Server 0, every living server's file of checkpoint `clock` in: its manifest, if
+        they hold every key range (a server that died may have taken some with it)."""
         failed = [f"server {e['server']}: {e['error']}" for e in shards if "error" in e]
+        covered = {r for e in shards for r in e.get("ranges", [e["server"]])}
+        missing = sorted(set(range(self.placement.n_ranges)) - covered)
+        if missing and not failed:
+            failed = [f"key range(s) {missing} are in no file (their server died before "
+                      f"writing it)"]
         if not failed:
             problem = self.hooks.write_manifest(clock, shards, positions)
             failed = [problem] if problem else []
@@ -441,13 +525,13 @@ class Server:
 
     def _send(self, buf: np.ndarray, dest: int, tag: int = protocol.REQUEST_TAG) -> None:
         self.stats.bytes_sent += buf.nbytes
-        self._replies.append((self.roles.comm.Isend(buf, dest, tag), buf))
+        self._replies.append((self.roles.comm.Isend(buf, dest, tag), buf, dest))
         if len(self._replies) > 256:
             self._reap_replies()
 
     def _reap_replies(self) -> None:
         if self._replies:
-            self._replies = [(r, b) for r, b in self._replies if not r.Test()]
+            self._replies = [(r, b, d) for r, b, d in self._replies if not r.Test()]
 
 
 def serve(roles, optimizer, width: int = 1, staleness: int | None = 0,

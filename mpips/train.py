@@ -25,6 +25,7 @@ from .config import TrainConfig, check_resumable
 from .data import KeyIndexer, SvmlightShard
 from .errors import (ConfigError, Diverged, InputError, Interrupted, MpipsError, SaveError,
                      Stopped)
+from .faulttolerance import announce
 from .log import say, setup
 from .files import keep_trying, write_hdf5
 from .model_io import save_shard
@@ -127,8 +128,8 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     # The one key placement every part uses.
     placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)])
     setup(f"rank {comm.rank} ({roles.name})")
-    from .faulttolerance import announce
-    announce(comm, bound)   # collective: rank 0 logs whether hot failover can work, and why
+    # Collective: rank 0 says whether hot failover can work, and why.
+    failover = announce(comm, bound).on and cfg.replicas > 1
     if comm.rank == 0:
         log.info("run %s: %d server(s), %d worker(s), writing to %s", name, len(roles.servers),
                  len(roles.workers), cfg.out)
@@ -149,16 +150,25 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         if comm.rank == 0:
             log.info("kernels ready in %.1f s", compile_s)
         watch = CompileWatch()
+        failures = []   # the servers' deaths this rank saw (server 0's go in the summary)
         with watch.watching():
             if roles.is_server:
-                record, margins, labels, held = _serve(cfg, roles, name, resume, placement)
+                record, margins, labels, held = _serve(cfg, roles, name, resume, placement,
+                                                       failover, failures)
             else:
-                record, margins, labels, held = _work(cfg, roles, resume, placement)
+                record, margins, labels, held = _work(cfg, roles, resume, placement, failover)
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
         record["compile_s"] = compile_s
         record["late_compiles"] = len(watch.compiled)
-        return _finish(cfg, roles, name, record, margins, labels, held, started)
+        # Collectives cannot span a dead rank: the survivors finish on their own.
+        finishing = roles.survived() if failover else roles
+        try:
+            return _finish(cfg, finishing, name, record, margins, labels, held, started,
+                           failures)
+        finally:
+            if finishing is not roles:
+                finishing.comm.Free()
     finally:
         roles.free()
 
@@ -210,8 +220,8 @@ def _positions(resume) -> dict:
     return {int(w): p for w, p in resume[1]["positions"].items()} if resume else {}
 
 
-def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, store,
-                        placement: Placement) -> dict:
+def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
+                        own: PrimaryKeys) -> dict:
     """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest."""
     root = cfg.checkpoints
     # What the workers read, as it was when this launch started: a resume compares it.
@@ -220,9 +230,8 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, store,
     def write_shard(clock: int) -> dict:
         start = time.monotonic()
         try:
-            entry = checkpoint.write_shard(root, clock, roles.index, store, {"run_id": name},
-                                           ranges=np.flatnonzero(
-                                               placement.primary_ranges(roles.index)).tolist())
+            entry = checkpoint.write_shard(root, clock, roles.index, own, {"run_id": name},
+                                           ranges=own.ranges())
         except SaveError as e:
             log.error("checkpoint at clock %d: %s", clock, e)
             return {"server": roles.index, "error": str(e)}
@@ -236,7 +245,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, store,
                 root, clock, shards, run_id=name, config=cfg.as_dict(),
                 servers=len(roles.servers), workers=len(roles.workers),
                 consistency=cfg.consistency, inputs=inputs,
-                placement=placement.describe(),
+                placement=own.placement.describe(),
                 positions={str(w): p for w, p in sorted(positions.items())},
                 worker_random_state=None,   # workers draw no random numbers (file order)
                 written=time.strftime("%Y-%m-%d %H:%M:%S"))
@@ -249,7 +258,8 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, store,
     return {"write_shard": write_shard, "write_manifest": write_manifest}
 
 
-def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement):
+def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
+           failover: bool, failures: list):
     store = KVStore(width=1, optimizer=cfg.optimizer)
     own = PrimaryKeys(store, placement, roles.index)   # what this server writes
     clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
@@ -284,7 +294,7 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placeme
                        len(roles.servers), own,
                        {**attrs, "complete": True, "elapsed_s": taken[-1],
                         "slowest_clock": -1 if slowest == FINISHED else slowest},
-                       weights_only=True)
+                       weights_only=True, ranges=own.ranges())
         except SaveError as e:
             log.warning("snapshot %s not written: %s", label, e)
 
@@ -295,7 +305,8 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placeme
         reasons.append(reason)   # the first reason stays first: later ones are often echoes
         try:
             path = save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
-                              {**attrs, "complete": False, "note": "; then ".join(reasons)})
+                              {**attrs, "complete": False, "note": "; then ".join(reasons)},
+                              ranges=own.ranges())
         except SaveError as e:
             log.error("could not save the %d keys trained so far: %s%s", len(own), e,
                       _checkpoints_hint(cfg))
@@ -306,14 +317,19 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placeme
         log.error("stopping: %s", reason)
         save_partial(reason)
 
-    hooks = Hooks(**_checkpoint_writers(cfg, roles, name, own, placement),
+    def placement_changed(changed: Placement) -> None:
+        own.placement = changed
+
+    hooks = Hooks(**_checkpoint_writers(cfg, roles, name, own),
+                  placement_changed=placement_changed,
                   snapshot=snapshot if cfg.snapshot_every else None,
                   snapshot_every=cfg.snapshot_every or 0.0, failed=another_rank_failed,
                   stop_requested=signals.stop_requested)
     checkpoints = Checkpoints(cfg.checkpoint_every, cfg.checkpoint_seconds, roles.index == 0,
                               len(roles.servers), cfg.max_staleness == 0, positions)
     server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
-                    record_pulls=cfg.record_pulls, checkpoints=checkpoints, placement=placement)
+                    record_pulls=cfg.record_pulls, checkpoints=checkpoints, placement=placement,
+                    failover=failover)
     t0 = started[0] = _ready(roles, cfg.timeout, load)
     if progress:
         progress.start(positions)
@@ -322,13 +338,15 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placeme
     except Exception as e:
         reason = f"server {roles.index}: {_log_failure(e)}"
         save_partial(reason)
-        others = [r for r in roles.servers if r != roles.comm.rank]
+        others = [r for i, r in enumerate(roles.servers)
+                  if r != roles.comm.rank and i not in server.placement.dead]
         if others and not isinstance(e, Interrupted):
             try:
                 tell_servers_to_save(roles.comm, others, reason, cfg.timeout)
-            except MpipsError as again:
+            except (MpipsError, MPI.Exception) as again:
                 log.error("the other servers did not confirm saving their shards: %s", again)
         raise
+    failures += server.failures
     train_s = time.monotonic() - t0
     if server.stopped and not clocks.all_finished:
         saved = {**attrs, "complete": False,
@@ -338,7 +356,8 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placeme
         saved = {**attrs, "complete": True}
     try:
         keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
-                                       saved), cfg.disk_wait, "the trained model")
+                                       saved, ranges=own.ranges()),
+                    cfg.disk_wait, "the trained model")
     except SaveError as e:
         raise SaveError(f"the model of server {roles.index} ({len(own):,} keys) could not be "
                         f"saved: {e}{_checkpoints_hint(cfg)}") from None
@@ -374,8 +393,8 @@ def _checkpoints_hint(cfg: TrainConfig) -> str:
             "; there is no checkpoint of it")
 
 
-def _work(cfg: TrainConfig, roles: Roles, resume, placement: Placement):
-    kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement)
+def _work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover: bool):
+    kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
     try:
         return _train_and_score(cfg, roles, kv, _positions(resume).get(roles.index))
     except Exception as e:
@@ -383,9 +402,10 @@ def _work(cfg: TrainConfig, roles: Roles, resume, placement: Placement):
             raise   # every rank stops with it, before training
         reason = f"worker {roles.index}: {_log_failure(e)}"
         if not isinstance(e, Interrupted):
+            living = [r for i, r in enumerate(roles.servers) if i not in kv.placement.dead]
             try:
-                tell_servers_to_save(roles.comm, roles.servers, reason, cfg.timeout)
-            except MpipsError as again:
+                tell_servers_to_save(roles.comm, living, reason, cfg.timeout)
+            except (MpipsError, MPI.Exception) as again:
                 log.error("could not reach the servers to save the model: %s", again)
         raise
 
@@ -545,7 +565,8 @@ def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     return np.concatenate(margins), np.concatenate(labels), shard.bad_lines
 
 
-def _finish(cfg, roles, name, record, margins, labels, held, started) -> dict | None:
+def _finish(cfg, roles, name, record, margins, labels, held, started,
+            failures: list) -> dict | None:
     """Gather every rank's figures and the test scores; rank 0 writes the summary."""
     comm = roles.comm
     records = summary.allgather(comm, record, cfg.timeout)
@@ -564,7 +585,7 @@ def _finish(cfg, roles, name, record, margins, labels, held, started) -> dict | 
             status="stopped" if stopped else "complete",
             stopped_at_clock=stopped_at if stopped else None,
             checkpoints=os.path.abspath(cfg.checkpoints), wall_s=time.monotonic() - started,
-            model_dir=os.path.abspath(cfg.model_dir))
+            model_dir=os.path.abspath(cfg.model_dir), failures=failures)
         summary.print_lines(result, summary.write(cfg.out, result))
     if stopped:   # every rank sees the same records, so all end alike
         error = JobStopped(f"stopped at clock {stopped_at} after writing a checkpoint; continue "

@@ -1,0 +1,82 @@
+"""Hot failover on ULFM: the survivors of a dead rank learn who died and go on.
+
+Survivors keep the job's communicator. ULFM fails only the operations that involve a dead
+rank (and receives from any source, until the failure is acknowledged), so point-to-point
+traffic between living ranks goes on and nothing in flight between them is lost. Nothing
+needs resending either: every copy of a key range received each push straight from its
+worker. What changes is the placement (each dead primary's first living backup answers its
+reads) and, at the end of the job, the communicator: collectives cannot span a dead rank,
+so the survivors agree that there were failures and shrink to a communicator of their own.
+"""
+import threading
+
+from mpi4py import MPI
+
+from .errors import MpipsError
+
+_FAILURES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
+LOST = 75   # exit status of a job that lost every copy of some keys: resume from a checkpoint
+
+
+class CannotFailOver(MpipsError):
+    """A failure the survivors cannot go on from (every copy of some keys died, or a rank
+    whose part no other rank takes over): the job stops, to resume from a checkpoint."""
+    exit_status = LOST
+
+
+def is_failure(e: BaseException) -> bool:
+    """Whether `e` is MPI telling of a dead rank."""
+    return isinstance(e, MPI.Exception) and e.Get_error_class() in _FAILURES
+
+
+def dead_ranks(comm: MPI.Intracomm) -> set:
+    """The ranks of `comm` known to have failed, acknowledged (so that receives from any
+    source work again)."""
+    comm.Ack_failed(comm.size)
+    failed = comm.Get_failed()
+    try:
+        return set(MPI.Group.Translate_ranks(failed, list(range(failed.size)),
+                                             comm.Get_group()))
+    finally:
+        failed.Free()
+
+
+def survivors(comm: MPI.Intracomm) -> MPI.Intracomm | None:
+    """Collective over the living ranks of `comm`: their own communicator (ranks in the same
+    order) if any rank has died, else None. Every survivor gets the same answer."""
+    none_dead = not dead_ranks(comm)
+    if comm.Agree(int(none_dead)):   # a bitwise AND over the survivors
+        return None
+    return comm.Shrink()
+
+
+class KeepAlive:
+    """ULFM's failure detector has no thread of its own here: a rank that makes no MPI call
+    for the detector's timeout (compiling kernels, reading a sample, writing a file) counts
+    as dead. A thread that calls MPI every `every` seconds keeps such a rank heard; the
+    numba kernels release the GIL (nogil) so that it runs during them too."""
+
+    def __init__(self, every: float = 0.05):
+        self._every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpips-keepalive", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, _KEEPALIVE_TAG)
+            except MPI.Exception:
+                pass   # a dead rank, which the job's own calls deal with
+
+    def __enter__(self):
+        if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+_KEEPALIVE_TAG = 32000   # never sent on
