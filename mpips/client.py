@@ -291,7 +291,7 @@ class KVWorker:
         if not gone:
             return False
         self.failures += [(s, time.time()) for s in sorted(gone)]
-        placement = self._placement.without(gone)
+        placement = self._placement = self._placement.without(gone)
         if 0 in gone:
             raise CannotFailOver(f"server 0 (rank {self._servers[0]}) died: it leads the "
                              f"checkpoints and the job's progress, which no other server "
@@ -299,7 +299,6 @@ class KVWorker:
         if placement.lost:
             raise CannotFailOver(f"every copy of key range(s) {list(placement.lost)} died with "
                            f"server(s) {sorted(placement.dead)}")
-        self._placement = placement
         return True
 
     def _repair(self, pending: _Pending) -> None:

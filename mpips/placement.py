@@ -113,4 +113,5 @@ class Placement:
         """The map as plain data, for manifests and summaries."""
         return {"hash": "splitmix64 of key ^ salt, ranges of the hash",
                 "bounds": [str(b) for b in self.bounds], "replicas": self.replicas,
-                "holders": [list(h) for h in self.holders], "version": self.version}
+                "holders": [list(h) for h in self.holders], "dead": sorted(self.dead),
+                "version": self.version}

@@ -224,11 +224,10 @@ class Server:
                                  f"checkpoints and the job's progress, which no other server "
                                  f"takes over yet")
         before = self.placement.primary_ranges(self.roles.index)
-        placement = self.placement.without(gone)
+        placement = self.placement = self.placement.without(gone)
         if placement.lost:
             raise CannotFailOver(f"every copy of key range(s) {list(placement.lost)} died with "
                                  f"server(s) {sorted(placement.dead)}")
-        self.placement = placement
         self.hooks.placement_changed(placement)
         ranks = {self.roles.servers[g] for g in gone}
         self._servers_left -= ranks

@@ -15,6 +15,11 @@ for _name, _value in (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_
     os.environ.setdefault(_name, _value)
 
 
+# mpiexec's options for hot failover: ULFM and its failure detector (what FT=1 adds).
+ULFM = ("--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
+        "--mca", "mpi_ft_detector_period", "0.2", "--mca", "mpi_ft_detector_timeout", "1")
+
+
 def mpiexec_path() -> str:
     if os.environ.get("MPIEXEC"):
         return os.environ["MPIEXEC"]

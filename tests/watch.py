@@ -59,8 +59,9 @@ class WatchedJob:
     """`mpiexec -n N python -m mpips ARGS`, its output (stdout and stderr together) read as it
     comes, so that a test can act when the job says something."""
 
-    def __init__(self, n_ranks: int, *args):
-        cmd = [mpiexec_path(), "-n", str(n_ranks), sys.executable, "-m", "mpips",
+    def __init__(self, n_ranks: int, *args, launcher=()):
+        """`launcher`: options of mpiexec itself (e.g. ULFM's)."""
+        cmd = [mpiexec_path(), *launcher, "-n", str(n_ranks), sys.executable, "-m", "mpips",
                *map(str, args)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True)

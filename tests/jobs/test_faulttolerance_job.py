@@ -3,10 +3,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import Job, finish, mpiexec_path, read_summary, run_mpips
-
-ULFM = ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
-        "--mca", "mpi_ft_detector_period", "0.2", "--mca", "mpi_ft_detector_timeout", "1"]
+from conftest import ULFM, Job, finish, mpiexec_path, read_summary, run_mpips
 
 
 @pytest.fixture(scope="module")
