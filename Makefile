@@ -71,6 +71,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 bench: $(VENV)/.installed-bench
 	$(PY) bench/workers.py
 	$(PY) bench/replicas.py
+	$(PY) bench/soak.py
 	$(PY) bench/consistency.py
 	$(PY) bench/throughput.py
 	$(MPIEXEC) -n 2 $(PY) bench/comm.py
