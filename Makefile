@@ -1,7 +1,8 @@
 # mpips: `make run` trains the default job, `make test` runs every test.
 # Both create .venv and install what they need; nothing is installed by hand.
 
-# Knobs: `make run NP=6 SERVERS=2`. NP ranks in all, SERVERS of them hold the model.
+# Knobs: `make run NP=6 SERVERS=2`. NP ranks in all, SERVERS of them hold the model, each
+# key on REPLICAS of them.
 # `make run FT=1` launches with ULFM fault tolerance (Open MPI's `--with-ft ulfm`) and its
 # failure detector: a rank that dies no longer ends the job, the others are told, and a rank
 # silent for FT_TIMEOUT seconds (frozen, or busy without calling MPI) counts as failed.
@@ -9,6 +10,7 @@ PYTHON  ?= python3
 VENV    ?= .venv
 NP      ?= 4
 SERVERS ?= 1
+REPLICAS ?= 1
 PY      := $(VENV)/bin/python
 MPIEXEC ?= $(VENV)/bin/mpiexec
 DATA    := data/ctr
@@ -55,7 +57,7 @@ data: $(DATA).train.svm
 
 run: $(VENV)/.installed $(DATA).train.svm
 	$(MPIEXEC) $(LAUNCH_FLAGS) -n $(NP) $(PY) -m mpips train --servers $(SERVERS) \
-	    --train $(DATA).train.svm --test $(DATA).test.svm --out $(RUN_DIR) --overwrite
+	    --replicas $(REPLICAS) --train $(DATA).train.svm --test $(DATA).test.svm --out $(RUN_DIR) --overwrite
 
 # Each test has a time limit (pytest-timeout); `timeout` also bounds MPI start-up and shutdown.
 # tests/slurm starts a real Slurm on this machine (installing it with apt-get as root), and
