@@ -357,7 +357,7 @@ def _run_train(args) -> None:
     from . import signals
     from .config import TrainConfig
     from .errors import ConfigError, Interrupted, MpipsError
-    from .failover import CannotFailOver, KeepAlive
+    from .failover import LOST, CannotFailOver, KeepAlive, is_failure, what_died
     from .faulttolerance import local_verdict
     from .log import setup
     from .optimizer import Optimizer
@@ -408,6 +408,13 @@ def _run_train(args) -> None:
             sys.stderr.flush()
             os._exit(e.exit_status)
         except Exception as e:
+            if is_failure(e):   # a rank died where no other takes over its part
+                log.error("%s: the job stops; continue from its last checkpoint with --resume "
+                          "(exit %d, which the requeue template resumes)",
+                          what_died(world, e), LOST)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                world.Abort(LOST)
             if not getattr(e, "reported", False):
                 log.error("%s", e if isinstance(e, MpipsError) else traceback.format_exc())
             log.error("stopping the whole job (MPI_Abort)")

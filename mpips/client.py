@@ -99,6 +99,10 @@ class KVWorker:
     def _live(self) -> list:
         return [s for s in range(len(self._servers)) if s not in self._placement.dead]
 
+    def _lead(self) -> int:
+        """The server that leads: server 0, or after it died the first living one."""
+        return self._live()[0]
+
     def _send(self, server_index: int, op: Op, payload=(), report: bool = False, **fields):
         h = protocol.Header(op, ts=self._ts, clock=self.clock,
                             placement=self._placement.version, **fields)
@@ -199,22 +203,25 @@ class KVWorker:
         """The first server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""
         self._ts += 1
         out = np.empty(len(protocol.STATUS_FIELDS), np.int64)
-        wait_all([self._send(0, Op.STATUS).request, self._reply_into(out, 0).request],
+        lead = self._lead()
+        wait_all([self._send(lead, Op.STATUS).request, self._reply_into(out, lead).request],
                  timeout or self.timeout,
-                 lambda: f"server rank {self._servers[0]} to report the workers' clocks")
+                 lambda: f"server rank {self._servers[lead]} to report the workers' clocks")
         return dict(zip(protocol.STATUS_FIELDS, out.tolist()))
 
     def _who_is_slow(self) -> str:
-        """What server 0 says of the slowest worker, for a message about a wait that ran out."""
+        """What the lead server says of the slowest worker, for a message about a wait that
+        ran out."""
         try:
             s = self.status(timeout=min(5.0, self.timeout))
         except WaitTimeout:
-            return (f"; server rank {self._servers[0]} did not say which worker is slowest "
-                    f"either (is it frozen?)")
+            return (f"; server rank {self._servers[self._lead()]} did not say which worker is "
+                    f"slowest either (is it frozen?)")
         if s["slowest_worker"] < 0:
-            return "; server 0 says every worker has finished"
+            return f"; server {self._lead()} says every worker has finished"
         rank = len(self._servers) + s["slowest_worker"]
-        return (f"; server 0 says the slowest is worker {s['slowest_worker']} (rank {rank}), at "
+        return (f"; server {self._lead()} says the slowest is worker {s['slowest_worker']} "
+                f"(rank {rank}), at "
                 f"clock {s['slowest_clock']}, silent for {s['slowest_silent_ms'] / 1000:.0f} s")
 
     def ask_to_stop(self) -> None:
@@ -223,7 +230,7 @@ class KVWorker:
         self.stop_sent = True
         self._ts += 1
         self._pending[self._ts] = _Pending(what="the stop request to be sent",
-                                           sends=[self._send(0, Op.STOP)],
+                                           sends=[self._send(self._lead(), Op.STOP)],
                                            version=self._placement.version)
 
     def wait(self, ts: int) -> np.ndarray | None:
@@ -292,10 +299,6 @@ class KVWorker:
             return False
         self.failures += [(s, time.time()) for s in sorted(gone)]
         placement = self._placement = self._placement.without(gone)
-        if 0 in gone:
-            raise CannotFailOver(f"server 0 (rank {self._servers[0]}) died: it leads the "
-                             f"checkpoints and the job's progress, which no other server "
-                             f"takes over yet")
         if placement.lost:
             raise CannotFailOver(f"every copy of key range(s) {list(placement.lost)} died with "
                            f"server(s) {sorted(placement.dead)}")

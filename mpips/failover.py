@@ -25,8 +25,18 @@ class CannotFailOver(MpipsError):
 
 
 def is_failure(e: BaseException) -> bool:
-    """Whether `e` is MPI telling of a dead rank."""
-    return isinstance(e, MPI.Exception) and e.Get_error_class() in _FAILURES
+    """Whether `e` is MPI telling of a dead rank (directly, or as the error of one request
+    of several: then only if MPI knows of a dead rank)."""
+    if not isinstance(e, MPI.Exception):
+        return False
+    if e.Get_error_class() in _FAILURES:
+        return True
+    if e.Get_error_class() != MPI.ERR_IN_STATUS:
+        return False
+    try:
+        return bool(dead_ranks(MPI.COMM_WORLD))
+    except (MPI.Exception, NotImplementedError):
+        return False
 
 
 def dead_ranks(comm: MPI.Intracomm) -> set:
@@ -41,13 +51,36 @@ def dead_ranks(comm: MPI.Intracomm) -> set:
         failed.Free()
 
 
+def what_died(comm: MPI.Intracomm, e: BaseException) -> str:
+    """A sentence on a failure MPI reported as `e`: which ranks of `comm` died."""
+    try:
+        dead = sorted(dead_ranks(comm))
+    except MPI.Exception:
+        dead = []
+    who = f"rank(s) {dead} died" if dead else "a rank died"
+    return f"{who} (MPI: {e.Get_error_string()})"
+
+
 def survivors(comm: MPI.Intracomm) -> MPI.Intracomm | None:
     """Collective over the living ranks of `comm`: their own communicator (ranks in the same
     order) if any rank has died, else None. Every survivor gets the same answer."""
-    none_dead = not dead_ranks(comm)
-    if comm.Agree(int(none_dead)):   # a bitwise AND over the survivors
+    while True:
+        none_dead = not dead_ranks(comm)
+        try:
+            agreed = comm.Agree(int(none_dead))   # a bitwise AND over the survivors
+            break
+        except MPI.Exception as e:   # a death not yet acknowledged: acknowledge, agree again
+            if not is_failure(e):
+                raise
+    if agreed:
         return None
-    return comm.Shrink()
+    while True:
+        try:
+            return comm.Shrink()
+        except MPI.Exception as e:   # another death during the shrink
+            if not is_failure(e):
+                raise
+            dead_ranks(comm)
 
 
 class KeepAlive:

@@ -1,4 +1,4 @@
-"""Job-wide training progress, as seen by the first server from the workers' messages."""
+"""Job-wide training progress, as seen by the lead server from the workers' messages."""
 import time
 
 import numpy as np
@@ -28,10 +28,14 @@ class Progress:
                                     float(self.loss.sum()))
         self._tenth = 0
 
-    def update(self, worker: int, header) -> None:
+    def update(self, worker: int, header, say: bool = True) -> None:
+        """A worker's latest figures; a line if one is due and `say` (on the lead server:
+        every server keeps the figures, to lead if the lead dies)."""
         self.examples[worker] = header.examples
         self.loss[worker] = header.loss
         self.done[worker] = header.progress
+        if not say:
+            return
         since = time.monotonic() - self._last[0]
         if since < min(self.every, 0.5) or self.done.min() >= self.epochs:
             return   # too soon for another line, or all done: the final line follows

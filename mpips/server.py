@@ -108,8 +108,17 @@ class Server:
             Op.CHECKPOINT_AT: self._on_checkpoint_at, Op.SHARD_SAVED: self._on_shard_saved}
 
     @property
+    def _lead_index(self) -> int:
+        """The server that leads: server 0, or after it died the first living one."""
+        return next(s for s in range(self.placement.n_servers) if s not in self.placement.dead)
+
+    @property
     def _lead(self) -> bool:
-        return self.roles.index == 0
+        return self.roles.index == self._lead_index
+
+    @property
+    def _lead_rank(self) -> int:
+        return self.roles.servers[self._lead_index]
 
     # What the job reads back once serving is over.
     @property
@@ -158,13 +167,20 @@ class Server:
                 if not (self.failover and is_failure(e) and self._fail_over()):
                     raise
         if not self._lead:   # after this server's last SHARD_SAVED, in MPI's order
-            self._send(protocol.pack(protocol.Header(Op.BYE)), self.roles.servers[0])
+            self._send(protocol.pack(protocol.Header(Op.BYE)), self._lead_rank)
         for clock, missing in self.ckpt.incomplete():
             log.warning("checkpoint at clock %d is incomplete (server(s) %s did not write it, "
                         "the job having ended first): it will be passed over", clock, missing)
-        wait_all([r for r, _, _ in self._replies], self.timeout, lambda: "replies to be sent")
+        while True:
+            try:
+                wait_all([r for r, _, _ in self._replies], self.timeout,
+                         lambda: "replies to be sent")
+                break
+            except MPI.Exception as e:   # under ULFM: replies to a rank that died since
+                if not (self.failover and is_failure(e) and self._fail_over()):
+                    raise
         self.stats.pulls_held = self.gate.pulls_held
-        if self.progress:
+        if self.progress and self._lead:
             self.progress.log(final=True)
         return self.stats
 
@@ -219,10 +235,7 @@ class Server:
                                  f"so far")
         if not gone:
             return False
-        if 0 in gone:
-            raise CannotFailOver(f"server 0 (rank {self.roles.servers[0]}) died: it leads the "
-                                 f"checkpoints and the job's progress, which no other server "
-                                 f"takes over yet")
+        was_lead = self._lead
         before = self.placement.primary_ranges(self.roles.index)
         placement = self.placement = self.placement.without(gone)
         if placement.lost:
@@ -231,6 +244,12 @@ class Server:
         self.hooks.placement_changed(placement)
         ranks = {self.roles.servers[g] for g in gone}
         self._servers_left -= ranks
+        if self._lead and not was_lead:   # the lead died: this server leads from now on
+            # It does not wait for the others' BYE at the end: some may have said it to the
+            # dead lead. Files of checkpoints they report after it has ended are passed over.
+            self._servers_left = set()
+            log.warning("server %d leads from now on (checkpoints, progress, stopping)",
+                        self.roles.index)
         self._replies = [(r, b, dest) for r, b, dest in self._replies if dest not in ranks]
         for clock, shards, positions in self.ckpt.servers_lost(gone):
             self._checkpoint_complete(clock, shards, positions)
@@ -267,13 +286,13 @@ class Server:
                 and protocol.header(buf).placement > self.placement.version):
             self._catch_up(protocol.header(buf).placement, source)
         request = admit(buf, self._sender(source), from_worker, to_lead=self._lead,
-                        from_lead=source == self.roles.servers[0], width=self.store.width,
+                        from_lead=source == self._lead_rank, width=self.store.width,
                         placement=self.placement, server=self.roles.index)
         if from_worker:
             worker = self.roles.worker_index(source)
             self._heard[worker] = time.monotonic()
             if self.progress and request.report is not None:
-                self.progress.update(worker, request.report)
+                self.progress.update(worker, request.report, say=self._lead)
         self._handlers[request.op](source, request, buf)
 
     def _sender(self, source: int) -> str:
@@ -328,7 +347,7 @@ class Server:
         self._send(np.ones(1, np.int64), source, protocol.ERROR_ACK_TAG)
 
     def _on_stop(self, source: int, r, buf) -> None:
-        self._stop_asked = True   # only server 0 receives it
+        self._stop_asked = True   # only the lead receives it
         self._poll_stop()
 
     def _on_stop_at(self, source: int, r, buf) -> None:
@@ -423,7 +442,7 @@ class Server:
         else:
             text = np.frombuffer(json.dumps(entry).encode(), np.uint8)
             self._send(protocol.pack(protocol.Header(Op.SHARD_SAVED, clock=clock), text),
-                       self.roles.servers[0])
+                       self._lead_rank)
 
     def _shard_in(self, clock: int, entry: dict, positions: dict | None = None) -> None:
         """Server 0: a server's file of checkpoint `clock`; once all are in (and its own
@@ -451,7 +470,7 @@ class Server:
         if not self._stop_asked and self.hooks.stop_requested():
             self._stop_asked = True
             if not self._lead:
-                self._send(protocol.pack(protocol.Header(Op.STOP)), self.roles.servers[0])
+                self._send(protocol.pack(protocol.Header(Op.STOP)), self._lead_rank)
         if self._lead and self._stop_asked and self.ckpt.stop_at is None:
             slowest = self.clocks.slowest()
             if slowest != FINISHED:   # else training is over: nothing to stop
@@ -470,8 +489,9 @@ class Server:
         self._tell_servers(Op.CHECKPOINT_AT, slowest + 2)
 
     def _tell_servers(self, op: Op, clock: int) -> None:
-        for server in self.roles.servers[1:]:
-            self._send(protocol.pack(protocol.Header(op, clock=clock)), server)
+        for i, server in enumerate(self.roles.servers):
+            if i != self.roles.index and i not in self.placement.dead:
+                self._send(protocol.pack(protocol.Header(op, clock=clock)), server)
 
     def _snapshot(self, final: bool) -> None:
         began = time.monotonic()

@@ -225,7 +225,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
     """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest."""
     root = cfg.checkpoints
     # What the workers read, as it was when this launch started: a resume compares it.
-    inputs = {"train": fingerprint.of_input(cfg.train)} if roles.index == 0 else None
+    inputs = {"train": fingerprint.of_input(cfg.train)}   # any server may come to lead
 
     def write_shard(clock: int) -> dict:
         start = time.monotonic()
@@ -277,8 +277,8 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placeme
             raise ConfigError(f"--resume: cannot read the checkpoint {resume[0]}: {e}") from None
         log.info("resumed from checkpoint clock %d (%s): loaded %d keys",
                  resume[1]["clock"], resume[0], loaded)
-    progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
-                if roles.index == 0 else None)
+    # Every server keeps the figures; the lead says them.
+    progress = Progress(len(roles.workers), cfg.epochs, cfg.log_every)
     attrs = {"run_id": name, "config": cfg.as_dict()}
     started = [time.monotonic()]
     taken = []

@@ -133,3 +133,19 @@ def test_losing_every_copy_of_a_range_stops_for_a_resume(small_data, uninterrupt
                       "--out", run, *ARGS, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     same_model(run, uninterrupted["bsp"])
+
+
+def test_a_killed_lead_is_replaced_by_the_next_server(small_data, uninterrupted, tmp_path):
+    """Server 0 leads (checkpoints, progress, stopping): server 1 takes that over too."""
+    run = tmp_path / "run"
+    job = launch(small_data, run)
+    job.wait_for("training: epoch")
+    os.kill(pid_of_rank(run, 0), signal.SIGKILL)
+    ended = job.finish(timeout=120)
+    assert ended.returncode == 0, ended.output
+    assert "server 1 leads from now on" in ended.output
+    same_model(run, uninterrupted["bsp"])
+    s = read_summary(run)
+    assert [f["server"] for f in s["failures"]] == [0] and s["train_examples"] == 16 * ROWS
+    assert "training: epoch" in ended.output.split("server 1 leads from now on")[1], \
+        "the new lead says the progress"
