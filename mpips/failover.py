@@ -8,6 +8,8 @@ worker. What changes is the placement (each dead primary's first living backup a
 reads) and, at the end of the job, the communicator: collectives cannot span a dead rank,
 so the survivors agree that there were failures and shrink to a communicator of their own.
 """
+import os
+import sys
 import threading
 
 from mpi4py import MPI
@@ -87,10 +89,16 @@ class KeepAlive:
     """ULFM's failure detector has no thread of its own here: a rank that makes no MPI call
     for the detector's timeout (compiling kernels, reading a sample, writing a file) counts
     as dead. A thread that calls MPI every `every` seconds keeps such a rank heard; the
-    numba kernels release the GIL (nogil) so that it runs during them too."""
+    numba kernels release the GIL (nogil) so that it runs during them too.
 
-    def __init__(self, every: float = 0.05):
+    On leaving, it finalizes MPI at once: left to the end of the interpreter, finalizing
+    comes after a silence (Python's own teardown) long enough to be taken for a death, and
+    the rank so accused aborts while the others wait for it. Finalizing is bounded too:
+    after `finalize_s` the rank leaves without it (ULFM's finalize can wait on a dead rank)."""
+
+    def __init__(self, every: float = 0.05, finalize_s: float = 30.0):
         self._every = every
+        self._finalize_s = finalize_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mpips-keepalive", daemon=True)
 
@@ -106,10 +114,23 @@ class KeepAlive:
             self._thread.start()
         return self
 
-    def __exit__(self, *_):
+    def __exit__(self, kind, error, _):
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        status = error.code if isinstance(error, SystemExit) else (1 if error else 0)
+        status = status if isinstance(status, int) else 1
+        watchdog = threading.Timer(self._finalize_s, _leave, (status,))
+        watchdog.daemon = True
+        watchdog.start()
+        MPI.Finalize()
+        watchdog.cancel()
+
+
+def _leave(status: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 _KEEPALIVE_TAG = 32000   # never sent on
