@@ -20,6 +20,7 @@ from .protocol import HEADER_BYTES, Op
 FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STOP}
 FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP}
 FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR}
+FROM_SERVERS = {Op.COPY}   # from any server to any other
 FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
          Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT,
          Op.FINISH: protocol.REPORT}
@@ -35,7 +36,9 @@ class Request(NamedTuple):
     report: protocol.Report | None
 
 
-def _expected_bytes(op: Op, h) -> int:
+def _expected_bytes(op: Op, h, n_workers: int) -> int:
+    if op is Op.COPY:
+        return HEADER_BYTES + h.nkeys * (8 + 4 * h.width) + 8 * n_workers
     keys = 0 if h.flags & protocol.SAME_KEYS else 8 * h.nkeys
     report = protocol.REPORT_BYTES if h.flags & protocol.REPORT else 0
     if op is Op.PULL:
@@ -46,7 +49,7 @@ def _expected_bytes(op: Op, h) -> int:
 
 
 def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, width: int,
-           placement, server: int):
+           placement, server: int, columns: int, n_workers: int):
     """The request, or raise ProtocolError(what is wrong)."""
     if buf.shape[0] < HEADER_BYTES:
         raise ProtocolError(f"a message of {buf.shape[0]} bytes, shorter than the "
@@ -57,7 +60,8 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     except ValueError:
         raise ProtocolError(f"unknown operation {h.op}") from None
     allowed = (FROM_WORKERS if from_worker else
-               (FROM_SERVERS_TO_LEAD if to_lead else set()) | (FROM_LEAD if from_lead else set()))
+               (FROM_SERVERS_TO_LEAD if to_lead else set()) | (FROM_LEAD if from_lead else set())
+               | FROM_SERVERS)
     if op not in allowed:
         raise ProtocolError(f"{op.name}, which {'a worker' if from_worker else 'this server'} "
                             f"may not send {'' if from_worker else 'to this one'}".rstrip())
@@ -67,13 +71,16 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         raise ProtocolError(f"{op.name} with {h.nkeys} keys of width {h.width}")
     if op is Op.PUSH and h.width != width:
         raise ProtocolError(f"PUSH of width {h.width}; this table's width is {width}")
+    if op is Op.COPY and (h.width != columns or not 0 <= h.ref < placement.n_ranges):
+        raise ProtocolError(f"COPY of range {h.ref} with {h.width} columns; this table keeps "
+                            f"{columns}, over {placement.n_ranges} ranges")
     if op in TEXT_PAYLOAD:
         if buf.shape[0] > HEADER_BYTES + TEXT_LIMIT:
             raise ProtocolError(f"{op.name} with {buf.shape[0] - HEADER_BYTES} bytes of text")
-    elif buf.shape[0] != _expected_bytes(op, h):
+    elif buf.shape[0] != _expected_bytes(op, h, n_workers):
         raise ProtocolError(f"{op.name} of {buf.shape[0]} bytes, where its header "
                             f"({h.nkeys} keys, width {h.width}) makes it "
-                            f"{_expected_bytes(op, h)}")
+                            f"{_expected_bytes(op, h, n_workers)}")
     if h.ts < 0 or h.clock < 0:
         raise ProtocolError(f"{op.name} with a negative ts {h.ts} or clock {h.clock}")
     # Placements only move keys to servers that held them already (a dead primary's backup
@@ -95,19 +102,23 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         if i >= 0:
             raise ProtocolError(f"{op.name} of {keys.shape[0]} keys whose key #{i} "
                                 f"({int(keys[i])}) is {why}")
+    if op is Op.COPY and keys.shape[0] and (placement.ranges_of(keys) != h.ref).any():
+        raise ProtocolError(f"COPY of range {h.ref} with keys of another range")
     if values.size and not np.isfinite(values).all():
         bad = int(np.flatnonzero(~np.isfinite(values.reshape(-1)))[0])
-        raise ProtocolError(f"PUSH with a value that is not finite "
+        raise ProtocolError(f"{op.name} with a value that is not finite "
                             f"({values.reshape(-1)[bad]} at position {bad})")
     return Request(op, h, keys, values, report)
 
 
 def admit(buf: np.ndarray, sender: str, from_worker: bool, to_lead: bool, from_lead: bool,
-          width: int, placement, server: int) -> Request:
+          width: int, placement, server: int, columns: int = 0, n_workers: int = 0) -> Request:
     """The request in `buf` from `sender` (e.g. "worker 1 (rank 3)"), checked; raises
-    ProtocolError naming the sender and the fault otherwise."""
+    ProtocolError naming the sender and the fault otherwise. `columns`: of the table's state
+    rows; `n_workers`: of the job (for COPY)."""
     try:
-        return _check(buf, from_worker, to_lead, from_lead, width, placement, server)
+        return _check(buf, from_worker, to_lead, from_lead, width, placement, server, columns,
+                      n_workers)
     except ProtocolError as e:
         raise ProtocolError(f"{sender} sent a bad request: {e}; it was not applied, and the job "
                             f"stops") from None

@@ -5,7 +5,8 @@ Hashing first makes sequential or skewed feature ids spread evenly; ranges keep 
 short sorted array of boundaries that can later move or split. Range r's primary is server r
 while every server lives; its backups are the next servers on the ring, preferring servers
 on other nodes, so that one node's loss leaves a copy. When servers die, each range's
-first living holder becomes its primary: `without(dead)` is the next version of the map.
+first living holder becomes its primary, and the next living servers on the ring replace
+the copies lost: `without(dead)` is the next version of the map.
 """
 import numpy as np
 
@@ -33,6 +34,16 @@ def ring_holders(n_servers: int, replicas: int, nodes=None) -> tuple:
     return tuple(holders)
 
 
+def _living_holders(r: int, ring: tuple, n_servers: int, replicas: int, dead) -> tuple:
+    """Range r's holders with `dead` servers gone: the first `replicas` living servers of its
+    ring holders, then the ring from r on. The first is the primary; a server new to the
+    list gets a copy from it. The same set of dead servers gives the same holders whatever
+    the order the deaths were learned in."""
+    order = list(ring) + [(r + i) % n_servers for i in range(1, n_servers)
+                          if (r + i) % n_servers not in ring]
+    return tuple([s for s in order if s not in dead][:replicas])
+
+
 class Placement:
     """`version` numbers the placements of one job: a message says which one its sender used,
     so that a server can tell keys split by another (after a failure or membership change)
@@ -49,8 +60,8 @@ class Placement:
         self.version = version
         self.dead = frozenset(dead)
         self.bounds = np.array([(s << 64) // n_servers for s in range(n_servers)], np.uint64)
-        ring = ring_holders(n_servers, replicas, self.nodes)
-        self.holders = tuple(tuple(s for s in h if s not in self.dead) for h in ring)
+        self.holders = tuple(_living_holders(r, h, n_servers, replicas, self.dead)
+                             for r, h in enumerate(ring_holders(n_servers, replicas, self.nodes)))
         self.lost = tuple(r for r, h in enumerate(self.holders) if not h)
         self._primary = np.array([h[0] if h else -1 for h in self.holders], np.int32)
         self._held = np.zeros((n_servers, n_servers), np.bool_)   # [server, range]

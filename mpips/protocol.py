@@ -57,6 +57,9 @@ class Op(IntEnum):
     SHARD_SAVED = 8  # a server to server 0: its file of checkpoint `clock` (JSON payload)
     CHECKPOINT_AT = 9  # server 0 to the others: write a checkpoint at `clock` (a timed one)
     STOP = 10    # any rank to server 0: this rank was asked to stop (a signal); stop the job
+    COPY = 11    # a range's primary to its new holder: the range's keys (sorted) and state
+                 # rows (`width` columns), then the last push applied per worker (int64);
+                 # `ref` names the range
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock
@@ -114,7 +117,7 @@ def unpack(buf: np.ndarray):
     keys = buf[start:start + 8 * n_keys].view(np.uint64)
     values = _NO_VALUES
     end = start + 8 * n_keys
-    if h.op == Op.PUSH:
+    if h.op in (Op.PUSH, Op.COPY):
         end += 4 * h.nkeys * h.width
         values = buf[start + 8 * n_keys:end].view(np.float32).reshape(h.nkeys, h.width)
     report = Report._make(_REPORT.unpack_from(buf, end)) if h.flags & REPORT else None
@@ -122,6 +125,11 @@ def unpack(buf: np.ndarray):
 
 
 _NO_VALUES = np.empty((0, 0), np.float32)
+
+
+def copied_positions(buf: np.ndarray, h: Header) -> np.ndarray:
+    """A COPY's last field: the last push applied per worker (int64)."""
+    return buf[HEADER_BYTES + h.nkeys * (8 + 4 * h.width):].view(np.int64)
 
 
 def error_text(buf: np.ndarray) -> str:

@@ -34,6 +34,7 @@ from .placement import Placement
 from .progress import Progress
 from .protocol import Op, Report
 from .readgate import HOLD, SERVE, Pull, ReadGate
+from .rebuild import Rebuilds
 from .rowcache import RowCache
 from .store import KVStore
 
@@ -88,6 +89,7 @@ class Server:
         self.stats = ServerStats()
         self.failover = failover
         self.failures = []        # what this server saw of other servers' deaths
+        self.rebuilds = Rebuilds(roles.index, len(roles.workers)) if failover else None
         self.ckpt = checkpoints or Checkpoints(0, 0.0, roles.index == 0, len(roles.servers),
                                                clocks.staleness == 0)
         self.gate = ReadGate(clocks, record_pulls)
@@ -105,7 +107,8 @@ class Server:
             Op.PULL: self._on_pull, Op.PUSH: self._on_push, Op.FINISH: self._on_finish,
             Op.BYE: self._on_bye, Op.STATUS: self._on_status, Op.ERROR: self._on_error,
             Op.STOP: self._on_stop, Op.STOP_AT: self._on_stop_at,
-            Op.CHECKPOINT_AT: self._on_checkpoint_at, Op.SHARD_SAVED: self._on_shard_saved}
+            Op.CHECKPOINT_AT: self._on_checkpoint_at, Op.SHARD_SAVED: self._on_shard_saved,
+            Op.COPY: self._on_copy}
 
     @property
     def _lead_index(self) -> int:
@@ -159,7 +162,7 @@ class Server:
                                if self.hooks.snapshot and self.hooks.snapshot_every
                                else float("inf"))
         self._next_timed = start + self.ckpt.seconds if self.ckpt.seconds else float("inf")
-        while self._talking or self._servers_left:
+        while self._talking or self._servers_left or self._copies_awaited():
             try:
                 self._step(start)
             except MPI.Exception as e:
@@ -184,6 +187,10 @@ class Server:
             self.progress.log(final=True)
         return self.stats
 
+    def _copies_awaited(self) -> list:
+        """Key ranges this server holds anew and still waits for a copy of."""
+        return sorted(self.rebuilds.incoming) if self.rebuilds is not None else []
+
     def _step(self, start: float) -> None:
         """One turn of the loop: the timers, then one message received and dispatched (or a
         short idle wait)."""
@@ -204,9 +211,13 @@ class Server:
                     self._check_silence()
                     self._quiet_since = now
                 elif now - self._quiet_since > self.timeout:
-                    raise WaitTimeout(f"servers {sorted(self._servers_left)} did not say "
-                                      f"they had finished within --timeout "
-                                      f"{self.timeout:g} s of the last worker")
+                    if self._servers_left:
+                        raise WaitTimeout(f"servers {sorted(self._servers_left)} did not say "
+                                          f"they had finished within --timeout "
+                                          f"{self.timeout:g} s of the last worker")
+                    raise WaitTimeout(f"the copies of key range(s) {self._copies_awaited()} "
+                                      f"did not arrive within --timeout {self.timeout:g} s "
+                                      f"of the last worker")
                 self._reap_replies()
                 self._next_check = now + 0.5
             self._backoff.idle()
@@ -236,11 +247,20 @@ class Server:
         if not gone:
             return False
         was_lead = self._lead
-        before = self.placement.primary_ranges(self.roles.index)
-        placement = self.placement = self.placement.without(gone)
+        previous = self.placement
+        before = previous.primary_ranges(self.roles.index)
+        placement = self.placement = previous.without(gone)
         if placement.lost:
             raise CannotFailOver(f"every copy of key range(s) {list(placement.lost)} died with "
                                  f"server(s) {sorted(placement.dead)}")
+        self.rebuilds.plan(previous, placement, time.monotonic())
+        partial = [int(r) for r in np.flatnonzero(placement.primary_ranges(self.roles.index))
+                   if not self.rebuilds.complete(int(r))]
+        if partial:
+            raise CannotFailOver(f"every whole copy of key range(s) {partial} died with "
+                                 f"server(s) {sorted(placement.dead)} (this server, their new "
+                                 f"primary, had no complete copy of them yet)")
+        self._send_copies()
         self.hooks.placement_changed(placement)
         ranks = {self.roles.servers[g] for g in gone}
         self._servers_left -= ranks
@@ -287,7 +307,8 @@ class Server:
             self._catch_up(protocol.header(buf).placement, source)
         request = admit(buf, self._sender(source), from_worker, to_lead=self._lead,
                         from_lead=source == self._lead_rank, width=self.store.width,
-                        placement=self.placement, server=self.roles.index)
+                        placement=self.placement, server=self.roles.index,
+                        columns=self.store.columns, n_workers=len(self.roles.workers))
         if from_worker:
             worker = self.roles.worker_index(source)
             self._heard[worker] = time.monotonic()
@@ -314,21 +335,31 @@ class Server:
     def _on_push(self, source: int, r, buf) -> None:
         worker = self.roles.worker_index(source)
         completes = bool(r.header.flags & protocol.CLOCK)
+        clock = int(self.clocks.done[worker])
+        push = self._push_of(worker, r, copy=self.clocks.staleness == 0)
+        if self.rebuilds is not None:
+            self.rebuilds.pushed(worker, clock, r.header.placement)
+            if self.rebuilds.incoming and push[1] is None:   # keys of ranges being rebuilt
+                keys, values = self.rebuilds.keep(self.placement.ranges_of(push[0]), clock,
+                                                  worker, r.header.ts, push[0], push[3])
+                push = (keys, None, -1, values)
         if self.clocks.staleness == 0:
-            self.clock_pushes.add(int(self.clocks.done[worker]), worker,
-                                  self._push_of(worker, r, copy=True))
+            self.clock_pushes.add(clock, worker, (*push, worker, r.header.ts))
         else:
-            self._apply(*self._push_of(worker, r, copy=False))
+            self._apply(*push)
+            self._applied(worker, r.header.ts)
         if completes:
             self.clocks.tick(worker)
             self.ckpt.note(worker, int(self.clocks.done[worker]), r.report or _NO_REPORT, False)
             self._advance()
+        self._send_copies()
 
     def _on_finish(self, source: int, r, buf) -> None:
         worker = self.roles.worker_index(source)
         self.ckpt.note(worker, r.header.clock, r.report or _NO_REPORT, True)
         self.clocks.finish(worker)
         self._advance()
+        self._send_copies()
         if self.clocks.all_finished:
             self.stats.train_bytes_sent = self.stats.bytes_sent
             if self.hooks.snapshot and not self._final_taken:
@@ -357,6 +388,57 @@ class Server:
     def _on_checkpoint_at(self, source: int, r, buf) -> None:
         self.ckpt.planned.add(r.header.clock)
         self._advance()
+
+    def _on_copy(self, source: int, r, buf) -> None:
+        """A copy of a range this server holds anew: load it, then apply the pushes kept
+        meanwhile that it lacks, in the order its primary applied them."""
+        began = time.monotonic()
+        range_ = r.header.ref
+        if range_ not in self.rebuilds.incoming:
+            log.warning("a copy of key range %d from %s, which this server does not wait for: "
+                        "passed over", range_, self._sender(source))
+            return
+        self.store.load(r.keys, r.values)
+        replay = self.rebuilds.arrived(range_, protocol.copied_positions(buf, r.header),
+                                       time.monotonic(), r.keys.shape[0])
+        bsp = self.clocks.staleness == 0
+        for clock, worker, keys, values in replay:
+            if bsp and clock >= self.clock_pushes.applied:
+                self.clock_pushes.add(clock, worker, (keys, None, -1, values, worker, 0))
+            else:
+                self.store.push(keys, values)
+        _, keys_n, took = self.rebuilds.done[-1]
+        log.warning("key range %d has its copies again: %d keys copied here from %s in %.2f s "
+                    "(%.0f keys/s), then %d kept pushes", range_, keys_n, self._sender(source),
+                    took, keys_n / max(took, 1e-9), len(replay))
+        for event in self.failures[::-1]:
+            event.setdefault("rebuilt", []).append(
+                {"range": range_, "keys": keys_n, "seconds": round(took, 4),
+                 "load_s": round(time.monotonic() - began, 4)})
+            break
+
+    def _send_copies(self) -> None:
+        """The range copies due (see `rebuild`): sorted keys and their state rows, and the
+        last push applied per worker; sent while serving goes on."""
+        if self.rebuilds is None or not self.rebuilds.outgoing:
+            return
+        left = [w for w in range(len(self.roles.workers)) if self.clocks.done[w] != FINISHED]
+        due = self.rebuilds.due(left, self.clock_pushes.applied
+                                if self.clocks.staleness == 0 else None)
+        if not due:
+            return
+        keys, state = self.store.items()
+        ranges = self.placement.ranges_of(keys)
+        for copy in due:
+            mine = np.flatnonzero(ranges == copy.range)
+            mine = mine[np.argsort(keys[mine])]
+            message = protocol.pack(
+                protocol.Header(Op.COPY, nkeys=mine.shape[0], width=self.store.columns,
+                                ref=copy.range),
+                keys[mine], state[mine], self.rebuilds.last_ts)
+            self._send(message, self.roles.servers[copy.to])
+            log.info("sending server %d a copy of key range %d (%d keys)", copy.to, copy.range,
+                     mine.shape[0])
 
     def _on_shard_saved(self, source: int, r, buf) -> None:
         try:
@@ -387,7 +469,12 @@ class Server:
 
     def _apply_until(self, clock: int) -> None:
         for push in self.clock_pushes.until(clock):
-            self._apply(*push)
+            self._apply(*push[:4])
+            self._applied(*push[4:])
+
+    def _applied(self, worker: int, ts: int) -> None:
+        if self.rebuilds is not None:
+            self.rebuilds.last_ts[worker] = ts
 
     def _advance(self) -> None:
         """After a worker's clock or FINISH: if the slowest worker moved on, apply the clocks'

@@ -118,21 +118,42 @@ def test_under_asp_a_killed_server_loses_no_example(small_data, uninterrupted, t
 
 
 def test_losing_every_copy_of_a_range_stops_for_a_resume(small_data, uninterrupted, tmp_path):
-    """Servers 1 and 2 hold range 1's two copies: with both dead the job cannot go on. It
+    """Servers 1 and 2, killed together, hold range 1's two copies: the job cannot go on. It
     says which keys are gone and exits 75, and the resume ends on the uninterrupted model."""
     run = tmp_path / "run"
     job = launch(small_data, run)
-    kill_server_1(job, run)
-    job.wait_for("server 1 (rank 1) died")
-    os.kill(pid_of_rank(run, 2), signal.SIGKILL)
+    job.wait_for("training: epoch")
+    for rank in (1, 2):
+        os.kill(pid_of_rank(run, rank), signal.SIGKILL)
     ended = job.finish(timeout=120)
     assert ended.returncode == 75, ended.output
-    assert "every copy of key range(s) [1] died with server(s) [1, 2]" in ended.output
+    assert "every whole copy of key range(s) [1] died with server(s) [1, 2]" in ended.output
     assert "continue from its last checkpoint with --resume" in ended.output
     resumed = run_job(5, "train", "--train", small_data[0], "--test", small_data[1],
                       "--out", run, *ARGS, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     same_model(run, uninterrupted["bsp"])
+
+
+def test_once_the_copies_are_rebuilt_a_second_death_is_survived(small_data, uninterrupted,
+                                                                 tmp_path):
+    """4 servers, 2 copies of each range. Server 1 dies: its ranges' copies are rebuilt on
+    the next servers; then server 2, which held range 1 with it, dies too: range 1 lives on
+    in its rebuilt copy, bit for bit."""
+    run = tmp_path / "run"
+    job = WatchedJob(6, "train", "--train", small_data[0], "--test", small_data[1],
+                     "--out", run, "--servers", 4, *ARGS[2:], launcher=ULFM)
+    kill_server_1(job, run)
+    job.wait_for("key range 0 has its copies again")
+    job.wait_for("key range 1 has its copies again")
+    os.kill(pid_of_rank(run, 2), signal.SIGKILL)
+    ended = job.finish(timeout=120)
+    assert ended.returncode == 0, ended.output
+    assert "server 2 (rank 2) died" in ended.output
+    same_model(run, uninterrupted["bsp"])
+    failures = read_summary(run)["failures"]
+    assert [f["server"] for f in failures] == [1, 2]
+    print("rebuilt:", [r for f in failures for r in f.get("rebuilt", [])])
 
 
 def test_a_killed_lead_is_replaced_by_the_next_server(small_data, uninterrupted, tmp_path):

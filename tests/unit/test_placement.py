@@ -58,8 +58,13 @@ def test_without_a_server_its_backups_become_primaries():
     moved = before.owners(keys) == 1
     assert (after.owners(keys)[moved] == 2).all(), "range 1's backup is server 2"
     assert (after.owners(keys)[~moved] == before.owners(keys)[~moved]).all()
-    assert after.without({2}).lost == (1,), "range 1 had copies on servers 1 and 2 only"
-    assert Placement(2).without({0}).lost == (0,)
+    assert after.holders == ((0, 2), (2, 3), (2, 3), (3, 0)), "lost copies go to the next"
+    twice = after.without({2})
+    assert twice.holders == ((0, 3), (3, 0), (3, 0), (3, 0))
+    assert twice.holders == before.without({2}).without({1}).holders == \
+        before.without({1, 2}).holders, "whatever the order the deaths are learned in"
+    assert twice.version == 2 and before.without({1, 2}).version == 2
+    assert before.without({0, 1, 2, 3}).lost == (0, 1, 2, 3)
 
 
 def test_reads_go_to_the_primary_writes_to_any_holder():
