@@ -275,7 +275,8 @@ class Server:
             self._checkpoint_complete(clock, shards, positions)
         took = np.flatnonzero(placement.primary_ranges(self.roles.index) & ~before).tolist()
         for server in sorted(gone):
-            self.failures.append({"server": server, "rank": self.roles.servers[server],
+            self.failures.append({"server": server, "role": f"server {server}",
+                                  "rank": self.roles.servers[server],
                                   "learned_at": time.time(),
                                   "failover_s": time.monotonic() - began,
                                   "ranges_taken_over": took})

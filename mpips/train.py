@@ -163,6 +163,8 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         record["late_compiles"] = len(watch.compiled)
         # Collectives cannot span a dead rank: the survivors finish on their own.
         finishing = roles.survived() if failover else roles
+        if finishing is not roles:
+            _say_who_died_late(roles, finishing, failures)
         try:
             return _finish(cfg, finishing, name, record, margins, labels, held, started,
                            failures)
@@ -171,6 +173,22 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
                 finishing.comm.Free()
     finally:
         roles.free()
+
+
+def _say_who_died_late(roles: Roles, survivors: Roles, failures: list) -> None:
+    """Ranks found dead only as the job finished (after their part was done): in the
+    summary's failures, and said, since the summary lacks their figures."""
+    living = set(survivors.comm.Get_group().Translate_ranks(
+        list(range(survivors.comm.size)), roles.comm.Get_group()))
+    known = {f["rank"] for f in failures}
+    for rank in sorted(set(range(roles.comm.size)) - living - known):
+        role = (f"server {rank}" if rank < len(roles.servers)
+                else f"worker {roles.worker_index(rank)}")
+        failures.append({"rank": rank, "role": role, "learned_at": time.time(),
+                         "when": "as the job finished"})
+        if survivors.comm.rank == 0:
+            log.warning("%s (rank %d) died as the job finished: the summary lacks its figures "
+                        "(a worker's: its test rows are not scored)", role, rank)
 
 
 def _say_what_is_left(cfg: TrainConfig, resume) -> None:
