@@ -20,7 +20,7 @@ from .protocol import HEADER_BYTES, Op
 FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STOP}
 FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP}
 FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR}
-FROM_SERVERS = {Op.COPY}   # from any server to any other
+FROM_SERVERS = {Op.COPY, Op.ERROR}   # from any server to any other
 FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
          Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT,
          Op.FINISH: protocol.REPORT}

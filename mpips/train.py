@@ -25,6 +25,7 @@ from .config import TrainConfig, check_resumable
 from .data import KeyIndexer, SvmlightShard
 from .errors import (ConfigError, Diverged, InputError, Interrupted, MpipsError, SaveError,
                      Stopped)
+from .failover import CannotFailOver
 from .faulttolerance import announce
 from .log import say, setup
 from .files import keep_trying, write_hdf5
@@ -358,7 +359,8 @@ def _serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placeme
         save_partial(reason)
         others = [r for i, r in enumerate(roles.servers)
                   if r != roles.comm.rank and i not in server.placement.dead]
-        if others and not isinstance(e, Interrupted):
+        # A death nobody takes over: every server learns of it and saves by itself.
+        if others and not isinstance(e, (Interrupted, CannotFailOver)):
             try:
                 tell_servers_to_save(roles.comm, others, reason, cfg.timeout)
             except (MpipsError, MPI.Exception) as again:
@@ -419,7 +421,7 @@ def _work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover
         if isinstance(e, ConfigError):
             raise   # every rank stops with it, before training
         reason = f"worker {roles.index}: {_log_failure(e)}"
-        if not isinstance(e, Interrupted):
+        if not isinstance(e, (Interrupted, CannotFailOver)):
             living = [r for i, r in enumerate(roles.servers) if i not in kv.placement.dead]
             try:
                 tell_servers_to_save(roles.comm, living, reason, cfg.timeout)
