@@ -248,6 +248,8 @@ class KVWorker:
             except WaitTimeout as e:
                 if not pending.replies:
                     raise
+                for r in pending.replies:
+                    r.done = r.done or r.request.Test(r.status)
                 silent = [self._servers[r.server] for r in pending.replies if not r.done]
                 raise WaitTimeout(f"{e}; no reply yet from server rank(s) {silent}"
                                   f"{self._who_is_slow()}") from None
