@@ -2,13 +2,17 @@
 import glob
 import json
 import os
+import signal
 import subprocess
 import time
 
+import numpy as np
 import pytest
+from conftest import run_job
+from watch import rank_pids
 
 from mpips.model_io import load_model
-from slurm_cluster import slurm_fixture  # noqa: F401  (provides the `slurm` fixture)
+from slurm_cluster import TERMINAL, slurm_fixture  # noqa: F401  (provides `slurm`)
 
 pytestmark = pytest.mark.slurm
 
@@ -104,3 +108,73 @@ def test_time_limit_warning_checkpoints_stops_and_requeues(slurm, small_data, tm
     assert "asking the job to checkpoint and stop" in out
     assert "stopped after a checkpoint; requeueing" in out and "resumed from checkpoint" in out
     assert summary(run)["train_examples"] == 12 * 20000
+
+
+def wait_for_output(cluster, job_id, text, timeout=120) -> str:
+    """Wait until the running job's output file contains `text`; fail if the job ends first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = cluster.job(job_id)
+        out = cluster.output(job) if os.path.exists(job["StdOut"]) else ""
+        if text in out:
+            return out
+        assert job["JobState"] not in TERMINAL, \
+            f"job {job_id} ended ({job['JobState']}) without saying {text!r}:\n{out}"
+        assert time.monotonic() < deadline, f"job {job_id} did not say {text!r} in {timeout} s"
+        time.sleep(0.1)
+
+
+def pid_of_rank_in_job(job_id, run_dir, rank: int) -> int:
+    """The PID of MPI rank `rank` of Slurm job `job_id`: a `python -m mpips train` given
+    `--out run_dir`, whose environment has that rank and job id."""
+    for pid in rank_pids(run_dir):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if (f"OMPI_COMM_WORLD_RANK={rank}".encode() in env
+                and f"SLURM_JOB_ID={job_id}".encode() in env):
+            return pid
+    pytest.fail(f"no process of rank {rank} of job {job_id} writing to {run_dir}")
+
+
+# 3 servers + 2 workers, every key on 2 servers (as in tests/jobs/test_failover.py), training
+# for some seconds, so that the kill comes well before the end.
+EPOCHS = 40
+FAILOVER = ("--replicas", "2", "--epochs", str(EPOCHS), "--batch-size", "200",
+            "--log-every", "0.2", "--timeout", "60")
+
+
+@pytest.mark.timeout(600)
+def test_with_ft_a_killed_server_fails_over_and_the_job_completes_without_a_requeue(
+        slurm, small_data, tmp_path):
+    run = tmp_path / "run"
+    # requeue.sbatch would requeue the job had the launch failed: it must not.
+    job = slurm.submit("requeue.sbatch", "--ntasks=5", "--overcommit", TRAIN=small_data[0],
+                       TEST=small_data[1], RUN_DIR=run, SERVERS=3, CHECKPOINT_EVERY=100, FT=1,
+                       EXTRA=" ".join(FAILOVER))
+    wait_for_output(slurm, job, "training: epoch")
+    rank_1 = pid_of_rank_in_job(job, run, 1)
+    assert "trained: epoch" not in slurm.output(slurm.job(job)), "training ended before the kill"
+    os.kill(rank_1, signal.SIGKILL)
+    ended = slurm.wait(job, 240)
+    out = slurm.output(ended)
+    assert (ended["JobState"], ended["ExitCode"]) == ("COMPLETED", "0:0"), out
+    assert ended["Restarts"] == "0" and out.count("mpips: job ") == 1, f"one launch:\n{out}"
+    assert "launcher mpiexec with ULFM (FT=1)" in out and "mpips: training finished" in out
+    assert "requeueing" not in out and not os.path.exists(run / "failed-attempts")
+    assert "server 1 (rank 1) died; the living copies of its keys take over" in out, out
+    s = summary(run)
+    [failure] = s["failures"]
+    assert (failure["server"], failure["rank"]) == (1, 1) and s["servers"] == 2
+    assert s["train_examples"] == EPOCHS * 20000
+    # The same training, uninterrupted and without Slurm, ends on the same model bit for bit.
+    whole = tmp_path / "whole"
+    ref = run_job(5, "train", "--train", small_data[0], "--test", small_data[1], "--out", whole,
+                  "--servers", 3, "--overwrite", "--checkpoint-dir", whole / "checkpoints",
+                  "--checkpoint-every", 100, *FAILOVER)
+    assert ref.returncode == 0, ref.output
+    ours, theirs = load_model(run / "model"), load_model(whole / "model")
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
