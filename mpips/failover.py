@@ -8,7 +8,7 @@ worker. What changes is the placement (each dead primary's first living backup a
 reads) and, at the end of the job, the communicator: collectives cannot span a dead rank,
 so the survivors agree that there were failures and shrink to a communicator of their own.
 """
-import os
+import signal
 import sys
 import threading
 
@@ -94,7 +94,7 @@ class KeepAlive:
     On leaving, it finalizes MPI at once: left to the end of the interpreter, finalizing
     comes after a silence (Python's own teardown) long enough to be taken for a death, and
     the rank so accused aborts while the others wait for it. Finalizing is bounded too:
-    after `finalize_s` the rank leaves without it (ULFM's finalize can wait on a dead rank)."""
+    after `finalize_s` the rank is ended (ULFM's finalize can wait on a dead rank)."""
 
     def __init__(self, every: float = 0.05, finalize_s: float = 30.0):
         self._every = every
@@ -118,19 +118,14 @@ class KeepAlive:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        status = error.code if isinstance(error, SystemExit) else (1 if error else 0)
-        status = status if isinstance(status, int) else 1
-        watchdog = threading.Timer(self._finalize_s, _leave, (status,))
-        watchdog.daemon = True
-        watchdog.start()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # MPI_Finalize holds the GIL: no Python thread could end a finalize that hangs, but
+        # the kernel can (SIGALRM's default action ends the process).
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(max(1, int(self._finalize_s)))
         MPI.Finalize()
-        watchdog.cancel()
-
-
-def _leave(status: int) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+        signal.alarm(0)
 
 
 _KEEPALIVE_TAG = 32000   # never sent on
