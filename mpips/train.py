@@ -25,7 +25,7 @@ from .config import TrainConfig, check_resumable
 from .data import KeyIndexer, SvmlightShard
 from .errors import (ConfigError, Diverged, InputError, Interrupted, MpipsError, SaveError,
                      Stopped)
-from .failover import CannotFailOver
+from .failover import CannotFailOver, is_failure, what_died
 from .faulttolerance import announce
 from .log import say, setup
 from .files import keep_trying, write_hdf5
@@ -228,6 +228,8 @@ def _ready(roles: Roles, timeout: float, prepare) -> float:
 
 def _log_failure(e: Exception) -> str:
     """Log why this rank fails (with a traceback if it is a bug); return a one-line reason."""
+    if is_failure(e):   # another rank died (under ULFM): the command line says which
+        return what_died(MPI.COMM_WORLD, e)
     text = str(e) if isinstance(e, MpipsError) else f"{type(e).__name__}: {e}"
     log.error("%s", text if isinstance(e, MpipsError) else traceback.format_exc())
     e.reported = True   # the command line does not log it again

@@ -122,7 +122,7 @@ def test_losing_every_copy_of_a_range_stops_for_a_resume(small_data, uninterrupt
     says which keys are gone and exits 75, and the resume ends on the uninterrupted model."""
     run = tmp_path / "run"
     job = launch(small_data, run)
-    job.wait_for("training: epoch")
+    job.wait_for("checkpoint at clock")
     for rank in (1, 2):
         os.kill(pid_of_rank(run, rank), signal.SIGKILL)
     ended = job.finish(timeout=120)
