@@ -85,7 +85,7 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         raise ProtocolError(f"{op.name} with a negative ts {h.ts} or clock {h.clock}")
     # Placements only move keys to servers that held them already (a dead primary's backup
     # answers for it), so keys split by an earlier one are checked against this one.
-    if op in (Op.PULL, Op.PUSH) and not 0 <= h.placement <= placement.version:
+    if op in (Op.PULL, Op.PUSH, Op.COPY) and not 0 <= h.placement <= placement.version:
         raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
                             f"this server's is {placement.version}")
     _, keys, values, report = protocol.unpack(buf)

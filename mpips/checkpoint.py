@@ -144,6 +144,12 @@ def load_shards(directory: str, manifest: dict, store, placement, server: int) -
     return loaded
 
 
+def positions(resume) -> dict:
+    """Worker -> where it stood in a checkpoint (clock, epoch, offset, examples, loss), from
+    (directory, manifest), or {} when not resuming."""
+    return {int(w): p for w, p in resume[1]["positions"].items()} if resume else {}
+
+
 def describe(root: str, every: bool = False) -> tuple[str, bool]:
     """A readable account of the checkpoints in `root`, and whether any of them is complete
     and undamaged: all of them, or (by default) the one `--resume` would take and the

@@ -14,6 +14,7 @@ import threading
 
 from mpi4py import MPI
 
+from .bounded import wait_all
 from .errors import MpipsError
 
 _FAILURES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
@@ -83,6 +84,17 @@ def survivors(comm: MPI.Intracomm) -> MPI.Intracomm | None:
             if not is_failure(e):
                 raise
             dead_ranks(comm)
+
+
+def end_together(comm: MPI.Intracomm, timeout: float) -> None:
+    """Under ULFM, the last wait before finalizing, so that the ranks finalize together: a
+    rank that finalizes stops answering the failure detector, and ranks still at work then
+    take it for dead. A death found here changes nothing: the job's work is done."""
+    try:
+        wait_all([comm.Ibarrier()], timeout, lambda: "every rank to finish")
+    except MPI.Exception as e:
+        if not is_failure(e):
+            raise
 
 
 class KeepAlive:

@@ -435,7 +435,7 @@ class Server:
             mine = mine[np.argsort(keys[mine])]
             message = protocol.pack(
                 protocol.Header(Op.COPY, nkeys=mine.shape[0], width=self.store.columns,
-                                ref=copy.range),
+                                ref=copy.range, placement=self.placement.version),
                 keys[mine], state[mine], self.rebuilds.last_ts)
             self._send(message, self.roles.servers[copy.to])
             log.info("sending server %d a copy of key range %d (%d keys)", copy.to, copy.range,

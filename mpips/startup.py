@@ -69,3 +69,10 @@ def compile_per_node(comm: MPI.Intracomm, timeout: float) -> float:
     finally:
         node.Free()
     return time.monotonic() - start
+
+
+def ready(comm: MPI.Intracomm, timeout: float, prepare) -> float:
+    """Every rank prepares (opens its data, loads its part of a checkpoint); if any fails,
+    all stop together with its message instead of waiting for it. Returns the start time."""
+    agree(comm, prepare, timeout, "every rank to be ready to train")
+    return time.monotonic()

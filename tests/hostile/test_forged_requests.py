@@ -145,3 +145,34 @@ def test_a_backup_takes_writes_of_the_ranges_it_copies():
         request = admit(push(keys, G), "worker 0 (rank 3)", True, to_lead=False,
                         from_lead=False, width=1, placement=REPLICATED, server=1)
         assert (request.keys == keys).all()
+
+
+def copy_of(r: int, keys=None, state=None, columns=2, last=(0, 0), **fields):
+    keys = range_keys(r) if keys is None else keys
+    state = np.ones((keys.shape[0], columns), np.float32) if state is None else state
+    return protocol.pack(Header(Op.COPY, nkeys=keys.shape[0], width=columns, ref=r, **fields),
+                         keys, state, np.array(last, np.int64))
+
+
+@pytest.mark.parametrize("build, sender, says", [
+    (lambda: copy_of(0), "worker", "COPY, which a worker may not send"),
+    (lambda: copy_of(0, keys=range_keys(1)), "server", "COPY of range 0 with keys of another"),
+    (lambda: copy_of(2), "server", "held by another server"),
+    (lambda: copy_of(0, columns=3), "server", "COPY of range 0 with 3 columns"),
+    (lambda: copy_of(0, last=(0, 0, 0)), "server", "where its header"),
+    (lambda: copy_of(0, state=np.full((8, 2), np.nan, np.float32)), "server",
+     "COPY with a value that is not finite"),
+    (lambda: copy_of(0, placement=2), "server", "split by placement version 2"),
+], ids=["from a worker", "keys of another range", "a range it does not hold", "wrong width",
+        "positions cut", "NaN state", "a placement yet to come"])
+def test_a_forged_copy_of_a_range_is_refused(build, sender, says):
+    """A range's copy (after a death) is checked like any request: it is loaded whole."""
+    with pytest.raises(ProtocolError, match=says):
+        admit(build(), f"{sender} 0 (rank 2)", sender == "worker", to_lead=False,
+              from_lead=False, width=1, placement=REPLICATED, server=1, columns=2, n_workers=2)
+
+
+def test_a_copy_of_a_range_the_server_holds_is_admitted():
+    request = admit(copy_of(0), "server 0 (rank 0)", False, to_lead=False, from_lead=False,
+                    width=1, placement=REPLICATED, server=1, columns=2, n_workers=2)
+    assert request.op is Op.COPY and request.values.shape == (8, 2)

@@ -1,0 +1,205 @@
+"""The server side of a training job: a store of the keys this server holds, loaded from a
+checkpoint when resuming; the hooks that write its checkpoint files, snapshots and (server
+0) manifests; serving until the workers are done; the model it saves at the end or after an
+error.
+"""
+import logging
+import os
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from . import checkpoint, fingerprint, signals, summary
+from .checkpointing import Checkpoints
+from .client import tell_servers_to_save
+from .clocks import FINISHED, ClockTable
+from .config import TrainConfig
+from .errors import ConfigError, Interrupted, MpipsError, SaveError
+from .failover import CannotFailOver
+from .files import keep_trying, write_hdf5
+from .log import log_failure, say
+from .model_io import save_shard
+from .placement import Placement
+from .progress import Progress
+from .replicas import PrimaryKeys
+from .roles import Roles
+from .server import Hooks, Server
+from .startup import ready
+from .store import KVStore
+
+log = logging.getLogger("mpips")
+
+
+def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
+                        own: PrimaryKeys) -> dict:
+    """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest."""
+    root = cfg.checkpoints
+    # What the workers read, as it was when this launch started: a resume compares it.
+    inputs = {"train": fingerprint.of_input(cfg.train)}   # any server may come to lead
+
+    def write_shard(clock: int) -> dict:
+        start = time.monotonic()
+        try:
+            entry = checkpoint.write_shard(root, clock, roles.index, own, {"run_id": name},
+                                           ranges=own.ranges())
+        except SaveError as e:
+            log.error("checkpoint at clock %d: %s", clock, e)
+            return {"server": roles.index, "error": str(e)}
+        log.info("wrote %d keys of checkpoint clock %d in %.2f s", entry["keys"], clock,
+                 time.monotonic() - start)
+        return entry
+
+    def write_manifest(clock: int, shards: list, positions: dict) -> str | None:
+        try:
+            directory = checkpoint.write_manifest(
+                root, clock, shards, run_id=name, config=cfg.as_dict(),
+                servers=len(roles.servers), workers=len(roles.workers),
+                consistency=cfg.consistency, inputs=inputs,
+                placement=own.placement.describe(),
+                positions={str(w): p for w, p in sorted(positions.items())},
+                worker_random_state=None,   # workers draw no random numbers (file order)
+                written=time.strftime("%Y-%m-%d %H:%M:%S"))
+        except SaveError as e:
+            return str(e)
+        checkpoint.prune(root, cfg.keep_checkpoints, directory)
+        say(f"checkpoint at clock {clock}: {directory}")
+        return None
+
+    return {"write_shard": write_shard, "write_manifest": write_manifest}
+
+
+def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
+           failover: bool, failures: list):
+    store = KVStore(width=1, optimizer=cfg.optimizer)
+    own = PrimaryKeys(store, placement, roles.index)   # what this server writes
+    clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
+    positions = checkpoint.positions(resume)
+    for worker, p in positions.items():
+        clocks.done[worker] = p["clock"]
+
+    def load() -> None:
+        if not resume:
+            return
+        try:
+            loaded = checkpoint.load_shards(resume[0], resume[1], store, placement,
+                                            roles.index)
+        except (OSError, KeyError, ValueError) as e:
+            raise ConfigError(f"--resume: cannot read the checkpoint {resume[0]}: {e}") from None
+        log.info("resumed from checkpoint clock %d (%s): loaded %d keys",
+                 resume[1]["clock"], resume[0], loaded)
+    # Every server keeps the figures; the lead says them.
+    progress = Progress(len(roles.workers), cfg.epochs, cfg.log_every)
+    attrs = {"run_id": name, "config": cfg.as_dict()}
+    started = [time.monotonic()]
+    taken = []
+
+    def snapshot(final: bool) -> None:
+        """The model as it is now, for learning curves (--snapshot-every); the last one
+        when every worker has finished training."""
+        taken.append(time.monotonic() - started[0])
+        slowest = clocks.slowest()
+        label = "final" if final else f"{len(taken) - 1:04d}"
+        try:
+            save_shard(os.path.join(cfg.out, "snapshots", label), roles.index,
+                       len(roles.servers), own,
+                       {**attrs, "complete": True, "elapsed_s": taken[-1],
+                        "slowest_clock": -1 if slowest == FINISHED else slowest},
+                       weights_only=True, ranges=own.ranges())
+        except SaveError as e:
+            log.warning("snapshot %s not written: %s", label, e)
+
+    reasons = []
+
+    def save_partial(reason: str) -> None:
+        """After an error: one attempt (other ranks wait for this one's word)."""
+        reasons.append(reason)   # the first reason stays first: later ones are often echoes
+        try:
+            path = save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
+                              {**attrs, "complete": False, "note": "; then ".join(reasons)},
+                              ranges=own.ranges())
+        except SaveError as e:
+            log.error("could not save the %d keys trained so far: %s%s", len(own), e,
+                      _checkpoints_hint(cfg))
+            return
+        log.error("saved the %d keys trained so far to %s", len(own), path)
+
+    def another_rank_failed(reason: str) -> None:
+        log.error("stopping: %s", reason)
+        save_partial(reason)
+
+    def placement_changed(changed: Placement) -> None:
+        own.placement = changed
+
+    hooks = Hooks(**_checkpoint_writers(cfg, roles, name, own),
+                  placement_changed=placement_changed,
+                  snapshot=snapshot if cfg.snapshot_every else None,
+                  snapshot_every=cfg.snapshot_every or 0.0, failed=another_rank_failed,
+                  stop_requested=signals.stop_requested)
+    checkpoints = Checkpoints(cfg.checkpoint_every, cfg.checkpoint_seconds, roles.index == 0,
+                              len(roles.servers), cfg.max_staleness == 0, positions)
+    server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
+                    record_pulls=cfg.record_pulls, checkpoints=checkpoints, placement=placement,
+                    failover=failover)
+    t0 = started[0] = ready(roles.comm, cfg.timeout, load)
+    if progress:
+        progress.start(positions)
+    try:
+        stats = server.run()
+    except Exception as e:
+        reason = f"server {roles.index}: {log_failure(e)}"
+        save_partial(reason)
+        others = [r for i, r in enumerate(roles.servers)
+                  if r != roles.comm.rank and i not in server.placement.dead]
+        # A death nobody takes over: every server learns of it and saves by itself.
+        if others and not isinstance(e, (Interrupted, CannotFailOver)):
+            try:
+                tell_servers_to_save(roles.comm, others, reason, cfg.timeout)
+            except (MpipsError, MPI.Exception) as again:
+                log.error("the other servers did not confirm saving their shards: %s", again)
+        raise
+    failures += server.failures
+    train_s = time.monotonic() - t0
+    if server.stopped and not clocks.all_finished:
+        saved = {**attrs, "complete": False,
+                 "note": f"stopped at clock {server.stop_at}; continue with --resume "
+                         f"{cfg.checkpoints}"}
+    else:
+        saved = {**attrs, "complete": True}
+    try:
+        keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
+                                       saved, ranges=own.ranges()),
+                    cfg.disk_wait, "the trained model")
+    except SaveError as e:
+        raise SaveError(f"the model of server {roles.index} ({len(own):,} keys) could not be "
+                        f"saved: {e}{_checkpoints_hint(cfg)}") from None
+    if cfg.record_pulls:
+        pulls = server.pull_records()
+        try:
+            write_hdf5(os.path.join(cfg.out, "pulls", f"server-{roles.index:04d}.h5"),
+                       {field: pulls[field] for field in pulls.dtype.names},
+                       {"run_id": name, "consistency": cfg.consistency,
+                        "staleness": -1 if cfg.max_staleness is None else cfg.max_staleness})
+        except SaveError as e:
+            log.warning("the record of pulls (--record-pulls) was not written: %s", e)
+    r = summary.new_record()
+    r["train_s"] = train_s
+    r["bytes_sent"] = stats.bytes_sent
+    r["keys"] = len(own)
+    r["copies"] = len(store)   # with backups' keys
+    r["table_bytes"] = store.nbytes
+    r["pulls_held"] = stats.pulls_held
+    r["max_gap"] = clocks.max_gap
+    r["busy_s"] = stats.busy_s
+    r["train_bytes"] = stats.train_bytes_sent
+    r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
+    r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
+    return r, np.empty(0), np.empty(0, np.float32), server.held_s
+
+
+def _checkpoints_hint(cfg: TrainConfig) -> str:
+    """Where the model is kept as of an earlier clock, if anywhere."""
+    found = [d for d in checkpoint.all_checkpoints(cfg.checkpoints)
+             if os.path.exists(os.path.join(d, checkpoint.MANIFEST))]
+    return (f"; the newest checkpoint, {found[0]}, holds it as of its clock" if found else
+            "; there is no checkpoint of it")
