@@ -89,7 +89,7 @@ class Rebuilds:
 
     def arrived(self, r: int, last_ts: np.ndarray, now: float, n_keys: int) -> list:
         """The copy of range `r` arrived (it holds each worker's pushes up to last_ts): the
-        kept pushes it lacks, in clock, worker, arrival order, as (clock, worker, keys,
+        kept pushes it lacks, in clock, worker, arrival order, as (clock, worker, ts, keys,
         values)."""
         waiting = self.incoming.pop(r, None)
         if waiting is None:
@@ -97,7 +97,7 @@ class Rebuilds:
         self.done.append((r, n_keys, now - waiting.since))
         kept = [p for p in waiting.kept if p[2] > last_ts[p[1]]]
         order = sorted(range(len(kept)), key=lambda i: (kept[i][0], kept[i][1], i))
-        return [(kept[i][0], kept[i][1], kept[i][3], kept[i][4]) for i in order]
+        return [kept[i] for i in order]
 
     def complete(self, r: int) -> bool:
         """Whether this server's copy of range `r` is whole (not waiting for a copy)."""

@@ -403,11 +403,12 @@ class Server:
         replay = self.rebuilds.arrived(range_, protocol.copied_positions(buf, r.header),
                                        time.monotonic(), r.keys.shape[0])
         bsp = self.clocks.staleness == 0
-        for clock, worker, keys, values in replay:
+        for clock, worker, ts, keys, values in replay:
             if bsp and clock >= self.clock_pushes.applied:
-                self.clock_pushes.add(clock, worker, (keys, None, -1, values, worker, 0))
+                self.clock_pushes.add(clock, worker, (keys, None, -1, values, worker, ts))
             else:
                 self.store.push(keys, values)
+                self._applied(worker, ts)
         _, keys_n, took = self.rebuilds.done[-1]
         log.warning("key range %d has its copies again: %d keys copied here from %s in %.2f s "
                     "(%.0f keys/s), then %d kept pushes", range_, keys_n, self._sender(source),
@@ -474,8 +475,8 @@ class Server:
             self._applied(*push[4:])
 
     def _applied(self, worker: int, ts: int) -> None:
-        if self.rebuilds is not None:
-            self.rebuilds.last_ts[worker] = ts
+        if self.rebuilds is not None:   # (a replayed push can be older than the last)
+            self.rebuilds.last_ts[worker] = max(self.rebuilds.last_ts[worker], ts)
 
     def _advance(self) -> None:
         """After a worker's clock or FINISH: if the slowest worker moved on, apply the clocks'

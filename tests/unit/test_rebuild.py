@@ -46,8 +46,9 @@ def test_the_new_holder_replays_what_the_copy_lacks_in_the_primarys_order():
     at2.keep(ranges, clock=6, worker=0, ts=32, keys=keys, values=4 * grads)
     # The copy holds worker 0's pushes up to ts 30 and worker 1's up to ts 38.
     replay = at2.arrived(0, np.array([30, 38]), now=1.0, n_keys=2)
-    assert [(c, w, v[0, 0]) for c, w, _, v in replay] == [(5, 1, 1.0), (6, 0, 4.0)]
-    assert replay[0][2].tolist() == [1, 3]
+    assert [(c, w, ts, v[0, 0]) for c, w, ts, _, v in replay] == [(5, 1, 40, 1.0),
+                                                                  (6, 0, 32, 4.0)]
+    assert replay[0][3].tolist() == [1, 3]
     assert at2.complete(0) and at2.done == [(0, 2, 1.0)]
 
 
