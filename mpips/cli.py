@@ -357,7 +357,8 @@ def _run_train(args) -> None:
     from . import signals
     from .config import TrainConfig
     from .errors import ConfigError, Interrupted, MpipsError
-    from .failover import LOST, CannotFailOver, KeepAlive, is_failure, what_died
+    from .failover import (LOST, CannotFailOver, KeepAlive, is_failure, leave_after_failure,
+                           what_died)
     from .faulttolerance import local_verdict
     from .log import setup
     from .optimizer import Optimizer
@@ -396,9 +397,7 @@ def _run_train(args) -> None:
         except CannotFailOver as e:
             log.error("%s: the job stops; continue from its last checkpoint with --resume "
                       "(exit %d, which the requeue template resumes)", e, e.exit_status)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            world.Abort(e.exit_status)
+            leave_after_failure(e.exit_status)
         except Interrupted as e:
             # A second signal: leave at once, without MPI_Abort (which could kill a server while
             # it saves its shard) and without MPI_Finalize (which waits for the other ranks).
@@ -412,9 +411,7 @@ def _run_train(args) -> None:
                 log.error("%s: the job stops; continue from its last checkpoint with --resume "
                           "(exit %d, which the requeue template resumes)",
                           what_died(world, e), LOST)
-                sys.stdout.flush()
-                sys.stderr.flush()
-                world.Abort(LOST)
+                leave_after_failure(LOST)
             if not getattr(e, "reported", False):
                 log.error("%s", e if isinstance(e, MpipsError) else traceback.format_exc())
             log.error("stopping the whole job (MPI_Abort)")

@@ -8,6 +8,7 @@ worker. What changes is the placement (each dead primary's first living backup a
 reads) and, at the end of the job, the communicator: collectives cannot span a dead rank,
 so the survivors agree that there were failures and shrink to a communicator of their own.
 """
+import os
 import signal
 import sys
 import threading
@@ -84,6 +85,16 @@ def survivors(comm: MPI.Intracomm) -> MPI.Intracomm | None:
             if not is_failure(e):
                 raise
             dead_ranks(comm)
+
+
+def leave_after_failure(status: int) -> None:
+    """End this rank after a death the job cannot go on from. Under ULFM each rank leaves on
+    its own, without MPI_Abort (several ranks aborting at once left Open MPI's launcher
+    waiting with no rank left) and without finalizing (which can wait on the dead rank);
+    the others learn of it as of any death and leave too."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def end_together(comm: MPI.Intracomm, timeout: float) -> None:
