@@ -57,9 +57,18 @@ def finish(proc: subprocess.Popen, timeout: float = 180) -> Job:
     return Job(proc.returncode, out, err)
 
 
+# Open MPI's launcher, started many times in a row, now and then fails to start before any
+# rank runs (its PMIx listener cannot bind): that launch is tried again.
+LAUNCHER_DID_NOT_START = "The PMIx server's listener thread failed to start"
+
+
 def run_job(n_ranks: int, *args: str, timeout: float = 180) -> Job:
     """Run `mpiexec -n N python -m mpips ARGS` to completion (see `finish`)."""
-    return finish(launch(n_ranks, *args), timeout)
+    for _ in range(3):
+        job = finish(launch(n_ranks, *args), timeout)
+        if LAUNCHER_DID_NOT_START not in job.stderr:
+            break
+    return job
 
 
 def run_mpips(*args: str, timeout: float = 120) -> Job:
