@@ -41,18 +41,22 @@ def rank_pids(out_dir) -> list:
     return ranks
 
 
-def pid_of_rank(out_dir, rank: int) -> int:
+def pid_of_rank(out_dir, rank: int, slurm_job=None) -> int:
     """The PID of MPI rank `rank` of the job writing to `out_dir` (from the launcher's
-    OMPI_COMM_WORLD_RANK in the process's environment)."""
+    OMPI_COMM_WORLD_RANK in the process's environment), of Slurm job `slurm_job` if given."""
+    wanted = [f"OMPI_COMM_WORLD_RANK={rank}".encode()]
+    if slurm_job is not None:
+        wanted.append(f"SLURM_JOB_ID={slurm_job}".encode())
     for pid in rank_pids(out_dir):
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = f.read().split(b"\0")
         except FileNotFoundError:
             continue
-        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+        if all(w in env for w in wanted):
             return pid
-    pytest.fail(f"no process of rank {rank} writing to {out_dir}")
+    job = f" of Slurm job {slurm_job}" if slurm_job is not None else ""
+    pytest.fail(f"no process of rank {rank}{job} writing to {out_dir}")
 
 
 class WatchedJob:

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 from conftest import run_job
-from watch import rank_pids
+from watch import pid_of_rank
 
 from mpips.model_io import load_model
 from slurm_cluster import TERMINAL, slurm_fixture  # noqa: F401  (provides `slurm`)
@@ -124,21 +124,6 @@ def wait_for_output(cluster, job_id, text, timeout=120) -> str:
         time.sleep(0.1)
 
 
-def pid_of_rank_in_job(job_id, run_dir, rank: int) -> int:
-    """The PID of MPI rank `rank` of Slurm job `job_id`: a `python -m mpips train` given
-    `--out run_dir`, whose environment has that rank and job id."""
-    for pid in rank_pids(run_dir):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except FileNotFoundError:
-            continue
-        if (f"OMPI_COMM_WORLD_RANK={rank}".encode() in env
-                and f"SLURM_JOB_ID={job_id}".encode() in env):
-            return pid
-    pytest.fail(f"no process of rank {rank} of job {job_id} writing to {run_dir}")
-
-
 # 3 servers + 2 workers, every key on 2 servers (as in tests/jobs/test_failover.py), training
 # for some seconds, so that the kill comes well before the end.
 EPOCHS = 40
@@ -155,7 +140,7 @@ def test_with_ft_a_killed_server_fails_over_and_the_job_completes_without_a_requ
                        TEST=small_data[1], RUN_DIR=run, SERVERS=3, CHECKPOINT_EVERY=100, FT=1,
                        EXTRA=" ".join(FAILOVER))
     wait_for_output(slurm, job, "training: epoch")
-    rank_1 = pid_of_rank_in_job(job, run, 1)
+    rank_1 = pid_of_rank(run, 1, slurm_job=job)
     assert "trained: epoch" not in slurm.output(slurm.job(job)), "training ended before the kill"
     os.kill(rank_1, signal.SIGKILL)
     ended = slurm.wait(job, 240)
