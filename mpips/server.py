@@ -9,9 +9,11 @@ pushes) and `checkpointing` (where and when checkpoints are taken). What a serve
 the job around it (write a shard or a manifest, a snapshot, keep what it holds when another
 rank fails, whether a stop was asked) comes in one `Hooks` object.
 
-Server 0 also leads: it writes each checkpoint's manifest once every server has reported
-its file, and, asked to stop or when a timed checkpoint is due, names the clock for it: two
-past its slowest worker, which no server has passed yet.
+Server 0 also leads (after its death, the first living server): it writes each checkpoint's
+manifest once every server has reported its file, and, asked to stop or when a timed
+checkpoint is due, names the clock for it: two past its slowest worker, which no server
+has passed yet. Under ULFM, another server's death is taken over (`_fail_over`): its keys'
+living copies answer for it, and lost copies are rebuilt (`rebuild`).
 """
 import json
 import logging
