@@ -12,8 +12,8 @@ rank fails, whether a stop was asked) comes in one `Hooks` object.
 Server 0 also leads (after its death, the first living server): it writes each checkpoint's
 manifest once every server has reported its file, and, asked to stop or when a timed
 checkpoint is due, names the clock for it: two past its slowest worker, which no server
-has passed yet. Under ULFM, another server's death is taken over (`_fail_over`): its keys'
-living copies answer for it, and lost copies are rebuilt (`rebuild`).
+has passed yet. Under ULFM, another rank's death goes to `takeover`: a dead server's keys'
+living copies answer for it, and lost copies are rebuilt.
 """
 import json
 import logging
@@ -26,19 +26,19 @@ from mpi4py import MPI
 
 from . import protocol
 from .admission import admit
-from .bounded import Backoff, wait_all, wait_until
+from .bounded import Backoff, wait_all
 from .checkpointing import Checkpoints
 from .clockpushes import ClockPushes
 from .clocks import FINISHED, ClockTable
 from .errors import ProtocolError, WaitTimeout
-from .failover import CannotFailOver, dead_ranks, is_failure
+from .failover import is_failure
 from .placement import Placement
 from .progress import Progress
 from .protocol import Op, Report
 from .readgate import HOLD, SERVE, Pull, ReadGate
-from .rebuild import Rebuilds
 from .rowcache import RowCache
 from .store import KVStore
+from .takeover import Takeover
 
 log = logging.getLogger("mpips")
 
@@ -89,9 +89,7 @@ class Server:
         self.progress = progress
         self.placement = placement or Placement(len(roles.servers))
         self.stats = ServerStats()
-        self.failover = failover
-        self.failures = []        # what this server saw of other servers' deaths
-        self.rebuilds = Rebuilds(roles.index, len(roles.workers)) if failover else None
+        self.takeover = Takeover(self) if failover else None
         self.ckpt = checkpoints or Checkpoints(0, 0.0, roles.index == 0, len(roles.servers),
                                                clocks.staleness == 0)
         self.gate = ReadGate(clocks, record_pulls)
@@ -104,7 +102,7 @@ class Server:
         self._stop_asked = False  # server 0: a rank was asked to stop; others: told server 0
         self._final_taken = False
         self._talking = set(roles.workers)
-        self._servers_left = set(roles.servers[1:]) if self._lead else set()
+        self._servers_left = set(roles.servers[1:]) if self.lead else set()
         self._handlers = {
             Op.PULL: self._on_pull, Op.PUSH: self._on_push, Op.FINISH: self._on_finish,
             Op.BYE: self._on_bye, Op.STATUS: self._on_status, Op.ERROR: self._on_error,
@@ -118,7 +116,7 @@ class Server:
         return next(s for s in range(self.placement.n_servers) if s not in self.placement.dead)
 
     @property
-    def _lead(self) -> bool:
+    def lead(self) -> bool:
         return self.roles.index == self._lead_index
 
     @property
@@ -164,15 +162,15 @@ class Server:
                                if self.hooks.snapshot and self.hooks.snapshot_every
                                else float("inf"))
         self._next_timed = start + self.ckpt.seconds if self.ckpt.seconds else float("inf")
-        while self._talking or self._servers_left or self._copies_awaited():
+        while self._talking or self._servers_left or self._copies_awaited:
             try:
                 self._step(start)
             except MPI.Exception as e:
                 # Under ULFM another rank died: go on without it, if that can be done.
-                if not (self.failover and is_failure(e) and self._fail_over()):
+                if not (self.takeover and is_failure(e) and self.takeover.learn()):
                     raise
-        if not self._lead:   # after this server's last SHARD_SAVED, in MPI's order
-            self._send(protocol.pack(protocol.Header(Op.BYE)), self._lead_rank)
+        if not self.lead:   # after this server's last SHARD_SAVED, in MPI's order
+            self.send(protocol.pack(protocol.Header(Op.BYE)), self._lead_rank)
         for clock, missing in self.ckpt.incomplete():
             log.warning("checkpoint at clock %d is incomplete (server(s) %s did not write it, "
                         "the job having ended first): it will be passed over", clock, missing)
@@ -182,16 +180,12 @@ class Server:
                          lambda: "replies to be sent")
                 break
             except MPI.Exception as e:   # under ULFM: replies to a rank that died since
-                if not (self.failover and is_failure(e) and self._fail_over()):
+                if not (self.takeover and is_failure(e) and self.takeover.learn()):
                     raise
         self.stats.pulls_held = self.gate.pulls_held
-        if self.progress and self._lead:
+        if self.progress and self.lead:
             self.progress.log(final=True)
         return self.stats
-
-    def _copies_awaited(self) -> list:
-        """Key ranges this server holds anew and still waits for a copy of."""
-        return sorted(self.rebuilds.incoming) if self.rebuilds is not None else []
 
     def _step(self, start: float) -> None:
         """One turn of the loop: the timers, then one message received and dispatched (or a
@@ -203,7 +197,7 @@ class Server:
             missed = (time.monotonic() - start) // every
             self._next_snapshot = start + (missed + 1) * every
         self._poll_stop()
-        if self._lead and now >= self._next_timed:
+        if self.lead and now >= self._next_timed:
             self._name_timed_checkpoint()
             self._next_timed = time.monotonic() + self.ckpt.seconds
         msg = self.roles.comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, self._probed)
@@ -217,7 +211,7 @@ class Server:
                         raise WaitTimeout(f"servers {sorted(self._servers_left)} did not say "
                                           f"they had finished within --timeout "
                                           f"{self.timeout:g} s of the last worker")
-                    raise WaitTimeout(f"the copies of key range(s) {self._copies_awaited()} "
+                    raise WaitTimeout(f"the copies of key range(s) {self._copies_awaited} "
                                       f"did not arrive within --timeout {self.timeout:g} s "
                                       f"of the last worker")
                 self._reap_replies()
@@ -234,81 +228,12 @@ class Server:
         self._dispatch(self._probed.Get_source(), self._buf[:nbytes])
         self.stats.busy_s += time.monotonic() - now
 
-    def _fail_over(self) -> bool:
-        """After MPI told of a failure: learn which ranks died. Another server: the living
-        copies of its keys take over (a new placement), and nobody waits for it. Whether
-        this server can go on (raises CannotFailOver when the job cannot)."""
-        began = time.monotonic()
-        dead = dead_ranks(self.roles.comm)
-        servers = {self.roles.servers.index(r) for r in dead if r in self.roles.servers}
-        gone = servers - self.placement.dead
-        workers = sorted(self.roles.worker_index(r) for r in dead if r not in self.roles.servers)
-        if workers:
-            raise CannotFailOver(f"worker(s) {workers} died: hot failover covers servers only "
-                                 f"so far")
-        if not gone:
-            return False
-        was_lead = self._lead
-        previous = self.placement
-        before = previous.primary_ranges(self.roles.index)
-        placement = self.placement = previous.without(gone)
-        if placement.lost:
-            raise CannotFailOver(f"every copy of key range(s) {list(placement.lost)} died with "
-                                 f"server(s) {sorted(placement.dead)}")
-        self.rebuilds.plan(previous, placement, time.monotonic())
-        partial = [int(r) for r in np.flatnonzero(placement.primary_ranges(self.roles.index))
-                   if not self.rebuilds.complete(int(r))]
-        if partial:
-            raise CannotFailOver(f"every whole copy of key range(s) {partial} died with "
-                                 f"server(s) {sorted(placement.dead)} (this server, their new "
-                                 f"primary, had no complete copy of them yet)")
-        self._send_copies()
-        self.hooks.placement_changed(placement)
-        ranks = {self.roles.servers[g] for g in gone}
-        self._servers_left -= ranks
-        if self._lead and not was_lead:   # the lead died: this server leads from now on
-            # It does not wait for the others' BYE at the end: some may have said it to the
-            # dead lead. Files of checkpoints they report after it has ended are passed over.
-            self._servers_left = set()
-            log.warning("server %d leads from now on (checkpoints, progress, stopping)",
-                        self.roles.index)
-        self._replies = [(r, b, dest) for r, b, dest in self._replies if dest not in ranks]
-        for clock, shards, positions in self.ckpt.servers_lost(gone):
-            self._checkpoint_complete(clock, shards, positions)
-        took = np.flatnonzero(placement.primary_ranges(self.roles.index) & ~before).tolist()
-        for server in sorted(gone):
-            self.failures.append({"server": server, "role": f"server {server}",
-                                  "rank": self.roles.servers[server],
-                                  "learned_at": time.time(),
-                                  "failover_s": time.monotonic() - began,
-                                  "ranges_taken_over": took})
-            log.warning("server %d (rank %d) died; the living copies of its keys take over "
-                        "(placement version %d): this server now answers key range(s) %s",
-                        server, self.roles.servers[server], placement.version, took or "none")
-        return True
-
-    def _catch_up(self, version: int, source: int) -> None:
-        """A sender split its keys by a placement that counts more dead servers than this
-        server knows of: it learned of a death first. Wait (bounded) until this server's
-        MPI tells of it too; a sender's word alone is not taken for a death."""
-        def learned() -> bool:
-            self.roles.comm.Iprobe(MPI.ANY_SOURCE, protocol.REQUEST_TAG)   # MPI progress
-            self._fail_over()
-            return self.placement.version >= version
-        try:
-            wait_until(learned, min(self.timeout, 60.0),
-                       lambda: f"MPI to tell of the servers' deaths that "
-                               f"{self._sender(source)} knows of (placement version {version})")
-        except MPI.Exception as e:
-            if not (is_failure(e) and self._fail_over()):
-                raise
-
     def _dispatch(self, source: int, buf: np.ndarray) -> None:
         from_worker = source not in self.roles.servers
-        if (self.failover and buf.shape[0] >= protocol.HEADER_BYTES
+        if (self.takeover and buf.shape[0] >= protocol.HEADER_BYTES
                 and protocol.header(buf).placement > self.placement.version):
-            self._catch_up(protocol.header(buf).placement, source)
-        request = admit(buf, self._sender(source), from_worker, to_lead=self._lead,
+            self.takeover.catch_up(protocol.header(buf).placement, self._sender(source))
+        request = admit(buf, self._sender(source), from_worker, to_lead=self.lead,
                         from_lead=source == self._lead_rank, width=self.store.width,
                         placement=self.placement, server=self.roles.index,
                         columns=self.store.columns, n_workers=len(self.roles.workers))
@@ -316,7 +241,7 @@ class Server:
             worker = self.roles.worker_index(source)
             self._heard[worker] = time.monotonic()
             if self.progress and request.report is not None:
-                self.progress.update(worker, request.report, say=self._lead)
+                self.progress.update(worker, request.report, say=self.lead)
         self._handlers[request.op](source, request, buf)
 
     def _sender(self, source: int) -> str:
@@ -340,12 +265,8 @@ class Server:
         completes = bool(r.header.flags & protocol.CLOCK)
         clock = int(self.clocks.done[worker])
         push = self._push_of(worker, r, copy=self.clocks.staleness == 0)
-        if self.rebuilds is not None:
-            self.rebuilds.pushed(worker, clock, r.header.placement)
-            if self.rebuilds.incoming and push[1] is None:   # keys of ranges being rebuilt
-                keys, values = self.rebuilds.keep(self.placement.ranges_of(push[0]), clock,
-                                                  worker, r.header.ts, push[0], push[3])
-                push = (keys, None, -1, values)
+        if self.takeover:
+            push = self.takeover.route(worker, clock, r.header.ts, r.header.placement, push)
         if self.clocks.staleness == 0:
             self.clock_pushes.add(clock, worker, (*push, worker, r.header.ts))
         else:
@@ -355,14 +276,14 @@ class Server:
             self.clocks.tick(worker)
             self.ckpt.note(worker, int(self.clocks.done[worker]), r.report or _NO_REPORT, False)
             self._advance()
-        self._send_copies()
+        self._copies_due()
 
     def _on_finish(self, source: int, r, buf) -> None:
         worker = self.roles.worker_index(source)
         self.ckpt.note(worker, r.header.clock, r.report or _NO_REPORT, True)
         self.clocks.finish(worker)
         self._advance()
-        self._send_copies()
+        self._copies_due()
         if self.clocks.all_finished:
             self.stats.train_bytes_sent = self.stats.bytes_sent
             if self.hooks.snapshot and not self._final_taken:
@@ -374,11 +295,11 @@ class Server:
         self._servers_left.discard(source)
 
     def _on_status(self, source: int, r, buf) -> None:
-        self._send(self._status(), source, protocol.reply_tag(r.header.ts, self._reply_tags))
+        self.send(self._status(), source, protocol.reply_tag(r.header.ts, self._reply_tags))
 
     def _on_error(self, source: int, r, buf) -> None:
         self.hooks.failed(f"{self._sender(source).split(' (')[0]}: {protocol.error_text(buf)}")
-        self._send(np.ones(1, np.int64), source, protocol.ERROR_ACK_TAG)
+        self.send(np.ones(1, np.int64), source, protocol.ERROR_ACK_TAG)
 
     def _on_stop(self, source: int, r, buf) -> None:
         self._stop_asked = True   # only the lead receives it
@@ -393,56 +314,40 @@ class Server:
         self._advance()
 
     def _on_copy(self, source: int, r, buf) -> None:
-        """A copy of a range this server holds anew: load it, then apply the pushes kept
-        meanwhile that it lacks, in the order its primary applied them."""
-        began = time.monotonic()
-        range_ = r.header.ref
-        if range_ not in self.rebuilds.incoming:
-            log.warning("a copy of key range %d from %s, which this server does not wait for: "
-                        "passed over", range_, self._sender(source))
-            return
-        self.store.load(r.keys, r.values)
-        replay = self.rebuilds.arrived(range_, protocol.copied_positions(buf, r.header),
-                                       time.monotonic(), r.keys.shape[0])
-        bsp = self.clocks.staleness == 0
-        for clock, worker, ts, keys, values in replay:
-            if bsp and clock >= self.clock_pushes.applied:
-                self.clock_pushes.add(clock, worker, (keys, None, -1, values, worker, ts))
-            else:
-                self.store.push(keys, values)
-                self._applied(worker, ts)
-        _, keys_n, took = self.rebuilds.done[-1]
-        log.warning("key range %d has its copies again: %d keys copied here from %s in %.2f s "
-                    "(%.0f keys/s), then %d kept pushes", range_, keys_n, self._sender(source),
-                    took, keys_n / max(took, 1e-9), len(replay))
-        for event in self.failures[::-1]:
-            event.setdefault("rebuilt", []).append(
-                {"range": range_, "keys": keys_n, "seconds": round(took, 4),
-                 "load_s": round(time.monotonic() - began, 4)})
-            break
+        if not self.takeover:
+            raise ProtocolError(f"{self._sender(source)} sent a bad request: COPY of a key "
+                                f"range, which a server without failover does not wait for; "
+                                f"it was not applied, and the job stops")
+        self.takeover.on_copy(self._sender(source), r, buf)
 
-    def _send_copies(self) -> None:
-        """The range copies due (see `rebuild`): sorted keys and their state rows, and the
-        last push applied per worker; sent while serving goes on."""
-        if self.rebuilds is None or not self.rebuilds.outgoing:
-            return
-        left = [w for w in range(len(self.roles.workers)) if self.clocks.done[w] != FINISHED]
-        due = self.rebuilds.due(left, self.clock_pushes.applied
-                                if self.clocks.staleness == 0 else None)
-        if not due:
-            return
-        keys, state = self.store.items()
-        ranges = self.placement.ranges_of(keys)
-        for copy in due:
-            mine = np.flatnonzero(ranges == copy.range)
-            mine = mine[np.argsort(keys[mine])]
-            message = protocol.pack(
-                protocol.Header(Op.COPY, nkeys=mine.shape[0], width=self.store.columns,
-                                ref=copy.range, placement=self.placement.version),
-                keys[mine], state[mine], self.rebuilds.last_ts)
-            self._send(message, self.roles.servers[copy.to])
-            log.info("sending server %d a copy of key range %d (%d keys)", copy.to, copy.range,
-                     mine.shape[0])
+    def _copies_due(self) -> None:
+        if self.takeover:
+            self.takeover.send_copies()
+
+    @property
+    def _copies_awaited(self) -> list:
+        return self.takeover.awaited() if self.takeover else []
+
+    @property
+    def failures(self) -> list:
+        """What this server saw of other servers' deaths (under ULFM)."""
+        return self.takeover.failures if self.takeover else []
+
+    def servers_died(self, gone: set, was_lead: bool) -> None:
+        """Servers `gone` died (the placement already without them): nobody waits for them;
+        this server leads if the lead died and it is the first living one."""
+        self.hooks.placement_changed(self.placement)
+        ranks = {self.roles.servers[g] for g in gone}
+        self._servers_left -= ranks
+        if self.lead and not was_lead:
+            # It does not wait for the others' BYE at the end: some may have said it to the
+            # dead lead. Files of checkpoints they report after it has ended are passed over.
+            self._servers_left = set()
+            log.warning("server %d leads from now on (checkpoints, progress, stopping)",
+                        self.roles.index)
+        self._replies = [(r, b, dest) for r, b, dest in self._replies if dest not in ranks]
+        for clock, shards, positions in self.ckpt.servers_lost(gone):
+            self._checkpoint_complete(clock, shards, positions)
 
     def _on_shard_saved(self, source: int, r, buf) -> None:
         try:
@@ -477,8 +382,8 @@ class Server:
             self._applied(*push[4:])
 
     def _applied(self, worker: int, ts: int) -> None:
-        if self.rebuilds is not None:   # (a replayed push can be older than the last)
-            self.rebuilds.last_ts[worker] = max(self.rebuilds.last_ts[worker], ts)
+        if self.takeover:
+            self.takeover.applied(worker, ts)
 
     def _advance(self) -> None:
         """After a worker's clock or FINISH: if the slowest worker moved on, apply the clocks'
@@ -528,11 +433,11 @@ class Server:
             return
         entry = self.hooks.write_shard(clock)
         self.stats.checkpoints += "error" not in entry
-        if self._lead:
+        if self.lead:
             self._shard_in(clock, entry, self.ckpt.positions_at(clock))
         else:
             text = np.frombuffer(json.dumps(entry).encode(), np.uint8)
-            self._send(protocol.pack(protocol.Header(Op.SHARD_SAVED, clock=clock), text),
+            self.send(protocol.pack(protocol.Header(Op.SHARD_SAVED, clock=clock), text),
                        self._lead_rank)
 
     def _shard_in(self, clock: int, entry: dict, positions: dict | None = None) -> None:
@@ -561,9 +466,9 @@ class Server:
         """A stop asked of any rank reaches server 0, which names the clock to stop at."""
         if not self._stop_asked and self.hooks.stop_requested():
             self._stop_asked = True
-            if not self._lead:
-                self._send(protocol.pack(protocol.Header(Op.STOP)), self._lead_rank)
-        if self._lead and self._stop_asked and self.ckpt.stop_at is None:
+            if not self.lead:
+                self.send(protocol.pack(protocol.Header(Op.STOP)), self._lead_rank)
+        if self.lead and self._stop_asked and self.ckpt.stop_at is None:
             slowest = self.clocks.slowest()
             if slowest != FINISHED:   # else training is over: nothing to stop
                 # Two clocks past the slowest worker: no server can be further than one
@@ -583,7 +488,7 @@ class Server:
     def _tell_servers(self, op: Op, clock: int) -> None:
         for i, server in enumerate(self.roles.servers):
             if i != self.roles.index and i not in self.placement.dead:
-                self._send(protocol.pack(protocol.Header(op, clock=clock)), server)
+                self.send(protocol.pack(protocol.Header(op, clock=clock)), server)
 
     def _snapshot(self, final: bool) -> None:
         began = time.monotonic()
@@ -598,11 +503,11 @@ class Server:
         if pull.insert:
             keys = pull.keys if pull.owned else pull.keys.copy()
             self.rows.remember(pull.worker, pull.ts, keys, rows, self.store.generation)
-        self._send(out, pull.source, protocol.reply_tag(pull.ts, self._reply_tags))
+        self.send(out, pull.source, protocol.reply_tag(pull.ts, self._reply_tags))
 
     def _refuse(self, pull: Pull) -> None:
         """An empty reply: the job has stopped (a checkpoint holds the model)."""
-        self._send(np.empty(0, np.float32), pull.source,
+        self.send(np.empty(0, np.float32), pull.source,
                    protocol.reply_tag(pull.ts, self._reply_tags))
 
     def _status(self) -> np.ndarray:
@@ -634,7 +539,7 @@ class Server:
         raise WaitTimeout(f"no worker has sent anything for {now - max(heard):.0f} s "
                           f"(--timeout {self.timeout:g}): " + "; ".join(lines))
 
-    def _send(self, buf: np.ndarray, dest: int, tag: int = protocol.REQUEST_TAG) -> None:
+    def send(self, buf: np.ndarray, dest: int, tag: int = protocol.REQUEST_TAG) -> None:
         self.stats.bytes_sent += buf.nbytes
         self._replies.append((self.roles.comm.Isend(buf, dest, tag), buf, dest))
         if len(self._replies) > 256:
