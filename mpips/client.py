@@ -12,7 +12,6 @@ a pull until the clocks allow it. Pushing the very array of keys passed to one
 of the last two pulls (once waited for) sends only the values: the servers reuse
 that pull's keys, so do not change a key array between its pull and its push.
 """
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -72,7 +71,6 @@ class KVWorker:
         self.clock = 0            # clocks this worker has completed
         self.bytes_sent = 0
         self.wait_s = 0.0         # time spent blocked in wait() on pulls
-        self.failures = []        # (server index, Unix time it was learned of)
         self._comm = roles.comm
         self._servers = roles.servers
         self._placement = placement or Placement(len(roles.servers))
@@ -299,7 +297,6 @@ class KVWorker:
         gone = {s for s, rank in enumerate(self._servers) if rank in dead} - self._placement.dead
         if not gone:
             return False
-        self.failures += [(s, time.time()) for s in sorted(gone)]
         placement = self._placement = self._placement.without(gone)
         if placement.lost:
             raise CannotFailOver(f"every copy of key range(s) {list(placement.lost)} died with "
