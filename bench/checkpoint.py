@@ -27,7 +27,7 @@ def filled(name: str, n_keys: int) -> KVStore:
     store = KVStore(width=1, optimizer=Optimizer(name, lr=0.1), capacity=2 * n_keys)
     keys = np.unique(np.random.default_rng(0).integers(0, 2**64 - 1, n_keys, dtype=np.uint64))
     grads = np.random.default_rng(1).normal(size=(keys.shape[0], 1)).astype(np.float32)
-    store.push(keys, grads)
+    store.push(keys, grads, 0)
     return store
 
 

@@ -11,7 +11,7 @@ Datasets (made once in bench/data/, `mpips make-data`):
 
 mpips trains with no --lr and no --batch-size, on 1 server + 1 worker and on 1 server + 3
 workers (`make run`'s layout); "old" rows use the earlier defaults (1,000-row minibatches,
-rate 40 (sgd) or 2 (adagrad, ftrl) / features per row) for comparison. scikit-learn is
+rate 40 (sgd, not averaged) or 2 (adagrad, ftrl) / features per row) for comparison. scikit-learn is
 LogisticRegression with a weak L2 (1e-8: mean logloss + L2/2 |w|^2, C = 1 / (L2 rows))
 on the small sets; on the built-in data, where so weak an L2 overfits its 700,000 keys, the
 best held-out of L2 = 1e-4, 3e-5, 1e-5. VW: one pass, --loss_function logistic, otherwise
@@ -120,6 +120,8 @@ def mpips(prefix: str, optimizer: str, epochs: int, workers: int, old: bool) -> 
     if old:
         rate = OLD_SCALE[optimizer] / (features_per_row(prefix + ".train.svm") + 1)
         args = ["--batch-size", "1000", "--lr", repr(rate)]
+        if optimizer == "sgd":
+            args += ["--average-after", "off"]
     proc_args = [mpiexec(), "-n", str(1 + workers), sys.executable, "-m", "mpips", "train",
                  "--train", prefix + ".train.svm", "--test", prefix + ".test.svm",
                  "--out", out, "--overwrite", "--optimizer", optimizer,

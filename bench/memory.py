@@ -1,4 +1,5 @@
-"""Server memory per stored key at 10^7 keys, for each optimizer.
+"""Server memory per stored key at 10^7 keys, for each optimizer (SGD plain, as with
+--average-after off, and averaged, as by default).
 
     python bench/memory.py [--keys 10000000]
 
@@ -20,8 +21,8 @@ from report import save
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def measure(name: str, n_keys: int, batch: int = 20_000) -> dict:
-    store = KVStore(width=1, optimizer=Optimizer(name, lr=0.1))
+def measure(name: str, optimizer: Optimizer, n_keys: int, batch: int = 20_000) -> dict:
+    store = KVStore(width=1, optimizer=optimizer)
     keys = np.random.default_rng(0).integers(0, 2**64 - 1, n_keys, dtype=np.uint64)
     out = np.empty((batch, 1), np.float32)
     seconds, low, high, transient, large = 0.0, np.inf, 0.0, 0.0, False
@@ -51,7 +52,8 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10_000_000)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "memory.json"))
     args = parser.parse_args()
-    rows = [measure(name, args.keys) for name in NAMES]
+    rows = [measure(name, Optimizer(name, lr=0.1), args.keys) for name in NAMES]
+    rows.append(measure("sgd avg", Optimizer("sgd", lr=0.1, average_from=0), args.keys))
     print(f"{'':8} {'keys':>11} {'bytes/key':>9} {'range':>11} {'growing':>7} {'data':>4} "
           f"{'load':>5} {'M inserts/s':>11} {'GB for 1e10 keys':>16}")
     for r in rows:

@@ -42,6 +42,16 @@ def finite_float(text: str) -> float:
     return value
 
 
+def _epochs_or_off(text: str) -> float:
+    """--average-after: a number of epochs >= 0, or "off" (-1)."""
+    if text.strip().lower() == "off":
+        return -1.0
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give epochs >= 0, or off")
+    return value
+
+
 def checkpoint_interval(text: str) -> tuple[int, float]:
     """--checkpoint-every: "500" is (500 clocks, 0 s); "30s", "10m", "2h" are (0, seconds)."""
     scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:].lower())
@@ -144,10 +154,15 @@ def _train_parser(sub):
                      help="server-side update rule (default: adagrad)")
     opt.add_argument("--lr", type=finite_float, metavar="RATE",
                      help="learning rate; FTRL's alpha (default: chosen from a sample of the "
-                          "training data. sgd: 1 / (2 L), L = (workers x top eigenvalue of "
+                          "training data. sgd: 1 / L, L = (workers x top eigenvalue of "
                           "X'X/n + mean |x|^2 / batch size) / 4, a bound on the curvature of "
                           "one clock's updates; adagrad and ftrl: 2 / (features per row x "
                           "median |value|); the job's log says what it chose)")
+    opt.add_argument("--average-after", type=_epochs_or_off, metavar="EPOCHS|off",
+                     help="sgd only: the model is the mean of the weights from this many epochs "
+                          "on to the end (averaged SGD: the mean is closer to the optimum than "
+                          "the last, noisy weights; the first steps are left out), or the last "
+                          "weights with 'off' (default: 0.5)")
     opt.add_argument("--l2", type=finite_float, default=0.0,
                      help="L2 penalty: the objective is mean logloss + l2/2 * |w|^2, applied "
                           "to the keys each minibatch touches (default: 0)")
@@ -375,6 +390,7 @@ def _run_train(args) -> None:
             cfg = TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
                               replicas=args.replicas,
                               epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
+                              average_after=args.average_after,
                               bias=args.bias, consistency=args.consistency,
                               staleness=args.staleness, stragglers=tuple(args.straggler),
                               record_pulls=args.record_pulls, snapshot_every=args.snapshot_every,

@@ -21,11 +21,18 @@ class ClockTable:
         self.done = np.zeros(n_workers, np.int64)
         self.staleness = staleness
         self.max_gap = 0
+        self.longest = 0   # the most clocks any worker has completed, FINISH or not
+
+    def resume(self, worker: int, clock: int) -> None:
+        """`worker` has completed `clock` clocks (a checkpoint's record)."""
+        self.done[worker] = clock
+        self.longest = max(self.longest, clock)
 
     def tick(self, worker: int) -> None:
         if self.done[worker] == FINISHED:
             raise ProtocolError(f"worker {worker} completed a clock after it said FINISH")
         self.done[worker] += 1
+        self.longest = max(self.longest, int(self.done[worker]))
 
     def finish(self, worker: int) -> None:
         self.done[worker] = FINISHED

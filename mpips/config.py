@@ -21,6 +21,7 @@ class TrainConfig:
     epochs: int = 1
     batch_size: int | None = None   # None: chosen from the data (defaults.batch_size)
     optimizer: Optimizer = field(default_factory=Optimizer)
+    average_after: float | None = None   # SGD: epochs before averaging (None: 0.5; < 0: never)
     bias: bool = True
     consistency: str = "bsp"
     staleness: int | None = None    # SSP only
@@ -55,6 +56,9 @@ class TrainConfig:
             raise ConfigError(f"--timeout must be a positive number of seconds, got {self.timeout}")
         if not 0 <= self.disk_wait < float("inf"):
             raise ConfigError(f"--disk-wait must be a number of seconds >= 0, got {self.disk_wait}")
+        if self.average_after is not None and self.optimizer.name != "sgd":
+            raise ConfigError(f"--average-after needs --optimizer sgd (got --optimizer "
+                              f"{self.optimizer.name})")
         if self.consistency not in CONSISTENCY:
             raise ConfigError(f"--consistency must be one of {', '.join(CONSISTENCY)}, "
                               f"got {self.consistency!r}")

@@ -16,6 +16,16 @@ MAX_BATCH = 1000
 # is only as good as the number of steps that made it: with 30,000 rows, 1,000-row
 # minibatches leave 30 updates and one epoch ends far behind a per-example learner.
 CLOCKS_PER_EPOCH = 1000
+# SGD's one rate is bounded by the most frequent features' curvature, and moves a rare key
+# by rate / batch per row that has it; smaller minibatches let rare keys learn. Measured on
+# the built-in data (3 workers): one epoch 5.6% above the optimum with 1,000 updates per
+# epoch, 3.1% with 2,600 (bench/defaults.py).
+SGD_CLOCKS_PER_EPOCH = 2500
+# Epochs before averaged SGD's model starts to be the mean of the weights. With the rate at
+# 1 / L the last weights are noisy: on the census-like set one epoch ended 5% above Vowpal
+# Wabbit's one pass with the last weights, 0.3% with the mean from half an epoch on; five
+# epochs 0.06% above the optimum (bench/defaults.py).
+AVERAGE_AFTER = 0.5
 FEW_CLOCKS = 100            # a --batch-size that leaves fewer updates per epoch is warned about
 CURVATURE_ROWS = 20000      # rows of the sample the top eigenvalue is measured on
 POWER_STEPS = 40
@@ -84,16 +94,15 @@ def top_eigenvalue(rows: Rows, bias: bool, steps: int = POWER_STEPS) -> float:
     return estimate
 
 
-def batch_size(per_worker: list, exact: bool) -> int:
-    """Rows per minibatch: about CLOCKS_PER_EPOCH updates per epoch for the worker with the
-    fewest rows, at most MAX_BATCH. Workers push a minibatch's mean gradient, so a last
+def batch_size(per_worker: list, exact: bool, clocks: int = CLOCKS_PER_EPOCH) -> int:
+    """Rows per minibatch: about `clocks` updates per epoch for the worker with the fewest
+    rows, at most MAX_BATCH. Workers push a minibatch's mean gradient, so a last
     minibatch of a few rows weighs as much as a full one, with the noise of a few rows (on
     the census-like set with 3 workers, a last minibatch of 1 row of 9 left SGD 8% worse).
     When every worker's row count is known: the largest size down to half the aim whose
     last minibatches are at least half full, else the one whose emptiest is fullest. With
     no row counts at all (the data could not be sampled), MAX_BATCH."""
-    aim = max(1, min(MAX_BATCH, min(per_worker, default=MAX_BATCH * CLOCKS_PER_EPOCH)
-                     // CLOCKS_PER_EPOCH))
+    aim = max(1, min(MAX_BATCH, min(per_worker, default=MAX_BATCH * clocks) // clocks))
     if not exact or not per_worker:
         return aim
 
@@ -103,7 +112,7 @@ def batch_size(per_worker: list, exact: bool) -> int:
     return next((s for s in sizes if fullest(s) >= 0.5), max(sizes, key=fullest))
 
 
-def clocks_warning(per_worker: list, batch: int) -> str | None:
+def clocks_warning(per_worker: list, batch: int, aim: int = CLOCKS_PER_EPOCH) -> str | None:
     """A warning if minibatches of `batch` rows leave a worker few updates per epoch."""
     shortest = min(per_worker, default=0)
     clocks = -(-shortest // batch)
@@ -111,7 +120,7 @@ def clocks_warning(per_worker: list, batch: int) -> str | None:
         return None
     return (f"--batch-size {batch} leaves the worker with the fewest rows ({shortest:,}) "
             f"{clocks} update(s) per epoch; one epoch of so few steps trains a poor model. "
-            f"Leave --batch-size out to have a size chosen for about {CLOCKS_PER_EPOCH} "
+            f"Leave --batch-size out to have a size chosen for about {aim} "
             f"updates per epoch, or train more --epochs")
 
 
@@ -121,11 +130,12 @@ def learning_rate(name: str, stats: DataStats, batch: int, workers: int) -> tupl
         # The logistic loss's curvature is at most a quarter of X^T X / n's. A clock applies
         # `workers` pushes of `batch`-row mean gradients computed at the same weights, whose
         # curvature together is at most about L below (a minibatch adds |x|^2 / batch to the
-        # top eigenvalue). Gradient steps diverge above 2 / L; 1 / (2 L) also keeps the
-        # noise of small minibatches from setting the final loss.
+        # top eigenvalue). Gradient steps diverge above 2 / L; at 1 / L the noise of small
+        # minibatches is left to the averaging (see `average_from`), not to a smaller rate
+        # that would slow every feature whose curvature is below L.
         curvature = (workers * stats.curvature + stats.sq_norm / batch) / 4
-        return 0.5 / curvature, (
-            f"1 / (2 L), L = ({workers} worker(s) x {stats.curvature:.3g} top eigenvalue of "
+        return 1.0 / curvature, (
+            f"1 / L, L = ({workers} worker(s) x {stats.curvature:.3g} top eigenvalue of "
             f"X'X/n + {stats.sq_norm:.3g} mean |x|^2 / {batch} rows) / 4 = {curvature:.3g}")
     # An AdaGrad or FTRL step moves each weight it touches by up to about the rate, whatever
     # the gradient's size, so a row's margin moves by about rate x features x their typical
@@ -135,6 +145,18 @@ def learning_rate(name: str, stats: DataStats, batch: int, workers: int) -> tupl
     scale = max(stats.features * stats.typical, 1e-6)
     return 2.0 / scale, (f"2 / ({stats.features:.1f} features per row x {stats.typical:.3g} "
                          f"typical |value|)")
+
+
+def average_from(per_worker: list, batch: int, epochs: float | None = AVERAGE_AFTER
+                 ) -> int | None:
+    """The clock from which averaged SGD's model is the mean of the weights: after `epochs`
+    epochs of the worker with the fewest rows (None: no averaging, or no row counts). The
+    first steps are far from the optimum and would weigh on the mean; after them,
+    constant-rate steps circle the optimum at a distance set by the minibatch noise, and
+    their mean is much closer (Polyak and Juditsky 1992)."""
+    if epochs is None or not per_worker:
+        return None
+    return int(round(epochs * -(-min(per_worker) // batch)))
 
 
 def damping(batch: int) -> float:
@@ -150,24 +172,28 @@ def damping(batch: int) -> float:
 
 def choose(rows: Rows, per_worker: list, exact: bool, *, workers: int, bias: bool,
            optimizer: str, lr: float | None, batch: int | None,
-           resumed_batch: int | None = None, beta: float | None = None) -> dict:
-    """The minibatch size, learning rate, FTRL beta and AdaGrad eps a job of `workers`
-    workers uses (those given stay; None: chosen; eps has no option), with log lines saying
-    what was chosen and why, and warnings. `rows`: a sample of the training rows;
-    `per_worker`: each worker's row count (exact or not), or [] if unknown."""
+           resumed_batch: int | None = None, beta: float | None = None,
+           average_after: float | None = AVERAGE_AFTER, resumed: dict | None = None) -> dict:
+    """The minibatch size, learning rate, FTRL beta, AdaGrad eps and averaged SGD's first
+    clock a job of `workers` workers uses (those given stay; None: chosen; eps has no
+    option), with log lines saying what was chosen and why, and warnings. `rows`: a sample
+    of the training rows; `per_worker`: each worker's row count (exact or not), or [] if
+    unknown; `average_after`: epochs before SGD averages (None: never); `resumed`: the
+    optimizer settings of the run resumed, whose averaging is kept."""
     notes, warnings = [], []
+    clocks = SGD_CLOCKS_PER_EPOCH if optimizer == "sgd" else CLOCKS_PER_EPOCH
     if batch is None and resumed_batch:
         batch = resumed_batch
         notes.append(f"minibatches of {batch} rows per worker, as the run resumed")
     elif batch is None:
-        batch = batch_size(per_worker, exact)
+        batch = batch_size(per_worker, exact, clocks)
         shortest = (f"{'' if exact else 'about '}{min(per_worker):,}" if per_worker
                     else "an unknown number of")
-        notes.append(f"minibatches of {batch} rows per worker, for about {CLOCKS_PER_EPOCH} "
+        notes.append(f"minibatches of {batch} rows per worker, for about {clocks} "
                      f"updates per epoch and at most {MAX_BATCH} rows (the worker with the "
                      f"fewest rows has {shortest}) (set --batch-size to change)")
     else:
-        warning = clocks_warning(per_worker, batch)
+        warning = clocks_warning(per_worker, batch, clocks)
         if warning:
             warnings.append(warning)
     if lr is None:
@@ -181,5 +207,18 @@ def choose(rows: Rows, per_worker: list, exact: bool, *, workers: int, bias: boo
                          f"1 per example (set --ftrl-beta to change)")
     if optimizer == "adagrad":
         notes.append(f"adagrad eps {eps:.4g}: 1 / {batch} rows per minibatch")
-    return {"batch_size": batch, "lr": lr, "beta": beta, "eps": eps, "notes": notes,
-            "warnings": warnings}
+    first = None
+    if optimizer == "sgd" and resumed is not None:
+        first = resumed.get("average_from")
+        notes.append("sgd model: " + (f"the mean of the weights from clock {first}, as the run "
+                                      f"resumed" if first is not None else
+                                      "the last weights, as the run resumed"))
+    elif optimizer == "sgd":
+        first = average_from(per_worker, batch, average_after)
+        notes.append("sgd model: " + (
+            "the last weights (--average-after off)" if average_after is None else
+            "the last weights: the workers' row counts are unknown" if first is None else
+            f"the mean of the weights from clock {first} ({average_after:g} epoch(s) of the "
+            f"worker with the fewest rows) to the end (set --average-after to change)"))
+    return {"batch_size": batch, "lr": lr, "beta": beta, "eps": eps, "average_from": first,
+            "notes": notes, "warnings": warnings}

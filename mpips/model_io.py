@@ -18,16 +18,18 @@ def shard_path(model_dir: str, server: int) -> str:
 
 
 def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict,
-               weights_only: bool = False, ranges: list | None = None) -> str:
-    """Write one server's keys, weights and optimizer state, sorted by key. `weights_only`
-    (snapshots for learning curves) skips the optimizer state and the sort. `ranges`: the
-    key ranges the shard holds (by default the server's own: after a server died, another
-    holds its keys)."""
+               clocks: int, weights_only: bool = False, ranges: list | None = None) -> str:
+    """Write one server's keys, the model's weights once `clocks` clocks are done (see
+    `Optimizer.weights`) and the optimizer state, sorted by key. `weights_only` (snapshots
+    for learning curves) skips the optimizer state and the sort. `ranges`: the key ranges
+    the shard holds (by default the server's own: after a server died, another holds its
+    keys)."""
     keys, state = store.items()
-    datasets = {"keys": keys, "weights": state[:, :store.width]}
+    weights = store.optimizer.weights(state, store.width, clocks)
+    datasets = {"keys": keys, "weights": weights}
     if not weights_only:
         order = np.argsort(keys, kind="stable")
-        datasets = {"keys": keys[order], "weights": state[order, :store.width],
+        datasets = {"keys": keys[order], "weights": weights[order],
                     "optimizer_state": state[order, store.width:]}
     path = shard_path(model_dir, server)
     write_hdf5(

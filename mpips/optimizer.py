@@ -15,13 +15,16 @@ DEFAULT_FTRL_BETA = 1e-3   # for 1000-row minibatches; a job chooses defaults.da
 class Optimizer:
     """A server-side update rule. `lr` is FTRL's alpha (None: not yet chosen, see
     `with_default_lr`); `beta` is used by FTRL only and `eps` by AdaGrad only (a job sets
-    both to `defaults.damping`; beta None: not yet chosen)."""
+    both to `defaults.damping`; beta None: not yet chosen). `average_from`, SGD only: the
+    clock from which the model is the mean of the weights (averaged SGD; None: the last
+    weights)."""
     name: str = "adagrad"
     lr: float | None = None
     l1: float = 0.0
     l2: float = 0.0
     beta: float | None = DEFAULT_FTRL_BETA
     eps: float = 1e-8
+    average_from: int | None = None
 
     def __post_init__(self):
         if self.name not in NAMES:
@@ -35,6 +38,12 @@ class Optimizer:
                 raise ConfigError(f"{flag} must be >= 0, got {value}")
         if self.l1 > 0 and self.name != "ftrl":
             raise ConfigError(f"--l1 needs --optimizer ftrl (got --optimizer {self.name})")
+        if self.average_from is not None and self.name != "sgd":
+            raise ConfigError(f"--average-after needs --optimizer sgd (got --optimizer "
+                              f"{self.name})")
+        if self.average_from is not None and self.average_from < 0:
+            raise ConfigError(f"--average-after must be >= 0 epochs, got clock "
+                              f"{self.average_from}")
 
     def with_default_lr(self, stats, batch: int = defaults.MAX_BATCH,
                         workers: int = 1) -> "Optimizer":
@@ -49,18 +58,38 @@ class Optimizer:
         return replace(self, lr=defaults.learning_rate(self.name, stats, batch, workers)[0])
 
     def state_columns(self, width: int) -> int:
-        """float32 columns per key: the weights plus the optimizer's per-weight state."""
-        return optim.STATE_COLUMNS[self.name] * width
+        """float32 columns per key: the weights plus the optimizer's state."""
+        if self.name == "sgd" and self.average_from is None:
+            return width
+        return optim.STATE_COLUMNS[self.name] * width + (self.name == "sgd")
 
-    def update(self, state: np.ndarray, slots: np.ndarray, grads: np.ndarray) -> None:
-        """Apply one pushed gradient (rows aligned with `slots`) to the state in place."""
+    def _span(self, clock: int) -> float:
+        """Clocks of the average that have passed by `clock` (0 while none is averaged)."""
+        if self.average_from is None:
+            return 0.0
+        return float(max(clock - self.average_from, 0))
+
+    def update(self, state: np.ndarray, slots: np.ndarray, grads: np.ndarray,
+               clock: int = 0) -> None:
+        """Apply one pushed gradient (rows aligned with `slots`), pushed at the worker's
+        `clock`, to the state in place."""
         if self.lr is None:
             raise ValueError("no learning rate: set lr, or call with_default_lr first")
         if self.name == "ftrl" and self.beta is None:
             raise ValueError("no FTRL beta: set beta (see defaults.damping)")
         if self.name == "sgd":
-            optim.sgd_update(state, slots, grads, self.lr, self.l2)
+            optim.sgd_update(state, slots, grads, self.lr, self.l2, self._span(clock),
+                             self.average_from is not None)
         elif self.name == "adagrad":
             optim.adagrad_update(state, slots, grads, self.lr, self.l2, self.eps)
         else:
             optim.ftrl_update(state, slots, grads, self.lr, self.beta, self.l1, self.l2)
+
+    def weights(self, state: np.ndarray, width: int, clocks: int) -> np.ndarray:
+        """The model's weights[len(state), width] of these state rows once `clocks` clocks
+        are done: the weights, or with averaged SGD their mean since `average_from`."""
+        if self.name != "sgd" or self.average_from is None:
+            return np.ascontiguousarray(state[:, :width])
+        out = np.empty((state.shape[0], width), np.float32)
+        optim.sgd_average(state, width, self._span(clocks), out)
+        return out

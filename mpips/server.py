@@ -268,9 +268,9 @@ class Server:
         if self.takeover:
             push = self.takeover.route(worker, clock, r.header.ts, r.header.placement, push)
         if self.clocks.staleness == 0:
-            self.clock_pushes.add(clock, worker, (*push, worker, r.header.ts))
+            self.clock_pushes.add(clock, worker, (*push, clock, worker, r.header.ts))
         else:
-            self._apply(*push)
+            self._apply(*push, clock)
             self._applied(worker, r.header.ts)
         if completes:
             self.clocks.tick(worker)
@@ -368,18 +368,18 @@ class Server:
         keys, rows, generation = self.rows.take(worker, r.header.ref, values.shape[0])
         return keys, rows, generation, values
 
-    def _apply(self, keys, rows, generation, values) -> None:
+    def _apply(self, keys, rows, generation, values, clock: int) -> None:
         if rows is not None and generation == self.store.generation:
-            self.store.update(rows, values)
+            self.store.update(rows, values, clock)
             return
         if rows is not None:   # the table grew since the pull: its rows moved
             self.stats.refound += 1
-        self.store.push(keys, values)
+        self.store.push(keys, values, clock)
 
     def _apply_until(self, clock: int) -> None:
         for push in self.clock_pushes.until(clock):
-            self._apply(*push[:4])
-            self._applied(*push[4:])
+            self._apply(*push[:5])
+            self._applied(*push[5:])
 
     def _applied(self, worker: int, ts: int) -> None:
         if self.takeover:
@@ -500,6 +500,8 @@ class Server:
         self.gate.served(pull)
         out = np.empty((pull.keys.shape[0], self.store.width), np.float32)
         rows = self.store.find(pull.keys, pull.insert, out)
+        if self.clocks.done[pull.worker] == FINISHED:   # a read of the final model
+            out = self.store.model_weights(rows, self.clocks.longest)
         if pull.insert:
             keys = pull.keys if pull.owned else pull.keys.copy()
             self.rows.remember(pull.worker, pull.ts, keys, rows, self.store.generation)

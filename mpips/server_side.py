@@ -76,7 +76,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
     positions = checkpoint.positions(resume)
     for worker, p in positions.items():
-        clocks.done[worker] = p["clock"]
+        clocks.resume(worker, p["clock"])
 
     def load() -> None:
         if not resume:
@@ -105,7 +105,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                        len(roles.servers), own,
                        {**attrs, "complete": True, "elapsed_s": taken[-1],
                         "slowest_clock": -1 if slowest == FINISHED else slowest},
-                       weights_only=True, ranges=own.ranges())
+                       clocks.longest, weights_only=True, ranges=own.ranges())
         except SaveError as e:
             log.warning("snapshot %s not written: %s", label, e)
 
@@ -117,7 +117,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         try:
             path = save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
                               {**attrs, "complete": False, "note": "; then ".join(reasons)},
-                              ranges=own.ranges())
+                              clocks.longest, ranges=own.ranges())
         except SaveError as e:
             log.error("could not save the %d keys trained so far: %s%s", len(own), e,
                       _checkpoints_hint(cfg))
@@ -168,7 +168,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         saved = {**attrs, "complete": True}
     try:
         keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
-                                       saved, ranges=own.ranges()),
+                                       saved, clocks.longest, ranges=own.ranges()),
                     cfg.disk_wait, "the trained model")
     except SaveError as e:
         raise SaveError(f"the model of server {roles.index} ({len(own):,} keys) could not be "

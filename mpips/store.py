@@ -64,9 +64,10 @@ class KVStore:
         table.rehash(old, self._rows)
         self.generation += 1
 
-    def update(self, slots: np.ndarray, grads: np.ndarray) -> None:
-        """Apply the optimizer to the rows with gradients grads[len(slots), width]."""
-        self.optimizer.update(self._state, slots, grads)
+    def update(self, slots: np.ndarray, grads: np.ndarray, clock: int) -> None:
+        """Apply the optimizer to the rows with gradients grads[len(slots), width], pushed
+        at a worker's `clock`."""
+        self.optimizer.update(self._state, slots, grads, clock)
 
     def pull(self, keys: np.ndarray, out: np.ndarray, insert: bool = True) -> np.ndarray:
         """Weights of `keys` into out[len(keys), width]. Unknown keys are stored (at zero)
@@ -74,9 +75,17 @@ class KVStore:
         self.find(keys, insert, out)
         return out
 
-    def push(self, keys: np.ndarray, grads: np.ndarray) -> None:
-        """Apply the optimizer to `keys` with gradients grads[len(keys), width]."""
-        self.update(self.find(keys), grads)
+    def push(self, keys: np.ndarray, grads: np.ndarray, clock: int) -> None:
+        """Apply the optimizer to `keys` with gradients grads[len(keys), width], pushed at a
+        worker's `clock`."""
+        self.update(self.find(keys), grads, clock)
+
+    def model_weights(self, slots: np.ndarray, clocks: int) -> np.ndarray:
+        """The model's weights of these rows (-1: zeros) once `clocks` clocks are done (see
+        `Optimizer.weights`)."""
+        weights = self.optimizer.weights(self._state[slots], self.width, clocks)
+        weights[slots < 0] = 0   # keys not stored (a read that does not insert)
+        return weights
 
     def load(self, keys: np.ndarray, state: np.ndarray) -> None:
         """Store keys with these state rows (weights first), as a checkpoint saved them."""

@@ -122,9 +122,9 @@ class Takeover:
                                        time.monotonic(), r.keys.shape[0])
         for clock, worker, ts, keys, values in replay:
             if s.clocks.staleness == 0 and clock >= s.clock_pushes.applied:
-                s.clock_pushes.add(clock, worker, (keys, None, -1, values, worker, ts))
+                s.clock_pushes.add(clock, worker, (keys, None, -1, values, clock, worker, ts))
             else:
-                s.store.push(keys, values)
+                s.store.push(keys, values, clock)
                 self.applied(worker, ts)
         _, keys_n, took = self.rebuilds.done[-1]
         log.warning("key range %d has its copies again: %d keys copied here from %s in %.2f s "

@@ -96,6 +96,12 @@ def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float
     return rundir.Heartbeat(held) if held else None
 
 
+def _average_after(cfg: TrainConfig) -> float | None:
+    """Epochs before SGD averages: defaults.AVERAGE_AFTER unless given; None: never."""
+    after = defaults.AVERAGE_AFTER if cfg.average_after is None else cfg.average_after
+    return None if after < 0 else after
+
+
 def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float):
     # Rank 0 samples the data (not every rank) to choose what was not given, and to check
     # what was; all use its choice.
@@ -105,12 +111,13 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         chosen = json.dumps(defaults.choose(
             sample.rows, sample.per_part, sample.exact, workers=workers, bias=cfg.bias,
             optimizer=cfg.optimizer.name, lr=cfg.optimizer.lr, batch=cfg.batch_size,
-            beta=cfg.optimizer.beta,
-            resumed_batch=resume[1]["config"]["batch_size"] if resume else None))
+            beta=cfg.optimizer.beta, average_after=_average_after(cfg),
+            resumed_batch=resume[1]["config"]["batch_size"] if resume else None,
+            resumed=resume[1]["config"]["optimizer"] if resume else None))
     chosen = json.loads(broadcast_text(comm, chosen, bound))
     cfg = replace(cfg, batch_size=chosen["batch_size"],
                   optimizer=replace(cfg.optimizer, lr=chosen["lr"], beta=chosen["beta"],
-                                    eps=chosen["eps"]))
+                                    eps=chosen["eps"], average_from=chosen["average_from"]))
     roles = split(cfg.servers, comm)   # collective: nobody writes before the old run is gone
     # The one key placement every part uses.
     placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)])

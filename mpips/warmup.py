@@ -35,17 +35,19 @@ def compile_kernels() -> None:
     Placement(2).split(keys)
     weights = np.zeros((keys.shape[0], 1), np.float32)
     for name in NAMES:
-        store = KVStore(1, Optimizer(name, lr=0.1), capacity=4)
+        store = KVStore(1, Optimizer(name, lr=0.1, average_from=0 if name == "sgd" else None),
+                        capacity=4)
         grad, _ = logreg.gradient(batch, cols, bias_col, weights)
         message = protocol.pack(protocol.Header(Op.PUSH, nkeys=keys.shape[0], width=1), keys,
                                 grad)
         _, wire_keys, wire_values, _ = protocol.unpack(message)
         Placement(2).first_misplaced(wire_keys, 0)
-        store.push(wire_keys, wire_values)
+        store.push(wire_keys, wire_values, clock=1)
         store.pull(wire_keys, weights)
         many = np.arange(64, dtype=np.uint64)
         store.pull(many, np.empty((64, 1), np.float32))   # grows the table: rehash
         store.pull(wire_keys, weights, insert=False)
+        store.model_weights(store.find(wire_keys), clocks=2)
         store.items()
     first_bad_pointer(batch.indptr, batch.indices.shape[0])
     first_bad_label(batch.labels)

@@ -1,7 +1,7 @@
 """Server-side optimizer updates. Pure numba over a table's state rows.
 
 State row layout for value width W (weights first, so a pull reads columns [0, W)):
-  sgd      [w]
+  sgd      [w], or averaged: [w, mean of w since the averaging began, clocks it covers (1)]
   adagrad  [w, sum of squared gradients]
   ftrl     [w, z, n]          (McMahan et al., KDD 2013, Algorithm 1)
 Arithmetic is float64; the state is stored as float32.
@@ -11,19 +11,46 @@ import math
 import numpy as np
 from numba import njit
 
-STATE_COLUMNS = {"sgd": 1, "adagrad": 2, "ftrl": 3}
+STATE_COLUMNS = {"sgd": 2, "adagrad": 2, "ftrl": 3}   # per weight; sgd has one more per key
 
 
 @njit(cache=True, nogil=True)
-def sgd_update(state, slots, grads, lr, l2):
-    """w -= lr * (g + l2 * w)"""
+def sgd_update(state, slots, grads, lr, l2, span, averaged):
+    """w -= lr * (g + l2 * w); `averaged`: first fold the weight the key held so far into its
+    running mean (averaged SGD). `span`: how many clocks of the average have passed when this
+    push is applied (0 before the averaging begins). A key's weights change only when it is
+    pushed, so its mean is brought up to date lazily: the weight it held since then, that
+    many times."""
     width = grads.shape[1]
     for i in range(slots.shape[0]):
         s = slots[i]
+        covered = np.float64(state[s, 2 * width]) if averaged else 0.0
+        if averaged and span > covered:
+            share = (span - covered) / span
+            for j in range(width):
+                mean = np.float64(state[s, width + j])
+                state[s, width + j] = mean + (np.float64(state[s, j]) - mean) * share
+            state[s, 2 * width] = span
         for j in range(width):
             w = np.float64(state[s, j])
             g = np.float64(grads[i, j]) + l2 * w
             state[s, j] = w - lr * g
+
+
+@njit(cache=True, nogil=True)
+def sgd_average(state, width, span, out):
+    """The averaged weights of state rows into out[len(state), width]: each key's running
+    mean brought up to `span` clocks (its last weight for the clocks since its last push);
+    the weights themselves while nothing is averaged yet (span 0)."""
+    for s in range(state.shape[0]):
+        covered = np.float64(state[s, 2 * width])
+        for j in range(width):
+            w = np.float64(state[s, j])
+            if span <= 0:
+                out[s, j] = w
+            else:
+                mean = np.float64(state[s, width + j])
+                out[s, j] = mean + (w - mean) * max(span - covered, 0.0) / span
 
 
 @njit(cache=True, nogil=True)

@@ -22,6 +22,12 @@ REFUSED = [
                           "from 1 to --servers (1)"),
     (("--servers", "2", "--replicas", "3"), "--replicas 3: each key is kept on that many "
                                             "servers, so it must be from 1 to --servers (2)"),
+    (("--average-after", "1"), "--average-after needs --optimizer sgd (got --optimizer "
+                               "adagrad)"),
+    (("--optimizer", "sgd", "--average-after", "-2"),
+     "argument --average-after: '-2': give epochs >= 0, or off"),
+    (("--optimizer", "sgd", "--average-after", "never"),
+     "argument --average-after: 'never' is not a number"),
 ]
 
 

@@ -81,6 +81,31 @@ def test_a_checkpoint_of_two_servers_resumes_on_another_number(small_data, unint
             assert (owner.owners(f["keys"][:]) == s).all()
 
 
+def test_averaged_sgd_resumes_from_a_checkpoint_to_the_same_model(small_data, tmp_path):
+    """The running means and the clocks they cover are in the checkpoint: a run resumed after
+    the averaging began (and on another number of servers) ends with the same mean."""
+    args = ("--train", small_data[0], "--optimizer", "sgd", *TRAIN, "--keep-checkpoints", 20)
+    whole = tmp_path / "whole"
+    job = run_job(4, "train", *args, "--servers", 2, "--out", whole)
+    assert job.returncode == 0, job.output
+    first = read_manifest(os.path.dirname(complete_checkpoints(whole / "checkpoints")[0]))
+    first = first["config"]["optimizer"]["average_from"]
+    mid = next(os.path.dirname(m) for m in complete_checkpoints(whole / "checkpoints")
+               if first < read_manifest(os.path.dirname(m))["clock"] < 4 * 50)
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(mid, ckpt / os.path.basename(mid))
+    with h5py.File(glob.glob(os.path.join(mid, "server-*.h5"))[0]) as f:
+        mean, covered = f["state"][:, 1], f["state"][:, 2]
+        assert covered.max() > 0 and not np.array_equal(mean, f["state"][:, 0]), \
+            "the checkpoint holds means that differ from the weights"
+    run = tmp_path / "run"
+    job = run_job(3, "train", *args, "--servers", 1, "--out", run, "--resume", ckpt)
+    assert job.returncode == 0, job.output
+    ours, theirs = load_model(run / "model"), load_model(whole / "model")
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+
+
 @pytest.mark.parametrize("consistency", [("--consistency", "ssp", "--staleness", 2),
                                          ("--consistency", "asp")], ids=["ssp2", "asp"])
 def test_ssp_and_asp_runs_stop_and_resume(small_data, uninterrupted, tmp_path, consistency):

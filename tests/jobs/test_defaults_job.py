@@ -15,10 +15,6 @@ from mpips.kernels.logistic import mean_logloss
 
 SETS = {"census": ("--rows", 30000, "--test-rows", 15000),
         "dense": ("--rows", 20000, "--test-rows", 10000)}
-# Five epochs of SGD on the dense set end 1.5% above the optimum. Its features' magnitudes
-# differ 16-fold, so SGD's progress is slow where the rate is stable; twice the rate gets
-# 0.8% there but 1.2% on the census set, where the noise of small minibatches sets the end.
-FIVE_EPOCHS = {("sgd", "dense"): 0.02}
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +81,7 @@ def test_defaults_alone_train_well(data, tmp_path, optimizer, name):
     said = f"{name} {optimizer}: one epoch {one['test_logloss']:.4f} (VW {vw:.4f}), five " \
            f"{five['test_logloss']:.4f} (optimum {optimum:.4f})"
     assert one["test_logloss"] < vw * 1.03, said
-    assert five["test_logloss"] < optimum * (1 + FIVE_EPOCHS.get((optimizer, name), 0.01)), said
+    assert five["test_logloss"] < optimum * 1.01, said
     assert "(set --lr to change)" in job.output and "(set --batch-size to change)" in job.output
     assert one["config"]["batch_size"] < 100, "small data: small minibatches, many updates"
 

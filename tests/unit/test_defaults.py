@@ -71,7 +71,7 @@ def test_sgd_steps_stay_below_the_stability_bound(census):
     """Gradient steps on the logistic loss diverge above 2 / L, L = (top eigenvalue of the
     rows' X^T X / n) / 4. With W workers a clock takes W steps from the same weights, so
     the rate must stay below 2 / (W L) with L measured on the rows of one clock. The old
-    default (40 / features per row) broke it here; the chosen rate keeps to a quarter."""
+    default (40 / features per row) broke it here; the chosen rate keeps to about half."""
     path, rows, x = census
     stats = defaults.measure(rows, bias=True)
     rng = np.random.default_rng(1)
@@ -79,7 +79,7 @@ def test_sgd_steps_stay_below_the_stability_bound(census):
         lr = Optimizer("sgd").with_default_lr(stats, batch, workers).lr
         clock = x[rng.choice(x.shape[0], min(workers * batch, x.shape[0]), replace=False)]
         bound = np.linalg.eigvalsh(clock.T @ clock / clock.shape[0])[-1] / 4
-        assert workers * lr * bound < 0.6, (workers, batch, lr)
+        assert workers * lr * bound < 1.2, (workers, batch, lr)
     full = np.linalg.eigvalsh(x.T @ x / x.shape[0])[-1] / 4
     assert 3 * 40 / stats.features * full > 2, "the old default diverged with 3 workers"
 
@@ -152,8 +152,8 @@ def choose(rows, optimizer, lr=None, batch=None, **more):
 def test_choose_keeps_what_was_given_and_says_what_it_chose(census):
     rows = census[1]
     given = choose(rows, "sgd", lr=0.5, batch=10, beta=1.0)
-    assert (given["batch_size"], given["lr"], given["notes"], given["warnings"]) == (
-        10, 0.5, [], [])
+    assert (given["batch_size"], given["lr"], given["warnings"]) == (10, 0.5, [])
+    assert [n[:10] for n in given["notes"]] == ["sgd model:"], "nothing else was chosen"
     chosen = choose(rows, "adagrad")
     assert chosen["batch_size"] == 3
     assert chosen["lr"] == pytest.approx(2 / defaults.measure(rows, True).features)
@@ -173,7 +173,8 @@ def test_data_that_could_not_be_sampled_gets_the_old_batch_and_a_rate_for_the_wo
         chosen = defaults.choose(empty, [], False, workers=workers, bias=True, optimizer="sgd",
                                  lr=None, batch=None)
         assert chosen["batch_size"] == 1000
-        assert chosen["lr"] == pytest.approx(0.5 / ((workers + 1 / 1000) / 4))
+        assert chosen["lr"] == pytest.approx(1 / ((workers + 1 / 1000) / 4))
+        assert chosen["average_from"] is None, "no row counts: no epoch to average after"
 
 
 def test_ftrl_beta_and_adagrad_eps_are_the_per_example_one_in_minibatch_units(census):
@@ -204,3 +205,18 @@ def test_a_large_file_is_sampled_in_parts(census):
     sample = sample_rows(path, 2, whole_bytes=1000, samples=4, sample_bytes=16 << 10)
     assert not sample.exact and 500 < len(sample.rows) < 3000
     assert sum(sample.per_part) == pytest.approx(3000, rel=0.05)
+
+
+def test_sgd_chooses_smaller_minibatches_and_averages_after_the_first_epoch(census):
+    rows = census[1]
+    sgd, adagrad = choose(rows, "sgd"), choose(rows, "adagrad")
+    assert sgd["batch_size"] < adagrad["batch_size"], "rare keys need more, smaller steps"
+    assert sgd["batch_size"] == defaults.batch_size([3000], True, defaults.SGD_CLOCKS_PER_EPOCH)
+    assert sgd["average_from"] == round(defaults.AVERAGE_AFTER * -(-3000 // sgd["batch_size"]))
+    assert any("the mean of the weights from clock" in n for n in sgd["notes"])
+    assert adagrad["average_from"] is None
+    assert choose(rows, "sgd", batch=100, average_after=2.5)["average_from"] == 75
+    off = choose(rows, "sgd", average_after=None)
+    assert off["average_from"] is None and any("--average-after off" in n for n in off["notes"])
+    kept = choose(rows, "sgd", resumed_batch=10, resumed={"name": "sgd", "average_from": 7})
+    assert kept["average_from"] == 7 and any("as the run resumed" in n for n in kept["notes"][1:])

@@ -34,3 +34,32 @@ def test_the_default_rate_halves_when_rows_are_twice_as_dense():
     with pytest.raises(ValueError, match="no learning rate"):
         Optimizer("sgd").update(np.zeros((1, 1), np.float32), np.zeros(1, np.int64),
                                 np.zeros((1, 1), np.float32))
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_averaged_sgd_is_the_mean_of_the_weights_since_its_first_clock(width):
+    """Keys pushed at some clocks only (several pushes in a clock, as from several workers):
+    each key's model is the mean of the weights it held after each clock from `first` on,
+    though its state is brought up to date only when it is pushed."""
+    first, clocks, keys = 7, 40, 5
+    opt = Optimizer("sgd", lr=0.2, l2=0.01, average_from=first)
+    rng = np.random.default_rng(3)
+    state = np.zeros((keys, opt.state_columns(width)), np.float32)
+    plain = np.zeros_like(state)   # the same steps, not averaged
+    after = []   # the weights after each clock
+    for clock in range(clocks):
+        for _ in range(2):   # two workers' pushes of the clock
+            slots = np.flatnonzero(rng.random(keys) < 0.4)
+            g = rng.normal(size=(slots.shape[0], width)).astype(np.float32)
+            opt.update(state, slots, g, clock)
+            Optimizer("sgd", lr=0.2, l2=0.01).update(plain, slots, g, clock)
+        after.append(plain[:, :width].copy())
+        np.testing.assert_array_equal(state[:, :width], plain[:, :width])
+    expected = np.mean(np.array(after[first:], np.float64), axis=0)
+    np.testing.assert_allclose(opt.weights(state, width, clocks), expected, rtol=1e-5,
+                               atol=1e-6)
+    assert not np.allclose(expected, state[:, :width], atol=1e-3), "the mean is not the last"
+    assert np.array_equal(opt.weights(state, width, first), state[:, :width]), \
+        "nothing averaged yet: the last weights"
+    assert np.array_equal(Optimizer("sgd", lr=0.2).weights(state, width, clocks),
+                          state[:, :width]), "no averaging"

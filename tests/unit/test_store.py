@@ -17,7 +17,7 @@ def test_matches_a_dict_through_growth():
             rng.integers(0, 50, 20).astype(np.uint64),       # repeats
             [EMPTY] if step % 7 == 0 else []]).astype(np.uint64))
         grads = rng.normal(size=(keys.shape[0], 2)).astype(np.float32)
-        store.push(keys, grads)
+        store.push(keys, grads, 0)
         for k, g in zip(keys.tolist(), grads):
             reference[k] = reference.get(k, np.zeros(2, np.float32)) - g
     assert len(store) == len(reference)
@@ -54,7 +54,7 @@ def test_rows_stay_valid_until_the_table_grows():
     slots = store.find(first)
     store.find(np.arange(100, 200, dtype=np.uint64))   # inserts, without growing
     assert store.generation == 0
-    store.update(slots, np.ones((100, 1), np.float32))
+    store.update(slots, np.ones((100, 1), np.float32), 0)
     out = store.pull(first, np.empty((100, 1), np.float32))
     assert (out == -1).all()
     store.find(np.arange(200, 5000, dtype=np.uint64))  # grows: rows are renumbered
@@ -77,7 +77,7 @@ def test_load_puts_back_exactly_what_items_gave():
     store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1))
     rng = np.random.default_rng(4)
     keys = np.unique(rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64, endpoint=True))
-    store.push(keys, rng.normal(size=(keys.shape[0], 1)).astype(np.float32))
+    store.push(keys, rng.normal(size=(keys.shape[0], 1)).astype(np.float32), 0)
     saved_keys, saved_state = store.items()
     copy = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1))
     copy.load(saved_keys, saved_state)
