@@ -19,8 +19,8 @@ from .protocol import HEADER_BYTES, Op
 # their end, a stop they were asked for) and server 0 to the others (clocks to checkpoint at).
 FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STOP}
 FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP}
-FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR}
-FROM_SERVERS = {Op.COPY, Op.ERROR}   # from any server to any other
+FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH}
+FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE}   # from any server to any other
 FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
          Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT,
          Op.FINISH: protocol.REPORT}
@@ -43,6 +43,8 @@ def _expected_bytes(op: Op, h, n_workers: int) -> int:
     report = protocol.REPORT_BYTES if h.flags & protocol.REPORT else 0
     if op is Op.PULL:
         return HEADER_BYTES + keys
+    if op is Op.DEATH:
+        return HEADER_BYTES + 8 * h.nkeys
     if op is Op.PUSH:
         return HEADER_BYTES + keys + 4 * h.nkeys * h.width + report
     return HEADER_BYTES + report
@@ -88,15 +90,20 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     if op in (Op.PULL, Op.PUSH, Op.COPY) and not 0 <= h.placement <= placement.version:
         raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
                             f"this server's is {placement.version}")
+    if op is Op.DEATH:   # its payload is int64 fields, read by protocol.death_of
+        return Request(op, h, np.empty(0, np.uint64), np.empty((0, 0), np.float32), None)
     _, keys, values, report = protocol.unpack(buf)
     if report is not None:
         for name in ("loss", "progress"):
             value = getattr(report, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ProtocolError(f"{op.name} reporting {name} {value}")
-        if report.epoch < 0 or report.offset < -1 or report.examples < 0:
+        if min(report.epoch, report.examples, report.segment, report.taken,
+               report.taken_epoch) < 0 or report.offset < -1:
             raise ProtocolError(f"{op.name} reporting a negative figure (epoch {report.epoch}, "
-                                f"offset {report.offset}, examples {report.examples})")
+                                f"segment {report.segment}, offset {report.offset}, examples "
+                                f"{report.examples}, shares taken {report.taken} at epoch "
+                                f"{report.taken_epoch})")
     if keys.shape[0]:   # reads go to a key's primary, writes to every server holding it
         i, why = placement.first_misplaced(keys, server, as_primary=op is Op.PULL)
         if i >= 0:

@@ -40,10 +40,13 @@ class Checkpoints:
 
     def note(self, worker: int, clock: int, report, finished: bool) -> None:
         """Where `worker` stands after `clock` clocks (its latest report)."""
-        position = {"clock": clock, "epoch": report.epoch, "offset": report.offset,
-                    "examples": report.examples, "loss": report.loss, "finished": finished}
+        taken = list(self.positions.get(worker, {}).get("taken", []))
+        taken += [report.taken_epoch] * max(report.taken - len(taken), 0)
+        position = {"clock": clock, "epoch": report.epoch, "segment": report.segment,
+                    "offset": report.offset, "examples": report.examples, "loss": report.loss,
+                    "finished": finished, "taken": taken}
         self.positions[worker] = position
-        if self.bsp and not finished:
+        if not finished:
             self._history.setdefault(worker, {})[clock] = position
 
     def positions_at(self, clock: int) -> dict:
@@ -52,6 +55,28 @@ class Checkpoints:
             return {w: dict(p) for w, p in self.positions.items()}
         return {w: dict(self._history.get(w, {}).get(clock, latest))
                 for w, latest in self.positions.items()}
+
+    def position_after(self, worker: int, clock: int) -> dict:
+        """Where `worker` stood once it had completed `clock` clocks (a dead worker's place,
+        at the clocks every server holds): from its push of that clock (kept under BSP until
+        every worker has passed it; under SSP and ASP the nearest this server still knows),
+        else the place it started from."""
+        seen = self._history.get(worker, {})
+        earlier = [c for c in seen if c <= clock]
+        if earlier:
+            return dict(seen[max(earlier)])
+        if worker in self.positions:
+            return dict(self.positions[worker])
+        return {"clock": clock, "epoch": 0, "segment": 0, "offset": -1, "examples": 0,
+                "loss": 0.0, "finished": False, "taken": []}
+
+    def note_lost(self, worker: int, place: dict) -> None:
+        """`worker` died where `place` says (its clocks after it were dropped): checkpoints
+        from now on record it there."""
+        self.positions[worker] = dict(place, lost=True)
+        seen = self._history.get(worker, {})
+        for c in [c for c in seen if c > place["clock"]]:
+            del seen[c]
 
     def forget_before(self, clock: int) -> None:
         for seen in self._history.values():

@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 from . import protocol
 from .bounded import wait_all, wait_until
-from .errors import Stopped, WaitTimeout
+from .errors import ProtocolError, Stopped, WaitTimeout
 from .failover import CannotFailOver, dead_ranks, is_failure
 from .kernels.hashing import is_sorted_unique
 from .placement import Placement
@@ -87,12 +87,14 @@ class KVWorker:
         return self._placement
 
     def report(self, examples: int, loss: float, progress: float, epoch: int = 0,
-               offset: int = 0) -> None:
+               offset: int = 0, segment: int = 0, taken: tuple = ()) -> None:
         """Figures carried by this worker's next clock push and its FINISH: examples trained
         on, their summed loss, epochs done (fractional), for the servers' progress lines; and
-        where the next minibatch starts (epoch, byte offset or row), which checkpoints
+        where the next minibatch starts (epoch, segment of the work plan, byte offset or
+        row) and the epochs at which it took shares of dead workers' rows, which checkpoints
         record."""
-        self._report = protocol.Report(epoch, offset, examples, loss, progress)
+        self._report = protocol.Report(epoch, offset, examples, loss, progress, segment,
+                                       len(taken), taken[-1] if taken else 0)
 
     def _live(self) -> list:
         return [s for s in range(len(self._servers)) if s not in self._placement.dead]
@@ -206,6 +208,28 @@ class KVWorker:
                  timeout or self.timeout,
                  lambda: f"server rank {self._servers[lead]} to report the workers' clocks")
         return dict(zip(protocol.STATUS_FIELDS, out.tolist()))
+
+    def notices(self) -> list:
+        """The deaths the lead server has told this worker of since the last call: (number,
+        workplan.Death), in the order they arrived."""
+        out = []
+        status = MPI.Status()
+        while True:
+            try:
+                if not self._comm.Iprobe(MPI.ANY_SOURCE, protocol.NOTICE_TAG, status):
+                    return out
+            except MPI.Exception as e:   # under ULFM: a death not yet acknowledged
+                if not is_failure(e):
+                    raise
+                dead_ranks(self._comm)
+                continue
+            fields = np.empty(status.Get_count(MPI.BYTE) // 8, np.int64)
+            self._comm.Recv(fields, status.Get_source(), protocol.NOTICE_TAG)
+            try:
+                out.append((int(fields[0]), protocol.death_of(fields[1:])))
+            except (ValueError, IndexError) as e:
+                raise ProtocolError(f"rank {status.Get_source()} sent a notice that holds no "
+                                    f"death: {e}") from None
 
     def _who_is_slow(self) -> str:
         """What the lead server says of the slowest worker, for a message about a wait that

@@ -23,3 +23,12 @@ class ClockPushes:
                 ready += pending[w]
         self.applied = max(self.applied, clock)
         return ready
+
+    def drop(self, worker: int, from_clock: int) -> int:
+        """Forget `worker`'s pushes of `from_clock` and later (a dead worker's, which not every
+        server holds); returns how many."""
+        dropped = 0
+        for clock, pending in self._pending.items():
+            if clock >= from_clock:
+                dropped += len(pending.pop(worker, []))
+        return dropped

@@ -22,6 +22,29 @@ class ClockTable:
         self.staleness = staleness
         self.max_gap = 0
         self.longest = 0   # the most clocks any worker has completed, FINISH or not
+        self.gone = set()  # dead workers: counted as finished
+        # Under BSP with hot failover, each other server's `here()` (see `commit`); a clock is
+        # complete once complete on every living server.
+        self.elsewhere = {}
+
+    def commit(self, servers) -> None:
+        """Complete a clock only once every one of `servers` (indices) says it holds every
+        worker's pushes of it (BSP under ULFM: a worker that dies between its pushes to two
+        servers then never has a clock applied on one and not on the other)."""
+        self.elsewhere = {s: self.here() for s in servers}   # all start where this one does
+
+    def have(self, server: int, clock: int) -> None:
+        """`server` holds every living worker's pushes of its first `clock` clocks."""
+        if server in self.elsewhere:
+            self.elsewhere[server] = max(self.elsewhere[server], clock)
+
+    def server_gone(self, server: int) -> None:
+        self.elsewhere.pop(server, None)
+
+    def worker_gone(self, worker: int) -> None:
+        """A dead worker: no longer waited for."""
+        self.gone.add(worker)
+        self.done[worker] = FINISHED
 
     def resume(self, worker: int, clock: int) -> None:
         """`worker` has completed `clock` clocks (a checkpoint's record)."""
@@ -37,9 +60,15 @@ class ClockTable:
     def finish(self, worker: int) -> None:
         self.done[worker] = FINISHED
 
-    def slowest(self) -> int:
-        """The smallest clock among workers still training (FINISHED if none is)."""
+    def here(self) -> int:
+        """The smallest clock among workers still training on this server (FINISHED if none
+        is)."""
         return int(self.done.min())
+
+    def slowest(self) -> int:
+        """The smallest clock among workers still training, on every server (FINISHED if none
+        is)."""
+        return min([self.here(), *self.elsewhere.values()])
 
     def read_clock(self, worker: int, next_clock: bool = False) -> int:
         """The clock a read by `worker` is for: its own, or the next one (a read sent ahead of

@@ -145,14 +145,16 @@ class SvmlightShard:
     """The lines of `path` that start in byte range `part` of `nparts`."""
 
     def __init__(self, path: str, part: int = 0, nparts: int = 1,
-                 chunk_bytes: int = 4 << 20, skip_bad: bool = False, log_bad: bool = True):
+                 chunk_bytes: int = 4 << 20, skip_bad: bool = False, log_bad: bool = True,
+                 span: tuple[int, int] | None = None):
+        """`span`: the lines that start in bytes [start, stop) instead of in part `part`."""
         self.path = path
         self.skip_bad = skip_bad
         self.log_bad = log_bad
         self.chunk_bytes = chunk_bytes
         self.bad_lines = 0           # in the latest pass
         self.size = os.path.getsize(path)
-        lo, hi = byte_range(self.size, part, nparts)
+        lo, hi = byte_range(self.size, part, nparts) if span is None else span
         with open(path, "rb") as f:
             self.start = _line_start(f, lo, self.size)
             self.stop = _line_start(f, hi, self.size)
@@ -161,6 +163,11 @@ class SvmlightShard:
         self._line_numbers = {}
         self._warnings = 0
         self._passes = 0
+
+    def over(self, start: int, stop: int) -> "SvmlightShard":
+        """The same file's lines that start in bytes [start, stop)."""
+        return SvmlightShard(self.path, chunk_bytes=self.chunk_bytes, skip_bad=self.skip_bad,
+                             log_bad=self.log_bad, span=(start, stop))
 
     @property
     def fraction_done(self) -> float:

@@ -7,7 +7,7 @@ ERROR the UTF-8 text of the error. A push of the same keys as an earlier pull
 pull in `ref`: keys cross the wire once per minibatch, and the server reuses the
 rows it found for the pull. A worker's figures (where its next minibatch starts,
 examples and loss so far: what checkpoints and progress lines need) travel as a
-40-byte Report after the payload, on the messages that complete a clock and on
+64-byte Report after the payload, on the messages that complete a clock and on
 FINISH (flag REPORT). A pull's reply is the bare values, sent with a tag derived
 from the request's timestamp so replies can be matched out of order.
 """
@@ -36,13 +36,16 @@ class Report(NamedTuple):
     examples: int = 0    # examples the sender has trained on so far
     loss: float = 0.0    # their summed training logloss
     progress: float = 0.0  # epochs done, fractional
+    segment: int = 0     # the range of the epoch's work plan `offset` is in (see workplan)
+    taken: int = 0       # shares of dead workers' rows taken so far, ...
+    taken_epoch: int = 0  # ... the latest of them at this epoch
 
 
 # Little-endian, multiples of 8 bytes so the payload after the header stays aligned.
 _LAYOUT = struct.Struct("<iiqqqiiq")
 HEADER_BYTES = _LAYOUT.size
 assert HEADER_BYTES == 48
-_REPORT = struct.Struct("<qqqdd")
+_REPORT = struct.Struct("<qqqddqqq")
 REPORT_BYTES = _REPORT.size
 
 
@@ -60,6 +63,12 @@ class Op(IntEnum):
     COPY = 11    # a range's primary to its new holder: the range's keys (sorted) and state
                  # rows (`width` columns), then the last push applied per worker (int64);
                  # `ref` names the range
+    GONE = 12    # a server to the others: worker `ref` died; this server holds its pushes of
+                 # its first `clock` clocks
+    HAVE = 13    # a server to the others (BSP under ULFM): every living worker has completed
+                 # `clock` clocks here, so clocks before it may be applied everywhere
+    DEATH = 14   # the lead to the others: a dead worker's rows went to the survivors
+                 # (`nkeys` int64: see `death_fields`); `ref` numbers the deaths
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock
@@ -70,11 +79,13 @@ SAME_KEYS = 4    # PUSH flag: no keys in the message; they are those of pull `re
 REPORT = 16      # PUSH or FINISH flag: a Report follows the payload
 
 # Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished;
-# `slowest_silent_ms` is how long server 0 has heard nothing from it.
-STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished", "slowest_silent_ms")
+# `slowest_silent_ms` is how long server 0 has heard nothing from it; `deaths`: how many dead
+# workers' rows it has handed on.
+STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished", "slowest_silent_ms", "deaths")
 
 REQUEST_TAG = 1
 ERROR_ACK_TAG = 2
+NOTICE_TAG = 3   # the lead to a worker: a death whose rows it shares (DEATH's payload)
 _REPLY_TAG0 = 16
 
 
@@ -134,3 +145,26 @@ def copied_positions(buf: np.ndarray, h: Header) -> np.ndarray:
 
 def error_text(buf: np.ndarray) -> str:
     return buf[HEADER_BYTES:].tobytes().decode("utf-8", "replace")
+
+
+def death_fields(death) -> np.ndarray:
+    """A workplan.Death as int64: worker, clock, epoch, segment, offset, dead (1 or 0), the
+    number of epochs it had taken shares at, those epochs, the number of survivors, the
+    survivors."""
+    return np.array([death.worker, death.clock, death.epoch, death.segment, death.offset,
+                     int(death.dead), len(death.taken), *death.taken, len(death.survivors),
+                     *death.survivors], np.int64)
+
+
+def death_of(fields: np.ndarray):
+    """The workplan.Death in `fields` (see death_fields); ValueError if they do not hold
+    one."""
+    from .workplan import Death
+    f = [int(x) for x in fields]
+    if len(f) < 8 or f[6] < 0 or len(f) < 8 + f[6] or f[5] not in (0, 1):
+        raise ValueError(f"{len(f)} fields do not hold a death")
+    taken = tuple(f[7:7 + f[6]])
+    rest = f[7 + f[6]:]
+    if not rest or rest[0] != len(rest) - 1 or min(f[:4] + list(taken) + rest) < 0:
+        raise ValueError(f"{len(f)} fields do not hold a death")
+    return Death(f[0], f[1], f[2], f[3], f[4], taken, tuple(rest[1:]), bool(f[5]))

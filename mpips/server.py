@@ -31,7 +31,7 @@ from .checkpointing import Checkpoints
 from .clockpushes import ClockPushes
 from .clocks import FINISHED, ClockTable
 from .errors import ProtocolError, WaitTimeout
-from .failover import is_failure
+from .failover import CannotFailOver, dead_ranks, is_failure
 from .placement import Placement
 from .progress import Progress
 from .protocol import Op, Report
@@ -39,6 +39,7 @@ from .readgate import HOLD, SERVE, Pull, ReadGate
 from .rowcache import RowCache
 from .store import KVStore
 from .takeover import Takeover
+from .workerloss import WorkerLosses
 
 log = logging.getLogger("mpips")
 
@@ -77,10 +78,14 @@ class Server:
     def __init__(self, roles, store: KVStore, clocks: ClockTable, timeout: float,
                  hooks: Hooks | None = None, progress: Progress | None = None,
                  record_pulls: bool = False, checkpoints: Checkpoints | None = None,
-                 placement: Placement | None = None, failover: bool = False):
+                 placement: Placement | None = None, failover: bool = False,
+                 workers_fail_over: bool = False, epochs: int = 1, parts: list = (),
+                 deaths: tuple = ()):
         """`checkpoints`: when to write them, and where each worker stood (when resuming);
         by default none but those a stop asks for. `failover` (under ULFM): when another
-        server dies, go on with the living copies of its keys."""
+        server dies, go on with the living copies of its keys. `workers_fail_over` (under
+        ULFM): when a worker dies, hand its rows left (of `epochs`; `parts`: each worker's
+        own part of the data) to the others; `deaths`: those before a resume."""
         self.roles = roles
         self.store = store
         self.clocks = clocks
@@ -90,6 +95,11 @@ class Server:
         self.placement = placement or Placement(len(roles.servers))
         self.stats = ServerStats()
         self.takeover = Takeover(self) if failover else None
+        self.losses = (WorkerLosses(self, epochs, list(parts), deaths) if workers_fail_over
+                       else None)
+        if workers_fail_over and clocks.staleness == 0:
+            clocks.commit([i for i in range(len(roles.servers)) if i != roles.index])
+        self._here = clocks.here()   # what this server last told the others it holds
         self.ckpt = checkpoints or Checkpoints(0, 0.0, roles.index == 0, len(roles.servers),
                                                clocks.staleness == 0)
         self.gate = ReadGate(clocks, record_pulls)
@@ -108,7 +118,8 @@ class Server:
             Op.BYE: self._on_bye, Op.STATUS: self._on_status, Op.ERROR: self._on_error,
             Op.STOP: self._on_stop, Op.STOP_AT: self._on_stop_at,
             Op.CHECKPOINT_AT: self._on_checkpoint_at, Op.SHARD_SAVED: self._on_shard_saved,
-            Op.COPY: self._on_copy}
+            Op.COPY: self._on_copy, Op.GONE: self._on_gone, Op.HAVE: self._on_have,
+            Op.DEATH: self._on_death}
 
     @property
     def _lead_index(self) -> int:
@@ -166,8 +177,7 @@ class Server:
             try:
                 self._step(start)
             except MPI.Exception as e:
-                # Under ULFM another rank died: go on without it, if that can be done.
-                if not (self.takeover and is_failure(e) and self.takeover.learn()):
+                if not self._went_on(e):
                     raise
         if not self.lead:   # after this server's last SHARD_SAVED, in MPI's order
             self.send(protocol.pack(protocol.Header(Op.BYE)), self._lead_rank)
@@ -180,7 +190,7 @@ class Server:
                          lambda: "replies to be sent")
                 break
             except MPI.Exception as e:   # under ULFM: replies to a rank that died since
-                if not (self.takeover and is_failure(e) and self.takeover.learn()):
+                if not self._went_on(e):
                     raise
         self.stats.pulls_held = self.gate.pulls_held
         if self.progress and self.lead:
@@ -228,8 +238,31 @@ class Server:
         self._dispatch(self._probed.Get_source(), self._buf[:nbytes])
         self.stats.busy_s += time.monotonic() - now
 
+    def _went_on(self, e: MPI.Exception) -> bool:
+        """Under ULFM another rank died: whether this server goes on without it (a server's
+        keys have living copies, a worker's rows go to the others)."""
+        if not is_failure(e):
+            return False
+        dead = dead_ranks(self.roles.comm)
+        servers = {self.roles.servers.index(r) for r in dead if r in self.roles.servers}
+        workers = {self.roles.worker_index(r) for r in dead if r not in self.roles.servers}
+        new_servers = servers - self.placement.dead
+        new_workers = workers - (self.losses.known() if self.losses else set())
+        if (new_servers and not self.takeover) or (new_workers and not self.losses):
+            if new_workers and not self.losses:
+                raise CannotFailOver(f"worker(s) {sorted(new_workers)} died: without ULFM's "
+                                     f"failover a dead worker's rows are not handed on")
+            return False
+        if not new_servers and not new_workers:
+            # Known already (another server said, or MPI tells again of a request to it).
+            return bool(workers and self.losses) or bool(servers and self.takeover)
+        went = bool(new_servers) and self.takeover.learn()
+        return (self.losses.learn(new_workers) if new_workers else False) or went
+
     def _dispatch(self, source: int, buf: np.ndarray) -> None:
         from_worker = source not in self.roles.servers
+        if from_worker and self.roles.worker_index(source) in self.clocks.gone:
+            return   # a dead worker's message still on its way: its clocks are settled
         if (self.takeover and buf.shape[0] >= protocol.HEADER_BYTES
                 and protocol.header(buf).placement > self.placement.version):
             self.takeover.catch_up(protocol.header(buf).placement, self._sender(source))
@@ -275,14 +308,16 @@ class Server:
         if completes:
             self.clocks.tick(worker)
             self.ckpt.note(worker, int(self.clocks.done[worker]), r.report or _NO_REPORT, False)
-            self._advance()
+            self.advance()
         self._copies_due()
 
     def _on_finish(self, source: int, r, buf) -> None:
         worker = self.roles.worker_index(source)
         self.ckpt.note(worker, r.header.clock, r.report or _NO_REPORT, True)
+        if self.losses:
+            self.losses.finished(worker, r.header.clock, self.ckpt.positions[worker]["taken"])
         self.clocks.finish(worker)
-        self._advance()
+        self.advance()
         self._copies_due()
         if self.clocks.all_finished:
             self.stats.train_bytes_sent = self.stats.bytes_sent
@@ -307,11 +342,37 @@ class Server:
 
     def _on_stop_at(self, source: int, r, buf) -> None:
         self.ckpt.stop_at = r.header.clock
-        self._advance()
+        self.advance()
 
     def _on_checkpoint_at(self, source: int, r, buf) -> None:
         self.ckpt.planned.add(r.header.clock)
-        self._advance()
+        self.advance()
+
+    def _on_gone(self, source: int, r, buf) -> None:
+        if not self.losses or not 0 <= r.header.ref < len(self.roles.workers):
+            raise ProtocolError(f"{self._sender(source)} sent a bad request: GONE of worker "
+                                f"{r.header.ref}, which this server cannot take")
+        self.losses.on_gone(self.roles.servers.index(source), r.header.ref, r.header.clock)
+
+    def _on_have(self, source: int, r, buf) -> None:
+        self.clocks.have(self.roles.servers.index(source), r.header.clock)
+        self.advance()
+
+    def _on_death(self, source: int, r, buf) -> None:
+        try:
+            death = protocol.death_of(buf[protocol.HEADER_BYTES:].view(np.int64))
+        except ValueError as e:
+            raise ProtocolError(f"{self._sender(source)} sent a bad request: DEATH: {e}") \
+                from None
+        if not self.losses:
+            raise ProtocolError(f"{self._sender(source)} sent a bad request: DEATH, which "
+                                f"a server without failover does not take")
+        self.losses.on_death(r.header.ref, death)
+
+    def forget_ranks(self, ranks: set) -> None:
+        """Dead ranks: replies to them are not waited for, nor their BYE."""
+        self._replies = [(r, b, dest) for r, b, dest in self._replies if dest not in ranks]
+        self._talking -= ranks
 
     def _on_copy(self, source: int, r, buf) -> None:
         if not self.takeover:
@@ -330,8 +391,9 @@ class Server:
 
     @property
     def failures(self) -> list:
-        """What this server saw of other servers' deaths (under ULFM)."""
-        return self.takeover.failures if self.takeover else []
+        """What this server saw of other ranks' deaths (under ULFM)."""
+        return ((self.takeover.failures if self.takeover else [])
+                + (self.losses.failures if self.losses else []))
 
     def servers_died(self, gone: set, was_lead: bool) -> None:
         """Servers `gone` died (the placement already without them): nobody waits for them;
@@ -345,9 +407,14 @@ class Server:
             self._servers_left = set()
             log.warning("server %d leads from now on (checkpoints, progress, stopping)",
                         self.roles.index)
-        self._replies = [(r, b, dest) for r, b, dest in self._replies if dest not in ranks]
+        self.forget_ranks(ranks)
+        for server in gone:
+            self.clocks.server_gone(server)
+        if self.losses:
+            self.losses.servers_died()
         for clock, shards, positions in self.ckpt.servers_lost(gone):
             self._checkpoint_complete(clock, shards, positions)
+        self.advance()
 
     def _on_shard_saved(self, source: int, r, buf) -> None:
         try:
@@ -385,7 +452,7 @@ class Server:
         if self.takeover:
             self.takeover.applied(worker, ts)
 
-    def _advance(self) -> None:
+    def advance(self) -> None:
         """After a worker's clock or FINISH: if the slowest worker moved on, apply the clocks'
         pushes (BSP) and write the checkpoints due at each clock on the way, then answer the
         pulls the new clock lets through."""
@@ -401,6 +468,7 @@ class Server:
                 self._checkpoint(last)   # every worker has finished: the final state
             self._slowest = slowest
             self.ckpt.forget_before(slowest)
+        self._tell_what_is_here()
         for clock in self.ckpt.reached(slowest):
             self._checkpoint(clock)
         stop_at = self.ckpt.stop_at
@@ -412,6 +480,16 @@ class Server:
                 self._checkpoint(stop_at)
                 self.gate.stopped = True
         self._release()
+
+    def _tell_what_is_here(self) -> None:
+        """BSP with hot failover: the other servers apply a clock once every server holds all
+        its pushes (see `ClockTable.commit`)."""
+        here = self.clocks.here()
+        if not self.clocks.elsewhere or here <= self._here:
+            return
+        self._here = here
+        for i in self.clocks.elsewhere:
+            self.send(protocol.pack(protocol.Header(Op.HAVE, clock=here)), self.roles.servers[i])
 
     def _release(self) -> None:
         serve, refuse = self.gate.release()
@@ -458,7 +536,8 @@ class Server:
                         "file (their server died before writing it)", clock, missing)
             return
         if not failed:
-            problem = self.hooks.write_manifest(clock, shards, positions)
+            deaths = self.losses.deaths_before(clock) if self.losses else []
+            problem = self.hooks.write_manifest(clock, shards, positions, deaths)
             failed = [problem] if problem else []
         self.ckpt.outcome(clock, failed)
 
@@ -520,7 +599,8 @@ class Server:
         silent = 0 if slowest < 0 else time.monotonic() - self._heard[slowest]
         values = {"slowest_clock": -1 if slowest < 0 else int(done[slowest]),
                   "slowest_worker": slowest, "finished": int((done == FINISHED).sum()),
-                  "slowest_silent_ms": int(silent * 1000)}
+                  "slowest_silent_ms": int(silent * 1000),
+                  "deaths": len(self.losses.deaths) if self.losses else 0}
         return np.array([values[f] for f in protocol.STATUS_FIELDS], np.int64)
 
     def _check_silence(self) -> None:

@@ -26,7 +26,9 @@ from .replicas import PrimaryKeys
 from .roles import Roles
 from .server import Hooks, Server
 from .startup import ready
+from .shards import spans
 from .store import KVStore
+from .workplan import Death
 
 log = logging.getLogger("mpips")
 
@@ -50,14 +52,15 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
                  time.monotonic() - start)
         return entry
 
-    def write_manifest(clock: int, shards: list, positions: dict) -> str | None:
+    def write_manifest(clock: int, shards: list, positions: dict,
+                       deaths: list) -> str | None:
         try:
             directory = checkpoint.write_manifest(
                 root, clock, shards, run_id=name, config=cfg.as_dict(),
                 servers=len(roles.servers), workers=len(roles.workers),
                 consistency=cfg.consistency, inputs=inputs,
                 placement=own.placement.describe(),
-                positions={str(w): p for w, p in sorted(positions.items())},
+                positions={str(w): p for w, p in sorted(positions.items())}, deaths=deaths,
                 worker_random_state=None,   # workers draw no random numbers (file order)
                 written=time.strftime("%Y-%m-%d %H:%M:%S"))
         except SaveError as e:
@@ -70,7 +73,8 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
 
 
 def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
-           failover: bool, failures: list):
+           failover: bool, failures: list, hot: bool = False):
+    """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies."""
     store = KVStore(width=1, optimizer=cfg.optimizer)
     own = PrimaryKeys(store, placement, roles.index)   # what this server writes
     clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
@@ -138,9 +142,11 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                   stop_requested=signals.stop_requested)
     checkpoints = Checkpoints(cfg.checkpoint_every, cfg.checkpoint_seconds, roles.index == 0,
                               len(roles.servers), cfg.max_staleness == 0, positions)
+    deaths = tuple(Death.from_dict(d) for d in resume[1].get("deaths", [])) if resume else ()
     server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
                     record_pulls=cfg.record_pulls, checkpoints=checkpoints, placement=placement,
-                    failover=failover)
+                    failover=failover, workers_fail_over=hot, epochs=cfg.epochs,
+                    parts=spans(cfg.train, len(roles.workers)) if hot else (), deaths=deaths)
     t0 = started[0] = ready(roles.comm, cfg.timeout, load)
     if progress:
         progress.start(positions)
@@ -194,6 +200,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["train_bytes"] = stats.train_bytes_sent
     r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
     r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
+    r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)
     return r, np.empty(0), np.empty(0, np.float32), server.held_s
 
 

@@ -12,6 +12,7 @@ A dataset is a directory:
 the text; `CsrShard` gives worker w of W the rows [N*w/W, N*(w+1)/W) without
 reading anything else.
 """
+import copy
 import json
 import os
 import shutil
@@ -182,7 +183,16 @@ class CsrShard:
         n = int(self.part_starts[-1])
         self.start, self.stop = n * part // nparts, n * (part + 1) // nparts
         self.position = self.start
+        self._meta = meta
         self._check_rows(meta)
+
+    def over(self, start: int, stop: int) -> "CsrShard":
+        """The same dataset's rows [start, stop), checked (the files are mapped once)."""
+        other = copy.copy(self)
+        other.start, other.stop = start, stop
+        other.position = start
+        other._check_rows(self._meta)
+        return other
 
     def _check_rows(self, meta: dict) -> None:
         """InputError naming the file and row if the rows this shard serves are damaged."""
@@ -346,3 +356,13 @@ def open_shard(path: str, part: int, nparts: int, skip_bad: bool = False):
     if os.path.isdir(path):
         return CsrShard(path, part, nparts)
     return SvmlightShard(path, part, nparts, skip_bad=skip_bad)
+
+
+def spans(path: str, nparts: int) -> list:
+    """(start, stop) of each of the `nparts` parts of a dataset: bytes of text (a reader
+    takes the lines that start in them) or rows of binary shards."""
+    if os.path.isdir(path):
+        n = sum(int(p["rows"]) for p in read_meta(path)["parts"])
+    else:
+        n = os.path.getsize(path)
+    return [(n * k // nparts, n * (k + 1) // nparts) for k in range(nparts)]

@@ -68,7 +68,7 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
     """The summary from all ranks' records, the gathered test scores, and how long each
     worker's pulls were held for the clocks."""
     servers, workers = records[:n_servers], records[n_servers:]
-    examples = int(workers["examples"].sum())
+    examples = int(workers["examples"].sum()) + int(servers["examples"].sum())   # + the dead
     # Rates are of this launch: a resumed run trained the examples before it in others.
     now = examples - int(workers["examples_before"].sum())
     train_s = float(workers["train_s"].max())
@@ -101,6 +101,7 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         # Per worker: time blocked on pulls (round trips and waiting for the clocks), and of
         # that, time its pulls were held for the clocks (on the server that held them longest).
         "wait_s": [float(x) for x in workers["wait_s"]],
+        "worker_examples": [int(x) for x in workers["examples"]],   # each, resumes included
         "held_s": [float(x) for x in held_s],
         "max_clock_gap": int(servers["max_gap"].max()),
         # Pulls held for the clocks, on the server that held the most (each holds its part).

@@ -37,10 +37,6 @@ class Takeover:
         dead = dead_ranks(roles.comm)
         servers = {roles.servers.index(r) for r in dead if r in roles.servers}
         gone = servers - s.placement.dead
-        workers = sorted(roles.worker_index(r) for r in dead if r not in roles.servers)
-        if workers:
-            raise CannotFailOver(f"worker(s) {workers} died: hot failover covers servers only "
-                                 f"so far")
         if not gone:
             return False
         was_lead = s.lead

@@ -149,15 +149,16 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         with watch.watching():
             if roles.is_server:
                 record, margins, labels, held = serve(cfg, roles, name, resume, placement,
-                                                       failover, failures)
+                                                       failover, failures, hot=ulfm)
             else:
-                record, margins, labels, held = work(cfg, roles, resume, placement, failover)
+                record, margins, labels, held = work(cfg, roles, resume, placement, failover,
+                                                     hot=ulfm)
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
         record["compile_s"] = compile_s
         record["late_compiles"] = len(watch.compiled)
         # Collectives cannot span a dead rank: the survivors finish on their own.
-        finishing = roles.survived() if failover else roles
+        finishing = roles.survived() if ulfm else roles
         if finishing is not roles:
             _say_who_died_late(roles, finishing, failures)
         try:

@@ -10,27 +10,34 @@ import numpy as np
 from mpi4py import MPI
 
 from . import checkpoint, logreg, signals, summary
-from .bounded import wait_all
+from .bounded import Backoff, wait_all, wait_until
 from .client import KVWorker, tell_servers_to_save
 from .config import TrainConfig
 from .data import KeyIndexer, SvmlightShard
-from .errors import ConfigError, Diverged, InputError, Interrupted, MpipsError, Stopped
+from .errors import (ConfigError, Diverged, InputError, Interrupted, MpipsError, Stopped,
+                     WaitTimeout)
 from .failover import CannotFailOver
 from .log import log_failure
 from .placement import Placement
 from .roles import Roles
-from .shards import open_shard
+from .shards import open_shard, spans
 from .startup import ready
+from .workplan import Death, WorkPlan
 
 log = logging.getLogger("mpips")
 
 EVAL_BATCH = 10000
 
 
-def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover: bool):
+def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover: bool,
+         hot: bool = False):
+    """`failover`: a dead server's requests go to its keys' living copies; `hot` (under
+    ULFM): take shares of dead workers' rows when the lead server hands them on."""
     kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
+    deaths = tuple(Death.from_dict(d) for d in resume[1].get("deaths", [])) if resume else ()
     try:
-        return _train_and_score(cfg, roles, kv, checkpoint.positions(resume).get(roles.index))
+        return _train_and_score(cfg, roles, kv, checkpoint.positions(resume).get(roles.index),
+                                deaths, hot)
     except Exception as e:
         if isinstance(e, ConfigError):
             raise   # every rank stops with it, before training
@@ -44,13 +51,15 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
         raise
 
 
-def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None):
+def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
+                     deaths: tuple = (), hot: bool = False):
     n_workers = len(roles.workers)
     slowdown = cfg.slowdown(roles.index)
     examples, loss, push, stopped = 0, 0.0, None, False
-    epoch, offset = 0, -1
+    epoch, segment, offset, taken = 0, 0, -1, []
     if position:
         kv.clock, epoch, offset = position["clock"], position["epoch"], position["offset"]
+        segment, taken = position.get("segment", 0), list(position.get("taken", []))
         examples, loss = position["examples"], position["loss"]
     before = examples
     opened = []
@@ -58,58 +67,71 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     def open_data() -> None:
         try:
             shard = open_shard(cfg.train, roles.index, n_workers, skip_bad=cfg.skip_bad_lines)
+            plan = WorkPlan(spans(cfg.train, n_workers), cfg.epochs, deaths)
         except OSError as e:
             raise InputError(f"--train {cfg.train}: {e.strerror or e}") from None
-        opened.append((shard, *(_resume_point(shard, epoch, offset) if offset >= 0
-                                else (epoch, offset))))
+        work = Work(cfg, shard, plan, roles.index, taken)
+        opened.append((work, *(work.resume_point(epoch, segment, offset) if offset >= 0
+                               else (epoch, segment, offset))))
 
     t0 = mark = ready(roles.comm, cfg.timeout, open_data)
-    shard, epoch, offset = opened[0]
-    stream = _minibatches(cfg, shard, epoch, offset)
-    current = next(stream, None)
-    pull = kv.pull(current[1]) if current else None
-    while current is not None:
-        _pass_on_stop(kv)
-        waited = kv.wait_s
-        # Pipelining: the next minibatch's keys are found and its pull sent now, so the
-        # servers work on it while this one computes (they answer once this push arrives).
-        upcoming = next(stream, None)
-        next_pull = kv.pull(upcoming[1], next_clock=True) if upcoming else None
-        batch, keys, cols, bias_col, progress, _ = current
-        try:
-            weights = kv.wait(pull)
-        except Stopped:
-            stopped = True
+    work, epoch, segment, offset = opened[0]
+    shard = work.shard
+    stream = work.minibatches(epoch, segment, offset)
+    while True:
+        current = next(stream, None)
+        pull = kv.pull(current[1]) if current else None
+        while current is not None:
+            _pass_on_stop(kv)
+            if hot:
+                work.learn(kv.notices())
+            waited = kv.wait_s
+            # Pipelining: the next minibatch's keys are found and its pull sent now, so the
+            # servers work on it while this one computes (they answer once this push arrives).
+            upcoming = next(stream, None)
+            next_pull = kv.pull(upcoming[1], next_clock=True) if upcoming else None
+            batch, keys, cols, bias_col, progress = current[:5]
+            try:
+                weights = kv.wait(pull)
+            except Stopped:
+                stopped = True
+                break
+            grad, batch_loss = logreg.gradient(batch, cols, bias_col, weights)
+            if not math.isfinite(batch_loss):
+                raise Diverged(_diverged(cfg, kv.clock, current, shard, batch_loss))
+            loss += batch_loss
+            examples += len(batch)
+            # Where the next minibatch starts, for checkpoints: the servers note it with the
+            # push.
+            kv.report(examples, loss, progress, *((upcoming[5], upcoming[0].start, upcoming[6])
+                                                  if upcoming else (cfg.epochs, -1, 0)),
+                      taken=work.taken)
+            if push is not None:
+                kv.wait(push)
+            push = kv.push(keys, grad, clock=True)
+            if slowdown > 1:   # --straggler, a testing aid: take `slowdown` times as long
+                busy = time.monotonic() - mark - (kv.wait_s - waited)
+                time.sleep((slowdown - 1) * max(busy, 0.0))
+                mark = time.monotonic()
+            current, pull = upcoming, next_pull
+        if stopped or not hot or not _more_to_train(kv, work, cfg.timeout):
             break
-        grad, batch_loss = logreg.gradient(batch, cols, bias_col, weights)
-        if not math.isfinite(batch_loss):
-            raise Diverged(_diverged(cfg, kv.clock, current, shard, batch_loss))
-        loss += batch_loss
-        examples += len(batch)
-        # Where the next minibatch starts, for checkpoints: the servers note it with the push.
-        kv.report(examples, loss, progress, *((upcoming[5], upcoming[0].start) if upcoming
-                                              else (cfg.epochs, -1)))
-        if push is not None:
-            kv.wait(push)
-        push = kv.push(keys, grad, clock=True)
-        if slowdown > 1:   # --straggler, a testing aid: take `slowdown` times as long
-            busy = time.monotonic() - mark - (kv.wait_s - waited)
-            time.sleep((slowdown - 1) * max(busy, 0.0))
-            mark = time.monotonic()
-        current, pull = upcoming, next_pull
+        stream = work.minibatches(work.epoch, work.segment + 1)
     train_s = time.monotonic() - t0
     margins, labels, bad_test_lines = np.empty(0), np.empty(0, np.float32), 0
     if not stopped:
-        kv.report(examples, loss, cfg.epochs, cfg.epochs, -1)
+        kv.report(examples, loss, cfg.epochs, cfg.epochs, -1, taken=work.taken)
         kv.finish()
         train_bytes = kv.bytes_sent
-        _wait_for_other_workers(roles, kv, cfg.timeout)
+        _wait_for_other_workers(roles, kv, cfg.timeout, work if hot else None)
         if cfg.test:
-            margins, labels, bad_test_lines = _score(cfg, roles, kv)
+            # Those that died in this launch (a resume's dead workers live again).
+            margins, labels, bad_test_lines = _score(cfg, roles, kv,
+                                                     work.plan.deaths[len(deaths):])
     else:
         train_bytes = kv.bytes_sent
         log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
-        _wait_for_other_workers(roles, kv, cfg.timeout)   # workers that finished wait here
+        _wait_for_other_workers(roles, kv, cfg.timeout, work if hot else None)   # all wait
     kv.close()
     r = summary.new_record()
     r["examples"] = examples
@@ -125,26 +147,19 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     return r, margins, labels, np.zeros(n_workers)
 
 
+def _more_to_train(kv: KVWorker, work: "Work", timeout: float) -> bool:
+    """Before this worker says FINISH: whether the lead has handed it rows of a dead worker
+    that it has not trained (told of, or on their way)."""
+    handed_on = kv.status()["deaths"]
+    wait_until(lambda: work.learn(kv.notices()) or len(work.plan.deaths) >= handed_on,
+               timeout, lambda: f"the lead server's word of {handed_on} dead worker(s)")
+    return work.segment + 1 < len(work.segments(work.epoch))
+
+
 def _pass_on_stop(kv: KVWorker) -> None:
     """A stop asked of this worker (a signal to this rank alone) goes to server 0, once."""
     if signals.stop_requested() and not kv.stop_sent:
         kv.ask_to_stop()
-
-
-def _resume_point(shard, epoch: int, offset: int) -> tuple[int, int]:
-    """(epoch, offset) to go on from, given where a checkpoint says this worker stood: the
-    same, unless the data changed since (--allow-changed-data) and the place is no longer the
-    start of a row of this worker's part."""
-    point = shard.next_row_at(offset)
-    if point == offset:
-        return epoch, offset
-    if point is None:
-        log.warning("%s: byte or row %d of the checkpoint is past this worker's part of the "
-                    "changed data: going on with epoch %d", shard.path, offset, epoch + 1)
-        return epoch + 1, -1
-    log.warning("%s: the checkpoint's place %d is not a row start of this worker's part of "
-                "the changed data: going on at %d", shard.path, offset, point)
-    return epoch, point
 
 
 def _diverged(cfg: TrainConfig, clock: int, current, shard, loss: float) -> str:
@@ -157,37 +172,124 @@ def _diverged(cfg: TrainConfig, clock: int, current, shard, loss: float) -> str:
             f"large, or the data holds values that are not finite{kept}")
 
 
-def _minibatches(cfg: TrainConfig, shard, first_epoch: int = 0, offset: int = -1):
-    """(rows, keys, cols, bias_col, epochs done, epoch) for each minibatch from `first_epoch`
-    on, the first epoch starting at `offset` (a byte or row; -1: its beginning)."""
-    index = KeyIndexer()
-    for epoch in range(first_epoch, cfg.epochs):
-        start = offset if epoch == first_epoch and offset >= 0 else None
-        for batch in shard.minibatches(cfg.batch_size, start):
-            keys, cols, bias_col = index(batch, cfg.bias, shard.path)
-            yield batch, keys, cols, bias_col, epoch + shard.fraction_done, epoch
+class Work:
+    """This worker's rows, epoch by epoch, as its work plan says: its own part, then the
+    shares of dead workers' rows it took (see `workplan`)."""
+
+    def __init__(self, cfg: TrainConfig, shard, plan: WorkPlan, worker: int, taken: list):
+        self.cfg, self.shard, self.plan, self.worker = cfg, shard, plan, worker
+        self.taken = list(taken)   # the epochs at which it took its shares
+        self.epoch = 0             # the epoch and segment of the latest minibatch handed out
+        self.segment = 0
+        self._told = {}            # deaths told of out of order: number -> Death
+
+    def learn(self, notices: list) -> None:
+        """Deaths the lead told of, (number, Death): each joins the plan in order, and this
+        worker takes its share at the epoch it is in."""
+        for number, death in notices:
+            self._told[number] = death
+        while len(self.plan.deaths) in self._told:
+            death = self._told.pop(len(self.plan.deaths))
+            self.plan = self.plan.with_death(death)
+            if self.worker in death.survivors:
+                self.taken.append(self.epoch)
+                log.warning("worker %d died: this worker takes its share of the rows it had "
+                            "left, from epoch %d on", death.worker, death.epoch)
+
+    def segments(self, epoch: int) -> list:
+        return self.plan.segments(self.worker, epoch, self.taken)
+
+    def _reader(self, epoch: int, segment: int):
+        span = self.segments(epoch)[segment]
+        return self.shard if span == self.plan.parts[self.worker] else self.shard.over(*span)
+
+    def resume_point(self, epoch: int, segment: int, offset: int) -> tuple[int, int, int]:
+        """(epoch, segment, offset) to go on from, given where a checkpoint says this worker
+        stood: the same, unless the data changed since (--allow-changed-data) and the place
+        is no longer the start of a row of that part of the data."""
+        if epoch >= self.cfg.epochs or segment >= len(self.segments(epoch)):
+            return epoch, segment, offset
+        reader = self._reader(epoch, segment)
+        point = reader.next_row_at(offset)
+        if point == offset:
+            return epoch, segment, offset
+        if point is None:
+            log.warning("%s: byte or row %d of the checkpoint is past this part of the changed "
+                        "data: going on with the next", reader.path, offset)
+            return epoch, segment + 1, -1
+        log.warning("%s: the checkpoint's place %d is not a row start of this part of the "
+                    "changed data: going on at %d", reader.path, offset, point)
+        return epoch, segment, point
+
+    def minibatches(self, first_epoch: int = 0, first_segment: int = 0, offset: int = -1):
+        """(rows, keys, cols, bias_col, epochs done, epoch, segment) for each minibatch from
+        `first_epoch` on, starting at `offset` of `first_segment` (a byte or row; -1: its
+        beginning). Shares taken meanwhile join the epoch being trained."""
+        index = KeyIndexer()
+        for epoch in range(first_epoch, self.cfg.epochs):
+            self.epoch = epoch
+            segment = first_segment if epoch == first_epoch else 0
+            while segment < len(self.segments(epoch)):
+                self.segment = segment
+                reader = self._reader(epoch, segment)
+                start = offset if (epoch, segment) == (first_epoch, first_segment) else -1
+                for batch in reader.minibatches(self.cfg.batch_size,
+                                                start if start >= 0 else None):
+                    keys, cols, bias_col = index(batch, self.cfg.bias, reader.path)
+                    yield (batch, keys, cols, bias_col,
+                           epoch + self._done(epoch, segment, reader), epoch, segment)
+                segment += 1
+
+    def _done(self, epoch: int, segment: int, reader) -> float:
+        """The fraction of the epoch's rows handed out (by bytes or rows)."""
+        sizes = [b - a for a, b in self.segments(epoch)]
+        total = sum(sizes)
+        done = sum(sizes[:segment]) + reader.fraction_done * sizes[segment]
+        return min(done / total, 1.0) if total > 0 else 1.0
 
 
-def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float) -> None:
+def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
+                            work: "Work | None" = None) -> None:
     """Wait until every worker has finished training, however long that takes, as long as
-    the slowest keeps advancing: the bound is --timeout without progress."""
+    the slowest keeps advancing: the bound is --timeout without progress. `hot`: workers
+    may die meanwhile, so the lead server's word, not a barrier, says when (`work` is then
+    told of the deaths)."""
     latest = {}
 
     def progress():
         _pass_on_stop(kv)
         latest.update(kv.status())
-        return latest["slowest_clock"], latest["finished"]
+        return latest["slowest_clock"], latest["finished"], latest["deaths"]
 
+    if work is not None:
+        seen, since, backoff = None, time.monotonic(), Backoff(longest=0.05)
+        while (now := progress())[1] < len(roles.workers):
+            work.learn(kv.notices())
+            if now != seen:
+                seen, since = now, time.monotonic()
+            elif time.monotonic() - since > timeout:
+                raise WaitTimeout(f"waited {timeout:g} s (--timeout) without progress for the "
+                                  f"other workers to finish training (worker "
+                                  f"{latest['slowest_worker']} is at clock "
+                                  f"{latest['slowest_clock']})")
+            backoff.idle()
+        # Every death the lead numbered, so that all share the test file alike.
+        wait_until(lambda: work.learn(kv.notices()) or len(work.plan.deaths) >= now[2],
+                   timeout, lambda: f"the lead server's word of {now[2]} dead worker(s)")
+        return
     wait_all([roles.group.Ibarrier()], timeout, progress=progress, check_every=2.0,
              what=lambda: (f"the other workers to finish training (worker "
                            f"{latest.get('slowest_worker')} is at clock "
                            f"{latest.get('slowest_clock')})"))
 
 
-def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker):
+def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker, deaths: tuple = ()):
     """(margins, labels, bad lines skipped) of this worker's share of the test file under
-    the final model."""
-    shard = open_shard(cfg.test, roles.index, len(roles.workers), skip_bad=cfg.skip_bad_lines)
+    the final model, shared among the workers alive (as far as this one knows)."""
+    dead = {d.worker for d in deaths if d.dead}
+    living = [w for w in range(len(roles.workers)) if w not in dead]
+    shard = open_shard(cfg.test, living.index(roles.index), len(living),
+                       skip_bad=cfg.skip_bad_lines)
     margins, labels, index = [], [], KeyIndexer()
     for batch in shard.minibatches(EVAL_BATCH):
         keys, cols, bias_col = index(batch, cfg.bias, shard.path)

@@ -81,9 +81,19 @@ FORGED = [
      lambda: np.concatenate([protocol.pack(Header(Op.FINISH)), np.zeros(8, np.uint8)]),
      WORKER, "FINISH of 56 bytes"),
     ("a report cut short", lambda: protocol.pack(Header(Op.FINISH), report=Report())[:-8],
-     WORKER, "FINISH of 80 bytes"),
+     WORKER, "FINISH of 104 bytes"),
     ("keys split by another placement", lambda: pull(K, placement=1), WORKER,
      "split by placement version 1; this server's is 0"),
+    ("a worker saying a worker died", lambda: protocol.pack(Header(Op.GONE, clock=4, ref=1)),
+     WORKER, "GONE, which a worker may not send"),
+    ("a worker saying what the servers hold", lambda: protocol.pack(Header(Op.HAVE, clock=4)),
+     WORKER, "HAVE, which a worker may not send"),
+    ("a death from a server that does not lead", lambda: protocol.pack(
+        Header(Op.DEATH, nkeys=1), np.zeros(1, np.int64)), TO_LEAD,
+     "DEATH, which this server may not send"),
+    ("a death longer than its header says", lambda: protocol.pack(
+        Header(Op.DEATH, nkeys=1), np.zeros(2, np.int64)), FROM_LEAD,
+     "DEATH of 64 bytes, where its header"),
 ]
 
 
@@ -111,6 +121,15 @@ def test_a_forged_request_is_refused_naming_the_sender(name, build, sender, says
 def test_what_a_worker_sends_is_admitted(buf):
     request = check(buf, WORKER)
     assert request.op == protocol.Op(int(np.frombuffer(buf[:4], np.int32)[0]))
+
+
+@pytest.mark.parametrize("fields", [[], [1, 7, 0, 0, -1, 1, 0, 2, 2], [1, 7, 0, 0, -1, 2, 0, 1, 2],
+                                    [1, 7, 0, 0, -1, 1, 5, 0, 1, 2], [-1, 7, 0, 0, -1, 1, 0, 1, 2]],
+                         ids=["empty", "survivors cut short", "dead neither 0 nor 1",
+                              "taken epochs past the end", "a negative worker"])
+def test_fields_that_hold_no_death_are_refused(fields):
+    with pytest.raises(ValueError, match="do not hold a death"):
+        protocol.death_of(np.array(fields, np.int64))
 
 
 def test_a_server_may_send_what_the_protocol_gives_it():

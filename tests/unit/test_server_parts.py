@@ -93,10 +93,13 @@ def test_checkpoints_keep_each_workers_place_by_clock_under_bsp():
     ckpt.note(0, 11, report(1, 600), finished=False)   # worker 0 pushed past clock 10
     ckpt.note(1, 10, report(1, 700), finished=False)
     assert ckpt.positions_at(10) == {
-        0: {"clock": 10, "epoch": 1, "offset": 500, "examples": 100, "loss": 1.0,
-            "finished": False},
-        1: {"clock": 10, "epoch": 1, "offset": 700, "examples": 100, "loss": 1.0,
-            "finished": False}}
+        0: {"clock": 10, "epoch": 1, "segment": 0, "offset": 500, "examples": 100, "loss": 1.0,
+            "finished": False, "taken": []},
+        1: {"clock": 10, "epoch": 1, "segment": 0, "offset": 700, "examples": 100, "loss": 1.0,
+            "finished": False, "taken": []}}
+    ckpt.note(1, 11, report(1, 800)._replace(segment=2, taken=2, taken_epoch=1), False)
+    assert ckpt.positions_at(11)[1]["taken"] == [1, 1], "two shares taken at epoch 1"
+    assert ckpt.positions_at(11)[1]["segment"] == 2
     ckpt.forget_before(11)
     assert ckpt.positions_at(10)[0]["offset"] == 600, "forgotten: the latest"
     asp = Checkpoints(every=10, seconds=0, lead=True, n_servers=1, bsp=False)

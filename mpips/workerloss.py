@@ -1,0 +1,181 @@
+"""What the servers do, under ULFM, when a worker dies: agree on the clocks of it that every
+server holds, drop its pushes after them, stop waiting for it, and (the lead) hand the rows
+it had not trained to the living workers (see `workplan`).
+
+A worker pushes each clock to every server in turn, so it may die having reached some and
+not others. Each server that learns of the death tells the others how many of the dead
+worker's clocks it holds (GONE); once every living server has said, all take the smallest
+number, K, and drop its pushes of clock K and later. Under BSP no server has applied them:
+with hot failover a clock is applied only once every server holds every worker's pushes of
+it (`ClockTable.commit`, HAVE messages), so the model has each of the dead worker's clocks
+applied everywhere or nowhere, and its place after clock K (which every server got with its
+push) is where the survivors take over. Under SSP and ASP pushes are applied on arrival:
+the pushes after K that reached some servers stay applied there, and their rows are trained
+again by the survivors.
+"""
+import logging
+import time
+
+import numpy as np
+
+from . import protocol
+from .clocks import FINISHED
+from .failover import CannotFailOver
+from .protocol import Op
+from .workplan import Death, WorkPlan
+
+log = logging.getLogger("mpips")
+
+
+class WorkerLosses:
+    def __init__(self, server, epochs: int, parts: list, deaths: tuple = ()):
+        """`parts`: each worker's own part of the training data (see `workplan`)."""
+        self.server = server
+        self.epochs = epochs
+        self.parts = parts
+        self.deaths = list(deaths)   # in order, as the lead numbered them (a resume's first)
+        self.held = {}               # dead worker -> {server index: its clocks held there}
+        self.settled = set()         # dead workers no longer waited for
+        self.examples = 0            # examples the dead workers trained (the lead counts them)
+        self.failures = []           # what this server saw of workers' deaths
+
+    def learn(self, workers: set) -> bool:
+        """Workers MPI (or another server) said died: tell the other servers how many of
+        their clocks this one holds. Whether any was news."""
+        s = self.server
+        me = s.roles.index
+        new = [w for w in sorted(workers) if me not in self.held.get(w, {})]
+        for w in new:
+            clocks = self._held_here(w)
+            self.held.setdefault(w, {})[me] = clocks
+            self.failures.append({"worker": w, "role": f"worker {w}",
+                                  "rank": s.roles.workers[w], "learned_at": time.time(),
+                                  "clocks_held": clocks})
+            log.warning("worker %d (rank %d) died; this server holds its first %d clock(s)",
+                        w, s.roles.workers[w], clocks)
+            for i in self._other_servers():
+                s.send(protocol.pack(protocol.Header(Op.GONE, clock=clocks, ref=w)),
+                       s.roles.servers[i])
+        dead = {s.roles.workers[w] for w in new}
+        s.forget_ranks(dead)
+        for w in new:
+            self._settle(w)
+        return bool(new)
+
+    def _held_here(self, worker: int) -> int:
+        done = int(self.server.clocks.done[worker])
+        if done == FINISHED:   # it had finished: its last clock
+            return int(self.server.ckpt.positions.get(worker, {}).get("clock", 0))
+        return done
+
+    def _other_servers(self) -> list:
+        s = self.server
+        return [i for i in range(s.placement.n_servers)
+                if i != s.roles.index and i not in s.placement.dead]
+
+    def known(self) -> set:
+        """Dead workers this server knows of."""
+        me = self.server.roles.index
+        return {w for w, said in self.held.items() if me in said}
+
+    def on_gone(self, sender: int, worker: int, clocks: int) -> None:
+        """Server `sender` holds `clocks` of dead `worker`'s clocks. Its word is taken: this
+        server's own MPI may tell of the death later."""
+        if worker in self.settled:
+            return
+        self.held.setdefault(worker, {})[sender] = clocks
+        if self.server.roles.index not in self.held[worker]:
+            self.learn({worker})
+        else:
+            self._settle(worker)
+
+    def servers_died(self) -> None:
+        """Dead servers are no longer waited for."""
+        for w in list(self.held):
+            self._settle(w)
+
+    def _settle(self, worker: int) -> None:
+        """Once every living server has said how many of `worker`'s clocks it holds: drop its
+        later pushes, stop waiting for it, and (the lead) hand on its rows."""
+        s = self.server
+        said = self.held[worker]
+        living = [i for i in range(s.placement.n_servers) if i not in s.placement.dead]
+        if worker in self.settled or not set(living) <= set(said):
+            return
+        self.settled.add(worker)
+        k = min(said[i] for i in living)
+        dropped = s.clock_pushes.drop(worker, k)
+        place = s.ckpt.position_after(worker, k)
+        s.clocks.worker_gone(worker)
+        s.ckpt.note_lost(worker, place)
+        for f in self.failures:
+            if f["worker"] == worker:
+                f.update({"clocks_kept": k, "pushes_dropped": dropped})
+        if s.lead:
+            self._hand_on(worker, k, place)
+        s.advance()
+
+    def _hand_on(self, worker: int, clock: int, place: dict) -> None:
+        """The lead: the dead worker's rows left go to the living workers still training."""
+        self.examples += int(place.get("examples", 0))
+        if place.get("finished") or place["epoch"] >= self.epochs:
+            log.warning("worker %d had finished its rows: nothing to hand on", worker)
+            return
+        survivors = self._training(but=worker)
+        if not survivors:
+            raise CannotFailOver(f"worker {worker} died with rows left to train (epoch "
+                                 f"{place['epoch']}) and every other worker had finished")
+        self._announce(Death(worker, clock, place["epoch"], place.get("segment", 0),
+                             place["offset"], tuple(place.get("taken", ())), survivors))
+        log.warning("worker %d's rows left (from epoch %d, clock %d) go to worker(s) %s",
+                    worker, place["epoch"], clock, list(survivors))
+
+    def _training(self, but: int) -> tuple:
+        s = self.server
+        return tuple(w for w in range(len(s.roles.workers))
+                     if w != but and w not in s.clocks.gone and s.clocks.done[w] != FINISHED)
+
+    def _announce(self, death: Death) -> None:
+        """Number the death, and tell the other servers and every living worker of it (all
+        workers share the test file among the living ones)."""
+        s = self.server
+        index = len(self.deaths)
+        self.deaths.append(death)
+        fields = protocol.death_fields(death)
+        for i in self._other_servers():
+            s.send(protocol.pack(protocol.Header(Op.DEATH, nkeys=fields.shape[0], ref=index),
+                                 fields), s.roles.servers[i])
+        notice = np.concatenate([np.array([index], np.int64), fields])
+        for w in range(len(s.roles.workers)):
+            if w not in s.clocks.gone:
+                s.send(notice, s.roles.workers[w], protocol.NOTICE_TAG)
+
+    def finished(self, worker: int, clock: int, taken: list) -> None:
+        """The lead: `worker` said FINISH having taken `taken` shares. Shares handed to it
+        after it asked whether there were any (they crossed on the wire) go on to the
+        workers still training, as a dead worker's rows would, from the end of its plan."""
+        given = [d for d in self.deaths if worker in d.survivors]
+        if not self.server.lead or len(taken) >= len(given):
+            return
+        last = self.epochs - 1
+        plan = WorkPlan(self.parts, self.epochs, tuple(self.deaths))
+        trained = len(plan.segments(worker, last, taken))
+        survivors = self._training(but=worker)
+        if not survivors:
+            raise CannotFailOver(f"worker {worker} finished before the rows of a dead worker "
+                                 f"handed to it reached it, and every other worker had "
+                                 f"finished too")
+        full = tuple(taken) + (last,) * (len(given) - len(taken))
+        self._announce(Death(worker, clock, last, trained, -1, full, survivors, dead=False))
+        log.warning("worker %d finished before its share of a dead worker's rows reached it: "
+                    "the share goes to worker(s) %s", worker, list(survivors))
+
+    def on_death(self, index: int, death: Death) -> None:
+        """The lead numbered a death: kept, for checkpoints (and should this server lead)."""
+        if index == len(self.deaths):
+            self.deaths.append(death)
+
+    def deaths_before(self, clock: int) -> list:
+        """The deaths a checkpoint of `clock` records: those whose worker's clocks ended
+        before it (at `clock` itself the dead worker still stands where it was)."""
+        return [d.as_dict() for d in self.deaths if d.clock < clock]

@@ -1,0 +1,118 @@
+"""Which rows each worker trains in each epoch, as a list of ranges of the training file
+(bytes of text, or rows of binary shards). A worker's own part is one range. When a worker
+dies (hot failover), the rows it had not trained yet, in this epoch and the later ones, go
+to the surviving workers, each range split evenly among them. A pure function of the parts
+and the deaths, so every rank, and a job resumed from a checkpoint, computes the same plan.
+No MPI, no files.
+
+A survivor learns of a death while it trains; it takes its share at the epoch it is then in
+(`taken`): what the dead worker had left of that epoch and of any earlier one is added to
+the end of the survivor's current epoch, its later epochs to the survivor's same epochs. So
+every row is still trained once for each epoch of the dead worker's.
+"""
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Death:
+    """A worker that died, and where it stood on every server: its pushes after `clock`
+    clocks were dropped, and its next minibatch started at `offset` (-1: the start) of
+    segment `segment` of epoch `epoch`. `taken`: the epochs at which it had itself taken its
+    shares of earlier deaths; `survivors`: the workers its rows went to, in order. Not
+    `dead`: a worker that finished before shares handed to it reached it, and hands them on
+    the same way."""
+    worker: int
+    clock: int
+    epoch: int
+    segment: int
+    offset: int
+    taken: tuple = ()
+    survivors: tuple = ()
+    dead: bool = True
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "taken": list(self.taken), "survivors": list(self.survivors)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Death":
+        return cls(int(d["worker"]), int(d["clock"]), int(d["epoch"]), int(d["segment"]),
+                   int(d["offset"]), tuple(int(e) for e in d.get("taken", ())),
+                   tuple(int(w) for w in d["survivors"]), bool(d.get("dead", True)))
+
+
+def piece(start: int, stop: int, k: int, n: int) -> tuple[int, int]:
+    """Piece k of n near-equal pieces of [start, stop)."""
+    span = stop - start
+    return start + span * k // n, start + span * (k + 1) // n
+
+
+def remainder(plan: list, death: Death) -> list:
+    """The ranges of `plan` (a list per epoch) not yet trained at the death's place, per
+    epoch (empty lists for the epochs before it)."""
+    rest = [[] for _ in plan]
+    if death.epoch >= len(plan):
+        return rest
+    ranges = plan[death.epoch][death.segment:]
+    if ranges and death.offset >= 0:
+        ranges = [(max(death.offset, ranges[0][0]), ranges[0][1])] + ranges[1:]
+    rest[death.epoch] = [r for r in ranges if r[0] < r[1]]
+    for e in range(death.epoch + 1, len(plan)):
+        rest[e] = list(plan[e])
+    return rest
+
+
+def trained(plan: list, death: Death) -> list:
+    """`plan` cut at the death's place: what the dead worker trained."""
+    cut = [list(ranges) if e < death.epoch else [] for e, ranges in enumerate(plan)]
+    if death.epoch < len(plan):
+        ranges = plan[death.epoch]
+        cut[death.epoch] = list(ranges[:death.segment])
+        if death.offset >= 0 and death.segment < len(ranges):
+            start = ranges[death.segment][0]
+            if death.offset > start:
+                cut[death.epoch].append((start, death.offset))
+    return cut
+
+
+class WorkPlan:
+    """`parts[w]`: worker w's own (start, stop); `deaths`: in the order they happened."""
+
+    def __init__(self, parts: list, epochs: int, deaths: tuple = ()):
+        self.parts = [tuple(int(x) for x in p) for p in parts]
+        self.epochs = epochs
+        self.deaths = tuple(deaths)
+
+    def with_death(self, death: Death) -> "WorkPlan":
+        return WorkPlan(self.parts, self.epochs, self.deaths + (death,))
+
+    def shares(self, worker: int) -> list:
+        """Indices of the deaths whose rows `worker` got a share of, in order."""
+        return [i for i, d in enumerate(self.deaths) if worker in d.survivors]
+
+    def segments(self, worker: int, epoch: int, taken=()) -> list:
+        """The ranges `worker` trains in `epoch`, given the epochs at which it took its
+        shares (`taken`, in the order of `shares`; shares not taken yet are left out)."""
+        return self.plan(worker, tuple(taken))[epoch]
+
+    def plan(self, worker: int, taken=(), upto: int | None = None) -> list:
+        """Ranges per epoch of `worker` under the first `upto` deaths (all by default). A
+        dead worker's shares are those its death records."""
+        plan = [[self.parts[worker]] for _ in range(self.epochs)]
+        died = [d for d in self.deaths if d.worker == worker]
+        taken = list(died[0].taken if died else taken)
+        for i, death in enumerate(self.deaths[:upto]):
+            if death.worker == worker:
+                return trained(plan, death)
+            if worker not in death.survivors:
+                continue
+            if not taken:
+                break   # shares are taken in order: none after one not taken
+            at = taken.pop(0)
+            rest = remainder(self.plan(death.worker, upto=i), death)
+            k, n = death.survivors.index(worker), len(death.survivors)
+            for e, ranges in enumerate(rest):
+                for start, stop in ranges:
+                    a, b = piece(start, stop, k, n)
+                    if a < b:
+                        plan[max(e, at)].append((a, b))
+        return plan
