@@ -54,6 +54,7 @@ class ServerStats:
     refound: int = 0          # SAME_KEYS pushes whose rows had moved (the table grew)
     busy_s: float = 0.0       # time spent handling requests (the rest is waiting for them)
     checkpoints: int = 0      # checkpoint files written
+    pushes_applied: int = 0   # workers' pushes in this server's store (this launch)
 
 
 @dataclass
@@ -108,6 +109,7 @@ class Server:
         self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
         self._replies = []        # (request, buffer, destination) of replies still being sent
         self._heard = np.zeros(len(roles.workers))   # when each worker last sent something
+        self._last_applied = np.full(len(roles.workers), -1, np.int64)   # ts of its last push
         self._slowest = clocks.slowest()
         self._stop_asked = False  # server 0: a rank was asked to stop; others: told server 0
         self._final_taken = False
@@ -449,6 +451,9 @@ class Server:
             self._applied(*push[5:])
 
     def _applied(self, worker: int, ts: int) -> None:
+        if ts != self._last_applied[worker]:   # a push's parts (a backup's, a primary's)
+            self._last_applied[worker] = ts
+            self.stats.pushes_applied += 1
         if self.takeover:
             self.takeover.applied(worker, ts)
 

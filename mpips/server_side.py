@@ -201,6 +201,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
     r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
     r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)
+    r["pushes"] = stats.pushes_applied
     return r, np.empty(0), np.empty(0, np.float32), server.held_s
 
 

@@ -27,6 +27,7 @@ RECORD = np.dtype([
     ("stop_saved", "?"),      # server 0: the checkpoint it stopped at was written
     ("examples_before", "<i8"),   # workers: examples trained before this launch (a resume)
     ("node", "S64"),          # where the rank ran: Slurm's node name, else the host name
+    ("pushes", "<i8"),        # this launch: a worker's pushes acknowledged, a server's applied
 ])
 
 
@@ -100,6 +101,10 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
                               if now else None),   # training traffic only
         # Per worker: time blocked on pulls (round trips and waiting for the clocks), and of
         # that, time its pulls were held for the clocks (on the server that held them longest).
+        # Every push a worker sent was acknowledged; each server applied each one (its part,
+        # possibly empty: every push completes a clock on every server) unless a worker died.
+        "pushes_sent": int(workers["pushes"].sum()),
+        "pushes_applied": [int(x) for x in servers["pushes"]],
         "wait_s": [float(x) for x in workers["wait_s"]],
         "worker_examples": [int(x) for x in workers["examples"]],   # each, resumes included
         "held_s": [float(x) for x in held_s],

@@ -61,7 +61,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         kv.clock, epoch, offset = position["clock"], position["epoch"], position["offset"]
         segment, taken = position.get("segment", 0), list(position.get("taken", []))
         examples, loss = position["examples"], position["loss"]
-    before = examples
+    before, clock_before = examples, kv.clock
     opened = []
 
     def open_data() -> None:
@@ -136,6 +136,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     r = summary.new_record()
     r["examples"] = examples
     r["examples_before"] = before
+    r["pushes"] = kv.clock - clock_before   # each acknowledged (waited for) before BYE
     r["train_loss"] = loss
     r["train_s"] = train_s
     r["wait_s"] = kv.wait_s

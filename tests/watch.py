@@ -125,3 +125,15 @@ def frozen(pid: int):
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass   # the launcher killed it with the job
+
+
+def frozen_to_the_end(job, pid: int, timeout: float = 180):
+    """SIGSTOP rank process `pid` of `job` until the job has written its summary (the others
+    count it as dead and go on), then SIGKILL it: the launcher waits for every process it
+    started. Returns the ended job."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        job.wait_for("summary: ", timeout=timeout)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    return job.finish(timeout=60)

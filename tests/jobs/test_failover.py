@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 from conftest import ULFM, read_summary, run_job
-from watch import WatchedJob, complete_checkpoints, pid_of_rank
+from watch import WatchedJob, complete_checkpoints, frozen_to_the_end, pid_of_rank
 
 from mpips.checkpoint import read_manifest
 from mpips.model_io import load_model
@@ -67,6 +67,8 @@ def test_a_killed_server_is_replaced_by_its_copies_bitwise(failed_over, uninterr
     same_model(run, uninterrupted["bsp"])
     s = read_summary(run)
     assert s["train_examples"] == 16 * ROWS and s["servers"] == 2, "the survivors finished"
+    assert s["pushes_applied"] == [s["pushes_sent"]] * 2 and s["pushes_sent"] > 0, \
+        "every push a worker sent is in each living server's store"
     [failure] = s["failures"]
     assert failure["server"] == 1 and failure["rank"] == 1
     print(f"server 1 killed; server 0 learned of it {failure['learned_at'] - killed:.3f} s "
@@ -94,19 +96,14 @@ def test_a_frozen_server_counts_as_dead_and_its_copies_take_over(small_data, uni
     run = tmp_path / "run"
     job = launch(small_data, run)
     job.wait_for("training: epoch")
-    frozen = pid_of_rank(run, 1)
-    os.kill(frozen, signal.SIGSTOP)
-    try:
-        job.wait_for("summary: ", timeout=120)
-    finally:
-        os.kill(frozen, signal.SIGKILL)   # the launcher waits for every process it started
-    ended = job.finish(timeout=60)
+    ended = frozen_to_the_end(job, pid_of_rank(run, 1), timeout=120)
     assert ended.returncode == 0, ended.output
     assert "server 1 (rank 1) died" in ended.output
     same_model(run, uninterrupted["bsp"])
 
 
-def test_under_asp_a_killed_server_loses_no_example(small_data, uninterrupted, tmp_path):
+def test_under_asp_a_killed_server_loses_no_example_and_no_push(small_data, uninterrupted,
+                                                                tmp_path):
     run = tmp_path / "run"
     job = launch(small_data, run, "--consistency", "asp")
     kill_server_1(job, run)
@@ -114,6 +111,7 @@ def test_under_asp_a_killed_server_loses_no_example(small_data, uninterrupted, t
     assert ended.returncode == 0, ended.output
     ours, theirs = read_summary(run), read_summary(uninterrupted["asp"])
     assert ours["train_examples"] == 16 * ROWS
+    assert ours["pushes_applied"] == [ours["pushes_sent"]] * 2, "no acknowledged push lost"
     assert abs(ours["test_logloss"] - theirs["test_logloss"]) / theirs["test_logloss"] < 0.005
 
 

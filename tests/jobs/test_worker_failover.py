@@ -8,7 +8,7 @@ import signal
 
 import pytest
 from conftest import ULFM, read_summary, run_job
-from watch import WatchedJob, complete_checkpoints, pid_of_rank
+from watch import WatchedJob, complete_checkpoints, frozen_to_the_end, pid_of_rank
 
 from mpips.checkpoint import read_manifest
 
@@ -101,10 +101,4 @@ def test_a_frozen_worker_counts_as_dead_and_its_rows_go_to_the_others(small_data
     run = tmp_path / "run"
     job = launch(small_data, run)
     job.wait_for("checkpoint at clock 100")
-    frozen = pid_of_rank(run, 3)
-    os.kill(frozen, signal.SIGSTOP)
-    try:
-        job.wait_for("summary: ", timeout=180)
-    finally:
-        os.kill(frozen, signal.SIGKILL)   # the launcher waits for every process it started
-    check_handed_on(run, job.finish(timeout=60), uninterrupted)
+    check_handed_on(run, frozen_to_the_end(job, pid_of_rank(run, 3)), uninterrupted)
