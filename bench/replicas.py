@@ -1,6 +1,6 @@
 """The cost of copies: the same job with every key on R = 1, 2 and 3 servers, side by side.
 
-    python bench/replicas.py [--rows 500000] [--repeats 2]
+    python bench/replicas.py [--rows 500000] [--repeats 5]
 
 3 servers + 2 workers, BSP, one epoch of the CTR-like bench set (made once in bench/data/).
 Prints examples/s and its ratio to R=1, the servers' table memory and key copies, the bytes
@@ -25,7 +25,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=500_000)
-    parser.add_argument("--repeats", type=int, default=2, help="runs per R; the best counts")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per R; the best counts "
+                        "(short runs on shared cores vary by 10-20%%)")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "replicas.json"))
     args = parser.parse_args()
 

@@ -80,6 +80,7 @@ class KVWorker:
         self._report = None
         # [ts, keys, perm, offsets, completed, placement version] of recent pulls
         self._pulled = deque(maxlen=2)
+        self._backups = None      # (placement version, what `_backs_up` found for it)
         self.stop_sent = False
 
     @property
@@ -171,11 +172,14 @@ class KVWorker:
         else:   # the keys of a recent pull: the servers still have them
             ref, _, perm, offsets = pulled[:4]
             flags = protocol.SAME_KEYS
+            skeys = None
         values = np.ascontiguousarray(values, np.float32).reshape(keys.shape[0], self.width)
         svalues = values if perm is None else values[perm]
         pending = _Pending(what=f"push #{self._ts} to be sent", version=self._placement.version)
         if self._placement.replicas > 1:
-            self._push_to_backups(keys, values, pending)
+            if skeys is None:
+                skeys = keys if perm is None else keys[perm]
+            self._push_to_backups(keys, values, skeys, svalues, offsets, pending)
         for s in self._live():
             a, b = offsets[s], offsets[s + 1]
             if a == b and not clock:
@@ -189,15 +193,48 @@ class KVWorker:
         self._pending[self._ts] = pending
         return self._ts
 
-    def _push_to_backups(self, keys: np.ndarray, values: np.ndarray, pending: _Pending):
+    def _push_to_backups(self, keys: np.ndarray, values: np.ndarray, skeys: np.ndarray,
+                         svalues: np.ndarray, offsets: np.ndarray, pending: _Pending):
         """Send each server the part of a push it keeps a backup copy of, keys and values,
-        ahead of its part as primary: every copy of a key sees the same pushes."""
-        ranges = self._placement.ranges_of(keys)
+        ahead of its part as primary: every copy of a key sees the same pushes. Keys come
+        grouped by primary (`skeys`, `offsets`): when each server backs up whole primaries'
+        parts, as it does until a server dies, its parts are slices of them."""
+        backs = self._backs_up()
+        if backs is None:   # a primary whose ranges have different backups: key by key
+            ranges = self._placement.ranges_of(keys)
+            for s in self._live():
+                mine = np.flatnonzero(self._placement.backup_ranges(s)[ranges])
+                if mine.shape[0]:
+                    pending.sends.append(self._send(s, Op.PUSH, (keys[mine], values[mine]),
+                                                    nkeys=mine.shape[0], width=self.width))
+            return
+        for t, primaries in backs.items():
+            for s in primaries:   # one message each: each slice is in key order
+                a, b = offsets[s], offsets[s + 1]
+                if a < b:
+                    pending.sends.append(self._send(t, Op.PUSH, (skeys[a:b], svalues[a:b]),
+                                                    nkeys=b - a, width=self.width))
+
+    def _backs_up(self) -> dict | None:
+        """{server: the primaries whose every range it backs up}, for the current placement;
+        None if some server backs up part of a primary's ranges only."""
+        p = self._placement
+        if self._backups is not None and self._backups[0] == p.version:
+            return self._backups[1]
+        backs = {t: [] for t in self._live()}
         for s in self._live():
-            mine = np.flatnonzero(self._placement.backup_ranges(s)[ranges])
-            if mine.shape[0]:
-                pending.sends.append(self._send(s, Op.PUSH, (keys[mine], values[mine]),
-                                                nkeys=mine.shape[0], width=self.width))
+            mine = p.primary_ranges(s)
+            for t in backs:
+                held = p.backup_ranges(t)[mine]
+                if held.any() and not held.all():
+                    backs = None
+                    break
+                if held.any():
+                    backs[t].append(s)
+            if backs is None:
+                break
+        self._backups = (p.version, backs)
+        return backs
 
     def status(self, timeout: float | None = None) -> dict:
         """The first server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""
