@@ -26,6 +26,7 @@ import numpy as np
 
 from .files import write_hdf5, write_json
 from .rundir import remove_checkpoint
+from .workplan import Death
 
 log = logging.getLogger("mpips")
 MANIFEST = "manifest.json"
@@ -148,6 +149,12 @@ def positions(resume) -> dict:
     """Worker -> where it stood in a checkpoint (clock, epoch, offset, examples, loss), from
     (directory, manifest), or {} when not resuming."""
     return {int(w): p for w, p in resume[1]["positions"].items()} if resume else {}
+
+
+def deaths(resume) -> tuple:
+    """The workers' deaths a checkpoint records (workplan.Death, in order), from (directory,
+    manifest); () when not resuming or none died."""
+    return tuple(Death.from_dict(d) for d in resume[1].get("deaths", [])) if resume else ()
 
 
 def describe(root: str, every: bool = False) -> tuple[str, bool]:

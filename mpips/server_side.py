@@ -28,7 +28,6 @@ from .server import Hooks, Server
 from .startup import ready
 from .shards import spans
 from .store import KVStore
-from .workplan import Death
 
 log = logging.getLogger("mpips")
 
@@ -142,11 +141,11 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                   stop_requested=signals.stop_requested)
     checkpoints = Checkpoints(cfg.checkpoint_every, cfg.checkpoint_seconds, roles.index == 0,
                               len(roles.servers), cfg.max_staleness == 0, positions)
-    deaths = tuple(Death.from_dict(d) for d in resume[1].get("deaths", [])) if resume else ()
     server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
                     record_pulls=cfg.record_pulls, checkpoints=checkpoints, placement=placement,
                     failover=failover, workers_fail_over=hot, epochs=cfg.epochs,
-                    parts=spans(cfg.train, len(roles.workers)) if hot else (), deaths=deaths)
+                    parts=spans(cfg.train, len(roles.workers)) if hot else (),
+                    deaths=checkpoint.deaths(resume))
     t0 = started[0] = ready(roles.comm, cfg.timeout, load)
     if progress:
         progress.start(positions)

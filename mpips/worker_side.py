@@ -22,7 +22,7 @@ from .placement import Placement
 from .roles import Roles
 from .shards import open_shard, spans
 from .startup import ready
-from .workplan import Death, WorkPlan
+from .workplan import WorkPlan
 
 log = logging.getLogger("mpips")
 
@@ -34,10 +34,9 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
     """`failover`: a dead server's requests go to its keys' living copies; `hot` (under
     ULFM): take shares of dead workers' rows when the lead server hands them on."""
     kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
-    deaths = tuple(Death.from_dict(d) for d in resume[1].get("deaths", [])) if resume else ()
     try:
         return _train_and_score(cfg, roles, kv, checkpoint.positions(resume).get(roles.index),
-                                deaths, hot)
+                                checkpoint.deaths(resume), hot)
     except Exception as e:
         if isinstance(e, ConfigError):
             raise   # every rank stops with it, before training
