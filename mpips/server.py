@@ -98,9 +98,6 @@ class Server:
         self.takeover = Takeover(self) if failover else None
         self.losses = (WorkerLosses(self, epochs, list(parts), deaths) if workers_fail_over
                        else None)
-        if workers_fail_over and clocks.staleness == 0:
-            clocks.commit([i for i in range(len(roles.servers)) if i != roles.index])
-        self._here = clocks.here()   # what this server last told the others it holds
         self.ckpt = checkpoints or Checkpoints(0, 0.0, roles.index == 0, len(roles.servers),
                                                clocks.staleness == 0)
         self.gate = ReadGate(clocks, record_pulls)
@@ -119,9 +116,10 @@ class Server:
             Op.PULL: self._on_pull, Op.PUSH: self._on_push, Op.FINISH: self._on_finish,
             Op.BYE: self._on_bye, Op.STATUS: self._on_status, Op.ERROR: self._on_error,
             Op.STOP: self._on_stop, Op.STOP_AT: self._on_stop_at,
-            Op.CHECKPOINT_AT: self._on_checkpoint_at, Op.SHARD_SAVED: self._on_shard_saved,
-            Op.COPY: self._on_copy, Op.GONE: self._on_gone, Op.HAVE: self._on_have,
-            Op.DEATH: self._on_death}
+            Op.CHECKPOINT_AT: self._on_checkpoint_at, Op.SHARD_SAVED: self._on_shard_saved}
+        for capability in (self.takeover, self.losses):   # the operations they bring
+            if capability:
+                self._handlers.update(capability.handlers())
 
     @property
     def _lead_index(self) -> int:
@@ -248,18 +246,18 @@ class Server:
         dead = dead_ranks(self.roles.comm)
         servers = {self.roles.servers.index(r) for r in dead if r in self.roles.servers}
         workers = {self.roles.worker_index(r) for r in dead if r not in self.roles.servers}
-        new_servers = servers - self.placement.dead
-        new_workers = workers - (self.losses.known() if self.losses else set())
-        if (new_servers and not self.takeover) or (new_workers and not self.losses):
-            if new_workers and not self.losses:
-                raise CannotFailOver(f"worker(s) {sorted(new_workers)} died: without ULFM's "
-                                     f"failover a dead worker's rows are not handed on")
+        if servers and not self.takeover:
             return False
-        if not new_servers and not new_workers:
-            # Known already (another server said, or MPI tells again of a request to it).
-            return bool(workers and self.losses) or bool(servers and self.takeover)
-        went = bool(new_servers) and self.takeover.learn()
-        return (self.losses.learn(new_workers) if new_workers else False) or went
+        if workers and not self.losses:
+            raise CannotFailOver(f"worker(s) {sorted(workers)} died: without ULFM's failover "
+                                 f"a dead worker's rows are not handed on")
+        # Deaths known already (another server said, or MPI tells again of a request to a
+        # dead rank) need nothing more.
+        if servers - self.placement.dead:
+            self.takeover.learn()
+        if workers:
+            self.losses.learn(workers)   # those it knows of already are passed over
+        return True
 
     def _dispatch(self, source: int, buf: np.ndarray) -> None:
         from_worker = source not in self.roles.servers
@@ -267,8 +265,8 @@ class Server:
             return   # a dead worker's message still on its way: its clocks are settled
         if (self.takeover and buf.shape[0] >= protocol.HEADER_BYTES
                 and protocol.header(buf).placement > self.placement.version):
-            self.takeover.catch_up(protocol.header(buf).placement, self._sender(source))
-        request = admit(buf, self._sender(source), from_worker, to_lead=self.lead,
+            self.takeover.catch_up(protocol.header(buf).placement, self.sender(source))
+        request = admit(buf, self.sender(source), from_worker, to_lead=self.lead,
                         from_lead=source == self._lead_rank, width=self.store.width,
                         placement=self.placement, server=self.roles.index,
                         columns=self.store.columns, n_workers=len(self.roles.workers))
@@ -277,9 +275,14 @@ class Server:
             self._heard[worker] = time.monotonic()
             if self.progress and request.report is not None:
                 self.progress.update(worker, request.report, say=self.lead)
-        self._handlers[request.op](source, request, buf)
+        handler = self._handlers.get(request.op)
+        if handler is None:
+            raise ProtocolError(f"{self.sender(source)} sent a bad request: {request.op.name}, "
+                                f"which a server without failover does not take; it was not "
+                                f"applied, and the job stops")
+        handler(source, request, buf)
 
-    def _sender(self, source: int) -> str:
+    def sender(self, source: int) -> str:
         if source in self.roles.servers:
             return f"server {self.roles.servers.index(source)} (rank {source})"
         return f"worker {self.roles.worker_index(source)} (rank {source})"
@@ -335,7 +338,7 @@ class Server:
         self.send(self._status(), source, protocol.reply_tag(r.header.ts, self._reply_tags))
 
     def _on_error(self, source: int, r, buf) -> None:
-        self.hooks.failed(f"{self._sender(source).split(' (')[0]}: {protocol.error_text(buf)}")
+        self.hooks.failed(f"{self.sender(source).split(' (')[0]}: {protocol.error_text(buf)}")
         self.send(np.ones(1, np.int64), source, protocol.ERROR_ACK_TAG)
 
     def _on_stop(self, source: int, r, buf) -> None:
@@ -350,38 +353,10 @@ class Server:
         self.ckpt.planned.add(r.header.clock)
         self.advance()
 
-    def _on_gone(self, source: int, r, buf) -> None:
-        if not self.losses or not 0 <= r.header.ref < len(self.roles.workers):
-            raise ProtocolError(f"{self._sender(source)} sent a bad request: GONE of worker "
-                                f"{r.header.ref}, which this server cannot take")
-        self.losses.on_gone(self.roles.servers.index(source), r.header.ref, r.header.clock)
-
-    def _on_have(self, source: int, r, buf) -> None:
-        self.clocks.have(self.roles.servers.index(source), r.header.clock)
-        self.advance()
-
-    def _on_death(self, source: int, r, buf) -> None:
-        try:
-            death = protocol.death_of(buf[protocol.HEADER_BYTES:].view(np.int64))
-        except ValueError as e:
-            raise ProtocolError(f"{self._sender(source)} sent a bad request: DEATH: {e}") \
-                from None
-        if not self.losses:
-            raise ProtocolError(f"{self._sender(source)} sent a bad request: DEATH, which "
-                                f"a server without failover does not take")
-        self.losses.on_death(r.header.ref, death)
-
     def forget_ranks(self, ranks: set) -> None:
         """Dead ranks: replies to them are not waited for, nor their BYE."""
         self._replies = [(r, b, dest) for r, b, dest in self._replies if dest not in ranks]
         self._talking -= ranks
-
-    def _on_copy(self, source: int, r, buf) -> None:
-        if not self.takeover:
-            raise ProtocolError(f"{self._sender(source)} sent a bad request: COPY of a key "
-                                f"range, which a server without failover does not wait for; "
-                                f"it was not applied, and the job stops")
-        self.takeover.on_copy(self._sender(source), r, buf)
 
     def _copies_due(self) -> None:
         if self.takeover:
@@ -422,7 +397,7 @@ class Server:
         try:
             entry = json.loads(protocol.error_text(buf))
         except ValueError:
-            raise ProtocolError(f"{self._sender(source)} sent a bad request: SHARD_SAVED "
+            raise ProtocolError(f"{self.sender(source)} sent a bad request: SHARD_SAVED "
                                 f"whose text is not JSON") from None
         self._shard_in(r.header.clock, entry)
 
@@ -473,7 +448,8 @@ class Server:
                 self._checkpoint(last)   # every worker has finished: the final state
             self._slowest = slowest
             self.ckpt.forget_before(slowest)
-        self._tell_what_is_here()
+        if self.losses:
+            self.losses.tell_what_is_here()
         for clock in self.ckpt.reached(slowest):
             self._checkpoint(clock)
         stop_at = self.ckpt.stop_at
@@ -485,16 +461,6 @@ class Server:
                 self._checkpoint(stop_at)
                 self.gate.stopped = True
         self._release()
-
-    def _tell_what_is_here(self) -> None:
-        """BSP with hot failover: the other servers apply a clock once every server holds all
-        its pushes (see `ClockTable.commit`)."""
-        here = self.clocks.here()
-        if not self.clocks.elsewhere or here <= self._here:
-            return
-        self._here = here
-        for i in self.clocks.elsewhere:
-            self.send(protocol.pack(protocol.Header(Op.HAVE, clock=here)), self.roles.servers[i])
 
     def _release(self) -> None:
         serve, refuse = self.gate.release()

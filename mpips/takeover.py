@@ -103,10 +103,15 @@ class Takeover:
         """Key ranges this server holds anew and still waits for a copy of."""
         return sorted(self.rebuilds.incoming)
 
-    def on_copy(self, sender: str, r, buf) -> None:
+    def handlers(self) -> dict:
+        """The operations failover brings to the server's loop."""
+        return {Op.COPY: self.on_copy}
+
+    def on_copy(self, source: int, r, buf) -> None:
         """A copy of a range this server holds anew: load it, then apply the pushes kept
         meanwhile that it lacks, in the order its primary applied them."""
         s = self.server
+        sender = s.sender(source)
         began = time.monotonic()
         range_ = r.header.ref
         if range_ not in self.rebuilds.incoming:

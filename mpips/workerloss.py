@@ -20,6 +20,7 @@ import numpy as np
 
 from . import protocol
 from .clocks import FINISHED
+from .errors import ProtocolError
 from .failover import CannotFailOver
 from .protocol import Op
 from .workplan import Death, WorkPlan
@@ -38,6 +39,46 @@ class WorkerLosses:
         self.settled = set()         # dead workers no longer waited for
         self.examples = 0            # examples the dead workers trained (the lead counts them)
         self.failures = []           # what this server saw of workers' deaths
+        clocks = server.clocks
+        if clocks.staleness == 0:
+            clocks.commit([i for i in range(len(server.roles.servers))
+                           if i != server.roles.index])
+        self._here = clocks.here()   # what this server last told the others it holds
+
+    def handlers(self) -> dict:
+        """The operations worker failover brings to the server's loop."""
+        return {Op.GONE: self._on_gone, Op.HAVE: self._on_have, Op.DEATH: self._on_death}
+
+    def _on_gone(self, source: int, r, buf) -> None:
+        s = self.server
+        if not 0 <= r.header.ref < len(s.roles.workers):
+            raise ProtocolError(f"{s.sender(source)} sent a bad request: GONE of worker "
+                                f"{r.header.ref}, which this server cannot take")
+        self.on_gone(s.roles.servers.index(source), r.header.ref, r.header.clock)
+
+    def _on_have(self, source: int, r, buf) -> None:
+        s = self.server
+        s.clocks.have(s.roles.servers.index(source), r.header.clock)
+        s.advance()
+
+    def _on_death(self, source: int, r, buf) -> None:
+        try:
+            death = protocol.death_of(buf[protocol.HEADER_BYTES:].view(np.int64))
+        except ValueError as e:
+            raise ProtocolError(f"{self.server.sender(source)} sent a bad request: DEATH: "
+                                f"{e}") from None
+        self.on_death(r.header.ref, death)
+
+    def tell_what_is_here(self) -> None:
+        """BSP: the other servers apply a clock once every server holds all its pushes (see
+        `ClockTable.commit`); this server tells them when it holds more."""
+        s = self.server
+        here = s.clocks.here()
+        if not s.clocks.elsewhere or here <= self._here:
+            return
+        self._here = here
+        for i in s.clocks.elsewhere:
+            s.send(protocol.pack(protocol.Header(Op.HAVE, clock=here)), s.roles.servers[i])
 
     def learn(self, workers: set) -> bool:
         """Workers MPI (or another server) said died: tell the other servers how many of
