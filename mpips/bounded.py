@@ -41,18 +41,28 @@ def wait_all(requests: Sequence[MPI.Request], timeout: float, what: Callable[[],
              progress: Callable[[], object] | None = None, check_every: float = 1.0,
              statuses: list | None = None) -> float:
     """Complete all requests or raise WaitTimeout naming `what()`. Returns seconds waited.
+    `progress` and `check_every` as for wait_until. With `statuses` (MPI.Status objects, one
+    per request), they are filled in."""
+    return wait_until(lambda: MPI.Request.Testall(requests, statuses), timeout, what,
+                      progress, check_every)
+
+
+def wait_until(done: Callable[[], bool], timeout: float, what: Callable[[], str],
+               progress: Callable[[], object] | None = None, check_every: float = 1.0,
+               backoff: Backoff | None = None) -> float:
+    """Poll done() with backoff until it is true, or raise WaitTimeout naming `what()`.
+    Returns seconds waited.
 
     With `progress`, the bound is on time without progress: about every `check_every`
     seconds progress() is called, and the deadline restarts whenever its value changes.
-    With `statuses` (MPI.Status objects, one per request), they are filled in.
     """
     start = time.monotonic()
-    if MPI.Request.Testall(requests, statuses):
+    if done():
         return 0.0
-    backoff = Backoff()
-    since = start
-    last_check, seen = start, progress() if progress else None
-    while not MPI.Request.Testall(requests, statuses):
+    backoff = backoff or Backoff()
+    since = last_check = start
+    seen = progress() if progress else None
+    while not done():
         now = time.monotonic()
         if progress and now - last_check >= check_every:
             last_check, value = now, progress()
@@ -62,18 +72,5 @@ def wait_all(requests: Sequence[MPI.Request], timeout: float, what: Callable[[],
             stalled = " without progress" if progress else ""
             raise WaitTimeout(f"waited {now - since:.0f} s{stalled} (--timeout {timeout:g}) "
                               f"for {what()}")
-        backoff.idle()
-    return time.monotonic() - start
-
-
-def wait_until(done: Callable[[], bool], timeout: float, what: Callable[[], str]) -> float:
-    """Poll done() with backoff until it is true, or raise WaitTimeout naming `what()`.
-    Returns seconds waited."""
-    start = time.monotonic()
-    backoff = Backoff()
-    while not done():
-        now = time.monotonic()
-        if now - start > timeout:
-            raise WaitTimeout(f"waited {now - start:.0f} s (--timeout {timeout:g}) for {what()}")
         backoff.idle()
     return time.monotonic() - start

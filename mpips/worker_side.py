@@ -14,8 +14,7 @@ from .bounded import Backoff, wait_all, wait_until
 from .client import KVWorker, tell_servers_to_save
 from .config import TrainConfig
 from .data import KeyIndexer, SvmlightShard
-from .errors import (ConfigError, Diverged, InputError, Interrupted, MpipsError, Stopped,
-                     WaitTimeout)
+from .errors import ConfigError, Diverged, InputError, Interrupted, MpipsError, Stopped
 from .failover import CannotFailOver
 from .log import log_failure
 from .placement import Placement
@@ -150,9 +149,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
 def _more_to_train(kv: KVWorker, work: "Work", timeout: float) -> bool:
     """Before this worker says FINISH: whether the lead has handed it rows of a dead worker
     that it has not trained (told of, or on their way)."""
-    handed_on = kv.status()["deaths"]
-    wait_until(lambda: work.learn(kv.notices()) or len(work.plan.deaths) >= handed_on,
-               timeout, lambda: f"the lead server's word of {handed_on} dead worker(s)")
+    work.catch_up(kv, kv.status()["deaths"], timeout)
     return work.segment + 1 < len(work.segments(work.epoch))
 
 
@@ -182,6 +179,14 @@ class Work:
         self.epoch = 0             # the epoch and segment of the latest minibatch handed out
         self.segment = 0
         self._told = {}            # deaths told of out of order: number -> Death
+
+    def catch_up(self, kv: KVWorker, deaths: int, timeout: float) -> None:
+        """Wait (bounded) until the lead's word of its first `deaths` deaths has reached this
+        worker, and learn them."""
+        def told() -> bool:
+            self.learn(kv.notices())
+            return len(self.plan.deaths) >= deaths
+        wait_until(told, timeout, lambda: f"the lead server's word of {deaths} dead worker(s)")
 
     def learn(self, notices: list) -> None:
         """Deaths the lead told of, (number, Death): each joins the plan in order, and this
@@ -251,9 +256,10 @@ class Work:
 def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
                             work: "Work | None" = None) -> None:
     """Wait until every worker has finished training, however long that takes, as long as
-    the slowest keeps advancing: the bound is --timeout without progress. `hot`: workers
-    may die meanwhile, so the lead server's word, not a barrier, says when (`work` is then
-    told of the deaths)."""
+    the slowest keeps advancing: the bound is --timeout without progress. With `work` (hot
+    failover), workers may die meanwhile: the lead server's word, not a barrier, says when,
+    and `work` learns of every death the lead numbered, so that all workers share the test
+    file alike."""
     latest = {}
 
     def progress():
@@ -261,26 +267,21 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
         latest.update(kv.status())
         return latest["slowest_clock"], latest["finished"], latest["deaths"]
 
-    if work is not None:
-        seen, since, backoff = None, time.monotonic(), Backoff(longest=0.05)
-        while (now := progress())[1] < len(roles.workers):
-            work.learn(kv.notices())
-            if now != seen:
-                seen, since = now, time.monotonic()
-            elif time.monotonic() - since > timeout:
-                raise WaitTimeout(f"waited {timeout:g} s (--timeout) without progress for the "
-                                  f"other workers to finish training (worker "
-                                  f"{latest['slowest_worker']} is at clock "
-                                  f"{latest['slowest_clock']})")
-            backoff.idle()
-        # Every death the lead numbered, so that all share the test file alike.
-        wait_until(lambda: work.learn(kv.notices()) or len(work.plan.deaths) >= now[2],
-                   timeout, lambda: f"the lead server's word of {now[2]} dead worker(s)")
+    def what() -> str:
+        return (f"the other workers to finish training (worker "
+                f"{latest.get('slowest_worker')} is at clock {latest.get('slowest_clock')})")
+
+    if work is None:
+        wait_all([roles.group.Ibarrier()], timeout, what, progress=progress, check_every=2.0)
         return
-    wait_all([roles.group.Ibarrier()], timeout, progress=progress, check_every=2.0,
-             what=lambda: (f"the other workers to finish training (worker "
-                           f"{latest.get('slowest_worker')} is at clock "
-                           f"{latest.get('slowest_clock')})"))
+
+    def all_finished() -> bool:
+        work.learn(kv.notices())
+        return progress()[1] == len(roles.workers)
+    # Each poll asks the lead; progress is judged on its latest answer.
+    wait_until(all_finished, timeout, what, check_every=0.0, backoff=Backoff(longest=0.05),
+               progress=lambda: (latest["slowest_clock"], latest["finished"], latest["deaths"]))
+    work.catch_up(kv, latest["deaths"], timeout)
 
 
 def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker, deaths: tuple = ()):
