@@ -22,10 +22,14 @@ FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP}
 FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH}
 FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE}   # from any server to any other
 FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
-         Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT,
+         Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT | protocol.BACKUP,
          Op.FINISH: protocol.REPORT}
 TEXT_PAYLOAD = {Op.ERROR, Op.SHARD_SAVED}   # UTF-8 text of any length
 TEXT_LIMIT = 1 << 20
+
+
+_NO_KEYS = np.empty(0, np.uint64)
+_NO_VALUES = np.empty((0, 0), np.float32)
 
 
 class Request(NamedTuple):
@@ -34,19 +38,18 @@ class Request(NamedTuple):
     keys: np.ndarray
     values: np.ndarray
     report: protocol.Report | None
+    backup_keys: np.ndarray = _NO_KEYS        # a BACKUP push's part for ranges backed up here
+    backup_values: np.ndarray = _NO_VALUES
 
 
-def _expected_bytes(op: Op, h, n_workers: int) -> int:
+def _expected_bytes(op: Op, h, n_workers: int, backup: int) -> int:
     if op is Op.COPY:
         return HEADER_BYTES + h.nkeys * (8 + 4 * h.width) + 8 * n_workers
-    keys = 0 if h.flags & protocol.SAME_KEYS else 8 * h.nkeys
     report = protocol.REPORT_BYTES if h.flags & protocol.REPORT else 0
-    if op is Op.PULL:
-        return HEADER_BYTES + keys
     if op is Op.DEATH:
         return HEADER_BYTES + 8 * h.nkeys
-    if op is Op.PUSH:
-        return HEADER_BYTES + keys + 4 * h.nkeys * h.width + report
+    if op in (Op.PULL, Op.PUSH):
+        return HEADER_BYTES + protocol.payload_bytes(h, backup) + report
     return HEADER_BYTES + report
 
 
@@ -76,13 +79,21 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     if op is Op.COPY and (h.width != columns or not 0 <= h.ref < placement.n_ranges):
         raise ProtocolError(f"COPY of range {h.ref} with {h.width} columns; this table keeps "
                             f"{columns}, over {placement.n_ranges} ranges")
+    backup = 0
+    if h.flags & protocol.BACKUP:
+        if buf.shape[0] < HEADER_BYTES + 8:
+            raise ProtocolError(f"{op.name} with a backup part of no length")
+        backup = protocol.backup_count(buf)
+        if not 0 <= backup <= buf.shape[0]:
+            raise ProtocolError(f"{op.name} with a backup part of {backup} keys")
     if op in TEXT_PAYLOAD:
         if buf.shape[0] > HEADER_BYTES + TEXT_LIMIT:
             raise ProtocolError(f"{op.name} with {buf.shape[0] - HEADER_BYTES} bytes of text")
-    elif buf.shape[0] != _expected_bytes(op, h, n_workers):
+    elif buf.shape[0] != _expected_bytes(op, h, n_workers, backup):
         raise ProtocolError(f"{op.name} of {buf.shape[0]} bytes, where its header "
-                            f"({h.nkeys} keys, width {h.width}) makes it "
-                            f"{_expected_bytes(op, h, n_workers)}")
+                            f"({h.nkeys} keys, width {h.width}"
+                            f"{f', {backup} backed-up keys' if backup else ''}) makes it "
+                            f"{_expected_bytes(op, h, n_workers, backup)}")
     if h.ts < 0 or h.clock < 0:
         raise ProtocolError(f"{op.name} with a negative ts {h.ts} or clock {h.clock}")
     # Placements only move keys to servers that held them already (a dead primary's backup
@@ -91,8 +102,10 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
                             f"this server's is {placement.version}")
     if op is Op.DEATH:   # its payload is int64 fields, read by protocol.death_of
-        return Request(op, h, np.empty(0, np.uint64), np.empty((0, 0), np.float32), None)
+        return Request(op, h, _NO_KEYS, _NO_VALUES, None)
     _, keys, values, report = protocol.unpack(buf)
+    backup_keys, backup_values = (protocol.backup_of(buf, h) if h.flags & protocol.BACKUP
+                                  else (_NO_KEYS, _NO_VALUES))
     if report is not None:
         for name in ("loss", "progress"):
             value = getattr(report, name)
@@ -104,18 +117,21 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
                                 f"segment {report.segment}, offset {report.offset}, examples "
                                 f"{report.examples}, shares taken {report.taken} at epoch "
                                 f"{report.taken_epoch})")
-    if keys.shape[0]:   # reads go to a key's primary, writes to every server holding it
-        i, why = placement.first_misplaced(keys, server, as_primary=op is Op.PULL)
-        if i >= 0:
-            raise ProtocolError(f"{op.name} of {keys.shape[0]} keys whose key #{i} "
-                                f"({int(keys[i])}) is {why}")
+    # Reads go to a key's primary, writes to every server holding it.
+    for part, these in (("", keys), ("backed-up ", backup_keys)):
+        if these.shape[0]:
+            i, why = placement.first_misplaced(these, server, as_primary=op is Op.PULL)
+            if i >= 0:
+                raise ProtocolError(f"{op.name} of {these.shape[0]} {part}keys whose key "
+                                    f"#{i} ({int(these[i])}) is {why}")
     if op is Op.COPY and keys.shape[0] and (placement.ranges_of(keys) != h.ref).any():
         raise ProtocolError(f"COPY of range {h.ref} with keys of another range")
-    if values.size and not np.isfinite(values).all():
-        bad = int(np.flatnonzero(~np.isfinite(values.reshape(-1)))[0])
-        raise ProtocolError(f"{op.name} with a value that is not finite "
-                            f"({values.reshape(-1)[bad]} at position {bad})")
-    return Request(op, h, keys, values, report)
+    for these in (values, backup_values):
+        if these.size and not np.isfinite(these).all():
+            bad = int(np.flatnonzero(~np.isfinite(these.reshape(-1)))[0])
+            raise ProtocolError(f"{op.name} with a value that is not finite "
+                                f"({these.reshape(-1)[bad]} at position {bad})")
+    return Request(op, h, keys, values, report, backup_keys, backup_values)
 
 
 def admit(buf: np.ndarray, sender: str, from_worker: bool, to_lead: bool, from_lead: bool,

@@ -176,44 +176,53 @@ class KVWorker:
         values = np.ascontiguousarray(values, np.float32).reshape(keys.shape[0], self.width)
         svalues = values if perm is None else values[perm]
         pending = _Pending(what=f"push #{self._ts} to be sent", version=self._placement.version)
+        backups = {}
         if self._placement.replicas > 1:
             if skeys is None:
                 skeys = keys if perm is None else keys[perm]
-            self._push_to_backups(keys, values, skeys, svalues, offsets, pending)
+            backups = self._backup_parts(keys, values, skeys, svalues, offsets)
         for s in self._live():
             a, b = offsets[s], offsets[s + 1]
-            if a == b and not clock:
+            parts = backups.get(s, [])
+            for bkeys, bvalues in parts[1:]:   # (several primaries backed up: R > 2)
+                pending.sends.append(self._send(s, Op.PUSH, (bkeys, bvalues),
+                                                nkeys=bkeys.shape[0], width=self.width))
+            if a == b and not clock and not parts:
                 continue
-            payload = (svalues[a:b],) if pulled else (skeys[a:b], svalues[a:b])
-            pending.sends.append(self._send(s, Op.PUSH, payload, report=clock, nkeys=b - a,
-                                            width=self.width, ref=ref,
-                                            flags=flags | (protocol.CLOCK if clock else 0)))
+            own_keys = () if pulled else (skeys[a:b],)
+            payload = own_keys + (svalues[a:b],)
+            if parts:   # one message: the backed-up part first (see protocol.unpack)
+                bkeys, bvalues = parts[0]
+                payload = (np.array([bkeys.shape[0]], np.int64), bkeys, *own_keys, bvalues,
+                           svalues[a:b])
+            pending.sends.append(self._send(
+                s, Op.PUSH, payload, report=clock, nkeys=b - a, width=self.width, ref=ref,
+                flags=(flags | (protocol.CLOCK if clock else 0)
+                       | (protocol.BACKUP if parts else 0))))
         if clock:
             self.clock += 1
         self._pending[self._ts] = pending
         return self._ts
 
-    def _push_to_backups(self, keys: np.ndarray, values: np.ndarray, skeys: np.ndarray,
-                         svalues: np.ndarray, offsets: np.ndarray, pending: _Pending):
-        """Send each server the part of a push it keeps a backup copy of, keys and values,
-        ahead of its part as primary: every copy of a key sees the same pushes. Keys come
-        grouped by primary (`skeys`, `offsets`): when each server backs up whole primaries'
-        parts, as it does until a server dies, its parts are slices of them."""
+    def _backup_parts(self, keys: np.ndarray, values: np.ndarray, skeys: np.ndarray,
+                      svalues: np.ndarray, offsets: np.ndarray) -> dict:
+        """{server: [(keys, values)]}: the parts of a push each server keeps a backup copy of,
+        each in key order. Keys come grouped by primary (`skeys`, `offsets`): when each server
+        backs up whole primaries' parts, as it does until a server dies, its parts are slices
+        of them."""
         backs = self._backs_up()
+        parts = {}
         if backs is None:   # a primary whose ranges have different backups: key by key
             ranges = self._placement.ranges_of(keys)
-            for s in self._live():
-                mine = np.flatnonzero(self._placement.backup_ranges(s)[ranges])
+            for t in self._live():
+                mine = np.flatnonzero(self._placement.backup_ranges(t)[ranges])
                 if mine.shape[0]:
-                    pending.sends.append(self._send(s, Op.PUSH, (keys[mine], values[mine]),
-                                                    nkeys=mine.shape[0], width=self.width))
-            return
+                    parts[t] = [(keys[mine], values[mine])]
+            return parts
         for t, primaries in backs.items():
-            for s in primaries:   # one message each: each slice is in key order
-                a, b = offsets[s], offsets[s + 1]
-                if a < b:
-                    pending.sends.append(self._send(t, Op.PUSH, (skeys[a:b], svalues[a:b]),
-                                                    nkeys=b - a, width=self.width))
+            slices = [(offsets[s], offsets[s + 1]) for s in primaries]
+            parts[t] = [(skeys[a:b], svalues[a:b]) for a, b in slices if a < b]
+        return {t: p for t, p in parts.items() if p}
 
     def _backs_up(self) -> dict | None:
         """{server: the primaries whose every range it backs up}, for the current placement;

@@ -2,7 +2,9 @@
 
 A request is a 48-byte header followed by its payload: for PULL the keys
 (uint64), for PUSH the keys then the values (float32, `width` per key), for
-ERROR the UTF-8 text of the error. A push of the same keys as an earlier pull
+ERROR the UTF-8 text of the error. With replicas, a push to a server can carry,
+besides the server's own part, the part for the ranges it backs up (flag BACKUP):
+so that replicas do not multiply the messages. A push of the same keys as an earlier pull
 (flag SAME_KEYS) carries only the values, in that pull's order, and names the
 pull in `ref`: keys cross the wire once per minibatch, and the server reuses the
 rows it found for the pull. A worker's figures (where its next minibatch starts,
@@ -77,6 +79,8 @@ NEXT_CLOCK = 8   # PULL flag: a read for the sender's next clock, sent before th
                  # completes its current one (prefetching); served once that push has arrived
 SAME_KEYS = 4    # PUSH flag: no keys in the message; they are those of pull `ref`
 REPORT = 16      # PUSH or FINISH flag: a Report follows the payload
+BACKUP = 32      # PUSH flag: the message also carries the part of the push for ranges this
+                 # server keeps a backup copy of, applied before its own part (see unpack)
 
 # Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished;
 # `slowest_silent_ms` is how long server 0 has heard nothing from it; `deaths`: how many dead
@@ -119,20 +123,53 @@ def header(buf: np.ndarray) -> Header:
     return Header._make(_LAYOUT.unpack_from(buf, 0))
 
 
+def backup_count(buf: np.ndarray) -> int:
+    """The number of keys in a BACKUP push's backup part (its first payload field)."""
+    return int(buf[HEADER_BYTES:HEADER_BYTES + 8].view(np.int64)[0])
+
+
+def payload_bytes(h: Header, backup: int = 0) -> int:
+    """The bytes after the header of a PUSH or PULL with header `h` (report excluded), given
+    the backup part's key count."""
+    n_keys = 0 if h.flags & SAME_KEYS else h.nkeys
+    size = 8 * n_keys
+    if h.op == Op.PUSH:
+        size += 4 * h.nkeys * h.width
+        if h.flags & BACKUP:
+            size += 8 + backup * (8 + 4 * h.width)
+    return size
+
+
 def unpack(buf: np.ndarray):
     """(header, keys, values, report) of a received buffer: views of it, keys and values
-    empty when absent, report None."""
+    empty when absent, report None.
+
+    A BACKUP push's payload is: the backup part's key count (int64), its keys, the own
+    part's keys (absent with SAME_KEYS), the backup part's values, the own part's values:
+    keys before values keeps both aligned. Its backup part is read by `backup_of`."""
     h = header(buf)
     n_keys = 0 if h.flags & SAME_KEYS else h.nkeys
-    start = HEADER_BYTES
+    backup = backup_count(buf) if h.flags & BACKUP else 0
+    start = HEADER_BYTES + (8 + 8 * backup if h.flags & BACKUP else 0)
     keys = buf[start:start + 8 * n_keys].view(np.uint64)
-    values = _NO_VALUES
     end = start + 8 * n_keys
+    values = _NO_VALUES
     if h.op in (Op.PUSH, Op.COPY):
-        end += 4 * h.nkeys * h.width
-        values = buf[start + 8 * n_keys:end].view(np.float32).reshape(h.nkeys, h.width)
+        start = end + 4 * backup * h.width
+        end = start + 4 * h.nkeys * h.width
+        values = buf[start:end].view(np.float32).reshape(h.nkeys, h.width)
     report = Report._make(_REPORT.unpack_from(buf, end)) if h.flags & REPORT else None
     return h, keys, values, report
+
+
+def backup_of(buf: np.ndarray, h: Header):
+    """(keys, values) of a BACKUP push's backup part, views of `buf`."""
+    n = backup_count(buf)
+    start = HEADER_BYTES + 8
+    keys = buf[start:start + 8 * n].view(np.uint64)
+    start += 8 * n + (0 if h.flags & SAME_KEYS else 8 * h.nkeys)
+    values = buf[start:start + 4 * n * h.width].view(np.float32).reshape(n, h.width)
+    return keys, values
 
 
 _NO_VALUES = np.empty((0, 0), np.float32)

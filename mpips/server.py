@@ -300,6 +300,14 @@ class Server:
 
     def _on_push(self, source: int, r, buf) -> None:
         worker = self.roles.worker_index(source)
+        if r.backup_keys.shape[0]:   # first the part for ranges this server backs up
+            h = r.header._replace(flags=0, nkeys=r.backup_keys.shape[0], ref=0)
+            self._take_push(worker, r._replace(header=h, keys=r.backup_keys,
+                                               values=r.backup_values, report=None))
+        self._take_push(worker, r)
+        self._copies_due()
+
+    def _take_push(self, worker: int, r) -> None:
         completes = bool(r.header.flags & protocol.CLOCK)
         clock = int(self.clocks.done[worker])
         push = self._push_of(worker, r, copy=self.clocks.staleness == 0)
@@ -314,7 +322,6 @@ class Server:
             self.clocks.tick(worker)
             self.ckpt.note(worker, int(self.clocks.done[worker]), r.report or _NO_REPORT, False)
             self.advance()
-        self._copies_due()
 
     def _on_finish(self, source: int, r, buf) -> None:
         worker = self.roles.worker_index(source)

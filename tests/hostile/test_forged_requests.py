@@ -14,13 +14,21 @@ from mpips.errors import ProtocolError
 from mpips.placement import Placement
 from mpips.protocol import HEADER_BYTES, Header, Op, Report
 
-PLACEMENT = Placement(2)
+PLACEMENT = Placement(3, replicas=2)   # server 0 backs up server 2's ranges
 SERVER = 0
 
 
 def own_keys(n: int, server: int = SERVER) -> np.ndarray:
     keys = np.arange(1, 40 * n, dtype=np.uint64)
     return keys[PLACEMENT.owners(keys) == server][:n]
+
+
+def with_backup(backup_keys, backup_values, keys, values, count=None, **fields):
+    """A push carrying a part for ranges backed up here (protocol.BACKUP)."""
+    n = backup_keys.shape[0] if count is None else count
+    return protocol.pack(Header(Op.PUSH, nkeys=values.shape[0], width=1,
+                                flags=protocol.BACKUP | fields.pop("flags", 0), **fields),
+                         np.array([n], np.int64), backup_keys, keys, backup_values, values)
 
 
 def push(keys, values, width=1, **fields):
@@ -34,6 +42,8 @@ def pull(keys, **fields):
 
 K = own_keys(8)
 G = np.ones((8, 1), np.float32)
+B = own_keys(5, server=2)     # keys server 0 keeps backup copies of
+BG = np.full((5, 1), 2, np.float32)
 # Who sends, and where: (role, received by server 0, sent by server 0).
 WORKER = ("worker", True, False)
 TO_LEAD = ("server", True, False)              # another server to server 0
@@ -91,6 +101,21 @@ FORGED = [
     ("a death from a server that does not lead", lambda: protocol.pack(
         Header(Op.DEATH, nkeys=1), np.zeros(1, np.int64)), TO_LEAD,
      "DEATH, which this server may not send"),
+    ("a backed-up part of another server's keys",
+     lambda: with_backup(own_keys(5, server=1), BG, K, G), WORKER,
+     "5 backed-up keys whose key #0"),
+    ("a backed-up part longer than sent", lambda: with_backup(B, BG, K, G, count=6), WORKER,
+     "6 backed-up keys) makes it"),
+    ("a backed-up part of a negative length", lambda: with_backup(B, BG, K, G, count=-2),
+     WORKER, "with a backup part of -2 keys"),
+    ("a backed-up part without its length", lambda: protocol.pack(
+        Header(Op.PUSH, width=1, flags=protocol.BACKUP)), WORKER, "with a backup part of no length"),
+    ("NaN in a backed-up part", lambda: with_backup(B, np.full((5, 1), np.nan, np.float32),
+                                                    K, G), WORKER, "not finite"),
+    ("backed-up keys out of order", lambda: with_backup(B[::-1].copy(), BG, K, G), WORKER,
+     "not in strictly increasing order"),
+    ("a pull with a backed-up part", lambda: pull(K, flags=protocol.BACKUP), WORKER,
+     "PULL with unknown flags 0x20"),
     ("a death longer than its header says", lambda: protocol.pack(
         Header(Op.DEATH, nkeys=1), np.zeros(2, np.int64)), FROM_LEAD,
      "DEATH of 64 bytes, where its header"),
@@ -130,6 +155,17 @@ def test_what_a_worker_sends_is_admitted(buf):
 def test_fields_that_hold_no_death_are_refused(fields):
     with pytest.raises(ValueError, match="do not hold a death"):
         protocol.death_of(np.array(fields, np.int64))
+
+
+@pytest.mark.parametrize("same_keys", [False, True])
+def test_a_push_with_a_backed_up_part_is_read_as_two_parts(same_keys):
+    keys = np.empty(0, np.uint64) if same_keys else K
+    buf = with_backup(B, BG, keys, 3 * G,
+                      flags=protocol.CLOCK | (protocol.SAME_KEYS if same_keys else 0))
+    request = check(buf, WORKER)
+    assert (request.backup_keys == B).all() and (request.backup_values == 2).all()
+    assert request.keys.tolist() == keys.tolist() and (request.values == 3).all()
+    assert request.values.shape == (8, 1) and request.header.flags & protocol.CLOCK
 
 
 def test_a_server_may_send_what_the_protocol_gives_it():
