@@ -17,7 +17,8 @@ from .protocol import HEADER_BYTES, Op
 
 # Who may send what: workers talk to every server; servers to server 0 (their checkpoint files,
 # their end, a stop they were asked for) and server 0 to the others (clocks to checkpoint at).
-FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STOP}
+FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STOP,
+                Op.DENSE}
 FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP}
 FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH}
 FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE}   # from any server to any other
@@ -86,7 +87,13 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         backup = protocol.backup_count(buf)
         if not 0 <= backup <= buf.shape[0]:
             raise ProtocolError(f"{op.name} with a backup part of {backup} keys")
-    if op in TEXT_PAYLOAD:
+    if op is Op.DENSE:   # fields the header counts, then float64 values
+        fixed = protocol.dense_fixed_bytes(h)
+        if h.ref < 0 or buf.shape[0] < fixed or (buf.shape[0] - fixed) % 8:
+            raise ProtocolError(f"DENSE of {buf.shape[0]} bytes, where its header ({h.nkeys} "
+                                f"integers, {h.width} scalars, {h.ref} rows) makes it "
+                                f"{fixed} and whole float64 values after")
+    elif op in TEXT_PAYLOAD:
         if buf.shape[0] > HEADER_BYTES + TEXT_LIMIT:
             raise ProtocolError(f"{op.name} with {buf.shape[0] - HEADER_BYTES} bytes of text")
     elif buf.shape[0] != _expected_bytes(op, h, n_workers, backup):
@@ -102,6 +109,12 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
                             f"this server's is {placement.version}")
     if op is Op.DEATH:   # its payload is int64 fields, read by protocol.death_of
+        return Request(op, h, _NO_KEYS, _NO_VALUES, None)
+    if op is Op.DENSE:   # what its fields mean is the function's to check (densetables)
+        _, scalars, _, values = protocol.dense_fields(buf, h)
+        for these in (scalars, values):
+            if these.size and not np.isfinite(these).all():
+                raise ProtocolError("DENSE with a value that is not finite")
         return Request(op, h, _NO_KEYS, _NO_VALUES, None)
     _, keys, values, report = protocol.unpack(buf)
     backup_keys, backup_values = (protocol.backup_of(buf, h) if h.flags & protocol.BACKUP

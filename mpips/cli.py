@@ -167,13 +167,34 @@ def _train_parser(sub):
                      help="L2 penalty: the objective is mean logloss + l2/2 * |w|^2, applied "
                           "to the keys each minibatch touches (default: 0)")
     opt.add_argument("--l1", type=finite_float, default=0.0,
-                     help="L1 penalty (FTRL only; gives sparse models) (default: 0)")
+                     help="L1 penalty (FTRL, or --solver lbfgs, which is then OWL-QN; gives "
+                          "sparse models) (default: 0)")
     opt.add_argument("--ftrl-beta", type=finite_float, metavar="BETA",
                      help="FTRL's beta in the per-key rate alpha / (beta + sqrt(n)); workers push "
                           "mean minibatch gradients, so it is smaller than the paper's per-example "
                           "1 (default: 1 / batch size)")
     opt.add_argument("--no-bias", dest="bias", action="store_false",
                      help="no intercept (by default key 2^64-1 is an always-on bias feature)")
+    full = p.add_argument_group(
+        "full batch (--solver lbfgs)",
+        "The whole objective, mean logloss + l2/2 |w|^2 (+ l1 |w|_1), minimized by L-BFGS "
+        "(OWL-QN with --l1). The weights, the gradient and the solver's history are dense "
+        "vectors cut in blocks across the servers, and the solver's vector steps run there: no "
+        "rank holds the model. Each worker keeps its rows in memory; a feature is coordinate "
+        "key mod --dim, the bias coordinate --dim. Worker 0 drives; the job's log has one line "
+        "per iteration and summary.json the objective over time")
+    full.add_argument("--solver", choices=("minibatch", "lbfgs"), default="minibatch",
+                      help="minibatch: the servers' optimizers, a push per minibatch "
+                           "(default); lbfgs: full batch over dense tables")
+    full.add_argument("--dim", type=int, default=1 << 20, metavar="N",
+                      help="coordinates of the weight vector (default: 2^20)")
+    full.add_argument("--history", type=int, default=10, metavar="M",
+                      help="pairs of past steps L-BFGS keeps (default: 10)")
+    full.add_argument("--max-iter", type=int, default=500,
+                      help="iterations at most (default: 500)")
+    full.add_argument("--tol", type=finite_float, default=1e-10,
+                      help="stop when an iteration lowers the objective by less than this, "
+                           "relatively (default: 1e-10)")
     p.set_defaults(run=_run_train)
 
 
@@ -400,7 +421,9 @@ def _run_train(args) -> None:
                               checkpoint_seconds=args.checkpoint_every[1],
                               keep_checkpoints=args.keep_checkpoints, resume=args.resume,
                               allow_changed_data=args.allow_changed_data, timeout=args.timeout,
-                              disk_wait=args.disk_wait, log_every=args.log_every)
+                              disk_wait=args.disk_wait, log_every=args.log_every,
+                              solver=args.solver, dim=args.dim, history=args.history,
+                              max_iter=args.max_iter, tol=args.tol)
             train(cfg, world)
         except ConfigError as e:
             # Every rank raises the same error before any work starts: exit together, print once.

@@ -97,12 +97,13 @@ class KVWorker:
         self._report = protocol.Report(epoch, offset, examples, loss, progress, segment,
                                        len(taken), taken[-1] if taken else 0)
 
-    def _live(self) -> list:
+    def living(self) -> list:
+        """The servers alive (indices), as this worker knows."""
         return [s for s in range(len(self._servers)) if s not in self._placement.dead]
 
     def _lead(self) -> int:
         """The server that leads: server 0, or after it died the first living one."""
-        return self._live()[0]
+        return self.living()[0]
 
     def _send(self, server_index: int, op: Op, payload=(), report: bool = False, **fields):
         h = protocol.Header(op, ts=self._ts, clock=self.clock,
@@ -140,7 +141,7 @@ class KVWorker:
         out = np.empty((keys.shape[0], self.width), np.float32)
         pending = _Pending(what="", out=out, perm=perm, keys=skeys, flags=flags,
                            clock=self.clock, version=self._placement.version)
-        for s in self._live():
+        for s in self.living():
             a, b = offsets[s], offsets[s + 1]
             if a < b:
                 pending.sends.append(self._send(s, Op.PULL, (skeys[a:b],), nkeys=b - a,
@@ -181,7 +182,7 @@ class KVWorker:
             if skeys is None:
                 skeys = keys if perm is None else keys[perm]
             backups = self._backup_parts(keys, values, skeys, svalues, offsets)
-        for s in self._live():
+        for s in self.living():
             a, b = offsets[s], offsets[s + 1]
             parts = backups.get(s, [])
             for bkeys, bvalues in parts[1:]:   # (several primaries backed up: R > 2)
@@ -214,7 +215,7 @@ class KVWorker:
         parts = {}
         if backs is None:   # a primary whose ranges have different backups: key by key
             ranges = self._placement.ranges_of(keys)
-            for t in self._live():
+            for t in self.living():
                 mine = np.flatnonzero(self._placement.backup_ranges(t)[ranges])
                 if mine.shape[0]:
                     parts[t] = [(keys[mine], values[mine])]
@@ -230,8 +231,8 @@ class KVWorker:
         p = self._placement
         if self._backups is not None and self._backups[0] == p.version:
             return self._backups[1]
-        backs = {t: [] for t in self._live()}
-        for s in self._live():
+        backs = {t: [] for t in self.living()}
+        for s in self.living():
             mine = p.primary_ranges(s)
             for t in backs:
                 held = p.backup_ranges(t)[mine]
@@ -244,6 +245,25 @@ class KVWorker:
                 break
         self._backups = (p.version, backs)
         return backs
+
+    def call(self, op: Op, requests: dict, replies: dict, what: str) -> None:
+        """One request of `op` (one timestamp) to each server in `requests`
+        ({server: (header fields, payload arrays)}), then wait until each answered into
+        `replies[server]`, an array the caller sized. For tables other than the key-value
+        one (see dense)."""
+        self._ts += 1
+        pending = _Pending(what=what, version=self._placement.version)
+        for s, (fields, payload) in requests.items():
+            pending.sends.append(self._send(s, op, payload, **fields))
+        for s, into in replies.items():
+            pending.replies.append(self._reply_into(into, s))
+        try:
+            self._complete(pending)
+        except MPI.Exception as e:
+            if is_failure(e):
+                raise CannotFailOver(f"a server died during {what}: dense tables have no "
+                                     f"copies yet") from None
+            raise
 
     def status(self, timeout: float | None = None) -> dict:
         """The first server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""
@@ -402,7 +422,7 @@ class KVWorker:
     def _broadcast(self, op: Op):
         pending = _Pending(what=f"the servers to receive {op.name}",
                            sends=[self._send(s, op, report=op is Op.FINISH)
-                                  for s in self._live()], version=self._placement.version)
+                                  for s in self.living()], version=self._placement.version)
         while True:
             if pending.version != self._placement.version:
                 self._repair(pending)

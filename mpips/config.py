@@ -9,6 +9,7 @@ from .roles import check_servers
 from .shards import check_input
 
 CONSISTENCY = ("bsp", "ssp", "asp")
+SOLVERS = ("minibatch", "lbfgs")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class TrainConfig:
     timeout: float = 600.0
     disk_wait: float = 600.0            # how long a model that cannot be saved waits for space
     log_every: float = 5.0
+    solver: str = "minibatch"       # or lbfgs: full batch over dense tables (see fullbatch)
+    dim: int = 1 << 20              # lbfgs: coordinates of the weights (a feature: key mod dim)
+    history: int = 10               # lbfgs: pairs of the inverse Hessian's approximation
+    max_iter: int = 500             # lbfgs
+    tol: float = 1e-10              # lbfgs: stop when an iteration gains less (relative)
 
     def check(self, n_ranks: int) -> None:
         """Raise ConfigError for anything wrong that every rank can see the same way."""
@@ -80,6 +86,7 @@ class TrainConfig:
                 raise ConfigError(f"--straggler {worker}:{factor}: the factor must be >= 1")
         if self.snapshot_every is not None and not self.snapshot_every > 0:
             raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
+        self._check_solver()
         check_input(self.train, "--train")
         if self.test is not None:
             check_input(self.test, "--test")
@@ -91,6 +98,35 @@ class TrainConfig:
             raise ConfigError(f"--resume {self.resume}: no such directory")
         if self.allow_changed_data and self.resume is None:
             raise ConfigError("--allow-changed-data applies to --resume only")
+
+    def _check_solver(self) -> None:
+        if self.solver not in SOLVERS:
+            raise ConfigError(f"--solver must be one of {', '.join(SOLVERS)}, got "
+                              f"{self.solver!r}")
+        if self.solver == "minibatch":
+            if self.optimizer.l1 > 0 and self.optimizer.name != "ftrl":
+                raise ConfigError(f"--l1 needs --optimizer ftrl or --solver lbfgs (got "
+                                  f"--optimizer {self.optimizer.name})")
+            return
+        # Full batch: every step needs every worker (BSP by nature); the dense tables have
+        # neither copies nor checkpoints yet.
+        refused = [(self.consistency != "bsp", f"--consistency {self.consistency}"),
+                   (self.replicas > 1, f"--replicas {self.replicas}"),
+                   (self.resume is not None, "--resume"),
+                   (bool(self.checkpoint_every or self.checkpoint_seconds), "--checkpoint-every"),
+                   (self.epochs != 1, f"--epochs {self.epochs} (see --max-iter)"),
+                   (self.batch_size is not None, "--batch-size (every step reads all rows)"),
+                   (self.snapshot_every is not None, "--snapshot-every")]
+        for wrong, flag in refused:
+            if wrong:
+                raise ConfigError(f"--solver lbfgs does not take {flag}")
+        for flag, value, low, high in (("--dim", self.dim, 1, (1 << 40) - 1),
+                                       ("--history", self.history, 1, 1000),
+                                       ("--max-iter", self.max_iter, 1, 10**9)):
+            if not low <= value <= high:
+                raise ConfigError(f"{flag} must be from {low} to {high}, got {value}")
+        if not 0 <= self.tol < 1:
+            raise ConfigError(f"--tol must be from 0 to 1, got {self.tol}")
 
     @property
     def model_dir(self) -> str:

@@ -18,12 +18,13 @@ def shard_path(model_dir: str, server: int) -> str:
 
 
 def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict,
-               clocks: int, weights_only: bool = False, ranges: list | None = None) -> str:
+               clocks: int, weights_only: bool = False, ranges: list | None = None,
+               dense: dict | None = None) -> str:
     """Write one server's keys, the model's weights once `clocks` clocks are done (see
     `Optimizer.weights`) and the optimizer state, sorted by key. `weights_only` (snapshots
     for learning curves) skips the optimizer state and the sort. `ranges`: the key ranges
     the shard holds (by default the server's own: after a server died, another holds its
-    keys)."""
+    keys). `dense`: the server's blocks of dense tables (DenseTables.datasets)."""
     keys, state = store.items()
     weights = store.optimizer.weights(state, store.width, clocks)
     datasets = {"keys": keys, "weights": weights}
@@ -33,7 +34,7 @@ def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict,
                     "optimizer_state": state[order, store.width:]}
     path = shard_path(model_dir, server)
     write_hdf5(
-        path, datasets,
+        path, {**datasets, **(dense or {})},
         {"server": server, "n_servers": n_servers, "width": store.width,
          "ranges": np.array([server] if ranges is None else ranges, np.int64),
          "optimizer": store.optimizer.name, "config": json.dumps(attrs.get("config", {})),

@@ -36,8 +36,6 @@ class Optimizer:
         for flag, value in (("--l1", self.l1), ("--l2", self.l2)):
             if not value >= 0:
                 raise ConfigError(f"{flag} must be >= 0, got {value}")
-        if self.l1 > 0 and self.name != "ftrl":
-            raise ConfigError(f"--l1 needs --optimizer ftrl (got --optimizer {self.name})")
         if self.average_from is not None and self.name != "sgd":
             raise ConfigError(f"--average-after needs --optimizer sgd (got --optimizer "
                               f"{self.name})")

@@ -120,6 +120,12 @@ class Placement:
         return int(i), {0: "", 1: "not in strictly increasing order",
                         2: "held by another server"}[int(why)]
 
+    def block_owners(self, blocks: np.ndarray) -> np.ndarray:
+        """Primary server (int32) of each block of a dense table: blocks go round the ranges,
+        the same way for every table, so that the blocks an operation combines (y += a x)
+        are on one server."""
+        return self._primary[blocks % self.n_ranges]
+
     def describe(self) -> dict:
         """The map as plain data, for manifests and summaries."""
         return {"hash": "splitmix64 of key ^ salt, ranges of the hash",

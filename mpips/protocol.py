@@ -71,6 +71,9 @@ class Op(IntEnum):
                  # `clock` clocks here, so clocks before it may be applied everywhere
     DEATH = 14   # the lead to the others: a dead worker's rows went to the survivors
                  # (`nkeys` int64: see `death_fields`); `ref` numbers the deaths
+    DENSE = 15   # an operation on dense tables (see densetables): `nkeys` int64 fields (the
+                 # function's number, its tables', its integers), `width` float64 scalars,
+                 # `ref` uint64 rows, then float64 values; reply: float64 (see dense_fields)
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock
@@ -173,6 +176,32 @@ def backup_of(buf: np.ndarray, h: Header):
 
 
 _NO_VALUES = np.empty((0, 0), np.float32)
+
+
+def dense_payload(ints, scalars=(), rows=None, values=None) -> tuple:
+    """(header fields, payload arrays) of a DENSE request."""
+    ints = np.asarray(ints, np.int64)
+    scalars = np.asarray(scalars, np.float64)
+    rows = np.empty(0, np.uint64) if rows is None else np.asarray(rows, np.uint64)
+    values = np.empty(0) if values is None else np.asarray(values, np.float64).reshape(-1)
+    return (dict(nkeys=ints.shape[0], width=scalars.shape[0], ref=rows.shape[0]),
+            (ints, scalars, rows, values))
+
+
+def dense_fixed_bytes(h: Header) -> int:
+    """A DENSE request's bytes before its values."""
+    return HEADER_BYTES + 8 * (h.nkeys + h.width + h.ref)
+
+
+def dense_fields(buf: np.ndarray, h: Header):
+    """(ints, scalars, rows, values) of a DENSE request: views of `buf`."""
+    pos = HEADER_BYTES
+    ints = buf[pos:pos + 8 * h.nkeys].view(np.int64)
+    pos += 8 * h.nkeys
+    scalars = buf[pos:pos + 8 * h.width].view(np.float64)
+    pos += 8 * h.width
+    rows = buf[pos:pos + 8 * h.ref].view(np.uint64)
+    return ints, scalars, rows, buf[pos + 8 * h.ref:].view(np.float64)
 
 
 def copied_positions(buf: np.ndarray, h: Header) -> np.ndarray:

@@ -30,6 +30,7 @@ from .bounded import Backoff, wait_all
 from .checkpointing import Checkpoints
 from .clockpushes import ClockPushes
 from .clocks import FINISHED, ClockTable
+from .densetables import DenseTables
 from .errors import ProtocolError, WaitTimeout
 from .failover import CannotFailOver, dead_ranks, is_failure
 from .placement import Placement
@@ -81,12 +82,13 @@ class Server:
                  record_pulls: bool = False, checkpoints: Checkpoints | None = None,
                  placement: Placement | None = None, failover: bool = False,
                  workers_fail_over: bool = False, epochs: int = 1, parts: list = (),
-                 deaths: tuple = ()):
+                 deaths: tuple = (), dense: DenseTables | None = None):
         """`checkpoints`: when to write them, and where each worker stood (when resuming);
         by default none but those a stop asks for. `failover` (under ULFM): when another
         server dies, go on with the living copies of its keys. `workers_fail_over` (under
         ULFM): when a worker dies, hand its rows left (of `epochs`; `parts`: each worker's
-        own part of the data) to the others; `deaths`: those before a resume."""
+        own part of the data) to the others; `deaths`: those before a resume. `dense`: the
+        server's dense tables (by default, none yet: workers create them)."""
         self.roles = roles
         self.store = store
         self.clocks = clocks
@@ -120,6 +122,8 @@ class Server:
         for capability in (self.takeover, self.losses):   # the operations they bring
             if capability:
                 self._handlers.update(capability.handlers())
+        self.dense = dense or DenseTables(roles.index, self.placement, len(roles.workers))
+        self._handlers.update(self.dense.handlers(self))
 
     @property
     def _lead_index(self) -> int:
@@ -342,7 +346,7 @@ class Server:
         self._servers_left.discard(source)
 
     def _on_status(self, source: int, r, buf) -> None:
-        self.send(self._status(), source, protocol.reply_tag(r.header.ts, self._reply_tags))
+        self.reply(self._status(), source, r.header.ts)
 
     def _on_error(self, source: int, r, buf) -> None:
         self.hooks.failed(f"{self.sender(source).split(' (')[0]}: {protocol.error_text(buf)}")
@@ -562,12 +566,11 @@ class Server:
         if pull.insert:
             keys = pull.keys if pull.owned else pull.keys.copy()
             self.rows.remember(pull.worker, pull.ts, keys, rows, self.store.generation)
-        self.send(out, pull.source, protocol.reply_tag(pull.ts, self._reply_tags))
+        self.reply(out, pull.source, pull.ts)
 
     def _refuse(self, pull: Pull) -> None:
         """An empty reply: the job has stopped (a checkpoint holds the model)."""
-        self.send(np.empty(0, np.float32), pull.source,
-                   protocol.reply_tag(pull.ts, self._reply_tags))
+        self.reply(np.empty(0, np.float32), pull.source, pull.ts)
 
     def _status(self) -> np.ndarray:
         done = self.clocks.done
@@ -604,6 +607,10 @@ class Server:
         self._replies.append((self.roles.comm.Isend(buf, dest, tag), buf, dest))
         if len(self._replies) > 256:
             self._reap_replies()
+
+    def reply(self, buf: np.ndarray, dest: int, ts: int) -> None:
+        """Answer request `ts` of rank `dest`."""
+        self.send(buf, dest, protocol.reply_tag(ts, self._reply_tags))
 
     def _reap_replies(self) -> None:
         if self._replies:

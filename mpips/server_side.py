@@ -18,6 +18,7 @@ from .config import TrainConfig
 from .errors import ConfigError, Interrupted, MpipsError, SaveError
 from .failover import CannotFailOver
 from .files import keep_trying, write_hdf5
+from .lbfgs import Step
 from .log import log_failure, say
 from .model_io import save_shard
 from .placement import Placement
@@ -30,6 +31,8 @@ from .shards import spans
 from .store import KVStore
 
 log = logging.getLogger("mpips")
+
+NO_STEPS = np.empty((0, len(Step._fields)))   # a full-batch solver's, which only its driver has
 
 
 def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
@@ -92,7 +95,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         log.info("resumed from checkpoint clock %d (%s): loaded %d keys",
                  resume[1]["clock"], resume[0], loaded)
     # Every server keeps the figures; the lead says them.
-    progress = Progress(len(roles.workers), cfg.epochs, cfg.log_every)
+    progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
+                if cfg.solver == "minibatch" else None)   # a full-batch driver says its own
     attrs = {"run_id": name, "config": cfg.as_dict()}
     started = [time.monotonic()]
     taken = []
@@ -173,7 +177,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         saved = {**attrs, "complete": True}
     try:
         keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
-                                       saved, clocks.longest, ranges=own.ranges()),
+                                       saved, clocks.longest, ranges=own.ranges(),
+                                       dense=server.dense.datasets()),
                     cfg.disk_wait, "the trained model")
     except SaveError as e:
         raise SaveError(f"the model of server {roles.index} ({len(own):,} keys) could not be "
@@ -192,7 +197,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["bytes_sent"] = stats.bytes_sent
     r["keys"] = len(own)
     r["copies"] = len(store)   # with backups' keys
-    r["table_bytes"] = store.nbytes
+    r["table_bytes"] = store.nbytes + server.dense.nbytes()
     r["pulls_held"] = stats.pulls_held
     r["max_gap"] = clocks.max_gap
     r["busy_s"] = stats.busy_s
@@ -201,7 +206,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
     r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)
     r["pushes"] = stats.pushes_applied
-    return r, np.empty(0), np.empty(0, np.float32), server.held_s
+    return r, np.empty(0), np.empty(0, np.float32), server.held_s, NO_STEPS
 
 
 def _checkpoints_hint(cfg: TrainConfig) -> str:

@@ -28,6 +28,7 @@ RECORD = np.dtype([
     ("examples_before", "<i8"),   # workers: examples trained before this launch (a resume)
     ("node", "S64"),          # where the rank ran: Slurm's node name, else the host name
     ("pushes", "<i8"),        # this launch: a worker's pushes acknowledged, a server's applied
+    ("solver_steps", "<i8"),  # full-batch jobs: the driver's iterations (see fullbatch)
 ])
 
 
@@ -121,6 +122,17 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "peak_rss_mb": [round(float(x), 1) for x in records["peak_rss_mb"]],
         "peak_rss_mb_total": round(float(records["peak_rss_mb"].sum()), 1),
     }
+
+
+def solver_steps(steps: np.ndarray) -> dict:
+    """A full-batch solver's steps (rows of lbfgs.Step) for summary.json: where it ended, and
+    the objective over time."""
+    last = steps[-1]
+    return {"iterations": int(last[0]), "objective": float(last[2]),
+            "gradient_norm": float(last[3]), "evaluations": int(last[5]),
+            "steps": [{"iteration": int(s[0]), "seconds": float(s[1]), "objective": float(s[2]),
+                       "gradient_norm": float(s[3]), "step": float(s[4]),
+                       "evaluations": int(s[5])} for s in steps]}
 
 
 def _finite(value, where: str, bad: list):

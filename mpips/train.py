@@ -19,6 +19,8 @@ from . import checkpoint, defaults, rundir, summary
 from .config import TrainConfig, check_resumable
 from .errors import ConfigError, MpipsError
 from .failover import end_together
+from .fullbatch import solve
+from .lbfgs import Step
 from .faulttolerance import announce
 from .log import setup
 from .placement import Placement
@@ -107,17 +109,12 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     # what was; all use its choice.
     chosen, workers = None, comm.size - cfg.servers
     if comm.rank == 0:
-        sample = sample_rows(cfg.train, workers)
-        chosen = json.dumps(defaults.choose(
-            sample.rows, sample.per_part, sample.exact, workers=workers, bias=cfg.bias,
-            optimizer=cfg.optimizer.name, lr=cfg.optimizer.lr, batch=cfg.batch_size,
-            beta=cfg.optimizer.beta, average_after=_average_after(cfg),
-            resumed_batch=resume[1]["config"]["batch_size"] if resume else None,
-            resumed=resume[1]["config"]["optimizer"] if resume else None))
+        chosen = json.dumps(_choose(cfg, workers, resume))
     chosen = json.loads(broadcast_text(comm, chosen, bound))
-    cfg = replace(cfg, batch_size=chosen["batch_size"],
-                  optimizer=replace(cfg.optimizer, lr=chosen["lr"], beta=chosen["beta"],
-                                    eps=chosen["eps"], average_from=chosen["average_from"]))
+    if cfg.solver == "minibatch":
+        cfg = replace(cfg, batch_size=chosen["batch_size"],
+                      optimizer=replace(cfg.optimizer, lr=chosen["lr"], beta=chosen["beta"],
+                                        eps=chosen["eps"], average_from=chosen["average_from"]))
     roles = split(cfg.servers, comm)   # collective: nobody writes before the old run is gone
     # The one key placement every part uses.
     placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)])
@@ -148,11 +145,12 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         failures = []   # the servers' deaths this rank saw (server 0's go in the summary)
         with watch.watching():
             if roles.is_server:
-                record, margins, labels, held = serve(cfg, roles, name, resume, placement,
-                                                       failover, failures, hot=ulfm)
+                ends = serve(cfg, roles, name, resume, placement, failover, failures, hot=ulfm)
+            elif cfg.solver == "lbfgs":
+                ends = solve(cfg, roles, placement, failover)
             else:
-                record, margins, labels, held = work(cfg, roles, resume, placement, failover,
-                                                     hot=ulfm)
+                ends = work(cfg, roles, resume, placement, failover, hot=ulfm)
+            record, margins, labels, held, steps = ends
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
         record["compile_s"] = compile_s
@@ -162,8 +160,8 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         if finishing is not roles:
             _say_who_died_late(roles, finishing, failures)
         try:
-            return _finish(cfg, finishing, name, record, margins, labels, held, started,
-                           failures)
+            return _finish(cfg, finishing, name, record, margins, labels, held, steps,
+                           started, failures)
         finally:
             if ulfm:   # see end_together
                 end_together(finishing.comm, cfg.timeout)
@@ -216,15 +214,32 @@ def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
     return directory, checkpoint.read_manifest(directory)
 
 
-def _finish(cfg, roles, name, record, margins, labels, held, started,
+def _choose(cfg: TrainConfig, workers: int, resume) -> dict:
+    """Rank 0: what was not given, from a sample of the data (see defaults.choose)."""
+    if cfg.solver != "minibatch":
+        return {"notes": [], "warnings": []}
+    sample = sample_rows(cfg.train, workers)
+    return defaults.choose(
+        sample.rows, sample.per_part, sample.exact, workers=workers, bias=cfg.bias,
+        optimizer=cfg.optimizer.name, lr=cfg.optimizer.lr, batch=cfg.batch_size,
+        beta=cfg.optimizer.beta, average_after=_average_after(cfg),
+        resumed_batch=resume[1]["config"]["batch_size"] if resume else None,
+        resumed=resume[1]["config"]["optimizer"] if resume else None)
+
+
+def _finish(cfg, roles, name, record, margins, labels, held, steps, started,
             failures: list) -> dict | None:
-    """Gather every rank's figures and the test scores; rank 0 writes the summary."""
+    """Gather every rank's figures, the test scores and a full-batch solver's steps; rank 0
+    writes the summary."""
     comm = roles.comm
     records = summary.allgather(comm, record, cfg.timeout)
     held = summary.max_over_ranks(comm, held, cfg.timeout, "the servers' hold times")
     counts = records["test_rows"]
     margins = summary.gather_to_root(comm, margins, counts, cfg.timeout, "the test scores")
     labels = summary.gather_to_root(comm, labels, counts, cfg.timeout, "the test labels")
+    width = len(Step._fields)
+    steps = summary.gather_to_root(comm, steps.reshape(-1), records["solver_steps"] * width,
+                                   cfg.timeout, "the solver's steps")
     # The job stopped if any worker was stopped (one that had finished its data was not).
     stopped = bool((records["stopped_at"][len(roles.servers):] >= 0).any())
     stopped_at = int(records["stopped_at"][:len(roles.servers)].max()) if stopped else -1
@@ -236,7 +251,9 @@ def _finish(cfg, roles, name, record, margins, labels, held, started,
             status="stopped" if stopped else "complete",
             stopped_at_clock=stopped_at if stopped else None,
             checkpoints=os.path.abspath(cfg.checkpoints), wall_s=time.monotonic() - started,
-            model_dir=os.path.abspath(cfg.model_dir), failures=failures)
+            model_dir=os.path.abspath(cfg.model_dir), failures=failures,
+            **({"solver": summary.solver_steps(steps.reshape(-1, width))}
+               if cfg.solver != "minibatch" else {}))
         summary.print_lines(result, summary.write(cfg.out, result))
     if stopped:   # every rank sees the same records, so all end alike
         error = JobStopped(f"stopped at clock {stopped_at} after writing a checkpoint; continue "

@@ -11,7 +11,11 @@ import numpy as np
 from numba.core import event
 
 from . import logreg, protocol
+from .blocks import Layout, name_id
 from .data import KeyIndexer, SvmlightShard
+from .densetables import FUNCTIONS, DenseTables
+from .denserows import Part
+from .kernels import elementwise
 from .kernels.csr import first_bad_label, first_bad_pointer
 from .kernels.hashing import is_sorted_unique
 from .kernels.logistic import mean_logloss, roc_auc
@@ -49,11 +53,40 @@ def compile_kernels() -> None:
         store.pull(wire_keys, weights, insert=False)
         store.model_weights(store.find(wire_keys), clocks=2)
         store.items()
+    _full_batch(batch)
     first_bad_pointer(batch.indptr, batch.indices.shape[0])
     first_bad_label(batch.labels)
     m = logreg.margins(batch, cols, bias_col, weights)
     mean_logloss(m, batch.labels)
     roc_auc(m, batch.labels)
+
+
+def _full_batch(batch) -> None:
+    """A full-batch job's steps (fullbatch, densetables) on one tiny table."""
+    part = Part(batch, dim=4, bias=True)
+    w = np.zeros(part.coords.shape[0])
+    part.loss_and_gradient(w)
+    part.margins(w)
+    tables = DenseTables(0, Placement(2), n_workers=1)
+    x = tables.create("x", Layout(5, 1, 2))
+    y = tables.create("y", Layout(5, 1, 2))
+    names = [x, y, x]
+    for name, f in FUNCTIONS.items():
+        ints = {"map": [name_id("abs")], "zip": [name_id("multiply")],
+                "scatter_add": [1, 1]}.get(f.name)
+        if f.name in ("create", "free"):
+            continue
+        for kernel in ((elementwise.MAPS if f.name == "map" else elementwise.ZIPS)
+                       if f.name in ("map", "zip") else [None]):
+            if kernel is not None:
+                ints = [name_id(kernel)]
+            rows = np.array([0, 1], np.uint64) if f.name in ("gather", "scatter_add") else None
+            fields, payload = protocol.dense_payload(
+                [name, *(name_id(t.name) for t in names[:f.tables]), *(ints or [])],
+                [1.0] * f.scalars, rows, np.ones(2) if f.name == "scatter_add" else None)
+            message = protocol.pack(protocol.Header(Op.DENSE, **fields), *payload)
+            tables.call(0, protocol.header(message), message)
+    Layout(5, 1, 2).split(np.array([0, 3], np.uint64), Placement(2))
 
 
 class CompileWatch(event.Listener):

@@ -16,6 +16,7 @@ from .config import TrainConfig
 from .data import KeyIndexer, SvmlightShard
 from .errors import ConfigError, Diverged, InputError, Interrupted, MpipsError, Stopped
 from .failover import CannotFailOver
+from .lbfgs import Step
 from .log import log_failure
 from .placement import Placement
 from .roles import Roles
@@ -143,7 +144,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     r["bad_lines"] = shard.bad_lines + bad_test_lines
     r["test_rows"] = margins.shape[0]
     r["stopped_at"] = kv.clock if stopped else -1   # a worker: where it was stopped
-    return r, margins, labels, np.zeros(n_workers)
+    return r, margins, labels, np.zeros(n_workers), np.empty((0, len(Step._fields)))
 
 
 def _more_to_train(kv: KVWorker, work: "Work", timeout: float) -> bool:

@@ -10,6 +10,8 @@ import pytest
 
 from mpips import protocol
 from mpips.admission import admit
+from mpips.blocks import Layout, name_id, name_words
+from mpips.densetables import DenseTables
 from mpips.errors import ProtocolError
 from mpips.placement import Placement
 from mpips.protocol import HEADER_BYTES, Header, Op, Report
@@ -231,3 +233,60 @@ def test_a_copy_of_a_range_the_server_holds_is_admitted():
     request = admit(copy_of(0), "server 0 (rank 0)", False, to_lead=False, from_lead=False,
                     width=1, placement=REPLICATED, server=1, columns=2, n_workers=2)
     assert request.op is Op.COPY and request.values.shape == (8, 2)
+
+
+# Dense tables (densetables): admission checks the sizes; the tables check what the fields
+# name. Each case: a name, the request's fields (function, tables, integers, scalars, rows,
+# values), and what the refusal must say. Server 0 of PLACEMENT holds table "t" (10 rows in
+# blocks of 2: blocks 0 and 3 here), with one worker per round.
+def dense(function, tables=("t",), ints=(), scalars=(), rows=None, values=None, raw=None):
+    head = [raw if raw is not None else name_id(function), *(name_id(t) for t in tables), *ints]
+    fields, payload = protocol.dense_payload(head, scalars, rows, values)
+    return protocol.pack(Header(Op.DENSE, **fields), *payload)
+
+
+FORGED_DENSE = [
+    ("a function nobody registered", lambda: dense("rm -rf"), "naming no registered function"),
+    ("a table that does not exist", lambda: dense("fill", ("nope",), scalars=[1.0]),
+     "which does not exist on this server"),
+    ("too few scalars", lambda: dense("axpy", ("t", "t")), "it takes 2, 0 and 1"),
+    ("a row past the end", lambda: dense("gather", rows=[10]), "row 10 of table 't', which has 10"),
+    ("rows another server holds", lambda: dense("gather", rows=[2]),
+     "in block 1, which another server holds"),
+    ("rows out of order", lambda: dense("gather", rows=[1, 0]), "not in strictly increasing"),
+    ("a round for more workers than the job has",
+     lambda: dense("scatter_add", ints=[1, 5], rows=[0], values=[1.0]), "awaiting 5 workers"),
+    ("values that do not match the rows",
+     lambda: dense("scatter_add", ints=[1, 1], rows=[0, 1], values=[1.0]),
+     "2 rows with 1 values"),
+    ("a map with no such kernel", lambda: dense("map", ("t", "t"), ints=[12345], scalars=[0.0]),
+     "no function numbered 12345"),
+    ("a table created under another's number",
+     lambda: dense("create", ("t2",), ints=[10, 1, 2, *name_words("other")]),
+     "named 'other', whose number is"),
+    ("a table of 2^41 rows", lambda: dense("create", ("big",), ints=[
+        1 << 41, 1, 2, *name_words("big")]),
+     "DENSE create of 2199023255552 rows"),
+]
+
+
+@pytest.mark.parametrize("name, build, says", FORGED_DENSE, ids=[f[0] for f in FORGED_DENSE])
+def test_a_forged_dense_request_is_refused(name, build, says):
+    tables = DenseTables(SERVER, PLACEMENT, n_workers=2)
+    tables.create("t", Layout(10, 1, 2))
+    buf = build()
+    request = check(buf, WORKER)   # the sizes are right: the tables must refuse it
+    with pytest.raises(ProtocolError) as refused:
+        tables.call(1, request.header, buf)
+    assert says in str(refused.value)
+
+
+@pytest.mark.parametrize("buf, says", [
+    (lambda: dense("fill", scalars=[float("nan")]), "DENSE with a value that is not finite"),
+    (lambda: dense("gather", rows=[0])[:-4], "whole float64 values after"),
+    (lambda: protocol.pack(Header(Op.DENSE, nkeys=3)), "makes it 72"),
+], ids=["NaN scalar", "cut short", "fields missing"])
+def test_a_malformed_dense_request_is_refused_at_admission(buf, says):
+    with pytest.raises(ProtocolError, match="worker 1 .rank 3. sent a bad request") as refused:
+        check(buf(), WORKER)
+    assert says in str(refused.value)

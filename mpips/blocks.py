@@ -1,0 +1,58 @@
+"""How a dense table is cut: `n` rows of `width` float64 values, in blocks of `block_rows`
+rows; block b lives on the server the placement gives it (`Placement.block_owners`), whatever
+the table, so that tables of one shape have their rows on the same servers. The
+client uses it to send each server the rows it holds, the server to know which it holds."""
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kernels.hashing import group_by_owner
+
+BLOCK_ROWS = 1 << 16   # 512 KiB of one-wide rows: long runs for the kernels, many blocks
+MAX_ROWS = 1 << 40
+NAME_LIMIT = 64        # bytes of a table's name
+
+
+def name_id(name: str) -> int:
+    """The 63-bit number that stands for a table's or a server-side function's name on the
+    wire (the same on every rank, no registry to agree on)."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def name_words(name: str) -> np.ndarray:
+    """A name as int64 words (UTF-8, NUL-padded), for a request's integer fields."""
+    raw = name.encode()
+    return np.frombuffer(raw + b"\0" * (-len(raw) % 8), np.int64)
+
+
+def name_of(words: np.ndarray) -> str:
+    return np.ascontiguousarray(words, np.int64).tobytes().rstrip(b"\0").decode("utf-8",
+                                                                              "replace")
+
+
+@dataclass(frozen=True)
+class Layout:
+    n: int
+    width: int = 1
+    block_rows: int = BLOCK_ROWS
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.n // self.block_rows)
+
+    def rows(self, block: int) -> int:
+        """Rows of block `block` (the last one may be short)."""
+        return min(self.block_rows, self.n - block * self.block_rows)
+
+    def blocks_of(self, placement, server: int) -> np.ndarray:
+        """The blocks `server` holds as primary."""
+        blocks = np.arange(self.n_blocks, dtype=np.int64)
+        return blocks[placement.block_owners(blocks) == server]
+
+    def split(self, indices: np.ndarray, placement):
+        """(perm, offsets): indices[perm[offsets[s]:offsets[s + 1]]] are rows server s holds,
+        in the order given."""
+        owners = placement.block_owners(indices.astype(np.int64) // self.block_rows)
+        return group_by_owner(owners, placement.n_servers)

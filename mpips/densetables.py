@@ -1,0 +1,322 @@
+"""A server's dense tables and the operations it runs on them, by name.
+
+Each table is a set of float64 blocks (see `blocks.Layout`): the blocks this server holds.
+An operation (a DENSE request) names a registered function and the tables it works on; it
+runs on this server's blocks only, and answers with one partial (a reduction), the rows
+asked for (gather) or nothing. Functions are registered here by name, in the spirit of
+Angel's PS functions: a request carries the name's number (`blocks.name_id`), never code.
+To add an operation: write `def f(tables, call) -> np.ndarray` and `@register` it with
+the numbers of tables, integers and scalars it takes.
+
+No MPI here: the server's loop hands requests to `DenseTables.handlers()`.
+"""
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import protocol
+from .blocks import MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
+from .errors import ProtocolError
+from .kernels import dense, elementwise
+from .protocol import Op
+
+
+@dataclass
+class Table:
+    name: str
+    layout: Layout
+    blocks: dict   # block number -> float64[rows * width] (a flat view of its rows)
+
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.blocks.values())
+
+
+@dataclass
+class Call:
+    """One DENSE request, as read from the wire."""
+    worker: int
+    ids: list           # the tables' numbers
+    tables: list        # Table objects named (create: None)
+    ints: np.ndarray    # the function's integer arguments
+    scalars: np.ndarray
+    indices: np.ndarray  # rows (gather, scatter_add), sorted
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    tables: int      # how many tables it names
+    ints: int        # integer arguments (-1: any number)
+    scalars: int
+    run: Callable
+
+
+FUNCTIONS: dict = {}
+MAP_IDS = {name_id(n): f for n, f in elementwise.MAPS.items()}
+ZIP_IDS = {name_id(n): f for n, f in elementwise.ZIPS.items()}
+
+
+def register(name: str, tables: int, ints: int = 0, scalars: int = 0):
+    def add(run):
+        FUNCTIONS[name_id(name)] = Function(name, tables, ints, scalars, run)
+        return run
+    return add
+
+
+class DenseTables:
+    """This server's dense tables, and the DENSE operation for the server's loop."""
+
+    def __init__(self, server_index: int, placement, n_workers: int):
+        self.index = server_index
+        self.placement = placement
+        self.n_workers = n_workers
+        self.tables: dict = {}    # table id -> Table
+        self.rounds: dict = {}    # (table id, round) -> {worker: (rows, values)}
+
+    def nbytes(self) -> int:
+        return sum(t.nbytes() for t in self.tables.values())
+
+    def datasets(self) -> dict:
+        """This server's blocks of every table, as HDF5 datasets: dense/NAME/shape (rows,
+        width, block rows), dense/NAME/blocks (their numbers), dense/NAME/values (their rows,
+        one block after another)."""
+        out = {}
+        for table in sorted(self.tables.values(), key=lambda t: t.name):
+            layout, numbers = table.layout, sorted(table.blocks)
+            out[f"dense/{table.name}/shape"] = np.array(
+                [layout.n, layout.width, layout.block_rows], np.int64)
+            out[f"dense/{table.name}/blocks"] = np.array(numbers, np.int64)
+            out[f"dense/{table.name}/values"] = (np.concatenate([table.blocks[b] for b in numbers])
+                                                 if numbers else np.empty(0))
+        return out
+
+    def create(self, name: str, layout: Layout) -> Table:
+        tid = name_id(name)
+        held = self.tables.get(tid)
+        if held is not None:
+            if held.layout != layout:
+                raise ProtocolError(f"table {name!r} of {layout.n} rows of width "
+                                    f"{layout.width}, which exists with {held.layout.n} rows "
+                                    f"of width {held.layout.width}")
+            return held
+        blocks = {int(b): np.zeros(layout.rows(int(b)) * layout.width)
+                  for b in layout.blocks_of(self.placement, self.index)}
+        self.tables[tid] = table = Table(name, layout, blocks)
+        return table
+
+    def handlers(self, server) -> dict:
+        """The operation dense tables bring to `server`'s loop."""
+        def on_dense(source: int, r, buf) -> None:
+            try:
+                out = self.call(server.roles.worker_index(source), r.header, buf)
+            except ProtocolError as e:
+                raise ProtocolError(f"{server.sender(source)} sent a bad request: {e}; it was "
+                                    f"not applied, and the job stops") from None
+            server.reply(out, source, r.header.ts)
+        return {Op.DENSE: on_dense}
+
+    def call(self, worker: int, header, buf: np.ndarray) -> np.ndarray:
+        """Run one admitted DENSE request of `worker`; its reply (float64)."""
+        ints, scalars, indices, values = protocol.dense_fields(buf, header)
+        function = FUNCTIONS.get(int(ints[0])) if ints.shape[0] else None
+        if function is None:
+            raise ProtocolError(f"DENSE naming no registered function "
+                                f"({int(ints[0]) if ints.shape[0] else 'none'})")
+        named = ints[1:1 + function.tables]
+        args = ints[1 + function.tables:]
+        if named.shape[0] != function.tables or (function.ints >= 0
+                                                 and args.shape[0] != function.ints) \
+                or scalars.shape[0] != function.scalars:
+            raise ProtocolError(f"DENSE {function.name} with {named.shape[0]} table(s), "
+                                f"{args.shape[0]} integer(s) and {scalars.shape[0]} "
+                                f"scalar(s); it takes {function.tables}, {function.ints} and "
+                                f"{function.scalars}")
+        tables = []
+        for tid in named.tolist():
+            if tid not in self.tables and function.name != "create":
+                raise ProtocolError(f"DENSE {function.name} of table {tid}, which does not "
+                                    f"exist on this server")
+            tables.append(self.tables.get(tid))
+        if indices.shape[0] and not (np.diff(indices.astype(np.int64)) > 0).all():
+            raise ProtocolError(f"DENSE {function.name} of rows not in strictly increasing "
+                                f"order")
+        return function.run(self, Call(worker, named.tolist(), tables, args, scalars,
+                                       indices, values))
+
+    def rows_here(self, table: Table, indices: np.ndarray, what: str) -> list:
+        """[(block, first, end, offsets in the block)] for the runs of sorted `indices` in
+        each block; refuses rows this server lacks."""
+        layout = table.layout
+        if indices.shape[0] and int(indices[-1]) >= layout.n:
+            raise ProtocolError(f"DENSE {what} of row {int(indices[-1])} of table "
+                                f"{table.name!r}, which has {layout.n}")
+        rows = indices.astype(np.int64)
+        blocks = rows // layout.block_rows
+        starts = np.flatnonzero(np.diff(blocks, prepend=-1)) if rows.shape[0] else []
+        runs = []
+        for first, end in zip(list(starts), list(starts[1:]) + [rows.shape[0]]):
+            b = int(blocks[first])
+            if b not in table.blocks:
+                raise ProtocolError(f"DENSE {what} of rows of table {table.name!r} in block "
+                                    f"{b}, which another server holds")
+            runs.append((b, first, end, rows[first:end] - b * layout.block_rows))
+        return runs
+
+
+def _same_shape(call: Call, what: str) -> None:
+    first = call.tables[0].layout
+    for t in call.tables[1:]:
+        if (t.layout.n, t.layout.width) != (first.n, first.width):
+            raise ProtocolError(f"DENSE {what} of tables {call.tables[0].name!r} "
+                                f"({first.n} x {first.width}) and {t.name!r} "
+                                f"({t.layout.n} x {t.layout.width})")
+
+
+_NOTHING = np.empty(0)
+
+
+@register("create", tables=1, ints=-1)
+def _create(tables: DenseTables, call: Call) -> np.ndarray:
+    if call.ints.shape[0] < 3:
+        raise ProtocolError("DENSE create without rows, width and block rows")
+    n, width, block_rows = (int(x) for x in call.ints[:3])
+    name = name_of(call.ints[3:])
+    if not (0 < n <= MAX_ROWS and 0 < width <= 1 << 20 and 0 < block_rows <= 1 << 30
+            and 0 < len(name.encode()) <= NAME_LIMIT):
+        raise ProtocolError(f"DENSE create of {n} rows of width {width} in blocks of "
+                            f"{block_rows} named {name!r}")
+    tid = call.ids[0]
+    if tid != name_id(name):
+        raise ProtocolError(f"DENSE create of table {tid} named {name!r}, whose number is "
+                            f"{name_id(name)}")
+    tables.create(name, Layout(n, width, block_rows))
+    return _NOTHING
+
+
+@register("free", tables=1)
+def _free(tables: DenseTables, call: Call) -> np.ndarray:
+    tables.tables.pop(name_id(call.tables[0].name), None)
+    return _NOTHING
+
+
+@register("fill", tables=1, scalars=1)
+def _fill(tables: DenseTables, call: Call) -> np.ndarray:
+    for block in call.tables[0].blocks.values():
+        block.fill(call.scalars[0])
+    return _NOTHING
+
+
+@register("copy", tables=2)
+def _copy(tables: DenseTables, call: Call) -> np.ndarray:
+    """tables[0] = tables[1]."""
+    _same_shape(call, "copy")
+    out, src = call.tables
+    for b, block in out.blocks.items():
+        np.copyto(block, src.blocks[b])
+    return _NOTHING
+
+
+@register("scale", tables=1, scalars=1)
+def _scale(tables: DenseTables, call: Call) -> np.ndarray:
+    for block in call.tables[0].blocks.values():
+        dense.scale(call.scalars[0], block)
+    return _NOTHING
+
+
+@register("axpy", tables=2, scalars=1)
+def _axpy(tables: DenseTables, call: Call) -> np.ndarray:
+    """tables[0] += a * tables[1]."""
+    _same_shape(call, "axpy")
+    y, x = call.tables
+    for b, block in y.blocks.items():
+        dense.axpy(call.scalars[0], x.blocks[b], block)
+    return _NOTHING
+
+
+@register("dot", tables=2)
+def _dot(tables: DenseTables, call: Call) -> np.ndarray:
+    _same_shape(call, "dot")
+    x, y = call.tables
+    return np.array([sum(dense.dot(block, y.blocks[b]) for b, block in sorted(x.blocks.items()))])
+
+
+@register("nrm2", tables=1)
+def _nrm2(tables: DenseTables, call: Call) -> np.ndarray:
+    """This server's sum of squares (the client takes the root of the total)."""
+    x = call.tables[0]
+    return np.array([sum(dense.dot(block, block) for _, block in sorted(x.blocks.items()))])
+
+
+@register("sum", tables=1)
+def _sum(tables: DenseTables, call: Call) -> np.ndarray:
+    return np.array([sum(dense.total(block) for _, block in sorted(call.tables[0].blocks.items()))])
+
+
+@register("map", tables=2, ints=1, scalars=1)
+def _map(tables: DenseTables, call: Call) -> np.ndarray:
+    """tables[0] = f(tables[1], a) for a function of elementwise.MAPS."""
+    kernel = MAP_IDS.get(int(call.ints[0]))
+    if kernel is None:
+        raise ProtocolError(f"DENSE map with no function numbered {int(call.ints[0])}")
+    _same_shape(call, "map")
+    out, x = call.tables
+    for b, block in out.blocks.items():
+        kernel(x.blocks[b], block, call.scalars[0])
+    return _NOTHING
+
+
+@register("zip", tables=3, ints=1, scalars=1)
+def _zip(tables: DenseTables, call: Call) -> np.ndarray:
+    """tables[0] = f(tables[1], tables[2], a) for a function of elementwise.ZIPS."""
+    kernel = ZIP_IDS.get(int(call.ints[0]))
+    if kernel is None:
+        raise ProtocolError(f"DENSE zip with no function numbered {int(call.ints[0])}")
+    _same_shape(call, "zip")
+    out, x, y = call.tables
+    for b, block in out.blocks.items():
+        kernel(x.blocks[b], y.blocks[b], block, call.scalars[0])
+    return _NOTHING
+
+
+@register("gather", tables=1)
+def _gather(tables: DenseTables, call: Call) -> np.ndarray:
+    table = call.tables[0]
+    width = table.layout.width
+    out = np.empty((call.indices.shape[0], width))
+    for b, first, end, offsets in tables.rows_here(table, call.indices, "gather"):
+        out[first:end] = table.blocks[b].reshape(-1, width)[offsets]
+    return out.reshape(-1)
+
+
+@register("scatter_add", tables=1, ints=2)
+def _scatter_add(tables: DenseTables, call: Call) -> np.ndarray:
+    """tables[0][rows] += values. Integers: the round and how many workers add to it; a
+    round's additions apply once all have arrived, in worker order, so that the sum has
+    the same bits whatever order they arrived in."""
+    table = call.tables[0]
+    round_, contributors = (int(x) for x in call.ints)
+    if not 0 < contributors <= tables.n_workers:
+        raise ProtocolError(f"DENSE scatter_add awaiting {contributors} workers; the job has "
+                            f"{tables.n_workers}")
+    if call.values.shape[0] != call.indices.shape[0] * table.layout.width:
+        raise ProtocolError(f"DENSE scatter_add of {call.indices.shape[0]} rows with "
+                            f"{call.values.shape[0]} values; table {table.name!r} has width "
+                            f"{table.layout.width}")
+    runs = tables.rows_here(table, call.indices, "scatter_add")
+    key = (name_id(table.name), round_)
+    pending = tables.rounds.setdefault(key, {})
+    if call.worker in pending:
+        raise ProtocolError(f"DENSE scatter_add to round {round_} of table {table.name!r} "
+                            f"twice")
+    pending[call.worker] = (runs, call.values.copy())
+    if len(pending) == contributors:
+        width = table.layout.width
+        for worker in sorted(pending):
+            runs, values = pending[worker]
+            values = values.reshape(-1, width)
+            for b, first, end, offsets in runs:
+                table.blocks[b].reshape(-1, width)[offsets] += values[first:end]
+        del tables.rounds[key]
+    return _NOTHING

@@ -1,0 +1,136 @@
+"""The worker side of a full-batch job (--solver lbfgs): each worker holds its part of the
+training data in memory, its features mapped to the coordinates of a dense weight vector
+(key mod --dim; the bias is coordinate --dim). Worker 0 drives the solver (lbfgs); every
+evaluation of the objective is every worker's gather of the point at its coordinates, its
+part of the logistic gradient, and a scatter_add of it into the gradient table, started by
+the driver's word on the workers' communicator. No rank holds the weight vector.
+"""
+import logging
+import math
+
+import numpy as np
+from mpi4py import MPI
+
+from . import lbfgs, summary
+from .bounded import wait_all
+from .client import KVWorker
+from .config import TrainConfig
+from .data import Rows
+from .dense import DenseClient
+from .denserows import Part
+from .errors import InputError
+from .roles import Roles
+from .shards import open_shard
+from .startup import ready
+
+log = logging.getLogger("mpips")
+
+DONE, EVALUATE = 0, 1
+READ_ROWS = 1 << 16
+
+
+def read_part(path: str, part: int, parts: int, dim: int, bias: bool, skip_bad: bool):
+    """(Part, bad lines) of part `part` of `parts` of a dataset."""
+    try:
+        shard = open_shard(path, part, parts, skip_bad=skip_bad)
+        batches = list(shard.minibatches(READ_ROWS))
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror or e}") from None
+    rows = Rows.concat(batches) if batches else Rows(
+        np.empty(0, np.float32), np.zeros(1, np.int64), np.empty(0, np.uint64),
+        np.empty(0, np.float32))
+    return Part(rows, dim, bias), shard.bad_lines
+
+
+def solve(cfg: TrainConfig, roles: Roles, placement, failover: bool):
+    """This worker's part of a full-batch job; (record, test margins, labels, hold times,
+    the solver's steps: float64[k, 6] on the driver)."""
+    kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
+    ps = DenseClient(kv)
+    group, n_workers = roles.group, len(roles.workers)
+    driver = roles.index == 0
+    loaded = []
+    ready(roles.comm, cfg.timeout, lambda: loaded.append(read_part(
+        cfg.train, roles.index, n_workers, cfg.dim, cfg.bias, cfg.skip_bad_lines)))
+    part, bad_lines = loaded[0]
+    counts = np.zeros(n_workers, np.int64)
+    wait_all([group.Iallgather(np.array([part.n_rows], np.int64), counts)], cfg.timeout,
+             lambda: "every worker's count of rows")
+    n_total = int(counts.sum())
+    names = lbfgs.tables(cfg.history, cfg.optimizer.l1)
+    tables = {name: ps.dense(name, cfg.dim + 1) for name in names}
+    start = MPI.Wtime()
+
+    def share(point, gradient) -> float:
+        loss, grad = part.loss_and_gradient(point.gather(part.coords))
+        gradient.scatter_add(part.coords, grad / n_total, workers=n_workers)
+        losses = np.empty(n_workers) if driver else None
+        wait_all([group.Igather(np.array([loss]), losses, root=0)], cfg.timeout,
+                 lambda: "every worker's loss")
+        return float(losses.sum()) / n_total if driver else math.nan
+
+    def word(*fields) -> np.ndarray:
+        """The driver's word to the others: DONE, or EVALUATE a point into a gradient."""
+        buf = np.array(fields if driver else (0, 0, 0), np.int64)
+        wait_all([group.Ibcast(buf, root=0)], cfg.timeout,
+                 lambda: "worker 0 (the solver's driver) to say what comes next")
+        return buf
+
+    def evaluate(point, gradient) -> float:
+        gradient.fill(0.0)
+        word(EVALUATE, names.index(point.name), names.index(gradient.name))
+        f = share(point, gradient)
+        if cfg.optimizer.l2:
+            f += 0.5 * cfg.optimizer.l2 * point.dot(point)
+            gradient.axpy(cfg.optimizer.l2, point)
+        return f
+
+    steps = []
+    if driver:
+        settings = lbfgs.Settings(memory=cfg.history, l1=cfg.optimizer.l1, max_iter=cfg.max_iter,
+                                  tol=cfg.tol)
+        roles_now = dict(tables)   # minimize swaps the roles of w and w_trial, g and g_trial
+        steps = lbfgs.minimize(roles_now, evaluate, settings, report=_say)
+        weights = roles_now["w"]
+        mean_loss = evaluate(weights, roles_now["g_trial"])
+        if cfg.optimizer.l2:
+            mean_loss -= 0.5 * cfg.optimizer.l2 * weights.dot(weights)
+        if weights is not tables["w"]:   # the model is table w
+            weights = tables["w"].copy(weights)
+        for name in names[1:]:
+            tables[name].free()
+        word(DONE, 0, 0)
+    else:
+        while True:
+            command, point, gradient = (int(x) for x in word())
+            if command == DONE:
+                break
+            share(tables[names[point]], tables[names[gradient]])
+        weights, mean_loss = tables["w"], math.nan
+    train_s = MPI.Wtime() - start
+    kv.finish()
+    wait_all([group.Ibarrier()], cfg.timeout, lambda: "the other workers to finish")
+    margins, labels, bad_test = (np.empty(0), np.empty(0, np.float32), 0)
+    if cfg.test:
+        test, bad_test = read_part(cfg.test, roles.index, n_workers, cfg.dim, cfg.bias,
+                                   cfg.skip_bad_lines)
+        margins, labels = test.margins(weights.gather(test.coords)), test.labels
+    kv.close()
+    r = summary.new_record()
+    r["examples"] = part.n_rows
+    r["train_loss"] = mean_loss * n_total if driver else 0.0
+    r["train_s"] = train_s
+    r["wait_s"] = kv.wait_s
+    r["bytes_sent"] = r["train_bytes"] = kv.bytes_sent
+    r["bad_lines"] = bad_lines + bad_test
+    r["test_rows"] = margins.shape[0]
+    r["stopped_at"] = -1
+    r["solver_steps"] = len(steps)
+    trace = np.array([list(s) for s in steps], np.float64).reshape(-1, len(lbfgs.Step._fields))
+    return r, margins, labels, np.zeros(n_workers), trace
+
+
+def _say(step: lbfgs.Step) -> None:
+    log.info("iteration %d: objective %.10g, gradient norm %.3g, step %.3g, %d evaluations, "
+             "%.2f s", step.iteration, step.objective, step.gradient_norm, step.step,
+             step.evaluations, step.seconds)
