@@ -264,6 +264,10 @@ class KVWorker:
                 raise CannotFailOver(f"a server died during {what}: dense tables have no "
                                      f"copies yet") from None
             raise
+        except WaitTimeout as e:
+            silent = [self._servers[r.server] for r in pending.replies
+                      if not (r.done or r.request.Test())]
+            raise WaitTimeout(f"{e}; no reply yet from server rank(s) {silent}") from None
 
     def status(self, timeout: float | None = None) -> dict:
         """The first server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""

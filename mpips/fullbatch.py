@@ -20,6 +20,7 @@ from .dense import DenseClient
 from .denserows import Part
 from .errors import InputError
 from .roles import Roles
+from .worker_side import saving_on_failure
 from .shards import open_shard
 from .startup import ready
 
@@ -46,6 +47,11 @@ def solve(cfg: TrainConfig, roles: Roles, placement, failover: bool):
     """This worker's part of a full-batch job; (record, test margins, labels, hold times,
     the solver's steps: float64[k, 6] on the driver)."""
     kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
+    with saving_on_failure(roles, kv, cfg.timeout):
+        return _solve(cfg, roles, kv)
+
+
+def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     ps = DenseClient(kv)
     group, n_workers = roles.group, len(roles.workers)
     driver = roles.index == 0
@@ -64,10 +70,7 @@ def solve(cfg: TrainConfig, roles: Roles, placement, failover: bool):
     def share(point, gradient) -> float:
         loss, grad = part.loss_and_gradient(point.gather(part.coords))
         gradient.scatter_add(part.coords, grad / n_total, workers=n_workers)
-        losses = np.empty(n_workers) if driver else None
-        wait_all([group.Igather(np.array([loss]), losses, root=0)], cfg.timeout,
-                 lambda: "every worker's loss")
-        return float(losses.sum()) / n_total if driver else math.nan
+        return _sum_at_driver(group, loss, cfg.timeout) / n_total
 
     def word(*fields) -> np.ndarray:
         """The driver's word to the others: DONE, or EVALUATE a point into a gradient."""
@@ -128,6 +131,25 @@ def solve(cfg: TrainConfig, roles: Roles, placement, failover: bool):
     r["solver_steps"] = len(steps)
     trace = np.array([list(s) for s in steps], np.float64).reshape(-1, len(lbfgs.Step._fields))
     return r, margins, labels, np.zeros(n_workers), trace
+
+
+LOSS_TAG = 7
+
+
+def _sum_at_driver(group, value: float, timeout: float) -> float:
+    """The sum over workers of `value`, in worker order, on worker 0 (nan elsewhere); a
+    worker that does not send its part in time is named."""
+    if group.rank != 0:
+        wait_all([group.Isend(np.array([value]), 0, LOSS_TAG)], timeout,
+                 lambda: "worker 0 (the solver's driver) to take this worker's loss")
+        return math.nan
+    parts = np.empty(group.size)
+    parts[0] = value
+    requests = [group.Irecv(parts[w:w + 1], w, LOSS_TAG) for w in range(1, group.size)]
+    wait_all(requests, timeout, lambda: f"the losses of worker(s) "
+             f"{[w for w, r in enumerate(requests, 1) if not r.Test()]} at this point: "
+             f"they said nothing for --timeout {timeout:g} s")
+    return float(parts.sum())
 
 
 def _say(step: lbfgs.Step) -> None:

@@ -15,6 +15,7 @@ from .checkpointing import Checkpoints
 from .client import tell_servers_to_save
 from .clocks import FINISHED, ClockTable
 from .config import TrainConfig
+from .densetables import DenseTables
 from .errors import ConfigError, Interrupted, MpipsError, SaveError
 from .failover import CannotFailOver
 from .files import keep_trying, write_hdf5
@@ -78,6 +79,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
            failover: bool, failures: list, hot: bool = False):
     """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies."""
     store = KVStore(width=1, optimizer=cfg.optimizer)
+    dense = DenseTables(roles.index, placement, len(roles.workers))
     own = PrimaryKeys(store, placement, roles.index)   # what this server writes
     clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
     positions = checkpoint.positions(resume)
@@ -124,7 +126,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         try:
             path = save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
                               {**attrs, "complete": False, "note": "; then ".join(reasons)},
-                              clocks.longest, ranges=own.ranges())
+                              clocks.longest, ranges=own.ranges(), dense=dense.datasets())
         except SaveError as e:
             log.error("could not save the %d keys trained so far: %s%s", len(own), e,
                       _checkpoints_hint(cfg))
@@ -146,9 +148,9 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     checkpoints = Checkpoints(cfg.checkpoint_every, cfg.checkpoint_seconds, roles.index == 0,
                               len(roles.servers), cfg.max_staleness == 0, positions)
     server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
-                    record_pulls=cfg.record_pulls, checkpoints=checkpoints, placement=placement,
-                    failover=failover, workers_fail_over=hot, epochs=cfg.epochs,
-                    parts=spans(cfg.train, len(roles.workers)) if hot else (),
+                    dense=dense, record_pulls=cfg.record_pulls, checkpoints=checkpoints,
+                    placement=placement, failover=failover, workers_fail_over=hot,
+                    epochs=cfg.epochs, parts=spans(cfg.train, len(roles.workers)) if hot else (),
                     deaths=checkpoint.deaths(resume))
     t0 = started[0] = ready(roles.comm, cfg.timeout, load)
     if progress:
@@ -178,7 +180,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     try:
         keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
                                        saved, clocks.longest, ranges=own.ranges(),
-                                       dense=server.dense.datasets()),
+                                       dense=dense.datasets()),
                     cfg.disk_wait, "the trained model")
     except SaveError as e:
         raise SaveError(f"the model of server {roles.index} ({len(own):,} keys) could not be "
@@ -197,7 +199,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["bytes_sent"] = stats.bytes_sent
     r["keys"] = len(own)
     r["copies"] = len(store)   # with backups' keys
-    r["table_bytes"] = store.nbytes + server.dense.nbytes()
+    r["table_bytes"] = store.nbytes + dense.nbytes()
     r["pulls_held"] = stats.pulls_held
     r["max_gap"] = clocks.max_gap
     r["busy_s"] = stats.busy_s

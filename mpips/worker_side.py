@@ -2,6 +2,7 @@
 weights, gradients pushed (a clock each), a stop or a divergence said in time, then its part
 of the test file scored with the final model.
 """
+import contextlib
 import logging
 import math
 import time
@@ -34,9 +35,16 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
     """`failover`: a dead server's requests go to its keys' living copies; `hot` (under
     ULFM): take shares of dead workers' rows when the lead server hands them on."""
     kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
-    try:
+    with saving_on_failure(roles, kv, cfg.timeout):
         return _train_and_score(cfg, roles, kv, checkpoint.positions(resume).get(roles.index),
                                 checkpoint.deaths(resume), hot)
+
+
+@contextlib.contextmanager
+def saving_on_failure(roles: Roles, kv: KVWorker, timeout: float):
+    """When this worker fails, the servers save what they hold before the job stops."""
+    try:
+        yield
     except Exception as e:
         if isinstance(e, ConfigError):
             raise   # every rank stops with it, before training
@@ -44,7 +52,7 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
         if not isinstance(e, (Interrupted, CannotFailOver)):
             living = [r for i, r in enumerate(roles.servers) if i not in kv.placement.dead]
             try:
-                tell_servers_to_save(roles.comm, living, reason, cfg.timeout)
+                tell_servers_to_save(roles.comm, living, reason, timeout)
             except (MpipsError, MPI.Exception) as again:
                 log.error("could not reach the servers to save the model: %s", again)
         raise

@@ -111,3 +111,18 @@ def test_a_killed_server_with_copies_but_no_ulfm_falls_back_to_its_checkpoint(
     ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
     np.testing.assert_array_equal(ours[0], theirs[0])
     np.testing.assert_array_equal(ours[1], theirs[1])
+
+
+@pytest.mark.parametrize("rank, says", [
+    (3, "the losses of worker(s) [1] at this point: they said nothing for --timeout 4 s"),
+    (1, "no reply yet from server rank(s) [1]")], ids=["worker-1", "server-1"])
+def test_a_frozen_rank_of_a_full_batch_job_fails_it_within_the_bound_naming_it(
+        small_data, tmp_path, rank, says):
+    run = tmp_path / "run"
+    job = WatchedJob(4, "train", "--train", small_data[0], "--out", run, "--servers", 2,
+                     "--solver", "lbfgs", "--tol", 0, "--max-iter", 100000, "--timeout", 4)
+    job.wait_for("iteration 3:")
+    with frozen(pid_of_rank(run, rank)):
+        ended = job.finish(timeout=60)
+    assert ended.returncode != 0
+    assert says in ended.output

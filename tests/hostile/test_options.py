@@ -28,6 +28,16 @@ REFUSED = [
      "argument --average-after: '-2': give epochs >= 0, or off"),
     (("--optimizer", "sgd", "--average-after", "never"),
      "argument --average-after: 'never' is not a number"),
+    (("--l1", "0.1"), "--l1 needs --optimizer ftrl or --solver lbfgs (got --optimizer adagrad)"),
+    (("--solver", "newton"), "argument --solver: invalid choice: 'newton'"),
+    (("--solver", "lbfgs", "--consistency", "asp"), "--solver lbfgs does not take "
+                                                    "--consistency asp"),
+    (("--solver", "lbfgs", "--servers", "2", "--replicas", "2"),
+     "--solver lbfgs does not take --replicas 2"),
+    (("--solver", "lbfgs", "--epochs", "3"), "--solver lbfgs does not take --epochs 3"),
+    (("--solver", "lbfgs", "--dim", "0"), "--dim must be from 1 to 1099511627775, got 0"),
+    (("--solver", "lbfgs", "--history", "0"), "--history must be from 1 to 1000, got 0"),
+    (("--solver", "lbfgs", "--tol", "-1"), "--tol must be from 0 to 1, got -1.0"),
 ]
 
 

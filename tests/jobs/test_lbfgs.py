@@ -1,0 +1,111 @@
+"""--solver lbfgs: full-batch L-BFGS (OWL-QN with --l1) over dense tables, against
+scikit-learn on the same objective, mean logloss + l2/2 |w|^2 (+ l1 |w|_1), on a one-hot
+census-like set and on real-valued features; deterministic from run to run."""
+import glob
+
+import h5py
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import read_summary, run_job, run_mpips
+from sklearn.linear_model import LogisticRegression
+
+from mpips.evaluate import read_rows
+
+L2, L1, DIM = 1e-3, 3e-3, 4096
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = {}
+    for kind in ("census", "dense"):
+        prefix = tmp_path_factory.mktemp(kind) / kind
+        job = run_mpips("make-data", "--kind", kind, "--rows", 6000, "--test-rows", 2000,
+                        "--seed", 2, prefix)
+        assert job.returncode == 0, job.output
+        out[kind] = (f"{prefix}.train.svm", f"{prefix}.test.svm")
+    return out
+
+
+def objective(path: str, w: np.ndarray, l1: float = 0.0) -> float:
+    X, y = design(path)
+    z = X @ w
+    return float(np.mean(np.logaddexp(0, z) - y * z) + L2 / 2 * w @ w + l1 * np.abs(w).sum())
+
+
+def design(path: str):
+    """The rows as mpips sees them: feature key mod DIM, the bias as coordinate DIM."""
+    rows = read_rows(path)
+    n = len(rows)
+    cols = np.concatenate([(rows.indices % np.uint64(DIM)).astype(np.int64),
+                           np.full(n, DIM)])
+    which = np.concatenate([np.repeat(np.arange(n), np.diff(rows.indptr)), np.arange(n)])
+    vals = np.concatenate([rows.values.astype(np.float64), np.ones(n)])
+    return sp.csr_matrix((vals, (which, cols)), shape=(n, DIM + 1)), rows.labels.astype(float)
+
+
+def sklearn_optimum(path: str, l1: float = 0.0) -> float:
+    X, y = design(path)
+    if l1:
+        model = LogisticRegression(l1_ratio=l1 / (l1 + L2), C=1 / ((l1 + L2) * len(y)),
+                                   solver="saga", fit_intercept=False, tol=1e-10,
+                                   max_iter=100000)
+    else:
+        model = LogisticRegression(C=1 / (L2 * len(y)), fit_intercept=False, tol=1e-12,
+                                   max_iter=100000)
+    return objective(path, model.fit(X, y).coef_.ravel(), l1)
+
+
+def train(train_path: str, out, *extra, servers: int = 2, ranks: int = 4):
+    job = run_job(ranks, "train", "--servers", servers, "--solver", "lbfgs", "--l2", L2,
+                  "--dim", DIM, "--train", train_path, "--out", out, *extra, timeout=300)
+    assert job.returncode == 0, job.output
+    return read_summary(out)
+
+
+def model(run_dir) -> np.ndarray:
+    """Table w from every server's file, put together."""
+    w = np.full(DIM + 1, np.nan)
+    for path in sorted(glob.glob(f"{run_dir}/model/server-*.h5")):
+        with h5py.File(path) as f:
+            n, width, block_rows = f["dense/w/shape"][()]
+            values, at = f["dense/w/values"][()], 0
+            for b in f["dense/w/blocks"][()]:
+                rows = min(block_rows, n - b * block_rows)
+                w[b * block_rows:b * block_rows + rows] = values[at:at + rows]
+                at += rows
+            assert "dense/g/shape" not in f, "only the model is kept: the solver's tables go"
+    assert not np.isnan(w).any(), "every block written once"
+    return w
+
+
+@pytest.mark.parametrize("kind", ["census", "dense"])
+def test_lbfgs_reaches_scikit_learns_objective(data, tmp_path, kind):
+    summary = train(data[kind][0], tmp_path / "run", "--test", data[kind][1])
+    best = sklearn_optimum(data[kind][0])
+    mine = objective(data[kind][0], model(tmp_path / "run"))
+    assert mine == pytest.approx(summary["solver"]["objective"], rel=1e-9), \
+        "the saved model is the one the solver reported"
+    assert abs(mine - best) / best <= 1e-6, (mine, best)
+    objectives = [s["objective"] for s in summary["solver"]["steps"]]
+    assert all(b <= a for a, b in zip(objectives, objectives[1:])), "each step descends"
+    assert summary["test_examples"] == 2000 and summary["test_logloss"] < 0.7
+
+
+def test_owlqn_reaches_the_l1_optimum_with_exact_zeros(data, tmp_path):
+    train(data["census"][0], tmp_path / "run", "--l1", L1)
+    w = model(tmp_path / "run")
+    best = sklearn_optimum(data["census"][0], L1)
+    mine = objective(data["census"][0], w, L1)
+    assert mine <= best * (1 + 1e-6), (mine, best)
+    used = np.unique(design(data["census"][0])[0].indices)
+    assert 0 < np.count_nonzero(w[used]) < used.shape[0] * 0.9, "L1 zeroes some weights"
+
+
+def test_the_same_job_gives_the_same_bits(data, tmp_path):
+    """Sums over workers and servers are taken in a fixed order: two runs agree to the bit,
+    with three workers whose rows arrive in any order."""
+    first = train(data["census"][0], tmp_path / "a", ranks=5)
+    second = train(data["census"][0], tmp_path / "b", ranks=5)
+    np.testing.assert_array_equal(model(tmp_path / "a"), model(tmp_path / "b"))
+    assert first["solver"]["objective"] == second["solver"]["objective"]

@@ -1,0 +1,83 @@
+"""The dense-table API against real servers: 4 ranks, 2 servers + 2 workers.
+
+Run with: mpiexec -n 4 python -m pytest --with-mpi tests/mpi
+"""
+import numpy as np
+import pytest
+from mpi4py import MPI
+from serving import serve
+
+from mpips.client import KVWorker
+from mpips.dense import DenseClient
+from mpips.roles import split
+
+pytestmark = pytest.mark.mpi(min_size=4)
+
+N, BLOCK = 1000, 64   # 16 blocks, 8 on each server
+
+
+def test_each_operation_runs_on_the_servers_as_numpy_on_the_whole_vector():
+    roles = split(2, MPI.COMM_WORLD)
+    try:
+        if roles.is_server:
+            server = serve(roles)
+            held = {name: sum(b.shape[0] for b in t.blocks.values())
+                    for name, t in ((t.name, t) for t in server.dense.tables.values())}
+            assert 0 < held["x"] < N, "each server holds part of each table, not all of it"
+        else:
+            kv = KVWorker(roles, timeout=60)
+            ps = DenseClient(kv)
+            x, y, z = (ps.dense(name, N, block_rows=BLOCK) for name in "xyz")
+            rng = np.random.default_rng(7)
+            xs, ys = rng.normal(size=N), rng.normal(size=N)
+            rows = np.arange(N)
+            if roles.index == 0:
+                x.scatter_add(rows, xs)
+                y.scatter_add(rows, ys)
+                np.testing.assert_array_equal(x.gather(rows), xs)
+                assert x.dot(y) == pytest.approx(xs @ ys, rel=1e-13)
+                assert x.nrm2() == pytest.approx(np.linalg.norm(xs), rel=1e-13)
+                assert x.sum() == pytest.approx(xs.sum(), rel=1e-12)
+                z.copy(x).axpy(-2.0, y).scale(0.5)
+                np.testing.assert_array_equal(z.gather(rows), 0.5 * (xs + -2.0 * ys))
+                z.zip("multiply", x, y)
+                np.testing.assert_array_equal(z.gather(rows), xs * ys)
+                z.map("abs", x)
+                some = np.array([3, 64, 65, 999])
+                np.testing.assert_array_equal(z.gather(some), np.abs(xs[some]))
+                with pytest.raises(ValueError, match="sorted, unique and below 1000"):
+                    x.gather(np.array([5, 1000]))
+                with pytest.raises(ValueError, match="no element-wise function 'cube'"):
+                    z.map("cube", x)
+                with pytest.raises(ValueError, match="differ in shape"):
+                    z.axpy(1.0, ps.dense("short", 10))
+            kv.finish()
+            kv.close()
+    finally:
+        roles.free()
+
+
+def test_a_sum_over_workers_has_the_same_bits_whatever_arrives_first():
+    """1 + 1e-16 - 1: worker 1's -1 arrives first (worker 0 waits for it), yet the servers add
+    in worker order and the result is 0, not 1e-16."""
+    roles = split(2, MPI.COMM_WORLD)
+    try:
+        if roles.is_server:
+            serve(roles)
+        else:
+            kv = KVWorker(roles, timeout=60)
+            g = DenseClient(kv).dense("g", N, block_rows=BLOCK)
+            rows = np.arange(N)
+            if roles.index == 0:
+                g.fill(1.0)
+            roles.group.Barrier()
+            if roles.index == 1:
+                g.scatter_add(rows, np.full(N, -1.0), workers=2)
+            roles.group.Barrier()
+            if roles.index == 0:
+                g.scatter_add(rows, np.full(N, 1e-16), workers=2)
+                assert (g.gather(rows) == 0.0).all()
+            kv.finish()
+            kv.close()
+    finally:
+        roles.free()
