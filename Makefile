@@ -73,6 +73,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 bench: $(VENV)/.installed-bench
 	$(PY) bench/workers.py
 	$(PY) bench/replicas.py
+	$(PY) bench/dense.py
 	$(PY) bench/soak.py
 	$(PY) bench/consistency.py
 	$(PY) bench/throughput.py
