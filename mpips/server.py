@@ -33,6 +33,7 @@ from .clocks import FINISHED, ClockTable
 from .densetables import DenseTables
 from .errors import ProtocolError, WaitTimeout
 from .failover import CannotFailOver, dead_ranks, is_failure
+from .optimizer import Optimizer
 from .placement import Placement
 from .progress import Progress
 from .protocol import Op, Report
@@ -617,12 +618,13 @@ class Server:
             self._replies = [(r, b, d) for r, b, d in self._replies if not r.Test()]
 
 
-def serve(roles, optimizer, width: int = 1, staleness: int | None = 0,
-          timeout: float = 600.0) -> Server:
+def serve(roles, optimizer: Optimizer | None = None, width: int = 1,
+          staleness: int | None = 0, timeout: float = 600.0) -> Server:
     """Serve as this rank's part of the parameter server until every worker has closed, with
-    this optimizer and consistency (staleness 0: BSP, s: SSP, None: ASP); returns the server,
-    for its store. For scripts that use KVWorker directly; training jobs build their own."""
-    server = Server(roles, KVStore(width=width, optimizer=optimizer),
+    this optimizer (by default AdaGrad, rate 0.1) and consistency (staleness 0: BSP, s: SSP,
+    None: ASP); returns the server, for its store and dense tables. For scripts that use
+    KVWorker and DenseClient directly; training jobs build their own."""
+    server = Server(roles, KVStore(width=width, optimizer=optimizer or Optimizer("adagrad", lr=0.1)),
                     ClockTable(len(roles.workers), staleness), timeout=timeout)
     server.run()
     return server
