@@ -624,7 +624,8 @@ def serve(roles, optimizer: Optimizer | None = None, width: int = 1,
     this optimizer (by default AdaGrad, rate 0.1) and consistency (staleness 0: BSP, s: SSP,
     None: ASP); returns the server, for its store and dense tables. For scripts that use
     KVWorker and DenseClient directly; training jobs build their own."""
-    server = Server(roles, KVStore(width=width, optimizer=optimizer or Optimizer("adagrad", lr=0.1)),
+    optimizer = optimizer or Optimizer("adagrad", lr=0.1)
+    server = Server(roles, KVStore(width=width, optimizer=optimizer),
                     ClockTable(len(roles.workers), staleness), timeout=timeout)
     server.run()
     return server
