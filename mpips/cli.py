@@ -183,6 +183,11 @@ def _train_parser(sub):
         "rank holds the model. Each worker keeps its rows in memory; a feature is coordinate "
         "key mod --dim, the bias coordinate --dim. Worker 0 drives; the job's log has one line "
         "per iteration and summary.json the objective over time")
+    job.add_argument("--max-rank-memory", type=_size, metavar="SIZE",
+                     help="bytes each rank may hold in its tables (servers) and rows (a "
+                          "full-batch worker), such as 512M or 4G: an allocation past it stops "
+                          "the job naming what asked; summary.json reports each rank's peak "
+                          "(default: no limit)")
     full.add_argument("--solver", choices=("minibatch", "lbfgs"), default="minibatch",
                       help="minibatch: the servers' optimizers, a push per minibatch "
                            "(default); lbfgs: full batch over dense tables")
@@ -196,6 +201,14 @@ def _train_parser(sub):
                       help="stop when an iteration lowers the objective by less than this, "
                            "relatively (default: 1e-10)")
     p.set_defaults(run=_run_train)
+
+
+def _size(text: str) -> int:
+    from .budget import parse_bytes
+    try:
+        return parse_bytes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _straggler(text: str):
@@ -423,7 +436,8 @@ def _run_train(args) -> None:
                               allow_changed_data=args.allow_changed_data, timeout=args.timeout,
                               disk_wait=args.disk_wait, log_every=args.log_every,
                               solver=args.solver, dim=args.dim, history=args.history,
-                              max_iter=args.max_iter, tol=args.tol)
+                              max_iter=args.max_iter, tol=args.tol,
+                              max_rank_memory=args.max_rank_memory)
             train(cfg, world)
         except ConfigError as e:
             # Every rank raises the same error before any work starts: exit together, print once.

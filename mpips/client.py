@@ -453,9 +453,12 @@ class KVWorker:
         self._broadcast(Op.BYE)
 
 
-def tell_servers_to_save(comm: MPI.Intracomm, servers, reason: str, timeout: float) -> None:
+def tell_servers_to_save(comm: MPI.Intracomm, servers, reason: str, timeout: float,
+                         answering: bool = False) -> None:
     """Tell each server in `servers` (ranks) that the job is failing, and wait until each has
-    saved its shard and acknowledged. Used by a failing worker, or server for the others."""
+    saved its shard and acknowledged. Used by a failing worker, or server for the others: a
+    failing server is `answering` meanwhile, acknowledging the others' word, since they may
+    be failing at once and waiting for it (it has saved already)."""
     text = np.frombuffer(reason.encode("utf-8"), np.uint8)
     header = protocol.Header(Op.ERROR)
     message = protocol.pack(header, text)
@@ -464,5 +467,22 @@ def tell_servers_to_save(comm: MPI.Intracomm, servers, reason: str, timeout: flo
     for i, server in enumerate(servers):
         requests.append(comm.Isend(message, server, protocol.REQUEST_TAG))
         requests.append(comm.Irecv(acks[i:i + 1], server, protocol.ERROR_ACK_TAG))
-    wait_all(requests, timeout,
-             lambda: f"server rank(s) {list(servers)} to save their shards after an error")
+    answers = []
+
+    def done() -> bool:
+        if answering:
+            for server in servers:
+                probed = MPI.Status()
+                found = comm.Improbe(server, protocol.REQUEST_TAG, probed)
+                if found is None:
+                    continue
+                buf = np.empty(probed.Get_count(MPI.BYTE), np.uint8)
+                found.Recv(buf)   # the job is failing: anything but its word is moot
+                if buf.shape[0] >= protocol.HEADER_BYTES and \
+                        protocol.header(buf).op == Op.ERROR:
+                    answers.append(comm.Isend(np.ones(1, np.int64), server,
+                                              protocol.ERROR_ACK_TAG))
+        return MPI.Request.Testall(requests) and MPI.Request.Testall(answers)
+
+    wait_until(done, timeout,
+               lambda: f"server rank(s) {list(servers)} to save their shards after an error")

@@ -47,6 +47,7 @@ class TrainConfig:
     history: int = 10               # lbfgs: pairs of the inverse Hessian's approximation
     max_iter: int = 500             # lbfgs
     tol: float = 1e-10              # lbfgs: stop when an iteration gains less (relative)
+    max_rank_memory: int | None = None   # bytes a rank may hold in its tables and rows
 
     def check(self, n_ranks: int) -> None:
         """Raise ConfigError for anything wrong that every rank can see the same way."""
@@ -87,6 +88,9 @@ class TrainConfig:
         if self.snapshot_every is not None and not self.snapshot_every > 0:
             raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
         self._check_solver()
+        if self.max_rank_memory is not None and self.max_rank_memory < 1 << 20:
+            raise ConfigError(f"--max-rank-memory must be at least 1M, got "
+                              f"{self.max_rank_memory} bytes")
         check_input(self.train, "--train")
         if self.test is not None:
             check_input(self.test, "--test")

@@ -20,6 +20,10 @@ class Part:
         self.indptr, self.values, self.labels = rows.indptr, rows.values, rows.labels
         self.n_rows = len(rows)
 
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.coords, self.cols, self.indptr, self.values,
+                                      self.labels))
+
     def loss_and_gradient(self, w: np.ndarray):
         """(summed logloss, gradient summed over the rows) at weights w[coords]."""
         grad = np.empty(self.coords.shape[0])

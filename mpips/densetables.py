@@ -17,6 +17,7 @@ import numpy as np
 
 from . import protocol
 from .blocks import MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
+from .budget import Budget
 from .errors import ProtocolError
 from .kernels import dense, elementwise
 from .protocol import Op
@@ -68,8 +69,11 @@ def register(name: str, tables: int, ints: int = 0, scalars: int = 0):
 class DenseTables:
     """This server's dense tables, and the DENSE operation for the server's loop."""
 
-    def __init__(self, server_index: int, placement, n_workers: int):
+    def __init__(self, server_index: int, placement, n_workers: int,
+                 budget: Budget | None = None):
+        """`budget`: counts the blocks' bytes (--max-rank-memory)."""
         self.index = server_index
+        self.budget = budget or Budget()
         self.placement = placement
         self.n_workers = n_workers
         self.tables: dict = {}    # table id -> Table
@@ -101,8 +105,11 @@ class DenseTables:
                                     f"{layout.width}, which exists with {held.layout.n} rows "
                                     f"of width {held.layout.width}")
             return held
-        blocks = {int(b): np.zeros(layout.rows(int(b)) * layout.width)
-                  for b in layout.blocks_of(self.placement, self.index)}
+        numbers = layout.blocks_of(self.placement, self.index).tolist()
+        self.budget.take(8 * layout.width * sum(layout.rows(b) for b in numbers),
+                         f"table {name!r} ({len(numbers)} blocks of its {layout.n:,} rows)")
+        # Written now, not on first use: the memory is the rank's from the start.
+        blocks = {b: np.full(layout.rows(b) * layout.width, 0.0) for b in numbers}
         self.tables[tid] = table = Table(name, layout, blocks)
         return table
 
@@ -197,7 +204,7 @@ def _create(tables: DenseTables, call: Call) -> np.ndarray:
 
 @register("free", tables=1)
 def _free(tables: DenseTables, call: Call) -> np.ndarray:
-    tables.tables.pop(name_id(call.tables[0].name), None)
+    tables.budget.release(tables.tables.pop(call.ids[0]).nbytes())
     return _NOTHING
 
 

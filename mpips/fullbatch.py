@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 from . import lbfgs, summary
 from .bounded import wait_all
+from .budget import Budget
 from .client import KVWorker
 from .config import TrainConfig
 from .data import Rows
@@ -59,6 +60,8 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     ready(roles.comm, cfg.timeout, lambda: loaded.append(read_part(
         cfg.train, roles.index, n_workers, cfg.dim, cfg.bias, cfg.skip_bad_lines)))
     part, bad_lines = loaded[0]
+    budget = Budget(cfg.max_rank_memory, f"worker {roles.index}")
+    budget.take(part.nbytes(), f"its {part.n_rows:,} rows of {cfg.train} in memory")
     counts = np.zeros(n_workers, np.int64)
     wait_all([group.Iallgather(np.array([part.n_rows], np.int64), counts)], cfg.timeout,
              lambda: "every worker's count of rows")
@@ -68,7 +71,9 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     start = MPI.Wtime()
 
     def share(point, gradient) -> float:
+        budget.take(16 * part.coords.shape[0], "the weights and gradient of its coordinates")
         loss, grad = part.loss_and_gradient(point.gather(part.coords))
+        budget.release(16 * part.coords.shape[0])
         gradient.scatter_add(part.coords, grad / n_total, workers=n_workers)
         return _sum_at_driver(group, loss, cfg.timeout) / n_total
 
@@ -129,6 +134,7 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker):
     r["test_rows"] = margins.shape[0]
     r["stopped_at"] = -1
     r["solver_steps"] = len(steps)
+    r["held_peak"] = budget.peak
     trace = np.array([list(s) for s in steps], np.float64).reshape(-1, len(lbfgs.Step._fields))
     return r, margins, labels, np.zeros(n_workers), trace
 

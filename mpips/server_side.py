@@ -14,6 +14,7 @@ from . import checkpoint, fingerprint, signals, summary
 from .checkpointing import Checkpoints
 from .client import tell_servers_to_save
 from .clocks import FINISHED, ClockTable
+from .budget import Budget
 from .config import TrainConfig
 from .densetables import DenseTables
 from .errors import ConfigError, Interrupted, MpipsError, SaveError
@@ -78,8 +79,9 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
 def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
            failover: bool, failures: list, hot: bool = False):
     """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies."""
-    store = KVStore(width=1, optimizer=cfg.optimizer)
-    dense = DenseTables(roles.index, placement, len(roles.workers))
+    budget = Budget(cfg.max_rank_memory, f"server {roles.index}")
+    store = KVStore(width=1, optimizer=cfg.optimizer, budget=budget)
+    dense = DenseTables(roles.index, placement, len(roles.workers), budget)
     own = PrimaryKeys(store, placement, roles.index)   # what this server writes
     clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
     positions = checkpoint.positions(resume)
@@ -165,7 +167,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         # A death nobody takes over: every server learns of it and saves by itself.
         if others and not isinstance(e, (Interrupted, CannotFailOver)):
             try:
-                tell_servers_to_save(roles.comm, others, reason, cfg.timeout)
+                tell_servers_to_save(roles.comm, others, reason, cfg.timeout, answering=True)
             except (MpipsError, MPI.Exception) as again:
                 log.error("the other servers did not confirm saving their shards: %s", again)
         raise
@@ -208,6 +210,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
     r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)
     r["pushes"] = stats.pushes_applied
+    r["held_peak"] = budget.peak
     return r, np.empty(0), np.empty(0, np.float32), server.held_s, NO_STEPS
 
 

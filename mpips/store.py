@@ -8,13 +8,16 @@ touch one cache line. A large table grows by 25% when 90% full, so it stays
 import numpy as np
 
 from .kernels import table
+from .budget import Budget
 from .optimizer import Optimizer
 
 
 class KVStore:
     def __init__(self, width: int, optimizer: Optimizer, capacity: int = 1 << 10,
-                 max_load: float = 0.9, growth: float = 1.25):
+                 max_load: float = 0.9, growth: float = 1.25, budget: Budget | None = None):
+        """`budget`: counts the table's bytes (--max-rank-memory)."""
         self.width = width
+        self.budget = budget or Budget()
         self.optimizer = optimizer
         self.max_load = max_load
         self.growth = growth
@@ -24,6 +27,8 @@ class KVStore:
         self._allocate(max(int(capacity), 16))
 
     def _allocate(self, cap: int) -> None:
+        self.budget.take((cap + 1) * (table.KEY_WORDS + self.columns) * 4,
+                         f"the key-value table of {cap:,} rows")
         self._rows = np.zeros((cap + 1, table.KEY_WORDS + self.columns), np.uint32)
         self._rows[:, :table.KEY_WORDS] = 0xFFFFFFFF
         self._state = self._rows.view(np.float32)[:, table.KEY_WORDS:]
@@ -62,6 +67,7 @@ class KVStore:
         old = self._rows
         self._allocate(max(grown, int(at_least / self.max_load) + 1))
         table.rehash(old, self._rows)
+        self.budget.release(old.nbytes)
         self.generation += 1
 
     def update(self, slots: np.ndarray, grads: np.ndarray, clock: int) -> None:

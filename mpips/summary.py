@@ -29,6 +29,7 @@ RECORD = np.dtype([
     ("node", "S64"),          # where the rank ran: Slurm's node name, else the host name
     ("pushes", "<i8"),        # this launch: a worker's pushes acknowledged, a server's applied
     ("solver_steps", "<i8"),  # full-batch jobs: the driver's iterations (see fullbatch)
+    ("held_peak", "<i8"),     # the most bytes counted against --max-rank-memory (budget)
 ])
 
 
@@ -121,6 +122,9 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         # Peak resident memory of each rank (servers first), and of the job.
         "peak_rss_mb": [round(float(x), 1) for x in records["peak_rss_mb"]],
         "peak_rss_mb_total": round(float(records["peak_rss_mb"].sum()), 1),
+        # What each rank counted against --max-rank-memory at most: tables, a full-batch
+        # worker's rows.
+        "held_peak_mb": [round(float(x) / 2**20, 1) for x in records["held_peak"]],
     }
 
 

@@ -38,6 +38,9 @@ REFUSED = [
     (("--solver", "lbfgs", "--dim", "0"), "--dim must be from 1 to 1099511627775, got 0"),
     (("--solver", "lbfgs", "--history", "0"), "--history must be from 1 to 1000, got 0"),
     (("--solver", "lbfgs", "--tol", "-1"), "--tol must be from 0 to 1, got -1.0"),
+    (("--max-rank-memory", "lots"), "argument --max-rank-memory: 'lots' is not a size such "
+                                    "as 512M or 2G"),
+    (("--max-rank-memory", "100K"), "--max-rank-memory must be at least 1M, got 102400 bytes"),
 ]
 
 
@@ -58,3 +61,12 @@ def test_the_message_is_never_lost_when_every_rank_exits_at_once(small_data, tmp
         job = run_job(6, "train", "--train", small_data[0], "--checkpoint-every", "-3",
                       timeout=60)
         assert "must be a finite number, not negative" in job.stderr, f"launch {attempt}"
+
+
+def test_a_model_past_the_memory_limit_stops_the_job_naming_the_table(small_data, tmp_path):
+    job = run_job(4, "train", "--train", small_data[0], "--out", tmp_path / "run",
+                  "--servers", 2, "--solver", "lbfgs", "--dim", 1 << 22,
+                  "--max-rank-memory", "100M", timeout=120)
+    assert job.returncode != 0
+    assert "needs 16.0 MiB" in job.output and "--max-rank-memory 100.0 MiB would be " \
+                                               "exceeded" in job.output, job.output

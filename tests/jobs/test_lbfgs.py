@@ -109,3 +109,24 @@ def test_the_same_job_gives_the_same_bits(data, tmp_path):
     second = train(data["census"][0], tmp_path / "b", ranks=5)
     np.testing.assert_array_equal(model(tmp_path / "a"), model(tmp_path / "b"))
     assert first["solver"]["objective"] == second["solver"]["objective"]
+
+
+def test_no_rank_holds_the_model(data, tmp_path):
+    """26 vectors of 2^23 + 1 float64 (1.6 GiB) on 4 servers, each rank allowed 600 MiB of
+    tables: the job trains to the end, and no rank's memory comes near the whole."""
+    dim, limit = 1 << 23, 600 << 20
+    job = run_job(6, "train", "--servers", 4, "--solver", "lbfgs", "--l2", L2, "--dim", dim,
+                  "--max-iter", 3, "--max-rank-memory", "600M", "--train", data["census"][0],
+                  "--out", tmp_path / "run", timeout=300)
+    assert job.returncode == 0, job.output
+    s = read_summary(tmp_path / "run")
+    total = len(lbfgs_tables()) * (dim + 1) * 8
+    assert total > 2 * limit, "the vectors together are far larger than one rank may hold"
+    held = [mb * 2**20 for mb in s["held_peak_mb"]]
+    assert max(held) <= limit and sum(held[:4]) >= 0.999 * total, "the servers held it all"
+    assert max(s["peak_rss_mb"]) * 2**20 < total / 2, s["peak_rss_mb"]
+
+
+def lbfgs_tables():
+    from mpips.lbfgs import tables
+    return tables(10, 0.0)
