@@ -55,6 +55,51 @@ def write_shard(root: str, clock: int, server: int, store, attrs: dict,
             "sha256": {"keys": sha256(keys), "state": sha256(state)}}
 
 
+def write_dense_shard(root: str, clock: int, server: int, datasets: dict, attrs: dict) -> dict:
+    """A full-batch job's checkpoint at iteration `clock`: one server's blocks of the dense
+    tables (DenseTables.datasets), and beside it its manifest entry as JSON, for the solver's
+    driver (a worker) to gather; returns the entry."""
+    name = f"server-{server:04d}.h5"
+    directory = clock_dir(root, clock)
+    write_hdf5(os.path.join(directory, name), datasets,
+               {"clock": clock, "server": server, **attrs})
+    entry = {"file": name, "server": server, "keys": 0, "ranges": [],
+             "sha256": {k: sha256(v) for k, v in datasets.items()}}
+    write_json(os.path.join(directory, f"server-{server:04d}.json"), entry)
+    return entry
+
+
+def dense_entries(root: str, clock: int, servers: int) -> list:
+    """The manifest entries the servers wrote beside their files of checkpoint `clock`."""
+    entries = []
+    for server in range(servers):
+        with open(os.path.join(clock_dir(root, clock), f"server-{server:04d}.json")) as f:
+            entries.append(json.load(f))
+    return entries
+
+
+def load_dense(directory: str, manifest: dict, tables) -> int:
+    """Create in `tables` (a server's DenseTables) every table of the checkpoint, with the
+    blocks the server holds now read from whichever file has them; returns the blocks
+    loaded. The checkpoint may have been written by another number of servers."""
+    from .blocks import Layout
+    loaded = 0
+    for shard in manifest["shards"]:
+        with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
+            for name in (f["dense"] if "dense" in f else []):
+                n, width, block_rows = (int(x) for x in f[f"dense/{name}/shape"][()])
+                table = tables.create(name, Layout(n, width, block_rows))
+                values = f[f"dense/{name}/values"]
+                at = 0
+                for b in f[f"dense/{name}/blocks"][()].tolist():
+                    size = Layout(n, width, block_rows).rows(b) * width
+                    if b in table.blocks:
+                        table.blocks[b][:] = values[at:at + size]
+                        loaded += 1
+                    at += size
+    return loaded
+
+
 def write_manifest(root: str, clock: int, shards: list, **fields) -> str:
     """Make checkpoint `clock` complete: its manifest, written last and atomically."""
     directory = clock_dir(root, clock)

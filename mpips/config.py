@@ -112,15 +112,16 @@ class TrainConfig:
                 raise ConfigError(f"--l1 needs --optimizer ftrl or --solver lbfgs (got "
                                   f"--optimizer {self.optimizer.name})")
             return
-        # Full batch: every step needs every worker (BSP by nature); the dense tables have
-        # neither copies nor checkpoints yet.
+        # Full batch: every step needs every worker (BSP by nature); the dense tables have no
+        # copies yet; checkpoints are every so many iterations.
         refused = [(self.consistency != "bsp", f"--consistency {self.consistency}"),
                    (self.replicas > 1, f"--replicas {self.replicas}"),
-                   (self.resume is not None, "--resume"),
-                   (bool(self.checkpoint_every or self.checkpoint_seconds), "--checkpoint-every"),
+                   (bool(self.checkpoint_seconds), "--checkpoint-every in seconds (give "
+                                                   "it in iterations)"),
                    (self.epochs != 1, f"--epochs {self.epochs} (see --max-iter)"),
                    (self.batch_size is not None, "--batch-size (every step reads all rows)"),
-                   (self.snapshot_every is not None, "--snapshot-every")]
+                   (self.snapshot_every is not None, "--snapshot-every"),
+                   (bool(self.stragglers), "--straggler")]
         for wrong, flag in refused:
             if wrong:
                 raise ConfigError(f"--solver lbfgs does not take {flag}")
@@ -186,10 +187,20 @@ def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int,
         raise ConfigError(f"{where} trained on {saved['train']}, not --train {cfg.train}")
     for flag, field_name, now in (("--batch-size", "batch_size", cfg.batch_size),
                                   ("--optimizer", None, cfg.optimizer.name),
-                                  ("--no-bias", "bias", cfg.bias)):
-        then = saved["optimizer"]["name"] if field_name is None else saved[field_name]
+                                  ("--no-bias", "bias", cfg.bias),
+                                  ("--solver", "solver", cfg.solver)):
+        then = (saved["optimizer"]["name"] if field_name is None else
+                saved.get(field_name, TrainConfig.solver if field_name == "solver" else None))
         if then != now and now is not None:   # a batch size not given: the checkpoint's
             raise ConfigError(f"{where} was written with {flag} {then}, this job has {now}")
+    if cfg.solver != "minibatch":   # the solver's history is of this objective
+        for flag, now, then in (("--dim", cfg.dim, saved["dim"]),
+                                ("--history", cfg.history, saved["history"]),
+                                ("--l1", cfg.optimizer.l1, saved["optimizer"]["l1"]),
+                                ("--l2", cfg.optimizer.l2, saved["optimizer"]["l2"])):
+            if then != now:
+                raise ConfigError(f"{where} was written with {flag} {then}, this job has "
+                                  f"{now}")
     recorded = manifest.get("inputs", {}).get("train")
     if recorded is None or not compare_data:
         return   # written before inputs were fingerprinted, or another rank compares them

@@ -39,6 +39,12 @@ class DenseClient:
         table._everywhere("create", [table], ints=[n, width, block_rows, *name_words(name)])
         return table
 
+    def checkpoint(self, iteration: int) -> bool:
+        """Every server writes its blocks of every table as checkpoint `iteration`; whether
+        all did."""
+        replies = self._run("checkpoint", [], ints=[iteration])
+        return all(r[0] == 1.0 for r in replies.values())
+
     def _run(self, function: str, tables: list, ints=(), scalars=(), parts=None,
              reply_rows=None, width: int = 1) -> dict:
         """Function `function` on every living server, or on those in `parts`
@@ -55,12 +61,13 @@ class DenseClient:
                 1 if function in _REDUCTIONS else 0)
             replies[s] = np.empty(size)
         self.kv.call(Op.DENSE, requests, replies,
-                     f"the servers to run {function} on table(s) "
+                     f"the servers to run {function}"
+                     f"{' on table(s) ' if tables else ''}"
                      f"{', '.join(repr(t.name) for t in tables)}")
         return replies
 
 
-_REDUCTIONS = {"dot", "nrm2", "sum"}
+_REDUCTIONS = {"dot", "nrm2", "sum", "checkpoint"}   # one number from each server
 
 
 class Dense:

@@ -77,6 +77,7 @@ class DenseTables:
         self.placement = placement
         self.n_workers = n_workers
         self.tables: dict = {}    # table id -> Table
+        self.checkpointer = None  # writes this server's blocks at an iteration (server_side)
         self.rounds: dict = {}    # (table id, round) -> {worker: (rows, values)}
 
     def nbytes(self) -> int:
@@ -200,6 +201,15 @@ def _create(tables: DenseTables, call: Call) -> np.ndarray:
                             f"{name_id(name)}")
     tables.create(name, Layout(n, width, block_rows))
     return _NOTHING
+
+
+@register("checkpoint", tables=0, ints=1)
+def _checkpoint(tables: DenseTables, call: Call) -> np.ndarray:
+    """Write this server's blocks of every table as checkpoint `ints[0]` (see
+    checkpoint.write_dense_shard); answers 1 if written, 0 if not (the server says why)."""
+    if tables.checkpointer is None:
+        raise ProtocolError("DENSE checkpoint to a server that writes no checkpoints")
+    return np.array([1.0 if tables.checkpointer(int(call.ints[0])) else 0.0])
 
 
 @register("free", tables=1)

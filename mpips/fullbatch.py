@@ -7,11 +7,12 @@ the driver's word on the workers' communicator. No rank holds the weight vector.
 """
 import logging
 import math
+import time
 
 import numpy as np
 from mpi4py import MPI
 
-from . import lbfgs, summary
+from . import checkpoint, fingerprint, lbfgs, summary
 from .bounded import wait_all
 from .budget import Budget
 from .client import KVWorker
@@ -19,7 +20,8 @@ from .config import TrainConfig
 from .data import Rows
 from .dense import DenseClient
 from .denserows import Part
-from .errors import InputError
+from .errors import InputError, SaveError
+from .log import say
 from .roles import Roles
 from .worker_side import saving_on_failure
 from .shards import open_shard
@@ -44,15 +46,16 @@ def read_part(path: str, part: int, parts: int, dim: int, bias: bool, skip_bad: 
     return Part(rows, dim, bias), shard.bad_lines
 
 
-def solve(cfg: TrainConfig, roles: Roles, placement, failover: bool):
-    """This worker's part of a full-batch job; (record, test margins, labels, hold times,
-    the solver's steps: float64[k, 6] on the driver)."""
+def solve(cfg: TrainConfig, roles: Roles, name: str, resume, placement, failover: bool):
+    """This worker's part of a full-batch job (run `name`, from checkpoint `resume`: its
+    directory and manifest); (record, test margins, labels, hold times, the solver's steps:
+    float64[k, 6] on the driver)."""
     kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
     with saving_on_failure(roles, kv, cfg.timeout):
-        return _solve(cfg, roles, kv)
+        return _solve(cfg, roles, kv, name, resume)
 
 
-def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker):
+def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
     ps = DenseClient(kv)
     group, n_workers = roles.group, len(roles.workers)
     driver = roles.index == 0
@@ -98,7 +101,11 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker):
         settings = lbfgs.Settings(memory=cfg.history, l1=cfg.optimizer.l1, max_iter=cfg.max_iter,
                                   tol=cfg.tol)
         roles_now = dict(tables)   # minimize swaps the roles of w and w_trial, g and g_trial
-        steps = lbfgs.minimize(roles_now, evaluate, settings, report=_say)
+        steps = lbfgs.minimize(
+            roles_now, evaluate, settings, report=_say,
+            resume=_from_json(resume[1]["solver"]) if resume else None,
+            checkpoint=lambda it, state: _checkpoint(cfg, ps, name, n_workers, it, state),
+            every=cfg.checkpoint_every)
         weights = roles_now["w"]
         mean_loss = evaluate(weights, roles_now["g_trial"])
         if cfg.optimizer.l2:
@@ -140,6 +147,43 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker):
 
 
 LOSS_TAG = 7
+
+
+def _checkpoint(cfg: TrainConfig, ps: DenseClient, name: str, n_workers: int,
+                iteration: int, state: dict) -> None:
+    """The driver's part of a checkpoint: every server writes its blocks; then the manifest,
+    with the solver's state, makes it complete."""
+    if not ps.checkpoint(iteration):
+        log.warning("checkpoint at iteration %d not written (a server could not: see its "
+                    "error); training goes on", iteration)
+        return
+    n_servers = len(ps.kv.living())
+    try:
+        shards = checkpoint.dense_entries(cfg.checkpoints, iteration, n_servers)
+        directory = checkpoint.write_manifest(
+            cfg.checkpoints, iteration, shards, run_id=name, config=cfg.as_dict(),
+            servers=n_servers, workers=n_workers, consistency="bsp",
+            inputs={"train": fingerprint.of_input(cfg.train)},
+            placement=ps.kv.placement.describe(), positions={}, deaths=[],
+            solver=_to_json(state), worker_random_state=None,
+            written=time.strftime("%Y-%m-%d %H:%M:%S"))
+    except (OSError, SaveError) as e:
+        log.warning("checkpoint at iteration %d not written: %s", iteration, e)
+        return
+    checkpoint.prune(cfg.checkpoints, cfg.keep_checkpoints, directory)
+    say(f"checkpoint at iteration {iteration}: {directory}")
+
+
+def _to_json(state: dict) -> dict:
+    """NaN (a gradient norm not yet measured) as null: manifests are strict JSON."""
+    steps = [[None if isinstance(v, float) and math.isnan(v) else v for v in step]
+             for step in state["steps"]]
+    return {**state, "steps": steps}
+
+
+def _from_json(state: dict) -> dict:
+    steps = [[math.nan if v is None else v for v in step] for step in state["steps"]]
+    return {**state, "steps": steps}
 
 
 def _sum_at_driver(group, value: float, timeout: float) -> float:

@@ -43,20 +43,44 @@ def tables(memory: int, l1: float) -> list:
 
 
 def minimize(t: dict, evaluate: Callable, settings: Settings,
-             report: Callable[[Step], None] = lambda step: None) -> list:
+             report: Callable[[Step], None] = lambda step: None, resume: dict | None = None,
+             checkpoint: Callable[[int, dict], None] | None = None, every: int = 0) -> list:
     """Minimize evaluate's function (+ l1 |w|_1) from t["w"] as it is; t: the tables by the
     names `tables` gives. The result is left in t["w"] (t's entries for w and g are swapped
-    with the trial's as the solver goes). Returns the Steps."""
+    with the trial's as the solver goes). Returns the Steps.
+
+    With `checkpoint`, every `every` iterations checkpoint(iteration, state) is called, the
+    state (plain data) being what `resume` takes to go on from there: the tables must then
+    hold what they held when it was called."""
     l1, m = settings.l1, settings.memory
     start = time.monotonic()
-    history = []   # (s, y, rho), oldest first
-    spare = [(t[f"s{i}"], t[f"y{i}"]) for i in range(m)]
+    by_name = {table.name: table for table in t.values()}
+    if resume:
+        for role, name in resume["roles"].items():
+            t[role] = by_name[name]
+        history = [(by_name[s], by_name[y], rho) for s, y, rho in resume["history"]]
+        spare = [(by_name[s], by_name[y]) for s, y in resume["spare"]]
+        steps = [Step(*step) for step in resume["steps"]]
+        f, evaluations, first = resume["objective"], resume["evaluations"], resume["iteration"]
+        start -= steps[-1].seconds
+    else:
+        history = []   # (s, y, rho), oldest first
+        spare = [(t[f"s{i}"], t[f"y{i}"]) for i in range(m)]
     w, g, wt, gt = t["w"], t["g"], t["w_trial"], t["g_trial"]
     d, q = t["direction"], t["scratch"]
-    f = _objective(w, g, evaluate, l1, q)
-    evaluations = 1
-    steps = [Step(0, time.monotonic() - start, f, math.nan, 0.0, evaluations)]
-    for it in range(1, settings.max_iter + 1):
+    if not resume:
+        f = _objective(w, g, evaluate, l1, q)
+        evaluations, first = 1, 0
+        steps = [Step(0, time.monotonic() - start, f, math.nan, 0.0, evaluations)]
+
+    def state(iteration: int) -> dict:
+        return {"iteration": iteration, "objective": f, "evaluations": evaluations,
+                "roles": {role: t[role].name for role in ("w", "g", "w_trial", "g_trial")},
+                "history": [(s.name, y.name, rho) for s, y, rho in history],
+                "spare": [(s.name, y.name) for s, y in spare],
+                "steps": [list(step) for step in steps]}
+
+    for it in range(first + 1, settings.max_iter + 1):
         descent = g
         if l1 > 0:
             descent = t["pseudo_gradient"].zip("l1_pseudo_gradient", w, g, l1)
@@ -73,6 +97,7 @@ def minimize(t: dict, evaluate: Callable, settings: Settings,
             t["orthant"].zip("orthant", w, descent)
         slope = descent.dot(d)
         if slope >= 0:   # no descent along the history's direction: start it afresh
+            spare += [(s, y) for s, y, _ in history]
             history.clear()
             d.copy(descent).scale(-1.0)
             slope = -gnorm * gnorm
@@ -106,6 +131,8 @@ def minimize(t: dict, evaluate: Callable, settings: Settings,
         steps.append(Step(it, time.monotonic() - start, f, math.nan, step, evaluations))
         if decrease <= settings.tol:
             break
+        if checkpoint and every and it % every == 0:
+            checkpoint(it, state(it))
     if math.isnan(steps[-1].gradient_norm):
         final = (t["pseudo_gradient"].zip("l1_pseudo_gradient", w, g, l1) if l1 > 0 else g)
         steps[-1] = steps[-1]._replace(gradient_norm=final.nrm2())

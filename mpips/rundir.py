@@ -30,7 +30,7 @@ _TMP = r"(\.tmp(-\d+)?)?"
 RUN_FILES = re.compile(rf"summary\.json{_TMP}|(model|pulls|snapshots/(\d{{4,}}|final))/"
                        rf"server-\d{{4,}}\.h5{_TMP}")
 RUN_DIRS = re.compile(r"model|pulls|snapshots(/(\d{4,}|final))?")
-CHECKPOINT_FILES = re.compile(rf"clock-\d{{12}}/(server-\d{{4,}}\.h5|manifest\.json){_TMP}")
+CHECKPOINT_FILES = re.compile(rf"clock-\d{{12}}/(server-\d{{4,}}\.(h5|json)|manifest\.json){_TMP}")
 CHECKPOINT_DIRS = re.compile(r"clock-\d{12}")
 
 

@@ -91,13 +91,27 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     def load() -> None:
         if not resume:
             return
+        full_batch = "solver" in resume[1]
         try:
-            loaded = checkpoint.load_shards(resume[0], resume[1], store, placement,
-                                            roles.index)
+            loaded = (checkpoint.load_dense(resume[0], resume[1], dense) if full_batch else
+                      checkpoint.load_shards(resume[0], resume[1], store, placement,
+                                             roles.index))
         except (OSError, KeyError, ValueError) as e:
             raise ConfigError(f"--resume: cannot read the checkpoint {resume[0]}: {e}") from None
-        log.info("resumed from checkpoint clock %d (%s): loaded %d keys",
-                 resume[1]["clock"], resume[0], loaded)
+        log.info("resumed from checkpoint %s %d (%s): loaded %d %s",
+                 "iteration" if full_batch else "clock", resume[1]["clock"], resume[0],
+                 loaded, "blocks" if full_batch else "keys")
+
+    def write_dense(iteration: int) -> bool:
+        """A full-batch job's checkpoint: this server's blocks of the dense tables."""
+        try:
+            checkpoint.write_dense_shard(cfg.checkpoints, iteration, roles.index,
+                                         dense.datasets(), {"run_id": name})
+            return True
+        except SaveError as e:
+            log.error("checkpoint at iteration %d: %s", iteration, e)
+            return False
+    dense.checkpointer = write_dense
     # Every server keeps the figures; the lead says them.
     progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
                 if cfg.solver == "minibatch" else None)   # a full-batch driver says its own
@@ -147,7 +161,9 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                   snapshot=snapshot if cfg.snapshot_every else None,
                   snapshot_every=cfg.snapshot_every or 0.0, failed=another_rank_failed,
                   stop_requested=signals.stop_requested)
-    checkpoints = Checkpoints(cfg.checkpoint_every, cfg.checkpoint_seconds, roles.index == 0,
+    # A full-batch job's checkpoints are by iterations, asked for by its driver (fullbatch).
+    by_clocks = cfg.checkpoint_every if cfg.solver == "minibatch" else 0
+    checkpoints = Checkpoints(by_clocks, cfg.checkpoint_seconds, roles.index == 0,
                               len(roles.servers), cfg.max_staleness == 0, positions)
     server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
                     dense=dense, record_pulls=cfg.record_pulls, checkpoints=checkpoints,

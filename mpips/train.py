@@ -126,8 +126,10 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         log.info("run %s: %d server(s), %d worker(s), writing to %s", name, len(roles.servers),
                  len(roles.workers), cfg.out)
         if resume:
-            _say_what_is_left(cfg, resume)
-            every = (f"every {cfg.checkpoint_every} clocks" if cfg.checkpoint_every else
+            if cfg.solver == "minibatch":
+                _say_what_is_left(cfg, resume)
+            steps = "clocks" if cfg.solver == "minibatch" else "iterations"
+            every = (f"every {cfg.checkpoint_every} {steps}" if cfg.checkpoint_every else
                      f"every {cfg.checkpoint_seconds:g} s" if cfg.checkpoint_seconds else
                      "only when asked to stop")
             log.info("checkpoints %s, keeping the newest %d (as the run resumed, unless given "
@@ -147,7 +149,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
             if roles.is_server:
                 ends = serve(cfg, roles, name, resume, placement, failover, failures, hot=ulfm)
             elif cfg.solver == "lbfgs":
-                ends = solve(cfg, roles, placement, failover)
+                ends = solve(cfg, roles, name, resume, placement, failover)
             else:
                 ends = work(cfg, roles, resume, placement, failover, hot=ulfm)
             record, margins, labels, held, steps = ends

@@ -2,12 +2,15 @@
 scikit-learn on the same objective, mean logloss + l2/2 |w|^2 (+ l1 |w|_1), on a one-hot
 census-like set and on real-valued features; deterministic from run to run."""
 import glob
+import os
+import signal
 
 import h5py
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from conftest import read_summary, run_job, run_mpips
+from watch import WatchedJob, pid_of_rank
 from sklearn.linear_model import LogisticRegression
 
 from mpips.evaluate import read_rows
@@ -63,9 +66,9 @@ def train(train_path: str, out, *extra, servers: int = 2, ranks: int = 4):
     return read_summary(out)
 
 
-def model(run_dir) -> np.ndarray:
+def model(run_dir, dim: int = DIM) -> np.ndarray:
     """Table w from every server's file, put together."""
-    w = np.full(DIM + 1, np.nan)
+    w = np.full(dim + 1, np.nan)
     for path in sorted(glob.glob(f"{run_dir}/model/server-*.h5")):
         with h5py.File(path) as f:
             n, width, block_rows = f["dense/w/shape"][()]
@@ -130,3 +133,47 @@ def test_no_rank_holds_the_model(data, tmp_path):
 def lbfgs_tables():
     from mpips.lbfgs import tables
     return tables(10, 0.0)
+
+
+# 5 blocks per table; to the end of float64's precision (the line search's last step)
+CKPT = ("--dim", 1 << 18, "--tol", 0, "--checkpoint-every", 10, "--max-iter", 300)
+
+
+def test_a_resumed_solver_ends_on_the_uninterrupted_bits(data, tmp_path):
+    """A run killed after its checkpoint at iteration 10 resumes from it (the tables from the
+    servers' files, the solver's history and scalars from the manifest) and ends where an
+    uninterrupted run ends, bit for bit; resumed on 3 servers instead of 2 (other blocks per
+    server, other partial sums) it ends on the same objective."""
+    whole = train(data["census"][0], tmp_path / "whole", *CKPT)
+    run = tmp_path / "run"
+    job = WatchedJob(4, "train", "--servers", 2, "--solver", "lbfgs", "--l2", L2,
+                     "--train", data["census"][0], "--out", run, *CKPT)
+    job.wait_for("checkpoint at iteration 10")
+    os.kill(pid_of_rank(run, 2), signal.SIGKILL)   # the driver
+    assert job.finish(timeout=120).returncode != 0
+    resumed = train(data["census"][0], run, *CKPT, "--resume", run / "checkpoints")
+    assert resumed["solver"]["objective"] == whole["solver"]["objective"]
+    np.testing.assert_array_equal(model(run, 1 << 18), model(tmp_path / "whole", 1 << 18))
+    assert [s["objective"] for s in resumed["solver"]["steps"]] == \
+        [s["objective"] for s in whole["solver"]["steps"]], "the trace goes on from the checkpoint"
+    other = train(data["census"][0], run, *CKPT, "--resume", run / "checkpoints", servers=3,
+                  ranks=5)
+    assert other["solver"]["objective"] == pytest.approx(whole["solver"]["objective"], rel=1e-12)
+
+
+def test_a_damaged_dense_checkpoint_is_passed_over(data, tmp_path):
+    """The newest checkpoint's block of table w flipped on disk: the resume says so, takes
+    the one before, and still ends on the uninterrupted bits."""
+    whole = train(data["census"][0], tmp_path / "whole", *CKPT)
+    run = tmp_path / "run"
+    train(data["census"][0], run, *CKPT[:-1], 25)
+    newest = run / "checkpoints" / "clock-000000000020" / "server-0000.h5"
+    with h5py.File(newest, "r+") as f:
+        f["dense/w/values"][0] += 1.0
+    job = run_job(4, "train", "--servers", 2, "--solver", "lbfgs", "--l2", L2, "--train",
+                  data["census"][0], "--out", run, *CKPT, "--resume", run / "checkpoints",
+                  timeout=300)
+    assert job.returncode == 0, job.output
+    assert "dataset dense/w/values does not match its checksum" in job.output
+    assert "resumed from checkpoint iteration 10" in job.output
+    assert read_summary(run)["solver"]["objective"] == whole["solver"]["objective"]
