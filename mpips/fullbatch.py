@@ -12,7 +12,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, fingerprint, lbfgs, summary
+from . import checkpoint, fingerprint, lbfgs, signals, summary
 from .bounded import wait_all
 from .budget import Budget
 from .client import KVWorker
@@ -73,12 +73,16 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
     tables = {name: ps.dense(name, cfg.dim + 1) for name in names}
     start = MPI.Wtime()
 
+    stop_asked = [False]   # a stop signal (Slurm's warning, SIGUSR1) reached some worker
+
     def share(point, gradient) -> float:
         budget.take(16 * part.coords.shape[0], "the weights and gradient of its coordinates")
         loss, grad = part.loss_and_gradient(point.gather(part.coords))
         budget.release(16 * part.coords.shape[0])
         gradient.scatter_add(part.coords, grad / n_total, workers=n_workers)
-        return _sum_at_driver(group, loss, cfg.timeout) / n_total
+        total, asked = _sum_at_driver(group, loss, cfg.timeout)
+        stop_asked[0] |= asked
+        return total / n_total
 
     def word(*fields) -> np.ndarray:
         """The driver's word to the others: DONE, or EVALUATE a point into a gradient."""
@@ -105,41 +109,46 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
             roles_now, evaluate, settings, report=_say,
             resume=_from_json(resume[1]["solver"]) if resume else None,
             checkpoint=lambda it, state: _checkpoint(cfg, ps, name, n_workers, it, state),
-            every=cfg.checkpoint_every)
+            every=cfg.checkpoint_every, stop=lambda: stop_asked[0])
         weights = roles_now["w"]
-        mean_loss = evaluate(weights, roles_now["g_trial"])
-        if cfg.optimizer.l2:
-            mean_loss -= 0.5 * cfg.optimizer.l2 * weights.dot(weights)
+        stopped = int(steps[-1].iteration) if stop_asked[0] else -1
+        mean_loss = math.nan
+        if stopped < 0:
+            mean_loss = evaluate(weights, roles_now["g_trial"])
+            if cfg.optimizer.l2:
+                mean_loss -= 0.5 * cfg.optimizer.l2 * weights.dot(weights)
         if weights is not tables["w"]:   # the model is table w
             weights = tables["w"].copy(weights)
-        for name in names[1:]:
-            tables[name].free()
-        word(DONE, 0, 0)
+        for table in names[1:]:
+            tables[table].free()
+        word(DONE, 0, stopped)
     else:
         while True:
-            command, point, gradient = (int(x) for x in word())
+            command, point, stopped = (int(x) for x in word())
             if command == DONE:
                 break
-            share(tables[names[point]], tables[names[gradient]])
+            share(tables[names[point]], tables[names[stopped]])
         weights, mean_loss = tables["w"], math.nan
+    if stopped >= 0:
+        log.info("the job is stopping: a checkpoint holds the model at iteration %d", stopped)
     train_s = MPI.Wtime() - start
     kv.finish()
     wait_all([group.Ibarrier()], cfg.timeout, lambda: "the other workers to finish")
     margins, labels, bad_test = (np.empty(0), np.empty(0, np.float32), 0)
-    if cfg.test:
+    if cfg.test and stopped < 0:
         test, bad_test = read_part(cfg.test, roles.index, n_workers, cfg.dim, cfg.bias,
                                    cfg.skip_bad_lines)
         margins, labels = test.margins(weights.gather(test.coords)), test.labels
     kv.close()
     r = summary.new_record()
     r["examples"] = part.n_rows
-    r["train_loss"] = mean_loss * n_total if driver else 0.0
+    r["train_loss"] = mean_loss * n_total if driver and stopped < 0 else 0.0
     r["train_s"] = train_s
     r["wait_s"] = kv.wait_s
     r["bytes_sent"] = r["train_bytes"] = kv.bytes_sent
     r["bad_lines"] = bad_lines + bad_test
     r["test_rows"] = margins.shape[0]
-    r["stopped_at"] = -1
+    r["stopped_at"] = stopped   # a worker: the iteration it stopped at
     r["solver_steps"] = len(steps)
     r["held_peak"] = budget.peak
     trace = np.array([list(s) for s in steps], np.float64).reshape(-1, len(lbfgs.Step._fields))
@@ -186,20 +195,22 @@ def _from_json(state: dict) -> dict:
     return {**state, "steps": steps}
 
 
-def _sum_at_driver(group, value: float, timeout: float) -> float:
-    """The sum over workers of `value`, in worker order, on worker 0 (nan elsewhere); a
-    worker that does not send its part in time is named."""
+def _sum_at_driver(group, value: float, timeout: float) -> tuple:
+    """(the sum over workers of `value`, in worker order; whether any worker was asked to
+    stop) on worker 0 (nan, False elsewhere); a worker that does not send its part in time
+    is named."""
+    mine = np.array([value, float(signals.stop_requested())])
     if group.rank != 0:
-        wait_all([group.Isend(np.array([value]), 0, LOSS_TAG)], timeout,
+        wait_all([group.Isend(mine, 0, LOSS_TAG)], timeout,
                  lambda: "worker 0 (the solver's driver) to take this worker's loss")
-        return math.nan
-    parts = np.empty(group.size)
-    parts[0] = value
-    requests = [group.Irecv(parts[w:w + 1], w, LOSS_TAG) for w in range(1, group.size)]
+        return math.nan, False
+    parts = np.empty((group.size, 2))
+    parts[0] = mine
+    requests = [group.Irecv(parts[w], w, LOSS_TAG) for w in range(1, group.size)]
     wait_all(requests, timeout, lambda: f"the losses of worker(s) "
              f"{[w for w, r in enumerate(requests, 1) if not r.Test()]} at this point: "
              f"they said nothing for --timeout {timeout:g} s")
-    return float(parts.sum())
+    return float(parts[:, 0].sum()), bool(parts[:, 1].any())
 
 
 def _say(step: lbfgs.Step) -> None:

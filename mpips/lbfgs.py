@@ -44,14 +44,16 @@ def tables(memory: int, l1: float) -> list:
 
 def minimize(t: dict, evaluate: Callable, settings: Settings,
              report: Callable[[Step], None] = lambda step: None, resume: dict | None = None,
-             checkpoint: Callable[[int, dict], None] | None = None, every: int = 0) -> list:
+             checkpoint: Callable[[int, dict], None] | None = None, every: int = 0,
+             stop: Callable[[], bool] = lambda: False) -> list:
     """Minimize evaluate's function (+ l1 |w|_1) from t["w"] as it is; t: the tables by the
     names `tables` gives. The result is left in t["w"] (t's entries for w and g are swapped
     with the trial's as the solver goes). Returns the Steps.
 
     With `checkpoint`, every `every` iterations checkpoint(iteration, state) is called, the
     state (plain data) being what `resume` takes to go on from there: the tables must then
-    hold what they held when it was called."""
+    hold what they held when it was called. Once stop() is true, at the end of an iteration,
+    it checkpoints there (if it can) and returns."""
     l1, m = settings.l1, settings.memory
     start = time.monotonic()
     by_name = {table.name: table for table in t.values()}
@@ -131,8 +133,11 @@ def minimize(t: dict, evaluate: Callable, settings: Settings,
         steps.append(Step(it, time.monotonic() - start, f, math.nan, step, evaluations))
         if decrease <= settings.tol:
             break
-        if checkpoint and every and it % every == 0:
+        asked = stop()
+        if checkpoint and ((every and it % every == 0) or asked):
             checkpoint(it, state(it))
+        if asked:
+            break
     if math.isnan(steps[-1].gradient_norm):
         final = (t["pseudo_gradient"].zip("l1_pseudo_gradient", w, g, l1) if l1 > 0 else g)
         steps[-1] = steps[-1]._replace(gradient_norm=final.nrm2())

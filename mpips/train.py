@@ -244,7 +244,10 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, started,
                                    cfg.timeout, "the solver's steps")
     # The job stopped if any worker was stopped (one that had finished its data was not).
     stopped = bool((records["stopped_at"][len(roles.servers):] >= 0).any())
-    stopped_at = int(records["stopped_at"][:len(roles.servers)].max()) if stopped else -1
+    # Where: a checkpoint's clock (servers), or a full-batch solver's iteration (workers).
+    where = (records["stopped_at"][:len(roles.servers)] if cfg.solver == "minibatch" else
+             records["stopped_at"][len(roles.servers):])
+    stopped_at = int(where.max()) if stopped else -1
     result = None
     if comm.rank == 0:
         result = summary.build(
@@ -258,8 +261,9 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, started,
                if cfg.solver != "minibatch" else {}))
         summary.print_lines(result, summary.write(cfg.out, result))
     if stopped:   # every rank sees the same records, so all end alike
-        error = JobStopped(f"stopped at clock {stopped_at} after writing a checkpoint; continue "
-                           f"with --resume {cfg.checkpoints}")
+        error = JobStopped(f"stopped at {'clock' if cfg.solver == 'minibatch' else 'iteration'} "
+                           f"{stopped_at} after writing a checkpoint; continue with --resume "
+                           f"{cfg.checkpoints}")
         error.reported = comm.rank != 0
         raise error
     examples = int(records["examples"].sum())

@@ -177,3 +177,21 @@ def test_a_damaged_dense_checkpoint_is_passed_over(data, tmp_path):
     assert "dataset dense/w/values does not match its checksum" in job.output
     assert "resumed from checkpoint iteration 10" in job.output
     assert read_summary(run)["solver"]["objective"] == whole["solver"]["objective"]
+
+
+def test_a_stop_signal_to_one_worker_checkpoints_and_resumes_on_the_same_bits(data, tmp_path):
+    """SIGUSR1 (Slurm's warning) to a worker that is not the driver: the driver hears of it
+    with that worker's next loss, checkpoints at the end of the iteration, and the job exits
+    75; the resume ends on the uninterrupted bits."""
+    whole = train(data["census"][0], tmp_path / "whole", *CKPT)
+    run = tmp_path / "run"
+    job = WatchedJob(4, "train", "--servers", 2, "--solver", "lbfgs", "--l2", L2,
+                     "--train", data["census"][0], "--out", run, *CKPT)
+    job.wait_for("iteration 15:")
+    os.kill(pid_of_rank(run, 3), signal.SIGUSR1)
+    ended = job.finish(timeout=120)
+    assert ended.returncode == 75, ended.output
+    stopped = read_summary(run)["stopped_at_clock"]
+    assert f"checkpoint at iteration {stopped}:" in ended.output and stopped > 15
+    resumed = train(data["census"][0], run, *CKPT, "--resume", run / "checkpoints")
+    assert resumed["solver"]["objective"] == whole["solver"]["objective"]
