@@ -265,9 +265,7 @@ class KVWorker:
                                      f"copies yet") from None
             raise
         except WaitTimeout as e:
-            silent = [self._servers[r.server] for r in pending.replies
-                      if not (r.done or r.request.Test())]
-            raise WaitTimeout(f"{e}; no reply yet from server rank(s) {silent}") from None
+            raise WaitTimeout(f"{e}; {self._silent(pending)}") from None
 
     def status(self, timeout: float | None = None) -> dict:
         """The first server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""
@@ -340,10 +338,7 @@ class KVWorker:
             except WaitTimeout as e:
                 if not pending.replies:
                     raise
-                for r in pending.replies:
-                    r.done = r.done or r.request.Test(r.status)
-                silent = [self._servers[r.server] for r in pending.replies if not r.done]
-                raise WaitTimeout(f"{e}; no reply yet from server rank(s) {silent}"
+                raise WaitTimeout(f"{e}; {self._silent(pending)}"
                                   f"{self._who_is_slow()}") from None
         del self._pending[ts]  # only now: MPI may still write into the buffers until complete
         if pending.out is None:
@@ -362,6 +357,13 @@ class KVWorker:
         values = np.empty_like(pending.out)
         values[pending.perm] = pending.out
         return values
+
+    def _silent(self, pending: _Pending) -> str:
+        """Which servers have not answered a request, for a message about a wait."""
+        for r in pending.replies:
+            r.done = r.done or r.request.Test(r.status)
+        silent = [self._servers[r.server] for r in pending.replies if not r.done]
+        return f"no reply yet from server rank(s) {silent}"
 
     def _complete(self, pending: _Pending) -> float:
         """Wait until every part of a request is done; seconds waited. Under ULFM each part

@@ -252,49 +252,54 @@ def _axpy(tables: DenseTables, call: Call) -> np.ndarray:
     return _NOTHING
 
 
+def _partial(values) -> np.ndarray:
+    """This server's partial of a reduction, its blocks taken in order (same bits every
+    time)."""
+    return np.array([sum(values)])
+
+
 @register("dot", tables=2)
 def _dot(tables: DenseTables, call: Call) -> np.ndarray:
     _same_shape(call, "dot")
     x, y = call.tables
-    return np.array([sum(dense.dot(block, y.blocks[b]) for b, block in sorted(x.blocks.items()))])
+    return _partial(dense.dot(x.blocks[b], y.blocks[b]) for b in sorted(x.blocks))
 
 
 @register("nrm2", tables=1)
 def _nrm2(tables: DenseTables, call: Call) -> np.ndarray:
     """This server's sum of squares (the client takes the root of the total)."""
     x = call.tables[0]
-    return np.array([sum(dense.dot(block, block) for _, block in sorted(x.blocks.items()))])
+    return _partial(dense.dot(x.blocks[b], x.blocks[b]) for b in sorted(x.blocks))
 
 
 @register("sum", tables=1)
 def _sum(tables: DenseTables, call: Call) -> np.ndarray:
-    return np.array([sum(dense.total(block) for _, block in sorted(call.tables[0].blocks.items()))])
+    x = call.tables[0]
+    return _partial(dense.total(x.blocks[b]) for b in sorted(x.blocks))
+
+
+def _elementwise(call: Call, kernels: dict, what: str) -> np.ndarray:
+    """tables[0] = f(tables[1:], a), block by block, f the kernel `ints[0]` names."""
+    kernel = kernels.get(int(call.ints[0]))
+    if kernel is None:
+        raise ProtocolError(f"DENSE {what} with no function numbered {int(call.ints[0])}")
+    _same_shape(call, what)
+    out, *inputs = call.tables
+    for b, block in out.blocks.items():
+        kernel(*(t.blocks[b] for t in inputs), block, call.scalars[0])
+    return _NOTHING
 
 
 @register("map", tables=2, ints=1, scalars=1)
 def _map(tables: DenseTables, call: Call) -> np.ndarray:
     """tables[0] = f(tables[1], a) for a function of elementwise.MAPS."""
-    kernel = MAP_IDS.get(int(call.ints[0]))
-    if kernel is None:
-        raise ProtocolError(f"DENSE map with no function numbered {int(call.ints[0])}")
-    _same_shape(call, "map")
-    out, x = call.tables
-    for b, block in out.blocks.items():
-        kernel(x.blocks[b], block, call.scalars[0])
-    return _NOTHING
+    return _elementwise(call, MAP_IDS, "map")
 
 
 @register("zip", tables=3, ints=1, scalars=1)
 def _zip(tables: DenseTables, call: Call) -> np.ndarray:
     """tables[0] = f(tables[1], tables[2], a) for a function of elementwise.ZIPS."""
-    kernel = ZIP_IDS.get(int(call.ints[0]))
-    if kernel is None:
-        raise ProtocolError(f"DENSE zip with no function numbered {int(call.ints[0])}")
-    _same_shape(call, "zip")
-    out, x, y = call.tables
-    for b, block in out.blocks.items():
-        kernel(x.blocks[b], y.blocks[b], block, call.scalars[0])
-    return _NOTHING
+    return _elementwise(call, ZIP_IDS, "zip")
 
 
 @register("gather", tables=1)

@@ -23,9 +23,9 @@ from .denserows import Part
 from .errors import InputError, SaveError
 from .log import say
 from .roles import Roles
-from .worker_side import saving_on_failure
 from .shards import open_shard
 from .startup import ready
+from .worker_side import saving_on_failure
 
 log = logging.getLogger("mpips")
 
@@ -70,7 +70,7 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
              lambda: "every worker's count of rows")
     n_total = int(counts.sum())
     names = lbfgs.tables(cfg.history, cfg.optimizer.l1)
-    tables = {name: ps.dense(name, cfg.dim + 1) for name in names}
+    tables = {table: ps.dense(table, cfg.dim + 1) for table in names}
     start = MPI.Wtime()
 
     stop_asked = [False]   # a stop signal (Slurm's warning, SIGUSR1) reached some worker
@@ -102,8 +102,8 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
 
     steps = []
     if driver:
-        settings = lbfgs.Settings(memory=cfg.history, l1=cfg.optimizer.l1, max_iter=cfg.max_iter,
-                                  tol=cfg.tol)
+        settings = lbfgs.Settings(memory=cfg.history, l1=cfg.optimizer.l1,
+                                  max_iter=cfg.max_iter, tol=cfg.tol)
         roles_now = dict(tables)   # minimize swaps the roles of w and w_trial, g and g_trial
         steps = lbfgs.minimize(
             roles_now, evaluate, settings, report=_say,
@@ -123,13 +123,14 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
             tables[table].free()
         word(DONE, 0, stopped)
     else:
-        while True:
-            command, point, stopped = (int(x) for x in word())
+        while True:   # EVALUATE point, gradient (tables' numbers) or DONE 0, stopped
+            command, first, second = (int(x) for x in word())
             if command == DONE:
+                stopped = second
                 break
-            share(tables[names[point]], tables[names[stopped]])
+            share(tables[names[first]], tables[names[second]])
         weights, mean_loss = tables["w"], math.nan
-    if stopped >= 0:
+    if stopped >= 0 and driver:
         log.info("the job is stopping: a checkpoint holds the model at iteration %d", stopped)
     train_s = MPI.Wtime() - start
     kv.finish()

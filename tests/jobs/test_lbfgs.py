@@ -1,6 +1,7 @@
 """--solver lbfgs: full-batch L-BFGS (OWL-QN with --l1) over dense tables, against
 scikit-learn on the same objective, mean logloss + l2/2 |w|^2 (+ l1 |w|_1), on a one-hot
-census-like set and on real-valued features; deterministic from run to run."""
+census-like set, on real-valued features and on hashed CTR-like features (the built-in
+data's kind, folded into DIM coordinates); deterministic from run to run."""
 import glob
 import os
 import signal
@@ -21,10 +22,11 @@ L2, L1, DIM = 1e-3, 3e-3, 4096
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     out = {}
-    for kind in ("census", "dense"):
+    for kind in ("census", "dense", "ctr"):   # ctr: the built-in data's kind, smaller
         prefix = tmp_path_factory.mktemp(kind) / kind
+        extra = ("--features", 20000) if kind == "ctr" else ()
         job = run_mpips("make-data", "--kind", kind, "--rows", 6000, "--test-rows", 2000,
-                        "--seed", 2, prefix)
+                        "--seed", 2, *extra, prefix)
         assert job.returncode == 0, job.output
         out[kind] = (f"{prefix}.train.svm", f"{prefix}.test.svm")
     return out
@@ -82,7 +84,7 @@ def model(run_dir, dim: int = DIM) -> np.ndarray:
     return w
 
 
-@pytest.mark.parametrize("kind", ["census", "dense"])
+@pytest.mark.parametrize("kind", ["census", "dense", "ctr"])
 def test_lbfgs_reaches_scikit_learns_objective(data, tmp_path, kind):
     summary = train(data[kind][0], tmp_path / "run", "--test", data[kind][1])
     best = sklearn_optimum(data[kind][0])
