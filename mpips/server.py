@@ -97,6 +97,7 @@ class Server:
         self.hooks = hooks or Hooks()
         self.progress = progress
         self.placement = placement or Placement(len(roles.servers))
+        self._lead_of = (-1, 0)   # (placement version, the lead server then)
         self.stats = ServerStats()
         self.takeover = Takeover(self) if failover else None
         self.losses = (WorkerLosses(self, epochs, list(parts), deaths) if workers_fail_over
@@ -128,8 +129,14 @@ class Server:
 
     @property
     def _lead_index(self) -> int:
-        """The server that leads: server 0, or after it died the first living one."""
-        return next(s for s in range(self.placement.n_servers) if s not in self.placement.dead)
+        """The server that leads: server 0, or after it died the first living one (found
+        once per placement: every request asks)."""
+        version, lead = self._lead_of
+        if version != self.placement.version:
+            lead = next(s for s in range(self.placement.n_servers)
+                        if s not in self.placement.dead)
+            self._lead_of = (self.placement.version, lead)
+        return lead
 
     @property
     def lead(self) -> bool:
