@@ -107,6 +107,7 @@ class Server:
         self.gate = ReadGate(clocks, record_pulls)
         self.rows = RowCache(len(roles.workers))
         self.clock_pushes = ClockPushes(self.ckpt.first_clock())
+        self._backups_due = []    # pushes to backed-up ranges of clocks complete (see advance)
         self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
         self._replies = []        # (request, buffer, destination) of replies still being sent
         self._heard = np.zeros(len(roles.workers))   # when each worker last sent something
@@ -315,18 +316,20 @@ class Server:
         if r.backup_keys.shape[0]:   # first the part for ranges this server backs up
             h = r.header._replace(flags=0, nkeys=r.backup_keys.shape[0], ref=0)
             self._take_push(worker, r._replace(header=h, keys=r.backup_keys,
-                                               values=r.backup_values, report=None))
+                                               values=r.backup_values, report=None),
+                            backup=True)
         self._take_push(worker, r)
         self._copies_due()
 
-    def _take_push(self, worker: int, r) -> None:
+    def _take_push(self, worker: int, r, backup: bool = False) -> None:
+        """`backup`: the part for ranges this server backs up (no read needs it at once)."""
         completes = bool(r.header.flags & protocol.CLOCK)
         clock = int(self.clocks.done[worker])
         push = self._push_of(worker, r, copy=self.clocks.staleness == 0)
         if self.takeover:
             push = self.takeover.route(worker, clock, r.header.ts, r.header.placement, push)
         if self.clocks.staleness == 0:
-            self.clock_pushes.add(clock, worker, (*push, clock, worker, r.header.ts))
+            self.clock_pushes.add(clock, worker, (*push, clock, worker, r.header.ts, backup))
         else:
             self._apply(*push, clock)
             self._applied(worker, r.header.ts)
@@ -394,6 +397,7 @@ class Server:
     def servers_died(self, gone: set, was_lead: bool) -> None:
         """Servers `gone` died (the placement already without them): nobody waits for them;
         this server leads if the lead died and it is the first living one."""
+        self._apply_backups()   # (if a failure cut an advance short) its ranges may be primary
         self.hooks.placement_changed(self.placement)
         ranks = {self.roles.servers[g] for g in gone}
         self._servers_left -= ranks
@@ -440,9 +444,20 @@ class Server:
         self.store.push(keys, values, clock)
 
     def _apply_until(self, clock: int) -> None:
+        """Apply the pushes of the clocks before `clock`; those for ranges backed up here are
+        kept for `_apply_backups`, once the reads they let through are answered (reads go to
+        primaries: no read needs the backed-up ranges)."""
         for push in self.clock_pushes.until(clock):
-            self._apply(*push[:5])
-            self._applied(*push[5:])
+            if push[7]:
+                self._backups_due.append(push[:5])
+            else:
+                self._apply(*push[:5])
+            self._applied(*push[5:7])
+
+    def _apply_backups(self) -> None:
+        for push in self._backups_due:
+            self._apply(*push)
+        self._backups_due.clear()
 
     def _applied(self, worker: int, ts: int) -> None:
         if ts != self._last_applied[worker]:   # a push's parts (a backup's, a primary's)
@@ -480,7 +495,7 @@ class Server:
                 self._checkpoint(stop_at)
                 self.gate.stopped = True
         self._release()
-
+        self._apply_backups()   # replication overlaps the workers' next minibatch
     def _release(self) -> None:
         serve, refuse = self.gate.release()
         for pull in refuse:
@@ -490,6 +505,7 @@ class Server:
 
     # Checkpoints.
     def _checkpoint(self, clock: int) -> None:
+        self._apply_backups()   # a checkpoint is of the whole store at its clock
         if self.hooks.write_shard is None or not self.ckpt.begin(clock):
             return
         if self.clocks.staleness == 0 and self.clock_pushes.applied > clock:

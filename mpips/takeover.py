@@ -123,7 +123,8 @@ class Takeover:
                                        time.monotonic(), r.keys.shape[0])
         for clock, worker, ts, keys, values in replay:
             if s.clocks.staleness == 0 and clock >= s.clock_pushes.applied:
-                s.clock_pushes.add(clock, worker, (keys, None, -1, values, clock, worker, ts))
+                s.clock_pushes.add(clock, worker,
+                                   (keys, None, -1, values, clock, worker, ts, False))
             else:
                 s.store.push(keys, values, clock)
                 self.applied(worker, ts)
