@@ -141,12 +141,19 @@ def lbfgs_tables():
 CKPT = ("--dim", 1 << 18, "--tol", 0, "--checkpoint-every", 10, "--max-iter", 300)
 
 
-def test_a_resumed_solver_ends_on_the_uninterrupted_bits(data, tmp_path):
+@pytest.fixture(scope="module")
+def whole(data, tmp_path_factory):
+    """The uninterrupted run the interrupted ones must end on: (run directory, summary)."""
+    run = tmp_path_factory.mktemp("whole") / "run"
+    return run, train(data["census"][0], run, *CKPT)
+
+
+def test_a_resumed_solver_ends_on_the_uninterrupted_bits(data, whole, tmp_path):
     """A run killed after its checkpoint at iteration 10 resumes from it (the tables from the
     servers' files, the solver's history and scalars from the manifest) and ends where an
     uninterrupted run ends, bit for bit; resumed on 3 servers instead of 2 (other blocks per
     server, other partial sums) it ends on the same objective."""
-    whole = train(data["census"][0], tmp_path / "whole", *CKPT)
+    whole_run, whole = whole
     run = tmp_path / "run"
     job = WatchedJob(4, "train", "--servers", 2, "--solver", "lbfgs", "--l2", L2,
                      "--train", data["census"][0], "--out", run, *CKPT)
@@ -155,7 +162,7 @@ def test_a_resumed_solver_ends_on_the_uninterrupted_bits(data, tmp_path):
     assert job.finish(timeout=120).returncode != 0
     resumed = train(data["census"][0], run, *CKPT, "--resume", run / "checkpoints")
     assert resumed["solver"]["objective"] == whole["solver"]["objective"]
-    np.testing.assert_array_equal(model(run, 1 << 18), model(tmp_path / "whole", 1 << 18))
+    np.testing.assert_array_equal(model(run, 1 << 18), model(whole_run, 1 << 18))
     assert [s["objective"] for s in resumed["solver"]["steps"]] == \
         [s["objective"] for s in whole["solver"]["steps"]], "the trace goes on from the checkpoint"
     other = train(data["census"][0], run, *CKPT, "--resume", run / "checkpoints", servers=3,
@@ -163,10 +170,10 @@ def test_a_resumed_solver_ends_on_the_uninterrupted_bits(data, tmp_path):
     assert other["solver"]["objective"] == pytest.approx(whole["solver"]["objective"], rel=1e-12)
 
 
-def test_a_damaged_dense_checkpoint_is_passed_over(data, tmp_path):
+def test_a_damaged_dense_checkpoint_is_passed_over(data, whole, tmp_path):
     """The newest checkpoint's block of table w flipped on disk: the resume says so, takes
     the one before, and still ends on the uninterrupted bits."""
-    whole = train(data["census"][0], tmp_path / "whole", *CKPT)
+    whole = whole[1]
     run = tmp_path / "run"
     train(data["census"][0], run, *CKPT[:-1], 25)
     newest = run / "checkpoints" / "clock-000000000020" / "server-0000.h5"
@@ -181,11 +188,12 @@ def test_a_damaged_dense_checkpoint_is_passed_over(data, tmp_path):
     assert read_summary(run)["solver"]["objective"] == whole["solver"]["objective"]
 
 
-def test_a_stop_signal_to_one_worker_checkpoints_and_resumes_on_the_same_bits(data, tmp_path):
+def test_a_stop_signal_to_one_worker_checkpoints_and_resumes_on_the_same_bits(data, whole,
+                                                                              tmp_path):
     """SIGUSR1 (Slurm's warning) to a worker that is not the driver: the driver hears of it
     with that worker's next loss, checkpoints at the end of the iteration, and the job exits
     75; the resume ends on the uninterrupted bits."""
-    whole = train(data["census"][0], tmp_path / "whole", *CKPT)
+    whole = whole[1]
     run = tmp_path / "run"
     job = WatchedJob(4, "train", "--servers", 2, "--solver", "lbfgs", "--l2", L2,
                      "--train", data["census"][0], "--out", run, *CKPT)
