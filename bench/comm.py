@@ -119,7 +119,7 @@ def server_side(roles, comm: MPI.Intracomm) -> None:
             serve(roles, store)                  # the warm-up session
             busy.append(serve(roles, store))     # the measured one
             raw_server(comm, n, variant)
-    comm.send(busy, WORKER)
+    comm.Send(np.array(busy, np.float64), WORKER)
 
 
 def worker_side(roles, comm: MPI.Intracomm) -> list:
@@ -136,7 +136,9 @@ def worker_side(roles, comm: MPI.Intracomm) -> list:
                          "bytes_per_round": sum(wire(n, variant)),
                          "mpips_us": mpips_s * 1e6, "raw_us": raw_s * 1e6,
                          "ratio": mpips_s / raw_s, "keys_per_s": n / mpips_s})
-    for row, busy_s in zip(rows, comm.recv(source=SERVER)):
+    busy = np.empty(len(rows))
+    comm.Recv(busy, source=SERVER)
+    for row, busy_s in zip(rows, busy.tolist()):
         row["server_us"] = busy_s / row["rounds"] * 1e6
     return rows
 
