@@ -623,8 +623,14 @@ class Server:
             state = ("finished training" if clock == FINISHED else f"at clock {clock}")
             waiting = ", waiting for a pull held for the clocks" if rank in held else ""
             lines.append(f"worker {w} (rank {rank}) {state}, silent {now - last:.0f} s{waiting}")
+        status = dict(zip(protocol.STATUS_FIELDS, self._status().tolist()))
+        slowest = status["slowest_worker"]
+        culprit = ("" if slowest < 0 else
+                   f"the slowest is worker {slowest} (rank {self.roles.workers[slowest]}), at "
+                   f"clock {status['slowest_clock']}, silent for "
+                   f"{status['slowest_silent_ms'] / 1000:.0f} s; ")
         raise WaitTimeout(f"no worker has sent anything for {now - max(heard):.0f} s "
-                          f"(--timeout {self.timeout:g}): " + "; ".join(lines))
+                          f"(--timeout {self.timeout:g}): {culprit}" + "; ".join(lines))
 
     def send(self, buf: np.ndarray, dest: int, tag: int = protocol.REQUEST_TAG) -> None:
         self.stats.bytes_sent += buf.nbytes

@@ -5,10 +5,11 @@ from mpips.server import Server
 from mpips.store import KVStore
 
 
-def server_for(roles, optimizer=None, staleness=0, capacity=1 << 10, **options) -> Server:
+def server_for(roles, optimizer=None, staleness=0, capacity=1 << 10, timeout=60,
+               **options) -> Server:
     """A server (SGD with lr 1 unless told), not yet serving."""
     store = KVStore(width=1, optimizer=optimizer or Optimizer("sgd", lr=1.0), capacity=capacity)
-    return Server(roles, store, ClockTable(len(roles.workers), staleness), timeout=60,
+    return Server(roles, store, ClockTable(len(roles.workers), staleness), timeout=timeout,
                   **options)
 
 

@@ -120,6 +120,38 @@ def test_a_finished_worker_does_not_hold_back_the_others():
         roles.free()
 
 
+def test_a_server_that_hears_nothing_names_the_silent_worker_that_holds_the_others():
+    """The servers' own bound: when no worker has sent anything for --timeout, they name the
+    slowest worker first (not only every worker's state), and can then serve on."""
+    roles = split(2, MPI.COMM_WORLD)
+    try:
+        keys = np.arange(5, dtype=np.uint64)
+        if roles.is_server:
+            server = server_for(roles, timeout=2.0)
+            with pytest.raises(WaitTimeout) as silence:
+                server.run()
+            said = str(silence.value)
+            assert "the slowest is worker 0 (rank 2), at clock 0" in said, said
+            assert "worker 1 (rank 3) at clock 1" in said, said
+            wait_all([MPI.COMM_WORLD.Ibarrier()], 30, lambda: "every rank")
+            server.timeout = 30
+            server.run()
+        else:
+            kv = KVWorker(roles, timeout=30)
+            if roles.index == 1:
+                kv.wait(kv.push(keys, np.ones(5, np.float32), clock=True))
+                ts = kv.pull(keys)   # clock 1: held until worker 0 finishes clock 0
+            wait_all([MPI.COMM_WORLD.Ibarrier()], 30, lambda: "every rank")
+            if roles.index == 0:     # silent until the servers gave up waiting for it
+                kv.wait(kv.push(keys, np.ones(5, np.float32), clock=True))
+            else:
+                kv.wait(ts)
+            kv.finish()
+            kv.close()
+    finally:
+        roles.free()
+
+
 def test_a_pull_held_by_bsp_times_out_and_says_why():
     roles = split(2, MPI.COMM_WORLD)
     try:
