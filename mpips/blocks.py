@@ -1,7 +1,8 @@
 """How a dense table is cut: `n` rows of `width` float64 values, in blocks of `block_rows`
-rows; block b lives on the server the placement gives it (`Placement.block_owners`), whatever
-the table, so that tables of one shape have their rows on the same servers. The
-client uses it to send each server the rows it holds, the server to know which it holds."""
+rows; block b belongs to key range b mod (the number of ranges), whatever the table, so that
+tables of one shape have their rows on the same servers, and it has that range's holders (a
+primary and, with --replicas, backups). The client uses it to send each server the rows it
+holds, the server to know which it holds."""
 import hashlib
 from dataclasses import dataclass
 
@@ -47,12 +48,26 @@ class Layout:
         return min(self.block_rows, self.n - block * self.block_rows)
 
     def blocks_of(self, placement, server: int) -> np.ndarray:
-        """The blocks `server` holds as primary."""
+        """The blocks `server` answers for (as primary), in order."""
         blocks = np.arange(self.n_blocks, dtype=np.int64)
         return blocks[placement.block_owners(blocks) == server]
 
+    def blocks_held(self, placement, server: int) -> np.ndarray:
+        """The blocks `server` keeps a copy of (as primary or backup), in order."""
+        blocks = np.arange(self.n_blocks, dtype=np.int64)
+        return blocks[placement.held_ranges(server)[blocks % placement.n_ranges]]
+
+    def blocks_in(self, range_: int, n_ranges: int) -> np.ndarray:
+        """The blocks of key range `range_`, in order."""
+        return np.arange(range_, self.n_blocks, n_ranges, dtype=np.int64)
+
     def split(self, indices: np.ndarray, placement):
-        """(perm, offsets): indices[perm[offsets[s]:offsets[s + 1]]] are rows server s holds,
-        in the order given."""
+        """(perm, offsets): indices[perm[offsets[s]:offsets[s + 1]]] are rows server s
+        answers for, in the order given."""
         owners = placement.block_owners(indices.astype(np.int64) // self.block_rows)
         return group_by_owner(owners, placement.n_servers)
+
+    def holders_of(self, indices: np.ndarray, placement, server: int) -> np.ndarray:
+        """Positions of the rows in `indices` that `server` keeps a copy of, in order."""
+        ranges = (indices.astype(np.int64) // self.block_rows) % placement.n_ranges
+        return np.flatnonzero(placement.held_ranges(server)[ranges])

@@ -24,6 +24,7 @@ import os
 import h5py
 import numpy as np
 
+from .densefiles import read_blocks
 from .files import write_hdf5, write_json
 from .rundir import remove_checkpoint
 from .workplan import Death
@@ -69,10 +70,11 @@ def write_dense_shard(root: str, clock: int, server: int, datasets: dict, attrs:
     return entry
 
 
-def dense_entries(root: str, clock: int, servers: int) -> list:
-    """The manifest entries the servers wrote beside their files of checkpoint `clock`."""
+def dense_entries(root: str, clock: int, servers: list) -> list:
+    """The manifest entries servers `servers` (indices) wrote beside their files of
+    checkpoint `clock`."""
     entries = []
-    for server in range(servers):
+    for server in servers:
         with open(os.path.join(clock_dir(root, clock), f"server-{server:04d}.json")) as f:
             entries.append(json.load(f))
     return entries
@@ -82,22 +84,8 @@ def load_dense(directory: str, manifest: dict, tables) -> int:
     """Create in `tables` (a server's DenseTables) every table of the checkpoint, with the
     blocks the server holds now read from whichever file has them; returns the blocks
     loaded. The checkpoint may have been written by another number of servers."""
-    from .blocks import Layout
-    loaded = 0
-    for shard in manifest["shards"]:
-        with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
-            for name in (f["dense"] if "dense" in f else []):
-                n, width, block_rows = (int(x) for x in f[f"dense/{name}/shape"][()])
-                table = tables.create(name, Layout(n, width, block_rows))
-                values = f[f"dense/{name}/values"]
-                at = 0
-                for b in f[f"dense/{name}/blocks"][()].tolist():
-                    size = Layout(n, width, block_rows).rows(b) * width
-                    if b in table.blocks:
-                        table.blocks[b][:] = values[at:at + size]
-                        loaded += 1
-                    at += size
-    return loaded
+    return read_blocks([os.path.join(directory, shard["file"]) for shard in manifest["shards"]],
+                       tables)
 
 
 def write_manifest(root: str, clock: int, shards: list, **fields) -> str:

@@ -250,22 +250,28 @@ class KVWorker:
         """One request of `op` (one timestamp) to each server in `requests`
         ({server: (header fields, payload arrays)}), then wait until each answered into
         `replies[server]`, an array the caller sized. For tables other than the key-value
-        one (see dense)."""
+        one (see dense). Under failover, a server that dies meanwhile is passed over (its
+        entry left out of `replies`) and the placement moves on: the caller sees it."""
         self._ts += 1
         pending = _Pending(what=what, version=self._placement.version)
         for s, (fields, payload) in requests.items():
             pending.sends.append(self._send(s, op, payload, **fields))
         for s, into in replies.items():
             pending.replies.append(self._reply_into(into, s))
-        try:
-            self._complete(pending)
-        except MPI.Exception as e:
-            if is_failure(e):
-                raise CannotFailOver(f"a server died during {what}: dense tables have no "
-                                     f"copies yet") from None
-            raise
-        except WaitTimeout as e:
-            raise WaitTimeout(f"{e}; {self._silent(pending)}") from None
+        while True:
+            try:
+                self._complete(pending)
+                break
+            except MPI.Exception as e:
+                if not (self.failover and is_failure(e) and self._learn_failures()):
+                    raise
+            except WaitTimeout as e:
+                raise WaitTimeout(f"{e}; {self._silent(pending)}") from None
+            dead = self._placement.dead
+            pending.sends = [p for p in pending.sends if p.server not in dead]
+            pending.replies = [p for p in pending.replies if p.server not in dead or p.done]
+        for server in set(replies) - {p.server for p in pending.replies}:
+            del replies[server]
 
     def status(self, timeout: float | None = None) -> dict:
         """The first server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""

@@ -112,10 +112,9 @@ class TrainConfig:
                 raise ConfigError(f"--l1 needs --optimizer ftrl or --solver lbfgs (got "
                                   f"--optimizer {self.optimizer.name})")
             return
-        # Full batch: every step needs every worker (BSP by nature); the dense tables have no
-        # copies yet; checkpoints are every so many iterations.
+        # Full batch: every step needs every worker (BSP by nature); checkpoints are every
+        # so many iterations.
         refused = [(self.consistency != "bsp", f"--consistency {self.consistency}"),
-                   (self.replicas > 1, f"--replicas {self.replicas}"),
                    (bool(self.checkpoint_seconds), "--checkpoint-every in seconds (give "
                                                    "it in iterations)"),
                    (self.epochs != 1, f"--epochs {self.epochs} (see --max-iter)"),

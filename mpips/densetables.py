@@ -1,15 +1,29 @@
 """A server's dense tables and the operations it runs on them, by name.
 
-Each table is a set of float64 blocks (see `blocks.Layout`): the blocks this server holds.
-An operation (a DENSE request) names a registered function and the tables it works on; it
-runs on this server's blocks only, and answers with one partial (a reduction), the rows
-asked for (gather) or nothing. Functions are registered here by name, in the spirit of
-Angel's PS functions: a request carries the name's number (`blocks.name_id`), never code.
-To add an operation: write `def f(tables, call) -> np.ndarray` and `@register` it with
-the numbers of tables, integers and scalars it takes.
+Each table is a set of float64 blocks (see `blocks.Layout`): the blocks this server keeps a
+copy of, as their primary or (with --replicas) as a backup. An operation (a DENSE request)
+names a registered function and the tables it works on; it runs on this server's blocks
+only. Writes (fill, axpy, scatter_add, ...) run on every copy, so that the copies keep the
+same bits; reads answer for the blocks this server is primary of: one partial per block (a
+reduction: the client adds them in a fixed way, so the sum's bits do not depend on how
+many servers there are), the rows asked for (gather), or nothing. A read's reply starts
+with the server's placement version: one split by an older placement is asked again.
 
-No MPI here: the server's loop hands requests to `DenseTables.handlers()`.
+When a server dies, its backups answer for its blocks at once; a server that holds a range
+anew gets its blocks from the range's primary when a worker asks for `restore` (at a moment
+no worker writes), and drops writes to them until then.
+
+Functions are registered here by name, in the spirit of Angel's PS functions: a request
+carries the name's number (`blocks.name_id`), never code. To add an operation: write
+`def f(tables, call) -> np.ndarray` and `@register` it with the numbers of tables,
+integers and scalars it takes, and whether it reads.
+
+No MPI here: the server's loop hands requests to `DenseTables.handlers()`, and lends it a
+link to other servers for `restore`.
 """
+import logging
+import os
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -18,9 +32,13 @@ import numpy as np
 from . import protocol
 from .blocks import MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
 from .budget import Budget
-from .errors import ProtocolError
+from .densefiles import index_of, read_blocks
+from .errors import ProtocolError, SaveError
+from .files import write_hdf5
 from .kernels import dense, elementwise
 from .protocol import Op
+
+log = logging.getLogger("mpips")
 
 
 @dataclass
@@ -37,6 +55,7 @@ class Table:
 class Call:
     """One DENSE request, as read from the wire."""
     worker: int
+    version: int        # the placement the worker split the request by
     ids: list           # the tables' numbers
     tables: list        # Table objects named (create: None)
     ints: np.ndarray    # the function's integer arguments
@@ -52,6 +71,7 @@ class Function:
     ints: int        # integer arguments (-1: any number)
     scalars: int
     run: Callable
+    reads: bool      # answers for the blocks this server is primary of (see module doc)
 
 
 FUNCTIONS: dict = {}
@@ -59,11 +79,12 @@ MAP_IDS = {name_id(n): f for n, f in elementwise.MAPS.items()}
 ZIP_IDS = {name_id(n): f for n, f in elementwise.ZIPS.items()}
 
 
-def register(name: str, tables: int, ints: int = 0, scalars: int = 0):
+def register(name: str, tables: int, ints: int = 0, scalars: int = 0, reads: bool = False):
     def add(run):
-        FUNCTIONS[name_id(name)] = Function(name, tables, ints, scalars, run)
+        FUNCTIONS[name_id(name)] = Function(name, tables, ints, scalars, run, reads)
         return run
     return add
+
 
 
 class DenseTables:
@@ -78,18 +99,45 @@ class DenseTables:
         self.n_workers = n_workers
         self.tables: dict = {}    # table id -> Table
         self.checkpointer = None  # writes this server's blocks at an iteration (server_side)
+        self.link = None          # the server: send_copy, receive_copy to other servers
         self.rounds: dict = {}    # (table id, round) -> {worker: (rows, values)}
+        self.incoming: set = set()   # ranges held anew, their blocks not copied here yet
+        self.outgoing: list = []     # (range, server): copies this server owes
+        self.restored = lambda range_, blocks, seconds: None   # told of each copy received
+        self._changed_at = 0.0
+
+    def answers(self, table: Table) -> list:
+        """The blocks of `table` this server answers reads for, in order."""
+        primary = self.placement.primary_ranges(self.index)
+        n_ranges = self.placement.n_ranges
+        return [b for b in sorted(table.blocks) if primary[b % n_ranges]]
+
+    def placement_changed(self, after, now: float | None = None) -> None:
+        """Servers died: the copies this server now owes, and the ranges it holds anew (it
+        waits for their blocks; see restore)."""
+        before, self.placement = self.placement, after
+        self._changed_at = time.monotonic() if now is None else now
+        for r, holders in enumerate(after.holders):
+            new = [s for s in holders if s not in before.holders[r]]
+            if holders and holders[0] == self.index:
+                self.outgoing += [(r, s) for s in new if s != self.index]
+            if self.index in new:
+                self.incoming.add(r)
+        self.outgoing = [(r, s) for r, s in self.outgoing if s in after.holders[r]]
 
     def nbytes(self) -> int:
         return sum(t.nbytes() for t in self.tables.values())
 
-    def datasets(self) -> dict:
-        """This server's blocks of every table, as HDF5 datasets: dense/NAME/shape (rows,
-        width, block rows), dense/NAME/blocks (their numbers), dense/NAME/values (their rows,
-        one block after another)."""
+    def datasets(self, only=None) -> dict:
+        """The blocks of every table this server answers for (the servers' files together
+        hold each block once), as HDF5 datasets: dense/NAME/shape (rows, width, block
+        rows), dense/NAME/blocks (their numbers), dense/NAME/values (their rows, one block
+        after another). `only`: the numbers of the tables wanted (default every one)."""
         out = {}
-        for table in sorted(self.tables.values(), key=lambda t: t.name):
-            layout, numbers = table.layout, sorted(table.blocks)
+        for tid, table in sorted(self.tables.items(), key=lambda t: t[1].name):
+            if only is not None and tid not in only:
+                continue
+            layout, numbers = table.layout, self.answers(table)
             out[f"dense/{table.name}/shape"] = np.array(
                 [layout.n, layout.width, layout.block_rows], np.int64)
             out[f"dense/{table.name}/blocks"] = np.array(numbers, np.int64)
@@ -106,7 +154,8 @@ class DenseTables:
                                     f"{layout.width}, which exists with {held.layout.n} rows "
                                     f"of width {held.layout.width}")
             return held
-        numbers = layout.blocks_of(self.placement, self.index).tolist()
+        numbers = [b for b in layout.blocks_held(self.placement, self.index).tolist()
+                   if b % self.placement.n_ranges not in self.incoming]
         self.budget.take(8 * layout.width * sum(layout.rows(b) for b in numbers),
                          f"table {name!r} ({len(numbers)} blocks of its {layout.n:,} rows)")
         # Written now, not on first use: the memory is the rank's from the start.
@@ -116,6 +165,16 @@ class DenseTables:
 
     def handlers(self, server) -> dict:
         """The operation dense tables bring to `server`'s loop."""
+        self.link = server
+
+        def restored(range_: int, blocks: int, seconds: float) -> None:
+            log.warning("key range %d of the dense tables has its copies again: %d blocks "
+                        "copied here %.2f s after the failure", range_, blocks, seconds)
+            if server.takeover and server.takeover.failures:
+                server.takeover.failures[-1].setdefault("rebuilt", []).append(
+                    {"range": range_, "blocks": blocks, "seconds": round(seconds, 4)})
+        self.restored = restored
+
         def on_dense(source: int, r, buf) -> None:
             try:
                 out = self.call(server.roles.worker_index(source), r.header, buf)
@@ -150,12 +209,17 @@ class DenseTables:
         if indices.shape[0] and not (np.diff(indices.astype(np.int64)) > 0).all():
             raise ProtocolError(f"DENSE {function.name} of rows not in strictly increasing "
                                 f"order")
-        return function.run(self, Call(worker, named.tolist(), tables, args, scalars,
-                                       indices, values))
+        call = Call(worker, int(header.placement), named.tolist(), tables, args, scalars,
+                    indices, values)
+        if function.reads and call.version != self.placement.version:
+            return np.array([float(self.placement.version)])   # the worker asks again
+        return function.run(self, call)
 
-    def rows_here(self, table: Table, indices: np.ndarray, what: str) -> list:
+    def rows_here(self, table: Table, indices: np.ndarray, what: str,
+                  drop_incoming: bool = False) -> list:
         """[(block, first, end, offsets in the block)] for the runs of sorted `indices` in
-        each block; refuses rows this server lacks."""
+        each block; refuses rows this server lacks (or, `drop_incoming`, passes over those
+        of ranges whose copy it waits for)."""
         layout = table.layout
         if indices.shape[0] and int(indices[-1]) >= layout.n:
             raise ProtocolError(f"DENSE {what} of row {int(indices[-1])} of table "
@@ -166,6 +230,11 @@ class DenseTables:
         runs = []
         for first, end in zip(list(starts), list(starts[1:]) + [rows.shape[0]]):
             b = int(blocks[first])
+            if b % self.placement.n_ranges in self.incoming:
+                if drop_incoming:
+                    continue
+                raise ProtocolError(f"DENSE {what} of rows of table {table.name!r} in block "
+                                    f"{b}, whose copy this server waits for")
             if b not in table.blocks:
                 raise ProtocolError(f"DENSE {what} of rows of table {table.name!r} in block "
                                     f"{b}, which another server holds")
@@ -203,13 +272,49 @@ def _create(tables: DenseTables, call: Call) -> np.ndarray:
     return _NOTHING
 
 
-@register("checkpoint", tables=0, ints=1)
+@register("checkpoint", tables=0, ints=1, reads=True)
 def _checkpoint(tables: DenseTables, call: Call) -> np.ndarray:
-    """Write this server's blocks of every table as checkpoint `ints[0]` (see
-    checkpoint.write_dense_shard); answers 1 if written, 0 if not (the server says why)."""
+    """Write the blocks this server answers for, of every table, as checkpoint `ints[0]`
+    (see checkpoint.write_dense_shard); answers [version, 1] if written, [version, 0] if
+    not (the server says why)."""
     if tables.checkpointer is None:
         raise ProtocolError("DENSE checkpoint to a server that writes no checkpoints")
-    return np.array([1.0 if tables.checkpointer(int(call.ints[0])) else 0.0])
+    written = tables.checkpointer(int(call.ints[0]))
+    return np.array([float(tables.placement.version), 1.0 if written else 0.0])
+
+
+@register("restore", tables=0, reads=True)
+def _restore(tables: DenseTables, call: Call) -> np.ndarray:
+    """After servers died: send the copies this server owes, then wait for those owed to
+    it (a range's primary sends each table's blocks of the range, tables in order of
+    their numbers). Asked for by a worker at a moment no worker writes; answers [version,
+    blocks received]."""
+    placement = tables.placement
+    ordered = sorted(tables.tables.items())
+    for r, to in tables.outgoing:
+        for _, table in ordered:
+            numbers = table.layout.blocks_in(r, placement.n_ranges).tolist()
+            tables.link.send_copy(np.concatenate([table.blocks[b] for b in numbers])
+                             if numbers else np.empty(0), to)
+    tables.outgoing = []
+    received = 0
+    for r in sorted(tables.incoming):
+        source, before = placement.holders[r][0], received
+        for _, table in ordered:
+            layout = table.layout
+            numbers = layout.blocks_in(r, placement.n_ranges).tolist()
+            sizes = [layout.rows(b) * layout.width for b in numbers]
+            tables.budget.take(8 * sum(sizes), f"the copy of table {table.name!r}'s blocks "
+                                               f"of range {r}")
+            values = np.empty(sum(sizes))
+            tables.link.receive_copy(values, source, f"server {source} to send its copy of table "
+                                                f"{table.name!r}'s blocks of range {r}")
+            for b, at, size in zip(numbers, np.cumsum([0] + sizes).tolist(), sizes):
+                table.blocks[b] = values[at:at + size]
+            received += len(numbers)
+        tables.restored(r, received - before, time.monotonic() - tables._changed_at)
+    tables.incoming = set()
+    return np.array([float(placement.version), float(received)])
 
 
 @register("free", tables=1)
@@ -252,30 +357,30 @@ def _axpy(tables: DenseTables, call: Call) -> np.ndarray:
     return _NOTHING
 
 
-def _partial(values) -> np.ndarray:
-    """This server's partial of a reduction, its blocks taken in order (same bits every
-    time)."""
-    return np.array([sum(values)])
+def _partials(tables: DenseTables, table: Table, per_block) -> np.ndarray:
+    """[placement version, one partial per block this server answers for, in order]."""
+    return np.array([float(tables.placement.version),
+                     *(per_block(b) for b in tables.answers(table))])
 
 
-@register("dot", tables=2)
+@register("dot", tables=2, reads=True)
 def _dot(tables: DenseTables, call: Call) -> np.ndarray:
     _same_shape(call, "dot")
     x, y = call.tables
-    return _partial(dense.dot(x.blocks[b], y.blocks[b]) for b in sorted(x.blocks))
+    return _partials(tables, x, lambda b: dense.dot(x.blocks[b], y.blocks[b]))
 
 
-@register("nrm2", tables=1)
+@register("nrm2", tables=1, reads=True)
 def _nrm2(tables: DenseTables, call: Call) -> np.ndarray:
-    """This server's sum of squares (the client takes the root of the total)."""
+    """Sums of squares (the client takes the root of the total)."""
     x = call.tables[0]
-    return _partial(dense.dot(x.blocks[b], x.blocks[b]) for b in sorted(x.blocks))
+    return _partials(tables, x, lambda b: dense.dot(x.blocks[b], x.blocks[b]))
 
 
-@register("sum", tables=1)
+@register("sum", tables=1, reads=True)
 def _sum(tables: DenseTables, call: Call) -> np.ndarray:
     x = call.tables[0]
-    return _partial(dense.total(x.blocks[b]) for b in sorted(x.blocks))
+    return _partials(tables, x, lambda b: dense.total(x.blocks[b]))
 
 
 def _elementwise(call: Call, kernels: dict, what: str) -> np.ndarray:
@@ -302,14 +407,17 @@ def _zip(tables: DenseTables, call: Call) -> np.ndarray:
     return _elementwise(call, ZIP_IDS, "zip")
 
 
-@register("gather", tables=1)
+@register("gather", tables=1, reads=True)
 def _gather(tables: DenseTables, call: Call) -> np.ndarray:
+    """[placement version, the rows asked for]."""
     table = call.tables[0]
     width = table.layout.width
-    out = np.empty((call.indices.shape[0], width))
+    out = np.empty(1 + call.indices.shape[0] * width)
+    out[0] = tables.placement.version
+    rows = out[1:].reshape(-1, width)
     for b, first, end, offsets in tables.rows_here(table, call.indices, "gather"):
-        out[first:end] = table.blocks[b].reshape(-1, width)[offsets]
-    return out.reshape(-1)
+        rows[first:end] = table.blocks[b].reshape(-1, width)[offsets]
+    return out
 
 
 @register("scatter_add", tables=1, ints=2)
@@ -326,7 +434,7 @@ def _scatter_add(tables: DenseTables, call: Call) -> np.ndarray:
         raise ProtocolError(f"DENSE scatter_add of {call.indices.shape[0]} rows with "
                             f"{call.values.shape[0]} values; table {table.name!r} has width "
                             f"{table.layout.width}")
-    runs = tables.rows_here(table, call.indices, "scatter_add")
+    runs = tables.rows_here(table, call.indices, "scatter_add", drop_incoming=True)
     key = (name_id(table.name), round_)
     pending = tables.rounds.setdefault(key, {})
     if call.worker in pending:
@@ -342,3 +450,51 @@ def _scatter_add(tables: DenseTables, call: Call) -> np.ndarray:
                 table.blocks[b].reshape(-1, width)[offsets] += values[first:end]
         del tables.rounds[key]
     return _NOTHING
+
+
+PATH_LIMIT = 4096   # bytes of a directory's path in a request
+
+
+def _directory(words: np.ndarray, what: str) -> str:
+    path = name_of(words)
+    if not (0 < len(path.encode()) <= PATH_LIMIT and os.path.isabs(path) and "\0" not in path):
+        raise ProtocolError(f"DENSE {what} to {path!r}, which is not an absolute path")
+    return path
+
+
+@register("save", tables=0, ints=-1, reads=True)
+def _save(tables: DenseTables, call: Call) -> np.ndarray:
+    """Integers: k, the numbers of k tables, a directory's path (words). Writes the blocks
+    of those tables this server answers for to DIRECTORY/server-NNNN.h5 (see densefiles);
+    answers [version, 1], or [version, 0] if it could not (the server says why)."""
+    k = int(call.ints[0]) if call.ints.shape[0] else 0
+    if not 0 < k < call.ints.shape[0]:
+        raise ProtocolError(f"DENSE save of {k} tables in {call.ints.shape[0]} integers")
+    ids = call.ints[1:1 + k].tolist()
+    for tid in ids:
+        if tid not in tables.tables:
+            raise ProtocolError(f"DENSE save of table {tid}, which does not exist on this "
+                                f"server")
+    directory = _directory(call.ints[1 + k:], "save")
+    path = os.path.join(directory, f"server-{tables.index:04d}.h5")
+    try:
+        write_hdf5(path, tables.datasets(only=set(ids)), {"server": tables.index})
+    except SaveError as e:
+        log.error("could not save dense tables: %s", e)
+        return np.array([float(tables.placement.version), 0.0])
+    return np.array([float(tables.placement.version), 1.0])
+
+
+@register("load", tables=0, ints=-1)
+def _load(tables: DenseTables, call: Call) -> np.ndarray:
+    """Integers: a directory's path (words) that DenseClient.save wrote: every table of it,
+    created unless it exists (with that shape), on every block this server holds; answers
+    [1], or [0] if it could not (the server says why)."""
+    directory = _directory(call.ints, "load")
+    try:
+        files = index_of(directory)["files"]
+        read_blocks([os.path.join(directory, str(f)) for f in files], tables)
+    except (OSError, ValueError, KeyError) as e:
+        log.error("could not load dense tables from %s: %s", directory, e)
+        return np.array([0.0])
+    return np.array([1.0])

@@ -95,6 +95,7 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
         gradient.fill(0.0)
         word(EVALUATE, names.index(point.name), names.index(gradient.name))
         f = share(point, gradient)
+        ps.restore_copies()   # (after servers died) no worker writes now
         if cfg.optimizer.l2:
             f += 0.5 * cfg.optimizer.l2 * point.dot(point)
             gradient.axpy(cfg.optimizer.l2, point)
@@ -163,13 +164,14 @@ def _checkpoint(cfg: TrainConfig, ps: DenseClient, name: str, n_workers: int,
                 iteration: int, state: dict) -> None:
     """The driver's part of a checkpoint: every server writes its blocks; then the manifest,
     with the solver's state, makes it complete."""
-    if not ps.checkpoint(iteration):
+    servers = ps.checkpoint(iteration)
+    if not servers:
         log.warning("checkpoint at iteration %d not written (a server could not: see its "
                     "error); training goes on", iteration)
         return
-    n_servers = len(ps.kv.living())
+    n_servers = len(servers)
     try:
-        shards = checkpoint.dense_entries(cfg.checkpoints, iteration, n_servers)
+        shards = checkpoint.dense_entries(cfg.checkpoints, iteration, servers)
         directory = checkpoint.write_manifest(
             cfg.checkpoints, iteration, shards, run_id=name, config=cfg.as_dict(),
             servers=n_servers, workers=n_workers, consistency="bsp",

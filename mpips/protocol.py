@@ -93,6 +93,7 @@ STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished", "slowest_silent_
 REQUEST_TAG = 1
 ERROR_ACK_TAG = 2
 NOTICE_TAG = 3   # the lead to a worker: a death whose rows it shares (DEATH's payload)
+DENSE_COPY_TAG = 4   # a server to one that holds a range anew: its blocks of one dense table
 _REPLY_TAG0 = 16
 
 

@@ -398,6 +398,7 @@ class Server:
         """Servers `gone` died (the placement already without them): nobody waits for them;
         this server leads if the lead died and it is the first living one."""
         self._apply_backups()   # (if a failure cut an advance short) its ranges may be primary
+        self.dense.placement_changed(self.placement)
         self.hooks.placement_changed(self.placement)
         ranks = {self.roles.servers[g] for g in gone}
         self._servers_left -= ranks
@@ -637,6 +638,15 @@ class Server:
         self._replies.append((self.roles.comm.Isend(buf, dest, tag), buf, dest))
         if len(self._replies) > 256:
             self._reap_replies()
+
+    def send_copy(self, buf: np.ndarray, server: int) -> None:
+        """Blocks of a dense table to server `server` (index), on a tag of their own."""
+        self.send(buf, self.roles.servers[server], protocol.DENSE_COPY_TAG)
+
+    def receive_copy(self, into: np.ndarray, server: int, what: str) -> None:
+        """Blocks of a dense table from server `server`, waited for within --timeout."""
+        wait_all([self.roles.comm.Irecv(into, self.roles.servers[server],
+                                        protocol.DENSE_COPY_TAG)], self.timeout, lambda: what)
 
     def reply(self, buf: np.ndarray, dest: int, ts: int) -> None:
         """Answer request `ts` of rank `dest`."""

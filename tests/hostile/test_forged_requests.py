@@ -264,6 +264,11 @@ FORGED_DENSE = [
     ("a table created under another's number",
      lambda: dense("create", ("t2",), ints=[10, 1, 2, *name_words("other")]),
      "named 'other', whose number is"),
+    ("a save to a relative path",
+     lambda: dense("save", (), ints=[1, name_id("t"), *name_words("out/tables")]),
+     "DENSE save to 'out/tables', which is not an absolute path"),
+    ("a save of more tables than it names",
+     lambda: dense("save", (), ints=[5, name_id("t")]), "DENSE save of 5 tables in 2 integers"),
     ("a table of 2^41 rows", lambda: dense("create", ("big",), ints=[
         1 << 41, 1, 2, *name_words("big")]),
      "DENSE create of 2199023255552 rows"),
@@ -279,6 +284,23 @@ def test_a_forged_dense_request_is_refused(name, build, says):
     with pytest.raises(ProtocolError) as refused:
         tables.call(1, request.header, buf)
     assert says in str(refused.value)
+
+
+def test_a_server_holding_a_range_anew_refuses_its_reads_and_drops_its_writes_until_copied():
+    """Server 0 of 3, every block on 2: server 1 dies and server 0 holds range 1 anew. Until
+    restore brings its blocks, a read of them is refused (no worker splits reads that way)
+    and a write to them is passed over (the copy will hold it)."""
+    placement = Placement(3, 2)
+    tables = DenseTables(0, placement, n_workers=1)
+    table = tables.create("t", Layout(12, 1, 2))   # blocks 0-5; range 1: blocks 1 and 4
+    tables.placement_changed(placement.without({1}))
+    assert tables.incoming == {1} and 1 not in table.blocks
+    with pytest.raises(ProtocolError, match="in block 1, whose copy this server waits for"):
+        read = dense("gather", rows=[2])
+        tables.call(0, protocol.header(read)._replace(placement=1), read)
+    write = dense("scatter_add", ints=[1, 1], rows=[0, 2, 3], values=[1.0, 5.0, 1.0])
+    tables.call(0, protocol.header(write)._replace(placement=1), write)
+    assert sorted(table.blocks) == [0, 2, 3, 5] and table.blocks[0][0] == 1.0
 
 
 @pytest.mark.parametrize("buf, says", [

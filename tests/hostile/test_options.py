@@ -32,8 +32,6 @@ REFUSED = [
     (("--solver", "newton"), "argument --solver: invalid choice: 'newton'"),
     (("--solver", "lbfgs", "--consistency", "asp"), "--solver lbfgs does not take "
                                                     "--consistency asp"),
-    (("--solver", "lbfgs", "--servers", "2", "--replicas", "2"),
-     "--solver lbfgs does not take --replicas 2"),
     (("--solver", "lbfgs", "--epochs", "3"), "--solver lbfgs does not take --epochs 3"),
     (("--solver", "lbfgs", "--dim", "0"), "--dim must be from 1 to 1099511627775, got 0"),
     (("--solver", "lbfgs", "--history", "0"), "--history must be from 1 to 1000, got 0"),

@@ -2,6 +2,9 @@
 
 Run with: mpiexec -n 4 python -m pytest --with-mpi tests/mpi
 """
+import os
+import tempfile
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -9,6 +12,7 @@ from serving import serve
 
 from mpips.client import KVWorker
 from mpips.dense import DenseClient
+from mpips.errors import InputError
 from mpips.roles import split
 
 pytestmark = pytest.mark.mpi(min_size=4)
@@ -81,3 +85,43 @@ def test_a_sum_over_workers_has_the_same_bits_whatever_arrives_first():
             kv.close()
     finally:
         roles.free()
+
+
+def test_tables_saved_on_two_servers_load_on_one():
+    """save: one HDF5 file per server and an index; load: into another number of servers,
+    the same values; a directory without an index is refused, naming it."""
+    where = np.zeros(512, np.uint8)
+    if MPI.COMM_WORLD.rank == 0:
+        path = tempfile.mkdtemp(prefix="mpips-dense-").encode()
+        where[:len(path)] = np.frombuffer(path, np.uint8)
+    MPI.COMM_WORLD.Bcast(where, root=0)
+    directory = where.tobytes().rstrip(b"\0").decode()
+    rng = np.random.default_rng(11)
+    xs, ys = rng.normal(size=N), rng.normal(size=N)
+    rows = np.arange(N)
+    for n_servers in (2, 1):
+        roles = split(n_servers, MPI.COMM_WORLD)
+        try:
+            if roles.is_server:
+                serve(roles)
+                continue
+            kv = KVWorker(roles, timeout=60)
+            ps = DenseClient(kv)
+            if roles.index == 0 and n_servers == 2:
+                x, y = ps.dense("x", N, block_rows=BLOCK), ps.dense("y", N, block_rows=BLOCK)
+                x.scatter_add(rows, xs)
+                y.scatter_add(rows, ys)
+                assert ps.save(directory, x, y) == directory
+                assert sorted(os.listdir(directory)) == ["server-0000.h5", "server-0001.h5",
+                                                         "tables.json"]
+            elif roles.index == 0:
+                with pytest.raises(InputError, match="tables.json: No such file"):
+                    ps.load(os.path.join(directory, "elsewhere"))
+                tables = ps.load(directory)
+                assert sorted(tables) == ["x", "y"]
+                np.testing.assert_array_equal(tables["x"].gather(rows), xs)
+                np.testing.assert_array_equal(tables["y"].gather(rows), ys)
+            kv.finish()
+            kv.close()
+        finally:
+            roles.free()
