@@ -63,7 +63,7 @@ run: $(VENV)/.installed $(DATA).train.svm
 # tests/slurm starts a real Slurm on this machine (installing it with apt-get as root), and
 # skips, saying why, where it cannot.
 test: $(VENV)/.installed-test
-	$(PY) -m pytest tests/unit tests/jobs tests/hostile tests/slurm
+	$(PY) -m pytest --durations=30 tests/unit tests/jobs tests/hostile tests/slurm
 	timeout --kill-after=30 900 $(MPIEXEC) -n 4 $(PY) -m pytest --with-mpi tests/mpi
 
 $(VENV)/.installed-bench: $(VENV)/.installed
