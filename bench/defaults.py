@@ -43,7 +43,7 @@ SETS = {   # name: make-data arguments
     "dense": ["--kind", "dense", "--rows", "20000", "--test-rows", "10000"],
     "builtin": ["--rows", "500000", "--features", str(1 << 20), "--nnz", "20"],
 }
-OPTIMIZERS = ("sgd", "adagrad", "ftrl")
+OPTIMIZERS = ("sgd", "adagrad", "ftrl", "adam")
 OLD_SCALE = {"sgd": 40.0, "adagrad": 2.0, "ftrl": 2.0}
 
 
@@ -154,7 +154,8 @@ def main() -> None:
         runs = {}
         for workers in ((3,) if builtin else (1, 3)):
             for optimizer in OPTIMIZERS:
-                for old in ((False,) if args.skip_old else (False, True)):
+                for old in ((False,) if args.skip_old or optimizer not in OLD_SCALE
+                            else (False, True)):
                     key = f"{optimizer} 1+{workers}{' old' if old else ''}"
                     runs[key] = {e: mpips(prefix, optimizer, e, workers, old) for e in (1, 5)}
                     print(f"{name:8} {key:18} " + "  ".join(

@@ -9,13 +9,15 @@ from .kernels import optim
 
 NAMES = tuple(optim.STATE_COLUMNS)
 DEFAULT_FTRL_BETA = 1e-3   # for 1000-row minibatches; a job chooses defaults.damping
+ADAM_BETAS = (0.9, 0.999)
 
 
 @dataclass(frozen=True)
 class Optimizer:
     """A server-side update rule. `lr` is FTRL's alpha (None: not yet chosen, see
-    `with_default_lr`); `beta` is used by FTRL only and `eps` by AdaGrad only (a job sets
-    both to `defaults.damping`; beta None: not yet chosen). `average_from`, SGD only: the
+    `with_default_lr`); `beta` is used by FTRL only and `eps` by AdaGrad and Adam only (a
+    job sets both to `defaults.damping`; beta None: not yet chosen); Adam's moment decays
+    are the paper's, 0.9 and 0.999. `average_from`, SGD only: the
     clock from which the model is the mean of the weights (averaged SGD; None: the last
     weights)."""
     name: str = "adagrad"
@@ -59,7 +61,7 @@ class Optimizer:
         """float32 columns per key: the weights plus the optimizer's state."""
         if self.name == "sgd" and self.average_from is None:
             return width
-        return optim.STATE_COLUMNS[self.name] * width + (self.name == "sgd")
+        return optim.STATE_COLUMNS[self.name] * width + optim.KEY_COLUMNS.get(self.name, 0)
 
     def _span(self, clock: int) -> float:
         """Clocks of the average that have passed by `clock` (0 while none is averaged)."""
@@ -80,6 +82,9 @@ class Optimizer:
                              self.average_from is not None)
         elif self.name == "adagrad":
             optim.adagrad_update(state, slots, grads, self.lr, self.l2, self.eps)
+        elif self.name == "adam":
+            optim.adam_update(state, slots, grads, self.lr, self.l2, ADAM_BETAS[0],
+                              ADAM_BETAS[1], self.eps)
         else:
             optim.ftrl_update(state, slots, grads, self.lr, self.beta, self.l1, self.l2)
 

@@ -21,6 +21,14 @@ def weights_after_each_step(optimizer, grads):
             acc = a.astype(np.float64) + g * g
             a = acc.astype(np.float32)
             w = (w64 - o.lr * g / (np.sqrt(acc) + o.eps)).astype(np.float32)
+        elif o.name == "adam":   # a: first moment, n: second; every key pushed every step
+            t = len(out)
+            g = g + o.l2 * w64
+            m = 0.9 * a.astype(np.float64) + 0.1 * g
+            v = 0.999 * n.astype(np.float64) + 0.001 * g * g
+            a, n = m.astype(np.float32), v.astype(np.float32)
+            w = (w64 - o.lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + o.eps)
+                 ).astype(np.float32)
         else:
             n64 = n.astype(np.float64)
             n_new = n64 + g * g

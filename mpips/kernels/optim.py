@@ -4,6 +4,8 @@ State row layout for value width W (weights first, so a pull reads columns [0, W
   sgd      [w], or averaged: [w, mean of w since the averaging began, clocks it covers (1)]
   adagrad  [w, sum of squared gradients]
   ftrl     [w, z, n]          (McMahan et al., KDD 2013, Algorithm 1)
+  adam     [w, m, v, pushes of this key (1)]   (Kingma and Ba, ICLR 2015, Algorithm 1;
+           "lazy": a key's moments and its bias correction move only when it is pushed)
 Arithmetic is float64; the state is stored as float32.
 """
 import math
@@ -11,7 +13,8 @@ import math
 import numpy as np
 from numba import njit
 
-STATE_COLUMNS = {"sgd": 2, "adagrad": 2, "ftrl": 3}   # per weight; sgd has one more per key
+STATE_COLUMNS = {"sgd": 2, "adagrad": 2, "ftrl": 3, "adam": 3}   # per weight
+KEY_COLUMNS = {"sgd": 1, "adam": 1}   # and per key: averaged sgd's span, adam's step count
 
 
 @njit(cache=True, nogil=True)
@@ -89,3 +92,25 @@ def ftrl_update(state, slots, grads, alpha, beta, l1, l2):
             state[s, j] = w
             state[s, width + j] = z
             state[s, 2 * width + j] = n_new
+
+
+@njit(cache=True, nogil=True)
+def adam_update(state, slots, grads, lr, l2, beta1, beta2, eps):
+    """m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; w -= lr m^ / (sqrt(v^) + eps), with
+    g = grad + l2 * w and m^, v^ corrected for the key's own count of pushes t: m / (1 - b1^t),
+    v / (1 - b2^t)."""
+    width = grads.shape[1]
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        t = np.float64(state[s, 3 * width]) + 1.0
+        state[s, 3 * width] = t
+        fix1 = 1.0 - beta1 ** t
+        fix2 = 1.0 - beta2 ** t
+        for j in range(width):
+            w = np.float64(state[s, j])
+            g = np.float64(grads[i, j]) + l2 * w
+            m = beta1 * np.float64(state[s, width + j]) + (1.0 - beta1) * g
+            v = beta2 * np.float64(state[s, 2 * width + j]) + (1.0 - beta2) * g * g
+            state[s, width + j] = m
+            state[s, 2 * width + j] = v
+            state[s, j] = w - lr * (m / fix1) / (math.sqrt(v / fix2) + eps)

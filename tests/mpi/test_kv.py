@@ -36,7 +36,8 @@ def grads_of(worker: int, keys) -> np.ndarray:
     Optimizer("sgd", lr=0.5, l2=0.01),
     Optimizer("adagrad", lr=0.1, l2=0.001),
     Optimizer("ftrl", lr=0.2, l1=0.01, l2=0.1, beta=1.0),
-], ids=["sgd", "adagrad", "ftrl"])
+    Optimizer("adam", lr=0.05, l2=0.001),
+], ids=["sgd", "adagrad", "ftrl", "adam"])
 def test_pull_after_push_is_the_optimizer_formula(optimizer):
     roles = split(2, MPI.COMM_WORLD)
     try:

@@ -6,7 +6,8 @@ from reference import weights_after_each_step
 from mpips.optimizer import Optimizer
 
 
-@pytest.mark.parametrize("name, l1", [("sgd", 0.0), ("adagrad", 0.0), ("ftrl", 0.0), ("ftrl", 0.05)])
+@pytest.mark.parametrize("name, l1", [("sgd", 0.0), ("adagrad", 0.0), ("ftrl", 0.0), ("ftrl", 0.05),
+                                      ("adam", 0.0)])
 @pytest.mark.parametrize("width", [1, 3])
 def test_kernel_equals_formula(name, l1, width):
     opt = Optimizer(name, lr=0.3, l1=l1, l2=0.01, beta=0.5)
@@ -63,3 +64,15 @@ def test_averaged_sgd_is_the_mean_of_the_weights_since_its_first_clock(width):
         "nothing averaged yet: the last weights"
     assert np.array_equal(Optimizer("sgd", lr=0.2).weights(state, width, clocks),
                           state[:, :width]), "no averaging"
+
+
+def test_adam_corrects_each_key_by_its_own_count_of_pushes():
+    """Lazy Adam: a key pushed for the first time at step 10 moves by the full rate (its
+    moments corrected for one push, not ten), whatever the others did meanwhile."""
+    opt = Optimizer("adam", lr=0.01, eps=1e-12)
+    state = np.zeros((2, opt.state_columns(1)), np.float32)
+    for _ in range(9):
+        opt.update(state, np.array([0]), np.float32([[1.0]]))
+    opt.update(state, np.array([0, 1]), np.float32([[1.0], [-3.0]]))
+    assert state[1, 0] == pytest.approx(0.01, rel=1e-6) and state[1, 3] == 1
+    assert state[0, 3] == 10 and state[0, 0] == pytest.approx(-0.1, rel=1e-5)
