@@ -173,8 +173,8 @@ def kernel_run(train_path) -> dict:
     """A worker's numeric work over minibatches of 1,000 rows, one minibatch at a time as in
     training: finding its keys (KeyIndexer), then its gradient, timed apart. The weights are
     random, like a trained model's."""
-    from mpips import logreg
     from mpips.data import KeyIndexer
+    from mpips.models import LogisticRegression
     from mpips.shards import CsrShard
     index = KeyIndexer()
     weights = np.random.default_rng(0).normal(0, 0.3, (1 << 16, 1)).astype(np.float32)
@@ -183,7 +183,7 @@ def kernel_run(train_path) -> dict:
         start = time.perf_counter()
         keys, cols, bias_col = index(batch, True)
         found = time.perf_counter()
-        logreg.gradient(batch, cols, bias_col, weights[:keys.shape[0]])
+        LogisticRegression().gradient(batch, cols, bias_col, weights[:keys.shape[0]])
         keys_s += found - start
         gradient_s += time.perf_counter() - found
     return {"train_s": keys_s + gradient_s, "keys_s": keys_s, "gradient_s": gradient_s}

@@ -6,6 +6,7 @@ import os
 import sys
 import traceback
 
+from . import models
 from .optimizer import NAMES
 
 DESCRIPTION = """\
@@ -145,19 +146,30 @@ def _train_parser(sub):
                            "minibatch, by sleeping; to test and measure the consistency models "
                            "(repeatable)")
     opt = p.add_argument_group("model and optimizer")
+    opt.add_argument("--model", choices=models.NAMES, default="lr",
+                     help="lr: logistic regression; fm: a factorization machine (Rendle 2010): "
+                          "each key's row on the servers holds its weight and a latent vector, "
+                          "and pairs of features interact through their vectors' dot product "
+                          "(default: lr)")
+    opt.add_argument("--factors", type=int, default=8, metavar="K",
+                     help="fm: the latent vectors' length (default: 8)")
     opt.add_argument("--epochs", type=int, default=1, help="passes over the data (default: 1)")
     opt.add_argument("--batch-size", type=int, metavar="B",
                      help="rows per minibatch per worker; one pull and one push each (default: "
                           "about 1000 minibatches per epoch for the worker with the fewest rows, "
                           "at most 1000 rows; a resumed run keeps its own)")
     opt.add_argument("--optimizer", choices=NAMES, default="adagrad",
-                     help="server-side update rule (default: adagrad)")
+                     help="server-side update rule: sgd, adagrad, ftrl (McMahan et al. 2013) or "
+                          "adam (Kingma and Ba 2015; a key's moments move when it is pushed); "
+                          "the state lives in the key's row and is checkpointed (default: "
+                          "adagrad)")
     opt.add_argument("--lr", type=finite_float, metavar="RATE",
                      help="learning rate; FTRL's alpha (default: chosen from a sample of the "
                           "training data. sgd: 1 / L, L = (workers x top eigenvalue of "
                           "X'X/n + mean |x|^2 / batch size) / 4, a bound on the curvature of "
                           "one clock's updates; adagrad and ftrl: 2 / (features per row x "
-                          "median |value|); the job's log says what it chose)")
+                          "median |value|); adam: a tenth of that; the job's log says what it "
+                          "chose)")
     opt.add_argument("--average-after", type=_epochs_or_off, metavar="EPOCHS|off",
                      help="sgd only: the model is the mean of the weights from this many epochs "
                           "on to the end (averaged SGD: the mean is closer to the optimum than "
@@ -236,6 +248,11 @@ def _make_data_parser(sub):
     p.add_argument("--features", type=int,
                    help="distinct categorical values over all fields (ctr only; default: 1048576)")
     p.add_argument("--nnz", type=int, help="features per row (ctr only; default: 20)")
+    p.add_argument("--interactions", type=int, default=0, metavar="R",
+                   help="ctr only: each key also gets a planted latent vector of R values, and "
+                        "each pair of a row's features adds their dot product to the margin, "
+                        "as large as the linear part: data on which a factorization machine "
+                        "(--model fm) beats logistic regression (default: 0, none)")
     p.add_argument("--seed", type=int, default=1, help="(default: %(default)s)")
     p.set_defaults(run=_run_make_data)
 
@@ -393,7 +410,7 @@ def _run_make_data(args) -> None:
     from .makedata import make_data
     try:
         files = make_data(args.prefix, args.rows, args.features, args.nnz, args.seed,
-                          args.test_rows, args.kind)
+                          args.test_rows, args.kind, args.interactions)
     except ConfigError as e:
         _fail(str(e), 2)
     for f in files.values():
@@ -437,7 +454,8 @@ def _run_train(args) -> None:
                               disk_wait=args.disk_wait, log_every=args.log_every,
                               solver=args.solver, dim=args.dim, history=args.history,
                               max_iter=args.max_iter, tol=args.tol,
-                              max_rank_memory=args.max_rank_memory)
+                              max_rank_memory=args.max_rank_memory, model=args.model,
+                              factors=args.factors)
             train(cfg, world)
         except ConfigError as e:
             # Every rank raises the same error before any work starts: exit together, print once.

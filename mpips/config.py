@@ -2,7 +2,7 @@
 import os
 from dataclasses import asdict, dataclass, field, replace
 
-from . import fingerprint
+from . import fingerprint, models
 from .errors import ConfigError
 from .optimizer import Optimizer
 from .roles import check_servers
@@ -48,6 +48,12 @@ class TrainConfig:
     max_iter: int = 500             # lbfgs
     tol: float = 1e-10              # lbfgs: stop when an iteration gains less (relative)
     max_rank_memory: int | None = None   # bytes a rank may hold in its tables and rows
+    model: str = "lr"               # see models: lr, or fm (factorization machine)
+    factors: int = 8                # fm: the latent vector's length
+
+    def model_spec(self):
+        """The models.* object this job trains."""
+        return models.model_of(self.model, self.factors)
 
     def check(self, n_ranks: int) -> None:
         """Raise ConfigError for anything wrong that every rank can see the same way."""
@@ -88,6 +94,7 @@ class TrainConfig:
         if self.snapshot_every is not None and not self.snapshot_every > 0:
             raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
         self._check_solver()
+        self.model_spec()   # an unknown model or factors out of range: ConfigError
         if self.max_rank_memory is not None and self.max_rank_memory < 1 << 20:
             raise ConfigError(f"--max-rank-memory must be at least 1M, got "
                               f"{self.max_rank_memory} bytes")
@@ -120,6 +127,7 @@ class TrainConfig:
                    (self.epochs != 1, f"--epochs {self.epochs} (see --max-iter)"),
                    (self.batch_size is not None, "--batch-size (every step reads all rows)"),
                    (self.snapshot_every is not None, "--snapshot-every"),
+                   (self.model != "lr", f"--model {self.model} (full batch trains lr)"),
                    (bool(self.stragglers), "--straggler")]
         for wrong, flag in refused:
             if wrong:
@@ -187,9 +195,12 @@ def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int,
     for flag, field_name, now in (("--batch-size", "batch_size", cfg.batch_size),
                                   ("--optimizer", None, cfg.optimizer.name),
                                   ("--no-bias", "bias", cfg.bias),
-                                  ("--solver", "solver", cfg.solver)):
+                                  ("--solver", "solver", cfg.solver),
+                                  ("--model", "model", cfg.model),
+                                  ("--factors", "factors",
+                                   cfg.factors if cfg.model == "fm" else None)):
         then = (saved["optimizer"]["name"] if field_name is None else
-                saved.get(field_name, TrainConfig.solver if field_name == "solver" else None))
+                saved.get(field_name, getattr(TrainConfig, field_name)))
         if then != now and now is not None:   # a batch size not given: the checkpoint's
             raise ConfigError(f"{where} was written with {flag} {then}, this job has {now}")
     if cfg.solver != "minibatch":   # the solver's history is of this objective

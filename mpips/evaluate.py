@@ -6,8 +6,9 @@ import os
 import h5py
 import numpy as np
 
+from . import models
 from .data import BIAS_KEY, Rows, SvmlightShard
-from .kernels.logistic import logistic_margins, mean_logloss, roc_auc
+from .kernels.logistic import mean_logloss, roc_auc
 from .model_io import load_model
 from .shards import CsrShard
 
@@ -23,10 +24,12 @@ def read_rows(path: str) -> Rows:
     return Rows.concat(chunks)
 
 
-def score(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool) -> dict:
-    """Held-out logloss and AUC of the model (sorted keys -> weights[:, 0]) on `rows`."""
+def score(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
+          model=models.LogisticRegression()) -> dict:
+    """Held-out logloss and AUC of the model (sorted keys -> weights[n, width]) on `rows`."""
     n = keys.shape[0]
-    w = np.append(weights[:, 0], np.float32(0))     # w[n] = 0: the weight of unknown keys
+    w = np.zeros((n + 1, model.width), np.float32)   # w[n] = 0: the row of unknown keys
+    w[:n] = weights[:, :model.width]
     pos = np.searchsorted(keys, rows.indices)
     found = pos < n
     found[found] = keys[pos[found]] == rows.indices[found]
@@ -34,21 +37,21 @@ def score(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool) -> dict
     bias_col = -1
     if bias:
         bias_col = n - 1 if n and keys[-1] == BIAS_KEY else n
-    margins = np.empty(len(rows))
-    logistic_margins(rows.indptr, cols, rows.values, bias_col, w, margins)
+    margins = model.margins(rows, cols, bias_col, w)
     auc = roc_auc(margins, rows.labels)
     return {"logloss": float(mean_logloss(margins, rows.labels)),
             "auc": None if np.isnan(auc) else float(auc), "examples": len(rows)}
 
 
-def _bias(model_dir: str) -> bool:
+def _config(model_dir: str) -> dict:
     with h5py.File(sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))[0], "r") as f:
-        return bool(json.loads(f.attrs["config"])["bias"])
+        return json.loads(f.attrs["config"])
 
 
 def score_model(model_dir: str, rows: Rows, allow_partial: bool = False) -> dict:
     keys, weights = load_model(model_dir, allow_partial=allow_partial)
-    return score(keys, weights, rows, _bias(model_dir))
+    config = _config(model_dir)
+    return score(keys, weights, rows, bool(config["bias"]), models.from_config(config))
 
 
 def score_snapshots(run_dir: str, rows: Rows) -> list:

@@ -1,7 +1,9 @@
 """Synthetic data with labels drawn from a planted logistic model, of three kinds:
 
   ctr     hashed categorical features with Zipf-skewed frequencies and a few numeric ones
-          (CTR-like, millions of keys; the built-in dataset)
+          (CTR-like, millions of keys; the built-in dataset); with --interactions R, each
+          pair of a row's features also adds the dot product of their planted latent
+          vectors of R values (what factorization machines model and LR cannot)
   census  like the adult/a9a census data: 14 categorical fields one-hot encoded into 123
           binary features, each field with a frequent value, values correlated through two
           hidden factors (so X^T X has a large top eigenvalue), about 24% positives
@@ -19,7 +21,7 @@ from .kernels.synth import max_bytes_per_row, write_rows
 ZIPF_EXPONENT = 1.1
 NUMERIC_FIELDS = 2
 BIAS = -1.4          # about 25% positives, like a click-through log
-MARGIN_STD = 1.5     # spread of the planted model's margins
+MARGIN_STD = 1.5     # spread of the planted model's margins (and of the pairwise term)
 
 
 def zipf_cdf(vocab: int, exponent: float = ZIPF_EXPONENT) -> np.ndarray:
@@ -29,19 +31,23 @@ def zipf_cdf(vocab: int, exponent: float = ZIPF_EXPONENT) -> np.ndarray:
 
 
 def write_svmlight(path: str, seed: int, first_row: int, n_rows: int, n_fields: int,
-                   features: int, rows_per_chunk: int = 50000) -> int:
+                   features: int, rows_per_chunk: int = 50000, rank: int = 0) -> int:
     """Write rows [first_row, first_row + n_rows) to `path` atomically. Returns positives."""
     n_numeric = min(NUMERIC_FIELDS, n_fields)
     n_categorical = max(n_fields - n_numeric, 1)
     cdf = zipf_cdf(max(features // n_categorical, 1))
     sigma = MARGIN_STD / math.sqrt(n_fields)
+    # The pairwise term sums n(n-1)/2 products of `rank` terms of variance tau^4 each.
+    pairs = max(n_fields * (n_fields - 1) / 2 * rank, 1)
+    tau = math.sqrt(MARGIN_STD / math.sqrt(pairs))
     buf = np.empty(max_bytes_per_row(n_fields) * rows_per_chunk, np.uint8)
     positives = 0
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:
         for start in range(first_row, first_row + n_rows, rows_per_chunk):
             count = min(rows_per_chunk, first_row + n_rows - start)
-            nbytes, pos = write_rows(seed, start, count, n_fields, n_numeric, cdf, BIAS, sigma, buf)
+            nbytes, pos = write_rows(seed, start, count, n_fields, n_numeric, cdf, BIAS, sigma,
+                                     buf, rank, tau)
             positives += pos
             f.write(buf[:nbytes].data)
         f.flush()
@@ -54,12 +60,16 @@ KINDS = ("ctr", "census", "dense")
 
 
 def make_data(prefix: str, rows: int, features: int | None = None, nnz: int | None = None,
-              seed: int = 1, test_rows: int | None = None, kind: str = "ctr") -> dict:
+              seed: int = 1, test_rows: int | None = None, kind: str = "ctr",
+              interactions: int = 0) -> dict:
     """Write PREFIX.train.svm (rows) and PREFIX.test.svm (test_rows, default rows // 5).
-    `features` and `nnz` shape the ctr kind only (default 2^20 and 20).
-
-    The test file is written first, so an existing train file means both are complete.
-    """
+    `features`, `nnz` and `interactions` (the planted latent vectors' length, 0: none) shape
+    the ctr kind only (default 2^20, 20 and 0)."""
+    if kind != "ctr" and interactions:
+        raise ConfigError(f"--interactions shapes --kind ctr only, not {kind}")
+    if not 0 <= interactions <= 64:
+        raise ConfigError(f"--interactions must be from 0 to 64, got {interactions}")
+    # The test file is written first, so an existing train file means both are complete.
     if kind not in KINDS:
         raise ConfigError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if kind != "ctr" and (features, nnz) != (None, None):
@@ -83,7 +93,8 @@ def make_data(prefix: str, rows: int, features: int | None = None, nnz: int | No
     for name, first, count in (("test", rows, test_rows), ("train", 0, rows)):
         path = f"{prefix}.{name}.svm"
         if kind == "ctr":
-            positives = write_svmlight(path, seed, first, count, nnz, features)
+            positives = write_svmlight(path, seed, first, count, nnz, features,
+                                       rank=interactions)
         else:
             positives = write_tabular(path, model, bias, seed, first, count)
         out[name] = {"path": path, "rows": count, "positive_rate": positives / max(count, 1)}

@@ -80,7 +80,9 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
            failover: bool, failures: list, hot: bool = False):
     """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies."""
     budget = Budget(cfg.max_rank_memory, f"server {roles.index}")
-    store = KVStore(width=1, optimizer=cfg.optimizer, budget=budget)
+    model = cfg.model_spec()
+    store = KVStore(width=model.width, optimizer=cfg.optimizer, budget=budget,
+                    init=None if model.starts_at_zero else model.init)
     dense = DenseTables(roles.index, placement, len(roles.workers), budget)
     own = PrimaryKeys(store, placement, roles.index)   # what this server writes
     clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)

@@ -1,6 +1,7 @@
 """One server's shard of the model: keys and their state in an open-addressing table.
 
-Only keys that were pushed or pulled are stored; a new key starts at zero. A key,
+Only keys that were pushed or pulled are stored; a new key starts at zero, or where the
+model's `init` puts its weights (factorization machines' latent vectors). A key,
 its weights and its optimizer state share one row, so a lookup and an update
 touch one cache line. A large table grows by 25% when 90% full, so it stays
 72-90% full: 12 bytes a key for SGD with width 1 use 13.3-16.7 bytes of table.
@@ -14,9 +15,12 @@ from .optimizer import Optimizer
 
 class KVStore:
     def __init__(self, width: int, optimizer: Optimizer, capacity: int = 1 << 10,
-                 max_load: float = 0.9, growth: float = 1.25, budget: Budget | None = None):
-        """`budget`: counts the table's bytes (--max-rank-memory)."""
+                 max_load: float = 0.9, growth: float = 1.25, budget: Budget | None = None,
+                 init=None):
+        """`budget`: counts the table's bytes (--max-rank-memory); `init(keys, out)`: the
+        first weights of new keys (default zero), as `models` give them."""
         self.width = width
+        self.init = init
         self.budget = budget or Budget()
         self.optimizer = optimizer
         self.max_load = max_load
@@ -49,12 +53,22 @@ class KVStore:
         valid while `generation` is unchanged. With `out`, also reads the keys' weights into
         out[len(keys), width] in the same pass (zeros for keys not found)."""
         slots = np.empty(keys.shape[0], np.int64)
+        fresh = np.empty(keys.shape[0], np.uint8)
+        inserted = np.zeros(keys.shape[0], np.uint8)   # over the passes a growth restarts
         if out is None:
             out = np.empty((keys.shape[0], 0), np.float32)
         while True:
             limit = int(self.max_load * self.capacity)
-            done = table.find_and_read(self._rows, self._meta, keys, insert, limit, slots, out)
+            done = table.find_and_read(self._rows, self._meta, keys, insert, limit, slots, out,
+                                       fresh)
+            inserted[:done] |= fresh[:done]
             if done == keys.shape[0]:
+                if self.init is not None and inserted.any():
+                    new = np.flatnonzero(inserted)
+                    first = np.empty((new.shape[0], self.width), np.float32)
+                    self.init(keys[new], first)
+                    self._state[slots[new], :self.width] = first
+                    out[new] = first[:, :out.shape[1]]
                 return slots
             # Rows found so far have moved: look them up again, with room for all the keys
             # not yet looked at, so that a large batch (a resume) rebuilds the table once.

@@ -10,7 +10,7 @@ import tempfile
 import numpy as np
 from numba.core import event
 
-from . import logreg, protocol
+from . import models, protocol
 from .blocks import Layout, name_id
 from .data import KeyIndexer, SvmlightShard
 from .densetables import FUNCTIONS, DenseTables
@@ -38,10 +38,11 @@ def compile_kernels() -> None:
     is_sorted_unique(keys)
     Placement(2).split(keys)
     weights = np.zeros((keys.shape[0], 1), np.float32)
+    lr = models.LogisticRegression()
     for name in NAMES:
         store = KVStore(1, Optimizer(name, lr=0.1, average_from=0 if name == "sgd" else None),
                         capacity=4)
-        grad, _ = logreg.gradient(batch, cols, bias_col, weights)
+        grad, _ = lr.gradient(batch, cols, bias_col, weights)
         message = protocol.pack(protocol.Header(Op.PUSH, nkeys=keys.shape[0], width=1), keys,
                                 grad)
         _, wire_keys, wire_values, _ = protocol.unpack(message)
@@ -56,9 +57,15 @@ def compile_kernels() -> None:
     _full_batch(batch)
     first_bad_pointer(batch.indptr, batch.indices.shape[0])
     first_bad_label(batch.labels)
-    m = logreg.margins(batch, cols, bias_col, weights)
+    m = lr.margins(batch, cols, bias_col, weights)
     mean_logloss(m, batch.labels)
     roc_auc(m, batch.labels)
+    fm = models.FactorizationMachine(2)
+    store = KVStore(fm.width, Optimizer("adagrad", lr=0.1), capacity=4, init=fm.init)
+    pairs = store.pull(keys, np.empty((keys.shape[0], fm.width), np.float32))
+    grad, _ = fm.gradient(batch, cols, bias_col, pairs)
+    store.push(keys, grad, clock=1)
+    fm.margins(batch, cols, bias_col, pairs)
 
 
 def _full_batch(batch) -> None:

@@ -10,7 +10,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, logreg, signals, summary
+from . import checkpoint, signals, summary
 from .bounded import Backoff, wait_all, wait_until
 from .client import KVWorker, tell_servers_to_save
 from .config import TrainConfig
@@ -34,7 +34,8 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
          hot: bool = False):
     """`failover`: a dead server's requests go to its keys' living copies; `hot` (under
     ULFM): take shares of dead workers' rows when the lead server hands them on."""
-    kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
+    kv = KVWorker(roles, width=cfg.model_spec().width, timeout=cfg.timeout,
+                  placement=placement, failover=failover)
     with saving_on_failure(roles, kv, cfg.timeout):
         return _train_and_score(cfg, roles, kv, checkpoint.positions(resume).get(roles.index),
                                 checkpoint.deaths(resume), hot)
@@ -61,6 +62,7 @@ def saving_on_failure(roles: Roles, kv: KVWorker, timeout: float):
 def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
                      deaths: tuple = (), hot: bool = False):
     n_workers = len(roles.workers)
+    model = cfg.model_spec()
     slowdown = cfg.slowdown(roles.index)
     examples, loss, push, stopped = 0, 0.0, None, False
     epoch, segment, offset, taken = 0, 0, -1, []
@@ -103,7 +105,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
             except Stopped:
                 stopped = True
                 break
-            grad, batch_loss = logreg.gradient(batch, cols, bias_col, weights)
+            grad, batch_loss = model.gradient(batch, cols, bias_col, weights)
             if not math.isfinite(batch_loss):
                 raise Diverged(_diverged(cfg, kv.clock, current, shard, batch_loss))
             loss += batch_loss
@@ -300,11 +302,11 @@ def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker, deaths: tuple = ()):
     living = [w for w in range(len(roles.workers)) if w not in dead]
     shard = open_shard(cfg.test, living.index(roles.index), len(living),
                        skip_bad=cfg.skip_bad_lines)
-    margins, labels, index = [], [], KeyIndexer()
+    margins, labels, index, model = [], [], KeyIndexer(), cfg.model_spec()
     for batch in shard.minibatches(EVAL_BATCH):
         keys, cols, bias_col = index(batch, cfg.bias, shard.path)
         weights = kv.wait(kv.pull(keys, read_only=True))
-        margins.append(logreg.margins(batch, cols, bias_col, weights))
+        margins.append(model.margins(batch, cols, bias_col, weights))
         labels.append(batch.labels)
     if not margins:
         return np.empty(0), np.empty(0, np.float32), shard.bad_lines

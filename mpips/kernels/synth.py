@@ -61,31 +61,48 @@ def max_bytes_per_row(n_fields):
 
 
 @njit(cache=True, nogil=True)
-def write_rows(seed, first_row, n_rows, n_fields, n_numeric, cdf, bias, sigma, out):
+def factor_seed(seed, f):
+    """The seed of latent dimension f's planted values (see planted_weight)."""
+    return mix64(np.uint64(seed) ^ np.uint64(0xFAC70000 + f))
+
+
+@njit(cache=True, nogil=True)
+def write_rows(seed, first_row, n_rows, n_fields, n_numeric, cdf, bias, sigma, out,
+               rank=0, tau=0.0):
     """Generate rows [first_row, first_row + n_rows) as svmlight text into `out`.
 
     Fields 0..n_numeric-1 are numeric (value in [0, 1), 4 decimals, one key per
     field); the rest are categorical with values drawn from the Zipf-like `cdf`
-    and value 1. The label is drawn from sigmoid(bias + planted weights . x).
+    and value 1. The label is drawn from sigmoid(bias + planted weights . x), plus,
+    with `rank` > 0, the pairwise term sum_{i<j} <u_i, u_j> x_i x_j of planted latent
+    vectors u (`rank` values of standard deviation `tau` per key).
     Returns (bytes written, positives).
     """
     pos = 0
     positives = 0
     useed = np.uint64(seed)
+    sums = np.zeros(rank)
     for r in range(n_rows):
         row = np.uint64(first_row + r)
         line_start = pos
         pos += 2  # label and space, written once the margin is known
         margin = bias
+        sums[:] = 0.0
+        squares = 0.0
         for f in range(n_fields):
             if f < n_numeric:
                 key = feature_key(useed, f, np.uint64(0xFFFFFFFF))
                 x10k = int(_draw(useed, row, f) * 10000.0)
-                margin += planted_weight(useed, key, sigma) * (x10k / 10000.0)
+                x = x10k / 10000.0
             else:
                 v = np.searchsorted(cdf, _draw(useed, row, f), side="right")
                 key = feature_key(useed, f, v)
-                margin += planted_weight(useed, key, sigma)
+                x = 1.0
+            margin += planted_weight(useed, key, sigma) * x
+            for d in range(rank):
+                ux = planted_weight(factor_seed(useed, d), key, tau) * x
+                sums[d] += ux
+                squares += ux * ux
             pos = write_uint(out, pos, key)
             out[pos] = 58  # ':'
             pos += 1
@@ -102,6 +119,9 @@ def write_rows(seed, first_row, n_rows, n_fields, n_numeric, cdf, bias, sigma, o
                 pos += 1
             out[pos] = 32
             pos += 1
+        for d in range(rank):
+            margin += 0.5 * sums[d] * sums[d]
+        margin -= 0.5 * squares
         p = 1.0 / (1.0 + math.exp(-margin))
         y = 1 if _draw(useed, row, n_fields + 1) < p else 0
         positives += y

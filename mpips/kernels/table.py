@@ -33,16 +33,18 @@ def _home(key, cap):
 
 
 @njit(cache=True, nogil=True)
-def find_and_read(rows, meta, keys, insert, limit, slots, out):
+def find_and_read(rows, meta, keys, insert, limit, slots, out, fresh):
     """Row of each key in `slots`, copying its first out.shape[1] state words (its weights)
-    to out[i] while the row is in cache. A missing key is inserted, or gets row -1 and zeros
-    if not `insert`. Stops before an insert would store more than `limit` keys, and returns
-    how many keys it got through (the caller grows the table and starts again)."""
+    to out[i] while the row is in cache. A missing key is inserted (fresh[i] = 1: its row
+    is zero), or gets row -1 and zeros if not `insert`. Stops before an insert would store
+    more than `limit` keys, and returns how many keys it got through (the caller grows the
+    table and starts again)."""
     cap = rows.shape[0] - 1
     width = out.shape[1]
     state = rows.view(np.float32)
     for i in range(keys.shape[0]):
         k = keys[i]
+        fresh[i] = 0
         if k == EMPTY:
             if meta[1] == 0:
                 if not insert:
@@ -53,6 +55,7 @@ def find_and_read(rows, meta, keys, insert, limit, slots, out):
                     return i
                 meta[1] = 1
                 meta[0] += 1
+                fresh[i] = 1
             slots[i] = cap
             for c in range(width):
                 out[i, c] = state[cap, KEY_WORDS + c]
@@ -75,6 +78,7 @@ def find_and_read(rows, meta, keys, insert, limit, slots, out):
                 rows[j, 0] = lo
                 rows[j, 1] = hi
                 meta[0] += 1
+                fresh[i] = 1
                 slots[i] = j
                 break
             j += 1

@@ -14,7 +14,7 @@ REFUSED = [
     (("--checkpoint-every", "nans"), "'nans': must be a finite number, not negative"),
     (("--checkpoint-every", "-3"), "'-3': must be a finite number, not negative"),
     (("--straggler", "0:inf"), "expected W:FACTOR such as 0:3, got '0:inf'"),
-    (("--optimizer", "adam"), "argument --optimizer: invalid choice: 'adam'"),
+    (("--optimizer", "rmsprop"), "argument --optimizer: invalid choice: 'rmsprop'"),
     (("--disk-wait", "-1"), "--disk-wait must be a number of seconds >= 0, got -1.0"),
     (("--allow-changed-data",), "--allow-changed-data applies to --resume only"),
     (("--lr", "-0.1"), "--lr must be positive, got -0.1"),
@@ -39,6 +39,10 @@ REFUSED = [
     (("--max-rank-memory", "lots"), "argument --max-rank-memory: 'lots' is not a size such "
                                     "as 512M or 2G"),
     (("--max-rank-memory", "100K"), "--max-rank-memory must be at least 1M, got 102400 bytes"),
+    (("--model", "fm", "--factors", "0"), "--factors must be from 1 to 1024, got 0"),
+    (("--model", "svm"), "argument --model: invalid choice: 'svm'"),
+    (("--solver", "lbfgs", "--model", "fm"), "--solver lbfgs does not take --model fm "
+                                             "(full batch trains lr)"),
 ]
 
 
@@ -56,7 +60,7 @@ def test_the_message_is_never_lost_when_every_rank_exits_at_once(small_data, tmp
     """The launcher kills the other ranks when one exits with an error: rank 0 must have
     printed before any rank exits (it used to be lost about one launch in six)."""
     for attempt in range(8):
-        job = run_job(6, "train", "--train", small_data[0], "--checkpoint-every", "-3",
+        job = run_job(4, "train", "--train", small_data[0], "--checkpoint-every", "-3",
                       timeout=60)
         assert "must be a finite number, not negative" in job.stderr, f"launch {attempt}"
 

@@ -81,23 +81,35 @@ def test_a_checkpoint_of_two_servers_resumes_on_another_number(small_data, unint
             assert (owner.owners(f["keys"][:]) == s).all()
 
 
-def test_averaged_sgd_resumes_from_a_checkpoint_to_the_same_model(small_data, tmp_path):
-    """The running means and the clocks they cover are in the checkpoint: a run resumed after
-    the averaging began (and on another number of servers) ends with the same mean."""
-    args = ("--train", small_data[0], "--optimizer", "sgd", *TRAIN, "--keep-checkpoints", 20)
+@pytest.mark.parametrize("optimizer, extra", [("sgd", ()),
+                                              ("adam", ("--model", "fm", "--factors", 3))],
+                         ids=["averaged-sgd", "adam-fm"])
+def test_optimizer_state_resumes_from_a_checkpoint_to_the_same_model(small_data, tmp_path,
+                                                                     optimizer, extra):
+    """The optimizer's state is in the checkpoint (averaged SGD: the running means and the
+    clocks they cover; Adam: the moments and each key's count of pushes, here in a
+    factorization machine's rows): a run resumed from the middle, on another number of
+    servers, ends with the same model."""
+    args = ("--train", small_data[0], "--optimizer", optimizer, *extra, *TRAIN,
+            "--keep-checkpoints", 20)
     whole = tmp_path / "whole"
     job = run_job(4, "train", *args, "--servers", 2, "--out", whole)
     assert job.returncode == 0, job.output
     first = read_manifest(os.path.dirname(complete_checkpoints(whole / "checkpoints")[0]))
-    first = first["config"]["optimizer"]["average_from"]
+    first = first["config"]["optimizer"]["average_from"] or 0
     mid = next(os.path.dirname(m) for m in complete_checkpoints(whole / "checkpoints")
                if first < read_manifest(os.path.dirname(m))["clock"] < 4 * 50)
     ckpt = tmp_path / "ckpt"
     shutil.copytree(mid, ckpt / os.path.basename(mid))
     with h5py.File(glob.glob(os.path.join(mid, "server-*.h5"))[0]) as f:
-        mean, covered = f["state"][:, 1], f["state"][:, 2]
-        assert covered.max() > 0 and not np.array_equal(mean, f["state"][:, 0]), \
+        state = f["state"][:]
+    if optimizer == "sgd":
+        mean, covered = state[:, 1], state[:, 2]
+        assert covered.max() > 0 and not np.array_equal(mean, state[:, 0]), \
             "the checkpoint holds means that differ from the weights"
+    else:   # rows [w, v1..v3], their first and second moments, the count of pushes
+        assert state.shape[1] == 3 * 4 + 1 and state[:, 12].max() > 1
+        assert (state[:, 4:12] != 0).any() and (state[:, 1:4] != 0).any()
     run = tmp_path / "run"
     job = run_job(3, "train", *args, "--servers", 1, "--out", run, "--resume", ckpt)
     assert job.returncode == 0, job.output

@@ -2,8 +2,10 @@
 import filecmp
 
 import numpy as np
+import pytest
 
 from mpips.data import SvmlightShard
+from mpips.errors import ConfigError
 from mpips.makedata import make_data
 
 
@@ -27,3 +29,20 @@ def test_rows_parse_with_the_requested_shape(tmp_path):
     assert keys.max() > 2**63, "keys are hashed over the whole 64-bit range"
     counts = np.unique(keys, return_counts=True)[1]
     assert counts.max() > 50 * np.median(counts), "feature frequencies are skewed"
+
+
+def test_interactions_keep_the_features_and_move_the_labels(tmp_path):
+    """--interactions plants a pairwise term: the same rows and keys, other labels; without it
+    the files are those of before (the term adds nothing)."""
+    plain = make_data(str(tmp_path / "p"), rows=4000, features=400, nnz=6, seed=2)
+    paired = make_data(str(tmp_path / "i"), rows=4000, features=400, nnz=6, seed=2,
+                       interactions=4)
+    a = SvmlightShard(plain["train"]["path"]).rows()
+    b = SvmlightShard(paired["train"]["path"]).rows()
+    a, b = next(a), next(b)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.values, b.values)
+    changed = (a.labels != b.labels).mean()
+    assert 0.05 < changed < 0.6, changed
+    with pytest.raises(ConfigError, match="--interactions shapes --kind ctr only"):
+        make_data(str(tmp_path / "c"), rows=10, kind="census", interactions=2)

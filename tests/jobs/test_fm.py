@@ -1,0 +1,58 @@
+"""Models beyond logistic regression, as whole jobs: on data with planted pairwise
+interactions (make-data --interactions) a factorization machine beats logistic regression
+in held-out logloss; its runs are deterministic under BSP and its saved model scores
+offline (evaluate) as it scored in the job."""
+import numpy as np
+import pytest
+from conftest import read_summary, run_job, run_mpips
+
+from mpips.evaluate import read_rows, score_model
+from mpips.model_io import load_model
+
+ARGS = ("--servers", 2, "--epochs", 3)
+
+
+@pytest.fixture(scope="module")
+def paired(tmp_path_factory):
+    prefix = tmp_path_factory.mktemp("paired") / "p"
+    job = run_mpips("make-data", "--rows", 100000, "--test-rows", 20000, "--features", 600,
+                    "--nnz", 8, "--interactions", 4, "--seed", 3, prefix)
+    assert job.returncode == 0, job.output
+    return f"{prefix}.train.svm", f"{prefix}.test.svm"
+
+
+def train(data, run, *extra):
+    job = run_job(4, "train", "--train", data[0], "--test", data[1], "--out", run, *ARGS,
+                  *extra)
+    assert job.returncode == 0, job.output
+    return read_summary(run)
+
+
+@pytest.fixture(scope="module")
+def fm_run(paired, tmp_path_factory):
+    run = tmp_path_factory.mktemp("fm") / "run"
+    return run, train(paired, run, "--model", "fm", "--factors", 4)
+
+
+def test_a_factorization_machine_beats_logistic_regression_on_interactions(paired, fm_run,
+                                                                            tmp_path):
+    lr = train(paired, tmp_path / "lr")
+    fm = fm_run[1]
+    print(f"held-out logloss: lr {lr['test_logloss']:.4f}, fm {fm['test_logloss']:.4f}")
+    assert fm["test_logloss"] < 0.93 * lr["test_logloss"]   # measured: 0.4212 vs 0.4688
+    assert fm["test_auc"] > lr["test_auc"] + 0.03           # 0.814 vs 0.751
+    assert fm["config"]["model"] == "fm" and fm["config"]["factors"] == 4
+
+
+def test_a_factorization_machine_gives_the_same_bits_twice_and_scores_offline(paired, fm_run,
+                                                                              tmp_path):
+    run, fm = fm_run
+    again = tmp_path / "again"
+    train(paired, again, "--model", "fm", "--factors", 4)
+    keys, weights = load_model(run / "model")
+    keys2, weights2 = load_model(again / "model")
+    assert weights.shape[1] == 5, "each key: its weight and 4 latent values"
+    np.testing.assert_array_equal(keys, keys2)
+    np.testing.assert_array_equal(weights, weights2)
+    offline = score_model(str(run / "model"), read_rows(paired[1]))
+    assert offline["logloss"] == pytest.approx(fm["test_logloss"], rel=1e-6)
