@@ -260,11 +260,8 @@ class KVWorker:
             pending.replies.append(self._reply_into(into, s))
         while True:
             try:
-                self._complete(pending)
-                break
-            except MPI.Exception as e:
-                if not (self.failover and is_failure(e) and self._learn_failures()):
-                    raise
+                if self._complete_unless_failed(pending) is not None:
+                    break
             except WaitTimeout as e:
                 raise WaitTimeout(f"{e}; {self._silent(pending)}") from None
             dead = self._placement.dead
@@ -336,11 +333,9 @@ class KVWorker:
             if pending.version != self._placement.version:
                 self._repair(pending)
             try:
-                waited = self._complete(pending)
-                break
-            except MPI.Exception as e:
-                if not (self.failover and is_failure(e) and self._learn_failures()):
-                    raise
+                waited = self._complete_unless_failed(pending)
+                if waited is not None:
+                    break
             except WaitTimeout as e:
                 if not pending.replies:
                     raise
@@ -392,6 +387,16 @@ class KVWorker:
             return all(p.done for p in parts)
         return wait_until(poll, self.timeout, lambda: pending.what)
 
+    def _complete_unless_failed(self, pending: _Pending) -> float | None:
+        """`_complete`, or None when a server died meanwhile (under failover: learned, the
+        placement moved on, for the caller to repair the request)."""
+        try:
+            return self._complete(pending)
+        except MPI.Exception as e:
+            if not (self.failover and is_failure(e) and self._learn_failures()):
+                raise
+            return None
+
     def _learn_failures(self) -> bool:
         """After MPI told of a failure: which servers died; their keys' living copies take
         over (a new placement), or the job cannot go on. Whether a server died."""
@@ -438,12 +443,8 @@ class KVWorker:
         while True:
             if pending.version != self._placement.version:
                 self._repair(pending)
-            try:
-                self._complete(pending)
+            if self._complete_unless_failed(pending) is not None:
                 return
-            except MPI.Exception as e:
-                if not (self.failover and is_failure(e) and self._learn_failures()):
-                    raise
 
     def finish(self) -> None:
         """Tell the servers this worker advances no more clocks (others stop waiting for it)."""
