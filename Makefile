@@ -77,6 +77,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) bench/workers.py
 	$(PY) bench/replicas.py
 	$(PY) bench/dense.py
+	$(PY) bench/formats.py
 	$(PY) bench/soak.py
 	$(PY) bench/consistency.py
 	$(PY) bench/throughput.py

@@ -50,6 +50,7 @@ class TrainConfig:
     max_rank_memory: int | None = None   # bytes a rank may hold in its tables and rows
     model: str = "lr"               # see models: lr, or fm (factorization machine)
     factors: int = 8                # fm: the latent vector's length
+    format: str | None = None       # svmlight or criteo text (None: as each file's first line)
 
     def model_spec(self):
         """The models.* object this job trains."""
@@ -98,9 +99,9 @@ class TrainConfig:
         if self.max_rank_memory is not None and self.max_rank_memory < 1 << 20:
             raise ConfigError(f"--max-rank-memory must be at least 1M, got "
                               f"{self.max_rank_memory} bytes")
-        check_input(self.train, "--train")
+        check_input(self.train, "--train", self.format)
         if self.test is not None:
-            check_input(self.test, "--test")
+            check_input(self.test, "--test", self.format)
         if (self.checkpoint_every or 0) < 0 or (self.checkpoint_seconds or 0) < 0:
             raise ConfigError("--checkpoint-every must not be negative")
         if self.keep_checkpoints is not None and self.keep_checkpoints < 1:

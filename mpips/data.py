@@ -11,11 +11,35 @@ import numpy as np
 
 from .errors import ConfigError, InputError
 from .kernels.keys import sorted_unique_inverse
-from .kernels.svmlight import ERROR_TEXT, count_byte, parse_svmlight
+from .kernels import criteo, svmlight
+from .kernels.svmlight import count_byte, parse_lines
 
 log = logging.getLogger("mpips")
 
 BIAS_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)  # the always-on feature that carries the intercept
+
+
+@dataclass(frozen=True)
+class TextFormat:
+    """A line-per-example text format: its number for kernels.svmlight.parse_lines, its
+    error texts, and how many features a line holds at most (0: one per ':' byte)."""
+    name: str
+    code: int
+    errors: dict
+    per_line: int
+
+
+SVMLIGHT = TextFormat("svmlight", svmlight.SVMLIGHT, svmlight.ERROR_TEXT, 0)
+CRITEO = TextFormat("criteo", svmlight.CRITEO, criteo.ERROR_TEXT, criteo.FIELDS)
+FORMATS = {f.name: f for f in (SVMLIGHT, CRITEO)}
+
+
+def sniff(path: str) -> TextFormat:
+    """The format of a text file, from its first line: Criteo's has 39 tabs and no ':'."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    first = head.lstrip(b"\r\n").split(b"\n", 1)[0]
+    return CRITEO if first.count(b"\t") == criteo.FIELDS and b":" not in first else SVMLIGHT
 # Compressed files by their first bytes: (magic, format, how to decompress keeping the file).
 COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"),
               (b"\xfd7zXZ\x00", "xz", "unxz -k"), (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))
@@ -141,14 +165,17 @@ def _line_start(f, pos: int, size: int) -> int:
             return f.tell() - len(block) + nl + 1
 
 
-class SvmlightShard:
-    """The lines of `path` that start in byte range `part` of `nparts`."""
+class TextShard:
+    """The lines of `path` that start in byte range `part` of `nparts`: svmlight text or
+    Criteo TSV (see `sniff`)."""
 
     def __init__(self, path: str, part: int = 0, nparts: int = 1,
                  chunk_bytes: int = 4 << 20, skip_bad: bool = False, log_bad: bool = True,
-                 span: tuple[int, int] | None = None):
-        """`span`: the lines that start in bytes [start, stop) instead of in part `part`."""
+                 span: tuple[int, int] | None = None, fmt: TextFormat | None = None):
+        """`span`: the lines that start in bytes [start, stop) instead of in part `part`;
+        `fmt`: the format (default: as the file's first line says)."""
         self.path = path
+        self.fmt = fmt or sniff(path)
         self.skip_bad = skip_bad
         self.log_bad = log_bad
         self.chunk_bytes = chunk_bytes
@@ -164,10 +191,10 @@ class SvmlightShard:
         self._warnings = 0
         self._passes = 0
 
-    def over(self, start: int, stop: int) -> "SvmlightShard":
+    def over(self, start: int, stop: int) -> "TextShard":
         """The same file's lines that start in bytes [start, stop)."""
-        return SvmlightShard(self.path, chunk_bytes=self.chunk_bytes, skip_bad=self.skip_bad,
-                             log_bad=self.log_bad, span=(start, stop))
+        return TextShard(self.path, chunk_bytes=self.chunk_bytes, skip_bad=self.skip_bad,
+                         log_bad=self.log_bad, span=(start, stop), fmt=self.fmt)
 
     @property
     def fraction_done(self) -> float:
@@ -207,7 +234,8 @@ class SvmlightShard:
         end = int(nl[line_idx]) if line_idx < nl.shape[0] else data.shape[0]
         text = data[start:min(end, start + 200)].tobytes().rstrip(b"\r").decode("utf-8", "replace")
         number = self._line_number(pass_start) + lines_before + line_idx
-        return f"{self.path}:{number}: {ERROR_TEXT[code]} (at character {col + 1}): {text!r}"
+        return (f"{self.path}:{number}: {self.fmt.errors[code]} (at character {col + 1}): "
+                f"{text!r}")
 
     def rows(self, start: int | None = None):
         """Yield the shard's rows chunk by chunk, from byte `start` (a line's first byte in
@@ -236,14 +264,16 @@ class SvmlightShard:
                 final = self.position + filled >= self.stop
                 data = buf[:filled]
                 n_lines = count_byte(data, 10) + 1
-                n_entries = count_byte(data, 58)
+                n_entries = (n_lines * self.fmt.per_line if self.fmt.per_line
+                             else count_byte(data, 58))
                 labels = np.empty(n_lines, np.float32)
                 indptr = np.empty(n_lines + 1, np.int64)
                 indices = np.empty(n_entries, np.uint64)
                 values = np.empty(n_entries, np.float32)
                 starts = np.empty(n_lines, np.int64)
-                n, nnz, used, lines, n_bad, bad_idx, code, col = parse_svmlight(
-                    data, final, self.skip_bad, labels, indptr, indices, values, starts)
+                n, nnz, used, lines, n_bad, bad_idx, code, col = parse_lines(
+                    data, final, self.skip_bad, labels, indptr, indices, values, starts,
+                    self.fmt.code)
                 if bad_idx >= 0 and not self.skip_bad:
                     raise InputError(self._describe(data, self.position, pass_start, lines_done,
                                                     bad_idx, code, col))
@@ -257,7 +287,7 @@ class SvmlightShard:
                         number = self._line_number(pass_start) + lines_done
                         raise InputError(f"{self.path}:{number}: a line longer than "
                                          f"{MAX_LINE_BYTES >> 20} MiB (no newline in it): "
-                                         f"not svmlight text")
+                                         f"not {self.fmt.name} text")
                     buf = np.concatenate([buf, np.empty_like(buf)])
                     continue
                 buf[:filled - used] = buf[used:filled]

@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from .errors import ConfigError
-from .kernels.synth import max_bytes_per_row, write_rows
+from .kernels.synth import criteo_rows, max_bytes_per_row, write_rows
 
 ZIPF_EXPONENT = 1.1
 NUMERIC_FIELDS = 2
@@ -57,14 +57,47 @@ def write_svmlight(path: str, seed: int, first_row: int, n_rows: int, n_fields: 
 
 
 KINDS = ("ctr", "census", "dense")
+CRITEO_EMPTY = 0.15   # share of empty fields in the Criteo layout
+
+
+def write_criteo(path: str, seed: int, first_row: int, n_rows: int, features: int) -> int:
+    """Rows [first_row, first_row + n_rows) in the Criteo layout (label, 13 integer and 26
+    hexadecimal fields, tab separated, some empty) to `path`, atomically; returns
+    positives."""
+    cdf = zipf_cdf(max(features // 26, 1))
+    sigma = MARGIN_STD / math.sqrt(39 * (1 - CRITEO_EMPTY))
+    positives = 0
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        for start in range(first_row, first_row + n_rows, CHUNK):
+            count = min(CHUNK, first_row + n_rows - start)
+            ints = np.empty((count, 13), np.int64)
+            cats = np.empty((count, 26), np.int64)
+            labels = np.empty(count, np.int64)
+            criteo_rows(seed, start, ints, cats, labels, BIAS, sigma, cdf, CRITEO_EMPTY)
+            lines = ["\t".join([str(y)] + ["" if v < 0 else str(v) for v in i]
+                               + ["" if v < 0 else f"{v:08x}" for v in c])
+                     for y, i, c in zip(labels.tolist(), ints.tolist(), cats.tolist())]
+            f.write("\n".join(lines) + "\n")
+            positives += int(labels.sum())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return positives
 
 
 def make_data(prefix: str, rows: int, features: int | None = None, nnz: int | None = None,
               seed: int = 1, test_rows: int | None = None, kind: str = "ctr",
-              interactions: int = 0) -> dict:
-    """Write PREFIX.train.svm (rows) and PREFIX.test.svm (test_rows, default rows // 5).
-    `features`, `nnz` and `interactions` (the planted latent vectors' length, 0: none) shape
-    the ctr kind only (default 2^20, 20 and 0)."""
+              interactions: int = 0, fmt: str = "svmlight") -> dict:
+    """Write PREFIX.train.svm (rows) and PREFIX.test.svm (test_rows, default rows // 5), or
+    with fmt "criteo" PREFIX.train.tsv and PREFIX.test.tsv in the Criteo layout. `features`,
+    `nnz` and `interactions` (the planted latent vectors' length, 0: none) shape the ctr
+    kind only (default 2^20, 20 and 0)."""
+    if fmt not in ("svmlight", "criteo"):
+        raise ConfigError(f"--format must be svmlight or criteo, got {fmt!r}")
+    if fmt == "criteo" and (kind != "ctr" or nnz is not None or interactions):
+        raise ConfigError("--format criteo writes its own layout: 39 fields a row, no "
+                          "--kind, --nnz or --interactions")
     if kind != "ctr" and interactions:
         raise ConfigError(f"--interactions shapes --kind ctr only, not {kind}")
     if not 0 <= interactions <= 64:
@@ -91,8 +124,10 @@ def make_data(prefix: str, rows: int, features: int | None = None, nnz: int | No
     model = TABULAR[kind](seed) if kind != "ctr" else None
     bias = _calibrated_bias(model, seed) if model else 0.0
     for name, first, count in (("test", rows, test_rows), ("train", 0, rows)):
-        path = f"{prefix}.{name}.svm"
-        if kind == "ctr":
+        path = f"{prefix}.{name}.{'tsv' if fmt == 'criteo' else 'svm'}"
+        if fmt == "criteo":
+            positives = write_criteo(path, seed, first, count, features)
+        elif kind == "ctr":
             positives = write_svmlight(path, seed, first, count, nnz, features,
                                        rank=interactions)
         else:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .bounded import wait_all
-from .data import Rows, SvmlightShard, byte_range, check_file
+from .data import Rows, TextShard, byte_range, check_file, sniff
 from .errors import ConfigError, InputError
 from .kernels.csr import first_bad_label, first_bad_pointer
 from .startup import agree
@@ -92,7 +92,7 @@ def _part_file(path: str, part: str, array: str) -> str:
 def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict:
     """Convert byte range `rank` of `size` of the svmlight file `src` into part `rank`."""
     name = f"part-{rank:04d}"
-    shard = SvmlightShard(src, rank, size, skip_bad=skip_bad)
+    shard = TextShard(src, rank, size, skip_bad=skip_bad)
     raw = {array: open(_part_file(dst, name, array) + ".raw", "wb") for array, _ in ARRAYS}
     rows = nnz = 0
     raw["indptr"].write(np.zeros(1, np.int64).tobytes())
@@ -263,7 +263,7 @@ def features_per_row(path: str, samples: int = 8, sample_bytes: int = 1 << 17) -
         return meta["nnz"] / max(meta["rows"], 1)
     rows = nnz = 0
     for part in range(samples):
-        shard = SvmlightShard(path, part, samples, chunk_bytes=sample_bytes, skip_bad=True,
+        shard = TextShard(path, part, samples, chunk_bytes=sample_bytes, skip_bad=True,
                               log_bad=False)
         chunk = next(shard.rows(), None)
         if chunk is not None:
@@ -320,14 +320,14 @@ def sample_rows(path: str, parts: int, whole_bytes: int = 64 << 20, samples: int
     size = os.path.getsize(path)
     try:
         if size <= whole_bytes:
-            chunks = list(SvmlightShard(path, skip_bad=True, log_bad=False).rows())
+            chunks = list(TextShard(path, skip_bad=True, log_bad=False).rows())
             rows = Rows.concat(chunks) if chunks else _empty_rows()
             bounds = [byte_range(size, w, parts)[0] for w in range(parts)] + [size]
             at = np.searchsorted(rows.origins if chunks else np.empty(0, np.int64), bounds)
             return Sample(rows, np.diff(at).tolist(), True)
         chunks, spanned = [], 0
         for part in range(samples):
-            shard = SvmlightShard(path, part, samples, chunk_bytes=sample_bytes, skip_bad=True,
+            shard = TextShard(path, part, samples, chunk_bytes=sample_bytes, skip_bad=True,
                                   log_bad=False)
             chunk = next(shard.rows(), None)
             if chunk is not None and len(chunk) > 1:
@@ -342,20 +342,24 @@ def sample_rows(path: str, parts: int, whole_bytes: int = 64 << 20, samples: int
     return Sample(rows, [int(total / parts)] * parts, False)
 
 
-def check_input(path: str, flag: str) -> None:
-    """ConfigError unless `path` is a readable non-empty svmlight file or a whole converted
-    dataset."""
+def check_input(path: str, flag: str, fmt: str | None = None) -> None:
+    """ConfigError unless `path` is a readable non-empty text file (of format `fmt`, if
+    given: svmlight or criteo) or a whole converted dataset."""
     if os.path.isdir(path):
         check_parts(path, read_meta(path))
-    else:
-        check_file(path, flag)
+        return
+    check_file(path, flag)
+    found = sniff(path).name
+    if fmt is not None and found != fmt:
+        raise ConfigError(f"{flag} {path}: --format {fmt}, but its first line is {found} "
+                          f"text")
 
 
 def open_shard(path: str, part: int, nparts: int, skip_bad: bool = False):
     """Part `part` of `nparts` of a dataset: svmlight text, or a directory from `convert`."""
     if os.path.isdir(path):
         return CsrShard(path, part, nparts)
-    return SvmlightShard(path, part, nparts, skip_bad=skip_bad)
+    return TextShard(path, part, nparts, skip_bad=skip_bad)
 
 
 def spans(path: str, nparts: int) -> list:

@@ -12,7 +12,7 @@ from numba.core import event
 
 from . import models, protocol
 from .blocks import Layout, name_id
-from .data import KeyIndexer, SvmlightShard
+from .data import KeyIndexer, TextShard
 from .densetables import FUNCTIONS, DenseTables
 from .denserows import Part
 from .kernels import elementwise
@@ -30,7 +30,7 @@ def compile_kernels() -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write("1 1:1 2:0.5\n0 3:1 18446744073709551614:2\n1 2:1\n")
-        batches = list(SvmlightShard(path, chunk_bytes=16).minibatches(2))
+        batches = list(TextShard(path, chunk_bytes=16).minibatches(2))
     finally:
         os.unlink(path)
     batch = batches[0]

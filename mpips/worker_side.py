@@ -14,7 +14,7 @@ from . import checkpoint, signals, summary
 from .bounded import Backoff, wait_all, wait_until
 from .client import KVWorker, tell_servers_to_save
 from .config import TrainConfig
-from .data import KeyIndexer, SvmlightShard
+from .data import KeyIndexer, TextShard
 from .errors import ConfigError, Diverged, InputError, Interrupted, MpipsError, Stopped
 from .failover import CannotFailOver
 from .lbfgs import Step
@@ -172,7 +172,7 @@ def _pass_on_stop(kv: KVWorker) -> None:
 
 def _diverged(cfg: TrainConfig, clock: int, current, shard, loss: float) -> str:
     batch, epoch = current[0], current[5]
-    where = "byte" if isinstance(shard, SvmlightShard) else "row"
+    where = "byte" if isinstance(shard, TextShard) else "row"
     kept = (f"; the checkpoints in {cfg.checkpoints} are kept" if cfg.checkpoints_on else "")
     return (f"the training loss became {loss} at clock {clock} (epoch {epoch}, the minibatch "
             f"at {where} {batch.start} of {shard.path}); nothing of it was pushed. The "

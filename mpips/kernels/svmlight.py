@@ -7,6 +7,8 @@ decimal float. `qid:N` tokens are ignored; blank and comment-only lines are skip
 import numpy as np
 from numba import njit
 
+from .criteo import parse_line as criteo_line
+
 # Error codes returned by parse_svmlight; ERROR_TEXT gives the message.
 OK, BAD_LABEL, LABEL_NOT_BINARY, BAD_INDEX, INDEX_OVERFLOW, MISSING_COLON, BAD_VALUE = range(7)
 ERROR_TEXT = {
@@ -157,14 +159,26 @@ def count_byte(buf, byte):
     return n
 
 
+SVMLIGHT, CRITEO = 0, 1   # the line formats parse_lines knows
+
+
 @njit(cache=True, nogil=True)
 def parse_svmlight(buf, final, skip_bad, labels, indptr, indices, values, starts):
-    """Parse the complete lines of `buf` into preallocated CSR arrays, and the byte offset in
-    `buf` where each row's line starts into `starts`.
+    """svmlight lines into CSR: parse_lines with one feature per ':' byte of capacity."""
+    return parse_lines(buf, final, skip_bad, labels, indptr, indices, values, starts,
+                       SVMLIGHT)
+
+
+@njit(cache=True, nogil=True)
+def parse_lines(buf, final, skip_bad, labels, indptr, indices, values, starts, fmt):
+    """Parse the complete lines of `buf` in format `fmt` (SVMLIGHT, or CRITEO: see
+    kernels.criteo) into preallocated CSR arrays, and the byte offset in `buf` where each
+    row's line starts into `starts`.
 
     Capacity: labels, starts and indptr[1:] need one entry per newline (+1 if `final`),
-    indices and values one per ':' byte. Only complete lines are parsed unless
-    `final`, in which case a last line without newline counts too.
+    indices and values one per feature the format allows (svmlight: one per ':' byte). Only
+    complete lines are parsed unless `final`, in which case a last line without newline
+    counts too.
 
     Returns (rows, nnz, bytes consumed, lines seen, bad lines skipped,
     first bad line's index among lines seen or -1, its error code, its byte offset in the line).
@@ -189,7 +203,10 @@ def parse_svmlight(buf, final, skip_bad, labels, indptr, indices, values, starts
         end = eol
         if end > pos and buf[end - 1] == _CR:
             end -= 1
-        code, col, k = _parse_line(buf, pos, end, labels, indices, values, row, nnz)
+        if fmt == CRITEO:
+            code, col, k = criteo_line(buf, pos, end, labels, indices, values, row, nnz)
+        else:
+            code, col, k = _parse_line(buf, pos, end, labels, indices, values, row, nnz)
         if code == OK:
             starts[row] = pos
             nnz += k

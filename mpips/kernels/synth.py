@@ -8,6 +8,8 @@ import math
 import numpy as np
 from numba import njit
 
+from .criteo import bucket as criteo_bucket
+from .criteo import feature_key as criteo_key
 from .hashing import mix64
 
 _TWO_M53 = 1.0 / 9007199254740992.0
@@ -132,3 +134,36 @@ def write_rows(seed, first_row, n_rows, n_fields, n_numeric, cdf, bias, sigma, o
             out[line_start + 1] = 10
             pos = line_start + 2
     return pos, positives
+
+
+@njit(cache=True, nogil=True)
+def criteo_rows(seed, first_row, ints, cats, labels, bias, sigma, cdf, empty):
+    """Rows [first_row, first_row + len(labels)) in the Criteo layout: ints[r, 13] counts,
+    cats[r, 26] categorical values (32-bit, written in hexadecimal), -1 for an empty field;
+    labels[r] drawn from a planted model over the keys the Criteo reader makes of them
+    (kernels.criteo), so that what is written can be learned. A field is empty with
+    probability `empty`; counts are roughly geometric, categorical values Zipf-like over
+    `cdf`."""
+    useed = np.uint64(seed)
+    n_int = ints.shape[1]
+    for r in range(labels.shape[0]):
+        row = np.uint64(first_row + r)
+        margin = bias
+        for f in range(n_int + cats.shape[1]):
+            empty_here = _draw(useed, row, 2 * f) < empty
+            u = _draw(useed, row, 2 * f + 1)
+            if f < n_int:
+                ints[r, f] = -1 if empty_here else np.int64(-math.log(1.0 - u) * (1 + 4 * f))
+                if empty_here:
+                    continue
+                key = criteo_key(f, criteo_bucket(ints[r, f]))
+            else:
+                v = np.uint64(np.searchsorted(cdf, u, side="right") + 1)
+                value = np.int64(mix64(v ^ np.uint64(f << 20)) >> np.uint64(32))
+                cats[r, f - n_int] = -1 if empty_here else value
+                if empty_here:
+                    continue
+                key = criteo_key(f, np.uint64(value))
+            margin += planted_weight(useed, key, sigma)
+        p = 1.0 / (1.0 + math.exp(-margin))
+        labels[r] = 1 if _draw(useed, row, 1000) < p else 0

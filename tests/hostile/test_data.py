@@ -15,7 +15,7 @@ import pytest
 from conftest import read_summary, run_job, run_mpips
 
 from mpips import data
-from mpips.data import SvmlightShard
+from mpips.data import TextShard
 from mpips.errors import InputError
 
 ARGS = ("--batch-size", 200, "--epochs", 4, "--checkpoint-every", 15, "--servers", 2)
@@ -164,7 +164,7 @@ def test_resuming_on_a_shortened_file_if_allowed_goes_on_from_valid_places(small
 def test_a_file_that_shrinks_while_read_is_an_error(tmp_path):
     path = tmp_path / "shrinks.svm"
     path.write_text("1 1:1 2:1\n" * 200000)
-    shard = SvmlightShard(str(path), chunk_bytes=1 << 16)
+    shard = TextShard(str(path), chunk_bytes=1 << 16)
     rows = shard.rows()
     next(rows)
     os.truncate(path, 100000)
@@ -179,7 +179,7 @@ def test_a_line_longer_than_the_bound_is_an_error(tmp_path, monkeypatch):
     path = tmp_path / "long.svm"
     path.write_text("1 1:1\n0 2:1\n1 " + "3:1 " * 400000 + "\n")
     with pytest.raises(InputError, match=r"long\.svm:3: a line longer than 1 MiB"):
-        list(SvmlightShard(str(path), chunk_bytes=1 << 16).rows())
+        list(TextShard(str(path), chunk_bytes=1 << 16).rows())
 
 
 def test_score_with_a_malformed_test_file_or_a_directory_says_so(small_data, tmp_path):

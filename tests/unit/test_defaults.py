@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from mpips import defaults
-from mpips.data import Rows, SvmlightShard
+from mpips.data import Rows, TextShard
 from mpips.evaluate import read_rows
 from mpips.makedata import make_data
 from mpips.optimizer import Optimizer
@@ -196,7 +196,7 @@ def test_a_small_file_is_sampled_whole_with_each_workers_rows(census, parts):
     path = census[0]
     sample = sample_rows(path, parts)
     assert sample.exact and len(sample.rows) == 3000
-    assert sample.per_part == [sum(len(r) for r in SvmlightShard(path, w, parts).rows())
+    assert sample.per_part == [sum(len(r) for r in TextShard(path, w, parts).rows())
                                for w in range(parts)]
 
 

@@ -4,7 +4,7 @@ import filecmp
 import numpy as np
 import pytest
 
-from mpips.data import SvmlightShard
+from mpips.data import TextShard
 from mpips.errors import ConfigError
 from mpips.makedata import make_data
 
@@ -20,12 +20,12 @@ def test_same_arguments_same_files(tmp_path):
 def test_rows_parse_with_the_requested_shape(tmp_path):
     files = make_data(str(tmp_path / "d"), rows=5000, features=1000, nnz=12, seed=1, test_rows=700)
     for name, n in (("train", 5000), ("test", 700)):
-        rows = list(SvmlightShard(files[name]["path"]).rows())
+        rows = list(TextShard(files[name]["path"]).rows())
         assert sum(len(r) for r in rows) == n
         assert all((np.diff(r.indptr) == 12).all() for r in rows)
     rate = files["train"]["positive_rate"]
     assert 0.1 < rate < 0.5, rate
-    keys = np.concatenate([r.indices for r in SvmlightShard(files["train"]["path"]).rows()])
+    keys = np.concatenate([r.indices for r in TextShard(files["train"]["path"]).rows()])
     assert keys.max() > 2**63, "keys are hashed over the whole 64-bit range"
     counts = np.unique(keys, return_counts=True)[1]
     assert counts.max() > 50 * np.median(counts), "feature frequencies are skewed"
@@ -37,8 +37,8 @@ def test_interactions_keep_the_features_and_move_the_labels(tmp_path):
     plain = make_data(str(tmp_path / "p"), rows=4000, features=400, nnz=6, seed=2)
     paired = make_data(str(tmp_path / "i"), rows=4000, features=400, nnz=6, seed=2,
                        interactions=4)
-    a = SvmlightShard(plain["train"]["path"]).rows()
-    b = SvmlightShard(paired["train"]["path"]).rows()
+    a = TextShard(plain["train"]["path"]).rows()
+    b = TextShard(paired["train"]["path"]).rows()
     a, b = next(a), next(b)
     np.testing.assert_array_equal(a.indices, b.indices)
     np.testing.assert_array_equal(a.values, b.values)

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mpips.data import KeyIndexer, Rows, SvmlightShard, byte_range
+from mpips.data import KeyIndexer, Rows, TextShard, byte_range
 from mpips.errors import InputError
 from mpips.kernels import svmlight
 
@@ -107,11 +107,11 @@ def test_shards_cover_every_line_once(tmp_path, newline_at_end):
     lines = [f"{i % 2} " + " ".join(f"{int(k)}:1" for k in rng.integers(0, 2**63, i % 5))
              for i in range(300)]
     path = _write(tmp_path, lines, newline_at_end=newline_at_end)
-    whole = _all_rows(SvmlightShard(path))
+    whole = _all_rows(TextShard(path))
     for nparts in (1, 2, 3, 5, 16, 400):
         labels, keys = [], []
         for part in range(nparts):
-            got = _all_rows(SvmlightShard(path, part, nparts, chunk_bytes=64))
+            got = _all_rows(TextShard(path, part, nparts, chunk_bytes=64))
             labels += got[0]
             keys += got[1]
         assert (labels, keys) == whole, f"nparts={nparts}"
@@ -121,15 +121,15 @@ def test_shards_cover_every_line_once(tmp_path, newline_at_end):
 def test_line_longer_than_chunk(tmp_path):
     long_line = "1 " + " ".join(f"{i}:1" for i in range(2000))
     path = _write(tmp_path, ["0 1:1", long_line, "1 2:2"])
-    labels, keys = _all_rows(SvmlightShard(path, chunk_bytes=32))
+    labels, keys = _all_rows(TextShard(path, chunk_bytes=32))
     assert labels == [0, 1, 1] and len(keys) == 2002
 
 
 def test_minibatches_have_the_requested_size(tmp_path):
     path = _write(tmp_path, [f"1 {i}:1" for i in range(1000)])
-    sizes = [len(b) for b in SvmlightShard(path, chunk_bytes=100).minibatches(64)]
+    sizes = [len(b) for b in TextShard(path, chunk_bytes=100).minibatches(64)]
     assert sizes == [64] * 15 + [40]
-    keys = np.concatenate([b.indices for b in SvmlightShard(path, chunk_bytes=100).minibatches(64)])
+    keys = np.concatenate([b.indices for b in TextShard(path, chunk_bytes=100).minibatches(64)])
     assert keys.tolist() == list(range(1000))
 
 
@@ -139,14 +139,14 @@ def test_error_names_file_and_line(tmp_path):
     path = _write(tmp_path, lines)
     for part, nparts in ((0, 1), (1, 2)):
         with pytest.raises(InputError) as e:
-            _all_rows(SvmlightShard(path, part, nparts, chunk_bytes=1000))
+            _all_rows(TextShard(path, part, nparts, chunk_bytes=1000))
         assert f"{path}:3457:" in str(e.value)
         assert "feature value" in str(e.value) and "13:oops" in str(e.value)
 
 
 def test_skip_bad_lines_counts(tmp_path):
     lines = ["1 1:1", "bad", "0 2:1", "1 3:x", "1 4:1"]
-    shard = SvmlightShard(_write(tmp_path, lines), skip_bad=True)
+    shard = TextShard(_write(tmp_path, lines), skip_bad=True)
     labels, keys = _all_rows(shard)
     assert keys == [1, 2, 4] and shard.bad_lines == 2
 
@@ -185,7 +185,7 @@ def test_skipped_lines_are_named_and_counted_per_pass(tmp_path, caplog):
     lines = [f"1 {i}:1" for i in range(3000)]
     for n in (10, 1500, 2999):
         lines[n - 1] = "1 1:x"
-    shard = SvmlightShard(_write(tmp_path, lines), chunk_bytes=500, skip_bad=True)
+    shard = TextShard(_write(tmp_path, lines), chunk_bytes=500, skip_bad=True)
     for _ in range(2):
         labels, _ = _all_rows(shard)
         assert shard.bad_lines == 3 and len(labels) == 2997
@@ -214,7 +214,7 @@ def test_minibatches_resume_from_where_a_minibatch_starts(tmp_path, binary):
         convert(path, str(tmp_path / "bin"), MPI.COMM_SELF)
         open_part = lambda part: CsrShard(str(tmp_path / "bin"), part, 3)   # noqa: E731
     else:
-        open_part = lambda part: SvmlightShard(path, part, 3, chunk_bytes=200)   # noqa: E731
+        open_part = lambda part: TextShard(path, part, 3, chunk_bytes=200)   # noqa: E731
     for part in range(3):
         whole = list(open_part(part).minibatches(64))
         for k in (0, 1, len(whole) - 1):
