@@ -73,7 +73,13 @@ def _train_parser(sub):
         description="Train sparse logistic regression with a parameter server.",
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     io = p.add_argument_group("data and output")
-    io.add_argument("--train", required=True, metavar="FILE", help="training data (svmlight text)")
+    io.add_argument("--train", required=True, metavar="FILE",
+                    help="training data: svmlight text, Criteo TSV, or a directory from convert")
+    io.add_argument("--format", choices=("svmlight", "criteo"),
+                    help="the text's format: svmlight (label idx:val ...) or criteo (label, 13 "
+                         "integer and 26 hexadecimal fields, tab separated, empty fields "
+                         "allowed: integers are log-bucketed and every value hashed with its "
+                         "field to a 64-bit key) (default: as the file's first line shows)")
     io.add_argument("--test", metavar="FILE",
                     help="held-out data scored after training (logloss, AUC in the summary)")
     io.add_argument("--out", metavar="RUN_DIR",
@@ -248,6 +254,11 @@ def _make_data_parser(sub):
     p.add_argument("--features", type=int,
                    help="distinct categorical values over all fields (ctr only; default: 1048576)")
     p.add_argument("--nnz", type=int, help="features per row (ctr only; default: 20)")
+    p.add_argument("--format", choices=("svmlight", "criteo"), default="svmlight",
+                   help="svmlight (PREFIX.train.svm), or criteo: the Criteo display-advertising "
+                        "layout (PREFIX.train.tsv: label, 13 integer and 26 hexadecimal "
+                        "categorical fields, tab separated, some empty), labels from a planted "
+                        "model over the keys mpips makes of them (default: svmlight)")
     p.add_argument("--interactions", type=int, default=0, metavar="R",
                    help="ctr only: each key also gets a planted latent vector of R values, and "
                         "each pair of a row's features adds their dot product to the margin, "
@@ -387,9 +398,19 @@ def _run_convert(args) -> None:
             (f"; skipped {meta['bad_lines']:,} bad line(s)" if meta["bad_lines"] else ""))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m mpips", description=DESCRIPTION,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+class _RaisingParser(argparse.ArgumentParser):
+    """For mpips.train: a bad option is a ConfigError, not an exit."""
+
+    def error(self, message):
+        from .errors import ConfigError
+        raise ConfigError(message)
+
+
+def build_parser(raising: bool = False) -> argparse.ArgumentParser:
+    """The command line's parser; `raising`: errors raise ConfigError (for mpips.train)."""
+    parser = (_RaisingParser if raising else _Parser)(
+        prog="python -m mpips", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _train_parser(sub)
     _score_parser(sub)
@@ -410,25 +431,49 @@ def _run_make_data(args) -> None:
     from .makedata import make_data
     try:
         files = make_data(args.prefix, args.rows, args.features, args.nnz, args.seed,
-                          args.test_rows, args.kind, args.interactions)
+                          args.test_rows, args.kind, args.interactions, args.format)
     except ConfigError as e:
         _fail(str(e), 2)
     for f in files.values():
         say(f"wrote {f['path']}: {f['rows']:,} rows, {f['positive_rate']:.1%} positive")
 
 
+def config_of(args):
+    """The TrainConfig of parsed `train` arguments."""
+    from .config import TrainConfig
+    from .optimizer import Optimizer
+    optimizer = Optimizer(name=args.optimizer, lr=args.lr,
+                          l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
+    return TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
+                      replicas=args.replicas,
+                      epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
+                      average_after=args.average_after,
+                      bias=args.bias, consistency=args.consistency,
+                      staleness=args.staleness, stragglers=tuple(args.straggler),
+                      record_pulls=args.record_pulls, snapshot_every=args.snapshot_every,
+                      skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
+                      checkpoint_dir=args.checkpoint_dir,
+                      checkpoint_every=args.checkpoint_every[0],
+                      checkpoint_seconds=args.checkpoint_every[1],
+                      keep_checkpoints=args.keep_checkpoints, resume=args.resume,
+                      allow_changed_data=args.allow_changed_data, timeout=args.timeout,
+                      disk_wait=args.disk_wait, log_every=args.log_every,
+                      solver=args.solver, dim=args.dim, history=args.history,
+                      max_iter=args.max_iter, tol=args.tol,
+                      max_rank_memory=args.max_rank_memory, model=args.model,
+                      factors=args.factors, format=args.format)
+
+
 def _run_train(args) -> None:
     from mpi4py import MPI
 
     from . import signals
-    from .config import TrainConfig
     from .errors import ConfigError, Interrupted, MpipsError
     from .failover import (LOST, CannotFailOver, KeepAlive, is_failure, leave_after_failure,
                            what_died)
     from .faulttolerance import local_verdict
     from .log import setup
-    from .optimizer import Optimizer
-    from .train import JobStopped, train
+    from .job import JobStopped, train
 
     world = MPI.COMM_WORLD
     log = setup(f"rank {world.rank}")
@@ -436,26 +481,7 @@ def _run_train(args) -> None:
     # Under ULFM a rank busy without MPI calls would count as dead: keep it heard.
     with KeepAlive() if local_verdict().on else contextlib.nullcontext():
         try:
-            optimizer = Optimizer(name=args.optimizer, lr=args.lr,
-                                  l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
-            cfg = TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
-                              replicas=args.replicas,
-                              epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
-                              average_after=args.average_after,
-                              bias=args.bias, consistency=args.consistency,
-                              staleness=args.staleness, stragglers=tuple(args.straggler),
-                              record_pulls=args.record_pulls, snapshot_every=args.snapshot_every,
-                              skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
-                              checkpoint_dir=args.checkpoint_dir,
-                              checkpoint_every=args.checkpoint_every[0],
-                              checkpoint_seconds=args.checkpoint_every[1],
-                              keep_checkpoints=args.keep_checkpoints, resume=args.resume,
-                              allow_changed_data=args.allow_changed_data, timeout=args.timeout,
-                              disk_wait=args.disk_wait, log_every=args.log_every,
-                              solver=args.solver, dim=args.dim, history=args.history,
-                              max_iter=args.max_iter, tol=args.tol,
-                              max_rank_memory=args.max_rank_memory, model=args.model,
-                              factors=args.factors)
+            cfg = config_of(args)
             train(cfg, world)
         except ConfigError as e:
             # Every rank raises the same error before any work starts: exit together, print once.

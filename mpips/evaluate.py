@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 
 from . import models
-from .data import BIAS_KEY, Rows, SvmlightShard
+from .data import BIAS_KEY, Rows, TextShard
 from .kernels.logistic import mean_logloss, roc_auc
 from .model_io import load_model
 from .shards import CsrShard
@@ -18,15 +18,16 @@ def read_rows(path: str) -> Rows:
     if os.path.isdir(path):
         shard = CsrShard(path)
         return shard.parts[0] if len(shard.parts) == 1 else Rows.concat(shard.parts)
-    chunks = list(SvmlightShard(path).rows())
+    chunks = list(TextShard(path).rows())
     if not chunks:
         raise ValueError(f"{path}: no examples")
     return Rows.concat(chunks)
 
 
-def score(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
-          model=models.LogisticRegression()) -> dict:
-    """Held-out logloss and AUC of the model (sorted keys -> weights[n, width]) on `rows`."""
+def margins_of(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
+               model=models.LogisticRegression()) -> np.ndarray:
+    """The model's margin (float64) of each row: sorted keys -> weights[n, width]; keys the
+    model lacks count as zero."""
     n = keys.shape[0]
     w = np.zeros((n + 1, model.width), np.float32)   # w[n] = 0: the row of unknown keys
     w[:n] = weights[:, :model.width]
@@ -37,7 +38,13 @@ def score(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
     bias_col = -1
     if bias:
         bias_col = n - 1 if n and keys[-1] == BIAS_KEY else n
-    margins = model.margins(rows, cols, bias_col, w)
+    return model.margins(rows, cols, bias_col, w)
+
+
+def score(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
+          model=models.LogisticRegression()) -> dict:
+    """Held-out logloss and AUC of the model (sorted keys -> weights[n, width]) on `rows`."""
+    margins = margins_of(keys, weights, rows, bias, model)
     auc = roc_auc(margins, rows.labels)
     return {"logloss": float(mean_logloss(margins, rows.labels)),
             "auc": None if np.isnan(auc) else float(auc), "examples": len(rows)}
