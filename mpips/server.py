@@ -329,7 +329,12 @@ class Server:
         if self.takeover:
             push = self.takeover.route(worker, clock, r.header.ts, r.header.placement, push)
         if self.clocks.staleness == 0:
-            self.clock_pushes.add(clock, worker, (*push, clock, worker, r.header.ts, backup))
+            # Deferred (see _apply_until) only while the ranges stay backed up here: under the
+            # placement the sender split by, and still when the clock completes.
+            deferrable = (self.placement.version
+                          if backup and r.header.placement == self.placement.version else -1)
+            self.clock_pushes.add(clock, worker,
+                                  (*push, clock, worker, r.header.ts, deferrable))
         else:
             self._apply(*push, clock)
             self._applied(worker, r.header.ts)
@@ -447,9 +452,10 @@ class Server:
     def _apply_until(self, clock: int) -> None:
         """Apply the pushes of the clocks before `clock`; those for ranges backed up here are
         kept for `_apply_backups`, once the reads they let through are answered (reads go to
-        primaries: no read needs the backed-up ranges)."""
+        primaries: no read needs the backed-up ranges). Not if a server died since the push
+        arrived: its ranges may be this server's to answer now."""
         for push in self.clock_pushes.until(clock):
-            if push[7]:
+            if push[7] == self.placement.version:
                 self._backups_due.append(push[:5])
             else:
                 self._apply(*push[:5])

@@ -124,7 +124,7 @@ class Takeover:
         for clock, worker, ts, keys, values in replay:
             if s.clocks.staleness == 0 and clock >= s.clock_pushes.applied:
                 s.clock_pushes.add(clock, worker,
-                                   (keys, None, -1, values, clock, worker, ts, False))
+                                   (keys, None, -1, values, clock, worker, ts, -1))
             else:
                 s.store.push(keys, values, clock)
                 self.applied(worker, ts)

@@ -64,11 +64,13 @@ def test_a_killed_server_is_replaced_by_its_copies_bitwise(failed_over, uninterr
     assert "hot failover is on" in ended.output
     assert ("server 1 (rank 1) died; the living copies of its keys take over (placement "
             "version 1): this server now answers key range(s) [1]") in ended.output
-    same_model(run, uninterrupted["bsp"])
     s = read_summary(run)
+    # First what happened (a rank the detector took for dead would show here), then the bits.
+    assert [(f["role"], f["rank"]) for f in s["failures"]] == [("server 1", 1)], s["failures"]
     assert s["train_examples"] == 16 * ROWS and s["servers"] == 2, "the survivors finished"
     assert s["pushes_applied"] == [s["pushes_sent"]] * 2 and s["pushes_sent"] > 0, \
         "every push a worker sent is in each living server's store"
+    same_model(run, uninterrupted["bsp"])
     [failure] = s["failures"]
     assert failure["server"] == 1 and failure["rank"] == 1
     print(f"server 1 killed; server 0 learned of it {failure['learned_at'] - killed:.3f} s "
