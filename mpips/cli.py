@@ -75,11 +75,13 @@ def _train_parser(sub):
     io = p.add_argument_group("data and output")
     io.add_argument("--train", required=True, metavar="FILE",
                     help="training data: svmlight text, Criteo TSV, or a directory from convert")
-    io.add_argument("--format", choices=("svmlight", "criteo"),
-                    help="the text's format: svmlight (label idx:val ...) or criteo (label, 13 "
+    io.add_argument("--format", choices=("svmlight", "criteo", "avazu"),
+                    help="the text's format: svmlight (label idx:val ...); criteo (label, 13 "
                          "integer and 26 hexadecimal fields, tab separated, empty fields "
                          "allowed: integers are log-bucketed and every value hashed with its "
-                         "field to a 64-bit key) (default: as the file's first line shows)")
+                         "field to a 64-bit key); avazu (its CSV with the header: the id "
+                         "ignored, the hour as hour of day and weekday, every other value "
+                         "hashed with its column) (default: as the file's first line shows)")
     io.add_argument("--test", metavar="FILE",
                     help="held-out data scored after training (logloss, AUC in the summary)")
     io.add_argument("--out", metavar="RUN_DIR",

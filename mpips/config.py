@@ -50,7 +50,7 @@ class TrainConfig:
     max_rank_memory: int | None = None   # bytes a rank may hold in its tables and rows
     model: str = "lr"               # see models: lr, or fm (factorization machine)
     factors: int = 8                # fm: the latent vector's length
-    format: str | None = None       # svmlight or criteo text (None: as each file's first line)
+    format: str | None = None       # svmlight, criteo or avazu text (None: as each file's first line)
 
     def model_spec(self):
         """The models.* object this job trains."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from .errors import ConfigError, InputError
 from .kernels.keys import sorted_unique_inverse
-from .kernels import criteo, svmlight
+from .kernels import avazu, criteo, svmlight
 from .kernels.svmlight import count_byte, parse_lines
 
 log = logging.getLogger("mpips")
@@ -31,14 +31,18 @@ class TextFormat:
 
 SVMLIGHT = TextFormat("svmlight", svmlight.SVMLIGHT, svmlight.ERROR_TEXT, 0)
 CRITEO = TextFormat("criteo", svmlight.CRITEO, criteo.ERROR_TEXT, criteo.FIELDS)
-FORMATS = {f.name: f for f in (SVMLIGHT, CRITEO)}
+AVAZU = TextFormat("avazu", svmlight.AVAZU, avazu.ERROR_TEXT, avazu.FEATURES)
+FORMATS = {f.name: f for f in (SVMLIGHT, CRITEO, AVAZU)}
 
 
 def sniff(path: str) -> TextFormat:
-    """The format of a text file, from its first line: Criteo's has 39 tabs and no ':'."""
+    """The format of a text file, from its first line: Avazu's is its header ("id,click,
+    hour,..."), Criteo's has 39 tabs and no ':'; else svmlight."""
     with open(path, "rb") as f:
         head = f.read(1 << 16)
     first = head.lstrip(b"\r\n").split(b"\n", 1)[0]
+    if first.startswith(b"id,click,hour,"):
+        return AVAZU
     return CRITEO if first.count(b"\t") == criteo.FIELDS and b":" not in first else SVMLIGHT
 # Compressed files by their first bytes: (magic, format, how to decompress keeping the file).
 COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"),

@@ -344,7 +344,7 @@ def sample_rows(path: str, parts: int, whole_bytes: int = 64 << 20, samples: int
 
 def check_input(path: str, flag: str, fmt: str | None = None) -> None:
     """ConfigError unless `path` is a readable non-empty text file (of format `fmt`, if
-    given: svmlight or criteo) or a whole converted dataset."""
+    given: svmlight, criteo or avazu) or a whole converted dataset."""
     if os.path.isdir(path):
         check_parts(path, read_meta(path))
         return

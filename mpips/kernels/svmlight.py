@@ -7,6 +7,7 @@ decimal float. `qid:N` tokens are ignored; blank and comment-only lines are skip
 import numpy as np
 from numba import njit
 
+from .avazu import parse_line as avazu_line
 from .criteo import parse_line as criteo_line
 
 # Error codes returned by parse_svmlight; ERROR_TEXT gives the message.
@@ -159,7 +160,7 @@ def count_byte(buf, byte):
     return n
 
 
-SVMLIGHT, CRITEO = 0, 1   # the line formats parse_lines knows
+SVMLIGHT, CRITEO, AVAZU = 0, 1, 2   # the line formats parse_lines knows
 
 
 @njit(cache=True, nogil=True)
@@ -171,8 +172,8 @@ def parse_svmlight(buf, final, skip_bad, labels, indptr, indices, values, starts
 
 @njit(cache=True, nogil=True)
 def parse_lines(buf, final, skip_bad, labels, indptr, indices, values, starts, fmt):
-    """Parse the complete lines of `buf` in format `fmt` (SVMLIGHT, or CRITEO: see
-    kernels.criteo) into preallocated CSR arrays, and the byte offset in `buf` where each
+    """Parse the complete lines of `buf` in format `fmt` (SVMLIGHT, or CRITEO or AVAZU: see
+    kernels.criteo and kernels.avazu) into preallocated CSR arrays, and the byte offset in `buf` where each
     row's line starts into `starts`.
 
     Capacity: labels, starts and indptr[1:] need one entry per newline (+1 if `final`),
@@ -205,6 +206,8 @@ def parse_lines(buf, final, skip_bad, labels, indptr, indices, values, starts, f
             end -= 1
         if fmt == CRITEO:
             code, col, k = criteo_line(buf, pos, end, labels, indices, values, row, nnz)
+        elif fmt == AVAZU:
+            code, col, k = avazu_line(buf, pos, end, labels, indices, values, row, nnz)
         else:
             code, col, k = _parse_line(buf, pos, end, labels, indices, values, row, nnz)
         if code == OK:

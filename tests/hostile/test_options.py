@@ -42,6 +42,7 @@ REFUSED = [
     (("--model", "fm", "--factors", "0"), "--factors must be from 1 to 1024, got 0"),
     (("--model", "svm"), "argument --model: invalid choice: 'svm'"),
     (("--format", "criteo"), "--format criteo, but its first line is svmlight text"),
+    (("--format", "avazu"), "--format avazu, but its first line is svmlight text"),
     (("--solver", "lbfgs", "--model", "fm"), "--solver lbfgs does not take --model fm "
                                              "(full batch trains lr)"),
 ]

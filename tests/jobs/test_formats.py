@@ -1,5 +1,6 @@
-"""Criteo-format input as whole jobs: make-data writes it, convert takes it in parallel, and
-a job trains on it (text or converted) to a model that has learned the planted one."""
+"""Criteo and Avazu input as whole jobs: make-data writes Criteo's layout, convert takes it
+in parallel, a job trains on it (text or converted) to a model that has learned the planted
+one; a job trains on Avazu's CSV."""
 import numpy as np
 import pytest
 from conftest import read_summary, run_job, run_mpips
@@ -39,3 +40,47 @@ def test_a_job_learns_from_criteo_text_and_its_conversion_alike(criteo, tmp_path
     entropy = -(base * np.log(base) + (1 - base) * np.log(1 - base))
     print(f"criteo-format test logloss {s['test_logloss']:.4f}, base rate {entropy:.4f}")
     assert s["test_logloss"] < 0.9 * entropy and s["test_auc"] > 0.7
+
+
+def avazu_file(path, rows: int, seed: int) -> None:
+    """Lines in Avazu's layout (header, id, click, hour, 21 columns), clicks more likely for
+    some sites and hours, written here (no download)."""
+    world = np.random.default_rng(0)   # the same sites and their lift in every file
+    sites = [f"{v:08x}" for v in world.integers(0, 2**32, 40)]
+    lift = world.normal(0, 1.2, 40)
+    pool = [f"{v:08x}" for v in world.integers(0, 2**32, 500)]   # ids, domains, devices
+    rng = np.random.default_rng(seed)
+    lines = ["id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,"
+             "app_domain,app_category,device_id,device_ip,device_model,device_type,"
+             "device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21"]
+    for r in range(rows):
+        site, hour = int(rng.integers(40)), int(rng.integers(24))
+        p = 1 / (1 + np.exp(-(-1.5 + lift[site] + (0.8 if 18 <= hour <= 22 else 0))))
+        cols = [str(rng.integers(1001, 1011)), str(rng.integers(0, 3)), sites[site],
+                *[pool[v] for v in rng.integers(0, len(pool), 8)],
+                *[str(v) for v in rng.integers(0, 5, 2)],
+                *[str(v) for v in rng.integers(0, 300, 8)]]
+        lines.append(f"{rng.integers(2**63)},{int(rng.random() < p)},"
+                     f"1410{rng.integers(21, 31)}{hour:02d},{','.join(cols)}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_job_learns_from_avazu_csv(tmp_path):
+    train, test = tmp_path / "train.csv", tmp_path / "test.csv"
+    avazu_file(train, 20000, 1)
+    avazu_file(test, 5000, 2)
+    job = run_job(3, "train", "--train", train, "--test", test, "--format", "avazu",
+                  "--out", tmp_path / "run", "--epochs", 2)
+    assert job.returncode == 0, job.output
+    s = read_summary(tmp_path / "run")
+    base = np.mean(read_rows(str(test)).labels)
+    entropy = -(base * np.log(base) + (1 - base) * np.log(1 - base))
+    print(f"avazu-format test logloss {s['test_logloss']:.4f}, base rate {entropy:.4f}")
+    assert s["train_examples"] == 2 * 20000 and s["test_logloss"] < 0.9 * entropy
+    converted = tmp_path / "train.bin"
+    job = run_job(3, "convert", train, converted)
+    assert job.returncode == 0, job.output
+    text, binary = read_rows(str(train)), read_rows(converted)
+    assert len(text) == 20000 and text.indptr[-1] == 20000 * 23
+    for field in ("labels", "indptr", "indices", "values"):
+        np.testing.assert_array_equal(getattr(binary, field), getattr(text, field))
