@@ -60,7 +60,9 @@ data: $(DATA).train.svm
 
 run: $(VENV)/.installed $(DATA).train.svm
 	$(MPIEXEC) $(LAUNCH_FLAGS) -n $(NP) $(PY) -m mpips train --servers $(SERVERS) \
-	    --replicas $(REPLICAS) --train $(DATA).train.svm --test $(DATA).test.svm --out $(RUN_DIR) --overwrite
+	    --replicas $(REPLICAS) --train $(DATA).train.svm --test $(DATA).test.svm --out $(RUN_DIR) --overwrite \
+	    --snapshot-every 0.5
+	$(PY) -m mpips report $(RUN_DIR)
 
 # Each test has a time limit (pytest-timeout); `timeout` also bounds MPI start-up and shutdown.
 # tests/slurm starts a real Slurm on this machine (installing it with apt-get as root), and

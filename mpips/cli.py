@@ -361,6 +361,35 @@ def _run_score(args) -> None:
         _fail(str(e), 2)
 
 
+def _report_parser(sub):
+    p = sub.add_parser(
+        "report", help="an HTML page of plots of one run, or of several side by side",
+        description="Write an HTML page with plots of how the runs went: held-out logloss "
+                    "and AUC against time and examples (the snapshots of --snapshot-every, "
+                    "scored here on the run's --test file), throughput and training loss over "
+                    "time, each worker's waiting and its pulls held for the clocks, clock "
+                    "gaps, server load and bytes sent; a table compares the runs. The page is "
+                    "one file (the plots are inside it). In one process.")
+    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="a finished run's --out")
+    p.add_argument("--out", metavar="FILE",
+                   help="where to write the page (default: RUN_DIR/report.html for one run, "
+                        "./report.html for several)")
+    p.add_argument("--test", metavar="FILE",
+                   help="score the snapshots on this file instead of each run's --test")
+    p.set_defaults(run=_run_report)
+
+
+def _run_report(args) -> None:
+    from .errors import MpipsError
+    from .log import say
+    from .report import report
+    try:
+        path = report(args.run_dirs, args.out, args.test)
+    except (OSError, ValueError, MpipsError) as e:
+        _fail(str(e), 2)
+    say(f"report: {path}")
+
+
 def _convert_parser(sub):
     p = sub.add_parser(
         "convert", help="convert svmlight text to binary CSR shards that workers memory-map",
@@ -416,6 +445,7 @@ def build_parser(raising: bool = False) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _train_parser(sub)
     _score_parser(sub)
+    _report_parser(sub)
     _inspect_parser(sub)
     _convert_parser(sub)
     _make_data_parser(sub)

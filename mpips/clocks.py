@@ -65,6 +65,11 @@ class ClockTable:
         is)."""
         return int(self.done.min())
 
+    def gap(self) -> int:
+        """How many clocks the fastest worker still training is ahead of the slowest."""
+        training = self.done[self.done != FINISHED]
+        return int(training.max() - training.min()) if training.shape[0] else 0
+
     def slowest(self) -> int:
         """The smallest clock among workers still training, on every server (FINISHED if none
         is)."""

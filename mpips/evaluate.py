@@ -73,12 +73,14 @@ def score_snapshots(run_dir: str, rows: Rows) -> list:
             n_servers = int(f.attrs["n_servers"])
         if len(paths) < n_servers:
             continue    # the run stopped while the servers were writing this one
-        elapsed, slowest = [], []
+        elapsed, slowest, trained = [], [], []
         for p in paths:
             with h5py.File(p, "r") as f:
                 elapsed.append(float(f.attrs["elapsed_s"]))
                 slowest.append(int(f.attrs["slowest_clock"]))
+                trained.append(int(f.attrs.get("examples", -1)))   # (older runs: none)
         out.append({"snapshot": os.path.basename(snap), "elapsed_s": max(elapsed),
                     "slowest_clock": -1 if -1 in slowest else min(slowest),
+                    "trained_examples": max(trained) if max(trained) >= 0 else None,
                     **score_model(snap, rows)})
     return out

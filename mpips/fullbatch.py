@@ -12,7 +12,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, fingerprint, lbfgs, signals, summary
+from . import checkpoint, fingerprint, lbfgs, signals, summary, timeline
 from .bounded import wait_all
 from .budget import Budget
 from .client import KVWorker
@@ -154,7 +154,7 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
     r["solver_steps"] = len(steps)
     r["held_peak"] = budget.peak
     trace = np.array([list(s) for s in steps], np.float64).reshape(-1, len(lbfgs.Step._fields))
-    return r, margins, labels, np.zeros(n_workers), trace
+    return r, margins, labels, np.zeros(n_workers), trace, timeline.empty()
 
 
 LOSS_TAG = 7

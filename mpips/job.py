@@ -13,9 +13,10 @@ import os
 import time
 from dataclasses import replace
 
+import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, defaults, rundir, summary
+from . import checkpoint, defaults, rundir, summary, timeline
 from .config import TrainConfig, check_resumable
 from .errors import ConfigError, MpipsError
 from .failover import end_together
@@ -152,7 +153,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
                 ends = solve(cfg, roles, name, resume, placement, failover)
             else:
                 ends = work(cfg, roles, resume, placement, failover, hot=ulfm)
-            record, margins, labels, held, steps = ends
+            record, margins, labels, held, steps, samples = ends
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
         record["compile_s"] = compile_s
@@ -163,7 +164,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
             _say_who_died_late(roles, finishing, failures)
         try:
             return _finish(cfg, finishing, name, record, margins, labels, held, steps,
-                           started, failures)
+                           samples, started, failures)
         finally:
             if ulfm:   # see end_together
                 end_together(finishing.comm, cfg.timeout)
@@ -229,12 +230,16 @@ def _choose(cfg: TrainConfig, workers: int, resume) -> dict:
         resumed=resume[1]["config"]["optimizer"] if resume else None)
 
 
-def _finish(cfg, roles, name, record, margins, labels, held, steps, started,
+def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, started,
             failures: list) -> dict | None:
-    """Gather every rank's figures, the test scores and a full-batch solver's steps; rank 0
-    writes the summary."""
+    """Gather every rank's figures, the test scores, a full-batch solver's steps and the
+    timelines; rank 0 writes the summary and RUN_DIR/timeline.h5."""
     comm = roles.comm
+    record["samples"] = samples.shape[0]
     records = summary.allgather(comm, record, cfg.timeout)
+    samples = summary.gather_to_root(comm, samples.view(np.uint8),
+                                     records["samples"] * timeline.SAMPLE.itemsize,
+                                     cfg.timeout, "the timelines")
     held = summary.max_over_ranks(comm, held, cfg.timeout, "the servers' hold times")
     counts = records["test_rows"]
     margins = summary.gather_to_root(comm, margins, counts, cfg.timeout, "the test scores")
@@ -259,6 +264,8 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, started,
             model_dir=os.path.abspath(cfg.model_dir), failures=failures,
             **({"solver": summary.solver_steps(steps.reshape(-1, width))}
                if cfg.solver != "minibatch" else {}))
+        timeline.write(cfg.out, samples.view(timeline.SAMPLE), records["samples"],
+                       len(roles.servers), name)
         summary.print_lines(result, summary.write(cfg.out, result))
     if stopped:   # every rank sees the same records, so all end alike
         error = JobStopped(f"stopped at {'clock' if cfg.solver == 'minibatch' else 'iteration'} "

@@ -27,7 +27,8 @@ STALE_AFTER_S = 60.0   # a lock not refreshed for this long belongs to a job tha
 # Files a run writes in RUN_DIR, and those of checkpoints in CKPT_DIR (relative paths), with
 # the temporary names they have while being written.
 _TMP = r"(\.tmp(-\d+)?)?"
-RUN_FILES = re.compile(rf"summary\.json{_TMP}|(model|pulls|snapshots/(\d{{4,}}|final))/"
+RUN_FILES = re.compile(rf"(summary\.json|timeline\.h5|report\.html){_TMP}|"
+                       rf"(model|pulls|snapshots/(\d{{4,}}|final))/"
                        rf"server-\d{{4,}}\.h5{_TMP}")
 RUN_DIRS = re.compile(r"model|pulls|snapshots(/(\d{4,}|final))?")
 CHECKPOINT_FILES = re.compile(rf"clock-\d{{12}}/(server-\d{{4,}}\.(h5|json)|manifest\.json){_TMP}")

@@ -41,6 +41,7 @@ from .readgate import HOLD, SERVE, Pull, ReadGate
 from .rowcache import RowCache
 from .store import KVStore
 from .takeover import Takeover
+from .timeline import Timeline
 from .workerloss import WorkerLosses
 
 log = logging.getLogger("mpips")
@@ -99,6 +100,7 @@ class Server:
         self.placement = placement or Placement(len(roles.servers))
         self._lead_of = (-1, 0)   # (placement version, the lead server then)
         self.stats = ServerStats()
+        self.timeline = Timeline()
         self.takeover = Takeover(self) if failover else None
         self.losses = (WorkerLosses(self, epochs, list(parts), deaths) if workers_fail_over
                        else None)
@@ -206,6 +208,7 @@ class Server:
                 if not self._went_on(e):
                     raise
         self.stats.pulls_held = self.gate.pulls_held
+        self._sample(time.monotonic() - start, force=True)
         if self.progress and self.lead:
             self.progress.log(final=True)
         return self.stats
@@ -219,6 +222,8 @@ class Server:
             self._snapshot(final=False)
             missed = (time.monotonic() - start) // every
             self._next_snapshot = start + (missed + 1) * every
+        if self.timeline.due(now - start):
+            self._sample(now - start)
         self._poll_stop()
         if self.lead and now >= self._next_timed:
             self._name_timed_checkpoint()
@@ -581,6 +586,13 @@ class Server:
         for i, server in enumerate(self.roles.servers):
             if i != self.roles.index and i not in self.placement.dead:
                 self.send(protocol.pack(protocol.Header(op, clock=clock)), server)
+
+    def _sample(self, t: float, force: bool = False) -> None:
+        slowest = self.clocks.slowest()
+        self.timeline.add(t, force, busy_s=self.stats.busy_s, bytes_sent=self.stats.bytes_sent,
+                          held_s=float(self.gate.held_s.sum()), pulls_held=self.gate.pulls_held,
+                          pushes=self.stats.pushes_applied, gap=self.clocks.gap(),
+                          clock=-1 if slowest == FINISHED else slowest)
 
     def _snapshot(self, final: bool) -> None:
         began = time.monotonic()

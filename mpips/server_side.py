@@ -131,7 +131,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
             save_shard(os.path.join(cfg.out, "snapshots", label), roles.index,
                        len(roles.servers), own,
                        {**attrs, "complete": True, "elapsed_s": taken[-1],
-                        "slowest_clock": -1 if slowest == FINISHED else slowest},
+                        "slowest_clock": -1 if slowest == FINISHED else slowest,
+                        "examples": int(progress.examples.sum()) if progress else -1},
                        clocks.longest, weights_only=True, ranges=own.ranges())
         except SaveError as e:
             log.warning("snapshot %s not written: %s", label, e)
@@ -229,7 +230,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)
     r["pushes"] = stats.pushes_applied
     r["held_peak"] = budget.peak
-    return r, np.empty(0), np.empty(0, np.float32), server.held_s, NO_STEPS
+    return (r, np.empty(0), np.empty(0, np.float32), server.held_s, NO_STEPS,
+            server.timeline.samples())
 
 
 def _checkpoints_hint(cfg: TrainConfig) -> str:

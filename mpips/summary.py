@@ -30,6 +30,7 @@ RECORD = np.dtype([
     ("pushes", "<i8"),        # this launch: a worker's pushes acknowledged, a server's applied
     ("solver_steps", "<i8"),  # full-batch jobs: the driver's iterations (see fullbatch)
     ("held_peak", "<i8"),     # the most bytes counted against --max-rank-memory (budget)
+    ("samples", "<i8"),       # in the rank's timeline
 ])
 
 

@@ -23,6 +23,7 @@ from .placement import Placement
 from .roles import Roles
 from .shards import open_shard, spans
 from .startup import ready
+from .timeline import Timeline
 from .workplan import WorkPlan
 
 log = logging.getLogger("mpips")
@@ -83,6 +84,13 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         opened.append((work, *(work.resume_point(epoch, segment, offset) if offset >= 0
                                else (epoch, segment, offset))))
 
+    timeline = Timeline()
+
+    def sample(t: float, force: bool = False) -> None:
+        if force or timeline.due(t):
+            timeline.add(t, force, examples=examples, train_loss=loss, wait_s=kv.wait_s,
+                         bytes_sent=kv.bytes_sent, clock=kv.clock)
+
     t0 = mark = ready(roles.comm, cfg.timeout, open_data)
     work, epoch, segment, offset = opened[0]
     shard = work.shard
@@ -115,6 +123,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
             kv.report(examples, loss, progress, *((upcoming[5], upcoming[0].start, upcoming[6])
                                                   if upcoming else (cfg.epochs, -1, 0)),
                       taken=work.taken)
+            sample(time.monotonic() - t0)
             if push is not None:
                 kv.wait(push)
             push = kv.push(keys, grad, clock=True)
@@ -127,6 +136,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
             break
         stream = work.minibatches(work.epoch, work.segment + 1)
     train_s = time.monotonic() - t0
+    sample(train_s, force=True)
     margins, labels, bad_test_lines = np.empty(0), np.empty(0, np.float32), 0
     if not stopped:
         kv.report(examples, loss, cfg.epochs, cfg.epochs, -1, taken=work.taken)
@@ -154,7 +164,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     r["bad_lines"] = shard.bad_lines + bad_test_lines
     r["test_rows"] = margins.shape[0]
     r["stopped_at"] = kv.clock if stopped else -1   # a worker: where it was stopped
-    return r, margins, labels, np.zeros(n_workers), np.empty((0, len(Step._fields)))
+    return (r, margins, labels, np.zeros(n_workers), np.empty((0, len(Step._fields))),
+            timeline.samples())
 
 
 def _more_to_train(kv: KVWorker, work: "Work", timeout: float) -> bool:

@@ -232,3 +232,11 @@ def test_a_stop_signal_to_one_worker_checkpoints_and_resumes_on_the_same_bits(da
     assert f"checkpoint at iteration {stopped}:" in ended.output and stopped > 15
     resumed = train(data["census"][0], run, *CKPT, "--resume", run / "checkpoints")
     assert resumed["solver"]["objective"] == whole["solver"]["objective"]
+
+
+def test_a_solvers_report_plots_its_objective(whole, tmp_path):
+    page = tmp_path / "solver.html"
+    job = run_mpips("report", whole[0], "--out", page)
+    assert job.returncode == 0, job.output
+    text = page.read_text()
+    assert 'alt="Full-batch solver"' in text and 'alt="Throughput"' not in text

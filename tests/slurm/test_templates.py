@@ -80,7 +80,7 @@ def wait_for_checkpoint(run_dir, timeout=120) -> str:
 def test_requeued_job_resumes_after_a_rank_is_killed(slurm, small_data, tmp_path):
     run = tmp_path / "run"
     job = slurm.submit("requeue.sbatch", "--ntasks=3", TRAIN=small_data[0], TEST=small_data[1],
-                       RUN_DIR=run, CHECKPOINT_EVERY=20, EXTRA="--epochs 12 --batch-size 100")
+                       RUN_DIR=run, CHECKPOINT_EVERY=20, EXTRA="--epochs 6 --batch-size 100")
     wait_for_checkpoint(run)
     # Kill one rank of the running job, as a failing node would: the launch fails.
     killed = subprocess.run(["pkill", "-KILL", "-f", f"mpips train .*--out {run}"])
@@ -89,14 +89,14 @@ def test_requeued_job_resumes_after_a_rank_is_killed(slurm, small_data, tmp_path
     assert slurm.job(job)["Restarts"] == "1"
     assert "requeueing to resume from the last checkpoint" in out
     assert "resumed from checkpoint" in out
-    assert summary(run)["train_examples"] == 12 * 20000
+    assert summary(run)["train_examples"] == 6 * 20000
 
 
 @pytest.mark.timeout(600)
 def test_time_limit_warning_checkpoints_stops_and_requeues(slurm, small_data, tmp_path):
     run = tmp_path / "run"
     job = slurm.submit("requeue.sbatch", "--ntasks=3", TRAIN=small_data[0], TEST=small_data[1],
-                       RUN_DIR=run, CHECKPOINT_EVERY=1000, EXTRA="--epochs 12 --batch-size 100")
+                       RUN_DIR=run, CHECKPOINT_EVERY=1000, EXTRA="--epochs 6 --batch-size 100")
     slurm.wait(job, 120, until={"RUNNING"})
     deadline = time.monotonic() + 120
     while not os.path.exists(run / "mpips.lock"):   # every rank is up and takes signals
@@ -107,7 +107,7 @@ def test_time_limit_warning_checkpoints_stops_and_requeues(slurm, small_data, tm
     out = finished_with_a_model(slurm, job, run, timeout=500)
     assert "asking the job to checkpoint and stop" in out
     assert "stopped after a checkpoint; requeueing" in out and "resumed from checkpoint" in out
-    assert summary(run)["train_examples"] == 12 * 20000
+    assert summary(run)["train_examples"] == 6 * 20000
 
 
 def wait_for_output(cluster, job_id, text, timeout=120) -> str:

@@ -1,0 +1,66 @@
+"""`mpips report`: the timeline a job writes, and the page of plots of two runs side by side,
+opened in a real browser (headless Chromium) to see that every image loaded."""
+import re
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import read_summary, run_job, run_mpips
+from debian import ensure
+
+from mpips import timeline
+
+ARGS = ("--servers", 2, "--epochs", 2, "--snapshot-every", 0.4)
+
+
+@pytest.fixture(scope="module")
+def runs(small_data, tmp_path_factory):
+    """A BSP run and an SSP one of the same data."""
+    root = tmp_path_factory.mktemp("report")
+    for name, extra in (("bsp", ()), ("ssp", ("--consistency", "ssp", "--staleness", 2))):
+        job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
+                      "--out", root / name, *ARGS, *extra)
+        assert job.returncode == 0, job.output
+    return root / "bsp", root / "ssp"
+
+
+def test_every_rank_keeps_a_timeline_that_adds_up_to_its_summary(runs):
+    samples, ranks, servers = timeline.read(str(runs[0]))
+    s = read_summary(runs[0])
+    assert servers == 2 and set(ranks) == {0, 1, 2, 3}
+    for rank in range(4):
+        mine = samples[ranks == rank]
+        assert mine.shape[0] >= 3 and (np.diff(mine["t"]) > 0).all()
+    for w in range(s["workers"]):   # a worker's last sample: all it trained
+        assert samples[ranks == 2 + w]["examples"][-1] == s["worker_examples"][w]
+    assert sum(samples[ranks == r]["pushes"][-1] for r in (0, 1)) == sum(s["pushes_applied"])
+    assert samples[ranks < 2]["gap"].max() <= 1   # BSP
+
+
+def test_the_report_of_two_runs_shows_every_plot_in_a_browser(runs, tmp_path):
+    ensure(["chromium"], ["chromium"])
+    page = tmp_path / "both.html"
+    job = run_mpips("report", *runs, "--out", page)
+    assert job.returncode == 0, job.output
+    text = page.read_text()
+    images = text.count("<img ")
+    assert images == 5, "learning curves, throughput, workers, clocks, servers"
+    assert "<th>bsp</th><th>ssp</th>" in text
+    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                          "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    loaded = re.search(r'data-images-loaded="(\d+)/(\d+)"', dom.stdout)
+    assert loaded, f"the page's check did not run:\n{dom.stdout[-500:]}{dom.stderr[-2000:]}"
+    assert loaded.groups() == (str(images), str(images))
+    shot = tmp_path / "page.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                    "--window-size=1100,3000", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.stat().st_size > 50_000, "a page of plots, not a blank one"
+
+
+def test_one_run_gets_its_report_in_its_directory(runs):
+    job = run_mpips("report", runs[1])
+    assert job.returncode == 0, job.output
+    assert f"report: {runs[1] / 'report.html'}" in job.stdout
+    assert "data:image/png;base64," in (runs[1] / "report.html").read_text()
