@@ -10,7 +10,7 @@ from debian import ensure
 
 from mpips import timeline
 
-ARGS = ("--servers", 2, "--epochs", 2, "--snapshot-every", 0.4)
+ARGS = ("--servers", 2, "--epochs", 1, "--snapshot-every", 0.3)
 
 
 @pytest.fixture(scope="module")
