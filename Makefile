@@ -80,6 +80,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) bench/replicas.py
 	$(PY) bench/dense.py
 	$(PY) bench/formats.py
+	$(PY) bench/pipeline.py
 	$(PY) bench/soak.py
 	$(PY) bench/consistency.py
 	$(PY) bench/throughput.py

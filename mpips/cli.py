@@ -239,6 +239,37 @@ def _straggler(text: str):
         raise argparse.ArgumentTypeError(f"expected W:FACTOR such as 0:3, got {text!r}") from None
 
 
+def _schedule_parser(sub):
+    p = sub.add_parser(
+        "schedule", help="print a pipeline schedule: each stage's tasks, its bubble, its memory",
+        description="Print the order in which each of S pipeline stages runs the forward (F) "
+                    "and backward (B) of M micro-batches and its update (U), under a policy: "
+                    "gpipe (fill-drain: all forwards, then all backwards) or 1f1b (one "
+                    "forward, one backward: stage s holds at most S - s micro-batches' "
+                    "activations). Then the fraction of time idle on ideal ranks with a "
+                    "backward twice a forward, beside (S-1)/(M+S-1), and the activations each "
+                    "stage holds at most, in micro-batches.")
+    p.add_argument("--stages", type=int, required=True, metavar="S")
+    p.add_argument("--micro-batches", type=int, required=True, metavar="M")
+    p.add_argument("--policy", choices=("gpipe", "1f1b"), default="1f1b",
+                   help="(default: %(default)s)")
+    p.set_defaults(run=_run_schedule)
+
+
+def _run_schedule(args) -> None:
+    from .schedule import BACKWARD, FORWARD, POLICIES, bubble, peak_in_flight, render, simulate
+    try:
+        schedule = POLICIES[args.policy](args.stages, args.micro_batches)
+    except ValueError as e:
+        _fail(str(e), 2)
+    times = simulate(schedule, lambda t: {FORWARD: 1.0, BACKWARD: 2.0}.get(t.kind, 0.0))
+    print(render(schedule))
+    theory = (args.stages - 1) / (args.micro_batches + args.stages - 1)
+    print(f"bubble {bubble(times, args.stages):.1%} of stage time (theory {theory:.1%}); "
+          f"activations held at most, in micro-batches: "
+          f"{', '.join(map(str, peak_in_flight(schedule)))}")
+
+
 def _make_data_parser(sub):
     p = sub.add_parser(
         "make-data", help="write a synthetic dataset (svmlight train/test files)",
@@ -446,6 +477,7 @@ def build_parser(raising: bool = False) -> argparse.ArgumentParser:
     _train_parser(sub)
     _score_parser(sub)
     _report_parser(sub)
+    _schedule_parser(sub)
     _inspect_parser(sub)
     _convert_parser(sub)
     _make_data_parser(sub)

@@ -1,0 +1,194 @@
+"""A network as data, cut into pipeline stages, and run through a pipeline schedule in one
+process.
+
+A network is a list of dense layers (the deep part; its input comes from the embeddings
+pulled from the servers). `partition` cuts it into S contiguous stages of balanced cost;
+`Stage` runs its layers' forward and backward one micro-batch at a time, holding each
+micro-batch's activations until its backward, and adds the micro-batches' gradients in
+micro-batch order (so every schedule gives the same bits). `run_step` plays one schedule's
+tasks in dependency order: the reference for the ranks that run stages over MPI, and what
+the tests compare with a whole-batch numpy step. No MPI here."""
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kernels.mlp import ACTIVATIONS, dense_backward, dense_forward, logistic_loss
+from .schedule import BACKWARD, FORWARD, UPDATE, Task, simulate
+
+
+@dataclass(frozen=True)
+class Dense:
+    inputs: int
+    outputs: int
+    activation: str = "relu"
+
+    def __post_init__(self):
+        if self.inputs < 1 or self.outputs < 1:
+            raise ValueError(f"a dense layer needs positive sizes, got {self.inputs} x "
+                             f"{self.outputs}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got "
+                             f"{self.activation!r}")
+
+    @property
+    def cost(self) -> float:
+        """Multiply-adds per example, forward (backward is twice that, for every layer)."""
+        return float(self.inputs * self.outputs)
+
+
+def mlp(inputs: int, hidden: list) -> list:
+    """Hidden ReLU layers of the given widths, then one logit."""
+    widths = [inputs, *hidden]
+    return ([Dense(a, b) for a, b in zip(widths, widths[1:])] +
+            [Dense(widths[-1], 1, "identity")])
+
+
+def init(layers: list, seed: int, dtype=np.float64) -> list:
+    """[(w, b)] per layer: He-uniform weights from `seed`, zero biases."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for layer in layers:
+        bound = np.sqrt(6.0 / layer.inputs)
+        out.append((rng.uniform(-bound, bound, (layer.inputs, layer.outputs)).astype(dtype),
+                    np.zeros(layer.outputs, dtype)))
+    return out
+
+
+def measured_costs(layers: list, weights: list, rows: int, repeats: int = 3) -> list:
+    """Seconds per layer for the forward and backward of `rows` random examples, the best
+    of `repeats`: what `partition` balances when the layers' sizes alone mislead (BLAS is
+    faster per multiply-add on wide layers than on narrow ones)."""
+    rng = np.random.default_rng(0)
+    costs = []
+    for layer, (w, b) in zip(layers, weights):
+        x = rng.normal(size=(rows, layer.inputs)).astype(w.dtype)
+        best = np.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            y = dense_forward(x, w, b, layer.activation)
+            dense_backward(np.ones_like(y), x, y, w, layer.activation)
+            best = min(best, time.perf_counter() - start)
+        costs.append(best)
+    return costs
+
+
+def partition(costs: list, stages: int) -> list:
+    """Contiguous ranges of layer indices, one per stage, that minimize the most costly
+    stage (ties: the earliest cut). Every stage gets at least one layer."""
+    n = len(costs)
+    if not 1 <= stages <= n:
+        raise ValueError(f"{n} layer(s) cannot be cut into {stages} stage(s): each stage "
+                         f"needs a layer")
+    prefix = np.concatenate([[0.0], np.cumsum(costs)])
+    # best[k][i]: the least possible most costly stage for the first i layers in k stages.
+    best = np.full((stages + 1, n + 1), np.inf)
+    cut = np.zeros((stages + 1, n + 1), np.int64)
+    best[0][0] = 0.0
+    for k in range(1, stages + 1):
+        for i in range(k, n + 1):
+            for j in range(k - 1, i):
+                worst = max(best[k - 1][j], prefix[i] - prefix[j])
+                if worst < best[k][i]:
+                    best[k][i], cut[k][i] = worst, j
+    ends, i = [], n
+    for k in range(stages, 0, -1):
+        ends.append(i)
+        i = int(cut[k][i])
+    ends.reverse()
+    return [range(a, b) for a, b in zip([0, *ends[:-1]], ends)]
+
+
+class Stage:
+    """One stage's layers and weights, its held activations, its summed gradients."""
+
+    def __init__(self, layers: list, weights: list, micros: int, last: bool):
+        self.layers, self.weights, self.last = layers, weights, last
+        self.micros = micros
+        self._held = {}     # micro-batch -> the input of each layer, and the last output
+        self._grads = [None] * micros
+        self.loss = 0.0
+        self.held_bytes = self.peak_held_bytes = 0   # activations kept for backwards
+
+    def forward(self, micro: int, x: np.ndarray, labels: np.ndarray | None = None):
+        """The stage's output for micro-batch `micro` (the last stage: its summed loss)."""
+        inputs = []
+        for layer, (w, b) in zip(self.layers, self.weights):
+            inputs.append(x)
+            x = dense_forward(x, w, b, layer.activation)
+        self._held[micro] = (inputs, x, labels)
+        self.held_bytes += x.nbytes + sum(a.nbytes for a in inputs)
+        self.peak_held_bytes = max(self.peak_held_bytes, self.held_bytes)
+        if self.last:
+            loss, _ = logistic_loss(x, labels)
+            return loss
+        return x
+
+    def backward(self, micro: int, dout: np.ndarray | None = None) -> np.ndarray:
+        """The gradient with respect to the stage's input (the last stage starts from its
+        loss); keeps the weights' gradients of this micro-batch."""
+        inputs, y, labels = self._held.pop(micro)
+        self.held_bytes -= y.nbytes + sum(a.nbytes for a in inputs)
+        if self.last:
+            loss, dout = logistic_loss(y, labels)
+            self.loss += loss
+        grads = []
+        for layer, (w, _), x in zip(reversed(self.layers), reversed(self.weights),
+                                    reversed(inputs)):
+            dout, dw, db = dense_backward(dout, x, y, w, layer.activation)
+            grads.append((dw, db))
+            y = x
+        self._grads[micro] = grads[::-1]
+        return dout
+
+    def update(self, lr: float, examples: int, combine=None) -> None:
+        """w -= lr * (the gradients of every micro-batch, added in micro-batch order) /
+        examples. `combine` (data-parallel copies of the pipeline): the gradients, one flat
+        vector, -> their sum over every copy (examples counts them all)."""
+        if any(g is None for g in self._grads) or self._held:
+            raise RuntimeError("update before every micro-batch's backward")
+        summed = []
+        for i in range(len(self.weights)):
+            dw, db = (g.copy() for g in self._grads[0][i])
+            for m in range(1, self.micros):
+                dw += self._grads[m][i][0]
+                db += self._grads[m][i][1]
+            summed += [dw, db]
+        if combine is not None:
+            flat = combine(np.concatenate([g.ravel() for g in summed]))
+            ends = np.cumsum([g.size for g in summed])
+            summed = [part.reshape(g.shape) for part, g in zip(np.split(flat, ends[:-1]), summed)]
+        for (w, b), dw, db in zip(self.weights, summed[0::2], summed[1::2]):
+            w -= (lr / examples) * dw
+            b -= (lr / examples) * db
+        self._grads = [None] * self.micros
+
+
+def stages_of(layers: list, weights: list, cuts: list, micros: int) -> list:
+    return [Stage(layers[c.start:c.stop], weights[c.start:c.stop], micros,
+                  last=i == len(cuts) - 1) for i, c in enumerate(cuts)]
+
+
+def run_step(stages: list, schedule: list, x: np.ndarray, labels: np.ndarray,
+             lr: float) -> float:
+    """One training step of the pipeline in one process: the micro-batches (x cut in
+    len(schedule[0]) // 2 equal parts, in order) through the schedule's tasks in an order
+    the DAG allows. The step's summed loss."""
+    micros = stages[0].micros
+    stages[-1].loss = 0.0
+    parts = np.array_split(np.arange(x.shape[0]), micros)
+    times = simulate(schedule)
+    outputs, grads = {}, {}
+    for task in sorted(times, key=lambda t: (times[t][0], t.stage)):
+        s, m = task.stage, task.micro
+        if task.kind == FORWARD:
+            given = x[parts[m]] if s == 0 else outputs.pop(Task(s - 1, FORWARD, m))
+            out = stages[s].forward(m, given, labels[parts[m]])
+            if not stages[s].last:
+                outputs[task] = out
+        elif task.kind == BACKWARD:
+            dout = None if stages[s].last else grads.pop(Task(s + 1, BACKWARD, m))
+            grads[task] = stages[s].backward(m, dout)
+        elif task.kind == UPDATE:
+            stages[s].update(lr, x.shape[0])
+    return stages[-1].loss

@@ -1,0 +1,95 @@
+"""One rank's stage of a pipeline over MPI: it runs its list of the schedule, receiving each
+micro-batch's activations from the previous stage and gradients from the next, sending its
+own on, and records when each task ran. The numbers are network.Stage's; the order is
+schedule's. Messages are numpy buffers (upper-case mpi4py), one per micro-batch, tagged by
+micro-batch and direction on the pipeline's own communicator; every wait is bounded."""
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from .bounded import wait_all
+from .network import Stage
+from .schedule import BACKWARD, FORWARD, UPDATE
+
+_ACTIVATION, _GRADIENT = 0, 1
+
+# One row per task this rank ran: seconds from the step's start.
+TASK_RECORD = np.dtype([("stage", "<i4"), ("kind", "S1"), ("micro", "<i4"),
+                        ("start", "<f8"), ("end", "<f8")])
+
+
+def _tag(micro: int, direction: int) -> int:
+    return 2 * micro + direction
+
+
+class StageRank:
+    """Stage `comm.rank` of a pipeline whose ranks are `comm`, in order."""
+
+    def __init__(self, comm: MPI.Intracomm, stage: Stage, inputs: int, timeout: float,
+                 copies: MPI.Intracomm | None = None):
+        """`copies`: this stage's ranks in every data-parallel copy of the pipeline (each
+        trains its own rows); their gradients are added in copy order before each update,
+        so every copy keeps the same weights, bit for bit, run after run."""
+        self.comm, self.stage, self.timeout, self.copies = comm, stage, timeout, copies
+        self.index, self.stages = comm.rank, comm.size
+        self.inputs = inputs   # the width of the activations this stage receives
+        self.outputs = stage.layers[-1].outputs
+
+    def step(self, tasks: list, rows: list, x: np.ndarray | None, labels: np.ndarray | None,
+             lr: float) -> tuple:
+        """Run this stage's `tasks` for one minibatch, cut into micro-batches of the given
+        row counts. The first stage is given x, the last the labels. (summed loss on the
+        last stage else 0.0, TASK_RECORD rows)."""
+        dtype = self.stage.weights[0][0].dtype
+        starts = np.concatenate([[0], np.cumsum(rows)])
+        sends, record, t0 = [], [], time.monotonic()
+        for task in tasks:
+            m, began = task.micro, None   # a task starts once what it needs has arrived
+            if task.kind == FORWARD:
+                if self.index == 0:
+                    given = x[starts[m]:starts[m + 1]]
+                else:
+                    given = self._receive(m, _ACTIVATION, (rows[m], self.inputs), dtype)
+                began = time.monotonic() - t0
+                mine = None if labels is None else labels[starts[m]:starts[m + 1]]
+                out = self.stage.forward(m, given, mine)
+                if not self.stage.last:
+                    sends.append(self._send(out, m, _ACTIVATION))
+            elif task.kind == BACKWARD:
+                dout = (None if self.stage.last else
+                        self._receive(m, _GRADIENT, (rows[m], self.outputs), dtype))
+                began = time.monotonic() - t0
+                din = self.stage.backward(m, dout)
+                if self.index > 0:
+                    sends.append(self._send(din, m, _GRADIENT))
+            elif task.kind == UPDATE:
+                began = time.monotonic() - t0
+                copies = 1 if self.copies is None else self.copies.size
+                self.stage.update(lr, int(starts[-1]) * copies,
+                                  None if self.copies is None else self._sum_over_copies)
+            record.append((self.index, task.kind.encode(), m, began, time.monotonic() - t0))
+        wait_all(sends, self.timeout, lambda: f"stage {self.index}'s messages to be taken by "
+                                              f"its neighbours")
+        loss, self.stage.loss = self.stage.loss, 0.0
+        return loss, np.array(record, TASK_RECORD)
+
+    def _sum_over_copies(self, mine: np.ndarray) -> np.ndarray:
+        """Every copy's gradients, added in copy order (the same bits on every copy; an
+        allreduce's order is the library's to choose)."""
+        every = np.empty((self.copies.size, mine.shape[0]), mine.dtype)
+        wait_all([self.copies.Iallgather(mine, every)], self.timeout,
+                 lambda: f"the gradients of stage {self.index} from every copy of the pipeline")
+        return every.sum(axis=0)
+
+    def _send(self, values: np.ndarray, micro: int, direction: int) -> MPI.Request:
+        to = self.index + 1 if direction == _ACTIVATION else self.index - 1
+        return self.comm.Isend(np.ascontiguousarray(values), to, _tag(micro, direction))
+
+    def _receive(self, micro: int, direction: int, shape: tuple, dtype) -> np.ndarray:
+        source = self.index - 1 if direction == _ACTIVATION else self.index + 1
+        buf = np.empty(shape, dtype)
+        what = "activations" if direction == _ACTIVATION else "gradients"
+        wait_all([self.comm.Irecv(buf, source, _tag(micro, direction))], self.timeout,
+                 lambda: f"the {what} of micro-batch {micro} from stage {source}")
+        return buf

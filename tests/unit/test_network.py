@@ -1,0 +1,108 @@
+"""A network cut into stages and run through a pipeline schedule in one process: the same
+weights as a whole-batch numpy step (float64 to 1e-10, float32 to 1e-5), the same bits under
+every schedule; balanced cuts."""
+import numpy as np
+import pytest
+
+from mpips.kernels.mlp import dense_backward, dense_forward, logistic_loss
+from mpips.network import (Dense, init, measured_costs, mlp, partition, run_step,
+                           stages_of)
+from mpips.schedule import POLICIES
+
+
+def reference_step(layers, weights, x, labels, lr):
+    """Plain backpropagation over the whole batch, written out on its own."""
+    acts = [x]
+    for layer, (w, b) in zip(layers, weights):
+        acts.append(dense_forward(acts[-1], w, b, layer.activation))
+    loss, d = logistic_loss(acts[-1], labels)
+    for i in reversed(range(len(layers))):
+        w, b = weights[i]
+        d, dw, db = dense_backward(d, acts[i], acts[i + 1], w, layers[i].activation)
+        w -= lr / x.shape[0] * dw
+        b -= lr / x.shape[0] * db
+    return loss
+
+
+def data(n, inputs, seed, dtype):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, inputs)).astype(dtype)
+    labels = (x[:, 0] * x[:, 1] + 0.3 * rng.normal(size=n) > 0).astype(dtype)
+    return x, labels
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-10), (np.float32, 1e-5)])
+@pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize("micros", [1, 3, 8])
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_pipelined_step_equals_the_whole_batch_step(dtype, tol, stages, micros, policy):
+    layers = mlp(12, [16, 8, 8])
+    x, labels = data(96, 12, 1, dtype)
+    ref, piped = init(layers, 7, dtype), init(layers, 7, dtype)
+    cuts = partition([layer.cost for layer in layers], stages)
+    pipeline = stages_of(layers, piped, cuts, micros)
+    for step in range(3):
+        expected = reference_step(layers, ref, x, labels, 0.5)
+        loss = run_step(pipeline, POLICIES[policy](stages, micros), x, labels, 0.5)
+        assert loss == pytest.approx(expected, rel=tol)
+    for (w, b), (w_ref, b_ref) in zip(piped, ref):
+        np.testing.assert_allclose(w, w_ref, rtol=tol, atol=tol)
+        np.testing.assert_allclose(b, b_ref, rtol=tol, atol=tol)
+    assert not np.allclose(piped[0][0], init(layers, 7, dtype)[0][0]), "it trained"
+
+
+def test_every_schedule_gives_the_same_bits():
+    layers = mlp(12, [16, 8])
+    x, labels = data(64, 12, 2, np.float32)
+    out = []
+    for policy in sorted(POLICIES):
+        weights = init(layers, 3, np.float32)
+        pipeline = stages_of(layers, weights, partition([1, 1, 1], 3), 4)
+        for _ in range(4):
+            run_step(pipeline, POLICIES[policy](3, 4), x, labels, 0.3)
+        out.append(weights)
+    for (w, b), (w2, b2) in zip(*out):
+        assert np.array_equal(w, w2) and np.array_equal(b, b2)
+
+
+@pytest.mark.parametrize("costs, stages, cuts", [
+    ([1, 1, 1, 1], 2, [(0, 2), (2, 4)]),
+    ([8, 1, 1, 1, 1, 1, 1, 1, 1], 2, [(0, 1), (1, 9)]),
+    ([1, 2, 3, 4, 5], 3, [(0, 3), (3, 4), (4, 5)]),
+    ([5, 4, 3, 2, 1], 5, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]),
+    ([3], 1, [(0, 1)]),
+])
+def test_stages_are_contiguous_and_balanced(costs, stages, cuts):
+    assert [(r.start, r.stop) for r in partition(costs, stages)] == cuts
+
+
+def test_more_stages_than_layers_is_refused():
+    with pytest.raises(ValueError, match="2 layer.s. cannot be cut into 3 stage"):
+        partition([1, 1], 3)
+
+
+@pytest.mark.parametrize("args, says", [((0, 4), "positive sizes"),
+                                         ((4, 4, "tanh"), "activation must be one of")])
+def test_a_bad_layer_is_refused(args, says):
+    with pytest.raises(ValueError, match=says):
+        Dense(*args)
+
+
+def test_a_layer_a_hundred_times_wider_measures_costlier():
+    layers = [Dense(8, 8), Dense(8, 800)]
+    costs = measured_costs(layers, init(layers, 1), rows=256)
+    assert len(costs) == 2 and 0 < costs[0] < costs[1]
+
+
+def test_1f1b_holds_fewer_activations_than_gpipe_measured():
+    layers = mlp(12, [32, 32])
+    x, labels = data(80, 12, 3, np.float64)
+    peaks = {}
+    for policy in sorted(POLICIES):
+        pipeline = stages_of(layers, init(layers, 1), partition([1, 1, 1], 2), 8)
+        run_step(pipeline, POLICIES[policy](2, 8), x, labels, 0.1)
+        peaks[policy] = [s.peak_held_bytes for s in pipeline]
+        assert all(s.held_bytes == 0 for s in pipeline)
+    one = [p // 8 for p in peaks["gpipe"]]   # a micro-batch's (10 rows each)
+    assert peaks["gpipe"] == [8 * o for o in one] and min(one) >= 10 * 12 * 8
+    assert peaks["1f1b"] == [2 * one[0], one[1]]   # S - s micro-batches, not all 8
