@@ -32,6 +32,14 @@ the job with a message that says what it waited for.
 
 
 
+def widths(text: str) -> tuple:
+    """'64,32' -> (64, 32)."""
+    try:
+        return tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not layer widths such as 64,32") from None
+
+
 def finite_float(text: str) -> float:
     """A number option: inf and nan are refused here, before any rank starts work."""
     try:
@@ -157,10 +165,18 @@ def _train_parser(sub):
     opt.add_argument("--model", choices=models.NAMES, default="lr",
                      help="lr: logistic regression; fm: a factorization machine (Rendle 2010): "
                           "each key's row on the servers holds its weight and a latent vector, "
-                          "and pairs of features interact through their vectors' dot product "
-                          "(default: lr)")
+                          "and pairs of features interact through their vectors' dot product; "
+                          "widedeep: Wide & Deep (Cheng et al. 2016): each key's row holds its "
+                          "weight and an embedding, and an MLP on the sum of a row's "
+                          "embeddings adds to the linear margin; the MLP's weights are rows "
+                          "on the servers too (default: lr)")
     opt.add_argument("--factors", type=int, default=8, metavar="K",
                      help="fm: the latent vectors' length (default: 8)")
+    opt.add_argument("--embedding-dim", type=int, default=8, metavar="K",
+                     help="widedeep: each key's embedding length (default: 8)")
+    opt.add_argument("--hidden", type=widths, default=(64, 32), metavar="W1,W2,...",
+                     help="widedeep: the widths of the MLP's hidden ReLU layers, on the sum of "
+                          "a row's embeddings (default: 64,32)")
     opt.add_argument("--epochs", type=int, default=1, help="passes over the data (default: 1)")
     opt.add_argument("--batch-size", type=int, metavar="B",
                      help="rows per minibatch per worker; one pull and one push each (default: "
@@ -525,7 +541,8 @@ def config_of(args):
                       solver=args.solver, dim=args.dim, history=args.history,
                       max_iter=args.max_iter, tol=args.tol,
                       max_rank_memory=args.max_rank_memory, model=args.model,
-                      factors=args.factors, format=args.format)
+                      factors=args.factors, embedding_dim=args.embedding_dim,
+                      hidden=args.hidden, format=args.format)
 
 
 def _run_train(args) -> None:

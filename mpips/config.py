@@ -50,11 +50,13 @@ class TrainConfig:
     max_rank_memory: int | None = None   # bytes a rank may hold in its tables and rows
     model: str = "lr"               # see models: lr, or fm (factorization machine)
     factors: int = 8                # fm: the latent vector's length
+    embedding_dim: int = 8          # widedeep: each key's embedding length
+    hidden: tuple = (64, 32)        # widedeep: the MLP's hidden layer widths
     format: str | None = None       # svmlight, criteo or avazu text (None: as each file's first line)
 
     def model_spec(self):
         """The models.* object this job trains."""
-        return models.model_of(self.model, self.factors)
+        return models.model_of(self.model, self.factors, self.embedding_dim, self.hidden)
 
     def check(self, n_ranks: int) -> None:
         """Raise ConfigError for anything wrong that every rank can see the same way."""
@@ -199,7 +201,11 @@ def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int,
                                   ("--solver", "solver", cfg.solver),
                                   ("--model", "model", cfg.model),
                                   ("--factors", "factors",
-                                   cfg.factors if cfg.model == "fm" else None)):
+                                   cfg.factors if cfg.model == "fm" else None),
+                                  ("--embedding-dim", "embedding_dim",
+                                   cfg.embedding_dim if cfg.model == "widedeep" else None),
+                                  ("--hidden", "hidden",
+                                   list(cfg.hidden) if cfg.model == "widedeep" else None)):
         then = (saved["optimizer"]["name"] if field_name is None else
                 saved.get(field_name, getattr(TrainConfig, field_name)))
         if then != now and now is not None:   # a batch size not given: the checkpoint's

@@ -87,10 +87,13 @@ class Rows:
 
 
 class KeyIndexer:
-    """Sorted unique keys of minibatches (plus the bias key), with scratch space reused
-    from one minibatch to the next."""
+    """Sorted unique keys of minibatches (plus the model's reserved keys and the bias key),
+    with scratch space reused from one minibatch to the next."""
 
-    def __init__(self):
+    def __init__(self, reserved: np.ndarray = np.empty(0, np.uint64)):
+        """`reserved`: keys every minibatch pulls (a model's own rows, just below the bias
+        key, ascending); data may not use them."""
+        self.reserved = reserved
         self._grow_scratch(1 << 12)
         self._grow_table(1 << 12)
 
@@ -110,7 +113,8 @@ class KeyIndexer:
         n = rows.indices.shape[0]
         if n > self._ids.shape[0]:
             self._grow_scratch(max(n, 2 * self._ids.shape[0]))
-        keys = np.empty(n + 1, np.uint64)
+        extra = self.reserved.shape[0]
+        keys = np.empty(n + extra + 1, np.uint64)
         cols = np.empty(n, np.int64)
         while True:
             if self._stamp == 2**32 - 1:
@@ -121,6 +125,13 @@ class KeyIndexer:
             if m >= 0:
                 break
             self._grow_table(self._table.shape[0])   # more unique keys than fit: double it
+        if extra:
+            if m and keys[m - 1] >= self.reserved[0]:
+                raise InputError(f"{source}: feature index {keys[m - 1]} is among the keys "
+                                 f"{self.reserved[0]} to {BIAS_KEY} that hold the model's own "
+                                 f"weights; renumber it")
+            keys[m:m + extra] = self.reserved
+            m += extra
         if not bias:
             return keys[:m], cols, -1
         if m and keys[m - 1] == BIAS_KEY:

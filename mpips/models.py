@@ -10,11 +10,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .data import BIAS_KEY
 from .errors import ConfigError
 from .kernels.fm import fm_gradient, fm_init, fm_margins
 from .kernels.logistic import logistic_gradient, logistic_margins
+from .kernels.mlp import dense_backward, dense_forward, logistic_loss
+from .kernels.widedeep import scatter_sparse, wide_and_pooled
+from .network import init, mlp
 
-NAMES = ("lr", "fm")
+NAMES = ("lr", "fm", "widedeep")
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,9 @@ class LogisticRegression:
 
     def init(self, keys: np.ndarray, out: np.ndarray) -> None:
         out[:] = 0.0
+
+    def reserved_keys(self) -> np.ndarray:
+        return np.empty(0, np.uint64)
 
     def gradient(self, batch, cols, bias_col: int, weights: np.ndarray):
         """(mean logloss gradient float32[n_keys, 1], summed logloss before the update)."""
@@ -65,6 +72,9 @@ class FactorizationMachine:
     def init(self, keys: np.ndarray, out: np.ndarray) -> None:
         fm_init(keys, self.seed, self.init_scale, out)
 
+    def reserved_keys(self) -> np.ndarray:
+        return np.empty(0, np.uint64)
+
     def gradient(self, batch, cols, bias_col: int, weights: np.ndarray):
         grad = np.empty(weights.shape, np.float32)
         loss = fm_gradient(batch.indptr, cols, batch.values, batch.labels, bias_col, weights,
@@ -81,15 +91,122 @@ class FactorizationMachine:
                 "seed": self.seed}
 
 
-def model_of(name: str = "lr", factors: int = 8):
-    """The model `--model NAME --factors K` stands for."""
+@dataclass(frozen=True)
+class WideDeep:
+    """Wide & Deep (Cheng et al. 2016) on the parameter server: each key's row is [w, e_1..e_k],
+    its wide weight and its embedding; margin = b + w . x + MLP(sum_i x_i e_i), the MLP of
+    `hidden` ReLU layers and one output. The MLP's weights are rows too, under the keys just
+    below the bias key (`reserved_keys`), pulled with every minibatch and updated by the
+    servers' optimizer like any row: so they follow the job's consistency model, its
+    checkpoints and its copies unchanged."""
+    embedding_dim: int
+    hidden: tuple = (64, 32)
+    init_scale: float = 0.01
+    seed: int = 0
+    name = "widedeep"
+    starts_at_zero = False
+
+    def __post_init__(self):
+        if not 1 <= self.embedding_dim <= 1024:
+            raise ConfigError(f"--embedding-dim must be from 1 to 1024, got {self.embedding_dim}")
+        if not self.hidden or not all(1 <= h <= 4096 for h in self.hidden):
+            raise ConfigError(f"--hidden must be layer widths from 1 to 4096, got "
+                              f"{','.join(map(str, self.hidden)) or 'none'}")
+
+    @property
+    def width(self) -> int:
+        return 1 + self.embedding_dim
+
+    @property
+    def layers(self) -> list:
+        return mlp(self.embedding_dim, list(self.hidden))
+
+    @property
+    def _sizes(self) -> list:
+        return [n for layer in self.layers for n in (layer.inputs * layer.outputs,
+                                                     layer.outputs)]
+
+    def reserved_keys(self) -> np.ndarray:
+        """The keys of the rows that hold the MLP's weights, ascending, below the bias key."""
+        rows = -(-sum(self._sizes) // self.width)
+        return BIAS_KEY - np.uint64(rows) + np.arange(rows, dtype=np.uint64)
+
+    def _first_weights(self) -> np.ndarray:
+        """The MLP's weights at the start, flat, padded to whole rows."""
+        flat = np.concatenate([a.ravel() for wb in init(self.layers, self.seed)
+                               for a in wb])
+        rows = self.reserved_keys().shape[0]
+        return np.concatenate([flat, np.zeros(rows * self.width - flat.shape[0])])
+
+    def init(self, keys: np.ndarray, out: np.ndarray) -> None:
+        fm_init(keys, self.seed, self.init_scale, out)
+        reserved = self.reserved_keys()
+        mine = (keys >= reserved[0]) & (keys < BIAS_KEY)
+        if mine.any():
+            rows = self._first_weights().reshape(-1, self.width)
+            out[mine] = rows[(keys[mine] - reserved[0]).astype(np.int64)]
+
+    def _split(self, flat: np.ndarray) -> list:
+        """[(w, b)] per layer from the MLP's rows, flattened."""
+        out, at = [], 0
+        for layer in self.layers:
+            n = layer.inputs * layer.outputs
+            out.append((flat[at:at + n].reshape(layer.inputs, layer.outputs),
+                        flat[at + n:at + n + layer.outputs]))
+            at += n + layer.outputs
+        return out
+
+    def _forward(self, batch, cols, bias_col: int, weights: np.ndarray) -> tuple:
+        rows = self.reserved_keys().shape[0]
+        first = (bias_col if bias_col >= 0 else weights.shape[0]) - rows
+        mlp_weights = self._split(weights[first:first + rows].astype(np.float64).ravel())
+        wide = np.empty(len(batch))
+        pooled = np.empty((len(batch), self.embedding_dim))
+        wide_and_pooled(batch.indptr, cols, batch.values, bias_col, weights, wide, pooled)
+        acts = [pooled]
+        for layer, (w, b) in zip(self.layers, mlp_weights):
+            acts.append(dense_forward(acts[-1], w, b, layer.activation))
+        return wide + acts[-1][:, 0], acts, mlp_weights, first
+
+    def gradient(self, batch, cols, bias_col: int, weights: np.ndarray):
+        margin, acts, mlp_weights, first = self._forward(batch, cols, bias_col, weights)
+        loss, dmargin = logistic_loss(margin[:, None], batch.labels.astype(np.float64))
+        dmargin /= max(len(batch), 1)   # the mean gradient, as the other models give
+        d, flat = dmargin, []
+        for i in reversed(range(len(self.layers))):
+            d, dw, db = dense_backward(d, acts[i], acts[i + 1], mlp_weights[i][0],
+                                       self.layers[i].activation)
+            flat = [dw.ravel(), db] + flat
+        grad = np.zeros(weights.shape, np.float32)
+        scatter_sparse(batch.indptr, cols, batch.values, bias_col, dmargin[:, 0], d, grad)
+        rows = self.reserved_keys().shape[0]
+        packed = np.zeros(rows * self.width)
+        packed[:sum(self._sizes)] = np.concatenate(flat)
+        grad[first:first + rows] = packed.reshape(rows, self.width)
+        return grad, loss
+
+    def margins(self, batch, cols, bias_col: int, weights: np.ndarray) -> np.ndarray:
+        return self._forward(batch, cols, bias_col, weights)[0]
+
+    def describe(self) -> dict:
+        return {"name": self.name, "embedding_dim": self.embedding_dim,
+                "hidden": list(self.hidden), "init_scale": self.init_scale, "seed": self.seed}
+
+
+def model_of(name: str = "lr", factors: int = 8, embedding_dim: int = 8,
+             hidden: tuple = (64, 32)):
+    """The model `--model NAME` (with --factors K, or --embedding-dim and --hidden) stands
+    for."""
     if name == "lr":
         return LogisticRegression()
     if name == "fm":
         return FactorizationMachine(factors)
+    if name == "widedeep":
+        return WideDeep(embedding_dim, tuple(hidden))
     raise ConfigError(f"--model must be one of {', '.join(NAMES)}, got {name!r}")
 
 
 def from_config(config: dict):
     """The model of a saved run's configuration (runs before models were chosen: lr)."""
-    return model_of(config.get("model", "lr"), int(config.get("factors", 8)))
+    return model_of(config.get("model", "lr"), int(config.get("factors", 8)),
+                    int(config.get("embedding_dim", 8)), tuple(config.get("hidden", (64, 32))))

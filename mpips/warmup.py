@@ -12,7 +12,7 @@ from numba.core import event
 
 from . import models, protocol
 from .blocks import Layout, name_id
-from .data import KeyIndexer, TextShard
+from .data import KeyIndexer, Rows, TextShard
 from .densetables import FUNCTIONS, DenseTables
 from .denserows import Part
 from .kernels import elementwise
@@ -66,6 +66,13 @@ def compile_kernels() -> None:
     grad, _ = fm.gradient(batch, cols, bias_col, pairs)
     store.push(keys, grad, clock=1)
     fm.margins(batch, cols, bias_col, pairs)
+    wd = models.WideDeep(2, (3,))
+    small = Rows(np.ones(2, np.float32), np.array([0, 2, 3]), np.array([1, 2, 3], np.uint64),
+                 np.ones(3, np.float32))   # (the batch above holds a key W&D reserves)
+    keys, cols, bias_col = KeyIndexer(wd.reserved_keys())(small, bias=True)
+    rows = np.empty((keys.shape[0], wd.width), np.float32)
+    wd.init(keys, rows)
+    wd.gradient(small, cols, bias_col, rows)
 
 
 def _full_batch(batch) -> None:

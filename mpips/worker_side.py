@@ -252,7 +252,7 @@ class Work:
         """(rows, keys, cols, bias_col, epochs done, epoch, segment) for each minibatch from
         `first_epoch` on, starting at `offset` of `first_segment` (a byte or row; -1: its
         beginning). Shares taken meanwhile join the epoch being trained."""
-        index = KeyIndexer()
+        index = KeyIndexer(self.cfg.model_spec().reserved_keys())
         for epoch in range(first_epoch, self.cfg.epochs):
             self.epoch = epoch
             segment = first_segment if epoch == first_epoch else 0
@@ -313,7 +313,8 @@ def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker, deaths: tuple = ()):
     living = [w for w in range(len(roles.workers)) if w not in dead]
     shard = open_shard(cfg.test, living.index(roles.index), len(living),
                        skip_bad=cfg.skip_bad_lines)
-    margins, labels, index, model = [], [], KeyIndexer(), cfg.model_spec()
+    model = cfg.model_spec()
+    margins, labels, index = [], [], KeyIndexer(model.reserved_keys())
     for batch in shard.minibatches(EVAL_BATCH):
         keys, cols, bias_col = index(batch, cfg.bias, shard.path)
         weights = kv.wait(kv.pull(keys, read_only=True))

@@ -41,6 +41,11 @@ REFUSED = [
     (("--max-rank-memory", "100K"), "--max-rank-memory must be at least 1M, got 102400 bytes"),
     (("--model", "fm", "--factors", "0"), "--factors must be from 1 to 1024, got 0"),
     (("--model", "svm"), "argument --model: invalid choice: 'svm'"),
+    (("--model", "widedeep", "--hidden", "64,x"), "argument --hidden: '64,x' is not layer "
+                                                  "widths such as 64,32"),
+    (("--model", "widedeep", "--embedding-dim", "0"), "--embedding-dim must be from 1 to 1024"),
+    (("--model", "widedeep", "--hidden", "64,0"), "--hidden must be layer widths from 1 to "
+                                                  "4096, got 64,0"),
     (("--format", "criteo"), "--format criteo, but its first line is svmlight text"),
     (("--format", "avazu"), "--format avazu, but its first line is svmlight text"),
     (("--solver", "lbfgs", "--model", "fm"), "--solver lbfgs does not take --model fm "

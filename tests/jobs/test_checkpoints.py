@@ -14,7 +14,7 @@ from conftest import finish, launch, read_summary, run_job, run_mpips
 from debian import ensure
 from watch import complete_checkpoints, rank_pids, wait_for_checkpoint
 
-from mpips import checkpoint
+from mpips import checkpoint, models
 from mpips.checkpoint import read_manifest
 from mpips.model_io import load_model
 from mpips.placement import Placement
@@ -82,14 +82,17 @@ def test_a_checkpoint_of_two_servers_resumes_on_another_number(small_data, unint
 
 
 @pytest.mark.parametrize("optimizer, extra", [("sgd", ()),
-                                              ("adam", ("--model", "fm", "--factors", 3))],
-                         ids=["averaged-sgd", "adam-fm"])
+                                              ("adam", ("--model", "fm", "--factors", 3)),
+                                              ("adagrad", ("--model", "widedeep",
+                                                           "--embedding-dim", 3,
+                                                           "--hidden", "5"))],
+                         ids=["averaged-sgd", "adam-fm", "widedeep"])
 def test_optimizer_state_resumes_from_a_checkpoint_to_the_same_model(small_data, tmp_path,
                                                                      optimizer, extra):
     """The optimizer's state is in the checkpoint (averaged SGD: the running means and the
     clocks they cover; Adam: the moments and each key's count of pushes, here in a
-    factorization machine's rows): a run resumed from the middle, on another number of
-    servers, ends with the same model."""
+    factorization machine's rows; Wide & Deep: the MLP's rows): a run resumed from the
+    middle, on another number of servers, ends with the same model."""
     args = ("--train", small_data[0], "--optimizer", optimizer, *extra, *TRAIN,
             "--keep-checkpoints", 20)
     whole = tmp_path / "whole"
@@ -107,9 +110,16 @@ def test_optimizer_state_resumes_from_a_checkpoint_to_the_same_model(small_data,
         mean, covered = state[:, 1], state[:, 2]
         assert covered.max() > 0 and not np.array_equal(mean, state[:, 0]), \
             "the checkpoint holds means that differ from the weights"
-    else:   # rows [w, v1..v3], their first and second moments, the count of pushes
+    elif optimizer == "adam":   # rows [w, v1..v3], their first and second moments, the count
         assert state.shape[1] == 3 * 4 + 1 and state[:, 12].max() > 1
         assert (state[:, 4:12] != 0).any() and (state[:, 1:4] != 0).any()
+    else:   # Wide & Deep: the MLP's weights are rows too, in the servers' checkpoints
+        mlp_rows = models.WideDeep(3, (5,)).reserved_keys()
+        keys = []
+        for path in glob.glob(os.path.join(mid, "server-*.h5")):
+            with h5py.File(path) as f:
+                keys.append(f["keys"][:])
+        assert np.isin(mlp_rows, np.concatenate(keys)).all()
     run = tmp_path / "run"
     job = run_job(3, "train", *args, "--servers", 1, "--out", run, "--resume", ckpt)
     assert job.returncode == 0, job.output

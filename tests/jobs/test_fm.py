@@ -1,7 +1,7 @@
 """Models beyond logistic regression, as whole jobs: on data with planted pairwise
-interactions (make-data --interactions) a factorization machine beats logistic regression
-in held-out logloss; its runs are deterministic under BSP and its saved model scores
-offline (evaluate) as it scored in the job."""
+interactions (make-data --interactions) a factorization machine and Wide & Deep beat logistic
+regression in held-out logloss; their runs are deterministic under BSP and their saved
+models score offline (evaluate) as they scored in the job."""
 import numpy as np
 import pytest
 from conftest import read_summary, run_job, run_mpips
@@ -34,10 +34,14 @@ def fm_run(paired, tmp_path_factory):
     return run, train(paired, run, "--model", "fm", "--factors", 4)
 
 
+@pytest.fixture(scope="module")
+def lr_run(paired, tmp_path_factory):
+    return train(paired, tmp_path_factory.mktemp("lr") / "run")
+
+
 def test_a_factorization_machine_beats_logistic_regression_on_interactions(paired, fm_run,
-                                                                            tmp_path):
-    lr = train(paired, tmp_path / "lr")
-    fm = fm_run[1]
+                                                                            lr_run):
+    lr, fm = lr_run, fm_run[1]
     print(f"held-out logloss: lr {lr['test_logloss']:.4f}, fm {fm['test_logloss']:.4f}")
     assert fm["test_logloss"] < 0.93 * lr["test_logloss"]   # measured: 0.4212 vs 0.4688
     assert fm["test_auc"] > lr["test_auc"] + 0.03           # 0.814 vs 0.751
@@ -56,3 +60,18 @@ def test_a_factorization_machine_gives_the_same_bits_twice_and_scores_offline(pa
     np.testing.assert_array_equal(weights, weights2)
     offline = score_model(str(run / "model"), read_rows(paired[1]))
     assert offline["logloss"] == pytest.approx(fm["test_logloss"], rel=1e-6)
+
+
+def test_wide_and_deep_beats_logistic_regression_and_scores_offline_as_in_the_job(paired,
+                                                                                 lr_run,
+                                                                                 tmp_path):
+    run = tmp_path / "wd"
+    wd = train(paired, run, "--model", "widedeep", "--embedding-dim", 8, "--hidden", "64,32")
+    lr = lr_run
+    print(f"held-out logloss: lr {lr['test_logloss']:.4f}, widedeep {wd['test_logloss']:.4f}")
+    assert wd["test_logloss"] < 0.96 * lr["test_logloss"]   # measured: 0.4371 vs 0.4688
+    assert wd["config"]["hidden"] == [64, 32] and wd["config"]["embedding_dim"] == 8
+    keys, weights = load_model(run / "model")
+    assert weights.shape[1] == 9 and keys[-1] == np.uint64(2**64 - 1)
+    offline = score_model(str(run / "model"), read_rows(paired[1]))
+    assert offline["logloss"] == pytest.approx(wd["test_logloss"], rel=1e-6)

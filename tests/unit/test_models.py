@@ -111,7 +111,7 @@ def test_a_store_gives_new_keys_their_first_values_once_even_as_it_grows():
 
 def test_models_are_named_and_refused_by_name():
     assert model_of("lr").width == 1 and model_of("fm", 4).width == 5
-    with pytest.raises(ConfigError, match="--model must be one of lr, fm, got 'gbdt'"):
+    with pytest.raises(ConfigError, match="--model must be one of lr, fm, widedeep, got .gbdt."):
         model_of("gbdt")
     with pytest.raises(ConfigError, match="--factors must be from 1 to 1024, got 0"):
         model_of("fm", 0)

@@ -1,0 +1,122 @@
+"""Wide & Deep (mpips.models.WideDeep): margins against the model written out, the gradient
+against finite differences for every kind of row (a key's weight and embedding, the bias, the
+MLP's rows), first weights a function of the key alone, the MLP's keys in every minibatch."""
+import numpy as np
+import pytest
+from test_models import batch
+
+from mpips.data import BIAS_KEY, KeyIndexer, Rows
+from mpips.errors import ConfigError, InputError
+from mpips.models import WideDeep, model_of
+
+MODEL = WideDeep(3, (4, 3))
+
+
+def rows_for(model, keys: int, seed: int = 1) -> tuple:
+    """Weights for `keys` data keys, the MLP's rows and the bias, as a pull returns them."""
+    ids = np.concatenate([np.arange(keys, dtype=np.uint64) * np.uint64(7919),
+                          model.reserved_keys(), [BIAS_KEY]])
+    w = np.empty((ids.shape[0], model.width), np.float32)
+    model.init(ids, w)
+    rng = np.random.default_rng(seed)
+    w[:keys] += rng.normal(0, 0.3, (keys, model.width))
+    w[keys:-1] += rng.normal(0, 0.1, (w.shape[0] - keys - 1, model.width))   # biases not 0:
+    # a row whose hidden units are all zero would sit on a ReLU's kink
+    w[-1, 0] = 0.2
+    return ids, w
+
+
+def written_out(model, b, cols, bias_col, w) -> np.ndarray:
+    first = bias_col - model.reserved_keys().shape[0]
+    flat = w[first:bias_col].astype(np.float64).ravel()
+    out = []
+    for r in range(len(b)):
+        lo, hi = b.indptr[r], b.indptr[r + 1]
+        c, x = cols[lo:hi], b.values[lo:hi].astype(np.float64)
+        h = (w[c, 1:].astype(np.float64) * x[:, None]).sum(axis=0)
+        at = 0
+        for i, layer in enumerate(model.layers):
+            W = flat[at:at + layer.inputs * layer.outputs].reshape(layer.inputs, layer.outputs)
+            at += layer.inputs * layer.outputs
+            h = h @ W + flat[at:at + layer.outputs]
+            at += layer.outputs
+            if i < len(model.layers) - 1:
+                h = np.maximum(h, 0)
+        out.append(w[bias_col, 0] + (w[c, 0] * x).sum() + h[0])
+    return np.array(out)
+
+
+def test_margins_are_the_wide_part_plus_the_mlp_of_the_summed_embeddings():
+    b, cols = batch(rows=7, keys=5)
+    _, w = rows_for(MODEL, 5)
+    bias_col = w.shape[0] - 1
+    np.testing.assert_allclose(MODEL.margins(b, cols, bias_col, w),
+                               written_out(MODEL, b, cols, bias_col, w), rtol=1e-9)
+
+
+def test_the_gradient_matches_finite_differences_on_every_kind_of_row():
+    b, cols = batch(seed=3, rows=8, keys=5)
+    _, w = rows_for(MODEL, 5, seed=4)
+    bias_col = w.shape[0] - 1
+    grad, loss = MODEL.gradient(b, cols, bias_col, w)
+    w64 = w.astype(np.float64)
+
+    def mean_loss(v):
+        m = written_out(MODEL, b, cols, bias_col, v)
+        y = b.labels.astype(np.float64)
+        return np.mean(np.logaddexp(0, m) - y * m)
+
+    assert loss == pytest.approx(mean_loss(w64) * len(b), rel=1e-6)
+    reserved = MODEL.reserved_keys().shape[0]
+    checked = [(0, 0), (2, 1), (4, 3), (bias_col, 0)] + [(bias_col - reserved + r, c)
+                                                         for r in range(reserved)
+                                                         for c in range(MODEL.width)]
+    used = 3 * 4 + 4 + 4 * 3 + 3 + 3 * 1 + 1
+    for row, col in checked:
+        if (row - (bias_col - reserved)) * MODEL.width + col >= used and row < bias_col \
+                and row >= bias_col - reserved:
+            assert grad[row, col] == 0, "padding after the MLP's weights"
+            continue
+        up, down = w64.copy(), w64.copy()
+        up[row, col] += 1e-6
+        down[row, col] -= 1e-6
+        numeric = (mean_loss(up) - mean_loss(down)) / 2e-6
+        assert grad[row, col] == pytest.approx(numeric, rel=2e-3, abs=1e-6), (row, col)
+
+
+def test_first_weights_depend_on_the_key_alone_and_the_mlp_starts_he_uniform():
+    keys = np.concatenate([np.array([5, 10**12], np.uint64), MODEL.reserved_keys()])
+    a = np.empty((keys.shape[0], MODEL.width), np.float32)
+    b = np.empty_like(a)
+    MODEL.init(keys, a)
+    MODEL.init(keys[::-1].copy(), b)
+    np.testing.assert_array_equal(a, b[::-1])
+    assert (a[:2, 0] == 0).all() and 0 < np.abs(a[:2, 1:]).max() < 0.05
+    first = a[2:].ravel()[:3 * 4]
+    assert np.abs(first).max() <= np.sqrt(6 / 3) and np.abs(first).min() > 0
+
+
+def test_every_minibatch_pulls_the_mlps_rows_and_data_may_not_use_them():
+    reserved = MODEL.reserved_keys()
+    assert reserved[-1] == BIAS_KEY - np.uint64(1) and (np.diff(reserved) == 1).all()
+    rows = Rows(np.ones(2, np.float32), np.array([0, 1, 2]), np.array([9, 3], np.uint64),
+                np.ones(2, np.float32))
+    keys, cols, bias_col = KeyIndexer(reserved)(rows, bias=True)
+    assert list(keys[:2]) == [3, 9] and (keys[2:-1] == reserved).all()
+    assert keys[-1] == BIAS_KEY and bias_col == keys.shape[0] - 1 and list(cols) == [1, 0]
+    bad = Rows(np.ones(1, np.float32), np.array([0, 1]), reserved[:1].copy(),
+               np.ones(1, np.float32))
+    with pytest.raises(InputError, match="hold the model's own weights"):
+        KeyIndexer(reserved)(bad, bias=True, source="x.svm")
+
+
+@pytest.mark.parametrize("args, says", [((0,), "--embedding-dim must be from 1 to 1024"),
+                                         ((4, ()), "--hidden must be layer widths"),
+                                         ((4, (8, 0)), "--hidden must be layer widths")])
+def test_bad_sizes_are_refused(args, says):
+    with pytest.raises(ConfigError, match=says):
+        WideDeep(*args)
+
+
+def test_the_model_of_its_options():
+    assert model_of("widedeep", embedding_dim=5, hidden=(7,)) == WideDeep(5, (7,))
