@@ -29,15 +29,16 @@ def margins_of(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
     """The model's margin (float64) of each row: sorted keys -> weights[n, width]; keys the
     model lacks count as zero."""
     n = keys.shape[0]
-    w = np.zeros((n + 1, model.width), np.float32)   # w[n] = 0: the row of unknown keys
-    w[:n] = weights[:, :model.width]
+    # w[0] = 0 is the row of unknown keys; first, so that the model's own rows stay last
+    w = np.zeros((n + 1, model.width), np.float32)
+    w[1:] = weights[:, :model.width]
     pos = np.searchsorted(keys, rows.indices)
     found = pos < n
     found[found] = keys[pos[found]] == rows.indices[found]
-    cols = np.where(found, pos, n)
+    cols = np.where(found, pos + 1, 0)
     bias_col = -1
     if bias:
-        bias_col = n - 1 if n and keys[-1] == BIAS_KEY else n
+        bias_col = n if n and keys[-1] == BIAS_KEY else 0
     return model.margins(rows, cols, bias_col, w)
 
 

@@ -120,3 +120,24 @@ def test_bad_sizes_are_refused(args, says):
 
 def test_the_model_of_its_options():
     assert model_of("widedeep", embedding_dim=5, hidden=(7,)) == WideDeep(5, (7,))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_saved_model_scores_rows_as_the_training_path_does(bias):
+    """evaluate.margins_of looks keys up in a whole model (unknown keys count as zero): with
+    or without the bias key, the MLP's rows must be found where training put them."""
+    from mpips.evaluate import margins_of
+    b, drawn = batch(seed=5, rows=9, keys=6)
+    ids, w = rows_for(MODEL, 6, seed=6)
+    b.indices[:] = np.where(drawn < 4, ids[drawn], np.uint64(123457))   # 123457: unknown
+    if not bias:
+        ids, w = ids[:-1], w[:-1]
+    order = np.argsort(ids)
+    keys, weights = ids[order], w[order]
+    indexed, cols, bias_col = KeyIndexer(MODEL.reserved_keys())(b, bias=bias)
+    pulled = np.zeros((indexed.shape[0], MODEL.width), np.float32)
+    at = np.searchsorted(keys, indexed)
+    there = (at < keys.shape[0]) & (keys[np.minimum(at, keys.shape[0] - 1)] == indexed)
+    pulled[there] = weights[at[there]]
+    np.testing.assert_allclose(margins_of(keys, weights, b, bias, MODEL),
+                               MODEL.margins(b, cols, bias_col, pulled), rtol=1e-12)
