@@ -54,18 +54,19 @@ def run_id(comm: MPI.Intracomm, timeout: float) -> str:
     return broadcast_text(comm, text, timeout)
 
 
-def compile_per_node(comm: MPI.Intracomm, timeout: float) -> float:
-    """Compile the kernels on one rank per node first; the others then load numba's cache
-    instead of compiling the same code at the same time on the same cores. Returns seconds."""
+def compile_per_node(comm: MPI.Intracomm, timeout: float, **needs) -> float:
+    """Compile the kernels (those `needs` names: see warmup.compile_kernels) on one rank per
+    node first; the others then load numba's cache instead of compiling the same code at
+    the same time on the same cores. Returns seconds."""
     start = time.monotonic()
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         if node.rank == 0:
-            compile_kernels()
+            compile_kernels(**needs)
         wait_all([node.Ibarrier()], timeout,
                  lambda: "the first rank on this node to compile the numba kernels")
         if node.rank != 0:
-            compile_kernels()
+            compile_kernels(**needs)
     finally:
         node.Free()
     return time.monotonic() - start

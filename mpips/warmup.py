@@ -25,7 +25,12 @@ from .protocol import Op
 from .store import KVStore
 
 
-def compile_kernels() -> None:
+def compile_kernels(model=None, optimizer: str | None = None,
+                    full_batch: bool | None = None) -> None:
+    """The kernels of `model` (a models.* object), `optimizer` (a name) and the full-batch
+    solver if `full_batch`, with the reading and scoring every job does; each None: all of
+    them. A job loads only its own: each kernel costs a process about 40 ms even from
+    numba's cache, and every rank of every launch pays it."""
     fd, path = tempfile.mkstemp(suffix=".svm")
     try:
         with os.fdopen(fd, "w") as f:
@@ -39,7 +44,7 @@ def compile_kernels() -> None:
     Placement(2).split(keys)
     weights = np.zeros((keys.shape[0], 1), np.float32)
     lr = models.LogisticRegression()
-    for name in NAMES:
+    for name in NAMES if optimizer is None else (optimizer,):
         store = KVStore(1, Optimizer(name, lr=0.1, average_from=0 if name == "sgd" else None),
                         capacity=4)
         grad, _ = lr.gradient(batch, cols, bias_col, weights)
@@ -54,18 +59,30 @@ def compile_kernels() -> None:
         store.pull(wire_keys, weights, insert=False)
         store.model_weights(store.find(wire_keys), clocks=2)
         store.items()
-    _full_batch(batch)
+    if full_batch is not False:
+        _full_batch(batch)
     first_bad_pointer(batch.indptr, batch.indices.shape[0])
     first_bad_label(batch.labels)
     m = lr.margins(batch, cols, bias_col, weights)
     mean_logloss(m, batch.labels)
     roc_auc(m, batch.labels)
+    name = None if model is None else model.name
+    if name in (None, "fm"):
+        _factorization_machine(batch, keys, cols, bias_col)
+    if name in (None, "widedeep"):
+        _wide_and_deep()
+
+
+def _factorization_machine(batch, keys, cols, bias_col) -> None:
     fm = models.FactorizationMachine(2)
     store = KVStore(fm.width, Optimizer("adagrad", lr=0.1), capacity=4, init=fm.init)
     pairs = store.pull(keys, np.empty((keys.shape[0], fm.width), np.float32))
     grad, _ = fm.gradient(batch, cols, bias_col, pairs)
     store.push(keys, grad, clock=1)
     fm.margins(batch, cols, bias_col, pairs)
+
+
+def _wide_and_deep() -> None:
     wd = models.WideDeep(2, (3,))
     small = Rows(np.ones(2, np.float32), np.array([0, 2, 3]), np.array([1, 2, 3], np.uint64),
                  np.ones(3, np.float32))   # (the batch above holds a key W&D reserves)
