@@ -1,7 +1,8 @@
 """Options a careless user gives: refused at once, on every launch, with one message that
 names the option; never a job that runs into NaN or a message that is sometimes lost.
 
-To add a case: append (arguments, what the message must say) to REFUSED.
+To add a case: append (arguments, what the message must say) to REFUSED; each is checked
+in one process, and a few of each kind are launched under mpiexec too (LAUNCHED).
 """
 import pytest
 from conftest import run_job
@@ -53,7 +54,36 @@ REFUSED = [
 ]
 
 
+# Each kind of refusal (the parser's, the configuration's, the data's, a layout's) also
+# launched under mpiexec: every rank stops, the message is said once, nothing is written.
+LAUNCHED = [case for case in REFUSED if " ".join(case[0]) in (
+    "--lr inf", "--replicas 0", "--format criteo",
+    "--max-rank-memory lots", "--solver lbfgs --consistency asp")]
+
+
+def refusal(argv: list, capsys) -> str:
+    """What `mpips train ARGV` says, in this process, when it refuses before any work: the
+    parser's message, or the configuration's check as every rank runs it (4 ranks)."""
+    from mpips import cli
+    from mpips.errors import ConfigError
+    try:
+        args = cli.build_parser().parse_args(["train", *map(str, argv)])
+        cli.config_of(args).check(4)
+    except SystemExit:
+        return capsys.readouterr().err
+    except ConfigError as e:
+        return str(e)
+    return "(accepted)"
+
+
 @pytest.mark.parametrize("args, says", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_a_bad_option_is_refused_naming_it(small_data, tmp_path, capsys, args, says):
+    said = refusal(["--train", small_data[0], "--out", tmp_path / "run", *args], capsys)
+    assert says in said
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("args, says", LAUNCHED, ids=[" ".join(a) for a, _ in LAUNCHED])
 def test_a_bad_option_is_refused_with_one_message(small_data, tmp_path, args, says):
     job = run_job(4, "train", "--train", small_data[0], "--out", tmp_path / "run", *args,
                   timeout=60)
