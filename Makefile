@@ -85,6 +85,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) bench/consistency.py
 	$(PY) bench/throughput.py
 	$(MPIEXEC) -n 2 $(PY) bench/comm.py
+	$(MPIEXEC) -n 3 $(PY) bench/stagesync.py
 	$(PY) bench/memory.py
 	$(PY) bench/checkpoint.py
 

@@ -77,8 +77,10 @@ def checkpoint_interval(text: str) -> tuple[int, float]:
 
 def _train_parser(sub):
     p = sub.add_parser(
-        "train", help="train sparse logistic regression (run under mpiexec/srun)",
-        description="Train sparse logistic regression with a parameter server.",
+        "train", help="train a model with a parameter server (run under mpiexec/srun)",
+        description="Train sparse logistic regression, a factorization machine or Wide & Deep "
+                    "with a parameter server (or logistic regression by full-batch L-BFGS "
+                    "over dense tables on the servers).",
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     io = p.add_argument_group("data and output")
     io.add_argument("--train", required=True, metavar="FILE",
@@ -177,6 +179,22 @@ def _train_parser(sub):
     opt.add_argument("--hidden", type=widths, default=(64, 32), metavar="W1,W2,...",
                      help="widedeep: the widths of the MLP's hidden ReLU layers, on the sum of "
                           "a row's embeddings (default: 64,32)")
+    pipe = p.add_argument_group(
+        "pipeline (Wide & Deep's network split across workers: realm 4)")
+    pipe.add_argument("--stages", type=int, default=1, metavar="S",
+                      help="widedeep: cut the network into S stages of balanced measured cost, "
+                           "one per worker; the workers form (workers / S) data-parallel "
+                           "copies of the pipeline, and every stage's weights stay rows on the "
+                           "servers (default: 1, the whole network on each worker)")
+    pipe.add_argument("--micro-batches", type=int, default=4, metavar="M",
+                      help="cut each minibatch into M micro-batches that flow through the "
+                           "stages (default: 4)")
+    pipe.add_argument("--pipeline", choices=("gpipe", "1f1b"), default="1f1b",
+                      help="the schedule: gpipe (all forwards, then all backwards) or 1f1b "
+                           "(one forward, one backward: fewer activations held; default)")
+    pipe.add_argument("--print-schedule", action="store_true",
+                      help="print the network's layers, each stage's share of them and every "
+                           "stage's tasks in order, then exit without training")
     opt.add_argument("--epochs", type=int, default=1, help="passes over the data (default: 1)")
     opt.add_argument("--batch-size", type=int, metavar="B",
                      help="rows per minibatch per worker; one pull and one push each (default: "
@@ -542,7 +560,8 @@ def config_of(args):
                       max_iter=args.max_iter, tol=args.tol,
                       max_rank_memory=args.max_rank_memory, model=args.model,
                       factors=args.factors, embedding_dim=args.embedding_dim,
-                      hidden=args.hidden, format=args.format)
+                      hidden=args.hidden, format=args.format, stages=args.stages,
+                      micro_batches=args.micro_batches, pipeline=args.pipeline)
 
 
 def _run_train(args) -> None:
@@ -563,6 +582,11 @@ def _run_train(args) -> None:
     with KeepAlive() if local_verdict().on else contextlib.nullcontext():
         try:
             cfg = config_of(args)
+            if args.print_schedule:
+                from .stagework import describe_pipeline
+                if world.rank == 0:
+                    print(describe_pipeline(cfg))
+                return
             train(cfg, world)
         except ConfigError as e:
             # Every rank raises the same error before any work starts: exit together, print once.

@@ -97,6 +97,11 @@ class KVWorker:
         self._report = protocol.Report(epoch, offset, examples, loss, progress, segment,
                                        len(taken), taken[-1] if taken else 0)
 
+    @property
+    def reported(self):
+        """The figures last given to `report` (a protocol.Report; None before any)."""
+        return self._report
+
     def living(self) -> list:
         """The servers alive (indices), as this worker knows."""
         return [s for s in range(len(self._servers)) if s not in self._placement.dead]

@@ -53,6 +53,9 @@ class TrainConfig:
     embedding_dim: int = 8          # widedeep: each key's embedding length
     hidden: tuple = (64, 32)        # widedeep: the MLP's hidden layer widths
     format: str | None = None       # svmlight, criteo or avazu text (None: as each file's first line)
+    stages: int = 1                 # widedeep: workers per pipeline (see stagework)
+    micro_batches: int = 4          # a minibatch's parts in the pipeline
+    pipeline: str = "1f1b"          # the pipeline's schedule: gpipe or 1f1b
 
     def model_spec(self):
         """The models.* object this job trains."""
@@ -98,6 +101,7 @@ class TrainConfig:
             raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
         self._check_solver()
         self.model_spec()   # an unknown model or factors out of range: ConfigError
+        self._check_stages(n_ranks - self.servers)
         if self.max_rank_memory is not None and self.max_rank_memory < 1 << 20:
             raise ConfigError(f"--max-rank-memory must be at least 1M, got "
                               f"{self.max_rank_memory} bytes")
@@ -112,6 +116,33 @@ class TrainConfig:
             raise ConfigError(f"--resume {self.resume}: no such directory")
         if self.allow_changed_data and self.resume is None:
             raise ConfigError("--allow-changed-data applies to --resume only")
+
+    def _check_stages(self, workers: int) -> None:
+        from .stagework import MAX_MICROS, POLICIES
+        if self.pipeline not in POLICIES:
+            raise ConfigError(f"--pipeline must be one of {', '.join(POLICIES)}, got "
+                              f"{self.pipeline!r}")
+        if not 1 <= self.micro_batches <= MAX_MICROS:
+            raise ConfigError(f"--micro-batches must be from 1 to {MAX_MICROS}, got "
+                              f"{self.micro_batches}")
+        if self.stages == 1:
+            return
+        if self.stages < 1:
+            raise ConfigError(f"--stages must be at least 1, got {self.stages}")
+        if self.model != "widedeep" or self.solver != "minibatch":
+            raise ConfigError(f"--stages {self.stages} splits Wide & Deep's network across "
+                              f"workers: it needs --model widedeep (got --model {self.model}"
+                              f"{' --solver ' + self.solver if self.solver != 'minibatch' else ''})")
+        layers = len(self.hidden) + 1
+        if self.stages > layers:
+            raise ConfigError(f"--stages {self.stages}: the network has {layers} layers "
+                              f"(--hidden {','.join(map(str, self.hidden))} and the output), "
+                              f"and each stage needs one")
+        if workers % self.stages:
+            raise ConfigError(f"--stages {self.stages} needs whole pipelines: the job has "
+                              f"{workers} worker(s), not a multiple of {self.stages}; launch "
+                              f"{self.servers + self.stages * max(workers // self.stages, 1)} "
+                              f"ranks, or change --stages or --servers")
 
     def _check_solver(self) -> None:
         if self.solver not in SOLVERS:
@@ -205,7 +236,8 @@ def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int,
                                   ("--embedding-dim", "embedding_dim",
                                    cfg.embedding_dim if cfg.model == "widedeep" else None),
                                   ("--hidden", "hidden",
-                                   list(cfg.hidden) if cfg.model == "widedeep" else None)):
+                                   list(cfg.hidden) if cfg.model == "widedeep" else None),
+                                  ("--stages", "stages", cfg.stages)):   # places per worker
         then = (saved["optimizer"]["name"] if field_name is None else
                 saved.get(field_name, getattr(TrainConfig, field_name)))
         if then != now and now is not None:   # a batch size not given: the checkpoint's

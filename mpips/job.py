@@ -16,7 +16,8 @@ from dataclasses import replace
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, defaults, rundir, summary, timeline
+from . import checkpoint, defaults, rundir, stagework, summary, timeline
+from .schedule import logged_bubbles
 from .config import TrainConfig, check_resumable
 from .errors import ConfigError, MpipsError
 from .failover import end_together
@@ -109,8 +110,8 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     # Rank 0 samples the data (not every rank) to choose what was not given, and to check
     # what was; all use its choice.
     chosen, workers = None, comm.size - cfg.servers
-    if comm.rank == 0:
-        chosen = json.dumps(_choose(cfg, workers, resume))
+    if comm.rank == 0:   # with --stages, a pipeline reads as one worker does
+        chosen = json.dumps(_choose(cfg, workers // cfg.stages, resume))
     chosen = json.loads(broadcast_text(comm, chosen, bound))
     if cfg.solver == "minibatch":
         cfg = replace(cfg, batch_size=chosen["batch_size"],
@@ -123,6 +124,11 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     # Collective: rank 0 says whether hot failover can work, and why.
     ulfm = announce(comm, bound).on
     failover = ulfm and cfg.replicas > 1
+    # A pipeline's stages need each other: a dead worker cannot be stood in for.
+    hot = ulfm and cfg.stages == 1
+    if ulfm and not hot and comm.rank == 0:
+        log.warning("--stages %d: a dead worker stops the job (exit 75, to resume from the "
+                    "last checkpoint); dead servers are still stood in for", cfg.stages)
     if comm.rank == 0:
         log.info("run %s: %d server(s), %d worker(s), writing to %s", name, len(roles.servers),
                  len(roles.workers), cfg.out)
@@ -141,19 +147,22 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
             log.warning("%s", line)
         log.info("loading the numba kernels (compiled on the first run on a machine, ~20 s)")
     try:
-        compile_s = compile_per_node(roles.comm, cfg.timeout)
+        compile_s = compile_per_node(roles.comm, cfg.timeout, model=cfg.model_spec(),
+                                     optimizer=cfg.optimizer.name,
+                                     full_batch=cfg.solver != "minibatch")
         if comm.rank == 0:
             log.info("kernels ready in %.1f s", compile_s)
         watch = CompileWatch()
         failures = []   # the servers' deaths this rank saw (server 0's go in the summary)
         with watch.watching():
             if roles.is_server:
-                ends = serve(cfg, roles, name, resume, placement, failover, failures, hot=ulfm)
+                ends = serve(cfg, roles, name, resume, placement, failover, failures, hot=hot)
             elif cfg.solver == "lbfgs":
                 ends = solve(cfg, roles, name, resume, placement, failover)
             else:
-                ends = work(cfg, roles, resume, placement, failover, hot=ulfm)
-            record, margins, labels, held, steps, samples = ends
+                ends = work(cfg, roles, resume, placement, failover, hot=hot)
+            record, margins, labels, held, steps, samples, *tasks = ends   # tasks: stages'
+            tasks = tasks[0] if tasks else stagework.no_tasks()
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
         record["compile_s"] = compile_s
@@ -164,7 +173,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
             _say_who_died_late(roles, finishing, failures)
         try:
             return _finish(cfg, finishing, name, record, margins, labels, held, steps,
-                           samples, started, failures)
+                           samples, tasks, started, failures)
         finally:
             if ulfm:   # see end_together
                 end_together(finishing.comm, cfg.timeout)
@@ -230,16 +239,31 @@ def _choose(cfg: TrainConfig, workers: int, resume) -> dict:
         resumed=resume[1]["config"]["optimizer"] if resume else None)
 
 
-def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, started,
+def _pipeline_figures(cfg, tasks: np.ndarray) -> dict:
+    """What summary.json says of a pipelined run: its shape, and the bubble measured on the
+    minibatches whose tasks were logged, beside the schedule's (S-1)/(M+S-1)."""
+    bubbles = logged_bubbles(tasks["worker"], tasks["clock"], tasks["start"], tasks["end"],
+                             cfg.stages)
+    return {"stages": cfg.stages, "copies": None if not tasks.shape[0] else
+            int(tasks["worker"].max()) // cfg.stages + 1, "micro_batches": cfg.micro_batches,
+            "schedule": cfg.pipeline, "steps_logged": len(bubbles),
+            "bubble_measured": float(np.median(bubbles)) if bubbles else None,
+            "bubble_theory": (cfg.stages - 1) / (cfg.micro_batches + cfg.stages - 1)}
+
+
+def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tasks, started,
             failures: list) -> dict | None:
-    """Gather every rank's figures, the test scores, a full-batch solver's steps and the
-    timelines; rank 0 writes the summary and RUN_DIR/timeline.h5."""
+    """Gather every rank's figures, the test scores, a full-batch solver's steps, the
+    timelines and a pipeline's tasks; rank 0 writes the summary and RUN_DIR/timeline.h5."""
     comm = roles.comm
-    record["samples"] = samples.shape[0]
+    record["samples"], record["tasks"] = samples.shape[0], tasks.shape[0]
     records = summary.allgather(comm, record, cfg.timeout)
     samples = summary.gather_to_root(comm, samples.view(np.uint8),
                                      records["samples"] * timeline.SAMPLE.itemsize,
                                      cfg.timeout, "the timelines")
+    tasks = summary.gather_to_root(comm, tasks.view(np.uint8),
+                                   records["tasks"] * stagework.TASK_LOG.itemsize,
+                                   cfg.timeout, "the pipeline's tasks")
     held = summary.max_over_ranks(comm, held, cfg.timeout, "the servers' hold times")
     counts = records["test_rows"]
     margins = summary.gather_to_root(comm, margins, counts, cfg.timeout, "the test scores")
@@ -264,8 +288,10 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, sta
             model_dir=os.path.abspath(cfg.model_dir), failures=failures,
             **({"solver": summary.solver_steps(steps.reshape(-1, width))}
                if cfg.solver != "minibatch" else {}))
+        if cfg.stages > 1:
+            result["pipeline"] = _pipeline_figures(cfg, tasks.view(stagework.TASK_LOG))
         timeline.write(cfg.out, samples.view(timeline.SAMPLE), records["samples"],
-                       len(roles.servers), name)
+                       len(roles.servers), name, tasks.view(stagework.TASK_LOG))
         summary.print_lines(result, summary.write(cfg.out, result))
     if stopped:   # every rank sees the same records, so all end alike
         error = JobStopped(f"stopped at {'clock' if cfg.solver == 'minibatch' else 'iteration'} "

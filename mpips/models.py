@@ -121,45 +121,54 @@ class WideDeep:
     def layers(self) -> list:
         return mlp(self.embedding_dim, list(self.hidden))
 
-    @property
-    def _sizes(self) -> list:
-        return [n for layer in self.layers for n in (layer.inputs * layer.outputs,
-                                                     layer.outputs)]
+    def layer_rows(self) -> list:
+        """The rows each layer's weights and biases fill, every layer from a row's start, so
+        a stage of a pipeline (see stagework) pulls and pushes its own layers' rows only."""
+        return [-(-(layer.inputs * layer.outputs + layer.outputs) // self.width)
+                for layer in self.layers]
 
-    def reserved_keys(self) -> np.ndarray:
-        """The keys of the rows that hold the MLP's weights, ascending, below the bias key."""
-        rows = -(-sum(self._sizes) // self.width)
-        return BIAS_KEY - np.uint64(rows) + np.arange(rows, dtype=np.uint64)
+    def reserved_keys(self, layers: range | None = None) -> np.ndarray:
+        """The keys of the rows that hold the network's weights (of `layers`; None: all),
+        ascending, just below the bias key."""
+        counts = self.layer_rows()
+        layers = range(len(counts)) if layers is None else layers
+        first = BIAS_KEY - np.uint64(sum(counts)) + np.uint64(sum(counts[:layers.start]))
+        return first + np.arange(sum(counts[layers.start:layers.stop]), dtype=np.uint64)
 
-    def _first_weights(self) -> np.ndarray:
-        """The MLP's weights at the start, flat, padded to whole rows."""
-        flat = np.concatenate([a.ravel() for wb in init(self.layers, self.seed)
-                               for a in wb])
-        rows = self.reserved_keys().shape[0]
-        return np.concatenate([flat, np.zeros(rows * self.width - flat.shape[0])])
+    def unpack(self, rows: np.ndarray, layers: range | None = None) -> list:
+        """[(w, b)] float64 of `layers` (None: all) from their rows."""
+        counts, out, at = self.layer_rows(), [], 0
+        for i in range(len(counts)) if layers is None else layers:
+            layer, n = self.layers[i], self.layers[i].inputs * self.layers[i].outputs
+            flat = rows[at:at + counts[i]].astype(np.float64).ravel()
+            out.append((flat[:n].reshape(layer.inputs, layer.outputs), flat[n:n + layer.outputs]))
+            at += counts[i]
+        return out
+
+    def pack(self, weights: list, layers: range | None = None) -> np.ndarray:
+        """The rows float32[n, width] of `layers`' [(w, b)] (None: all layers), zero-padded."""
+        counts = self.layer_rows()
+        counts = counts if layers is None else counts[layers.start:layers.stop]
+        out = np.zeros((sum(counts), self.width), np.float32)
+        flat, at = out.reshape(-1), 0
+        for count, (w, b) in zip(counts, weights):
+            flat[at:at + w.size] = w.ravel()
+            flat[at + w.size:at + w.size + b.size] = b
+            at += count * self.width
+        return out
 
     def init(self, keys: np.ndarray, out: np.ndarray) -> None:
         fm_init(keys, self.seed, self.init_scale, out)
         reserved = self.reserved_keys()
         mine = (keys >= reserved[0]) & (keys < BIAS_KEY)
         if mine.any():
-            rows = self._first_weights().reshape(-1, self.width)
+            rows = self.pack(init(self.layers, self.seed))
             out[mine] = rows[(keys[mine] - reserved[0]).astype(np.int64)]
-
-    def _split(self, flat: np.ndarray) -> list:
-        """[(w, b)] per layer from the MLP's rows, flattened."""
-        out, at = [], 0
-        for layer in self.layers:
-            n = layer.inputs * layer.outputs
-            out.append((flat[at:at + n].reshape(layer.inputs, layer.outputs),
-                        flat[at + n:at + n + layer.outputs]))
-            at += n + layer.outputs
-        return out
 
     def _forward(self, batch, cols, bias_col: int, weights: np.ndarray) -> tuple:
         rows = self.reserved_keys().shape[0]
         first = (bias_col if bias_col >= 0 else weights.shape[0]) - rows
-        mlp_weights = self._split(weights[first:first + rows].astype(np.float64).ravel())
+        mlp_weights = self.unpack(weights[first:first + rows])
         wide = np.empty(len(batch))
         pooled = np.empty((len(batch), self.embedding_dim))
         wide_and_pooled(batch.indptr, cols, batch.values, bias_col, weights, wide, pooled)
@@ -172,17 +181,15 @@ class WideDeep:
         margin, acts, mlp_weights, first = self._forward(batch, cols, bias_col, weights)
         loss, dmargin = logistic_loss(margin[:, None], batch.labels.astype(np.float64))
         dmargin /= max(len(batch), 1)   # the mean gradient, as the other models give
-        d, flat = dmargin, []
+        d, grads = dmargin, []
         for i in reversed(range(len(self.layers))):
             d, dw, db = dense_backward(d, acts[i], acts[i + 1], mlp_weights[i][0],
                                        self.layers[i].activation)
-            flat = [dw.ravel(), db] + flat
+            grads.insert(0, (dw, db))
         grad = np.zeros(weights.shape, np.float32)
         scatter_sparse(batch.indptr, cols, batch.values, bias_col, dmargin[:, 0], d, grad)
-        rows = self.reserved_keys().shape[0]
-        packed = np.zeros(rows * self.width)
-        packed[:sum(self._sizes)] = np.concatenate(flat)
-        grad[first:first + rows] = packed.reshape(rows, self.width)
+        packed = self.pack(grads)
+        grad[first:first + packed.shape[0]] = packed
         return grad, loss
 
     def margins(self, batch, cols, bias_col: int, weights: np.ndarray) -> np.ndarray:

@@ -102,36 +102,49 @@ def partition(costs: list, stages: int) -> list:
 class Stage:
     """One stage's layers and weights, its held activations, its summed gradients."""
 
-    def __init__(self, layers: list, weights: list, micros: int, last: bool):
+    def __init__(self, layers: list, weights: list, micros: int, last: bool,
+                 mean_over: int | None = None):
+        """`mean_over` (the last stage): the loss's gradient is divided by it before it goes
+        back through the layers, as a whole minibatch's mean gradient is."""
         self.layers, self.weights, self.last = layers, weights, last
-        self.micros = micros
+        self.micros, self.mean_over = micros, mean_over
         self._held = {}     # micro-batch -> the input of each layer, and the last output
         self._grads = [None] * micros
         self.loss = 0.0
+        self.dlogits = {}   # the last stage: micro-batch -> the loss's gradient by logit
         self.held_bytes = self.peak_held_bytes = 0   # activations kept for backwards
 
-    def forward(self, micro: int, x: np.ndarray, labels: np.ndarray | None = None):
-        """The stage's output for micro-batch `micro` (the last stage: its summed loss)."""
+    def forward(self, micro: int, x: np.ndarray, labels: np.ndarray | None = None,
+                offsets: np.ndarray | None = None):
+        """The stage's output for micro-batch `micro` (the last stage: its summed loss, of
+        the output plus `offsets`, such as Wide & Deep's wide margins)."""
         inputs = []
         for layer, (w, b) in zip(self.layers, self.weights):
             inputs.append(x)
             x = dense_forward(x, w, b, layer.activation)
-        self._held[micro] = (inputs, x, labels)
+        self._held[micro] = (inputs, x, labels, offsets)
         self.held_bytes += x.nbytes + sum(a.nbytes for a in inputs)
         self.peak_held_bytes = max(self.peak_held_bytes, self.held_bytes)
         if self.last:
-            loss, _ = logistic_loss(x, labels)
+            loss, _ = logistic_loss(self._logits(x, offsets), labels)
             return loss
         return x
+
+    @staticmethod
+    def _logits(y: np.ndarray, offsets: np.ndarray | None) -> np.ndarray:
+        return y if offsets is None else offsets[:, None] + y
 
     def backward(self, micro: int, dout: np.ndarray | None = None) -> np.ndarray:
         """The gradient with respect to the stage's input (the last stage starts from its
         loss); keeps the weights' gradients of this micro-batch."""
-        inputs, y, labels = self._held.pop(micro)
+        inputs, y, labels, offsets = self._held.pop(micro)
         self.held_bytes -= y.nbytes + sum(a.nbytes for a in inputs)
         if self.last:
-            loss, dout = logistic_loss(y, labels)
+            loss, dout = logistic_loss(self._logits(y, offsets), labels)
+            if self.mean_over:
+                dout /= self.mean_over
             self.loss += loss
+            self.dlogits[micro] = dout[:, 0]
         grads = []
         for layer, (w, _), x in zip(reversed(self.layers), reversed(self.weights),
                                     reversed(inputs)):
@@ -145,15 +158,7 @@ class Stage:
         """w -= lr * (the gradients of every micro-batch, added in micro-batch order) /
         examples. `combine` (data-parallel copies of the pipeline): the gradients, one flat
         vector, -> their sum over every copy (examples counts them all)."""
-        if any(g is None for g in self._grads) or self._held:
-            raise RuntimeError("update before every micro-batch's backward")
-        summed = []
-        for i in range(len(self.weights)):
-            dw, db = (g.copy() for g in self._grads[0][i])
-            for m in range(1, self.micros):
-                dw += self._grads[m][i][0]
-                db += self._grads[m][i][1]
-            summed += [dw, db]
+        summed = [g for pair in self.summed() for g in pair]
         if combine is not None:
             flat = combine(np.concatenate([g.ravel() for g in summed]))
             ends = np.cumsum([g.size for g in summed])
@@ -161,7 +166,21 @@ class Stage:
         for (w, b), dw, db in zip(self.weights, summed[0::2], summed[1::2]):
             w -= (lr / examples) * dw
             b -= (lr / examples) * db
+
+    def summed(self) -> list:
+        """[(dw, db)] per layer: every micro-batch's gradients added in micro-batch order;
+        then the stage starts a new step."""
+        if any(g is None for g in self._grads) or self._held:
+            raise RuntimeError("update before every micro-batch's backward")
+        out = []
+        for i in range(len(self.weights)):
+            dw, db = (g.copy() for g in self._grads[0][i])
+            for m in range(1, self.micros):
+                dw += self._grads[m][i][0]
+                db += self._grads[m][i][1]
+            out.append((dw, db))
         self._grads = [None] * self.micros
+        return out
 
 
 def stages_of(layers: list, weights: list, cuts: list, micros: int) -> list:

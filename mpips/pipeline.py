@@ -7,8 +7,10 @@ import time
 
 import numpy as np
 from mpi4py import MPI
+from mpi4py.util.dtlib import from_numpy_dtype
 
 from .bounded import wait_all
+from .errors import MpipsError
 from .network import Stage
 from .schedule import BACKWARD, FORWARD, UPDATE
 
@@ -37,13 +39,17 @@ class StageRank:
         self.outputs = stage.layers[-1].outputs
 
     def step(self, tasks: list, rows: list, x: np.ndarray | None, labels: np.ndarray | None,
-             lr: float) -> tuple:
+             lr: float = 0.0, apply=None, offsets: np.ndarray | None = None) -> tuple:
         """Run this stage's `tasks` for one minibatch, cut into micro-batches of the given
-        row counts. The first stage is given x, the last the labels. (summed loss on the
-        last stage else 0.0, TASK_RECORD rows)."""
+        row counts. The first stage is given x, the last the labels (and `offsets` to its
+        logits). The update is w -= lr * mean gradient, or `apply(stage)` when given (which
+        takes the stage's summed gradients elsewhere, such as to the servers). The first
+        stage keeps the gradient by its input of each micro-batch in `input_grads`.
+        (summed loss on the last stage else 0.0, TASK_RECORD rows)."""
         dtype = self.stage.weights[0][0].dtype
         starts = np.concatenate([[0], np.cumsum(rows)])
         sends, record, t0 = [], [], time.monotonic()
+        self.input_grads = {}
         for task in tasks:
             m, began = task.micro, None   # a task starts once what it needs has arrived
             if task.kind == FORWARD:
@@ -52,8 +58,9 @@ class StageRank:
                 else:
                     given = self._receive(m, _ACTIVATION, (rows[m], self.inputs), dtype)
                 began = time.monotonic() - t0
-                mine = None if labels is None else labels[starts[m]:starts[m + 1]]
-                out = self.stage.forward(m, given, mine)
+                part = slice(starts[m], starts[m + 1])
+                out = self.stage.forward(m, given, None if labels is None else labels[part],
+                                         None if offsets is None else offsets[part])
                 if not self.stage.last:
                     sends.append(self._send(out, m, _ACTIVATION))
             elif task.kind == BACKWARD:
@@ -63,6 +70,11 @@ class StageRank:
                 din = self.stage.backward(m, dout)
                 if self.index > 0:
                     sends.append(self._send(din, m, _GRADIENT))
+                else:
+                    self.input_grads[m] = din
+            elif task.kind == UPDATE and apply is not None:
+                began = time.monotonic() - t0
+                apply(self.stage)
             elif task.kind == UPDATE:
                 began = time.monotonic() - t0
                 copies = 1 if self.copies is None else self.copies.size
@@ -88,8 +100,32 @@ class StageRank:
 
     def _receive(self, micro: int, direction: int, shape: tuple, dtype) -> np.ndarray:
         source = self.index - 1 if direction == _ACTIVATION else self.index + 1
-        buf = np.empty(shape, dtype)
         what = "activations" if direction == _ACTIVATION else "gradients"
-        wait_all([self.comm.Irecv(buf, source, _tag(micro, direction))], self.timeout,
-                 lambda: f"the {what} of micro-batch {micro} from stage {source}")
-        return buf
+        return receive(self.comm, shape, dtype, source, _tag(micro, direction), self.timeout,
+                       f"the {what} of micro-batch {micro} from stage {source}")
+
+
+class BadStageMessage(MpipsError):
+    """A message between stages that is not the size its receiver expects."""
+
+
+def receive(comm: MPI.Intracomm, shape, dtype, source: int, tag: int, timeout: float,
+            what: str, progress=None) -> np.ndarray:
+    """One message of exactly `shape` and `dtype` from `source` (bounded wait naming
+    `what`); BadStageMessage if it is longer or shorter."""
+    buf, status = np.empty(shape, dtype), MPI.Status()
+    try:
+        wait_all([comm.Irecv(buf, source, tag)], timeout, lambda: what, progress=progress,
+                 check_every=2.0, statuses=[status])
+    except MPI.Exception as e:
+        # (Testall with statuses says ERR_IN_STATUS and leaves the error in the status.)
+        code = status.Get_error() if e.Get_error_class() == MPI.ERR_IN_STATUS else e.error_code
+        if MPI.Get_error_class(code) != MPI.ERR_TRUNCATE:
+            raise
+        raise BadStageMessage(f"{what}: more than the {buf.size} values of shape {buf.shape} "
+                              f"expected") from None
+    got = status.Get_count(from_numpy_dtype(buf.dtype))
+    if got != buf.size:
+        raise BadStageMessage(f"{what}: {got} values, not the {buf.size} of shape "
+                              f"{buf.shape} expected")
+    return buf

@@ -29,6 +29,7 @@ class Run:
     samples: np.ndarray | None = None     # timeline.SAMPLE rows, or None
     ranks: np.ndarray | None = None       # each sample's rank
     servers: int = 0
+    tasks: dict | None = None             # a pipeline's logged tasks (timeline.read_tasks)
     curve: list = field(default_factory=list)   # scored snapshots (evaluate.score_snapshots)
     notes: list = field(default_factory=list)   # what is missing, and why
 
@@ -58,6 +59,11 @@ def load_run(path: str, test: str | None = None) -> Run:
         run.samples, run.ranks, run.servers = timeline.read(path)
     except InputError as e:
         run.notes.append(f"no plots over time: {e}")
+    else:
+        try:
+            run.tasks = timeline.read_tasks(path)
+        except InputError as e:
+            run.notes.append(f"no plot of the pipeline's tasks: {e}")
     test = test or summary["config"].get("test")
     if not os.path.isdir(os.path.join(path, "snapshots")):
         run.notes.append("no learning curve: the run had no --snapshot-every")
@@ -259,8 +265,38 @@ def fig_solver(runs: list, plt):
     return _titled(fig, "Full-batch solver: the objective against time")
 
 
+def fig_pipeline(runs: list, plt):
+    piped = [r for r in runs if r.tasks is not None and len(r.tasks["clock"])]
+    if not piped:
+        return None
+    fig, axes = plt.subplots(len(piped), 1, figsize=(11, 1.4 + 1.6 * len(piped)),
+                             squeeze=False)
+    colors = {b"F": "C0", b"B": "C1", b"U": "C2"}
+    for ax, run in zip(axes[:, 0], piped):
+        t, stages = run.tasks, int(run.summary["config"].get("stages", 1))
+        first = t["worker"] < stages   # the first copy of the pipeline
+        clock = t["clock"][first].max()
+        step = np.flatnonzero(first & (t["clock"] == clock))
+        origin = t["start"][step].min()
+        for i in step:
+            a, b = (t["start"][i] - origin) * 1e3, (t["end"][i] - origin) * 1e3
+            ax.barh(t["stage"][i], b - a, left=a, color=colors.get(bytes(t["kind"][i]), "C7"),
+                    edgecolor="white", height=0.7)
+            if t["kind"][i] != b"U":
+                ax.text((a + b) / 2, t["stage"][i], str(t["micro"][i]), ha="center",
+                        va="center", fontsize=7, color="white")
+        span = (t["end"][step].max() - origin) * stages
+        idle = 1 - (t["end"][step] - t["start"][step]).sum() / span if span > 0 else 0.0
+        ax.set_yticks(range(stages), [f"stage {s}" for s in range(stages)])
+        ax.invert_yaxis()
+        _axis(ax, "", "milliseconds", title=f"{run.label}: clock {clock} of the first "
+              f"pipeline, {run.summary['config'].get('pipeline')} (idle {idle:.0%}; "
+              f"blue forward, orange backward, green the update; numbers: micro-batches)")
+    return _titled(fig, "Pipeline: each stage's tasks in one minibatch")
+
+
 FIGURES = [("Learning curves", fig_learning), ("Throughput", fig_throughput),
-           ("Full-batch solver", fig_solver), ("Workers", fig_workers), ("Clocks", fig_clocks),
+           ("Pipeline", fig_pipeline), ("Full-batch solver", fig_solver), ("Workers", fig_workers), ("Clocks", fig_clocks),
            ("Servers", fig_servers)]
 
 

@@ -17,6 +17,8 @@ micro-batch order whatever the schedule (see the pipeline's accumulation).
 """
 from dataclasses import dataclass
 
+import numpy as np
+
 FORWARD, BACKWARD, UPDATE = "F", "B", "U"
 
 
@@ -110,6 +112,19 @@ def bubble(times: dict, stages: int) -> float:
     end = max(e for _, e in times.values())
     busy = sum(e - s for s, e in times.values())
     return 1.0 - busy / (stages * end) if end > 0 else 0.0
+
+
+def logged_bubbles(worker, clock, start, end, stages: int) -> list:
+    """The bubble of each logged step of a pipeline run: for every copy of the pipeline
+    (workers copy*S .. copy*S+S-1) and clock, the fraction of its stages' time idle between
+    its first task's start and its last task's end."""
+    copy = np.asarray(worker) // stages
+    out = []
+    for c, k in sorted(set(zip(copy.tolist(), np.asarray(clock).tolist()))):
+        mine = (copy == c) & (np.asarray(clock) == k)
+        span = end[mine].max() - start[mine].min()
+        out.append(1.0 - (end[mine] - start[mine]).sum() / (stages * span) if span > 0 else 0.0)
+    return out
 
 
 def peak_in_flight(schedule: list) -> list:

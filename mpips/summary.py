@@ -31,6 +31,7 @@ RECORD = np.dtype([
     ("solver_steps", "<i8"),  # full-batch jobs: the driver's iterations (see fullbatch)
     ("held_peak", "<i8"),     # the most bytes counted against --max-rank-memory (budget)
     ("samples", "<i8"),       # in the rank's timeline
+    ("tasks", "<i8"),         # pipeline tasks logged (stagework.TaskLog)
 ])
 
 

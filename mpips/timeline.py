@@ -69,13 +69,16 @@ FILE = "timeline.h5"
 
 
 def write(run_dir: str, samples: np.ndarray, counts: np.ndarray, n_servers: int,
-          run_id: str) -> None:
+          run_id: str, tasks: np.ndarray | None = None) -> None:
     """RUN_DIR/timeline.h5: one dataset per field, and `rank` (servers are ranks 0 to
-    n_servers - 1). A timeline that cannot be written is only a warning."""
+    n_servers - 1); a pipeline's logged tasks (stagework.TASK_LOG), one dataset per field
+    in the group `tasks`. A timeline that cannot be written is only a warning."""
     ranks = np.repeat(np.arange(counts.shape[0]), counts)
+    logged = {} if tasks is None or not tasks.shape[0] else {
+        f"tasks/{name}": tasks[name] for name in tasks.dtype.names}
     try:
         write_hdf5(os.path.join(run_dir, FILE),
-                   {"rank": ranks, **{name: samples[name] for name in SAMPLE.names}},
+                   {"rank": ranks, **{name: samples[name] for name in SAMPLE.names}, **logged},
                    {"run_id": run_id, "servers": n_servers, "ranks": counts.shape[0]})
     except SaveError as e:
         log.warning("%s not written (the report will lack its plots over time): %s", FILE, e)
@@ -101,3 +104,22 @@ def read(run_dir: str) -> tuple:
             return samples, ranks, int(f.attrs["servers"])
     except (OSError, KeyError, ValueError, TypeError) as e:
         raise InputError(f"{path}: not a readable timeline ({e})") from None
+
+
+def read_tasks(run_dir: str) -> dict | None:
+    """A pipeline's logged tasks from RUN_DIR/timeline.h5, field -> array (None: the run had
+    no pipeline); InputError naming the file if they cannot be read."""
+    path = os.path.join(run_dir, FILE)
+    try:
+        with h5py.File(path, "r") as f:
+            if "tasks" not in f:
+                return None
+            tasks = {name: f["tasks"][name][()] for name in f["tasks"]}
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise InputError(f"{path}: not a readable timeline ({e})") from None
+    needed = ("worker", "clock", "stage", "kind", "micro", "start", "end")
+    missing = [n for n in needed if n not in tasks]
+    if missing or len({tasks[n].shape for n in needed}) != 1:
+        raise InputError(f"{path}: the pipeline's tasks lack {missing[0]!r}" if missing else
+                         f"{path}: the pipeline's task fields differ in length")
+    return tasks

@@ -22,6 +22,7 @@ from .log import log_failure
 from .placement import Placement
 from .roles import Roles
 from .shards import open_shard, spans
+from .stagework import FAILED, FINISHED, STOPPED, Front, follow, pipe_of
 from .startup import ready
 from .timeline import Timeline
 from .workplan import WorkPlan
@@ -37,9 +38,32 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
     ULFM): take shares of dead workers' rows when the lead server hands them on."""
     kv = KVWorker(roles, width=cfg.model_spec().width, timeout=cfg.timeout,
                   placement=placement, failover=failover)
+    position = checkpoint.positions(resume).get(roles.index)
     with saving_on_failure(roles, kv, cfg.timeout):
-        return _train_and_score(cfg, roles, kv, checkpoint.positions(resume).get(roles.index),
-                                checkpoint.deaths(resume), hot)
+        if cfg.stages == 1:
+            return _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume), hot)
+        return _work_in_pipeline(cfg, roles, kv, position, resume)
+
+
+def _work_in_pipeline(cfg: TrainConfig, roles: Roles, kv: KVWorker, position, resume):
+    """--stages S: this worker is one stage of a pipeline (see stagework); stage 0 runs the
+    worker loop over its copy's part of the data, the others follow it."""
+    model = cfg.model_spec()
+    pipe = pipe_of(cfg, roles, model)
+    if pipe.stage > 0:
+        return follow(cfg, roles, kv, pipe, model, position,
+                      lambda: _wait_for_other_workers(roles, kv, cfg.timeout))
+    front = Front(model, pipe, kv, roles.index)
+    try:
+        out = _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume),
+                               model=front, part=(pipe.copy, pipe.copies),
+                               ended=lambda stopped: front.end(STOPPED if stopped else FINISHED))
+    except BaseException:
+        with contextlib.suppress(MpipsError, MPI.Exception):
+            front.end(FAILED)   # the other stages stop at once, not after --timeout
+        raise
+    pipe.comm.Free()
+    return (*out, front.tasks.rows())
 
 
 @contextlib.contextmanager
@@ -61,9 +85,14 @@ def saving_on_failure(roles: Roles, kv: KVWorker, timeout: float):
 
 
 def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
-                     deaths: tuple = (), hot: bool = False):
+                     deaths: tuple = (), hot: bool = False, model=None, part: tuple = None,
+                     ended=None):
+    """`model`: what computes gradients (by default the job's model); `part`: (this worker's
+    part of the data, parts) if not (its index, the workers); `ended(stopped)` is called
+    when training is over, before the workers wait for each other."""
     n_workers = len(roles.workers)
-    model = cfg.model_spec()
+    index, parts = part or (roles.index, n_workers)
+    model = model or cfg.model_spec()
     slowdown = cfg.slowdown(roles.index)
     examples, loss, push, stopped = 0, 0.0, None, False
     epoch, segment, offset, taken = 0, 0, -1, []
@@ -76,11 +105,11 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
 
     def open_data() -> None:
         try:
-            shard = open_shard(cfg.train, roles.index, n_workers, skip_bad=cfg.skip_bad_lines)
-            plan = WorkPlan(spans(cfg.train, n_workers), cfg.epochs, deaths)
+            shard = open_shard(cfg.train, index, parts, skip_bad=cfg.skip_bad_lines)
+            plan = WorkPlan(spans(cfg.train, parts), cfg.epochs, deaths)
         except OSError as e:
             raise InputError(f"--train {cfg.train}: {e.strerror or e}") from None
-        work = Work(cfg, shard, plan, roles.index, taken)
+        work = Work(cfg, shard, plan, index, taken, model.reserved_keys())
         opened.append((work, *(work.resume_point(epoch, segment, offset) if offset >= 0
                                else (epoch, segment, offset))))
 
@@ -137,6 +166,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         stream = work.minibatches(work.epoch, work.segment + 1)
     train_s = time.monotonic() - t0
     sample(train_s, force=True)
+    if ended is not None:
+        ended(stopped)
     margins, labels, bad_test_lines = np.empty(0), np.empty(0, np.float32), 0
     if not stopped:
         kv.report(examples, loss, cfg.epochs, cfg.epochs, -1, taken=work.taken)
@@ -146,7 +177,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         if cfg.test:
             # Those that died in this launch (a resume's dead workers live again).
             margins, labels, bad_test_lines = _score(cfg, roles, kv,
-                                                     work.plan.deaths[len(deaths):])
+                                                     work.plan.deaths[len(deaths):], part)
     else:
         train_bytes = kv.bytes_sent
         log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
@@ -195,8 +226,11 @@ class Work:
     """This worker's rows, epoch by epoch, as its work plan says: its own part, then the
     shares of dead workers' rows it took (see `workplan`)."""
 
-    def __init__(self, cfg: TrainConfig, shard, plan: WorkPlan, worker: int, taken: list):
+    def __init__(self, cfg: TrainConfig, shard, plan: WorkPlan, worker: int, taken: list,
+                 reserved: np.ndarray):
+        """`reserved`: the model's own rows every minibatch pulls."""
         self.cfg, self.shard, self.plan, self.worker = cfg, shard, plan, worker
+        self.reserved = reserved
         self.taken = list(taken)   # the epochs at which it took its shares
         self.epoch = 0             # the epoch and segment of the latest minibatch handed out
         self.segment = 0
@@ -252,7 +286,7 @@ class Work:
         """(rows, keys, cols, bias_col, epochs done, epoch, segment) for each minibatch from
         `first_epoch` on, starting at `offset` of `first_segment` (a byte or row; -1: its
         beginning). Shares taken meanwhile join the epoch being trained."""
-        index = KeyIndexer(self.cfg.model_spec().reserved_keys())
+        index = KeyIndexer(self.reserved)
         for epoch in range(first_epoch, self.cfg.epochs):
             self.epoch = epoch
             segment = first_segment if epoch == first_epoch else 0
@@ -306,13 +340,15 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
     work.catch_up(kv, latest["deaths"], timeout)
 
 
-def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker, deaths: tuple = ()):
+def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker, deaths: tuple = (),
+           part: tuple | None = None):
     """(margins, labels, bad lines skipped) of this worker's share of the test file under
-    the final model, shared among the workers alive (as far as this one knows)."""
+    the final model, shared among the workers alive (as far as this one knows), or among
+    the `part` (this one's, parts) given."""
     dead = {d.worker for d in deaths if d.dead}
     living = [w for w in range(len(roles.workers)) if w not in dead]
-    shard = open_shard(cfg.test, living.index(roles.index), len(living),
-                       skip_bad=cfg.skip_bad_lines)
+    index, parts = part or (living.index(roles.index), len(living))
+    shard = open_shard(cfg.test, index, parts, skip_bad=cfg.skip_bad_lines)
     model = cfg.model_spec()
     margins, labels, index = [], [], KeyIndexer(model.reserved_keys())
     for batch in shard.minibatches(EVAL_BATCH):

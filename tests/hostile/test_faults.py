@@ -127,3 +127,37 @@ def test_a_frozen_rank_of_a_full_batch_job_fails_it_within_the_bound_naming_it(
         ended = job.finish(timeout=60)
     assert ended.returncode != 0
     assert says in ended.output
+
+
+PIPELINE = ("--model", "widedeep", "--embedding-dim", 4, "--hidden", "16,8", "--stages", 2)
+
+
+def test_a_frozen_stage_of_a_pipeline_fails_the_job_within_the_bound_naming_it(small_data,
+                                                                                tmp_path):
+    """Stage 1 (worker 1, rank 3) frozen: stage 0 waits for its gradients, the servers for
+    its clock; whichever notices first names it."""
+    run = tmp_path / "run"
+    job = launch(small_data, run, *PIPELINE, "--timeout", 4, "--epochs", 40)
+    job.wait_for("training: epoch")
+    with frozen(pid_of_rank(run, 3)):
+        ended = job.finish(timeout=60)
+    assert ended.returncode != 0
+    assert ("from stage 1" in ended.output or
+            "the slowest is worker 1 (rank 3)" in ended.output), ended.output
+
+
+def test_a_stop_signal_to_a_later_stage_stops_the_pipeline_with_a_checkpoint(small_data,
+                                                                             tmp_path):
+    whole = tmp_path / "whole"
+    job = run_job(4, "train", "--train", small_data[0], "--out", whole, *ARGS, *PIPELINE)
+    assert job.returncode == 0, job.output
+    run = tmp_path / "run"
+    job = launch(small_data, run, *PIPELINE)
+    job.wait_for("checkpoint at clock")
+    os.kill(pid_of_rank(run, 3), signal.SIGTERM)
+    ended = job.finish()
+    assert ended.returncode == 75, ended.output
+    resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS, *PIPELINE,
+                      "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    np.testing.assert_array_equal(load_model(run / "model")[1], load_model(whole / "model")[1])

@@ -51,13 +51,25 @@ REFUSED = [
     (("--format", "avazu"), "--format avazu, but its first line is svmlight text"),
     (("--solver", "lbfgs", "--model", "fm"), "--solver lbfgs does not take --model fm "
                                              "(full batch trains lr)"),
+    (("--stages", "3"), "--stages 3 splits Wide & Deep's network across workers: it needs "
+                        "--model widedeep (got --model lr)"),
+    (("--model", "widedeep", "--stages", "2"), "--stages 2 needs whole pipelines: the job has "
+                                               "3 worker(s), not a multiple of 2; launch 3 "
+                                               "ranks"),
+    (("--model", "widedeep", "--hidden", "64", "--stages", "3"),
+     "--stages 3: the network has 2 layers (--hidden 64 and the output), and each stage "
+     "needs one"),
+    (("--model", "widedeep", "--stages", "0"), "--stages must be at least 1, got 0"),
+    (("--model", "widedeep", "--stages", "3", "--micro-batches", "0"),
+     "--micro-batches must be from 1 to 4096, got 0"),
+    (("--pipeline", "zigzag"), "argument --pipeline: invalid choice: 'zigzag'"),
 ]
 
 
 # Each kind of refusal (the parser's, the configuration's, the data's, a layout's) also
 # launched under mpiexec: every rank stops, the message is said once, nothing is written.
 LAUNCHED = [case for case in REFUSED if " ".join(case[0]) in (
-    "--lr inf", "--replicas 0", "--format criteo",
+    "--lr inf", "--replicas 0", "--format criteo", "--model widedeep --stages 2",
     "--max-rank-memory lots", "--solver lbfgs --consistency asp")]
 
 

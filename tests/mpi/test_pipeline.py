@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 from mpips.network import init, mlp, partition, run_step, stages_of
-from mpips.pipeline import StageRank
+from mpips.pipeline import BadStageMessage, StageRank
 from mpips.schedule import POLICIES
 
 pytestmark = pytest.mark.mpi(min_size=3)
@@ -89,3 +89,25 @@ def test_two_copies_of_a_two_stage_pipeline_keep_one_model(policy):
     finally:
         pipe.Free()
         copies.Free()
+
+
+@pytest.mark.parametrize("extra", [1, -1], ids=["longer", "shorter"])
+def test_a_stage_message_of_the_wrong_size_is_refused_naming_it(extra):
+    """A forged (or mismatched) activation message: the receiving stage stops with the
+    message named, never reads past its buffer or trains on part of one."""
+    world = MPI.COMM_WORLD
+    comm = world.Split(0 if world.rank < 2 else MPI.UNDEFINED, world.rank)
+    if comm == MPI.COMM_NULL:
+        return
+    try:
+        layers = mlp(4, [3])
+        stage = stages_of(layers, init(layers, 1), partition([1, 1], 2), 1)[comm.rank]
+        if comm.rank == 0:   # sends micro-batch 0's activations with a wrong width
+            comm.Send(np.zeros((5, 3 + extra)), 1, tag=0)
+        else:
+            rank = StageRank(comm, stage, 3, timeout=30)
+            with pytest.raises(BadStageMessage, match="the activations of micro-batch 0 from "
+                                                      "stage 0: .* of shape \\(5, 3\\) expected"):
+                rank.step(POLICIES["gpipe"](2, 1)[1], [5], None, np.zeros(5), 0.1)
+    finally:
+        comm.Free()

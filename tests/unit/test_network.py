@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mpips.kernels.mlp import dense_backward, dense_forward, logistic_loss
-from mpips.network import (Dense, init, measured_costs, mlp, partition, run_step,
+from mpips.network import (Dense, Stage, init, measured_costs, mlp, partition, run_step,
                            stages_of)
 from mpips.schedule import POLICIES
 
@@ -106,3 +106,40 @@ def test_1f1b_holds_fewer_activations_than_gpipe_measured():
     one = [p // 8 for p in peaks["gpipe"]]   # a micro-batch's (10 rows each)
     assert peaks["gpipe"] == [8 * o for o in one] and min(one) >= 10 * 12 * 8
     assert peaks["1f1b"] == [2 * one[0], one[1]]   # S - s micro-batches, not all 8
+
+
+def test_a_last_stage_with_offsets_is_wide_and_deeps_network_gradient():
+    """Wide & Deep split in stages: the wide margins added to the last stage's logits, the
+    loss's gradient divided by the minibatch's rows before it goes back: one micro-batch
+    gives the bits of WideDeep.gradient's network part, two give them to 1e-12."""
+    from mpips.models import WideDeep
+    model = WideDeep(4, (6, 5))
+    x, labels = data(40, 4, 3, np.float64)
+    weights = model.unpack(model.pack(init(model.layers, 2)))
+    offsets = np.random.default_rng(4).normal(size=40)
+    acts = [x]
+    for layer, (w, b) in zip(model.layers, weights):
+        acts.append(dense_forward(acts[-1], w, b, layer.activation))
+    _, d = logistic_loss(offsets[:, None] + acts[-1], labels)
+    d /= 40
+    dlogits, expected = d[:, 0].copy(), []
+    for i in reversed(range(3)):
+        d, dw, db = dense_backward(d, acts[i], acts[i + 1], weights[i][0],
+                                   model.layers[i].activation)
+        expected.insert(0, (dw, db))
+    for micros, exact in ((1, True), (2, False)):
+        stages = [Stage(model.layers[:1], weights[:1], micros, last=False),
+                  Stage(model.layers[1:], weights[1:], micros, last=True, mean_over=40)]
+        parts, dx = np.array_split(np.arange(40), micros), []
+        for m, part in enumerate(parts):
+            stages[1].forward(m, stages[0].forward(m, x[part]), labels[part], offsets[part])
+            dx.append(stages[0].backward(m, stages[1].backward(m)))
+        got = stages[0].summed() + stages[1].summed()
+        dl = np.concatenate([stages[1].dlogits[m] for m in range(micros)])
+        check = (np.testing.assert_array_equal if exact else
+                 lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15))
+        check(dl, dlogits)
+        check(np.concatenate(dx), d)
+        for (dw, db), (ew, eb) in zip(got, expected):
+            check(dw, ew)
+            check(db, eb)

@@ -1,6 +1,7 @@
 """Wide & Deep (mpips.models.WideDeep): margins against the model written out, the gradient
 against finite differences for every kind of row (a key's weight and embedding, the bias, the
-MLP's rows), first weights a function of the key alone, the MLP's keys in every minibatch."""
+MLP's rows), first weights a function of the key alone, the MLP's keys in every minibatch,
+each layer's rows apart (a pipeline stage pulls its own)."""
 import numpy as np
 import pytest
 from test_models import batch
@@ -40,6 +41,7 @@ def written_out(model, b, cols, bias_col, w) -> np.ndarray:
             at += layer.inputs * layer.outputs
             h = h @ W + flat[at:at + layer.outputs]
             at += layer.outputs
+            at = -(-at // model.width) * model.width   # each layer starts a row
             if i < len(model.layers) - 1:
                 h = np.maximum(h, 0)
         out.append(w[bias_col, 0] + (w[c, 0] * x).sum() + h[0])
@@ -71,12 +73,7 @@ def test_the_gradient_matches_finite_differences_on_every_kind_of_row():
     checked = [(0, 0), (2, 1), (4, 3), (bias_col, 0)] + [(bias_col - reserved + r, c)
                                                          for r in range(reserved)
                                                          for c in range(MODEL.width)]
-    used = 3 * 4 + 4 + 4 * 3 + 3 + 3 * 1 + 1
-    for row, col in checked:
-        if (row - (bias_col - reserved)) * MODEL.width + col >= used and row < bias_col \
-                and row >= bias_col - reserved:
-            assert grad[row, col] == 0, "padding after the MLP's weights"
-            continue
+    for row, col in checked:   # the padding of each layer's last row included: 0
         up, down = w64.copy(), w64.copy()
         up[row, col] += 1e-6
         down[row, col] -= 1e-6
@@ -141,3 +138,24 @@ def test_a_saved_model_scores_rows_as_the_training_path_does(bias):
     pulled[there] = weights[at[there]]
     np.testing.assert_allclose(margins_of(keys, weights, b, bias, MODEL),
                                MODEL.margins(b, cols, bias_col, pulled), rtol=1e-12)
+
+
+def test_each_layer_has_rows_of_its_own_that_pack_and_unpack():
+    model = WideDeep(3, (5, 4))   # width 4: layers of 15+5, 20+4 and 4+1 values
+    assert model.layer_rows() == [5, 6, 2]
+    every = model.reserved_keys()
+    parts = [model.reserved_keys(range(i, i + 1)) for i in range(3)]
+    np.testing.assert_array_equal(np.concatenate(parts), every)
+    np.testing.assert_array_equal(model.reserved_keys(range(1, 3)), every[5:])
+    rng = np.random.default_rng(0)
+    weights = [(rng.normal(size=(a.inputs, a.outputs)), rng.normal(size=a.outputs))
+               for a in model.layers]
+    rows = model.pack(weights)
+    assert rows.shape == (13, 4) and rows.dtype == np.float32
+    np.testing.assert_array_equal(model.pack(weights[1:], range(1, 3)), rows[5:])
+    assert rows[4, 3] == np.float32(weights[0][1][-1]) and rows[5, 0] == np.float32(
+        weights[1][0][0, 0])
+    assert rows[12, 0] == np.float32(weights[2][1][0]) and (rows[12, 1:] == 0).all()
+    for (w, b), (w2, b2) in zip(weights[1:], model.unpack(rows[5:], range(1, 3))):
+        np.testing.assert_array_equal(w2, w.astype(np.float32))
+        np.testing.assert_array_equal(b2, b.astype(np.float32))

@@ -1,0 +1,291 @@
+"""Wide & Deep with its network split across worker ranks (`train --stages S`).
+
+The job's W workers form W / S copies of an S-stage pipeline (workers c*S .. c*S+S-1 are
+copy c, in stage order). Stage 0 of a copy is a worker as in any job: it reads the copy's
+part of the data and pulls its minibatch's rows (the keys' weights and embeddings, the bias)
+and the rows of its own layers; every other stage pulls only its layers' rows. A minibatch
+is cut into micro-batches that run through the schedule (`pipeline.StageRank`); the last
+stage adds the wide margins stage 0 sent it and returns the loss's gradient by logit, from
+which stage 0 makes the wide weights' and the embeddings' gradients. Then every stage pushes
+its rows' gradients as a clock of its own. So the servers keep the whole network, its
+optimizer state and its checkpoints, the copies meet there under the job's consistency
+model, and a resume may use another number of stages. No rank holds the whole network
+while training (scoring, in one process per copy, pulls it whole).
+"""
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from mpi4py import MPI
+
+from . import signals, summary
+from .bounded import wait_all
+from .errors import MpipsError
+from .kernels.widedeep import scatter_sparse, wide_and_pooled
+from .lbfgs import Step
+from .network import Stage, init, measured_costs, partition
+from .pipeline import StageRank, receive
+from .schedule import POLICIES
+from .startup import ready
+from .timeline import Timeline
+
+log = logging.getLogger("mpips")
+
+MAX_MICROS = 4096            # micro-batch tags (pipeline._tag) stay below the tags here
+_HEADER, _LABELS, _RESULT = 9001, 9002, 9003
+# What a header's first number says besides a minibatch's row count.
+FINISHED, STOPPED, FAILED = -1.0, -2.0, -3.0
+
+
+# One row per task a stage ran, for the run's record (timeline.h5, the report's plot of a
+# step): wall-clock seconds, comparable across ranks and nodes to NTP's precision.
+TASK_LOG = np.dtype([("worker", "<i4"), ("clock", "<i8"), ("stage", "<i4"), ("kind", "S1"),
+                     ("micro", "<i4"), ("start", "<f8"), ("end", "<f8")])
+
+
+class TaskLog:
+    """The tasks of a bounded number of minibatches: the first `first` and the latest
+    `last`."""
+
+    def __init__(self, worker: int, first: int = 4, last: int = 8):
+        self.worker, self.first = worker, first
+        self._first, self._last = [], deque(maxlen=last)
+
+    def add(self, clock: int, began: float, records: np.ndarray) -> None:
+        """`records` (pipeline.TASK_RECORD) of the step at `clock` that began at `began`."""
+        rows = np.zeros(records.shape[0], TASK_LOG)
+        rows["worker"], rows["clock"] = self.worker, clock
+        for name in ("stage", "kind", "micro"):
+            rows[name] = records[name]
+        rows["start"], rows["end"] = began + records["start"], began + records["end"]
+        (self._first if len(self._first) < self.first else self._last).append(rows)
+
+    def rows(self) -> np.ndarray:
+        kept = [*self._first, *self._last]
+        return np.concatenate(kept) if kept else np.zeros(0, TASK_LOG)
+
+
+def no_tasks() -> np.ndarray:
+    return np.zeros(0, TASK_LOG)
+
+
+class StageFailed(MpipsError):
+    """Another stage of this pipeline failed; it said why in its own log."""
+
+
+@dataclass
+class Pipe:
+    """Where this worker sits: copy `copy` of `copies`, stage `stage` of `stages`; `comm`
+    holds its copy's stages in order; `cuts` are each stage's layers."""
+    comm: MPI.Intracomm
+    copy: int
+    copies: int
+    stage: int
+    stages: int
+    cuts: list
+    policy: str
+    micros: int
+    timeout: float
+
+    @property
+    def layers(self) -> range:
+        return self.cuts[self.stage]
+
+    @property
+    def last(self) -> bool:
+        return self.stage == self.stages - 1
+
+    def tasks(self, rows: int) -> list:
+        """This stage's tasks for a minibatch of `rows` (fewer micro-batches than rows)."""
+        return _schedule(self.policy, self.stages, min(self.micros, rows))[self.stage]
+
+    def send(self, values: np.ndarray, to: int, tag: int) -> MPI.Request:
+        return self.comm.Isend(np.ascontiguousarray(values, np.float64), to, tag)
+
+    def receive(self, shape, source: int, tag: int, what: str, progress=None) -> np.ndarray:
+        return receive(self.comm, shape, np.float64, source, tag, self.timeout, what, progress)
+
+
+@lru_cache(maxsize=64)
+def _schedule(policy: str, stages: int, micros: int) -> list:
+    return POLICIES[policy](stages, micros)
+
+
+def micro_rows(rows: int, micros: int) -> list:
+    """Rows of each micro-batch of a minibatch: as equal as can be, the first ones larger."""
+    return [p.shape[0] for p in np.array_split(np.arange(rows), min(micros, rows))]
+
+
+def pipe_of(cfg, roles, model) -> Pipe:
+    """Collective over the workers: this worker's pipeline, its stages' layers cut where the
+    costs measured on its copy's stage 0 balance them."""
+    copy, stage = divmod(roles.index, cfg.stages)
+    comm = roles.group.Split(copy, stage)
+    costs = np.zeros(len(model.layers))
+    if stage == 0:
+        costs[:] = measured_costs(model.layers, init(model.layers, 0),
+                                  max(1, (cfg.batch_size or 1000) // cfg.micro_batches))
+    wait_all([comm.Ibcast(costs, root=0)], cfg.timeout,
+             lambda: f"the layers' costs from stage 0 of pipeline {copy}")
+    cuts = partition(list(costs), cfg.stages)
+    if roles.index == 0:
+        log.info("%d pipeline(s) of %d stages, layers per stage %s, %s schedule of %d "
+                 "micro-batches", len(roles.workers) // cfg.stages, cfg.stages,
+                 " | ".join(f"{c.start}-{c.stop - 1}" for c in cuts), cfg.pipeline,
+                 cfg.micro_batches)
+    return Pipe(comm, copy, len(roles.workers) // cfg.stages, stage, cfg.stages, cuts,
+                cfg.pipeline, cfg.micro_batches, cfg.timeout)
+
+
+def describe_pipeline(cfg) -> str:
+    """What --print-schedule prints: the network, each stage's layers and measured cost, and
+    each stage's tasks in order."""
+    from .errors import ConfigError
+    from .schedule import BACKWARD, FORWARD, bubble, peak_in_flight, render, simulate
+    if cfg.model != "widedeep":
+        raise ConfigError(f"--print-schedule shows Wide & Deep's pipeline: it needs --model "
+                          f"widedeep (got --model {cfg.model})")
+    cfg._check_stages(cfg.stages)
+    model = cfg.model_spec()
+    rows = max(1, (cfg.batch_size or 1000) // cfg.micro_batches)
+    costs = measured_costs(model.layers, init(model.layers, 0), rows)
+    cuts = partition(costs, cfg.stages)
+    lines = [f"network: the sum of a row's embeddings ({model.embedding_dim}) -> " +
+             " -> ".join(f"dense {a.inputs}x{a.outputs} {a.activation}" for a in model.layers) +
+             " -> plus the wide margin -> logistic loss"]
+    for s, cut in enumerate(cuts):
+        share = sum(costs[cut.start:cut.stop])
+        lines.append(f"stage {s}: layers {cut.start}-{cut.stop - 1}, {share * 1e3:.3f} ms "
+                     f"forward+backward per micro-batch of {rows} rows "
+                     f"({share / sum(costs):.0%})" + (", and the embeddings" if s == 0 else ""))
+    schedule = POLICIES[cfg.pipeline](cfg.stages, cfg.micro_batches)
+    times = simulate(schedule, lambda t: {FORWARD: 1.0, BACKWARD: 2.0}.get(t.kind, 0.0))
+    theory = (cfg.stages - 1) / (cfg.micro_batches + cfg.stages - 1)
+    lines += [f"{cfg.pipeline} schedule of {cfg.micro_batches} micro-batches:",
+              render(schedule),
+              f"bubble {bubble(times, cfg.stages):.1%} of stage time (theory {theory:.1%}); "
+              f"activations held at most, in micro-batches: "
+              f"{', '.join(map(str, peak_in_flight(schedule)))}"]
+    return "\n".join(lines)
+
+
+class Front:
+    """Stage 0 as the worker loop sees a model: the rows it pulls besides the data's keys
+    (its layers'), and a minibatch's gradient, which the whole pipeline computes."""
+
+    def __init__(self, model, pipe: Pipe, kv, worker: int):
+        self.model, self.pipe, self.kv = model, pipe, kv
+        self.width = model.width
+        self._rows = model.reserved_keys(pipe.layers)
+        self.tasks = TaskLog(worker)
+
+    def reserved_keys(self) -> np.ndarray:
+        return self._rows
+
+    def gradient(self, batch, cols, bias_col: int, weights: np.ndarray):
+        pipe, n, k = self.pipe, len(batch), self.model.embedding_dim
+        report = self.kv.reported   # its progress and epoch: what the other stages report
+        sends = [pipe.send(np.array([n, report.progress if report else 0.0,
+                                     report.epoch if report else 0]), s, _HEADER)
+                 for s in range(1, pipe.stages)]
+        wide, pooled = np.empty(n), np.empty((n, k))
+        wide_and_pooled(batch.indptr, cols, batch.values, bias_col, weights, wide, pooled)
+        sends.append(pipe.send(np.stack([batch.labels.astype(np.float64), wide], axis=1),
+                               pipe.stages - 1, _LABELS))
+        first = (bias_col if bias_col >= 0 else weights.shape[0]) - self._rows.shape[0]
+        mine = self.model.unpack(weights[first:first + self._rows.shape[0]], pipe.layers)
+        stage = Stage(self.model.layers[pipe.layers.start:pipe.layers.stop], mine,
+                      len(micro_rows(n, pipe.micros)), last=False)
+        rank = StageRank(pipe.comm, stage, k, pipe.timeout)
+        grads, began = [], time.time()
+        _, records = rank.step(pipe.tasks(n), micro_rows(n, pipe.micros), pooled, None,
+                               apply=lambda s: grads.append(s.summed()))
+        self.tasks.add(self.kv.clock, began, records)
+        dpooled = np.concatenate([rank.input_grads[m] for m in range(len(rank.input_grads))])
+        result = pipe.receive(n + 1, pipe.stages - 1, _RESULT,
+                              f"the loss's gradient from the last stage of pipeline "
+                              f"{pipe.copy}")
+        grad = np.zeros(weights.shape, np.float32)
+        scatter_sparse(batch.indptr, cols, batch.values, bias_col, result[:n], dpooled, grad)
+        grad[first:first + self._rows.shape[0]] = self.model.pack(grads[0], pipe.layers)
+        wait_all(sends, pipe.timeout, lambda: "the other stages to take stage 0's messages")
+        return grad, float(result[n])
+
+    def end(self, how: float) -> None:
+        """Tell the other stages training is over: finished, stopped or failed."""
+        sends = [self.pipe.send(np.array([how, 0.0, 0.0]), s, _HEADER)
+                 for s in range(1, self.pipe.stages)]
+        wait_all(sends, self.pipe.timeout, lambda: "the other stages to hear that training "
+                                                   "is over")
+
+
+def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_others):
+    """A stage after the first: for each minibatch stage 0 announces, pull this stage's rows,
+    run its tasks, push their gradients; then finish with the other workers. Returns what
+    worker_side.work returns."""
+    if position:
+        kv.clock = position["clock"]
+    clock_before = kv.clock
+    t0 = ready(roles.comm, cfg.timeout, lambda: None)
+    keys = model.reserved_keys(pipe.layers)
+    layers = model.layers[pipe.layers.start:pipe.layers.stop]
+    inputs = layers[0].inputs
+    push, how, tasks = None, None, TaskLog(roles.index)
+    status = {}
+
+    def progress():
+        status.update(kv.status())
+        return status["slowest_clock"], status["finished"]
+
+    while how is None:
+        if signals.stop_requested() and not kv.stop_sent:
+            kv.ask_to_stop()   # a stop signal to this rank: server 0 stops the job
+        header = pipe.receive(3, 0, _HEADER,
+                              f"stage 0 of pipeline {pipe.copy} to announce its minibatch of "
+                              f"clock {kv.clock} (the slowest worker is at clock "
+                              f"{status.get('slowest_clock')})", progress=progress)
+        if header[0] < 0:
+            how = header[0]
+            break
+        n = int(header[0])
+        weights = kv.wait(kv.pull(keys))
+        stage = Stage(layers, model.unpack(weights, pipe.layers), len(micro_rows(n, pipe.micros)),
+                      last=pipe.last, mean_over=n)
+        labels = offsets = None
+        if pipe.last:
+            given = pipe.receive((n, 2), 0, _LABELS, f"the labels of clock {kv.clock} from "
+                                                     f"stage 0 of pipeline {pipe.copy}")
+            labels, offsets = given[:, 0].copy(), given[:, 1].copy()
+        grads, began = [], time.time()
+        loss, records = StageRank(pipe.comm, stage, inputs, pipe.timeout).step(
+            pipe.tasks(n), micro_rows(n, pipe.micros), None, labels,
+            apply=lambda s: grads.append(s.summed()), offsets=offsets)
+        tasks.add(kv.clock, began, records)
+        if pipe.last:
+            dlogits = np.concatenate([stage.dlogits[m] for m in range(len(stage.dlogits))])
+            wait_all([pipe.send(np.append(dlogits, loss), 0, _RESULT)], pipe.timeout,
+                     lambda: f"stage 0 of pipeline {pipe.copy} to take the loss's gradient")
+        kv.report(0, 0.0, float(header[1]), int(header[2]), -1)
+        if push is not None:
+            kv.wait(push)
+        push = kv.push(keys, model.pack(grads[0], pipe.layers), clock=True)
+    if how == FAILED:
+        raise StageFailed(f"stage 0 of pipeline {pipe.copy} failed (its log says why)")
+    if how == FINISHED:
+        kv.report(0, 0.0, cfg.epochs, cfg.epochs, -1)
+        kv.finish()
+    train_s = time.monotonic() - t0
+    wait_for_others()
+    kv.close()
+    pipe.comm.Free()
+    r = summary.new_record()
+    r["pushes"] = kv.clock - clock_before
+    r["train_s"] = train_s
+    r["wait_s"] = kv.wait_s
+    r["bytes_sent"] = r["train_bytes"] = kv.bytes_sent
+    r["stopped_at"] = kv.clock if how == STOPPED else -1
+    return (r, np.empty(0), np.empty(0, np.float32), np.zeros(len(roles.workers)),
+            np.empty((0, len(Step._fields))), Timeline().samples(), tasks.rows())
