@@ -109,7 +109,9 @@ class Stage:
         self.layers, self.weights, self.last = layers, weights, last
         self.micros, self.mean_over = micros, mean_over
         self._held = {}     # micro-batch -> the input of each layer, and the last output
-        self._grads = [None] * micros
+        self._sum = None    # the weights' gradients of micro-batches 0 .. _next - 1, added
+        self._next = 0
+        self._early = {}    # a micro-batch's gradients that came before its turn
         self.loss = 0.0
         self.dlogits = {}   # the last stage: micro-batch -> the loss's gradient by logit
         self.held_bytes = self.peak_held_bytes = 0   # activations kept for backwards
@@ -151,7 +153,16 @@ class Stage:
             dout, dw, db = dense_backward(dout, x, y, w, layer.activation)
             grads.append((dw, db))
             y = x
-        self._grads[micro] = grads[::-1]
+        self._early[micro] = grads[::-1]
+        while self._next in self._early:   # added in micro-batch order, as they come
+            grads = self._early.pop(self._next)
+            if self._sum is None:
+                self._sum = grads
+            else:
+                for (dw, db), (gw, gb) in zip(self._sum, grads):
+                    dw += gw
+                    db += gb
+            self._next += 1
         return dout
 
     def update(self, lr: float, examples: int, combine=None) -> None:
@@ -170,16 +181,10 @@ class Stage:
     def summed(self) -> list:
         """[(dw, db)] per layer: every micro-batch's gradients added in micro-batch order;
         then the stage starts a new step."""
-        if any(g is None for g in self._grads) or self._held:
+        if self._next < self.micros or self._held:
             raise RuntimeError("update before every micro-batch's backward")
-        out = []
-        for i in range(len(self.weights)):
-            dw, db = (g.copy() for g in self._grads[0][i])
-            for m in range(1, self.micros):
-                dw += self._grads[m][i][0]
-                db += self._grads[m][i][1]
-            out.append((dw, db))
-        self._grads = [None] * self.micros
+        out, self._sum, self._next = self._sum, None, 0
+        return out
         return out
 
 

@@ -9,8 +9,8 @@ stage adds the wide margins stage 0 sent it and returns the loss's gradient by l
 which stage 0 makes the wide weights' and the embeddings' gradients. Then every stage pushes
 its rows' gradients as a clock of its own. So the servers keep the whole network, its
 optimizer state and its checkpoints, the copies meet there under the job's consistency
-model, and a resume may use another number of stages. No rank holds the whole network
-while training (scoring, in one process per copy, pulls it whole).
+model. Scoring the test file runs the network's forward the same way, stage by stage: no
+rank ever holds the whole network.
 """
 import logging
 import time
@@ -26,6 +26,7 @@ from .bounded import wait_all
 from .errors import MpipsError
 from .kernels.widedeep import scatter_sparse, wide_and_pooled
 from .lbfgs import Step
+from .kernels.mlp import dense_forward
 from .network import Stage, init, measured_costs, partition
 from .pipeline import StageRank, receive
 from .schedule import POLICIES
@@ -36,8 +37,9 @@ log = logging.getLogger("mpips")
 
 MAX_MICROS = 4096            # micro-batch tags (pipeline._tag) stay below the tags here
 _HEADER, _LABELS, _RESULT = 9001, 9002, 9003
+_SCORE, _SCORE_X, _SCORE_WIDE, _SCORE_LOGITS = 9004, 9005, 9006, 9007   # scoring's own
 # What a header's first number says besides a minibatch's row count.
-FINISHED, STOPPED, FAILED = -1.0, -2.0, -3.0
+FINISHED, STOPPED, FAILED, SCORED = -1.0, -2.0, -3.0, -4.0
 
 
 # One row per task a stage ran, for the run's record (timeline.h5, the report's plot of a
@@ -140,6 +142,33 @@ def pipe_of(cfg, roles, model) -> Pipe:
                 cfg.pipeline, cfg.micro_batches, cfg.timeout)
 
 
+def _forward(model, layers: range, weights: list, x: np.ndarray) -> np.ndarray:
+    for layer, (w, b) in zip(model.layers[layers.start:layers.stop], weights):
+        x = dense_forward(x, w, b, layer.activation)
+    return x
+
+
+def _score(pipe: Pipe, kv, model, keys: np.ndarray) -> None:
+    """A later stage while stage 0 scores the test file: each minibatch's forward through
+    this stage's layers, with the final model's rows."""
+    while True:
+        header = pipe.receive(3, 0, _SCORE, f"stage 0 of pipeline {pipe.copy} to send the "
+                                            f"next rows to score")
+        if header[0] < 0:
+            return
+        n = int(header[0])
+        weights = model.unpack(kv.wait(kv.pull(keys, read_only=True)), pipe.layers)
+        x = pipe.receive((n, model.layers[pipe.layers.start].inputs), pipe.stage - 1,
+                         _SCORE_X, f"the activations to score from stage {pipe.stage - 1}")
+        y = _forward(model, pipe.layers, weights, x)
+        if pipe.last:
+            wide = pipe.receive(n, 0, _SCORE_WIDE, "the wide margins to score from stage 0")
+            out = pipe.send(wide + y[:, 0], 0, _SCORE_LOGITS)
+        else:
+            out = pipe.send(y, pipe.stage + 1, _SCORE_X)
+        wait_all([out], pipe.timeout, lambda: "the next stage to take the rows to score")
+
+
 def describe_pipeline(cfg) -> str:
     """What --print-schedule prints: the network, each stage's layers and measured cost, and
     each stage's tasks in order."""
@@ -214,9 +243,27 @@ class Front:
         wait_all(sends, pipe.timeout, lambda: "the other stages to take stage 0's messages")
         return grad, float(result[n])
 
+    def margins(self, batch, cols, bias_col: int, weights: np.ndarray) -> np.ndarray:
+        """Scoring after training: the rows' margins, the network's forward run stage by
+        stage (no rank pulls the whole network)."""
+        pipe, n, k = self.pipe, len(batch), self.model.embedding_dim
+        sends = [pipe.send(np.array([n, 0.0, 0.0]), s, _SCORE) for s in range(1, pipe.stages)]
+        wide, pooled = np.empty(n), np.empty((n, k))
+        wide_and_pooled(batch.indptr, cols, batch.values, bias_col, weights, wide, pooled)
+        sends.append(pipe.send(wide, pipe.stages - 1, _SCORE_WIDE))
+        first = (bias_col if bias_col >= 0 else weights.shape[0]) - self._rows.shape[0]
+        mine = self.model.unpack(weights[first:first + self._rows.shape[0]], pipe.layers)
+        sends.append(pipe.send(_forward(self.model, pipe.layers, mine, pooled), 1, _SCORE_X))
+        margins = pipe.receive(n, pipe.stages - 1, _SCORE_LOGITS,
+                               f"the margins from the last stage of pipeline {pipe.copy}")
+        wait_all(sends, pipe.timeout, lambda: "the other stages to take stage 0's messages")
+        return margins
+
     def end(self, how: float) -> None:
-        """Tell the other stages training is over: finished, stopped or failed."""
-        sends = [self.pipe.send(np.array([how, 0.0, 0.0]), s, _HEADER)
+        """Tell the other stages training is over (finished, stopped or failed), or
+        scoring (SCORED)."""
+        tag = _SCORE if how == SCORED else _HEADER
+        sends = [self.pipe.send(np.array([how, 0.0, 0.0]), s, tag)
                  for s in range(1, self.pipe.stages)]
         wait_all(sends, self.pipe.timeout, lambda: "the other stages to hear that training "
                                                    "is over")
@@ -279,6 +326,8 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
         kv.finish()
     train_s = time.monotonic() - t0
     wait_for_others()
+    if how == FINISHED:
+        _score(pipe, kv, model, keys)
     kv.close()
     pipe.comm.Free()
     r = summary.new_record()

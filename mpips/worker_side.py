@@ -22,7 +22,7 @@ from .log import log_failure
 from .placement import Placement
 from .roles import Roles
 from .shards import open_shard, spans
-from .stagework import FAILED, FINISHED, STOPPED, Front, follow, pipe_of
+from .stagework import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
 from .startup import ready
 from .timeline import Timeline
 from .workplan import WorkPlan
@@ -56,8 +56,7 @@ def _work_in_pipeline(cfg: TrainConfig, roles: Roles, kv: KVWorker, position, re
     front = Front(model, pipe, kv, roles.index)
     try:
         out = _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume),
-                               model=front, part=(pipe.copy, pipe.copies),
-                               ended=lambda stopped: front.end(STOPPED if stopped else FINISHED))
+                               part=(pipe.copy, pipe.copies), front=front)
     except BaseException:
         with contextlib.suppress(MpipsError, MPI.Exception):
             front.end(FAILED)   # the other stages stop at once, not after --timeout
@@ -85,14 +84,14 @@ def saving_on_failure(roles: Roles, kv: KVWorker, timeout: float):
 
 
 def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
-                     deaths: tuple = (), hot: bool = False, model=None, part: tuple = None,
-                     ended=None):
-    """`model`: what computes gradients (by default the job's model); `part`: (this worker's
-    part of the data, parts) if not (its index, the workers); `ended(stopped)` is called
-    when training is over, before the workers wait for each other."""
+                     deaths: tuple = (), hot: bool = False, part: tuple = None,
+                     front: Front | None = None):
+    """`part`: (this worker's part of the data, parts) if not (its index, the workers);
+    `front`: this worker is stage 0 of a pipeline, which computes the gradients and scores
+    (told when training and scoring are over)."""
     n_workers = len(roles.workers)
     index, parts = part or (roles.index, n_workers)
-    model = model or cfg.model_spec()
+    model = front or cfg.model_spec()
     slowdown = cfg.slowdown(roles.index)
     examples, loss, push, stopped = 0, 0.0, None, False
     epoch, segment, offset, taken = 0, 0, -1, []
@@ -166,8 +165,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         stream = work.minibatches(work.epoch, work.segment + 1)
     train_s = time.monotonic() - t0
     sample(train_s, force=True)
-    if ended is not None:
-        ended(stopped)
+    if front is not None:
+        front.end(STOPPED if stopped else FINISHED)
     margins, labels, bad_test_lines = np.empty(0), np.empty(0, np.float32), 0
     if not stopped:
         kv.report(examples, loss, cfg.epochs, cfg.epochs, -1, taken=work.taken)
@@ -177,7 +176,10 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         if cfg.test:
             # Those that died in this launch (a resume's dead workers live again).
             margins, labels, bad_test_lines = _score(cfg, roles, kv,
-                                                     work.plan.deaths[len(deaths):], part)
+                                                     work.plan.deaths[len(deaths):], part,
+                                                     front)
+        if front is not None:
+            front.end(SCORED)
     else:
         train_bytes = kv.bytes_sent
         log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
@@ -341,15 +343,16 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
 
 
 def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker, deaths: tuple = (),
-           part: tuple | None = None):
+           part: tuple | None = None, model=None):
     """(margins, labels, bad lines skipped) of this worker's share of the test file under
     the final model, shared among the workers alive (as far as this one knows), or among
-    the `part` (this one's, parts) given."""
+    the `part` (this one's, parts) given. `model`: what gives margins (a pipeline's first
+    stage), if not the job's model."""
     dead = {d.worker for d in deaths if d.dead}
     living = [w for w in range(len(roles.workers)) if w not in dead]
     index, parts = part or (living.index(roles.index), len(living))
     shard = open_shard(cfg.test, index, parts, skip_bad=cfg.skip_bad_lines)
-    model = cfg.model_spec()
+    model = model or cfg.model_spec()
     margins, labels, index = [], [], KeyIndexer(model.reserved_keys())
     for batch in shard.minibatches(EVAL_BATCH):
         keys, cols, bias_col = index(batch, cfg.bias, shard.path)

@@ -143,3 +143,24 @@ def test_a_last_stage_with_offsets_is_wide_and_deeps_network_gradient():
         for (dw, db), (ew, eb) in zip(got, expected):
             check(dw, ew)
             check(db, eb)
+
+
+def test_gradients_add_in_micro_batch_order_whatever_order_the_backwards_come():
+    """A stage keeps one running sum, not every micro-batch's gradients; a backward that
+    comes before its turn waits, so the sum's order (and bits) never change."""
+    layers = mlp(6, [5])
+    x, labels = data(30, 6, 8, np.float32)
+    sums = []
+    for order in ([0, 1, 2], [2, 0, 1]):
+        stage = Stage(layers, init(layers, 4, np.float32), 3, last=True)
+        parts = np.array_split(np.arange(30), 3)
+        for m, part in enumerate(parts):
+            stage.forward(m, x[part], labels[part])
+        for m in order:
+            stage.backward(m)
+        sums.append(stage.summed())
+    for (a, b), (c, d) in zip(*sums):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    with pytest.raises(RuntimeError, match="update before every micro-batch's backward"):
+        stage.summed()
