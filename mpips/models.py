@@ -16,7 +16,7 @@ from .kernels.fm import fm_gradient, fm_init, fm_margins
 from .kernels.logistic import logistic_gradient, logistic_margins
 from .kernels.mlp import dense_backward, dense_forward, logistic_loss
 from .kernels.widedeep import scatter_sparse, wide_and_pooled
-from .network import init, mlp
+from .network import init_layer, mlp
 
 NAMES = ("lr", "fm", "widedeep")
 
@@ -159,26 +159,46 @@ class WideDeep:
 
     def init(self, keys: np.ndarray, out: np.ndarray) -> None:
         fm_init(keys, self.seed, self.init_scale, out)
-        reserved = self.reserved_keys()
-        mine = (keys >= reserved[0]) & (keys < BIAS_KEY)
-        if mine.any():
-            rows = self.pack(init(self.layers, self.seed))
-            out[mine] = rows[(keys[mine] - reserved[0]).astype(np.int64)]
+        for i in range(len(self.layers)):   # a layer's first weights only if asked for
+            mine = self.reserved_keys(range(i, i + 1))
+            asked = (keys >= mine[0]) & (keys <= mine[-1])
+            if asked.any():
+                rows = self.pack([init_layer(self.layers, i, self.seed)], range(i, i + 1))
+                out[asked] = rows[(keys[asked] - mine[0]).astype(np.int64)]
 
-    def _forward(self, batch, cols, bias_col: int, weights: np.ndarray) -> tuple:
-        rows = self.reserved_keys().shape[0]
-        first = (bias_col if bias_col >= 0 else weights.shape[0]) - rows
-        mlp_weights = self.unpack(weights[first:first + rows])
+    @staticmethod
+    def own_rows(bias_col: int, n_rows: int, count: int) -> slice:
+        """Where the `count` rows of the model's own keys sit among a pull's `n_rows` rows:
+        just before the bias row (KeyIndexer puts them there), or last without a bias."""
+        end = bias_col if bias_col >= 0 else n_rows
+        return slice(end - count, end)
+
+    def sparse_forward(self, batch, cols, bias_col: int, weights: np.ndarray) -> tuple:
+        """(the rows' wide margins, their summed embeddings), float64."""
         wide = np.empty(len(batch))
         pooled = np.empty((len(batch), self.embedding_dim))
         wide_and_pooled(batch.indptr, cols, batch.values, bias_col, weights, wide, pooled)
+        return wide, pooled
+
+    def sparse_gradient(self, batch, cols, bias_col: int, dmargin: np.ndarray,
+                        dpooled: np.ndarray, shape: tuple) -> np.ndarray:
+        """float32 rows of `shape`: the keys' and the bias's gradients from the loss's
+        gradient by margin and by summed embedding (the network's rows left zero)."""
+        grad = np.zeros(shape, np.float32)
+        scatter_sparse(batch.indptr, cols, batch.values, bias_col, dmargin, dpooled, grad)
+        return grad
+
+    def _forward(self, batch, cols, bias_col: int, weights: np.ndarray) -> tuple:
+        own = self.own_rows(bias_col, weights.shape[0], self.reserved_keys().shape[0])
+        mlp_weights = self.unpack(weights[own])
+        wide, pooled = self.sparse_forward(batch, cols, bias_col, weights)
         acts = [pooled]
         for layer, (w, b) in zip(self.layers, mlp_weights):
             acts.append(dense_forward(acts[-1], w, b, layer.activation))
-        return wide + acts[-1][:, 0], acts, mlp_weights, first
+        return wide + acts[-1][:, 0], acts, mlp_weights, own
 
     def gradient(self, batch, cols, bias_col: int, weights: np.ndarray):
-        margin, acts, mlp_weights, first = self._forward(batch, cols, bias_col, weights)
+        margin, acts, mlp_weights, own = self._forward(batch, cols, bias_col, weights)
         loss, dmargin = logistic_loss(margin[:, None], batch.labels.astype(np.float64))
         dmargin /= max(len(batch), 1)   # the mean gradient, as the other models give
         d, grads = dmargin, []
@@ -186,10 +206,8 @@ class WideDeep:
             d, dw, db = dense_backward(d, acts[i], acts[i + 1], mlp_weights[i][0],
                                        self.layers[i].activation)
             grads.insert(0, (dw, db))
-        grad = np.zeros(weights.shape, np.float32)
-        scatter_sparse(batch.indptr, cols, batch.values, bias_col, dmargin[:, 0], d, grad)
-        packed = self.pack(grads)
-        grad[first:first + packed.shape[0]] = packed
+        grad = self.sparse_gradient(batch, cols, bias_col, dmargin[:, 0], d, weights.shape)
+        grad[own] = self.pack(grads)
         return grad, loss
 
     def margins(self, batch, cols, bias_col: int, weights: np.ndarray) -> np.ndarray:

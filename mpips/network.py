@@ -45,23 +45,38 @@ def mlp(inputs: int, hidden: list) -> list:
 
 
 def init(layers: list, seed: int, dtype=np.float64) -> list:
-    """[(w, b)] per layer: He-uniform weights from `seed`, zero biases."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for layer in layers:
-        bound = np.sqrt(6.0 / layer.inputs)
-        out.append((rng.uniform(-bound, bound, (layer.inputs, layer.outputs)).astype(dtype),
-                    np.zeros(layer.outputs, dtype)))
-    return out
+    """[(w, b)] per layer: He-uniform weights from `seed` (one stream over the layers in
+    order), zero biases."""
+    return [init_layer(layers, i, seed, dtype) for i in range(len(layers))]
 
 
-def measured_costs(layers: list, weights: list, rows: int, repeats: int = 3) -> list:
+def init_layer(layers: list, i: int, seed: int, dtype=np.float64) -> tuple:
+    """Layer i's (w, b) of init(layers, seed), made without the other layers': the stream
+    is advanced past theirs (one 64-bit draw per uniform double)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    rng.bit_generator.advance(sum(a.inputs * a.outputs for a in layers[:i]))
+    layer = layers[i]
+    bound = np.sqrt(6.0 / layer.inputs)
+    return (rng.uniform(-bound, bound, (layer.inputs, layer.outputs)).astype(dtype),
+            np.zeros(layer.outputs, dtype))
+
+
+def forward(layers: list, weights: list, x: np.ndarray) -> np.ndarray:
+    """The layers' output for x, keeping nothing (scoring)."""
+    for layer, (w, b) in zip(layers, weights):
+        x = dense_forward(x, w, b, layer.activation)
+    return x
+
+
+def measured_costs(layers: list, weights: list | None, rows: int, repeats: int = 3) -> list:
     """Seconds per layer for the forward and backward of `rows` random examples, the best
     of `repeats`: what `partition` balances when the layers' sizes alone mislead (BLAS is
-    faster per multiply-add on wide layers than on narrow ones)."""
+    faster per multiply-add on wide layers than on narrow ones). `weights` None: each
+    layer's are made for its turn only, so no more than one layer is ever held."""
     rng = np.random.default_rng(0)
     costs = []
-    for layer, (w, b) in zip(layers, weights):
+    for i, layer in enumerate(layers):
+        w, b = weights[i] if weights is not None else init_layer(layers, i, 0)
         x = rng.normal(size=(rows, layer.inputs)).astype(w.dtype)
         best = np.inf
         for _ in range(repeats):
@@ -184,7 +199,6 @@ class Stage:
         if self._next < self.micros or self._held:
             raise RuntimeError("update before every micro-batch's backward")
         out, self._sum, self._next = self._sum, None, 0
-        return out
         return out
 
 

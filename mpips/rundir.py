@@ -23,6 +23,7 @@ log = logging.getLogger("mpips")
 LOCK = "mpips.lock"
 HEARTBEAT_S = 10.0     # how often the holder refreshes its lock
 STALE_AFTER_S = 60.0   # a lock not refreshed for this long belongs to a job that is gone
+LINGER_S = 5.0         # how long a lock's holder on this host may take to end
 
 # Files a run writes in RUN_DIR, and those of checkpoints in CKPT_DIR (relative paths), with
 # the temporary names they have while being written.
@@ -161,12 +162,14 @@ def check_outputs(out: str, checkpoints: str, overwrite: bool, continuing: str |
 
 
 def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
+    """The process's start time in clock ticks since boot (tells a reused pid apart); None
+    if it is not running (no such process, or one that has exited and not been reaped)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
         return None
+    return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else None
 
 
 def _holder(run_id: str, what: str) -> dict:
@@ -231,6 +234,13 @@ class DirectoryLock:
         except (OSError, ValueError):
             holder, age = {}, time.time() - os.stat(self.path).st_mtime
         why = _why_stale(holder, age)
+        if why is None and holder.get("host") == self.holder["host"]:
+            # A job killed a moment ago (a resume right after a failed launch) may still be
+            # ending its ranks: give its process a bounded while to go.
+            deadline = time.monotonic() + LINGER_S
+            while why is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+                why = _why_stale(holder, age)
         if why is None:
             raise ConfigError(
                 f"{self.holder['what']} {self.directory} is in use by run "

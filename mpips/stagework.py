@@ -23,11 +23,9 @@ from mpi4py import MPI
 
 from . import signals, summary
 from .bounded import wait_all
-from .errors import MpipsError
-from .kernels.widedeep import scatter_sparse, wide_and_pooled
+from .errors import MpipsError, Stopped
 from .lbfgs import Step
-from .kernels.mlp import dense_forward
-from .network import Stage, init, measured_costs, partition
+from .network import Stage, forward, measured_costs, partition
 from .pipeline import StageRank, receive
 from .schedule import POLICIES
 from .startup import ready
@@ -116,6 +114,11 @@ def _schedule(policy: str, stages: int, micros: int) -> list:
     return POLICIES[policy](stages, micros)
 
 
+def _micro_rows_of(cfg) -> int:
+    """A micro-batch's rows, to measure the layers' costs on."""
+    return max(1, (cfg.batch_size or 1000) // cfg.micro_batches)
+
+
 def micro_rows(rows: int, micros: int) -> list:
     """Rows of each micro-batch of a minibatch: as equal as can be, the first ones larger."""
     return [p.shape[0] for p in np.array_split(np.arange(rows), min(micros, rows))]
@@ -127,11 +130,10 @@ def pipe_of(cfg, roles, model) -> Pipe:
     copy, stage = divmod(roles.index, cfg.stages)
     comm = roles.group.Split(copy, stage)
     costs = np.zeros(len(model.layers))
-    if stage == 0:
-        costs[:] = measured_costs(model.layers, init(model.layers, 0),
-                                  max(1, (cfg.batch_size or 1000) // cfg.micro_batches))
-    wait_all([comm.Ibcast(costs, root=0)], cfg.timeout,
-             lambda: f"the layers' costs from stage 0 of pipeline {copy}")
+    if roles.index == 0:   # one measure for every copy: all cut the network alike
+        costs[:] = measured_costs(model.layers, None, _micro_rows_of(cfg))
+    wait_all([roles.group.Ibcast(costs, root=0)], cfg.timeout,
+             lambda: "the layers' costs measured by worker 0")
     cuts = partition(list(costs), cfg.stages)
     if roles.index == 0:
         log.info("%d pipeline(s) of %d stages, layers per stage %s, %s schedule of %d "
@@ -142,25 +144,24 @@ def pipe_of(cfg, roles, model) -> Pipe:
                 cfg.pipeline, cfg.micro_batches, cfg.timeout)
 
 
-def _forward(model, layers: range, weights: list, x: np.ndarray) -> np.ndarray:
-    for layer, (w, b) in zip(model.layers[layers.start:layers.stop], weights):
-        x = dense_forward(x, w, b, layer.activation)
-    return x
-
-
 def _score(pipe: Pipe, kv, model, keys: np.ndarray) -> None:
     """A later stage while stage 0 scores the test file: each minibatch's forward through
-    this stage's layers, with the final model's rows."""
+    this stage's layers, with the final model's rows (pulled once)."""
+    layers, weights = model.layers[pipe.layers.start:pipe.layers.stop], None
     while True:
         header = pipe.receive(3, 0, _SCORE, f"stage 0 of pipeline {pipe.copy} to send the "
                                             f"next rows to score")
+        if header[0] == FAILED:
+            raise StageFailed(f"stage 0 of pipeline {pipe.copy} failed while scoring (its "
+                              f"log says why)")
         if header[0] < 0:
             return
         n = int(header[0])
-        weights = model.unpack(kv.wait(kv.pull(keys, read_only=True)), pipe.layers)
-        x = pipe.receive((n, model.layers[pipe.layers.start].inputs), pipe.stage - 1,
+        if weights is None:
+            weights = model.unpack(kv.wait(kv.pull(keys, read_only=True)), pipe.layers)
+        x = pipe.receive((n, layers[0].inputs), pipe.stage - 1,
                          _SCORE_X, f"the activations to score from stage {pipe.stage - 1}")
-        y = _forward(model, pipe.layers, weights, x)
+        y = forward(layers, weights, x)
         if pipe.last:
             wide = pipe.receive(n, 0, _SCORE_WIDE, "the wide margins to score from stage 0")
             out = pipe.send(wide + y[:, 0], 0, _SCORE_LOGITS)
@@ -179,8 +180,8 @@ def describe_pipeline(cfg) -> str:
                           f"widedeep (got --model {cfg.model})")
     cfg._check_stages(cfg.stages)
     model = cfg.model_spec()
-    rows = max(1, (cfg.batch_size or 1000) // cfg.micro_batches)
-    costs = measured_costs(model.layers, init(model.layers, 0), rows)
+    rows = _micro_rows_of(cfg)
+    costs = measured_costs(model.layers, None, rows)
     cuts = partition(costs, cfg.stages)
     lines = [f"network: the sum of a row's embeddings ({model.embedding_dim}) -> " +
              " -> ".join(f"dense {a.inputs}x{a.outputs} {a.activation}" for a in model.layers) +
@@ -220,13 +221,13 @@ class Front:
         sends = [pipe.send(np.array([n, report.progress if report else 0.0,
                                      report.epoch if report else 0]), s, _HEADER)
                  for s in range(1, pipe.stages)]
-        wide, pooled = np.empty(n), np.empty((n, k))
-        wide_and_pooled(batch.indptr, cols, batch.values, bias_col, weights, wide, pooled)
+        model = self.model
+        wide, pooled = model.sparse_forward(batch, cols, bias_col, weights)
         sends.append(pipe.send(np.stack([batch.labels.astype(np.float64), wide], axis=1),
                                pipe.stages - 1, _LABELS))
-        first = (bias_col if bias_col >= 0 else weights.shape[0]) - self._rows.shape[0]
-        mine = self.model.unpack(weights[first:first + self._rows.shape[0]], pipe.layers)
-        stage = Stage(self.model.layers[pipe.layers.start:pipe.layers.stop], mine,
+        own = model.own_rows(bias_col, weights.shape[0], self._rows.shape[0])
+        stage = Stage(model.layers[pipe.layers.start:pipe.layers.stop],
+                      model.unpack(weights[own], pipe.layers),
                       len(micro_rows(n, pipe.micros)), last=False)
         rank = StageRank(pipe.comm, stage, k, pipe.timeout)
         grads, began = [], time.time()
@@ -237,34 +238,35 @@ class Front:
         result = pipe.receive(n + 1, pipe.stages - 1, _RESULT,
                               f"the loss's gradient from the last stage of pipeline "
                               f"{pipe.copy}")
-        grad = np.zeros(weights.shape, np.float32)
-        scatter_sparse(batch.indptr, cols, batch.values, bias_col, result[:n], dpooled, grad)
-        grad[first:first + self._rows.shape[0]] = self.model.pack(grads[0], pipe.layers)
+        grad = model.sparse_gradient(batch, cols, bias_col, result[:n], dpooled, weights.shape)
+        grad[own] = model.pack(grads[0], pipe.layers)
         wait_all(sends, pipe.timeout, lambda: "the other stages to take stage 0's messages")
         return grad, float(result[n])
 
     def margins(self, batch, cols, bias_col: int, weights: np.ndarray) -> np.ndarray:
         """Scoring after training: the rows' margins, the network's forward run stage by
         stage (no rank pulls the whole network)."""
-        pipe, n, k = self.pipe, len(batch), self.model.embedding_dim
+        pipe, n = self.pipe, len(batch)
         sends = [pipe.send(np.array([n, 0.0, 0.0]), s, _SCORE) for s in range(1, pipe.stages)]
-        wide, pooled = np.empty(n), np.empty((n, k))
-        wide_and_pooled(batch.indptr, cols, batch.values, bias_col, weights, wide, pooled)
+        model = self.model
+        wide, pooled = model.sparse_forward(batch, cols, bias_col, weights)
         sends.append(pipe.send(wide, pipe.stages - 1, _SCORE_WIDE))
-        first = (bias_col if bias_col >= 0 else weights.shape[0]) - self._rows.shape[0]
-        mine = self.model.unpack(weights[first:first + self._rows.shape[0]], pipe.layers)
-        sends.append(pipe.send(_forward(self.model, pipe.layers, mine, pooled), 1, _SCORE_X))
+        own = model.own_rows(bias_col, weights.shape[0], self._rows.shape[0])
+        mine = model.unpack(weights[own], pipe.layers)
+        sends.append(pipe.send(forward(model.layers[pipe.layers.start:pipe.layers.stop], mine,
+                                       pooled), 1, _SCORE_X))
         margins = pipe.receive(n, pipe.stages - 1, _SCORE_LOGITS,
                                f"the margins from the last stage of pipeline {pipe.copy}")
         wait_all(sends, pipe.timeout, lambda: "the other stages to take stage 0's messages")
         return margins
 
     def end(self, how: float) -> None:
-        """Tell the other stages training is over (finished, stopped or failed), or
-        scoring (SCORED)."""
-        tag = _SCORE if how == SCORED else _HEADER
+        """Tell the other stages training is over (finished, stopped), scoring is
+        (SCORED), or this stage failed (FAILED: said where they wait between minibatches,
+        training or scoring; within one they find out from their bounded waits)."""
+        tags = {SCORED: (_SCORE,), FAILED: (_HEADER, _SCORE)}.get(how, (_HEADER,))
         sends = [self.pipe.send(np.array([how, 0.0, 0.0]), s, tag)
-                 for s in range(1, self.pipe.stages)]
+                 for s in range(1, self.pipe.stages) for tag in tags]
         wait_all(sends, self.pipe.timeout, lambda: "the other stages to hear that training "
                                                    "is over")
 
@@ -280,7 +282,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
     keys = model.reserved_keys(pipe.layers)
     layers = model.layers[pipe.layers.start:pipe.layers.stop]
     inputs = layers[0].inputs
-    push, how, tasks = None, None, TaskLog(roles.index)
+    push, how, tasks, weights = None, None, TaskLog(roles.index), None
     status = {}
 
     def progress():
@@ -298,7 +300,14 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
             how = header[0]
             break
         n = int(header[0])
-        weights = kv.wait(kv.pull(keys))
+        try:
+            weights, stopped = kv.wait(kv.pull(keys)), False
+        except Stopped:
+            # Under SSP or ASP the job may stop between stage 0's read and this one: run
+            # the step on the rows at hand (stage 0 is in it) and push nothing.
+            stopped = True
+            weights = weights if weights is not None else np.zeros((keys.shape[0], model.width),
+                                                                   np.float32)
         stage = Stage(layers, model.unpack(weights, pipe.layers), len(micro_rows(n, pipe.micros)),
                       last=pipe.last, mean_over=n)
         labels = offsets = None
@@ -315,16 +324,19 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
             dlogits = np.concatenate([stage.dlogits[m] for m in range(len(stage.dlogits))])
             wait_all([pipe.send(np.append(dlogits, loss), 0, _RESULT)], pipe.timeout,
                      lambda: f"stage 0 of pipeline {pipe.copy} to take the loss's gradient")
+        rows = model.pack(grads[0], pipe.layers)
+        if stopped or not np.isfinite(rows).all():
+            continue   # stopping, or diverged: stage 0 says which, and nothing is pushed
         kv.report(0, 0.0, float(header[1]), int(header[2]), -1)
         if push is not None:
             kv.wait(push)
-        push = kv.push(keys, model.pack(grads[0], pipe.layers), clock=True)
+        push = kv.push(keys, rows, clock=True)
     if how == FAILED:
         raise StageFailed(f"stage 0 of pipeline {pipe.copy} failed (its log says why)")
     if how == FINISHED:
         kv.report(0, 0.0, cfg.epochs, cfg.epochs, -1)
         kv.finish()
-    train_s = time.monotonic() - t0
+    train_s, train_bytes = time.monotonic() - t0, kv.bytes_sent
     wait_for_others()
     if how == FINISHED:
         _score(pipe, kv, model, keys)
@@ -334,7 +346,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
     r["pushes"] = kv.clock - clock_before
     r["train_s"] = train_s
     r["wait_s"] = kv.wait_s
-    r["bytes_sent"] = r["train_bytes"] = kv.bytes_sent
+    r["bytes_sent"], r["train_bytes"] = kv.bytes_sent, train_bytes
     r["stopped_at"] = kv.clock if how == STOPPED else -1
     return (r, np.empty(0), np.empty(0, np.float32), np.zeros(len(roles.workers)),
             np.empty((0, len(Step._fields))), Timeline().samples(), tasks.rows())

@@ -161,3 +161,18 @@ def test_a_stop_signal_to_a_later_stage_stops_the_pipeline_with_a_checkpoint(sma
                       "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     np.testing.assert_array_equal(load_model(run / "model")[1], load_model(whole / "model")[1])
+
+
+def test_a_stop_under_asp_stops_every_stage_with_a_checkpoint(small_data, tmp_path):
+    """Under ASP stage 0's read may be answered just before the servers stop and its later
+    stages' refused: they run the step they are in, push nothing, and stop with it."""
+    run = tmp_path / "run"
+    job = launch(small_data, run, *PIPELINE, "--consistency", "asp")
+    job.wait_for("checkpoint at clock")
+    os.kill(pid_of_rank(run, 2), signal.SIGTERM)
+    ended = job.finish()
+    assert ended.returncode == 75, ended.output
+    resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS, *PIPELINE,
+                      "--consistency", "asp", "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    assert read_summary(run)["train_examples"] == 6 * 20000

@@ -164,3 +164,18 @@ def test_gradients_add_in_micro_batch_order_whatever_order_the_backwards_come():
         np.testing.assert_array_equal(b, d)
     with pytest.raises(RuntimeError, match="update before every micro-batch's backward"):
         stage.summed()
+
+
+def test_one_layers_first_weights_are_those_of_the_whole_network():
+    """init_layer skips the other layers' draws: a server or a stage makes one layer's
+    first weights without holding the whole network's."""
+    from mpips.network import init_layer
+    layers = mlp(7, [9, 5, 3])
+    whole = init(layers, 11)
+    seq = np.random.default_rng(11)   # the stream written out: layer after layer
+    for i, (w, b) in enumerate(whole):
+        alone = init_layer(layers, i, 11)
+        np.testing.assert_array_equal(alone[0], w)
+        np.testing.assert_array_equal(alone[1], b)
+        bound = np.sqrt(6.0 / layers[i].inputs)
+        np.testing.assert_array_equal(w, seq.uniform(-bound, bound, w.shape))

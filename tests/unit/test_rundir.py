@@ -3,6 +3,9 @@ input fingerprints."""
 import json
 import os
 import socket
+import subprocess
+import sys
+import threading
 
 import pytest
 
@@ -75,6 +78,21 @@ def test_a_lock_names_its_holder_and_stale_ones_are_taken_over(tmp_path):
     (tmp_path / rundir.LOCK).write_text(json.dumps(
         {"run_id": "old", "host": socket.gethostname(), "pid": os.getpid(), "started": "0"}))
     rundir.DirectoryLock(str(tmp_path), "run-3", "--out").acquire()   # pid reused: not its
+
+
+def test_the_lock_of_a_job_still_ending_is_taken_once_its_process_is_gone(tmp_path):
+    """A resume right after a failed launch: the lock's holder is a process of this host
+    that ends a moment later (here, one that exits after 0.5 s): the lock is taken then, not
+    refused; a holder that outlives the bound is refused."""
+    ending = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    (tmp_path / rundir.LOCK).write_text(json.dumps(
+        {"run_id": "killed", "host": socket.gethostname(), "pid": ending.pid,
+         "started": rundir._start_time(ending.pid)}))
+    reaper = threading.Thread(target=ending.wait)   # as its launcher would
+    reaper.start()
+    rundir.DirectoryLock(str(tmp_path), "resumed", "--out").acquire()
+    reaper.join()
+    assert json.loads((tmp_path / rundir.LOCK).read_text())["run_id"] == "resumed"
 
 
 def test_a_fingerprint_tells_what_changed(tmp_path):
