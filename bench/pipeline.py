@@ -26,6 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from report import save  # noqa: E402
 
+from mpips.schedule import theoretical_bubble  # noqa: E402
+
 
 def as_rank(args) -> None:
     """One rank of a launch: its stage, the steps, its records in args.work."""
@@ -86,7 +88,7 @@ def launch(args, stages: int, micros: int, policy: str) -> dict:
     return {"stages": stages, "micros": micros, "policy": policy,
             "examples_per_s": args.batch / float(np.median(walls)),
             "bubble": float(np.median(1 - busy / (stages * walls))),
-            "bubble_theory": (stages - 1) / (micros + stages - 1),
+            "bubble_theory": theoretical_bubble(stages, micros),
             "peak_held_mib": [r["peak_held_bytes"] / 2**20 for r in ranks],
             "layers": [r["layers"] for r in ranks],
             "timeline": [r["steps"][step]["tasks"] for r in ranks]}

@@ -291,17 +291,12 @@ def _schedule_parser(sub):
 
 
 def _run_schedule(args) -> None:
-    from .schedule import BACKWARD, FORWARD, POLICIES, bubble, peak_in_flight, render, simulate
+    from .schedule import POLICIES, describe
     try:
         schedule = POLICIES[args.policy](args.stages, args.micro_batches)
     except ValueError as e:
         _fail(str(e), 2)
-    times = simulate(schedule, lambda t: {FORWARD: 1.0, BACKWARD: 2.0}.get(t.kind, 0.0))
-    print(render(schedule))
-    theory = (args.stages - 1) / (args.micro_batches + args.stages - 1)
-    print(f"bubble {bubble(times, args.stages):.1%} of stage time (theory {theory:.1%}); "
-          f"activations held at most, in micro-batches: "
-          f"{', '.join(map(str, peak_in_flight(schedule)))}")
+    print(describe(schedule))
 
 
 def _make_data_parser(sub):

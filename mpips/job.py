@@ -17,7 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import checkpoint, defaults, rundir, stagework, summary, timeline
-from .schedule import logged_bubbles
+from .schedule import logged_bubbles, theoretical_bubble
 from .config import TrainConfig, check_resumable
 from .errors import ConfigError, MpipsError
 from .failover import end_together
@@ -248,7 +248,7 @@ def _pipeline_figures(cfg, tasks: np.ndarray) -> dict:
             int(tasks["worker"].max()) // cfg.stages + 1, "micro_batches": cfg.micro_batches,
             "schedule": cfg.pipeline, "steps_logged": len(bubbles),
             "bubble_measured": float(np.median(bubbles)) if bubbles else None,
-            "bubble_theory": (cfg.stages - 1) / (cfg.micro_batches + cfg.stages - 1)}
+            "bubble_theory": theoretical_bubble(cfg.stages, cfg.micro_batches)}
 
 
 def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tasks, started,
@@ -258,12 +258,10 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tas
     comm = roles.comm
     record["samples"], record["tasks"] = samples.shape[0], tasks.shape[0]
     records = summary.allgather(comm, record, cfg.timeout)
-    samples = summary.gather_to_root(comm, samples.view(np.uint8),
-                                     records["samples"] * timeline.SAMPLE.itemsize,
-                                     cfg.timeout, "the timelines")
-    tasks = summary.gather_to_root(comm, tasks.view(np.uint8),
-                                   records["tasks"] * stagework.TASK_LOG.itemsize,
-                                   cfg.timeout, "the pipeline's tasks")
+    samples = summary.gather_to_root(comm, samples, records["samples"], cfg.timeout,
+                                     "the timelines")
+    tasks = summary.gather_to_root(comm, tasks, records["tasks"], cfg.timeout,
+                                   "the pipeline's tasks")
     held = summary.max_over_ranks(comm, held, cfg.timeout, "the servers' hold times")
     counts = records["test_rows"]
     margins = summary.gather_to_root(comm, margins, counts, cfg.timeout, "the test scores")
@@ -289,9 +287,8 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tas
             **({"solver": summary.solver_steps(steps.reshape(-1, width))}
                if cfg.solver != "minibatch" else {}))
         if cfg.stages > 1:
-            result["pipeline"] = _pipeline_figures(cfg, tasks.view(stagework.TASK_LOG))
-        timeline.write(cfg.out, samples.view(timeline.SAMPLE), records["samples"],
-                       len(roles.servers), name, tasks.view(stagework.TASK_LOG))
+            result["pipeline"] = _pipeline_figures(cfg, tasks)
+        timeline.write(cfg.out, samples, records["samples"], len(roles.servers), name, tasks)
         summary.print_lines(result, summary.write(cfg.out, result))
     if stopped:   # every rank sees the same records, so all end alike
         error = JobStopped(f"stopped at {'clock' if cfg.solver == 'minibatch' else 'iteration'} "

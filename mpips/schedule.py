@@ -139,6 +139,22 @@ def peak_in_flight(schedule: list) -> list:
     return peaks
 
 
+def theoretical_bubble(stages: int, micros: int) -> float:
+    """(S-1)/(M+S-1): the idle fraction of a fill-drain or 1F1B pipeline of equal stages."""
+    return (stages - 1) / (micros + stages - 1)
+
+
+def describe(schedule: list) -> str:
+    """Each stage's tasks, then the bubble on ideal ranks (a backward twice a forward)
+    beside the theory's, and the activations each stage holds at most: what `mpips
+    schedule` and `train --print-schedule` print."""
+    stages, micros = len(schedule), sum(t.kind == FORWARD for t in schedule[0])
+    times = simulate(schedule, lambda t: {FORWARD: 1.0, BACKWARD: 2.0}.get(t.kind, 0.0))
+    return (f"{render(schedule)}\nbubble {bubble(times, stages):.1%} of stage time (theory "
+            f"{theoretical_bubble(stages, micros):.1%}); activations held at most, in "
+            f"micro-batches: {', '.join(map(str, peak_in_flight(schedule)))}")
+
+
 def render(schedule: list) -> str:
     """One line per stage, its tasks in order (what --print-schedule shows)."""
     width = max(len(str(t)) for order in schedule for t in order)

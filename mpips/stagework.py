@@ -27,7 +27,7 @@ from .errors import MpipsError, Stopped
 from .lbfgs import Step
 from .network import Stage, forward, measured_costs, partition
 from .pipeline import StageRank, receive
-from .schedule import POLICIES
+from .schedule import POLICIES, describe
 from .startup import ready
 from .timeline import Timeline
 
@@ -94,6 +94,10 @@ class Pipe:
     def layers(self) -> range:
         return self.cuts[self.stage]
 
+    def stage_layers(self, model) -> list:
+        """The model's layers this stage runs."""
+        return model.layers[self.layers.start:self.layers.stop]
+
     @property
     def last(self) -> bool:
         return self.stage == self.stages - 1
@@ -147,7 +151,7 @@ def pipe_of(cfg, roles, model) -> Pipe:
 def _score(pipe: Pipe, kv, model, keys: np.ndarray) -> None:
     """A later stage while stage 0 scores the test file: each minibatch's forward through
     this stage's layers, with the final model's rows (pulled once)."""
-    layers, weights = model.layers[pipe.layers.start:pipe.layers.stop], None
+    layers, weights = pipe.stage_layers(model), None
     while True:
         header = pipe.receive(3, 0, _SCORE, f"stage 0 of pipeline {pipe.copy} to send the "
                                             f"next rows to score")
@@ -174,7 +178,6 @@ def describe_pipeline(cfg) -> str:
     """What --print-schedule prints: the network, each stage's layers and measured cost, and
     each stage's tasks in order."""
     from .errors import ConfigError
-    from .schedule import BACKWARD, FORWARD, bubble, peak_in_flight, render, simulate
     if cfg.model != "widedeep":
         raise ConfigError(f"--print-schedule shows Wide & Deep's pipeline: it needs --model "
                           f"widedeep (got --model {cfg.model})")
@@ -191,14 +194,8 @@ def describe_pipeline(cfg) -> str:
         lines.append(f"stage {s}: layers {cut.start}-{cut.stop - 1}, {share * 1e3:.3f} ms "
                      f"forward+backward per micro-batch of {rows} rows "
                      f"({share / sum(costs):.0%})" + (", and the embeddings" if s == 0 else ""))
-    schedule = POLICIES[cfg.pipeline](cfg.stages, cfg.micro_batches)
-    times = simulate(schedule, lambda t: {FORWARD: 1.0, BACKWARD: 2.0}.get(t.kind, 0.0))
-    theory = (cfg.stages - 1) / (cfg.micro_batches + cfg.stages - 1)
     lines += [f"{cfg.pipeline} schedule of {cfg.micro_batches} micro-batches:",
-              render(schedule),
-              f"bubble {bubble(times, cfg.stages):.1%} of stage time (theory {theory:.1%}); "
-              f"activations held at most, in micro-batches: "
-              f"{', '.join(map(str, peak_in_flight(schedule)))}"]
+              describe(POLICIES[cfg.pipeline](cfg.stages, cfg.micro_batches))]
     return "\n".join(lines)
 
 
@@ -210,6 +207,7 @@ class Front:
         self.model, self.pipe, self.kv = model, pipe, kv
         self.width = model.width
         self._rows = model.reserved_keys(pipe.layers)
+        self.layers = pipe.stage_layers(model)
         self.tasks = TaskLog(worker)
 
     def reserved_keys(self) -> np.ndarray:
@@ -226,8 +224,7 @@ class Front:
         sends.append(pipe.send(np.stack([batch.labels.astype(np.float64), wide], axis=1),
                                pipe.stages - 1, _LABELS))
         own = model.own_rows(bias_col, weights.shape[0], self._rows.shape[0])
-        stage = Stage(model.layers[pipe.layers.start:pipe.layers.stop],
-                      model.unpack(weights[own], pipe.layers),
+        stage = Stage(self.layers, model.unpack(weights[own], pipe.layers),
                       len(micro_rows(n, pipe.micros)), last=False)
         rank = StageRank(pipe.comm, stage, k, pipe.timeout)
         grads, began = [], time.time()
@@ -252,8 +249,7 @@ class Front:
         wide, pooled = model.sparse_forward(batch, cols, bias_col, weights)
         sends.append(pipe.send(wide, pipe.stages - 1, _SCORE_WIDE))
         own = model.own_rows(bias_col, weights.shape[0], self._rows.shape[0])
-        mine = model.unpack(weights[own], pipe.layers)
-        sends.append(pipe.send(forward(model.layers[pipe.layers.start:pipe.layers.stop], mine,
+        sends.append(pipe.send(forward(self.layers, model.unpack(weights[own], pipe.layers),
                                        pooled), 1, _SCORE_X))
         margins = pipe.receive(n, pipe.stages - 1, _SCORE_LOGITS,
                                f"the margins from the last stage of pipeline {pipe.copy}")
@@ -280,7 +276,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
     clock_before = kv.clock
     t0 = ready(roles.comm, cfg.timeout, lambda: None)
     keys = model.reserved_keys(pipe.layers)
-    layers = model.layers[pipe.layers.start:pipe.layers.stop]
+    layers = pipe.stage_layers(model)
     inputs = layers[0].inputs
     push, how, tasks, weights = None, None, TaskLog(roles.index), None
     status = {}

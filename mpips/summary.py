@@ -62,7 +62,12 @@ def max_over_ranks(comm: MPI.Intracomm, values: np.ndarray, timeout: float,
 
 def gather_to_root(comm: MPI.Intracomm, local: np.ndarray, counts: np.ndarray, timeout: float,
                    what: str) -> np.ndarray | None:
-    """Concatenate each rank's `local` (counts[r] entries from rank r) on rank 0."""
+    """Concatenate each rank's `local` (counts[r] entries from rank r) on rank 0. Records
+    of a structured dtype (a timeline's samples, a pipeline's tasks) travel as their bytes."""
+    if local.dtype.names:
+        rows = gather_to_root(comm, local.view(np.uint8), counts * local.dtype.itemsize,
+                              timeout, what)
+        return None if rows is None else rows.view(local.dtype)
     recv = np.empty(int(counts.sum()), local.dtype) if comm.rank == 0 else None
     req = comm.Igatherv(local, [recv, counts] if recv is not None else None, root=0)
     wait_all([req], timeout, lambda: what)
