@@ -84,9 +84,11 @@ def _train_parser(sub):
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     io = p.add_argument_group("data and output")
     io.add_argument("--train", required=True, metavar="FILE",
-                    help="training data: svmlight text, Criteo TSV, or a directory from convert")
-    io.add_argument("--format", choices=("svmlight", "criteo", "avazu"),
-                    help="the text's format: svmlight (label idx:val ...); criteo (label, 13 "
+                    help="training data: svmlight or libffm text, Criteo TSV, Avazu CSV, "
+                         "or a directory from convert")
+    io.add_argument("--format", choices=("svmlight", "libffm", "criteo", "avazu"),
+                    help="the text's format: svmlight (label idx:val ...); libffm (label "
+                         "field:idx:val ..., field 0 to 254, idx below 2^56); criteo (label, 13 "
                          "integer and 26 hexadecimal fields, tab separated, empty fields "
                          "allowed: integers are log-bucketed and every value hashed with its "
                          "field to a 64-bit key); avazu (its CSV with the header: the id "
@@ -177,8 +179,15 @@ def _train_parser(sub):
     opt.add_argument("--embedding-dim", type=int, default=8, metavar="K",
                      help="widedeep: each key's embedding length (default: 8)")
     opt.add_argument("--hidden", type=widths, default=(64, 32), metavar="W1,W2,...",
-                     help="widedeep: the widths of the MLP's hidden ReLU layers, on the sum of "
-                          "a row's embeddings (default: 64,32)")
+                     help="widedeep: the widths of the MLP's hidden ReLU layers, on the "
+                          "row's embeddings (default: 64,32)")
+    opt.add_argument("--fields", type=int, metavar="F",
+                     help="widedeep: the network's input is the embeddings of a row's F fields "
+                          "concatenated (each field's: the sum of its features' embeddings); "
+                          "0 sums all of a row's embeddings. A feature's field is in its key: "
+                          "Criteo's 39 and Avazu's 23 are known, libffm text (label "
+                          "field:idx:val ...) needs F given, svmlight has none (default: the "
+                          "data's, else 0)")
     pipe = p.add_argument_group(
         "pipeline (Wide & Deep's network split across workers: realm 4)")
     pipe.add_argument("--stages", type=int, default=1, metavar="S",
@@ -296,7 +305,15 @@ def _run_schedule(args) -> None:
         schedule = POLICIES[args.policy](args.stages, args.micro_batches)
     except ValueError as e:
         _fail(str(e), 2)
-    print(describe(schedule))
+    _print(describe(schedule))
+
+
+def _print(text: str) -> None:
+    """`text` on standard output; a reader that stopped early (`| head`) is no error."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _make_data_parser(sub):
@@ -316,8 +333,9 @@ def _make_data_parser(sub):
     p.add_argument("--features", type=int,
                    help="distinct categorical values over all fields (ctr only; default: 1048576)")
     p.add_argument("--nnz", type=int, help="features per row (ctr only; default: 20)")
-    p.add_argument("--format", choices=("svmlight", "criteo"), default="svmlight",
-                   help="svmlight (PREFIX.train.svm), or criteo: the Criteo display-advertising "
+    p.add_argument("--format", choices=("svmlight", "libffm", "criteo"), default="svmlight",
+                   help="svmlight (PREFIX.train.svm); libffm (PREFIX.train.ffm: the same rows, "
+                        "each feature as field:value:x, for Wide & Deep's --fields); criteo: the Criteo display-advertising "
                         "layout (PREFIX.train.tsv: label, 13 integer and 26 hexadecimal "
                         "categorical fields, tab separated, some empty), labels from a planted "
                         "model over the keys mpips makes of them (default: svmlight)")
@@ -555,7 +573,8 @@ def config_of(args):
                       max_iter=args.max_iter, tol=args.tol,
                       max_rank_memory=args.max_rank_memory, model=args.model,
                       factors=args.factors, embedding_dim=args.embedding_dim,
-                      hidden=args.hidden, format=args.format, stages=args.stages,
+                      hidden=args.hidden, fields=args.fields, format=args.format,
+                      stages=args.stages,
                       micro_batches=args.micro_batches, pipeline=args.pipeline)
 
 
@@ -580,7 +599,7 @@ def _run_train(args) -> None:
             if args.print_schedule:
                 from .stagework import describe_pipeline
                 if world.rank == 0:
-                    print(describe_pipeline(cfg))
+                    _print(describe_pipeline(cfg))
                 return
             train(cfg, world)
         except ConfigError as e:
@@ -640,7 +659,7 @@ def _run_inspect(args) -> None:
         text, ok = describe(args.ckpt_dir, every=args.all)
     except (OSError, ValueError, MpipsError) as e:
         _fail(str(e), 2)
-    print(text)
+    _print(text)
     sys.exit(0 if ok else 1)
 
 

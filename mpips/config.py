@@ -5,8 +5,9 @@ from dataclasses import asdict, dataclass, field, replace
 from . import fingerprint, models
 from .errors import ConfigError
 from .optimizer import Optimizer
+from .data import sniff
 from .roles import check_servers
-from .shards import check_input
+from .shards import check_input, fields_of
 
 CONSISTENCY = ("bsp", "ssp", "asp")
 SOLVERS = ("minibatch", "lbfgs")
@@ -52,14 +53,24 @@ class TrainConfig:
     factors: int = 8                # fm: the latent vector's length
     embedding_dim: int = 8          # widedeep: each key's embedding length
     hidden: tuple = (64, 32)        # widedeep: the MLP's hidden layer widths
-    format: str | None = None       # svmlight, criteo or avazu text (None: as each file's first line)
+    fields: int | None = None       # widedeep: fields concatenated (0: summed; None: the data's)
+    format: str | None = None       # svmlight, libffm, criteo or avazu text (None: as each
+                                    # file's first line)
     stages: int = 1                 # widedeep: workers per pipeline (see stagework)
     micro_batches: int = 4          # a minibatch's parts in the pipeline
     pipeline: str = "1f1b"          # the pipeline's schedule: gpipe or 1f1b
 
     def model_spec(self):
         """The models.* object this job trains."""
-        return models.model_of(self.model, self.factors, self.embedding_dim, self.hidden)
+        return models.model_of(self.model, self.factors, self.embedding_dim, self.hidden,
+                               self.fields or 0)
+
+    def with_data_fields(self) -> "TrainConfig":
+        """--fields not given: as many as the training data's keys carry (see
+        shards.fields_of), for Wide & Deep."""
+        if self.fields is not None:
+            return self
+        return replace(self, fields=fields_of(self.train) if self.model == "widedeep" else 0)
 
     def check(self, n_ranks: int) -> None:
         """Raise ConfigError for anything wrong that every rank can see the same way."""
@@ -100,7 +111,7 @@ class TrainConfig:
         if self.snapshot_every is not None and not self.snapshot_every > 0:
             raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
         self._check_solver()
-        self.model_spec()   # an unknown model or factors out of range: ConfigError
+        self.with_data_fields().model_spec()   # an unknown model, sizes out of range
         self._check_stages(n_ranks - self.servers)
         if self.max_rank_memory is not None and self.max_rank_memory < 1 << 20:
             raise ConfigError(f"--max-rank-memory must be at least 1M, got "
@@ -108,6 +119,7 @@ class TrainConfig:
         check_input(self.train, "--train", self.format)
         if self.test is not None:
             check_input(self.test, "--test", self.format)
+        self._check_fields()
         if (self.checkpoint_every or 0) < 0 or (self.checkpoint_seconds or 0) < 0:
             raise ConfigError("--checkpoint-every must not be negative")
         if self.keep_checkpoints is not None and self.keep_checkpoints < 1:
@@ -143,6 +155,23 @@ class TrainConfig:
                               f"{workers} worker(s), not a multiple of {self.stages}; launch "
                               f"{self.servers + self.stages * max(workers // self.stages, 1)} "
                               f"ranks, or change --stages or --servers")
+
+    def _check_fields(self) -> None:
+        if not self.fields:
+            return
+        if self.model != "widedeep":
+            raise ConfigError(f"--fields {self.fields} is the number of fields Wide & Deep "
+                              f"concatenates: it needs --model widedeep (got --model "
+                              f"{self.model})")
+        fixed = fields_of(self.train)
+        if os.path.isfile(self.train) and sniff(self.train).name == "svmlight":
+            raise ConfigError(f"--fields {self.fields}: --train {self.train} is svmlight text, "
+                              f"whose features carry no field; use libffm text (label "
+                              f"field:idx:val ...), Criteo or Avazu, or --fields 0 to sum the "
+                              f"embeddings")
+        if fixed and self.fields < fixed:
+            raise ConfigError(f"--fields {self.fields}: --train {self.train} has {fixed} fields "
+                              f"(give --fields {fixed}, or 0 to sum the embeddings)")
 
     def _check_solver(self) -> None:
         if self.solver not in SOLVERS:
@@ -237,9 +266,12 @@ def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int,
                                    cfg.embedding_dim if cfg.model == "widedeep" else None),
                                   ("--hidden", "hidden",
                                    list(cfg.hidden) if cfg.model == "widedeep" else None),
+                                  ("--fields", "fields",
+                                   cfg.fields if cfg.model == "widedeep" else None),
                                   ("--stages", "stages", cfg.stages)):   # places per worker
         then = (saved["optimizer"]["name"] if field_name is None else
                 saved.get(field_name, getattr(TrainConfig, field_name)))
+        then = then or 0 if field_name == "fields" else then   # written before --fields: 0
         if then != now and now is not None:   # a batch size not given: the checkpoint's
             raise ConfigError(f"{where} was written with {flag} {then}, this job has {now}")
     if cfg.solver != "minibatch":   # the solver's history is of this objective

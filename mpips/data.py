@@ -30,20 +30,26 @@ class TextFormat:
 
 
 SVMLIGHT = TextFormat("svmlight", svmlight.SVMLIGHT, svmlight.ERROR_TEXT, 0)
+LIBFFM = TextFormat("libffm", svmlight.LIBFFM, svmlight.LIBFFM_ERROR_TEXT, 0)
 CRITEO = TextFormat("criteo", svmlight.CRITEO, criteo.ERROR_TEXT, criteo.FIELDS)
 AVAZU = TextFormat("avazu", svmlight.AVAZU, avazu.ERROR_TEXT, avazu.FEATURES)
-FORMATS = {f.name: f for f in (SVMLIGHT, CRITEO, AVAZU)}
+FORMATS = {f.name: f for f in (SVMLIGHT, LIBFFM, CRITEO, AVAZU)}
+FIELDS = {"criteo": criteo.FIELDS, "avazu": avazu.FEATURES}   # formats of a fixed field count
 
 
 def sniff(path: str) -> TextFormat:
     """The format of a text file, from its first line: Avazu's is its header ("id,click,
-    hour,..."), Criteo's has 39 tabs and no ':'; else svmlight."""
+    hour,..."), Criteo's has 39 tabs and no ':'; libffm's first feature has two ':'; else
+    svmlight."""
     with open(path, "rb") as f:
         head = f.read(1 << 16)
     first = head.lstrip(b"\r\n").split(b"\n", 1)[0]
     if first.startswith(b"id,click,hour,"):
         return AVAZU
-    return CRITEO if first.count(b"\t") == criteo.FIELDS and b":" not in first else SVMLIGHT
+    if first.count(b"\t") == criteo.FIELDS and b":" not in first:
+        return CRITEO
+    tokens = first.split(b"#", 1)[0].split()
+    return LIBFFM if len(tokens) > 1 and tokens[1].count(b":") == 2 else SVMLIGHT
 # Compressed files by their first bytes: (magic, format, how to decompress keeping the file).
 COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"),
               (b"\xfd7zXZ\x00", "xz", "unxz -k"), (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))

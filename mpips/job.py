@@ -48,6 +48,12 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     name = run_id(comm, bound)
     cfg = replace(cfg, out=cfg.out or os.path.join("runs", name))
     agree(comm, lambda: cfg.check(comm.size), bound)
+    cfg = cfg.with_data_fields()
+    if comm.rank == 0 and cfg.model == "widedeep":
+        log.info("Wide & Deep's network reads %s", f"the {cfg.fields} fields' embeddings "
+                 f"concatenated" if cfg.fields else "the sum of a row's embeddings (--fields F "
+                 "concatenates F fields' instead: a feature's field is given in libffm text, "
+                 "known in Criteo's and Avazu's)")
     resume = _find_checkpoint(cfg, comm, bound) if cfg.resume else None
     if resume:
         agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.servers,

@@ -31,8 +31,10 @@ def zipf_cdf(vocab: int, exponent: float = ZIPF_EXPONENT) -> np.ndarray:
 
 
 def write_svmlight(path: str, seed: int, first_row: int, n_rows: int, n_fields: int,
-                   features: int, rows_per_chunk: int = 50000, rank: int = 0) -> int:
-    """Write rows [first_row, first_row + n_rows) to `path` atomically. Returns positives."""
+                   features: int, rows_per_chunk: int = 50000, rank: int = 0,
+                   ffm: bool = False) -> int:
+    """Write rows [first_row, first_row + n_rows) to `path` atomically (as libffm text with
+    `ffm`: each feature with its field). Returns positives."""
     n_numeric = min(NUMERIC_FIELDS, n_fields)
     n_categorical = max(n_fields - n_numeric, 1)
     cdf = zipf_cdf(max(features // n_categorical, 1))
@@ -47,7 +49,7 @@ def write_svmlight(path: str, seed: int, first_row: int, n_rows: int, n_fields: 
         for start in range(first_row, first_row + n_rows, rows_per_chunk):
             count = min(rows_per_chunk, first_row + n_rows - start)
             nbytes, pos = write_rows(seed, start, count, n_fields, n_numeric, cdf, BIAS, sigma,
-                                     buf, rank, tau)
+                                     buf, rank, tau, ffm)
             positives += pos
             f.write(buf[:nbytes].data)
         f.flush()
@@ -57,6 +59,7 @@ def write_svmlight(path: str, seed: int, first_row: int, n_rows: int, n_fields: 
 
 
 KINDS = ("ctr", "census", "dense")
+EXTENSIONS = {"svmlight": "svm", "libffm": "ffm", "criteo": "tsv"}
 CRITEO_EMPTY = 0.15   # share of empty fields in the Criteo layout
 
 
@@ -89,12 +92,16 @@ def write_criteo(path: str, seed: int, first_row: int, n_rows: int, features: in
 def make_data(prefix: str, rows: int, features: int | None = None, nnz: int | None = None,
               seed: int = 1, test_rows: int | None = None, kind: str = "ctr",
               interactions: int = 0, fmt: str = "svmlight") -> dict:
-    """Write PREFIX.train.svm (rows) and PREFIX.test.svm (test_rows, default rows // 5), or
-    with fmt "criteo" PREFIX.train.tsv and PREFIX.test.tsv in the Criteo layout. `features`,
-    `nnz` and `interactions` (the planted latent vectors' length, 0: none) shape the ctr
-    kind only (default 2^20, 20 and 0)."""
-    if fmt not in ("svmlight", "criteo"):
-        raise ConfigError(f"--format must be svmlight or criteo, got {fmt!r}")
+    """Write PREFIX.train.svm (rows) and PREFIX.test.svm (test_rows, default rows // 5); with
+    fmt "libffm" PREFIX.train.ffm and PREFIX.test.ffm (ctr: the same rows, each feature with
+    its field); with fmt "criteo" PREFIX.train.tsv and PREFIX.test.tsv in the Criteo
+    layout. `features`, `nnz` and `interactions` (the planted latent vectors' length, 0:
+    none) shape the ctr kind only (default 2^20, 20 and 0)."""
+    if fmt not in EXTENSIONS:
+        raise ConfigError(f"--format must be one of {', '.join(EXTENSIONS)}, got {fmt!r}")
+    if fmt == "libffm" and kind != "ctr":
+        raise ConfigError(f"--format libffm writes --kind ctr only (a field per feature), "
+                          f"not {kind}")
     if fmt == "criteo" and (kind != "ctr" or nnz is not None or interactions):
         raise ConfigError("--format criteo writes its own layout: 39 fields a row, no "
                           "--kind, --nnz or --interactions")
@@ -124,12 +131,12 @@ def make_data(prefix: str, rows: int, features: int | None = None, nnz: int | No
     model = TABULAR[kind](seed) if kind != "ctr" else None
     bias = _calibrated_bias(model, seed) if model else 0.0
     for name, first, count in (("test", rows, test_rows), ("train", 0, rows)):
-        path = f"{prefix}.{name}.{'tsv' if fmt == 'criteo' else 'svm'}"
+        path = f"{prefix}.{name}.{EXTENSIONS[fmt]}"
         if fmt == "criteo":
             positives = write_criteo(path, seed, first, count, features)
         elif kind == "ctr":
             positives = write_svmlight(path, seed, first, count, nnz, features,
-                                       rank=interactions)
+                                       rank=interactions, ffm=fmt == "libffm")
         else:
             positives = write_tabular(path, model, bias, seed, first, count)
         out[name] = {"path": path, "rows": count, "positive_rate": positives / max(count, 1)}

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data import BIAS_KEY
-from .errors import ConfigError
+from .errors import ConfigError, InputError
 from .kernels.fm import fm_gradient, fm_init, fm_margins
 from .kernels.logistic import logistic_gradient, logistic_margins
 from .kernels.mlp import dense_backward, dense_forward, logistic_loss
+from .kernels.hashing import FIELD_SHIFT, MAX_FIELDS
 from .kernels.widedeep import scatter_sparse, wide_and_pooled
 from .network import init_layer, mlp
 
@@ -94,13 +95,17 @@ class FactorizationMachine:
 @dataclass(frozen=True)
 class WideDeep:
     """Wide & Deep (Cheng et al. 2016) on the parameter server: each key's row is [w, e_1..e_k],
-    its wide weight and its embedding; margin = b + w . x + MLP(sum_i x_i e_i), the MLP of
-    `hidden` ReLU layers and one output. The MLP's weights are rows too, under the keys just
+    its wide weight and its embedding; margin = b + w . x + MLP(deep input), the MLP of
+    `hidden` ReLU layers and one output. With `fields` F > 0 the deep input is the F fields'
+    embeddings concatenated (field f's: the sum of x_i e_i over the row's features of field
+    f, a key's top byte; F k values); with 0, the sum of all x_i e_i (k values), for data
+    whose keys carry no field. The MLP's weights are rows too, under the keys just
     below the bias key (`reserved_keys`), pulled with every minibatch and updated by the
     servers' optimizer like any row: so they follow the job's consistency model, its
     checkpoints and its copies unchanged."""
     embedding_dim: int
     hidden: tuple = (64, 32)
+    fields: int = 0
     init_scale: float = 0.01
     seed: int = 0
     name = "widedeep"
@@ -112,14 +117,38 @@ class WideDeep:
         if not self.hidden or not all(1 <= h <= 4096 for h in self.hidden):
             raise ConfigError(f"--hidden must be layer widths from 1 to 4096, got "
                               f"{','.join(map(str, self.hidden)) or 'none'}")
+        if not 0 <= self.fields < MAX_FIELDS:
+            raise ConfigError(f"--fields must be from 0 (sum the embeddings) to "
+                              f"{MAX_FIELDS - 1}, got {self.fields}")
+        if self.deep_inputs > 1 << 16:
+            raise ConfigError(f"--fields {self.fields} x --embedding-dim {self.embedding_dim}: "
+                              f"the network's input would be {self.deep_inputs} wide, more "
+                              f"than {1 << 16}")
 
     @property
     def width(self) -> int:
         return 1 + self.embedding_dim
 
     @property
+    def deep_inputs(self) -> int:
+        """The network's input width: k, or the concatenated fields' F k."""
+        return self.embedding_dim * max(self.fields, 1)
+
+    @property
     def layers(self) -> list:
-        return mlp(self.embedding_dim, list(self.hidden))
+        return mlp(self.deep_inputs, list(self.hidden))
+
+    def slots(self, batch) -> np.ndarray:
+        """Each nonzero's block of the deep input: its key's field (empty when summing)."""
+        if not self.fields:
+            return np.empty(0, np.int64)
+        slots = (batch.indices >> FIELD_SHIFT).astype(np.int64)
+        if slots.size and slots.max() >= self.fields:
+            raise InputError(f"the data has a feature in field {slots.max()} (its key's top "
+                             f"byte), but the network concatenates --fields {self.fields} "
+                             f"fields, 0 to {self.fields - 1}: give --fields "
+                             f"{slots.max() + 1} or more, or 0 to sum the embeddings")
+        return slots
 
     def layer_rows(self) -> list:
         """The rows each layer's weights and biases fill, every layer from a row's start, so
@@ -174,18 +203,20 @@ class WideDeep:
         return slice(end - count, end)
 
     def sparse_forward(self, batch, cols, bias_col: int, weights: np.ndarray) -> tuple:
-        """(the rows' wide margins, their summed embeddings), float64."""
+        """(the rows' wide margins, the network's input: their pooled embeddings), float64."""
         wide = np.empty(len(batch))
-        pooled = np.empty((len(batch), self.embedding_dim))
-        wide_and_pooled(batch.indptr, cols, batch.values, bias_col, weights, wide, pooled)
+        pooled = np.empty((len(batch), self.deep_inputs))
+        wide_and_pooled(batch.indptr, cols, batch.values, self.slots(batch), bias_col, weights,
+                        wide, pooled)
         return wide, pooled
 
     def sparse_gradient(self, batch, cols, bias_col: int, dmargin: np.ndarray,
                         dpooled: np.ndarray, shape: tuple) -> np.ndarray:
         """float32 rows of `shape`: the keys' and the bias's gradients from the loss's
-        gradient by margin and by summed embedding (the network's rows left zero)."""
+        gradient by margin and by the network's input (the network's rows left zero)."""
         grad = np.zeros(shape, np.float32)
-        scatter_sparse(batch.indptr, cols, batch.values, bias_col, dmargin, dpooled, grad)
+        scatter_sparse(batch.indptr, cols, batch.values, self.slots(batch), bias_col, dmargin,
+                       dpooled, grad)
         return grad
 
     def _forward(self, batch, cols, bias_col: int, weights: np.ndarray) -> tuple:
@@ -215,23 +246,24 @@ class WideDeep:
 
     def describe(self) -> dict:
         return {"name": self.name, "embedding_dim": self.embedding_dim,
-                "hidden": list(self.hidden), "init_scale": self.init_scale, "seed": self.seed}
+                "hidden": list(self.hidden), "fields": self.fields, "init_scale": self.init_scale, "seed": self.seed}
 
 
 def model_of(name: str = "lr", factors: int = 8, embedding_dim: int = 8,
-             hidden: tuple = (64, 32)):
-    """The model `--model NAME` (with --factors K, or --embedding-dim and --hidden) stands
-    for."""
+             hidden: tuple = (64, 32), fields: int = 0):
+    """The model `--model NAME` (with --factors K, or --embedding-dim, --hidden and --fields)
+    stands for."""
     if name == "lr":
         return LogisticRegression()
     if name == "fm":
         return FactorizationMachine(factors)
     if name == "widedeep":
-        return WideDeep(embedding_dim, tuple(hidden))
+        return WideDeep(embedding_dim, tuple(hidden), fields)
     raise ConfigError(f"--model must be one of {', '.join(NAMES)}, got {name!r}")
 
 
 def from_config(config: dict):
     """The model of a saved run's configuration (runs before models were chosen: lr)."""
     return model_of(config.get("model", "lr"), int(config.get("factors", 8)),
-                    int(config.get("embedding_dim", 8)), tuple(config.get("hidden", (64, 32))))
+                    int(config.get("embedding_dim", 8)), tuple(config.get("hidden", (64, 32))),
+                    int(config.get("fields") or 0))

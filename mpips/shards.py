@@ -21,9 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .bounded import wait_all
-from .data import Rows, TextShard, byte_range, check_file, sniff
+from .data import FIELDS, LIBFFM, Rows, TextShard, byte_range, check_file, sniff
 from .errors import ConfigError, InputError
 from .kernels.csr import first_bad_label, first_bad_pointer
+from .kernels.hashing import FIELD_SHIFT
 from .startup import agree
 
 FORMAT = "mpips-csr"
@@ -95,6 +96,7 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
     shard = TextShard(src, rank, size, skip_bad=skip_bad)
     raw = {array: open(_part_file(dst, name, array) + ".raw", "wb") for array, _ in ARRAYS}
     rows = nnz = 0
+    top = -1   # libffm: the largest field seen
     raw["indptr"].write(np.zeros(1, np.int64).tobytes())
     try:
         for chunk in shard.rows():
@@ -104,6 +106,8 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
             raw["values"].write(chunk.values.tobytes())
             rows += len(chunk)
             nnz += int(chunk.indptr[-1])
+            if shard.fmt is LIBFFM and chunk.indices.size:
+                top = max(top, int((chunk.indices >> FIELD_SHIFT).max()))
     finally:
         for f in raw.values():
             f.close()
@@ -120,7 +124,8 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
         out.flush()
         del out
         os.remove(tmp)
-    return {"name": name, "rows": rows, "nnz": nnz, "bad_lines": shard.bad_lines}
+    return {"name": name, "rows": rows, "nnz": nnz, "bad_lines": shard.bad_lines,
+            "fields": FIELDS.get(shard.fmt.name, top + 1)}
 
 
 def check_output(dst: str, overwrite: bool) -> None:
@@ -145,14 +150,14 @@ def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = 
         os.makedirs(dst)
     wait_all([comm.Ibarrier()], timeout, lambda: "rank 0 to create the output directory")
     part = write_part(src, dst, comm.rank, comm.size, skip_bad)
-    counts = np.array([part["rows"], part["nnz"], part["bad_lines"]], np.int64)
-    every = np.empty((comm.size, 3), np.int64)
+    counts = np.array([part["rows"], part["nnz"], part["bad_lines"], part["fields"]], np.int64)
+    every = np.empty((comm.size, 4), np.int64)
     wait_all([comm.Iallgather(counts, every)], timeout, lambda: "every rank to finish its part")
     if comm.rank != 0:
         return None
     meta = {"format": FORMAT, "version": 1, "source": os.path.abspath(src),
             "rows": int(every[:, 0].sum()), "nnz": int(every[:, 1].sum()),
-            "bad_lines": int(every[:, 2].sum()),
+            "bad_lines": int(every[:, 2].sum()), "fields": int(every[:, 3].max()),
             "parts": [{"name": f"part-{r:04d}", "rows": int(every[r, 0]), "nnz": int(every[r, 1])}
                       for r in range(comm.size)]}
     with open(os.path.join(dst, "meta.json.tmp"), "w") as f:
@@ -353,6 +358,18 @@ def check_input(path: str, flag: str, fmt: str | None = None) -> None:
     if fmt is not None and found != fmt:
         raise ConfigError(f"{flag} {path}: --format {fmt}, but its first line is {found} "
                           f"text")
+
+
+def fields_of(path: str) -> int:
+    """How many fields the data's keys carry in their top byte (0: none, as in svmlight):
+    Criteo's and Avazu's; a converted dataset's, as counted when converting. libffm text
+    says its fields line by line only: 0 here (give --fields)."""
+    try:
+        if os.path.isdir(path):
+            return int(read_meta(path).get("fields", 0))
+        return FIELDS.get(sniff(path).name, 0)
+    except (OSError, ConfigError):
+        return 0   # the checks of the input say what is wrong with it
 
 
 def open_shard(path: str, part: int, nparts: int, skip_bad: bool = False):

@@ -89,6 +89,13 @@ class Pipe:
     policy: str
     micros: int
     timeout: float
+    ranks: tuple = ()   # the world ranks of this copy's stages, in order
+
+    def name(self, stage: int) -> str:
+        """Stage `stage` of this pipeline, as a user finds it in the logs."""
+        worker = self.copy * self.stages + stage
+        rank = f", rank {self.ranks[stage]}" if self.ranks else ""
+        return f"stage {stage} of pipeline {self.copy} (worker {worker}{rank})"
 
     @property
     def layers(self) -> range:
@@ -144,8 +151,10 @@ def pipe_of(cfg, roles, model) -> Pipe:
                  "micro-batches", len(roles.workers) // cfg.stages, cfg.stages,
                  " | ".join(f"{c.start}-{c.stop - 1}" for c in cuts), cfg.pipeline,
                  cfg.micro_batches)
+    first = copy * cfg.stages
     return Pipe(comm, copy, len(roles.workers) // cfg.stages, stage, cfg.stages, cuts,
-                cfg.pipeline, cfg.micro_batches, cfg.timeout)
+                cfg.pipeline, cfg.micro_batches, cfg.timeout,
+                tuple(roles.workers[first:first + cfg.stages]))
 
 
 def _score(pipe: Pipe, kv, model, keys: np.ndarray) -> None:
@@ -153,10 +162,10 @@ def _score(pipe: Pipe, kv, model, keys: np.ndarray) -> None:
     this stage's layers, with the final model's rows (pulled once)."""
     layers, weights = pipe.stage_layers(model), None
     while True:
-        header = pipe.receive(3, 0, _SCORE, f"stage 0 of pipeline {pipe.copy} to send the "
+        header = pipe.receive(3, 0, _SCORE, f"{pipe.name(0)} to send the "
                                             f"next rows to score")
         if header[0] == FAILED:
-            raise StageFailed(f"stage 0 of pipeline {pipe.copy} failed while scoring (its "
+            raise StageFailed(f"{pipe.name(0)} failed while scoring (its "
                               f"log says why)")
         if header[0] < 0:
             return
@@ -186,7 +195,9 @@ def describe_pipeline(cfg) -> str:
     rows = _micro_rows_of(cfg)
     costs = measured_costs(model.layers, None, rows)
     cuts = partition(costs, cfg.stages)
-    lines = [f"network: the sum of a row's embeddings ({model.embedding_dim}) -> " +
+    pooled = (f"concatenate {model.fields} fields ({model.deep_inputs})" if model.fields else
+              f"sum ({model.deep_inputs})")
+    lines = [f"network: embeddings of {model.embedding_dim} from the servers -> {pooled} -> " +
              " -> ".join(f"dense {a.inputs}x{a.outputs} {a.activation}" for a in model.layers) +
              " -> plus the wide margin -> logistic loss"]
     for s, cut in enumerate(cuts):
@@ -214,7 +225,7 @@ class Front:
         return self._rows
 
     def gradient(self, batch, cols, bias_col: int, weights: np.ndarray):
-        pipe, n, k = self.pipe, len(batch), self.model.embedding_dim
+        pipe, n, k = self.pipe, len(batch), self.model.deep_inputs
         report = self.kv.reported   # its progress and epoch: what the other stages report
         sends = [pipe.send(np.array([n, report.progress if report else 0.0,
                                      report.epoch if report else 0]), s, _HEADER)
@@ -233,8 +244,8 @@ class Front:
         self.tasks.add(self.kv.clock, began, records)
         dpooled = np.concatenate([rank.input_grads[m] for m in range(len(rank.input_grads))])
         result = pipe.receive(n + 1, pipe.stages - 1, _RESULT,
-                              f"the loss's gradient from the last stage of pipeline "
-                              f"{pipe.copy}")
+                              f"the loss's gradient from the last stage, "
+                              f"{pipe.name(pipe.stages - 1)}")
         grad = model.sparse_gradient(batch, cols, bias_col, result[:n], dpooled, weights.shape)
         grad[own] = model.pack(grads[0], pipe.layers)
         wait_all(sends, pipe.timeout, lambda: "the other stages to take stage 0's messages")
@@ -252,7 +263,7 @@ class Front:
         sends.append(pipe.send(forward(self.layers, model.unpack(weights[own], pipe.layers),
                                        pooled), 1, _SCORE_X))
         margins = pipe.receive(n, pipe.stages - 1, _SCORE_LOGITS,
-                               f"the margins from the last stage of pipeline {pipe.copy}")
+                               f"the margins from the last stage, {pipe.name(pipe.stages - 1)}")
         wait_all(sends, pipe.timeout, lambda: "the other stages to take stage 0's messages")
         return margins
 
@@ -289,7 +300,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
         if signals.stop_requested() and not kv.stop_sent:
             kv.ask_to_stop()   # a stop signal to this rank: server 0 stops the job
         header = pipe.receive(3, 0, _HEADER,
-                              f"stage 0 of pipeline {pipe.copy} to announce its minibatch of "
+                              f"{pipe.name(0)} to announce its minibatch of "
                               f"clock {kv.clock} (the slowest worker is at clock "
                               f"{status.get('slowest_clock')})", progress=progress)
         if header[0] < 0:
@@ -309,7 +320,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
         labels = offsets = None
         if pipe.last:
             given = pipe.receive((n, 2), 0, _LABELS, f"the labels of clock {kv.clock} from "
-                                                     f"stage 0 of pipeline {pipe.copy}")
+                                                     f"{pipe.name(0)}")
             labels, offsets = given[:, 0].copy(), given[:, 1].copy()
         grads, began = [], time.time()
         loss, records = StageRank(pipe.comm, stage, inputs, pipe.timeout).step(
@@ -319,7 +330,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
         if pipe.last:
             dlogits = np.concatenate([stage.dlogits[m] for m in range(len(stage.dlogits))])
             wait_all([pipe.send(np.append(dlogits, loss), 0, _RESULT)], pipe.timeout,
-                     lambda: f"stage 0 of pipeline {pipe.copy} to take the loss's gradient")
+                     lambda: f"{pipe.name(0)} to take the loss's gradient")
         rows = model.pack(grads[0], pipe.layers)
         if stopped or not np.isfinite(rows).all():
             continue   # stopping, or diverged: stage 0 says which, and nothing is pushed
@@ -328,7 +339,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
             kv.wait(push)
         push = kv.push(keys, rows, clock=True)
     if how == FAILED:
-        raise StageFailed(f"stage 0 of pipeline {pipe.copy} failed (its log says why)")
+        raise StageFailed(f"{pipe.name(0)} failed (its log says why)")
     if how == FINISHED:
         kv.report(0, 0.0, cfg.epochs, cfg.epochs, -1)
         kv.finish()

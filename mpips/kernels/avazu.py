@@ -3,12 +3,14 @@
 A line: id, click (0 or 1), hour (YYMMDDHH), then 21 categorical columns (C1, banner_pos,
 site_id, ..., C21), comma separated; the header line (it starts with "id,") is passed over.
 The id is ignored; the hour becomes two features, its hour of day and its weekday; every
-other non-empty value is hashed with its column to a 64-bit key. Each feature has value 1.
+other non-empty value is hashed with its column. A key is its field (hour of day 0, weekday
+1, column c from the fourth on c - 1) in the top byte and a 56-bit hash of (field, value)
+(hashing.field_key). Each feature has value 1.
 """
 import numpy as np
 from numba import njit
 
-from .hashing import mix64
+from .hashing import field_key, mix64
 
 COLUMNS = 24            # id, click, hour, and 21 categorical columns
 FEATURES = 2 + 21       # hour of day, weekday, the categorical columns
@@ -21,12 +23,12 @@ ERROR_TEXT = {
 _BLANK = -1
 _COMMA = 44
 _SALT = np.uint64(0xA7A20000)
-_HOUR_OF_DAY, _WEEKDAY = 100, 101   # the hour's two features, as columns of their own
+_HOUR_OF_DAY, _WEEKDAY = 0, 1   # the fields of the hour's two features
 
 
 @njit(cache=True, nogil=True, inline="always")
-def feature_key(column, value):
-    return mix64(mix64(np.uint64(column) ^ _SALT) ^ np.uint64(value))
+def feature_key(field, value):
+    return field_key(field, mix64(mix64(np.uint64(field) ^ _SALT) ^ np.uint64(value)))
 
 
 @njit(cache=True, nogil=True)
@@ -88,7 +90,7 @@ def parse_line(buf, pos, end, labels, indices, values, row, nnz):
         while i < end and buf[i] != _COMMA:
             i += 1
         if i > a:
-            indices[nnz + k] = feature_key(column, _bytes_hash(buf, a, i))
+            indices[nnz + k] = feature_key(column - 1, _bytes_hash(buf, a, i))
             values[nnz + k] = 1.0
             k += 1
     if i != end:

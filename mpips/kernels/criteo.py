@@ -2,7 +2,8 @@
 
 A line: label (0 or 1), 13 integer fields, 26 categorical fields of hexadecimal digits, tab
 separated, any field but the label may be empty. Every non-empty field becomes one feature
-of value 1 whose key is a 64-bit hash of (field, value); an integer v is first put in a
+of value 1 whose key is its field (0..38, in the top byte) and a 56-bit hash of (field,
+value) (hashing.field_key); an integer v is first put in a
 bucket: v itself up to 2, else floor(ln(v)^2) (negative values keep their own buckets), so
 that counts spread over few keys.
 """
@@ -11,7 +12,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .hashing import mix64
+from .hashing import field_key, mix64
 
 INTEGER_FIELDS, CATEGORICAL_FIELDS = 13, 26
 FIELDS = INTEGER_FIELDS + CATEGORICAL_FIELDS
@@ -30,7 +31,7 @@ _FIELD_SALT = np.uint64(0xC12E0000)
 @njit(cache=True, nogil=True, inline="always")
 def feature_key(field, value):
     """The key of `value` (a bucket or a hexadecimal number) in `field`."""
-    return mix64(mix64(np.uint64(field) ^ _FIELD_SALT) ^ np.uint64(value))
+    return field_key(field, mix64(mix64(np.uint64(field) ^ _FIELD_SALT) ^ np.uint64(value)))
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -80,3 +80,15 @@ def first_misplaced(keys, bounds, salt, allowed):
         if not allowed[_range_of(mix64(keys[i] ^ salt), bounds)]:
             return i, 2
     return -1, 0
+
+
+FIELD_SHIFT = np.uint64(56)   # a key of data with fields: its field in the top byte
+LOW_BITS = np.uint64((1 << 56) - 1)
+MAX_FIELDS = 255              # fields 0..254: the top byte 255 is the bias's and the models'
+
+
+@njit(cache=True, nogil=True, inline="always")
+def field_key(field, low):
+    """The key of a feature in `field` (0..254) whose value is identified by `low` (its low
+    56 bits are kept): a model can concatenate per field what it learns of the row."""
+    return np.uint64(field) << FIELD_SHIFT | (np.uint64(low) & LOW_BITS)

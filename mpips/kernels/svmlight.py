@@ -3,15 +3,19 @@
 Line grammar: `label idx:val idx:val ... [# comment]`, label in {-1, 0, +1, 1}
 (also written as floats, e.g. 1.0), idx a decimal uint64 (0 to 2^64-1), val a
 decimal float. `qid:N` tokens are ignored; blank and comment-only lines are skipped.
+libffm lines are the same with `field:idx:val` features, field 0 to 254 and idx below 2^56:
+the key is hashing.field_key(field, idx).
 """
 import numpy as np
 from numba import njit
 
 from .avazu import parse_line as avazu_line
 from .criteo import parse_line as criteo_line
+from .hashing import LOW_BITS, MAX_FIELDS, field_key
 
 # Error codes returned by parse_svmlight; ERROR_TEXT gives the message.
-OK, BAD_LABEL, LABEL_NOT_BINARY, BAD_INDEX, INDEX_OVERFLOW, MISSING_COLON, BAD_VALUE = range(7)
+(OK, BAD_LABEL, LABEL_NOT_BINARY, BAD_INDEX, INDEX_OVERFLOW, MISSING_COLON, BAD_VALUE,
+ BAD_FIELD, FFM_INDEX_OVERFLOW) = range(9)
 ERROR_TEXT = {
     BAD_LABEL: "label is not a number",
     LABEL_NOT_BINARY: "label must be one of -1, 0, +1, 1",
@@ -19,6 +23,12 @@ ERROR_TEXT = {
     INDEX_OVERFLOW: "feature index exceeds 2^64-1",
     MISSING_COLON: "expected idx:value",
     BAD_VALUE: "feature value is not a decimal number within float32 range",
+}
+LIBFFM_ERROR_TEXT = {
+    **ERROR_TEXT,
+    MISSING_COLON: "expected field:idx:value",
+    BAD_FIELD: f"field is not an integer from 0 to {MAX_FIELDS - 1}",
+    FFM_INDEX_OVERFLOW: "feature index exceeds 2^56-1 (a key keeps its field in its top byte)",
 }
 _BLANK = -1
 
@@ -93,8 +103,9 @@ def _parse_float(buf, i, end):
 
 
 @njit(cache=True, nogil=True)
-def _parse_line(buf, pos, end, labels, indices, values, row, nnz):
-    """Parse one line (without its newline) into row `row` starting at entry `nnz`.
+def _parse_line(buf, pos, end, labels, indices, values, row, nnz, ffm):
+    """Parse one line (without its newline) into row `row` starting at entry `nnz`; with
+    `ffm`, features are field:idx:val (libffm).
 
     Returns (code, byte offset in line of the problem, number of entries written).
     """
@@ -127,6 +138,18 @@ def _parse_line(buf, pos, end, labels, indices, values, row, nnz):
             while i < end and not _is_space(buf[i]):
                 i += 1
             continue
+        field = 0
+        if ffm:
+            n_digits = 0
+            while i < end and 48 <= buf[i] <= 57 and n_digits < 4:
+                field = field * 10 + (buf[i] - _ZERO)
+                n_digits += 1
+                i += 1
+            if n_digits == 0 or field >= MAX_FIELDS or i == end or buf[i] != _COLON:
+                if n_digits > 0 and field < MAX_FIELDS and (i == end or _is_space(buf[i])):
+                    return MISSING_COLON, tok - pos, 0
+                return BAD_FIELD, tok - pos, 0
+            i += 1
         idx = np.uint64(0)
         n_digits = 0
         while i < end and 48 <= buf[i] <= 57:
@@ -146,6 +169,10 @@ def _parse_line(buf, pos, end, labels, indices, values, row, nnz):
         v, i, ok = _parse_float(buf, i, end)
         if not ok:
             return BAD_VALUE, tok - pos, 0
+        if ffm:
+            if idx > LOW_BITS:
+                return FFM_INDEX_OVERFLOW, tok - pos, 0
+            idx = field_key(field, idx)
         indices[nnz + k] = idx
         values[nnz + k] = v
         k += 1
@@ -160,7 +187,7 @@ def count_byte(buf, byte):
     return n
 
 
-SVMLIGHT, CRITEO, AVAZU = 0, 1, 2   # the line formats parse_lines knows
+SVMLIGHT, CRITEO, AVAZU, LIBFFM = 0, 1, 2, 3   # the line formats parse_lines knows
 
 
 @njit(cache=True, nogil=True)
@@ -172,8 +199,8 @@ def parse_svmlight(buf, final, skip_bad, labels, indptr, indices, values, starts
 
 @njit(cache=True, nogil=True)
 def parse_lines(buf, final, skip_bad, labels, indptr, indices, values, starts, fmt):
-    """Parse the complete lines of `buf` in format `fmt` (SVMLIGHT, or CRITEO or AVAZU: see
-    kernels.criteo and kernels.avazu) into preallocated CSR arrays, and the byte offset in `buf` where each
+    """Parse the complete lines of `buf` in format `fmt` (SVMLIGHT or LIBFFM, or CRITEO or
+    AVAZU: see kernels.criteo and kernels.avazu) into preallocated CSR arrays, and the byte offset in `buf` where each
     row's line starts into `starts`.
 
     Capacity: labels, starts and indptr[1:] need one entry per newline (+1 if `final`),
@@ -209,7 +236,8 @@ def parse_lines(buf, final, skip_bad, labels, indptr, indices, values, starts, f
         elif fmt == AVAZU:
             code, col, k = avazu_line(buf, pos, end, labels, indices, values, row, nnz)
         else:
-            code, col, k = _parse_line(buf, pos, end, labels, indices, values, row, nnz)
+            code, col, k = _parse_line(buf, pos, end, labels, indices, values, row, nnz,
+                                       fmt == LIBFFM)
         if code == OK:
             starts[row] = pos
             nnz += k

@@ -70,8 +70,9 @@ def factor_seed(seed, f):
 
 @njit(cache=True, nogil=True)
 def write_rows(seed, first_row, n_rows, n_fields, n_numeric, cdf, bias, sigma, out,
-               rank=0, tau=0.0):
-    """Generate rows [first_row, first_row + n_rows) as svmlight text into `out`.
+               rank=0, tau=0.0, ffm=False):
+    """Generate rows [first_row, first_row + n_rows) as svmlight text into `out` (with
+    `ffm`, libffm: field:value:x, a numeric field's value 0).
 
     Fields 0..n_numeric-1 are numeric (value in [0, 1), 4 decimals, one key per
     field); the rest are categorical with values drawn from the Zipf-like `cdf`
@@ -93,6 +94,7 @@ def write_rows(seed, first_row, n_rows, n_fields, n_numeric, cdf, bias, sigma, o
         squares = 0.0
         for f in range(n_fields):
             if f < n_numeric:
+                v = 0
                 key = feature_key(useed, f, np.uint64(0xFFFFFFFF))
                 x10k = int(_draw(useed, row, f) * 10000.0)
                 x = x10k / 10000.0
@@ -105,7 +107,12 @@ def write_rows(seed, first_row, n_rows, n_fields, n_numeric, cdf, bias, sigma, o
                 ux = planted_weight(factor_seed(useed, d), key, tau) * x
                 sums[d] += ux
                 squares += ux * ux
-            pos = write_uint(out, pos, key)
+            if ffm:
+                pos = write_uint(out, pos, np.uint64(f))
+                out[pos] = 58
+                pos = write_uint(out, pos + 1, np.uint64(v))
+            else:
+                pos = write_uint(out, pos, key)
             out[pos] = 58  # ':'
             pos += 1
             if f < n_numeric:

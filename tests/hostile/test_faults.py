@@ -143,6 +143,7 @@ def test_a_frozen_stage_of_a_pipeline_fails_the_job_within_the_bound_naming_it(s
         ended = job.finish(timeout=60)
     assert ended.returncode != 0
     assert ("from stage 1" in ended.output or
+            "stage 1 of pipeline 0 (worker 1, rank 3)" in ended.output or
             "the slowest is worker 1 (rank 3)" in ended.output), ended.output
 
 

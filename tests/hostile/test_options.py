@@ -63,6 +63,12 @@ REFUSED = [
     (("--model", "widedeep", "--stages", "3", "--micro-batches", "0"),
      "--micro-batches must be from 1 to 4096, got 0"),
     (("--pipeline", "zigzag"), "argument --pipeline: invalid choice: 'zigzag'"),
+    (("--fields", "5"), "--fields 5 is the number of fields Wide & Deep concatenates: it "
+                        "needs --model widedeep (got --model lr)"),
+    (("--model", "widedeep", "--fields", "5"), "svmlight text, whose features carry no field"),
+    (("--model", "widedeep", "--fields", "255"), "--fields must be from 0 (sum the "
+                                                 "embeddings) to 254, got 255"),
+    (("--format", "libffm"), "--format libffm, but its first line is svmlight text"),
 ]
 
 

@@ -153,3 +153,18 @@ def test_an_out_or_checkpoint_dir_that_is_a_file_is_refused(small_data, tmp_path
     assert job.returncode == 2
     assert f"--checkpoint-dir {taken}: cannot create the directory" in job.stderr
     assert taken.read_text() == "not a directory"
+
+
+def test_printed_output_piped_to_a_reader_that_stops_is_no_error():
+    """`mpips schedule ... | head -1`: the reader closes the pipe early; no traceback."""
+    import subprocess
+    import sys
+    for args in (["schedule", "--stages", "8", "--micro-batches", "4000"],
+                 ["train", "--train", "nowhere.svm", "--model", "widedeep", "--stages", "3",
+                  "--print-schedule"]):
+        mpips = subprocess.Popen([sys.executable, "-m", "mpips", *args],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        mpips.stdout.read(10)
+        mpips.stdout.close()   # as `head` does
+        _, err = mpips.communicate(timeout=60)
+        assert mpips.returncode == 0 and b"Traceback" not in err, err.decode()

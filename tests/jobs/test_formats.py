@@ -1,12 +1,14 @@
-"""Criteo and Avazu input as whole jobs: make-data writes Criteo's layout, convert takes it
-in parallel, a job trains on it (text or converted) to a model that has learned the planted
-one; a job trains on Avazu's CSV."""
+"""Criteo, Avazu and libffm input as whole jobs: make-data writes Criteo's layout, convert
+takes it in parallel, a job trains on it (text or converted) to a model that has learned the
+planted one; a job trains on Avazu's CSV; Wide & Deep concatenates the fields each format
+gives (Criteo's 39 known, libffm's counted when converting, --fields on text)."""
 import numpy as np
 import pytest
 from conftest import read_summary, run_job, run_mpips
 
 from mpips.evaluate import read_rows
 from mpips.model_io import load_model
+from mpips.shards import read_meta
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +28,7 @@ def test_a_job_learns_from_criteo_text_and_its_conversion_alike(criteo, tmp_path
     binary = read_rows(converted)
     for field in ("labels", "indptr", "indices", "values"):
         np.testing.assert_array_equal(getattr(binary, field), getattr(text, field))
+    assert read_meta(converted)["fields"] == 39
     models = []
     for name, source in (("text", criteo[0]), ("binary", converted)):
         run = tmp_path / name
@@ -82,5 +85,29 @@ def test_a_job_learns_from_avazu_csv(tmp_path):
     assert job.returncode == 0, job.output
     text, binary = read_rows(str(train)), read_rows(converted)
     assert len(text) == 20000 and text.indptr[-1] == 20000 * 23
+    assert read_meta(converted)["fields"] == 23
     for field in ("labels", "indptr", "indices", "values"):
         np.testing.assert_array_equal(getattr(binary, field), getattr(text, field))
+
+
+def test_wide_and_deep_concatenates_the_fields_of_criteo_and_libffm(criteo, tmp_path):
+    net = ("--model", "widedeep", "--embedding-dim", 2, "--hidden", 8)
+    job = run_job(2, "train", "--train", criteo[0], "--out", tmp_path / "c", *net)
+    assert job.returncode == 0, job.output
+    assert "network reads the 39 fields' embeddings concatenated" in job.output
+    assert read_summary(tmp_path / "c")["config"]["fields"] == 39
+    job = run_job(2, "train", "--train", criteo[0], "--out", tmp_path / "few", *net,
+                  "--fields", 10)
+    assert job.returncode != 0
+    assert "--fields 10: --train" in job.output and "has 39 fields (give --fields 39" in job.output
+    prefix = tmp_path / "f"
+    job = run_mpips("make-data", "--format", "libffm", "--rows", 3000, "--nnz", 5,
+                    "--features", 200, prefix)
+    assert job.returncode == 0, job.output
+    job = run_job(2, "convert", f"{prefix}.train.ffm", tmp_path / "f.bin")
+    assert job.returncode == 0, job.output
+    assert read_meta(tmp_path / "f.bin")["fields"] == 5, "libffm's largest field + 1"
+    job = run_job(2, "train", "--train", f"{prefix}.train.ffm", "--out", tmp_path / "f4",
+                  *net, "--fields", 4)
+    assert job.returncode != 0 and "a feature in field 4" in job.output
+    assert "give --fields 5 or more" in job.output

@@ -2,7 +2,8 @@
 micro-batch gives the bits of the whole network on one worker, whatever S (the stages push
 their own layers' rows; a key's row comes from one push either way); more micro-batches add
 the same gradients in another order; two copies of a pipeline train every row once; a
-checkpoint resumes to the uninterrupted bits; the schedule prints."""
+checkpoint resumes to the uninterrupted bits; the schedule prints. The network reads the six
+fields of libffm rows concatenated."""
 import shutil
 
 import h5py
@@ -16,6 +17,7 @@ from mpips.timeline import read_tasks
 
 ROWS = 6000
 ARGS = ("--servers", 1, "--model", "widedeep", "--embedding-dim", 4, "--hidden", "16,8",
+        "--fields", 6,
         "--batch-size", 200, "--epochs", 2, "--lr", 0.05)
 
 
@@ -23,9 +25,9 @@ ARGS = ("--servers", 1, "--model", "widedeep", "--embedding-dim", 4, "--hidden",
 def paired(tmp_path_factory):
     prefix = tmp_path_factory.mktemp("paired") / "p"
     job = run_mpips("make-data", "--rows", ROWS, "--test-rows", 2000, "--features", 300,
-                    "--nnz", 6, "--interactions", 4, "--seed", 5, prefix)
+                    "--nnz", 6, "--interactions", 4, "--seed", 5, "--format", "libffm", prefix)
     assert job.returncode == 0, job.output
-    return f"{prefix}.train.svm", f"{prefix}.test.svm"
+    return f"{prefix}.train.ffm", f"{prefix}.test.ffm"
 
 
 def train(data, run, workers, *extra, servers=1):
@@ -123,12 +125,17 @@ def test_a_checkpoint_resumes_to_the_uninterrupted_bits(paired, tmp_path):
     job = run_job(3, "train", "--train", paired[0], "--out", tmp_path / "other", *ARGS,
                   "--resume", mid.parent)
     assert job.returncode == 2 and "was written with --stages 2, this job has 1" in job.output
+    job = run_job(3, "train", "--train", paired[0], "--out", tmp_path / "other", *ARGS,
+                  "--stages", 2, "--fields", 0, "--resume", mid.parent)
+    assert job.returncode == 2 and "was written with --fields 6, this job has 0" in job.output
 
 
 def test_print_schedule_shows_the_stages_and_their_tasks():
     job = run_mpips("train", "--train", "nowhere.svm", "--model", "widedeep", "--hidden",
                     "64,32", "--stages", 3, "--micro-batches", 5, "--print-schedule")
     assert job.returncode == 0, job.output
+    assert ("network: embeddings of 8 from the servers -> sum (8) -> dense 8x64 relu -> "
+            "dense 64x32 relu -> dense 32x1 identity -> plus the wide margin") in job.output
     assert "stage 0: layers 0-0" in job.output and "stage 2: layers 2-2" in job.output
     assert "stage 2: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4  U" in job.output
     assert "theory 28.6%" in job.output

@@ -26,9 +26,10 @@ def test_the_hour_is_two_features_and_every_other_value_a_key_of_its_column(tmp_
     assert sniff(path) is AVAZU
     assert rows.labels.tolist() == [0.0, 1.0]
     assert np.diff(rows.indptr).tolist() == [23, 23]
-    assert int(rows.indices[0]) == int(feature_key(100, 0))               # 00h
-    assert int(rows.indices[1]) == int(feature_key(101, weekday(14, 10, 21)))
+    assert int(rows.indices[0]) == int(feature_key(0, 0))               # 00h
+    assert int(rows.indices[1]) == int(feature_key(1, weekday(14, 10, 21)))
     assert len(set(rows.indices[:23].tolist())) == 23
+    assert (rows.indices[:23] >> np.uint64(56)).tolist() == list(range(23))   # the fields
 
 
 def test_weekdays_are_the_calendars():

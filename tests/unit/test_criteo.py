@@ -30,6 +30,7 @@ def test_every_non_empty_field_is_one_key_of_its_field_and_value(tmp_path):
               feature_key(15, 0xA1B2)]
     assert rows.labels.tolist() == [0.0]
     assert rows.indices.tolist() == [int(k) for k in expect]
+    assert (rows.indices >> np.uint64(56)).tolist() == [0, 2, 3, 4, 13, 15]   # the fields
     assert (rows.values == 1).all()
 
 

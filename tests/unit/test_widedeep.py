@@ -1,7 +1,8 @@
 """Wide & Deep (mpips.models.WideDeep): margins against the model written out, the gradient
 against finite differences for every kind of row (a key's weight and embedding, the bias, the
-MLP's rows), first weights a function of the key alone, the MLP's keys in every minibatch,
-each layer's rows apart (a pipeline stage pulls its own)."""
+MLP's rows), with the embeddings summed or concatenated by field, first weights a function of
+the key alone, the MLP's keys in every minibatch, each layer's rows apart (a pipeline stage
+pulls its own)."""
 import numpy as np
 import pytest
 from test_models import batch
@@ -11,6 +12,15 @@ from mpips.errors import ConfigError, InputError
 from mpips.models import WideDeep, model_of
 
 MODEL = WideDeep(3, (4, 3))
+BY_FIELD = WideDeep(3, (4, 3), fields=3)   # three fields' embeddings concatenated: 9 inputs
+
+
+def with_fields(b, cols, model):
+    """The minibatch with keys whose top byte is a field (column mod 3), if the model reads
+    fields: the field is all the model takes of a key here."""
+    if model.fields:
+        b.indices[:] = (cols % 3).astype(np.uint64) << np.uint64(56)
+    return b
 
 
 def rows_for(model, keys: int, seed: int = 1) -> tuple:
@@ -34,7 +44,11 @@ def written_out(model, b, cols, bias_col, w) -> np.ndarray:
     for r in range(len(b)):
         lo, hi = b.indptr[r], b.indptr[r + 1]
         c, x = cols[lo:hi], b.values[lo:hi].astype(np.float64)
-        h = (w[c, 1:].astype(np.float64) * x[:, None]).sum(axis=0)
+        h = np.zeros(model.deep_inputs)
+        k = model.embedding_dim
+        for p in range(lo, hi):
+            at = int(b.indices[p] >> np.uint64(56)) * k if model.fields else 0
+            h[at:at + k] += w[cols[p], 1:].astype(np.float64) * b.values[p]
         at = 0
         for i, layer in enumerate(model.layers):
             W = flat[at:at + layer.inputs * layer.outputs].reshape(layer.inputs, layer.outputs)
@@ -48,31 +62,35 @@ def written_out(model, b, cols, bias_col, w) -> np.ndarray:
     return np.array(out)
 
 
-def test_margins_are_the_wide_part_plus_the_mlp_of_the_summed_embeddings():
+@pytest.mark.parametrize("model", [MODEL, BY_FIELD], ids=["summed", "by field"])
+def test_margins_are_the_wide_part_plus_the_mlp_of_the_embeddings(model):
     b, cols = batch(rows=7, keys=5)
-    _, w = rows_for(MODEL, 5)
+    b = with_fields(b, cols, model)
+    _, w = rows_for(model, 5)
     bias_col = w.shape[0] - 1
-    np.testing.assert_allclose(MODEL.margins(b, cols, bias_col, w),
-                               written_out(MODEL, b, cols, bias_col, w), rtol=1e-9)
+    np.testing.assert_allclose(model.margins(b, cols, bias_col, w),
+                               written_out(model, b, cols, bias_col, w), rtol=1e-9)
 
 
-def test_the_gradient_matches_finite_differences_on_every_kind_of_row():
+@pytest.mark.parametrize("model", [MODEL, BY_FIELD], ids=["summed", "by field"])
+def test_the_gradient_matches_finite_differences_on_every_kind_of_row(model):
     b, cols = batch(seed=3, rows=8, keys=5)
-    _, w = rows_for(MODEL, 5, seed=4)
+    b = with_fields(b, cols, model)
+    _, w = rows_for(model, 5, seed=4)
     bias_col = w.shape[0] - 1
-    grad, loss = MODEL.gradient(b, cols, bias_col, w)
+    grad, loss = model.gradient(b, cols, bias_col, w)
     w64 = w.astype(np.float64)
 
     def mean_loss(v):
-        m = written_out(MODEL, b, cols, bias_col, v)
+        m = written_out(model, b, cols, bias_col, v)
         y = b.labels.astype(np.float64)
         return np.mean(np.logaddexp(0, m) - y * m)
 
     assert loss == pytest.approx(mean_loss(w64) * len(b), rel=1e-6)
-    reserved = MODEL.reserved_keys().shape[0]
+    reserved = model.reserved_keys().shape[0]
     checked = [(0, 0), (2, 1), (4, 3), (bias_col, 0)] + [(bias_col - reserved + r, c)
                                                          for r in range(reserved)
-                                                         for c in range(MODEL.width)]
+                                                         for c in range(model.width)]
     for row, col in checked:   # the padding of each layer's last row included: 0
         up, down = w64.copy(), w64.copy()
         up[row, col] += 1e-6
@@ -117,6 +135,23 @@ def test_bad_sizes_are_refused(args, says):
 
 def test_the_model_of_its_options():
     assert model_of("widedeep", embedding_dim=5, hidden=(7,)) == WideDeep(5, (7,))
+    assert model_of("widedeep", embedding_dim=5, hidden=(7,), fields=39).layers[0].inputs == 195
+
+
+@pytest.mark.parametrize("args, says", [
+    ((4, (8,), 255), "--fields must be from 0"), ((1024, (8,), 100), "would be 102400 wide")])
+def test_bad_field_counts_are_refused(args, says):
+    with pytest.raises(ConfigError, match=says):
+        WideDeep(*args)
+
+
+def test_a_feature_beyond_the_fields_is_named():
+    b, cols = batch(rows=4, keys=5)
+    b.indices[:] = np.uint64(7) << np.uint64(56)
+    _, w = rows_for(BY_FIELD, 5)
+    with pytest.raises(InputError, match=r"a feature in field 7 .* --fields 3 fields, 0 to 2: "
+                                         r"give --fields 8 or more"):
+        BY_FIELD.margins(b, cols, w.shape[0] - 1, w)
 
 
 @pytest.mark.parametrize("bias", [True, False])
