@@ -162,9 +162,11 @@ def prune(root: str, keep: int, newest: str) -> None:
 def load_shards(directory: str, manifest: dict, store, placement, server: int) -> int:
     """Put into `store` every key of the checkpoint that `placement` gives to `server` (as
     primary or backup); returns how many. Written with as many key ranges, the checkpoint
-    holds them in the files of the ranges this server holds; otherwise (re-sharding) every
-    file is read and filtered."""
-    same = manifest["servers"] == placement.n_ranges
+    holds them in the files of the ranges this server holds (the ranges are equal slices of
+    the hash: as many, the same); otherwise (re-sharding) every file is read and
+    filtered."""
+    bounds = manifest.get("placement", {}).get("bounds")
+    same = (len(bounds) if bounds else manifest["servers"]) == placement.n_ranges
     held = placement.held_ranges(server)
     loaded = 0
     for shard in manifest["shards"]:

@@ -109,6 +109,11 @@ def _train_parser(sub):
                      help="keep every key on R servers: a primary, which answers reads, and R-1 "
                           "backups on the next servers (other nodes first), which apply the "
                           "same pushes (default: 1, no copies)")
+    job.add_argument("--vnodes", type=int, default=64, metavar="V",
+                     help="key ranges per server: the hash of the keys is cut into servers x V "
+                          "equal ranges dealt round the ring, so that when a server joins or "
+                          "leaves whole ranges move, 1/n of the keys, and the servers' shares "
+                          "stay within 1/V of each other (default: %(default)s)")
     job.add_argument("--consistency", choices=["bsp", "ssp", "asp"], default="bsp",
                      help="when a worker may read: bsp, only once every worker has finished the "
                           "previous clock (default); ssp, while at most --staleness clocks ahead "
@@ -556,7 +561,7 @@ def config_of(args):
     optimizer = Optimizer(name=args.optimizer, lr=args.lr,
                           l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
     return TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
-                      replicas=args.replicas,
+                      replicas=args.replicas, vnodes=args.vnodes,
                       epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
                       average_after=args.average_after,
                       bias=args.bias, consistency=args.consistency,

@@ -23,7 +23,7 @@ from .bounded import wait_all, wait_until
 from .errors import ProtocolError, Stopped, WaitTimeout
 from .failover import CannotFailOver, dead_ranks, is_failure
 from .kernels.hashing import is_sorted_unique
-from .placement import Placement
+from .placement import Placement, describe_ranges
 from .protocol import Op
 
 
@@ -411,7 +411,7 @@ class KVWorker:
             return False
         placement = self._placement = self._placement.without(gone)
         if placement.lost:
-            raise CannotFailOver(f"every copy of key range(s) {list(placement.lost)} died with "
+            raise CannotFailOver(f"every copy of key range(s) {describe_ranges(placement.lost)} died with "
                            f"server(s) {sorted(placement.dead)}")
         return True
 

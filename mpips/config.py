@@ -11,6 +11,7 @@ from .shards import check_input, fields_of
 
 CONSISTENCY = ("bsp", "ssp", "asp")
 SOLVERS = ("minibatch", "lbfgs")
+MAX_VNODES = 4096
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class TrainConfig:
     test: str | None = None
     servers: int = 1
     replicas: int = 1               # copies of each key, on as many servers
+    vnodes: int = 64                # key ranges per server (see placement)
     epochs: int = 1
     batch_size: int | None = None   # None: chosen from the data (defaults.batch_size)
     optimizer: Optimizer = field(default_factory=Optimizer)
@@ -78,6 +80,9 @@ class TrainConfig:
         if not 1 <= self.replicas <= self.servers:
             raise ConfigError(f"--replicas {self.replicas}: each key is kept on that many "
                               f"servers, so it must be from 1 to --servers ({self.servers})")
+        if not 1 <= self.vnodes <= MAX_VNODES:
+            raise ConfigError(f"--vnodes must be from 1 to {MAX_VNODES} key ranges per server, "
+                              f"got {self.vnodes}")
         batch = 1 if self.batch_size is None else self.batch_size   # None: chosen later
         for flag, value in (("--epochs", self.epochs), ("--batch-size", batch)):
             if value < 1:

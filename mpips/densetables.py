@@ -36,6 +36,7 @@ from .densefiles import index_of, read_blocks
 from .errors import ProtocolError, SaveError
 from .files import write_hdf5
 from .kernels import dense, elementwise
+from .placement import describe_ranges
 from .protocol import Op
 
 log = logging.getLogger("mpips")
@@ -103,7 +104,7 @@ class DenseTables:
         self.rounds: dict = {}    # (table id, round) -> {worker: (rows, values)}
         self.incoming: set = set()   # ranges held anew, their blocks not copied here yet
         self.outgoing: list = []     # (range, server): copies this server owes
-        self.restored = lambda range_, blocks, seconds: None   # told of each copy received
+        self.restored = lambda ranges, blocks, seconds: None   # told of the copies received
         self._changed_at = 0.0
 
     def answers(self, table: Table) -> list:
@@ -167,12 +168,13 @@ class DenseTables:
         """The operation dense tables bring to `server`'s loop."""
         self.link = server
 
-        def restored(range_: int, blocks: int, seconds: float) -> None:
-            log.warning("key range %d of the dense tables has its copies again: %d blocks "
-                        "copied here %.2f s after the failure", range_, blocks, seconds)
+        def restored(ranges: list, blocks: int, seconds: float) -> None:
+            log.warning("key range(s) %s of the dense tables have their copies again: %d "
+                        "blocks copied here %.2f s after the failure", describe_ranges(ranges),
+                        blocks, seconds)
             if server.takeover and server.takeover.failures:
                 server.takeover.failures[-1].setdefault("rebuilt", []).append(
-                    {"range": range_, "blocks": blocks, "seconds": round(seconds, 4)})
+                    {"ranges": ranges, "blocks": blocks, "seconds": round(seconds, 4)})
         self.restored = restored
 
         def on_dense(source: int, r, buf) -> None:
@@ -299,7 +301,7 @@ def _restore(tables: DenseTables, call: Call) -> np.ndarray:
     tables.outgoing = []
     received = 0
     for r in sorted(tables.incoming):
-        source, before = placement.holders[r][0], received
+        source = placement.holders[r][0]
         for _, table in ordered:
             layout = table.layout
             numbers = layout.blocks_in(r, placement.n_ranges).tolist()
@@ -312,7 +314,9 @@ def _restore(tables: DenseTables, call: Call) -> np.ndarray:
             for b, at, size in zip(numbers, np.cumsum([0] + sizes).tolist(), sizes):
                 table.blocks[b] = values[at:at + size]
             received += len(numbers)
-        tables.restored(r, received - before, time.monotonic() - tables._changed_at)
+    if tables.incoming:
+        tables.restored(sorted(tables.incoming), received,
+                        time.monotonic() - tables._changed_at)
     tables.incoming = set()
     return np.array([float(placement.version), float(received)])
 

@@ -125,7 +125,8 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
                                         eps=chosen["eps"], average_from=chosen["average_from"]))
     roles = split(cfg.servers, comm)   # collective: nobody writes before the old run is gone
     # The one key placement every part uses.
-    placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)])
+    placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)],
+                          vnodes=cfg.vnodes)
     setup(f"rank {comm.rank} ({roles.name})")
     # Collective: rank 0 says whether hot failover can work, and why.
     ulfm = announce(comm, bound).on

@@ -11,6 +11,7 @@ import h5py
 import numpy as np
 
 from .files import write_hdf5
+from .placement import describe_ranges
 
 
 def shard_path(model_dir: str, server: int) -> str:
@@ -19,6 +20,7 @@ def shard_path(model_dir: str, server: int) -> str:
 
 def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict,
                clocks: int, weights_only: bool = False, ranges: list | None = None,
+               n_ranges: int | None = None,
                dense: dict | None = None) -> str:
     """Write one server's keys, the model's weights once `clocks` clocks are done (see
     `Optimizer.weights`) and the optimizer state, sorted by key. `weights_only` (snapshots
@@ -37,6 +39,7 @@ def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict,
         path, {**datasets, **(dense or {})},
         {"server": server, "n_servers": n_servers, "width": store.width,
          "ranges": np.array([server] if ranges is None else ranges, np.int64),
+         "n_ranges": n_servers if n_ranges is None else n_ranges,
          "optimizer": store.optimizer.name, "config": json.dumps(attrs.get("config", {})),
          **{k: v for k, v in attrs.items() if k != "config"}})
     return path
@@ -51,13 +54,14 @@ def load_model(model_dir: str, allow_partial: bool = False):
     paths = sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))
     if not paths:
         raise FileNotFoundError(f"{model_dir}: no server-*.h5 model files")
-    keys, weights, runs, sizes, ranges = [], [], set(), set(), []
+    keys, weights, runs, sizes, ranges, cut = [], [], set(), set(), [], set()
     for p in paths:
         with h5py.File(p, "r") as f:
             if "keys" not in f or "n_servers" not in f.attrs:
                 raise ValueError(f"{p}: not a model shard written by mpips")
             runs.add(str(f.attrs["run_id"]))
             sizes.add(int(f.attrs["n_servers"]))
+            cut.add(int(f.attrs.get("n_ranges", f.attrs["n_servers"])))
             if not f.attrs["complete"] and not allow_partial:
                 raise ValueError(f"{p}: saved after an error ({f.attrs['note']}); "
                                  f"read it anyway with allow_partial (score --allow-partial)")
@@ -67,10 +71,14 @@ def load_model(model_dir: str, allow_partial: bool = False):
             weights.append(f["weights"][:])
     if len(runs) > 1:
         raise ValueError(f"{model_dir}: shards of different runs {sorted(runs)}")
-    if len(sizes) != 1 or sorted(ranges) != list(range(min(sizes))):
-        raise ValueError(f"{model_dir}: {len(paths)} shard file(s) holding key range(s) "
-                         f"{sorted(ranges)}, but the run had {sorted(sizes)} server(s), a "
-                         f"range each")
+    if len(sizes) != 1 or len(cut) != 1 or sorted(ranges) != list(range(min(cut))):
+        missing = sorted(set(range(min(cut))) - set(ranges))
+        twice = sorted({r for r in ranges if ranges.count(r) > 1})
+        raise ValueError(f"{model_dir}: {len(paths)} shard file(s) of a run of "
+                         f"{sorted(sizes)} server(s) and {sorted(cut)} key ranges, but key "
+                         f"range(s) " + (f"{describe_ranges(missing)} are in none of them"
+                                         if missing else
+                                         f"{describe_ranges(twice)} are in more than one"))
     keys, weights = np.concatenate(keys), np.concatenate(weights)
     order = np.argsort(keys, kind="stable")
     return keys[order], weights[order]

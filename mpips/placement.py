@@ -1,12 +1,18 @@
 """Which servers hold a key: hash the key into one of the job's key ranges; each range sits on a
 ring of servers, held by its primary and the next R-1 servers on the ring (its backups).
 
-Hashing first makes sequential or skewed feature ids spread evenly; ranges keep the map a
-short sorted array of boundaries that can later move or split. Range r's primary is server r
-while every server lives; its backups are the next servers on the ring, preferring servers
-on other nodes, so that one node's loss leaves a copy. When servers die, each range's
-first living holder becomes its primary, and the next living servers on the ring replace
-the copies lost: `without(dead)` is the next version of the map.
+The ranges are Q equal slices of the hash (consistent hashing with fixed partitions, as
+Dynamo's third strategy): each server starts with `vnodes` of them, dealt round the ring
+(range r to server r mod n), so servers hold equal shares of the keys however few there
+are. A server that joins takes whole ranges from the fullest servers, one at a time, and a
+server that leaves deals its own out to the emptiest: only 1/n of the keys move, and
+`vnodes` is what keeps the shares even after joins and leaves (a share is a whole number of
+ranges). Hashing first makes sequential or skewed feature ids spread evenly.
+
+A range's backups are the next servers met going round the ring from it, preferring servers
+on other nodes, so that one node's loss leaves a copy. When servers die, each range's first
+living holder becomes its primary, and the next living servers on the ring replace the
+copies lost: `without(dead)` is the next version of the map.
 """
 import numpy as np
 
@@ -15,56 +21,143 @@ from .kernels import hashing
 _SALT = np.uint64(0x9E3779B97F4A7C15)  # keeps placement independent of the server's slot hash
 
 
-def ring_holders(n_servers: int, replicas: int, nodes=None) -> tuple:
-    """For each range r, the servers holding it: r, then the next `replicas - 1` servers
-    after r on the ring, those on nodes not yet holding r first."""
+def _walk(assign: tuple, r: int, owners: int):
+    """The `owners` servers that own ranges, in the order met going round the ring from
+    range r (r's own first), each once."""
+    seen = set()
+    n = len(assign)
+    for i in range(n):
+        s = assign[(r + i) % n]
+        if s not in seen:
+            seen.add(s)
+            yield s
+            if len(seen) == owners:
+                return
+
+
+def ring_holders(n_servers: int, replicas: int, nodes=None, assign=None) -> tuple:
+    """For each range r, the servers holding it: its owner (`assign[r]`; default: one range
+    per server, range r on server r), then the next `replicas - 1` servers met going round
+    the ring from r, those on nodes not yet holding r first."""
     nodes = list(nodes) if nodes is not None else list(range(n_servers))
-    holders = []
-    for r in range(n_servers):
-        ring = [(r + i) % n_servers for i in range(1, n_servers)]
-        chosen, used = [r], {nodes[r]}
-        for s in ring:   # distinct nodes first, in ring order ...
-            if len(chosen) < replicas and nodes[s] not in used:
-                chosen.append(s)
-                used.add(nodes[s])
-        for s in ring:   # ... then any server, if the job has too few nodes
-            if len(chosen) < replicas and s not in chosen:
-                chosen.append(s)
+    assign = tuple(assign) if assign is not None else tuple(range(n_servers))
+    holders, owners = [], len(set(assign))
+    for r, owner in enumerate(assign):
+        chosen, used, passed = [owner], {nodes[owner]}, []
+        walk = _walk(assign, r, owners)
+        next(walk)
+        for s in walk if replicas > 1 else ():   # distinct nodes first, in ring order ...
+            if nodes[s] in used:
+                passed.append(s)
+                continue
+            chosen.append(s)
+            used.add(nodes[s])
+            if len(chosen) == replicas:
+                break
+        # ... then any server, if the job has too few nodes (the walk went all round)
+        chosen += passed[:replicas - len(chosen)]
         holders.append(tuple(chosen))
     return tuple(holders)
 
 
-def _living_holders(r: int, ring: tuple, n_servers: int, replicas: int, dead) -> tuple:
+def _living_holders(r: int, ring: tuple, assign: tuple, replicas: int, dead) -> tuple:
     """Range r's holders with `dead` servers gone: the first `replicas` living servers of its
-    ring holders, then the ring from r on. The first is the primary; a server new to the
+    ring holders, then of the ring from r on. The first is the primary; a server new to the
     list gets a copy from it. The same set of dead servers gives the same holders whatever
     the order the deaths were learned in."""
-    order = list(ring) + [(r + i) % n_servers for i in range(1, n_servers)
-                          if (r + i) % n_servers not in ring]
-    return tuple([s for s in order if s not in dead][:replicas])
+    chosen = [s for s in ring if s not in dead]
+    if len(chosen) < replicas and dead:
+        for s in _walk(assign, r, len(set(assign))):
+            if len(chosen) == replicas:
+                break
+            if s not in dead and s not in chosen:
+                chosen.append(s)
+    return tuple(chosen[:replicas])
+
+
+def dealt(n_servers: int, vnodes: int) -> tuple:
+    """The first owners of n_servers x vnodes ranges: dealt round the ring."""
+    return tuple(r % n_servers for r in range(n_servers * vnodes))
+
+
+def with_server(assign: tuple, new: int) -> tuple:
+    """The ranges' owners once server `new` has joined: it takes one range at a time from
+    the server owning most (the lowest numbered of equals; its last range on the ring) until
+    it owns as many as the fewest any other owns, give or take one."""
+    owned = _owned(assign)
+    owned[new] = []
+    out = list(assign)
+    while True:
+        fullest = max(sorted(owned), key=lambda s: len(owned[s]))
+        if len(owned[fullest]) - len(owned[new]) <= 1:
+            return tuple(out)
+        r = owned[fullest].pop()
+        owned[new].append(r)
+        out[r] = new
+
+
+def without_server(assign: tuple, leaving: int) -> tuple:
+    """The ranges' owners once server `leaving` has left: each of its ranges, in ring order,
+    to the server then owning fewest (the lowest numbered of equals)."""
+    owned = _owned(assign)
+    mine = owned.pop(leaving, [])
+    if not owned:
+        raise ValueError(f"server {leaving} is the last server: it cannot leave")
+    out = list(assign)
+    for r in mine:
+        emptiest = min(sorted(owned), key=lambda s: len(owned[s]))
+        owned[emptiest].append(r)
+        out[r] = emptiest
+    return tuple(out)
+
+
+def _owned(assign: tuple) -> dict:
+    owned = {}
+    for r, s in enumerate(assign):
+        owned.setdefault(s, []).append(r)
+    return owned
+
+
+def moved(before: tuple, after: tuple) -> float:
+    """The share of the ranges (so of the keys, whose hashes spread evenly) whose owner
+    changed."""
+    return sum(a != b for a, b in zip(before, after)) / len(before)
+
+
+def describe_ranges(ranges) -> str:
+    """Key ranges for a message: all of few, the first of many."""
+    ranges = sorted(int(r) for r in ranges)
+    if len(ranges) <= 8:
+        return str(ranges)
+    return f"{len(ranges)} ranges ({', '.join(map(str, ranges[:6]))}, ...)"
 
 
 class Placement:
     """`version` numbers the placements of one job: a message says which one its sender used,
     so that a server can tell keys split by another (after a failure or membership change)
-    apart."""
+    apart. `assign`: each range's owner (default: `vnodes` ranges per server, dealt)."""
 
     def __init__(self, n_servers: int, replicas: int = 1, nodes=None, version: int = 0,
-                 dead: frozenset = frozenset()):
+                 dead: frozenset = frozenset(), vnodes: int = 1, assign=None):
         if not 1 <= replicas <= n_servers:
             raise ValueError(f"{replicas} replicas of each key need at least as many servers; "
                              f"there are {n_servers}")
+        if vnodes < 1:
+            raise ValueError(f"each server needs at least one key range, not {vnodes}")
         self.n_servers = n_servers
         self.replicas = replicas
         self.nodes = tuple(nodes) if nodes is not None else tuple(range(n_servers))
         self.version = version
         self.dead = frozenset(dead)
-        self.bounds = np.array([(s << 64) // n_servers for s in range(n_servers)], np.uint64)
-        self.holders = tuple(_living_holders(r, h, n_servers, replicas, self.dead)
-                             for r, h in enumerate(ring_holders(n_servers, replicas, self.nodes)))
+        self.assign = tuple(assign) if assign is not None else dealt(n_servers, vnodes)
+        q = len(self.assign)
+        self.bounds = np.array([(r << 64) // q for r in range(q)], np.uint64)
+        self.holders = tuple(
+            _living_holders(r, h, self.assign, replicas, self.dead)
+            for r, h in enumerate(ring_holders(n_servers, replicas, self.nodes, self.assign)))
         self.lost = tuple(r for r, h in enumerate(self.holders) if not h)
         self._primary = np.array([h[0] if h else -1 for h in self.holders], np.int32)
-        self._held = np.zeros((n_servers, n_servers), np.bool_)   # [server, range]
+        self._held = np.zeros((n_servers, q), np.bool_)   # [server, range]
         for r, h in enumerate(self.holders):
             self._held[list(h), r] = True
 
@@ -77,7 +170,7 @@ class Placement:
         dead servers, so that ranks that learn of two deaths in either order agree."""
         gone = self.dead | frozenset(dead)
         return Placement(self.n_servers, self.replicas, self.nodes,
-                         self.version + len(gone - self.dead), gone)
+                         self.version + len(gone - self.dead), gone, assign=self.assign)
 
     def ranges_of(self, keys: np.ndarray) -> np.ndarray:
         """Key range (int32) of each key."""
@@ -128,7 +221,8 @@ class Placement:
 
     def describe(self) -> dict:
         """The map as plain data, for manifests and summaries."""
-        return {"hash": "splitmix64 of key ^ salt, ranges of the hash",
+        return {"hash": "splitmix64 of key ^ salt, equal ranges of the hash",
                 "bounds": [str(b) for b in self.bounds], "replicas": self.replicas,
+                "owners": list(self.assign),
                 "holders": [list(h) for h in self.holders], "dead": sorted(self.dead),
                 "version": self.version}

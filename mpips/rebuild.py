@@ -39,6 +39,7 @@ class Rebuilds:
         self.switched = {}                # worker -> first clock it pushed under `version`
         self.last_ts = np.zeros(n_workers, np.int64)   # the last push applied, per worker
         self.done = []                    # (range, keys, seconds) of copies received
+        self.this_round = []              # those of the latest plan
 
     def plan(self, before, after, now: float) -> None:
         """The placement changed from `before` to `after` (a server died): what to send, what
@@ -46,6 +47,7 @@ class Rebuilds:
         self.version = after.version
         self.switched = {}
         self.outgoing = []
+        self.this_round = []
         for r, holders in enumerate(after.holders):
             new = [s for s in holders if s not in before.holders[r]]
             if holders and holders[0] == self.server:
@@ -95,6 +97,7 @@ class Rebuilds:
         if waiting is None:
             return []
         self.done.append((r, n_keys, now - waiting.since))
+        self.this_round.append(self.done[-1])
         kept = [p for p in waiting.kept if p[2] > last_ts[p[1]]]
         order = sorted(range(len(kept)), key=lambda i: (kept[i][0], kept[i][1], i))
         return [kept[i] for i in order]

@@ -34,7 +34,7 @@ from .densetables import DenseTables
 from .errors import ProtocolError, WaitTimeout
 from .failover import CannotFailOver, dead_ranks, is_failure
 from .optimizer import Optimizer
-from .placement import Placement
+from .placement import Placement, describe_ranges
 from .progress import Progress
 from .protocol import Op, Report
 from .readgate import HOLD, SERVE, Pull, ReadGate
@@ -58,6 +58,7 @@ class ServerStats:
     busy_s: float = 0.0       # time spent handling requests (the rest is waiting for them)
     checkpoints: int = 0      # checkpoint files written
     pushes_applied: int = 0   # workers' pushes in this server's store (this launch)
+    keys_served: int = 0      # keys of the reads answered (the load the placement gave it)
 
 
 @dataclass
@@ -239,7 +240,7 @@ class Server:
                         raise WaitTimeout(f"servers {sorted(self._servers_left)} did not say "
                                           f"they had finished within --timeout "
                                           f"{self.timeout:g} s of the last worker")
-                    raise WaitTimeout(f"the copies of key range(s) {self._copies_awaited} "
+                    raise WaitTimeout(f"the copies of key range(s) {describe_ranges(self._copies_awaited)} "
                                       f"did not arrive within --timeout {self.timeout:g} s "
                                       f"of the last worker")
                 self._reap_replies()
@@ -551,7 +552,7 @@ class Server:
         missing = sorted(set(range(self.placement.n_ranges)) - covered)
         if missing and not failed:   # a death, not a failing disk: not one of those counted
             log.warning("checkpoint at clock %d is passed over: key range(s) %s are in no "
-                        "file (their server died before writing it)", clock, missing)
+                        "file (their server died before writing it)", clock, describe_ranges(missing))
             return
         if not failed:
             deaths = self.losses.deaths_before(clock) if self.losses else []
@@ -602,6 +603,7 @@ class Server:
     # Replies.
     def _serve(self, pull: Pull) -> None:
         self.gate.served(pull)
+        self.stats.keys_served += pull.keys.shape[0]
         out = np.empty((pull.keys.shape[0], self.store.width), np.float32)
         rows = self.store.find(pull.keys, pull.insert, out)
         if self.clocks.done[pull.worker] == FINISHED:   # a read of the final model

@@ -133,7 +133,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                        {**attrs, "complete": True, "elapsed_s": taken[-1],
                         "slowest_clock": -1 if slowest == FINISHED else slowest,
                         "examples": int(progress.examples.sum()) if progress else -1},
-                       clocks.longest, weights_only=True, ranges=own.ranges())
+                       clocks.longest, weights_only=True, ranges=own.ranges(),
+                       n_ranges=own.placement.n_ranges)
         except SaveError as e:
             log.warning("snapshot %s not written: %s", label, e)
 
@@ -145,7 +146,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         try:
             path = save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
                               {**attrs, "complete": False, "note": "; then ".join(reasons)},
-                              clocks.longest, ranges=own.ranges(), dense=dense.datasets())
+                              clocks.longest, ranges=own.ranges(),
+                              n_ranges=own.placement.n_ranges, dense=dense.datasets())
         except SaveError as e:
             log.error("could not save the %d keys trained so far: %s%s", len(own), e,
                       _checkpoints_hint(cfg))
@@ -201,6 +203,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     try:
         keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
                                        saved, clocks.longest, ranges=own.ranges(),
+                                       n_ranges=own.placement.n_ranges,
                                        dense=dense.datasets()),
                     cfg.disk_wait, "the trained model")
     except SaveError as e:
@@ -229,6 +232,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
     r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)
     r["pushes"] = stats.pushes_applied
+    r["keys_served"] = stats.keys_served
     r["held_peak"] = budget.peak
     return (r, np.empty(0), np.empty(0, np.float32), server.held_s, NO_STEPS,
             server.timeline.samples())

@@ -32,6 +32,7 @@ RECORD = np.dtype([
     ("held_peak", "<i8"),     # the most bytes counted against --max-rank-memory (budget)
     ("samples", "<i8"),       # in the rank's timeline
     ("tasks", "<i8"),         # pipeline tasks logged (stagework.TaskLog)
+    ("keys_served", "<i8"),   # servers: keys of the reads answered
 ])
 
 
@@ -74,6 +75,12 @@ def gather_to_root(comm: MPI.Intracomm, local: np.ndarray, counts: np.ndarray, t
     return recv
 
 
+def key_spread(keys: np.ndarray) -> float | None:
+    """The most keys a server holds over the mean of the servers holding any."""
+    held = keys[keys > 0]
+    return round(float(held.max() / held.mean()), 4) if held.size else None
+
+
 def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra) -> dict:
     """The summary from all ranks' records, the gathered test scores, and how long each
     worker's pulls were held for the clocks."""
@@ -102,6 +109,10 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "compile_s": float(records["compile_s"].max()),
         "late_compiles": int(records["late_compiles"].sum()),
         "keys_stored": keys,
+        # Keys each server answers for, and the largest share over the mean of those that
+        # hold any (a dead server holds none): how evenly the key ranges spread them.
+        "server_keys": [int(x) for x in servers["keys"]],
+        "key_spread": key_spread(servers["keys"]),
         "key_copies_stored": int(servers["copies"].sum()),
         "server_bytes": int(servers["table_bytes"].sum()),
         "server_bytes_per_key": float(servers["table_bytes"].sum()) / keys if keys else None,
@@ -114,6 +125,8 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         # possibly empty: every push completes a clock on every server) unless a worker died.
         "pushes_sent": int(workers["pushes"].sum()),
         "pushes_applied": [int(x) for x in servers["pushes"]],
+        # The read load each server carried: keys of the reads it answered.
+        "server_keys_served": [int(x) for x in servers["keys_served"]],
         "wait_s": [float(x) for x in workers["wait_s"]],
         "worker_examples": [int(x) for x in workers["examples"]],   # each, resumes included
         "held_s": [float(x) for x in held_s],
@@ -189,8 +202,10 @@ def print_lines(s: dict, path: str) -> None:
     if s["keys_stored"]:
         sent = (f"; {s['bytes_per_example']:,.0f} bytes sent per example"
                 if s["bytes_per_example"] else "")
-        say(f"model: {s['keys_stored']:,} keys, {s['server_bytes_per_key']:.1f} bytes/key on the "
-            f"servers, in {s['model_dir']}{sent}")
+        spread = (f" (the largest server's share {s['key_spread']:.3f}x the mean)"
+                  if s.get("key_spread") and s["servers"] > 1 else "")
+        say(f"model: {s['keys_stored']:,} keys{spread}, {s['server_bytes_per_key']:.1f} "
+            f"bytes/key on the servers, in {s['model_dir']}{sent}")
     if s["bad_lines"]:
         say(f"skipped {s['bad_lines']:,} bad input line(s) (--skip-bad-lines)")
     say(f"summary: {path}")

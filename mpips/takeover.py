@@ -16,6 +16,7 @@ from . import protocol
 from .bounded import wait_until
 from .clocks import FINISHED
 from .failover import CannotFailOver, dead_ranks, is_failure
+from .placement import describe_ranges
 from .protocol import Op
 from .rebuild import Rebuilds
 
@@ -44,13 +45,13 @@ class Takeover:
         before = previous.primary_ranges(roles.index)
         placement = s.placement = previous.without(gone)
         if placement.lost:
-            raise CannotFailOver(f"every copy of key range(s) {list(placement.lost)} died with "
+            raise CannotFailOver(f"every copy of key range(s) {describe_ranges(placement.lost)} died with "
                                  f"server(s) {sorted(placement.dead)}")
         self.rebuilds.plan(previous, placement, time.monotonic())
         partial = [int(r) for r in np.flatnonzero(placement.primary_ranges(roles.index))
                    if not self.rebuilds.complete(int(r))]
         if partial:
-            raise CannotFailOver(f"every whole copy of key range(s) {partial} died with "
+            raise CannotFailOver(f"every whole copy of key range(s) {describe_ranges(partial)} died with "
                                  f"server(s) {sorted(placement.dead)} (this server, their new "
                                  f"primary, had no complete copy of them yet)")
         self.send_copies()
@@ -63,7 +64,8 @@ class Takeover:
                                   "ranges_taken_over": took})
             log.warning("server %d (rank %d) died; the living copies of its keys take over "
                         "(placement version %d): this server now answers key range(s) %s",
-                        server, roles.servers[server], placement.version, took or "none")
+                        server, roles.servers[server], placement.version,
+                        describe_ranges(took) if took else "none")
         return True
 
     def catch_up(self, version: int, sender: str) -> None:
@@ -129,13 +131,18 @@ class Takeover:
                 s.store.push(keys, values, clock)
                 self.applied(worker, ts)
         _, keys_n, took = self.rebuilds.done[-1]
-        log.warning("key range %d has its copies again: %d keys copied here from %s in %.2f s "
-                    "(%.0f keys/s), then %d kept pushes", range_, keys_n, sender, took,
-                    keys_n / max(took, 1e-9), len(replay))
+        log.debug("key range %d: %d keys copied here from %s in %.2f s, then %d kept pushes",
+                  range_, keys_n, sender, took, len(replay))
         if self.failures:
             self.failures[-1].setdefault("rebuilt", []).append(
                 {"range": range_, "keys": keys_n, "seconds": round(took, 4),
                  "load_s": round(time.monotonic() - began, 4)})
+        if not self.rebuilds.incoming:   # every range this server held anew is whole
+            done = self.rebuilds.this_round
+            keys_n, took = sum(d[1] for d in done), max(d[2] for d in done)
+            log.warning("key range(s) %s have their copies again: %d keys copied here in "
+                        "%.2f s (%.0f keys/s)", describe_ranges([d[0] for d in done]), keys_n,
+                        took, keys_n / max(took, 1e-9))
 
     def send_copies(self) -> None:
         """The range copies due (see `rebuild`): sorted keys and their state rows, and the
@@ -150,12 +157,15 @@ class Takeover:
             return
         keys, state = s.store.items()
         ranges = s.placement.ranges_of(keys)
+        order = np.lexsort((keys, ranges))   # by range, each range's keys sorted
+        starts = np.searchsorted(ranges[order], np.arange(s.placement.n_ranges + 1))
         for copy in due:
-            mine = np.flatnonzero(ranges == copy.range)
-            mine = mine[np.argsort(keys[mine])]
+            mine = order[starts[copy.range]:starts[copy.range + 1]]
             s.send(protocol.pack(
                 protocol.Header(Op.COPY, nkeys=mine.shape[0], width=s.store.columns,
                                 ref=copy.range, placement=s.placement.version),
                 keys[mine], state[mine], self.rebuilds.last_ts), s.roles.servers[copy.to])
-            log.info("sending server %d a copy of key range %d (%d keys)", copy.to, copy.range,
-                     mine.shape[0])
+        for to in sorted({c.to for c in due}):
+            sent = [c.range for c in due if c.to == to]
+            log.info("sending server %d a copy of key range(s) %s (%d keys)", to,
+                     describe_ranges(sent), sum(starts[r + 1] - starts[r] for r in sent))

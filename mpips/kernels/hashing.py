@@ -19,15 +19,18 @@ def mix64(x):
 
 @njit(cache=True, nogil=True, inline="always")
 def _range_of(h, bounds):
-    """The last r with bounds[r] <= h (binary search; bounds[0] is 0)."""
-    lo, hi = 0, bounds.shape[0]
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if bounds[mid] <= h:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    """The last r with bounds[r] <= h (bounds[0] is 0). The ranges are equal slices of the
+    hash (see placement), so h // bounds[1] is r or one more; any sorted bounds are still
+    found, by stepping from there."""
+    n = bounds.shape[0]
+    if n == 1:
+        return 0
+    r = np.int64(min(h // bounds[1], np.uint64(n - 1)))
+    while r + 1 < n and bounds[r + 1] <= h:
+        r += 1
+    while bounds[r] > h:
+        r -= 1
+    return r
 
 
 @njit(cache=True, nogil=True)

@@ -12,12 +12,17 @@ from conftest import ULFM, read_summary, run_job
 from watch import WatchedJob, complete_checkpoints, frozen_to_the_end, pid_of_rank
 
 from mpips.checkpoint import read_manifest
+from mpips.config import TrainConfig
 from mpips.model_io import load_model
+from mpips.placement import Placement, describe_ranges
 
 # 3 servers + 2 workers, every key on 2 servers; 2 x 50 clocks an epoch.
 ARGS = ("--servers", 3, "--replicas", 2, "--epochs", 16, "--batch-size", 200,
         "--checkpoint-every", 100, "--log-every", 0.2, "--timeout", 60)
 ROWS = 20000
+# The key ranges server 1 answers for, as the jobs place them (3 servers, 2 copies).
+SERVER_1_RANGES = describe_ranges(np.flatnonzero(
+    Placement(3, 2, vnodes=TrainConfig.vnodes).primary_ranges(1)))
 
 
 def launch(small_data, run, *extra):
@@ -63,7 +68,8 @@ def test_a_killed_server_is_replaced_by_its_copies_bitwise(failed_over, uninterr
     assert ended.returncode == 0, ended.output
     assert "hot failover is on" in ended.output
     assert ("server 1 (rank 1) died; the living copies of its keys take over (placement "
-            "version 1): this server now answers key range(s) [1]") in ended.output
+            f"version 1): this server now answers key range(s) {SERVER_1_RANGES}"
+            ) in ended.output
     s = read_summary(run)
     # First what happened (a rank the detector took for dead would show here), then the bits.
     assert [(f["role"], f["rank"]) for f in s["failures"]] == [("server 1", 1)], s["failures"]
@@ -127,7 +133,8 @@ def test_losing_every_copy_of_a_range_stops_for_a_resume(small_data, uninterrupt
         os.kill(pid_of_rank(run, rank), signal.SIGKILL)
     ended = job.finish(timeout=120)
     assert ended.returncode == 75, ended.output
-    assert "every whole copy of key range(s) [1] died with server(s) [1, 2]" in ended.output
+    assert (f"every whole copy of key range(s) {SERVER_1_RANGES} died with server(s) [1, 2]"
+            in ended.output)
     assert "continue from its last checkpoint with --resume" in ended.output
     resumed = run_job(5, "train", "--train", small_data[0], "--test", small_data[1],
                       "--out", run, *ARGS, "--resume", run / "checkpoints")
@@ -137,15 +144,15 @@ def test_losing_every_copy_of_a_range_stops_for_a_resume(small_data, uninterrupt
 
 def test_once_the_copies_are_rebuilt_a_second_death_is_survived(small_data, uninterrupted,
                                                                  tmp_path):
-    """4 servers, 2 copies of each range. Server 1 dies: its ranges' copies are rebuilt on
-    the next servers; then server 2, which held range 1 with it, dies too: range 1 lives on
-    in its rebuilt copy, bit for bit."""
+    """4 servers, 2 copies of each range. Server 1 dies: the copies it held are rebuilt on
+    the next servers; then server 2, which held server 1's ranges with it, dies too: they
+    live on in their rebuilt copies, bit for bit."""
     run = tmp_path / "run"
     job = WatchedJob(6, "train", "--train", small_data[0], "--test", small_data[1],
                      "--out", run, "--servers", 4, *ARGS[2:], launcher=ULFM)
     kill_server_1(job, run)
-    job.wait_for("key range 0 has its copies again")
-    job.wait_for("key range 1 has its copies again")
+    job.wait_for("rank 2 (server 2): WARNING key range(s)")   # server 0's ranges' new backup
+    job.wait_for("rank 3 (server 3): WARNING key range(s)")   # server 1's ranges' new backup
     os.kill(pid_of_rank(run, 2), signal.SIGKILL)
     ended = job.finish(timeout=120)
     assert ended.returncode == 0, ended.output

@@ -14,7 +14,9 @@ from conftest import ULFM, read_summary, run_job, run_mpips
 from watch import WatchedJob, pid_of_rank
 from sklearn.linear_model import LogisticRegression
 
+from mpips.config import TrainConfig
 from mpips.evaluate import read_rows
+from mpips.placement import Placement
 
 L2, L1, DIM = 1e-3, 3e-3, 4096
 
@@ -185,15 +187,18 @@ def test_a_killed_server_of_a_replicated_solver_is_replaced_bitwise(data, whole,
     os.kill(pid_of_rank(run, 1), signal.SIGKILL)
     ended = job.finish(timeout=240)
     assert ended.returncode == 0, ended.output
-    assert ended.output.count("of the dense tables has its copies again") == 2, \
-        "server 1 held ranges 1 and 0: each has a new holder"
+    assert ended.output.count("of the dense tables have their copies again") == 2, \
+        "server 1 held copies of server 0's and server 1's ranges: each has a new holder"
     s = read_summary(run)
     assert s["solver"]["objective"] == whole["solver"]["objective"]
     np.testing.assert_array_equal(model(run, 1 << 18), model(whole_run, 1 << 18))
     [failure] = s["failures"]
     assert failure["server"] == 1 and failure["rank"] == 1
-    assert [r["range"] for r in failure["rebuilt"] if "blocks" in r] == [1], \
-        "server 0 (whose view the summary keeps) holds range 1 anew"
+    before = Placement(3, 2, vnodes=TrainConfig.vnodes)   # the job's
+    anew = before.without({1}).held_ranges(0) & ~before.held_ranges(0)
+    assert [r["ranges"] for r in failure["rebuilt"] if "blocks" in r] == \
+        [np.flatnonzero(anew).tolist()], "server 0 (whose view the summary keeps) holds " \
+                                         "server 1's ranges anew"
     assert sorted(os.listdir(run / "model")) == ["server-0000.h5", "server-0002.h5"]
 
 

@@ -10,6 +10,7 @@ from conftest import read_summary, run_job, run_mpips
 from watch import complete_checkpoints
 
 from mpips.checkpoint import read_manifest
+from mpips.config import TrainConfig
 from mpips.model_io import load_model
 from mpips.placement import Placement
 
@@ -51,7 +52,7 @@ def test_copies_leave_the_model_bitwise_unchanged(single, replicated):
     assert s["keys_stored"] == read_summary(single)["keys_stored"]
     assert s["key_copies_stored"] == 2 * s["keys_stored"]
     assert s["config"]["replicas"] == 2
-    primary = Placement(3, replicas=2)
+    primary = Placement(3, replicas=2, vnodes=TrainConfig.vnodes)   # the job's
     for server in range(3):   # each server wrote the keys it answers reads for, no others
         with h5py.File(replicated / "model" / f"server-{server:04d}.h5") as f:
             assert (primary.owners(f["keys"][:]) == server).all()
@@ -80,3 +81,22 @@ def test_a_replicated_checkpoint_resumes_on_any_layout(small_data, single, repli
     assert f"resumed from checkpoint clock {read_manifest(mid)['clock']}" in job.output
     same_model(run, single)
 
+
+
+def test_the_key_ranges_spread_keys_and_reads_evenly_and_leave_the_bits(small_data, single,
+                                                                        replicated, tmp_path):
+    """--vnodes cuts the hash into more ranges; which server holds a key never changes what
+    it learns. The summary says how evenly the servers share the keys and the reads."""
+    run = tmp_path / "one-range-each"
+    train(5, small_data, run, 3, 2, "--vnodes", 1)
+    same_model(run, single)
+    for r in (run, replicated):
+        s = read_summary(r)
+        assert sum(s["server_keys"]) == s["keys_stored"] and len(s["server_keys"]) == 3
+        assert 1 <= s["key_spread"] < 1.05, s["server_keys"]
+        served = s["server_keys_served"]
+        assert min(served) > 0.9 * max(served), served
+    for server in range(3):
+        with h5py.File(run / "model" / f"server-{server:04d}.h5") as f:
+            assert f.attrs["ranges"].tolist() == [server] and f.attrs["n_ranges"] == 3
+    assert read_summary(replicated)["config"]["vnodes"] == TrainConfig.vnodes

@@ -1,8 +1,10 @@
-"""Key placement: hashed ranges balance sequential and skewed ids."""
+"""Key placement: hashed ranges balance sequential and skewed ids; ranges dealt round the
+ring (vnodes); a join or leave moves about 1/n of them and keeps the shares even."""
 import numpy as np
 import pytest
 
-from mpips.placement import Placement, ring_holders
+from mpips.placement import (Placement, dealt, describe_ranges, moved, ring_holders,
+                             with_server, without_server)
 
 
 @pytest.mark.parametrize("n_servers", [2, 3, 4, 7])
@@ -78,3 +80,62 @@ def test_reads_go_to_the_primary_writes_to_any_holder():
     assert p.first_misplaced(of_range_0[::-1], 0)[1] == "not in strictly increasing order"
     assert p.holds(keys, 1).sum() == (p.ranges_of(keys) <= 1).sum()
     assert (p.backup_ranges(1) == [True, False, False]).all()
+
+
+@pytest.mark.parametrize("n_servers, vnodes", [(1, 1), (2, 1), (3, 1), (3, 64), (5, 77),
+                                               (16, 64)])
+def test_a_key_falls_in_the_range_its_hash_does(n_servers, vnodes):
+    """_range_of steps from h // bounds[1]: the same as a search of the sorted bounds, at
+    the bounds, just below them and at the ends of the hash too."""
+    from mpips.kernels.hashing import _range_of
+    p = Placement(n_servers, vnodes=vnodes)
+    hashes = np.concatenate([np.random.default_rng(4).integers(0, 2**64 - 1, 3000, np.uint64,
+                                                               endpoint=True),
+                             p.bounds, p.bounds[1:] - np.uint64(1),
+                             np.array([0, 2**64 - 1], np.uint64)])
+    found = [_range_of(h, p.bounds) for h in hashes]
+    np.testing.assert_array_equal(found, np.searchsorted(p.bounds, hashes, side="right") - 1)
+    assert p.n_ranges == n_servers * vnodes
+
+
+@pytest.mark.parametrize("vnodes", [1, 8, 64])
+def test_vnodes_deal_ranges_round_the_ring_and_keep_backups_next(vnodes):
+    p = Placement(4, replicas=2, vnodes=vnodes)
+    assert p.assign == tuple(r % 4 for r in range(4 * vnodes))
+    assert all(h == (r % 4, (r + 1) % 4) for r, h in enumerate(p.holders))
+    keys = np.arange(200_000, dtype=np.uint64)
+    counts = np.bincount(p.owners(keys), minlength=4)
+    assert np.abs(counts / keys.shape[0] - 0.25).max() < 0.01, counts
+    after = p.without({1})
+    assert all(h[0] != 1 for h in after.holders) and after.lost == ()
+    moved = p.owners(keys) == 1
+    assert (after.owners(keys)[moved] == 2).all(), "server 1's backup, 2, answers its keys"
+
+
+@pytest.mark.parametrize("n, vnodes", [(2, 64), (3, 64), (4, 64), (8, 64), (16, 64), (4, 8)])
+def test_a_join_or_a_leave_moves_about_one_nth_of_the_ranges_and_keeps_shares_even(n, vnodes):
+    before = dealt(n, vnodes)
+    joined = with_server(before, n)
+    share = [joined.count(s) for s in range(n + 1)]
+    assert max(share) - min(share) <= 1, share
+    assert moved(before, joined) <= 1.5 / (n + 1) and moved(before, joined) >= 0.5 / (n + 1)
+    assert all(a == b or b == n for a, b in zip(before, joined)), "only to the new server"
+    left = without_server(joined, 0)
+    share = [left.count(s) for s in range(1, n + 1)]
+    assert 0 not in left and max(share) - min(share) <= 1, share
+    assert moved(joined, left) <= 1.5 / (n + 1)
+    assert all(a == b or a == 0 for a, b in zip(joined, left)), "only server 0's ranges"
+    keys = np.arange(100_000, dtype=np.uint64)
+    p, q = Placement(n, vnodes=vnodes), Placement(n + 1, assign=joined)
+    assert np.mean(p.owners(keys) != q.owners(keys)) == pytest.approx(moved(before, joined),
+                                                                       abs=0.02)
+
+
+def test_the_last_server_cannot_leave():
+    with pytest.raises(ValueError, match="server 0 is the last server"):
+        without_server((0, 0, 0), 0)
+
+
+def test_many_ranges_are_named_briefly():
+    assert describe_ranges([3, 1]) == "[1, 3]"
+    assert describe_ranges(range(100)) == "100 ranges (0, 1, 2, 3, 4, 5, ...)"
