@@ -31,11 +31,12 @@ def unique_keys(path: str) -> np.ndarray:
     return np.unique(np.concatenate(seen))
 
 
-def spread(keys: np.ndarray, assign: tuple, n_servers: int) -> tuple:
+def spread(keys: np.ndarray, assign: tuple, n_servers: int, gone=()) -> tuple:
+    """(the largest member's keys over the members' mean, each key's owner); a server that
+    has left is no member, one that joined and took nothing is."""
     owners = Placement(n_servers, assign=assign).owners(keys)
-    counts = np.bincount(owners, minlength=n_servers)
-    held = counts[counts > 0]
-    return float(held.max() / held.mean()), owners
+    counts = np.delete(np.bincount(owners, minlength=n_servers), list(gone))
+    return float(counts.max() / counts.mean()), owners
 
 
 def main() -> None:
@@ -58,8 +59,8 @@ def main() -> None:
         joined = with_server(start, n)
         one_more, after = spread(keys, joined, n + 1)
         moved_join = float(np.mean(before != after))
-        left = without_server(joined, 0)
-        one_less, final = spread(keys, left, n + 1)
+        left = without_server(joined, 0, range(n + 1))
+        one_less, final = spread(keys, left, n + 1, gone=[0])
         moved_leave = float(np.mean(after != final))
         grown, moves = start, []
         for new in range(n, 2 * n):

