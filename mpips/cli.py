@@ -109,11 +109,17 @@ def _train_parser(sub):
                      help="keep every key on R servers: a primary, which answers reads, and R-1 "
                           "backups on the next servers (other nodes first), which apply the "
                           "same pushes (default: 1, no copies)")
-    job.add_argument("--vnodes", type=int, default=64, metavar="V",
+    job.add_argument("--spares", type=int, default=0, metavar="K",
+                     help="K more server ranks (after the --servers ones) that hold nothing and "
+                          "wait: when a server dies (under ULFM, with --replicas 2 or more), a "
+                          "spare stands in for it and receives copies of every key range it "
+                          "held, instead of the survivors taking them on (default: 0)")
+    job.add_argument("--vnodes", type=int, default=1, metavar="V",
                      help="key ranges per server: the hash of the keys is cut into servers x V "
-                          "equal ranges dealt round the ring, so that when a server joins or "
-                          "leaves whole ranges move, 1/n of the keys, and the servers' shares "
-                          "stay within 1/V of each other (default: %(default)s)")
+                          "equal ranges dealt round the ring: the shares are equal at any V; "
+                          "more ranges per server are what keeps them even once servers join "
+                          "or leave (64 keeps them within 1.1%% on the built-in data; see "
+                          "bench/ring.py) (default: %(default)s)")
     job.add_argument("--consistency", choices=["bsp", "ssp", "asp"], default="bsp",
                      help="when a worker may read: bsp, only once every worker has finished the "
                           "previous clock (default); ssp, while at most --staleness clocks ahead "
@@ -561,7 +567,7 @@ def config_of(args):
     optimizer = Optimizer(name=args.optimizer, lr=args.lr,
                           l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
     return TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
-                      replicas=args.replicas, vnodes=args.vnodes,
+                      replicas=args.replicas, spares=args.spares, vnodes=args.vnodes,
                       epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
                       average_after=args.average_after,
                       bias=args.bias, consistency=args.consistency,

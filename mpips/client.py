@@ -411,8 +411,8 @@ class KVWorker:
             return False
         placement = self._placement = self._placement.without(gone)
         if placement.lost:
-            raise CannotFailOver(f"every copy of key range(s) {describe_ranges(placement.lost)} died with "
-                           f"server(s) {sorted(placement.dead)}")
+            raise CannotFailOver(f"every copy of key range(s) {describe_ranges(placement.lost)} "
+                                 f"died with server(s) {sorted(placement.dead)}")
         return True
 
     def _repair(self, pending: _Pending) -> None:

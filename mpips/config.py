@@ -21,7 +21,8 @@ class TrainConfig:
     test: str | None = None
     servers: int = 1
     replicas: int = 1               # copies of each key, on as many servers
-    vnodes: int = 64                # key ranges per server (see placement)
+    spares: int = 0                 # server ranks holding nothing, standing in for dead ones
+    vnodes: int = 1                 # key ranges per server (see placement)
     epochs: int = 1
     batch_size: int | None = None   # None: chosen from the data (defaults.batch_size)
     optimizer: Optimizer = field(default_factory=Optimizer)
@@ -74,9 +75,20 @@ class TrainConfig:
             return self
         return replace(self, fields=fields_of(self.train) if self.model == "widedeep" else 0)
 
+    @property
+    def server_ranks(self) -> int:
+        """The ranks that serve: the servers and their spares."""
+        return self.servers + self.spares
+
     def check(self, n_ranks: int) -> None:
         """Raise ConfigError for anything wrong that every rank can see the same way."""
-        check_servers(self.servers, n_ranks)
+        if self.spares < 0:
+            raise ConfigError(f"--spares must be 0 or more, got {self.spares}")
+        if self.spares and self.replicas < 2:
+            raise ConfigError(f"--spares {self.spares} stand in for a dead server with the "
+                              f"copies of its keys: it needs --replicas 2 or more (and a launch "
+                              f"with ULFM, see Hot failover)")
+        check_servers(self.server_ranks, n_ranks, self.spares)
         if not 1 <= self.replicas <= self.servers:
             raise ConfigError(f"--replicas {self.replicas}: each key is kept on that many "
                               f"servers, so it must be from 1 to --servers ({self.servers})")
@@ -108,16 +120,16 @@ class TrainConfig:
         if len(set(slowed)) < len(slowed):
             raise ConfigError(f"--straggler names a worker more than once: {sorted(slowed)}")
         for worker, factor in self.stragglers:
-            if not 0 <= worker < n_ranks - self.servers:
+            if not 0 <= worker < n_ranks - self.server_ranks:
                 raise ConfigError(f"--straggler {worker}:{factor}: worker {worker} does not exist "
-                                  f"(workers are 0..{n_ranks - self.servers - 1})")
+                                  f"(workers are 0..{n_ranks - self.server_ranks - 1})")
             if not 1 <= factor < float("inf"):
                 raise ConfigError(f"--straggler {worker}:{factor}: the factor must be >= 1")
         if self.snapshot_every is not None and not self.snapshot_every > 0:
             raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
         self._check_solver()
         self.with_data_fields().model_spec()   # an unknown model, sizes out of range
-        self._check_stages(n_ranks - self.servers)
+        self._check_stages(n_ranks - self.server_ranks)
         if self.max_rank_memory is not None and self.max_rank_memory < 1 << 20:
             raise ConfigError(f"--max-rank-memory must be at least 1M, got "
                               f"{self.max_rank_memory} bytes")
@@ -158,7 +170,7 @@ class TrainConfig:
         if workers % self.stages:
             raise ConfigError(f"--stages {self.stages} needs whole pipelines: the job has "
                               f"{workers} worker(s), not a multiple of {self.stages}; launch "
-                              f"{self.servers + self.stages * max(workers // self.stages, 1)} "
+                              f"{self.server_ranks + self.stages * max(workers // self.stages, 1)} "
                               f"ranks, or change --stages or --servers")
 
     def _check_fields(self) -> None:

@@ -25,7 +25,7 @@ from .fullbatch import solve
 from .lbfgs import Step
 from .faulttolerance import announce
 from .log import setup
-from .placement import Placement
+from .placement import Placement, dealt
 from .roles import Roles, split
 from .server_side import serve
 from .shards import sample_rows
@@ -56,7 +56,7 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
                  "known in Criteo's and Avazu's)")
     resume = _find_checkpoint(cfg, comm, bound) if cfg.resume else None
     if resume:
-        agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.servers,
+        agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.server_ranks,
                                             compare_data=comm.rank == 0), bound)
         name = resume[1]["run_id"]   # a resumed run goes on under its own name
     cfg = cfg.with_checkpointing(resume[1]["config"] if resume else None)
@@ -115,7 +115,7 @@ def _average_after(cfg: TrainConfig) -> float | None:
 def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float):
     # Rank 0 samples the data (not every rank) to choose what was not given, and to check
     # what was; all use its choice.
-    chosen, workers = None, comm.size - cfg.servers
+    chosen, workers = None, comm.size - cfg.server_ranks
     if comm.rank == 0:   # with --stages, a pipeline reads as one worker does
         chosen = json.dumps(_choose(cfg, workers // cfg.stages, resume))
     chosen = json.loads(broadcast_text(comm, chosen, bound))
@@ -123,10 +123,12 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         cfg = replace(cfg, batch_size=chosen["batch_size"],
                       optimizer=replace(cfg.optimizer, lr=chosen["lr"], beta=chosen["beta"],
                                         eps=chosen["eps"], average_from=chosen["average_from"]))
-    roles = split(cfg.servers, comm)   # collective: nobody writes before the old run is gone
-    # The one key placement every part uses.
+    # Collective: nobody writes before the old run is gone.
+    roles = split(cfg.server_ranks, comm)
+    # The one key placement every part uses: the key ranges dealt to the servers, none to
+    # the spares.
     placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)],
-                          vnodes=cfg.vnodes)
+                          assign=dealt(cfg.servers, cfg.vnodes))
     setup(f"rank {comm.rank} ({roles.name})")
     # Collective: rank 0 says whether hot failover can work, and why.
     ulfm = announce(comm, bound).on
@@ -137,8 +139,9 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         log.warning("--stages %d: a dead worker stops the job (exit 75, to resume from the "
                     "last checkpoint); dead servers are still stood in for", cfg.stages)
     if comm.rank == 0:
-        log.info("run %s: %d server(s), %d worker(s), writing to %s", name, len(roles.servers),
-                 len(roles.workers), cfg.out)
+        log.info("run %s: %d server(s)%s, %d worker(s), writing to %s", name, cfg.servers,
+                 f" and {cfg.spares} spare(s) (server(s) {cfg.servers}-{cfg.server_ranks - 1})"
+                 if cfg.spares else "", len(roles.workers), cfg.out)
         if resume:
             if cfg.solver == "minibatch":
                 _say_what_is_left(cfg, resume)

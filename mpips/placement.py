@@ -60,12 +60,15 @@ def ring_holders(n_servers: int, replicas: int, nodes=None, assign=None) -> tupl
     return tuple(holders)
 
 
-def _living_holders(r: int, ring: tuple, assign: tuple, replicas: int, dead) -> tuple:
-    """Range r's holders with `dead` servers gone: the first `replicas` living servers of its
-    ring holders, then of the ring from r on. The first is the primary; a server new to the
-    list gets a copy from it. The same set of dead servers gives the same holders whatever
-    the order the deaths were learned in."""
+def _living_holders(r: int, ring: tuple, assign: tuple, replicas: int, dead,
+                    stand_in: dict) -> tuple:
+    """Range r's holders with `dead` servers gone: the living servers of its ring holders,
+    then the spares standing in for the dead ones, then the next living servers of the ring
+    from r on, `replicas` of them. The first is the primary (a spare, which has no copy yet,
+    comes after the living); a server new to the list gets a copy from it. The same set of
+    dead servers gives the same holders whatever the order the deaths were learned in."""
     chosen = [s for s in ring if s not in dead]
+    chosen += [stand_in[s] for s in ring if s in stand_in]
     if len(chosen) < replicas and dead:
         for s in _walk(assign, r, len(set(assign))):
             if len(chosen) == replicas:
@@ -138,7 +141,9 @@ def describe_ranges(ranges) -> str:
 class Placement:
     """`version` numbers the placements of one job: a message says which one its sender used,
     so that a server can tell keys split by another (after a failure or membership change)
-    apart. `assign`: each range's owner (default: `vnodes` ranges per server, dealt)."""
+    apart. `assign`: each range's owner (default: `vnodes` ranges per server, dealt); the
+    servers that own none are spares: when servers die, the living spares stand in for them
+    in the order of their numbers, receiving copies of what they held."""
 
     def __init__(self, n_servers: int, replicas: int = 1, nodes=None, version: int = 0,
                  dead: frozenset = frozenset(), vnodes: int = 1, assign=None):
@@ -153,10 +158,14 @@ class Placement:
         self.version = version
         self.dead = frozenset(dead)
         self.assign = tuple(assign) if assign is not None else dealt(n_servers, vnodes)
+        owners = set(self.assign)
+        self.spares = tuple(s for s in range(n_servers) if s not in owners)
+        self.stand_in = dict(zip(sorted(self.dead & owners),
+                                 [s for s in self.spares if s not in self.dead]))
         q = len(self.assign)
         self.bounds = np.array([(r << 64) // q for r in range(q)], np.uint64)
         self.holders = tuple(
-            _living_holders(r, h, self.assign, replicas, self.dead)
+            _living_holders(r, h, self.assign, replicas, self.dead, self.stand_in)
             for r, h in enumerate(ring_holders(n_servers, replicas, self.nodes, self.assign)))
         self.lost = tuple(r for r, h in enumerate(self.holders) if not h)
         self._primary = np.array([h[0] if h else -1 for h in self.holders], np.int32)
@@ -228,4 +237,6 @@ class Placement:
                 "bounds": [str(b) for b in self.bounds], "replicas": self.replicas,
                 "owners": list(self.assign),
                 "holders": [list(h) for h in self.holders], "dead": sorted(self.dead),
+                "spares": list(self.spares),
+                "stand_in": {str(d): s for d, s in sorted(self.stand_in.items())},
                 "version": self.version}

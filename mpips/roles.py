@@ -56,14 +56,17 @@ class Roles:
         self.comm.Free()
 
 
-def check_servers(n_servers: int, n_ranks: int) -> None:
-    """Raise ConfigError unless n_servers leaves at least one worker."""
-    if n_servers < 1:
-        raise ConfigError(f"--servers must be at least 1, got {n_servers}")
+def check_servers(n_servers: int, n_ranks: int, spares: int = 0) -> None:
+    """Raise ConfigError unless n_servers (of which `spares` spares) leaves at least one
+    worker."""
+    if n_servers - spares < 1:
+        raise ConfigError(f"--servers must be at least 1, got {n_servers - spares}")
     if n_servers >= n_ranks:
+        named = (f"--servers {n_servers - spares} and --spares {spares}" if spares else
+                 f"--servers {n_servers}")
         raise ConfigError(
-            f"--servers {n_servers} leaves no worker: the job has {n_ranks} rank(s), and needs at "
-            f"least {n_servers + 1} ({n_servers} server(s) + 1 worker). Launch more ranks, e.g. "
+            f"{named} {'leave' if spares else 'leaves'} no worker: the job has {n_ranks} "
+            f"rank(s), and needs at least {n_servers + 1} ({n_servers} server(s) + 1 worker). Launch more ranks, e.g. "
             f"mpiexec -n {n_servers + 1} python -m mpips train ..., or lower --servers.")
 
 

@@ -240,7 +240,8 @@ class Server:
                         raise WaitTimeout(f"servers {sorted(self._servers_left)} did not say "
                                           f"they had finished within --timeout "
                                           f"{self.timeout:g} s of the last worker")
-                    raise WaitTimeout(f"the copies of key range(s) {describe_ranges(self._copies_awaited)} "
+                    raise WaitTimeout(f"the copies of key range(s) "
+                                      f"{describe_ranges(self._copies_awaited)} "
                                       f"did not arrive within --timeout {self.timeout:g} s "
                                       f"of the last worker")
                 self._reap_replies()
@@ -552,7 +553,8 @@ class Server:
         missing = sorted(set(range(self.placement.n_ranges)) - covered)
         if missing and not failed:   # a death, not a failing disk: not one of those counted
             log.warning("checkpoint at clock %d is passed over: key range(s) %s are in no "
-                        "file (their server died before writing it)", clock, describe_ranges(missing))
+                        "file (their server died before writing it)", clock,
+                        describe_ranges(missing))
             return
         if not failed:
             deaths = self.losses.deaths_before(clock) if self.losses else []

@@ -177,3 +177,28 @@ def test_a_killed_lead_is_replaced_by_the_next_server(small_data, uninterrupted,
     assert [f["server"] for f in s["failures"]] == [0] and s["train_examples"] == 16 * ROWS
     assert "training: epoch" in ended.output.split("server 1 leads from now on")[1], \
         "the new lead says the progress"
+
+
+def test_a_spare_stands_in_for_a_killed_server_and_the_survivors_take_on_no_copies(
+        small_data, uninterrupted, tmp_path):
+    """3 servers and a spare (server 3, rank 3): server 1 is killed; the spare receives a
+    copy of every key range server 1 held, no survivor receives any, and the model is the
+    uninterrupted run's, bit for bit."""
+    run = tmp_path / "run"
+    job = WatchedJob(6, "train", "--train", small_data[0], "--test", small_data[1],
+                     "--out", run, *ARGS, "--spares", 1, launcher=ULFM)
+    job.wait_for("1 spare(s) (server(s) 3-3)")
+    kill_server_1(job, run)
+    job.wait_for("rank 3 (server 3): WARNING key range(s)")
+    ended = job.finish(timeout=120)
+    assert ended.returncode == 0, ended.output
+    held = Placement(3, 2, vnodes=TrainConfig.vnodes).held_ranges(1)
+    assert (f"rank 3 (server 3): WARNING key range(s) {describe_ranges(np.flatnonzero(held))} "
+            f"have their copies again") in ended.output
+    for rank in (0, 2):
+        assert f"rank {rank} (server {rank}): WARNING key range(s)" not in ended.output
+    s = read_summary(run)
+    assert [(f["role"], f["rank"]) for f in s["failures"]] == [("server 1", 1)]
+    assert s["servers"] == 3 and s["server_keys"][-1] == 0, \
+        "the survivors finished; the spare (the last) answers no read: the living copies do"
+    same_model(run, uninterrupted["bsp"])

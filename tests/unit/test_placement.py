@@ -144,3 +144,17 @@ def test_the_last_server_cannot_leave():
 def test_many_ranges_are_named_briefly():
     assert describe_ranges([3, 1]) == "[1, 3]"
     assert describe_ranges(range(100)) == "100 ranges (0, 1, 2, 3, 4, 5, ...)"
+
+
+def test_a_spare_stands_in_for_a_dead_server_and_takes_copies_of_all_it_held():
+    p = Placement(4, replicas=2, assign=dealt(3, 4))   # servers 0-2 hold, 3 is a spare
+    assert p.spares == (3,) and not p.held_ranges(3).any()
+    after = p.without({1})
+    assert after.stand_in == {1: 3}
+    np.testing.assert_array_equal(after.held_ranges(3), p.held_ranges(1))
+    assert not after.primary_ranges(3).any(), "no copy yet: the living copies answer"
+    for server in (0, 2):   # the survivors take on no more copies than they had
+        assert after.held_ranges(server).sum() == p.held_ranges(server).sum()
+    assert p.without({3}).holders == p.holders, "a dead spare changes nothing"
+    both = p.without({1, 2})   # one spare for two deaths: server 1's goes to the spare
+    assert both.stand_in == {1: 3} and both.holders == p.without({2}).without({1}).holders
