@@ -191,7 +191,7 @@ def describe_pipeline(cfg) -> str:
         raise ConfigError(f"--print-schedule shows Wide & Deep's pipeline: it needs --model "
                           f"widedeep (got --model {cfg.model})")
     cfg._check_stages(cfg.stages)
-    model = cfg.model_spec()
+    model = cfg.with_data_fields().model_spec()   # as the job will train it
     rows = _micro_rows_of(cfg)
     costs = measured_costs(model.layers, None, rows)
     cuts = partition(costs, cfg.stages)

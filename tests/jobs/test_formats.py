@@ -96,6 +96,8 @@ def test_wide_and_deep_concatenates_the_fields_of_criteo_and_libffm(criteo, tmp_
     assert job.returncode == 0, job.output
     assert "network reads the 39 fields' embeddings concatenated" in job.output
     assert read_summary(tmp_path / "c")["config"]["fields"] == 39
+    job = run_mpips("train", "--train", criteo[0], *net, "--print-schedule")
+    assert job.returncode == 0 and "concatenate 39 fields (78)" in job.output, job.output
     job = run_job(2, "train", "--train", criteo[0], "--out", tmp_path / "few", *net,
                   "--fields", 10)
     assert job.returncode != 0
