@@ -13,19 +13,21 @@ import numpy as np
 
 from . import protocol
 from .errors import ProtocolError
+from .kernels.hashing import is_sorted_unique
 from .protocol import HEADER_BYTES, Op
 
 # Who may send what: workers talk to every server; servers to server 0 (their checkpoint files,
 # their end, a stop they were asked for) and server 0 to the others (clocks to checkpoint at).
 FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STOP,
                 Op.DENSE}
-FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP}
-FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH}
-FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE}   # from any server to any other
+WORKERS_TO_LEAD = {Op.PLACEMENT}
+FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP, Op.MOVE_CLOCK, Op.MOVED}
+FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH, Op.MOVE_ASK, Op.MOVE_AT}
+FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE, Op.MOVE}   # from any server to any other
 FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
          Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT | protocol.BACKUP,
          Op.FINISH: protocol.REPORT}
-TEXT_PAYLOAD = {Op.ERROR, Op.SHARD_SAVED}   # UTF-8 text of any length
+TEXT_PAYLOAD = {Op.ERROR, Op.SHARD_SAVED, Op.MOVED}   # UTF-8 text of any length
 TEXT_LIMIT = 1 << 20
 
 
@@ -47,15 +49,17 @@ def _expected_bytes(op: Op, h, n_workers: int, backup: int) -> int:
     if op is Op.COPY:
         return HEADER_BYTES + h.nkeys * (8 + 4 * h.width) + 8 * n_workers
     report = protocol.REPORT_BYTES if h.flags & protocol.REPORT else 0
-    if op is Op.DEATH:
+    if op in (Op.DEATH, Op.MOVE_AT, Op.MOVE_CLOCK):
         return HEADER_BYTES + 8 * h.nkeys
+    if op is Op.MOVE:
+        return HEADER_BYTES + h.nkeys * (8 + 4 * h.width)
     if op in (Op.PULL, Op.PUSH):
         return HEADER_BYTES + protocol.payload_bytes(h, backup) + report
     return HEADER_BYTES + report
 
 
 def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, width: int,
-           placement, server: int, columns: int, n_workers: int):
+           placement, server: int, columns: int, n_workers: int, load=None):
     """The request, or raise ProtocolError(what is wrong)."""
     if buf.shape[0] < HEADER_BYTES:
         raise ProtocolError(f"a message of {buf.shape[0]} bytes, shorter than the "
@@ -65,7 +69,7 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         op = Op(h.op)
     except ValueError:
         raise ProtocolError(f"unknown operation {h.op}") from None
-    allowed = (FROM_WORKERS if from_worker else
+    allowed = (FROM_WORKERS | (WORKERS_TO_LEAD if to_lead else set()) if from_worker else
                (FROM_SERVERS_TO_LEAD if to_lead else set()) | (FROM_LEAD if from_lead else set())
                | FROM_SERVERS)
     if op not in allowed:
@@ -80,6 +84,12 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     if op is Op.COPY and (h.width != columns or not 0 <= h.ref < placement.n_ranges):
         raise ProtocolError(f"COPY of range {h.ref} with {h.width} columns; this table keeps "
                             f"{columns}, over {placement.n_ranges} ranges")
+    if op is Op.MOVE and (h.width != columns or not 0 <= h.ref < placement.n_ranges):
+        raise ProtocolError(f"MOVE of range {h.ref} with {h.width} columns; this table keeps "
+                            f"{columns}, over {placement.n_ranges} ranges")
+    if op in (Op.MOVE_AT, Op.MOVE_CLOCK) and h.nkeys != placement.n_ranges:
+        raise ProtocolError(f"{op.name} with a figure for each of {h.nkeys} ranges; there "
+                            f"are {placement.n_ranges}")
     backup = 0
     if h.flags & protocol.BACKUP:
         if buf.shape[0] < HEADER_BYTES + 8:
@@ -108,7 +118,7 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     if op in (Op.PULL, Op.PUSH, Op.COPY) and not 0 <= h.placement <= placement.version:
         raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
                             f"this server's is {placement.version}")
-    if op is Op.DEATH:   # its payload is int64 fields, read by protocol.death_of
+    if op in (Op.DEATH, Op.MOVE_AT, Op.MOVE_CLOCK):   # int64 fields, read by their handlers
         return Request(op, h, _NO_KEYS, _NO_VALUES, None)
     if op is Op.DENSE:   # what its fields mean is the function's to check (densetables)
         _, scalars, _, values = protocol.dense_fields(buf, h)
@@ -130,15 +140,21 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
                                 f"segment {report.segment}, offset {report.offset}, examples "
                                 f"{report.examples}, shares taken {report.taken} at epoch "
                                 f"{report.taken_epoch})")
-    # Reads go to a key's primary, writes to every server holding it.
+    # Reads go to a key's primary, writes to every server holding it (a MOVE's keys are held
+    # under the placement it brings: the handler checks them).
     for part, these in (("", keys), ("backed-up ", backup_keys)):
-        if these.shape[0]:
-            i, why = placement.first_misplaced(these, server, as_primary=op is Op.PULL)
+        if these.shape[0] and op is not Op.MOVE:
+            i, why = placement.first_misplaced(these, server, as_primary=op is Op.PULL,
+                                               counts=load if op is Op.PULL else None)
             if i >= 0:
                 raise ProtocolError(f"{op.name} of {these.shape[0]} {part}keys whose key "
                                     f"#{i} ({int(these[i])}) is {why}")
-    if op is Op.COPY and keys.shape[0] and (placement.ranges_of(keys) != h.ref).any():
-        raise ProtocolError(f"COPY of range {h.ref} with keys of another range")
+    if op in (Op.COPY, Op.MOVE) and keys.shape[0]:
+        if (placement.ranges_of(keys) != h.ref).any():
+            raise ProtocolError(f"{op.name} of range {h.ref} with keys of another range")
+        if op is Op.MOVE and not is_sorted_unique(keys):
+            raise ProtocolError(f"MOVE of range {h.ref} with keys not in strictly increasing "
+                                f"order")
     for these in (values, backup_values):
         if these.size and not np.isfinite(these).all():
             bad = int(np.flatnonzero(~np.isfinite(these.reshape(-1)))[0])
@@ -148,13 +164,15 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
 
 
 def admit(buf: np.ndarray, sender: str, from_worker: bool, to_lead: bool, from_lead: bool,
-          width: int, placement, server: int, columns: int = 0, n_workers: int = 0) -> Request:
+          width: int, placement, server: int, columns: int = 0, n_workers: int = 0,
+          load: np.ndarray | None = None) -> Request:
     """The request in `buf` from `sender` (e.g. "worker 1 (rank 3)"), checked; raises
     ProtocolError naming the sender and the fault otherwise. `columns`: of the table's state
-    rows; `n_workers`: of the job (for COPY)."""
+    rows; `n_workers`: of the job (for COPY); `load` (int64 per key range): a read's keys
+    counted by range."""
     try:
         return _check(buf, from_worker, to_lead, from_lead, width, placement, server, columns,
-                      n_workers)
+                      n_workers, load)
     except ProtocolError as e:
         raise ProtocolError(f"{sender} sent a bad request: {e}; it was not applied, and the job "
                             f"stops") from None

@@ -6,7 +6,7 @@ import os
 import sys
 import traceback
 
-from . import models
+from . import ctl, models
 from .optimizer import NAMES
 
 DESCRIPTION = """\
@@ -113,7 +113,9 @@ def _train_parser(sub):
                      help="K more server ranks (after the --servers ones) that hold nothing and "
                           "wait: when a server dies (under ULFM, with --replicas 2 or more), a "
                           "spare stands in for it and receives copies of every key range it "
-                          "held, instead of the survivors taking them on (default: 0)")
+                          "held, instead of the survivors taking them on; `mpips ctl RUN_DIR "
+                          "add-server` gives key ranges to one while the job trains "
+                          "(default: 0)")
     job.add_argument("--vnodes", type=int, default=1, metavar="V",
                      help="key ranges per server: the hash of the keys is cut into servers x V "
                           "equal ranges dealt round the ring: the shares are equal at any V; "
@@ -539,6 +541,7 @@ def build_parser(raising: bool = False) -> argparse.ArgumentParser:
     _inspect_parser(sub)
     _convert_parser(sub)
     _make_data_parser(sub)
+    ctl.add_parser(sub)
     return parser
 
 

@@ -15,6 +15,8 @@ that pull's keys, so do not change a key array between its pull and its push.
 from collections import deque
 from dataclasses import dataclass, field
 
+import logging
+
 import numpy as np
 from mpi4py import MPI
 
@@ -24,7 +26,10 @@ from .errors import ProtocolError, Stopped, WaitTimeout
 from .failover import CannotFailOver, dead_ranks, is_failure
 from .kernels.hashing import is_sorted_unique
 from .placement import Placement, describe_ranges
+
 from .protocol import Op
+
+log = logging.getLogger("mpips")
 
 
 @dataclass
@@ -57,6 +62,7 @@ class _Pending:
     flags: int = 0
     clock: int = 0                   # the worker's clock when it was sent
     version: int = 0                 # the placement its requests were sent by
+    sent_by: int = 0                 # a pull: the placement its first parts were split by
 
 
 class KVWorker:
@@ -145,7 +151,8 @@ class KVWorker:
                  | (protocol.NEXT_CLOCK if next_clock else 0))
         out = np.empty((keys.shape[0], self.width), np.float32)
         pending = _Pending(what="", out=out, perm=perm, keys=skeys, flags=flags,
-                           clock=self.clock, version=self._placement.version)
+                           clock=self.clock, version=self._placement.version,
+                           sent_by=self._placement.version)
         for s in self.living():
             a, b = offsets[s], offsets[s + 1]
             if a < b:
@@ -339,18 +346,25 @@ class KVWorker:
                 self._repair(pending)
             try:
                 waited = self._complete_unless_failed(pending)
-                if waited is not None:
-                    break
+                if waited is None:
+                    continue
             except WaitTimeout as e:
                 if not pending.replies:
                     raise
                 raise WaitTimeout(f"{e}; {self._silent(pending)}"
                                   f"{self._who_is_slow()}") from None
+            if pending.out is not None and any(r.status.Get_count(MPI.FLOAT) == 0
+                                               for r in pending.replies):
+                # Refused: key ranges moved (read again from their owners), or the job stopped.
+                if not self._moved_on(pending.sent_by):
+                    del self._pending[ts]
+                    raise Stopped("the servers stopped the job after writing a checkpoint")
+                self._ask_owners(pending)
+                continue
+            break
         del self._pending[ts]  # only now: MPI may still write into the buffers until complete
         if pending.out is None:
             return None
-        if any(r.status.Get_count(MPI.FLOAT) == 0 for r in pending.replies):
-            raise Stopped("the servers stopped the job after writing a checkpoint")
         for r in pending.replies:
             if r.copy:
                 pending.out[r.rows] = r.into
@@ -440,6 +454,53 @@ class KVWorker:
                     np.empty((part.shape[0], self.width), np.float32), s, rows[part], True))
         pending.replies = living
         pending.version = self._placement.version
+
+    def _moved_on(self, version: int) -> bool:
+        """A read split by placement `version` was refused: whether key ranges moved since
+        (the new placement learned from the lead, which answers once the move is over), or
+        the job stopped."""
+        if self._placement.version > version:
+            return True
+        self._ts += 1
+        p = self._placement
+        answer = np.empty(3 + p.n_ranges, np.int64)
+        lead = self._lead()
+        wait_all([self._send(lead, Op.PLACEMENT, ref=version).request,
+                  self._reply_into(answer, lead).request],
+                 self.timeout, lambda: f"server rank {self._servers[lead]} (the lead) to say "
+                                       f"whether key ranges moved or the job stopped")
+        kind, new_version = int(answer[0]), int(answer[1])
+        if kind == 0:
+            return False
+        if new_version <= p.version:
+            return True   # learned already
+        self._placement = Placement(p.n_servers, p.replicas, p.nodes, version=new_version,
+                                    dead=p.dead, assign=answer[3:].tolist())
+        log.info("key ranges moved at clock %d (placement version %d): reading from their "
+                 "new owners", int(answer[2]), new_version)
+        return True
+
+    def _ask_owners(self, pending: _Pending) -> None:
+        """A read refused because key ranges moved: all its keys asked again of their owners
+        under the current placement."""
+        keys, p = pending.keys, self._placement
+        owners = p.owners(keys)
+        order = np.lexsort((keys, owners))   # by owner, each owner's keys sorted
+        starts = np.searchsorted(owners[order], np.arange(p.n_servers + 1))
+        flags = pending.flags
+        if self.clock > pending.clock:   # a read sent ahead, now for the current clock
+            flags &= ~protocol.NEXT_CLOCK
+        self._ts += 1
+        pending.sends, pending.replies = [], []
+        for s in self.living():
+            a, b = starts[s], starts[s + 1]
+            if a < b:
+                part = order[a:b]   # rows of `out`, as of `keys`
+                pending.sends.append(self._send(s, Op.PULL, (keys[part],), nkeys=b - a,
+                                                flags=flags))
+                pending.replies.append(self._reply_into(
+                    np.empty((b - a, self.width), np.float32), s, part, True))
+        pending.version = pending.sent_by = p.version
 
     def _broadcast(self, op: Op):
         pending = _Pending(what=f"the servers to receive {op.name}",

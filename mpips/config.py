@@ -84,10 +84,6 @@ class TrainConfig:
         """Raise ConfigError for anything wrong that every rank can see the same way."""
         if self.spares < 0:
             raise ConfigError(f"--spares must be 0 or more, got {self.spares}")
-        if self.spares and self.replicas < 2:
-            raise ConfigError(f"--spares {self.spares} stand in for a dead server with the "
-                              f"copies of its keys: it needs --replicas 2 or more (and a launch "
-                              f"with ULFM, see Hot failover)")
         check_servers(self.server_ranks, n_ranks, self.spares)
         if not 1 <= self.replicas <= self.servers:
             raise ConfigError(f"--replicas {self.replicas}: each key is kept on that many "

@@ -164,9 +164,11 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
             log.info("kernels ready in %.1f s", compile_s)
         watch = CompileWatch()
         failures = []   # the servers' deaths this rank saw (server 0's go in the summary)
+        moves = []      # the lead's key range moves (mpips ctl), for the summary
         with watch.watching():
             if roles.is_server:
-                ends = serve(cfg, roles, name, resume, placement, failover, failures, hot=hot)
+                ends = serve(cfg, roles, name, resume, placement, failover, failures, hot=hot,
+                             moves=moves)
             elif cfg.solver == "lbfgs":
                 ends = solve(cfg, roles, name, resume, placement, failover)
             else:
@@ -183,7 +185,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
             _say_who_died_late(roles, finishing, failures)
         try:
             return _finish(cfg, finishing, name, record, margins, labels, held, steps,
-                           samples, tasks, started, failures)
+                           samples, tasks, started, failures, moves)
         finally:
             if ulfm:   # see end_together
                 end_together(finishing.comm, cfg.timeout)
@@ -262,7 +264,7 @@ def _pipeline_figures(cfg, tasks: np.ndarray) -> dict:
 
 
 def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tasks, started,
-            failures: list) -> dict | None:
+            failures: list, moves: list = ()) -> dict | None:
     """Gather every rank's figures, the test scores, a full-batch solver's steps, the
     timelines and a pipeline's tasks; rank 0 writes the summary and RUN_DIR/timeline.h5."""
     comm = roles.comm
@@ -293,7 +295,7 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tas
             status="stopped" if stopped else "complete",
             stopped_at_clock=stopped_at if stopped else None,
             checkpoints=os.path.abspath(cfg.checkpoints), wall_s=time.monotonic() - started,
-            model_dir=os.path.abspath(cfg.model_dir), failures=failures,
+            model_dir=os.path.abspath(cfg.model_dir), failures=failures, moves=list(moves),
             **({"solver": summary.solver_steps(steps.reshape(-1, width))}
                if cfg.solver != "minibatch" else {}))
         if cfg.stages > 1:

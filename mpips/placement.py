@@ -19,6 +19,7 @@ import numpy as np
 from .kernels import hashing
 
 _SALT = np.uint64(0x9E3779B97F4A7C15)  # keeps placement independent of the server's slot hash
+_NO_COUNTS = np.zeros(0, np.int64)
 
 
 def _walk(assign: tuple, r: int, owners: int):
@@ -115,6 +116,37 @@ def without_server(assign: tuple, leaving: int, servers=None) -> tuple:
         owned[emptiest].append(r)
         out[r] = emptiest
     return tuple(out)
+
+
+def rebalanced(assign: tuple, load, most: int = 8) -> tuple:
+    """The ranges' owners with the load (per range: the keys read from it) spread more
+    evenly: up to `most` times, the range of the busiest server whose move to the least busy
+    one brings the larger of their loads down most, moved. A server that owns no range
+    (a spare) is left out."""
+    load = [float(x) for x in load]
+    out = list(assign)
+    for _ in range(most):
+        owned = _owned(tuple(out))
+        totals = {s: sum(load[r] for r in rs) for s, rs in owned.items()}
+        busiest = max(sorted(totals), key=totals.get)
+        idlest = min(sorted(totals), key=totals.get)
+        if busiest == idlest or len(owned[busiest]) < 2:
+            break
+        r = min(owned[busiest], key=lambda r: max(totals[busiest] - load[r],
+                                                   totals[idlest] + load[r]))
+        if max(totals[busiest] - load[r], totals[idlest] + load[r]) >= totals[busiest]:
+            break
+        out[r] = idlest
+    return tuple(out)
+
+
+def load_spread(assign: tuple, load) -> float:
+    """The busiest server's load over the mean (1: even), of the servers owning ranges."""
+    totals = {}
+    for r, s in enumerate(assign):
+        totals[s] = totals.get(s, 0.0) + float(load[r])
+    mean = sum(totals.values()) / len(totals)
+    return max(totals.values()) / mean if mean else 1.0
 
 
 def _owned(assign: tuple) -> dict:
@@ -215,13 +247,14 @@ class Placement:
             return None, np.array([0, keys.shape[0]], np.int64)
         return hashing.group_by_owner(self.owners(keys), self.n_servers)
 
-    def first_misplaced(self, keys: np.ndarray, server: int,
-                        as_primary: bool = True) -> tuple[int, str]:
+    def first_misplaced(self, keys: np.ndarray, server: int, as_primary: bool = True,
+                        counts: np.ndarray | None = None) -> tuple[int, str]:
         """(index, why) of the first key out of strictly increasing order or not `server`'s
         (as primary, for reads; as any holder, for writes); (-1, "") if every key is in
-        order and `server`'s."""
+        order and `server`'s. `counts` (int64 per range): each key's range counted."""
         allowed = self.primary_ranges(server) if as_primary else self.held_ranges(server)
-        i, why = hashing.first_misplaced(keys, self.bounds, _SALT, allowed)
+        i, why = hashing.first_misplaced(keys, self.bounds, _SALT, allowed,
+                                         _NO_COUNTS if counts is None else counts)
         return int(i), {0: "", 1: "not in strictly increasing order",
                         2: "held by another server"}[int(why)]
 

@@ -74,6 +74,16 @@ class Op(IntEnum):
     DENSE = 15   # an operation on dense tables (see densetables): `nkeys` int64 fields (the
                  # function's number, its tables', its integers), `width` float64 scalars,
                  # `ref` uint64 rows, then float64 values; reply: float64 (see dense_fields)
+    # Servers joining and leaving (see membership):
+    MOVE_ASK = 16    # the lead to the others: hold reads past the clocks let through so far
+    MOVE_CLOCK = 17  # a server to the lead: the highest clock it let a read through for
+    MOVE_AT = 18     # the lead to the others: at `clock`, the ranges' owners become the
+                     # `nkeys` int64 that follow (placement version `ref`)
+    MOVE = 19        # a server to a range's new holder: its keys (sorted) and state rows
+                     # (`width` columns); `ref` names the range, `placement` the new version
+    MOVED = 20       # a server to the lead: it holds the new placement (JSON figures)
+    PLACEMENT = 21   # a worker to the lead, a read refused: what now? Reply: int64 kind (0:
+                     # the job stopped, 1: moved), version, clock, then each range's owner
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock
@@ -158,7 +168,7 @@ def unpack(buf: np.ndarray):
     keys = buf[start:start + 8 * n_keys].view(np.uint64)
     end = start + 8 * n_keys
     values = _NO_VALUES
-    if h.op in (Op.PUSH, Op.COPY):
+    if h.op in (Op.PUSH, Op.COPY, Op.MOVE):
         start = end + 4 * backup * h.width
         end = start + 4 * h.nkeys * h.width
         values = buf[start:end].view(np.float32).reshape(h.nkeys, h.width)
@@ -208,6 +218,11 @@ def dense_fields(buf: np.ndarray, h: Header):
 def copied_positions(buf: np.ndarray, h: Header) -> np.ndarray:
     """A COPY's last field: the last push applied per worker (int64)."""
     return buf[HEADER_BYTES + h.nkeys * (8 + 4 * h.width):].view(np.int64)
+
+
+def int64_fields(buf: np.ndarray) -> np.ndarray:
+    """The int64 payload of DEATH, MOVE_AT or MOVE_CLOCK (a view of `buf`)."""
+    return buf[HEADER_BYTES:].view(np.int64)
 
 
 def error_text(buf: np.ndarray) -> str:

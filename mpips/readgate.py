@@ -30,6 +30,7 @@ class Pull:
     clock: int = 0         # the clock it reads for
     since: float | None = None   # when it started waiting for other workers' clocks
     owned: bool = False    # `keys` is a copy, not a view of the receive buffer
+    version: int = 0       # the placement its keys were split by
 
 
 class ReadGate:
@@ -37,6 +38,10 @@ class ReadGate:
         self.clocks = clocks
         self.held: deque[Pull] = deque()
         self.stopped = False      # the job stopped after a checkpoint: training reads refused
+        self.highest = -1         # the highest clock a training read was served for
+        self.ceiling = None       # a move is being agreed: reads past this clock wait
+        self.moving = None        # (clock, version): reads of that clock or later, of keys
+                                  # split by an earlier placement, are refused (see membership)
         self.pulls_held = 0       # pulls that had to wait for other workers' clocks
         self.held_s = np.zeros(clocks.done.shape[0])   # per worker: time its pulls were held
         self.records = [] if record else None
@@ -46,6 +51,11 @@ class ReadGate:
         finished = self.clocks.done[pull.worker] == FINISHED
         if self.stopped and not finished:
             return REFUSE
+        if (self.moving and not finished and pull.clock >= self.moving[0]
+                and pull.version < self.moving[1]):
+            return REFUSE
+        if self.ceiling is not None and pull.clock > self.ceiling and not finished:
+            return HOLD
         # Once stopped, the clocks will not move again: a finished worker (scoring) reads the
         # model as it stands.
         if self.clocks.may_read(pull.worker, pull.clock) or (self.stopped and finished):
@@ -88,6 +98,8 @@ class ReadGate:
     def served(self, pull: Pull) -> None:
         """Account for a pull being served: time held, the largest clock gap, the record."""
         slowest = self.clocks.record_read(pull.worker)
+        if self.clocks.done[pull.worker] != FINISHED:
+            self.highest = max(self.highest, pull.clock)
         now = time.monotonic()
         held = 0.0 if pull.since is None else now - pull.since
         self.held_s[pull.worker] += held

@@ -192,6 +192,21 @@ def _why_stale(holder: dict, age: float) -> str | None:
     return None
 
 
+def running_job(directory: str) -> tuple[dict | None, str | None]:
+    """The job holding `directory`'s lock (None if none does), and why it is not running
+    (None if it may be)."""
+    path = os.path.join(directory, LOCK)
+    try:
+        with open(path) as f:
+            holder = json.load(f)
+        age = time.time() - os.stat(path).st_mtime
+    except FileNotFoundError:
+        return None, "no job holds it"
+    except (OSError, ValueError) as e:
+        return None, f"its lock {path} cannot be read ({e})"
+    return holder, _why_stale(holder, age) if isinstance(holder, dict) else "a damaged lock"
+
+
 class DirectoryLock:
     """A lock on a directory for one job. Taken with `acquire`, refreshed by `heartbeat`,
     dropped by `release`."""

@@ -33,6 +33,7 @@ from .clocks import FINISHED, ClockTable
 from .densetables import DenseTables
 from .errors import ProtocolError, WaitTimeout
 from .failover import CannotFailOver, dead_ranks, is_failure
+from .membership import Membership
 from .optimizer import Optimizer
 from .placement import Placement, describe_ranges
 from .progress import Progress
@@ -85,13 +86,15 @@ class Server:
                  record_pulls: bool = False, checkpoints: Checkpoints | None = None,
                  placement: Placement | None = None, failover: bool = False,
                  workers_fail_over: bool = False, epochs: int = 1, parts: list = (),
-                 deaths: tuple = (), dense: DenseTables | None = None):
+                 deaths: tuple = (), dense: DenseTables | None = None,
+                 run_dir: str | None = None):
         """`checkpoints`: when to write them, and where each worker stood (when resuming);
         by default none but those a stop asks for. `failover` (under ULFM): when another
         server dies, go on with the living copies of its keys. `workers_fail_over` (under
         ULFM): when a worker dies, hand its rows left (of `epochs`; `parts`: each worker's
         own part of the data) to the others; `deaths`: those before a resume. `dense`: the
-        server's dense tables (by default, none yet: workers create them)."""
+        server's dense tables (by default, none yet: workers create them). `run_dir`: where
+        `mpips ctl` leaves requests for the lead (see membership)."""
         self.roles = roles
         self.store = store
         self.clocks = clocks
@@ -125,7 +128,8 @@ class Server:
             Op.BYE: self._on_bye, Op.STATUS: self._on_status, Op.ERROR: self._on_error,
             Op.STOP: self._on_stop, Op.STOP_AT: self._on_stop_at,
             Op.CHECKPOINT_AT: self._on_checkpoint_at, Op.SHARD_SAVED: self._on_shard_saved}
-        for capability in (self.takeover, self.losses):   # the operations they bring
+        self.members = Membership(self, run_dir)
+        for capability in (self.takeover, self.losses, self.members):   # their operations
             if capability:
                 self._handlers.update(capability.handlers())
         self.dense = dense or DenseTables(roles.index, self.placement, len(roles.workers))
@@ -226,6 +230,8 @@ class Server:
         if self.timeline.due(now - start):
             self._sample(now - start)
         self._poll_stop()
+        if self.lead:
+            self.members.poll(now)
         if self.lead and now >= self._next_timed:
             self._name_timed_checkpoint()
             self._next_timed = time.monotonic() + self.ckpt.seconds
@@ -283,13 +289,20 @@ class Server:
         from_worker = source not in self.roles.servers
         if from_worker and self.roles.worker_index(source) in self.clocks.gone:
             return   # a dead worker's message still on its way: its clocks are settled
+        if from_worker and buf.shape[0] >= protocol.HEADER_BYTES:
+            h = protocol.header(buf)
+            if h.op == Op.PULL and h.placement < self.members.floor and h.ts >= 0:
+                # Keys split before key ranges moved: the worker asks the lead and reads again.
+                self.reply(np.empty(0, np.float32), source, h.ts)
+                return
         if (self.takeover and buf.shape[0] >= protocol.HEADER_BYTES
                 and protocol.header(buf).placement > self.placement.version):
             self.takeover.catch_up(protocol.header(buf).placement, self.sender(source))
         request = admit(buf, self.sender(source), from_worker, to_lead=self.lead,
                         from_lead=source == self._lead_rank, width=self.store.width,
                         placement=self.placement, server=self.roles.index,
-                        columns=self.store.columns, n_workers=len(self.roles.workers))
+                        columns=self.store.columns, n_workers=len(self.roles.workers),
+                        load=self.members.load)
         if from_worker:
             worker = self.roles.worker_index(source)
             self._heard[worker] = time.monotonic()
@@ -311,7 +324,7 @@ class Server:
     def _on_pull(self, source: int, r, buf) -> None:
         # READ_ONLY only spares storing unknown keys: the clocks apply to every read.
         pull = Pull(self.roles.worker_index(source), source, r.header.ts, r.keys,
-                    insert=not r.header.flags & protocol.READ_ONLY)
+                    insert=not r.header.flags & protocol.READ_ONLY, version=r.header.placement)
         verdict = self.gate.arrive(pull, next_clock=bool(r.header.flags & protocol.NEXT_CLOCK))
         if verdict == SERVE:
             self._serve(pull)
@@ -409,7 +422,8 @@ class Server:
     def servers_died(self, gone: set, was_lead: bool) -> None:
         """Servers `gone` died (the placement already without them): nobody waits for them;
         this server leads if the lead died and it is the first living one."""
-        self._apply_backups()   # (if a failure cut an advance short) its ranges may be primary
+        self.members.servers_died()
+        self.apply_backups()   # (if a failure cut an advance short) its ranges may be primary
         self.dense.placement_changed(self.placement)
         self.hooks.placement_changed(self.placement)
         ranks = {self.roles.servers[g] for g in gone}
@@ -458,7 +472,7 @@ class Server:
 
     def _apply_until(self, clock: int) -> None:
         """Apply the pushes of the clocks before `clock`; those for ranges backed up here are
-        kept for `_apply_backups`, once the reads they let through are answered (reads go to
+        kept for `apply_backups`, once the reads they let through are answered (reads go to
         primaries: no read needs the backed-up ranges). Not if a server died since the push
         arrived: its ranges may be this server's to answer now."""
         for push in self.clock_pushes.until(clock):
@@ -468,7 +482,7 @@ class Server:
                 self._apply(*push[:5])
             self._applied(*push[5:7])
 
-    def _apply_backups(self) -> None:
+    def apply_backups(self) -> None:
         for push in self._backups_due:
             self._apply(*push)
         self._backups_due.clear()
@@ -508,9 +522,11 @@ class Server:
             if slowest != FINISHED:
                 self._checkpoint(stop_at)
                 self.gate.stopped = True
-        self._release()
-        self._apply_backups()   # replication overlaps the workers' next minibatch
-    def _release(self) -> None:
+        self.members.reached()
+        self.release()
+        self.apply_backups()   # replication overlaps the workers' next minibatch
+
+    def release(self) -> None:
         serve, refuse = self.gate.release()
         for pull in refuse:
             self._refuse(pull)
@@ -519,7 +535,7 @@ class Server:
 
     # Checkpoints.
     def _checkpoint(self, clock: int) -> None:
-        self._apply_backups()   # a checkpoint is of the whole store at its clock
+        self.apply_backups()   # a checkpoint is of the whole store at its clock
         if self.hooks.write_shard is None or not self.ckpt.begin(clock):
             return
         if self.clocks.staleness == 0 and self.clock_pushes.applied > clock:
@@ -568,7 +584,7 @@ class Server:
             self._stop_asked = True
             if not self.lead:
                 self.send(protocol.pack(protocol.Header(Op.STOP)), self._lead_rank)
-        if self.lead and self._stop_asked and self.ckpt.stop_at is None:
+        if self.lead and self._stop_asked and self.ckpt.stop_at is None and not self.members.busy:
             slowest = self.clocks.slowest()
             if slowest != FINISHED:   # else training is over: nothing to stop
                 # Two clocks past the slowest worker: no server can be further than one

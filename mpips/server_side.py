@@ -77,7 +77,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
 
 
 def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
-           failover: bool, failures: list, hot: bool = False):
+           failover: bool, failures: list, hot: bool = False, moves: list | None = None):
     """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies."""
     budget = Budget(cfg.max_rank_memory, f"server {roles.index}")
     model = cfg.model_spec()
@@ -174,7 +174,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                     dense=dense, record_pulls=cfg.record_pulls, checkpoints=checkpoints,
                     placement=placement, failover=failover, workers_fail_over=hot,
                     epochs=cfg.epochs, parts=spans(cfg.train, len(roles.workers)) if hot else (),
-                    deaths=checkpoint.deaths(resume))
+                    deaths=checkpoint.deaths(resume), run_dir=cfg.out)
     t0 = started[0] = ready(roles.comm, cfg.timeout, load)
     if progress:
         progress.start(positions)
@@ -193,6 +193,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                 log.error("the other servers did not confirm saving their shards: %s", again)
         raise
     failures += server.failures
+    if moves is not None:
+        moves += server.members.done
     train_s = time.monotonic() - t0
     if server.stopped and not clocks.all_finished:
         saved = {**attrs, "complete": False,

@@ -115,6 +115,18 @@ class KVStore:
         slots = self.find(keys)   # may grow the table: look up before touching _state
         self._state[slots] = state
 
+    def keep(self, kept: np.ndarray) -> None:
+        """Keep only the rows whose `kept` (bool, in the order of `items`) is set: the table is
+        rebuilt, its rows renumbered."""
+        keys, state = self.items()
+        old = self._rows
+        self._meta[:] = 0
+        self._allocate(max(16, int(int(kept.sum()) / self.max_load) + 1))
+        self.budget.release(old.nbytes)
+        self.generation += 1
+        slots = self.find(keys[kept])
+        self._state[slots] = state[kept]
+
     def items(self):
         """(keys, state rows) of everything stored; state columns start with the weights."""
         slots, keys = table.stored(self._rows, self._meta)

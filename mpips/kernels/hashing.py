@@ -73,15 +73,19 @@ def is_sorted_unique(keys):
 
 
 @njit(cache=True, nogil=True)
-def first_misplaced(keys, bounds, salt, allowed):
+def first_misplaced(keys, bounds, salt, allowed, counts):
     """(index, why) of the first key that does not follow the one before in strictly
     increasing order (why 1), or whose range r (of `bounds`) has allowed[r] false (why 2);
-    (-1, 0) if none."""
+    (-1, 0) if none. Each key's range is counted in `counts` (if not empty)."""
+    count = counts.shape[0] > 0
     for i in range(keys.shape[0]):
         if i > 0 and keys[i] <= keys[i - 1]:
             return i, 1
-        if not allowed[_range_of(mix64(keys[i] ^ salt), bounds)]:
+        r = _range_of(mix64(keys[i] ^ salt), bounds)
+        if not allowed[r]:
             return i, 2
+        if count:
+            counts[r] += 1
     return -1, 0
 
 

@@ -312,3 +312,60 @@ def test_a_malformed_dense_request_is_refused_at_admission(buf, says):
     with pytest.raises(ProtocolError, match="worker 1 .rank 3. sent a bad request") as refused:
         check(buf(), WORKER)
     assert says in str(refused.value)
+
+
+# Moves of key ranges (membership, `mpips ctl`): who may send what, and a range's copy
+# checked like COPY's (its keys must be of the range, sorted, its state finite).
+def moved_range(r: int, keys=None, state=None, columns=2, **fields):
+    keys = range_keys(r) if keys is None else keys
+    state = np.ones((keys.shape[0], columns), np.float32) if state is None else state
+    return protocol.pack(Header(Op.MOVE, nkeys=keys.shape[0], width=columns, ref=r,
+                                placement=1, **fields), keys, state)
+
+
+def owners_at(n: int = 3, clock: int = 5):
+    return protocol.pack(Header(Op.MOVE_AT, clock=clock, ref=1, nkeys=n),
+                         np.zeros(n, np.int64))
+
+
+@pytest.mark.parametrize("build, role, says", [
+    (lambda: moved_range(0), "worker", "MOVE, which a worker may not send"),
+    (lambda: moved_range(0, keys=range_keys(1)), "server", "MOVE of range 0 with keys of another"),
+    (lambda: moved_range(0, keys=range_keys(0)[::-1].copy()), "server",
+     "MOVE of range 0 with keys not in strictly increasing order"),
+    (lambda: moved_range(0, columns=3), "server", "MOVE of range 0 with 3 columns"),
+    (lambda: moved_range(0, state=np.full((8, 2), np.inf, np.float32)), "server",
+     "MOVE with a value that is not finite"),
+    (lambda: moved_range(5), "server", "MOVE of range 5 with 2 columns; this table keeps 2, "
+                                       "over 3 ranges"),
+    (lambda: owners_at(), "server", "MOVE_AT, which this server may not send"),
+    (lambda: owners_at(), "worker", "MOVE_AT, which a worker may not send"),
+    (lambda: owners_at(n=2), "lead", "MOVE_AT with a figure for each of 2 ranges; there are 3"),
+    (lambda: protocol.pack(Header(Op.MOVE_ASK)), "worker", "MOVE_ASK, which a worker may not"),
+    (lambda: protocol.pack(Header(Op.MOVE_CLOCK, nkeys=3), np.zeros(3, np.int64)), "server",
+     "MOVE_CLOCK, which this server may not send"),
+    (lambda: protocol.pack(Header(Op.MOVED), np.frombuffer(b"{}", np.uint8)), "worker",
+     "MOVED, which a worker may not send"),
+    (lambda: protocol.pack(Header(Op.PLACEMENT)), "worker", "PLACEMENT, which a worker may not"),
+], ids=["copy from a worker", "keys of another range", "keys out of order", "wrong width",
+        "infinite state", "a range that does not exist", "owners from a server not leading",
+        "owners from a worker", "owners of too few ranges", "a worker asking to hold reads",
+        "a clock to a server not leading", "moved, from a worker",
+        "a placement asked of a server not leading"])
+def test_a_forged_move_is_refused(build, role, says):
+    """A server takes moves only from servers, and the agreement's messages only between the
+    lead and the others; a worker asks only the lead what moved."""
+    with pytest.raises(ProtocolError, match=says):
+        admit(build(), f"{role} 0 (rank 2)", role == "worker", to_lead=False,
+              from_lead=role == "lead", width=1, placement=REPLICATED, server=1, columns=2,
+              n_workers=2)
+
+
+def test_a_move_of_a_range_the_server_does_not_hold_yet_is_admitted():
+    """(Its holder under the placement the move brings is the membership's to check.)"""
+    request = admit(moved_range(2), "server 0 (rank 0)", False, to_lead=False,
+                    from_lead=False, width=1, placement=REPLICATED, server=1, columns=2)
+    assert request.op is Op.MOVE and request.values.shape == (8, 2)
+    asked = admit(protocol.pack(Header(Op.PLACEMENT, ref=0)), "worker 0 (rank 3)", True,
+                  to_lead=True, from_lead=False, width=1, placement=REPLICATED, server=0)
+    assert asked.op is Op.PLACEMENT

@@ -69,8 +69,6 @@ REFUSED = [
     (("--model", "widedeep", "--fields", "255"), "--fields must be from 0 (sum the "
                                                  "embeddings) to 254, got 255"),
     (("--format", "libffm"), "--format libffm, but its first line is svmlight text"),
-    (("--spares", "1"), "--spares 1 stand in for a dead server with the copies of its keys: it "
-                        "needs --replicas 2 or more"),
     (("--spares", "-1"), "--spares must be 0 or more, got -1"),
     (("--servers", "2", "--replicas", "2", "--spares", "2"),
      "--servers 2 and --spares 2 leave no worker: the job has 4 rank(s)"),

@@ -3,7 +3,8 @@ ring (vnodes); a join or leave moves about 1/n of them and keeps the shares even
 import numpy as np
 import pytest
 
-from mpips.placement import (Placement, dealt, describe_ranges, moved, ring_holders,
+from mpips.placement import (Placement, dealt, describe_ranges, load_spread, moved, rebalanced,
+                             ring_holders,
                              with_server, without_server)
 
 
@@ -158,3 +159,19 @@ def test_a_spare_stands_in_for_a_dead_server_and_takes_copies_of_all_it_held():
     assert p.without({3}).holders == p.holders, "a dead spare changes nothing"
     both = p.without({1, 2})   # one spare for two deaths: server 1's goes to the spare
     assert both.stand_in == {1: 3} and both.holders == p.without({2}).without({1}).holders
+
+
+def test_rebalancing_moves_ranges_off_the_busiest_server_until_no_move_helps():
+    assign = dealt(2, 4)   # server 0: ranges 0, 2, 4, 6; server 1: 1, 3, 5, 7
+    load = [10, 1, 10, 1, 10, 1, 10, 1]   # server 0 answers 40 reads for server 1's 4
+    after = rebalanced(assign, load)
+    assert load_spread(assign, load) == pytest.approx(40 / 22)
+    assert load_spread(after, load) <= 23 / 22, "within one small range of even"
+    assert set(after) == {0, 1}
+    assert rebalanced(assign, [1] * 8) == assign, "an even load stays"
+
+
+def test_rebalancing_leaves_spares_alone_and_a_server_its_last_range():
+    after = rebalanced((0, 0, 1), [5, 5, 0])   # (a third server, a spare, owns none)
+    assert load_spread(after, [5, 5, 0]) == 1.0 and 2 not in after
+    assert rebalanced((0, 1), [9, 0]) == (0, 1), "server 0 keeps its one range"

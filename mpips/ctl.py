@@ -1,0 +1,103 @@
+"""`python -m mpips ctl RUN_DIR ...`: ask a running job to change its servers, and wait for
+the answer (the channel is `control`'s files in RUN_DIR)."""
+import json
+import sys
+
+from . import control, rundir
+from .errors import MpipsError
+
+DESCRIPTION = """\
+Ask the job training into RUN_DIR (its --out) to change while it trains, and wait until
+the change is done:
+
+  status             the servers and the key ranges each owns, the spares, the workers'
+                     clocks
+  add-server [N]     a spare server (--spares; by default the first) takes key ranges from
+                     the fullest servers: about 1/n of the keys move
+  remove-server N    server N hands its key ranges to the emptiest servers and stays on as
+                     a spare (it can be added again)
+  rebalance          key ranges move from the server that has answered the most reads
+                     since the last move to the one that answered the fewest
+
+The lead server (server 0) takes requests from RUN_DIR/control/ twice a second. A change
+happens at a clock every server agrees on: the servers hand over key ranges, the workers
+wait meanwhile, then read from the new owners. Under BSP the model stays bitwise that of a
+run without the change. The answer (what moved, how long it took) is printed, kept in
+RUN_DIR/control/answer-ID.json, and listed in summary.json's "moves".
+Workers do not join or leave a running job in this version (add-worker and remove-worker
+answer so): a dead worker's rows are handed on under ULFM; otherwise stop with a checkpoint
+and --resume with another --workers count."""
+
+
+def add_parser(sub) -> None:
+    import argparse
+    p = sub.add_parser("ctl", help="change a running job's servers (join, leave, rebalance)",
+                       description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the job's --out directory")
+    p.add_argument("what", metavar="COMMAND", choices=control.COMMANDS,
+                   help=", ".join(control.COMMANDS))
+    p.add_argument("target", metavar="N", type=int, nargs="?",
+                   help="the server (remove-server, add-server) or worker")
+    p.add_argument("--wait", type=float, default=600.0, metavar="S",
+                   help="seconds to wait for the answer (default 600)")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    p.set_defaults(run=run)
+
+
+def _fail(text: str) -> None:
+    print(f"mpips ctl: error: {text}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def run(args) -> None:
+    holder, not_running = rundir.running_job(args.run_dir)
+    if not_running:
+        _fail(f"no job is training into {args.run_dir}: {not_running}")
+    if args.what == "remove-server" and args.target is None:
+        _fail("remove-server needs the number of the server to remove (see ctl status)")
+    try:
+        ident = control.submit(args.run_dir, args.what, args.target)
+        if args.what != "status":
+            print(f"asked the job {holder.get('run_id', '')} to {args.what}"
+                  f"{'' if args.target is None else f' {args.target}'} (request {ident}); "
+                  f"waiting up to {args.wait:g} s", file=sys.stderr, flush=True)
+        answer = control.wait_answer(
+            args.run_dir, ident, args.wait,
+            running=lambda: rundir.running_job(args.run_dir)[1] is None)
+    except (OSError, MpipsError) as e:
+        _fail(str(e))
+    if args.json:
+        print(json.dumps(answer, indent=1))
+    else:
+        print(describe(answer))
+    sys.exit(0 if answer.get("ok") else 1)
+
+
+def describe(answer: dict) -> str:
+    """An answer as lines for a person."""
+    if not answer.get("ok"):
+        return f"refused: {answer.get('error')}"
+    if "servers" in answer and "placement_version" in answer:   # status
+        lines = [f"placement version {answer['placement_version']}: {answer['ranges']} key "
+                 f"ranges, {answer['replicas']} cop{'y' if answer['replicas'] == 1 else 'ies'} "
+                 f"of each; {answer['moves']} move(s) so far"]
+        for s in answer["servers"]:
+            lines.append(f"  server {s['server']} (rank {s['rank']}): {s['state']}, "
+                         f"{s['ranges']} range(s)")
+        for w in answer["workers"]:
+            lines.append(f"  worker {w['worker']} (rank {w['rank']}): clock {w['clock']}")
+        return "\n".join(lines)
+    lines = [f"{answer['command']}{'' if answer.get('target') is None else ' ' + str(answer['target'])}"
+             f" done at clock {answer['clock']} (placement version {answer['version']}): "
+             f"{answer['ranges_moved']} key range(s) moved ({100 * answer['fraction_moved']:.1f}% "
+             f"of the keys), {answer['keys_moved']:,} keys copied in {answer['seconds']:.2f} s; "
+             f"training waited {answer['paused_s']:.2f} s"]
+    if "load_spread_before" in answer:
+        lines.append(f"busiest server's reads over the mean: {answer['load_spread_before']:.3f} "
+                     f"before, {answer['load_spread_after']:.3f} after")
+    before, after = answer["ranges_before"], answer["ranges_after"]
+    lines.append("ranges per server: " + ", ".join(
+        f"{s}: {before[s]}" + (f" -> {after[s]}" if after[s] != before[s] else "")
+        for s in sorted(before, key=int)))
+    return "\n".join(lines)

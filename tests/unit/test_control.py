@@ -1,0 +1,55 @@
+"""The files between `mpips ctl` and the lead server: requests taken once and in order, the
+damaged ones answered with what is wrong, answers waited for with a bound."""
+import json
+import os
+
+import pytest
+
+from mpips import control
+from mpips.errors import ConfigError, InputError
+
+
+def test_requests_are_taken_oldest_first_and_once(tmp_path):
+    first = control.submit(str(tmp_path), "add-server")
+    second = control.submit(str(tmp_path), "remove-server", 3)
+    assert first < second
+    taken = control.take(str(tmp_path))
+    assert (taken["id"], taken["command"], taken["target"]) == (first, "add-server", None)
+    assert control.take(str(tmp_path))["target"] == 3
+    assert control.take(str(tmp_path)) is None
+    assert sorted(os.listdir(tmp_path / "control")) == [f"taken-{first}.json",
+                                                        f"taken-{second}.json"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("{not json", "not a request mpips ctl wrote"),
+    ('["add-server"]', "not a JSON object"),
+    ('{"command": "format-disk"}', "field 'command' is 'format-disk'"),
+    ('{"command": "remove-server", "target": -1}', "field 'target' is -1"),
+    ('{"command": "remove-server", "target": true}', "field 'target' is True"),
+])
+def test_a_damaged_request_is_answered_naming_the_file_and_field(tmp_path, text, says):
+    os.makedirs(tmp_path / "control")
+    (tmp_path / "control" / "request-x.json").write_text(text)
+    taken = control.take(str(tmp_path))
+    assert taken["id"] == "x" and "request-x.json" in taken["error"] and says in taken["error"]
+
+
+def test_an_unknown_command_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ConfigError, match="unknown ctl command 'grow'"):
+        control.submit(str(tmp_path), "grow")
+    assert not os.path.exists(tmp_path / "control")
+
+
+def test_an_answer_is_waited_for_with_a_bound_and_the_jobs_end_noticed(tmp_path):
+    ident = control.submit(str(tmp_path), "status")
+    with pytest.raises(InputError, match="has not taken it yet"):
+        control.wait_answer(str(tmp_path), ident, timeout=0.2)
+    with pytest.raises(InputError, match="ended before answering"):
+        control.wait_answer(str(tmp_path), ident, timeout=5, running=lambda: False)
+    control.take(str(tmp_path))
+    control.answer(str(tmp_path), ident, {"ok": True, "moves": 0})
+    assert control.wait_answer(str(tmp_path), ident, timeout=1) == {"id": ident, "ok": True,
+                                                                    "moves": 0}
+    with open(tmp_path / "control" / f"answer-{ident}.json") as f:
+        assert json.load(f)["ok"]
