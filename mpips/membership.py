@@ -34,8 +34,8 @@ from . import control, protocol
 from .clocks import FINISHED
 from .errors import ProtocolError
 from .failover import CannotFailOver
-from .placement import (Placement, describe_ranges, load_spread, moved, rebalanced,
-                        with_server, without_server)
+from .placement import (Placement, by_range, describe_ranges, load_spread, moved,
+                        rebalanced, with_server, without_server)
 from .protocol import Op
 
 log = logging.getLogger("mpips")
@@ -53,6 +53,8 @@ class Move:
     incoming: set = field(default_factory=set)   # ranges it still waits for
     keys_sent: int = 0
     keys_received: int = 0
+    send_s: float = 0.0                   # finding, sorting and sending the ranges given
+    load_s: float = 0.0                   # storing the ranges received
 
 
 class Membership:
@@ -245,14 +247,16 @@ class Membership:
             return
         m.reached = time.monotonic()
         s.apply_backups()
+        began = time.monotonic()
         before, me = s.placement, s.roles.index
-        keys, state = s.store.items()
-        ranges = before.ranges_of(keys)
-        order = np.lexsort((keys, ranges))   # by range, each range's keys sorted
-        starts = np.searchsorted(ranges[order], np.arange(before.n_ranges + 1))
+        given = np.array([h[0] == me and bool(set(m.after.holders[r]) - set(h))
+                          for r, h in enumerate(before.holders)])
+        if given.any():
+            keys, state = s.store.items()
+            order, starts = by_range(keys, before.ranges_of(keys), given)
         for r in range(before.n_ranges):
             old, new = before.holders[r], m.after.holders[r]
-            if old[0] == me:
+            if given[r]:
                 mine = order[starts[r]:starts[r + 1]]
                 for to in (t for t in new if t not in old):
                     s.send(protocol.pack(
@@ -262,6 +266,7 @@ class Membership:
                     m.keys_sent += mine.shape[0]
             if me in new and me not in old:
                 m.incoming.add(r)
+        m.send_s = time.monotonic() - began
         early = {r for r, (version, _) in self.arrived.items() if version == m.after.version}
         if early - m.incoming:
             raise ProtocolError(f"copies of key range(s) {describe_ranges(early - m.incoming)} "
@@ -282,7 +287,12 @@ class Membership:
         if m is not None and m.reached is not None and range_ not in m.incoming:
             raise ProtocolError(f"{s.sender(source)} sent a copy of key range {range_}, which "
                                 f"this server does not take")
+        began = time.monotonic()
+        waiting = len(m.incoming) if m is not None and m.reached is not None else 1
+        s.store.reserve(len(s.store) + r.keys.shape[0] * max(waiting, 1))
         s.store.load(r.keys, r.values)   # ranges it did not hold: nothing else writes them
+        if m is not None:
+            m.load_s += time.monotonic() - began
         if m is None or m.reached is None:
             self.arrived[range_] = (version, r.keys.shape[0])
             return
@@ -295,10 +305,14 @@ class Membership:
         """This server holds every range new to it: it takes the new placement."""
         s, m = self.server, self.move
         after = m.after
-        keys, _ = s.store.items()
-        held = after.held_ranges(s.roles.index)[after.ranges_of(keys)]
-        if not held.all():
+        began = time.monotonic()
+        dropped = 0
+        if (s.placement.held_ranges(s.roles.index) & ~after.held_ranges(s.roles.index)).any():
+            keys, _ = s.store.items()
+            held = after.held_ranges(s.roles.index)[after.ranges_of(keys)]
+            dropped = int((~held).sum())
             s.store.keep(held)
+        drop_s = time.monotonic() - began
         s.placement = after
         s.dense.placement = after
         s.hooks.placement_changed(after)
@@ -306,9 +320,11 @@ class Membership:
         self.load[:] = 0
         self.move = None
         figures = {"server": s.roles.index, "keys_sent": m.keys_sent,
-                   "keys_received": m.keys_received, "keys_dropped": int((~held).sum()),
+                   "keys_received": m.keys_received, "keys_dropped": dropped,
                    "wait_s": round(m.reached - m.began, 4),
-                   "move_s": round(time.monotonic() - m.reached, 4)}
+                   "move_s": round(time.monotonic() - m.reached, 4),
+                   "send_s": round(m.send_s, 4), "load_s": round(m.load_s, 4),
+                   "drop_s": round(drop_s, 4)}
         log.info("key ranges moved at clock %d (placement version %d): %d keys sent, %d "
                  "received, %d dropped here, in %.2f s", m.clock, after.version, m.keys_sent,
                  m.keys_received, figures["keys_dropped"], figures["move_s"])

@@ -162,6 +162,16 @@ def moved(before: tuple, after: tuple) -> float:
     return sum(a != b for a, b in zip(before, after)) / len(before)
 
 
+def by_range(keys: np.ndarray, ranges: np.ndarray, wanted: np.ndarray):
+    """(order, starts): keys[order[starts[r]:starts[r + 1]]] are the keys of range r, sorted,
+    for the ranges `wanted` (bool per range) only, the others left empty: sorting only what
+    moves."""
+    chosen = np.flatnonzero(wanted[ranges])
+    order = chosen[np.lexsort((keys[chosen], ranges[chosen]))]
+    starts = np.searchsorted(ranges[order], np.arange(wanted.shape[0] + 1))
+    return order, starts
+
+
 def describe_ranges(ranges) -> str:
     """Key ranges for a message: all of few, the first of many."""
     ranges = sorted(int(r) for r in ranges)

@@ -84,6 +84,11 @@ class KVStore:
         self.budget.release(old.nbytes)
         self.generation += 1
 
+    def reserve(self, keys: int) -> None:
+        """Room for `keys` keys without growing on the way (rows renumbered if it grows)."""
+        if keys > self.max_load * self.capacity:
+            self._grow(at_least=keys)
+
     def update(self, slots: np.ndarray, grads: np.ndarray, clock: int) -> None:
         """Apply the optimizer to the rows with gradients grads[len(slots), width], pushed
         at a worker's `clock`."""

@@ -16,7 +16,7 @@ from . import protocol
 from .bounded import wait_until
 from .clocks import FINISHED
 from .failover import CannotFailOver, dead_ranks, is_failure
-from .placement import describe_ranges
+from .placement import by_range, describe_ranges
 from .protocol import Op
 from .rebuild import Rebuilds
 
@@ -156,9 +156,9 @@ class Takeover:
         if not due:
             return
         keys, state = s.store.items()
-        ranges = s.placement.ranges_of(keys)
-        order = np.lexsort((keys, ranges))   # by range, each range's keys sorted
-        starts = np.searchsorted(ranges[order], np.arange(s.placement.n_ranges + 1))
+        wanted = np.zeros(s.placement.n_ranges, np.bool_)
+        wanted[[c.range for c in due]] = True
+        order, starts = by_range(keys, s.placement.ranges_of(keys), wanted)
         for copy in due:
             mine = order[starts[copy.range]:starts[copy.range + 1]]
             s.send(protocol.pack(

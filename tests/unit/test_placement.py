@@ -3,7 +3,8 @@ ring (vnodes); a join or leave moves about 1/n of them and keeps the shares even
 import numpy as np
 import pytest
 
-from mpips.placement import (Placement, dealt, describe_ranges, load_spread, moved, rebalanced,
+from mpips.placement import (Placement, by_range, dealt, describe_ranges, load_spread, moved,
+                             rebalanced,
                              ring_holders,
                              with_server, without_server)
 
@@ -175,3 +176,16 @@ def test_rebalancing_leaves_spares_alone_and_a_server_its_last_range():
     after = rebalanced((0, 0, 1), [5, 5, 0])   # (a third server, a spare, owns none)
     assert load_spread(after, [5, 5, 0]) == 1.0 and 2 not in after
     assert rebalanced((0, 1), [9, 0]) == (0, 1), "server 0 keeps its one range"
+
+
+def test_keys_grouped_by_range_only_for_the_ranges_wanted():
+    p = Placement(2, vnodes=4)
+    keys = np.random.default_rng(1).permutation(np.arange(1, 2000, dtype=np.uint64))
+    ranges = p.ranges_of(keys)
+    wanted = np.zeros(p.n_ranges, bool)
+    wanted[[1, 6]] = True
+    order, starts = by_range(keys, ranges, wanted)
+    for r in range(p.n_ranges):
+        got = keys[order[starts[r]:starts[r + 1]]]
+        expected = np.sort(keys[ranges == r]) if wanted[r] else np.empty(0, np.uint64)
+        np.testing.assert_array_equal(got, expected)

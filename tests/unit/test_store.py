@@ -97,3 +97,28 @@ def test_a_large_batch_of_new_keys_rebuilds_the_table_once():
     assert store.generation == 1 and len(store) == keys.shape[0]
     np.testing.assert_array_equal(store.pull(keys, np.empty((keys.shape[0], 1), np.float32)),
                                   np.ones((keys.shape[0], 1), np.float32))
+
+
+def test_keep_drops_the_other_rows_and_renumbers():
+    s = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.5))
+    keys = np.arange(1, 5001, dtype=np.uint64)
+    s.push(keys, np.ones((keys.shape[0], 1), np.float32), 0)
+    before = s.generation
+    stored, state = s.items()
+    kept = stored % 3 == 0
+    s.keep(kept)
+    assert len(s) == int(kept.sum()) and s.generation > before
+    after, after_state = s.items()
+    order, expected = np.argsort(after), np.argsort(stored[kept])
+    np.testing.assert_array_equal(after[order], stored[kept][expected])
+    np.testing.assert_array_equal(after_state[order], state[kept][expected])
+    out = np.empty((3, 1), np.float32)
+    assert (s.find(np.array([1, 2, 4], np.uint64), insert=False, out=out) < 0).all(), "dropped"
+
+
+def test_reserve_makes_room_once():
+    s = KVStore(width=1, optimizer=Optimizer("sgd", lr=0.5))
+    s.reserve(100_000)
+    generation = s.generation
+    s.push(np.arange(100_000, dtype=np.uint64), np.ones((100_000, 1), np.float32), 0)
+    assert s.generation == generation, "no growth on the way"
