@@ -1,7 +1,7 @@
 """The channel between `mpips ctl` and a running job: files in the run's directory.
 
 `ctl` writes a request, `control/request-<id>.json`, atomically; the lead server looks for
-requests twice a second, takes the oldest (renaming it `taken-<id>.json`), and writes the
+requests five times a second, takes the oldest (renaming it `taken-<id>.json`), and writes the
 answer `answer-<id>.json` once the change has finished (a status at once). Files, not
 signals: they reach a job on any node of a shared file system, need no process id, and
 what was asked and answered stays in the run directory for later. No MPI here.

@@ -19,7 +19,7 @@ the change is done:
   rebalance          key ranges move from the server that has answered the most reads
                      since the last move to the one that answered the fewest
 
-The lead server (server 0) takes requests from RUN_DIR/control/ twice a second. A change
+The lead server (server 0) takes requests from RUN_DIR/control/ five times a second. A change
 happens at a clock every server agrees on: the servers hand over key ranges, the workers
 wait meanwhile, then read from the new owners. Under BSP the model stays bitwise that of a
 run without the change. The answer (what moved, how long it took) is printed, kept in

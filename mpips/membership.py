@@ -40,7 +40,7 @@ from .protocol import Op
 
 log = logging.getLogger("mpips")
 
-POLL_S = 0.5   # how often the lead looks for requests
+POLL_S = 0.2   # how often the lead looks for requests
 
 
 @dataclass
