@@ -22,7 +22,7 @@ class TrainConfig:
     servers: int = 1
     replicas: int = 1               # copies of each key, on as many servers
     spares: int = 0                 # server ranks holding nothing, standing in for dead ones
-    vnodes: int = 1                 # key ranges per server (see placement)
+    vnodes: int = 16                # key ranges per server (see placement)
     epochs: int = 1
     batch_size: int | None = None   # None: chosen from the data (defaults.batch_size)
     optimizer: Optimizer = field(default_factory=Optimizer)

@@ -65,6 +65,7 @@ class Membership:
         self.move: Move | None = None
         self.floor = 0          # reads split by a placement older than this are refused
         self.arrived = {}       # range -> (version, keys) of copies in before MOVE_AT
+        self.asked = False      # a move is being agreed (MOVE_ASK taken, no MOVE_AT yet)
         # The lead's part:
         self.request = None     # the request being carried out
         self.before: Placement | None = None
@@ -84,7 +85,7 @@ class Membership:
     @property
     def busy(self) -> bool:
         """A move is being agreed or carried out (the lead names no stop meanwhile)."""
-        return self.request is not None or self.move is not None
+        return self.request is not None or self.move is not None or self.asked
 
     # The lead: requests.
     def poll(self, now: float) -> None:
@@ -171,6 +172,7 @@ class Membership:
 
     def on_ask(self, source: int, r, buf) -> None:
         s = self.server
+        self.asked = True
         highest, load = self._hold_reads()
         s.send(protocol.pack(protocol.Header(Op.MOVE_CLOCK, clock=highest + 1,
                                              nkeys=load.shape[0]), load), source)
@@ -227,6 +229,7 @@ class Membership:
         after = Placement(p.n_servers, p.replicas, p.nodes, version=version, dead=p.dead,
                           assign=fields.tolist())
         self.move = Move(clock, after, time.monotonic())
+        self.asked = False
         s.gate.ceiling = None
         s.gate.moving = (clock, version)
         self.reached()

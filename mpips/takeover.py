@@ -123,10 +123,14 @@ class Takeover:
         s.store.load(r.keys, r.values)
         replay = self.rebuilds.arrived(range_, protocol.copied_positions(buf, r.header),
                                        time.monotonic(), r.keys.shape[0])
+        # The range is one this server backs up (a new holder is never its primary): its
+        # kept pushes are deferred as the parts that arrive after the copy will be, so that
+        # each key's pushes of a clock are applied in worker order, all after the reads.
+        deferrable = s.placement.version
         for clock, worker, ts, keys, values in replay:
             if s.clocks.staleness == 0 and clock >= s.clock_pushes.applied:
                 s.clock_pushes.add(clock, worker,
-                                   (keys, None, -1, values, clock, worker, ts, -1))
+                                   (keys, None, -1, values, clock, worker, ts, deferrable))
             else:
                 s.store.push(keys, values, clock)
                 self.applied(worker, ts)
@@ -150,6 +154,9 @@ class Takeover:
         if not self.rebuilds.outgoing:
             return
         s = self.server
+        # A copy says which pushes it holds (the last applied per worker): the parts for
+        # ranges backed up here that an advance cut short by a death left aside go in first.
+        s.apply_backups()
         left = [w for w in range(len(s.roles.workers)) if s.clocks.done[w] != FINISHED]
         due = self.rebuilds.due(left, s.clock_pushes.applied if s.clocks.staleness == 0
                                 else None)

@@ -1,15 +1,17 @@
 """Servers join and leave a running job (`mpips ctl`): a spare takes key ranges, a server
 hands its ranges on and becomes a spare, and training goes on. Under BSP the model is bit for
 bit that of an uninterrupted run; under SSP and ASP its held-out logloss is within 0.5%."""
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import read_summary, run_job
-from watch import WatchedJob
+from conftest import ULFM, read_summary, run_job
+from watch import WatchedJob, pid_of_rank
 
 from mpips.model_io import load_model
 
@@ -115,3 +117,29 @@ def test_ctl_refuses_what_cannot_be_done_and_says_why(runs):
         damaged["error"], damaged
     gone = ctl(moved, "add-server")
     assert gone.returncode == 2 and "no job is training into" in gone.stderr, gone.stderr
+
+
+def test_a_server_that_freezes_while_a_move_is_agreed_stops_the_job_resumably(small_data,
+                                                                               tmp_path):
+    """Under ULFM: server 1 frozen, then `ctl add-server`: server 1 never says its clock, the
+    failure detector takes it for dead, and a death during a move is one the job cannot go on
+    from: every rank stops with exit 75 (the requeue template resumes it) and ctl says the
+    job ended before answering."""
+    run = tmp_path / "run"
+    job = WatchedJob(5, "train", "--train", small_data[0], "--test", small_data[1], "--out", run,
+                     *ARGS, "--replicas", 2, "--epochs", 400, launcher=ULFM)
+    job.wait_for("training: epoch")
+    pid = pid_of_rank(run, 1)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        asked = ctl(run, "add-server", wait=False)
+        job.wait_for("a server died while key ranges moved", timeout=120)
+        answered = done(asked)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    ended = job.finish(timeout=120)
+    assert ended.returncode == 75, ended.output
+    assert "the job cannot go on; resume from the last checkpoint" in ended.output
+    assert answered.returncode == 2 and "ended before answering" in answered.stderr, \
+        answered.stderr
