@@ -129,9 +129,10 @@ class Membership:
         if s.dense.tables:
             return "the job has dense tables (--solver lbfgs): their blocks do not move"
         owners = sorted(set(p.assign))
+        no_such = f"there is no server {target}: the job has {p.n_servers} (0-{p.n_servers - 1})"
         if command == "add-server":
             if target is not None and not 0 <= target < p.n_servers:
-                return f"there is no server {target}: the job has {p.n_servers} (0-{p.n_servers - 1})"
+                return no_such
             if target is not None and target in owners:
                 return f"server {target} owns key ranges already"
             if not p.spares:
@@ -140,7 +141,7 @@ class Membership:
             if target is None:
                 return "remove-server needs the number of the server to remove"
             if not 0 <= target < p.n_servers:
-                return f"there is no server {target}: the job has {p.n_servers} (0-{p.n_servers - 1})"
+                return no_such
             if target not in owners:
                 return f"server {target} owns no key range (a spare)"
             if len(owners) - 1 < p.replicas:

@@ -584,7 +584,8 @@ class Server:
             self._stop_asked = True
             if not self.lead:
                 self.send(protocol.pack(protocol.Header(Op.STOP)), self._lead_rank)
-        if self.lead and self._stop_asked and self.ckpt.stop_at is None and not self.members.busy:
+        if (self.lead and self._stop_asked and self.ckpt.stop_at is None
+                and not self.members.busy):   # a stop waits for a move to end
             slowest = self.clocks.slowest()
             if slowest != FINISHED:   # else training is over: nothing to stop
                 # Two clocks past the slowest worker: no server can be further than one

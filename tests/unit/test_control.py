@@ -53,3 +53,24 @@ def test_an_answer_is_waited_for_with_a_bound_and_the_jobs_end_noticed(tmp_path)
                                                                     "moves": 0}
     with open(tmp_path / "control" / f"answer-{ident}.json") as f:
         assert json.load(f)["ok"]
+
+
+def test_ctl_prints_what_moved_and_what_was_refused():
+    from mpips.ctl import describe
+    moved = {"ok": True, "command": "remove-server", "target": 0, "clock": 300, "version": 2,
+             "ranges_moved": 5, "fraction_moved": 0.3125, "keys_moved": 608, "seconds": 0.01,
+             "paused_s": 0.004, "ranges_before": {"0": 5, "1": 6, "2": 5},
+             "ranges_after": {"0": 0, "1": 8, "2": 8}}
+    text = describe(moved)
+    assert text.startswith("remove-server 0 done at clock 300 (placement version 2): 5 key "
+                           "range(s) moved (31.2% of the keys), 608 keys copied")
+    assert text.endswith("ranges per server: 0: 5 -> 0, 1: 6 -> 8, 2: 5 -> 8")
+    assert describe({"ok": False, "error": "no spare"}) == "refused: no spare"
+    status = {"ok": True, "placement_version": 0, "replicas": 1, "ranges": 4, "moves": 0,
+              "servers": [{"server": 0, "rank": 0, "ranges": 4, "state": "owner"},
+                          {"server": 1, "rank": 1, "ranges": 0, "state": "spare"}],
+              "workers": [{"worker": 0, "rank": 2, "clock": "finished"}]}
+    assert describe(status).splitlines() == [
+        "placement version 0: 4 key ranges, 1 copy of each; 0 move(s) so far",
+        "  server 0 (rank 0): owner, 4 range(s)", "  server 1 (rank 1): spare, 0 range(s)",
+        "  worker 0 (rank 2): clock finished"]
