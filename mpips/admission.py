@@ -81,12 +81,9 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         raise ProtocolError(f"{op.name} with {h.nkeys} keys of width {h.width}")
     if op is Op.PUSH and h.width != width:
         raise ProtocolError(f"PUSH of width {h.width}; this table's width is {width}")
-    if op is Op.COPY and (h.width != columns or not 0 <= h.ref < placement.n_ranges):
-        raise ProtocolError(f"COPY of range {h.ref} with {h.width} columns; this table keeps "
-                            f"{columns}, over {placement.n_ranges} ranges")
-    if op is Op.MOVE and (h.width != columns or not 0 <= h.ref < placement.n_ranges):
-        raise ProtocolError(f"MOVE of range {h.ref} with {h.width} columns; this table keeps "
-                            f"{columns}, over {placement.n_ranges} ranges")
+    if op in (Op.COPY, Op.MOVE) and (h.width != columns or not 0 <= h.ref < placement.n_ranges):
+        raise ProtocolError(f"{op.name} of range {h.ref} with {h.width} columns; this table "
+                            f"keeps {columns}, over {placement.n_ranges} ranges")
     if op in (Op.MOVE_AT, Op.MOVE_CLOCK) and h.nkeys != placement.n_ranges:
         raise ProtocolError(f"{op.name} with a figure for each of {h.nkeys} ranges; there "
                             f"are {placement.n_ranges}")

@@ -12,10 +12,9 @@ a pull until the clocks allow it. Pushing the very array of keys passed to one
 of the last two pulls (once waited for) sends only the values: the servers reuse
 that pull's keys, so do not change a key array between its pull and its push.
 """
+import logging
 from collections import deque
 from dataclasses import dataclass, field
-
-import logging
 
 import numpy as np
 from mpi4py import MPI
@@ -26,7 +25,6 @@ from .errors import ProtocolError, Stopped, WaitTimeout
 from .failover import CannotFailOver, dead_ranks, is_failure
 from .kernels.hashing import is_sorted_unique
 from .placement import Placement, describe_ranges
-
 from .protocol import Op
 
 log = logging.getLogger("mpips")
@@ -439,19 +437,7 @@ class KVWorker:
             if r.server not in dead or r.done:   # (a dead server may have answered first)
                 living.append(r)
                 continue
-            rows = np.arange(pending.out.shape[0])[r.rows]
-            keys = pending.keys[rows]
-            owners = self._placement.owners(keys)
-            flags = pending.flags
-            if self.clock > pending.clock:   # a read sent ahead, now for the current clock
-                flags &= ~protocol.NEXT_CLOCK
-            self._ts += 1
-            for s in np.unique(owners).tolist():
-                part = np.flatnonzero(owners == s)
-                pending.sends.append(self._send(s, Op.PULL, (keys[part],),
-                                                nkeys=part.shape[0], flags=flags))
-                living.append(self._reply_into(
-                    np.empty((part.shape[0], self.width), np.float32), s, rows[part], True))
+            living += self._ask_again(pending, np.arange(pending.out.shape[0])[r.rows])
         pending.replies = living
         pending.version = self._placement.version
 
@@ -483,7 +469,14 @@ class KVWorker:
     def _ask_owners(self, pending: _Pending) -> None:
         """A read refused because key ranges moved: all its keys asked again of their owners
         under the current placement."""
-        keys, p = pending.keys, self._placement
+        pending.sends = []
+        pending.replies = self._ask_again(pending, np.arange(pending.keys.shape[0]))
+        pending.version = pending.sent_by = self._placement.version
+
+    def _ask_again(self, pending: _Pending, rows: np.ndarray) -> list:
+        """Send the keys at `rows` of a pull (its output's rows) to their primaries under the
+        current placement, as one new request; their replies, copied into place on arrival."""
+        keys, p = pending.keys[rows], self._placement
         owners = p.owners(keys)
         order = np.lexsort((keys, owners))   # by owner, each owner's keys sorted
         starts = np.searchsorted(owners[order], np.arange(p.n_servers + 1))
@@ -491,16 +484,16 @@ class KVWorker:
         if self.clock > pending.clock:   # a read sent ahead, now for the current clock
             flags &= ~protocol.NEXT_CLOCK
         self._ts += 1
-        pending.sends, pending.replies = [], []
-        for s in self.living():
+        replies = []
+        for s in range(p.n_servers):
             a, b = starts[s], starts[s + 1]
             if a < b:
-                part = order[a:b]   # rows of `out`, as of `keys`
+                part = order[a:b]
                 pending.sends.append(self._send(s, Op.PULL, (keys[part],), nkeys=b - a,
                                                 flags=flags))
-                pending.replies.append(self._reply_into(
-                    np.empty((b - a, self.width), np.float32), s, part, True))
-        pending.version = pending.sent_by = p.version
+                replies.append(self._reply_into(np.empty((b - a, self.width), np.float32), s,
+                                                rows[part], True))
+        return replies
 
     def _broadcast(self, op: Op):
         pending = _Pending(what=f"the servers to receive {op.name}",

@@ -89,8 +89,9 @@ def describe(answer: dict) -> str:
             lines.append(f"  worker {w['worker']} (rank {w['rank']}): clock {w['clock']}")
         return "\n".join(lines)
     target = "" if answer.get("target") is None else f" {answer['target']}"
+    share = 100 * answer["fraction_moved"]
     lines = [f"{answer['command']}{target} done at clock {answer['clock']} (placement version "
-             f"{answer['version']}): {answer['ranges_moved']} key range(s) moved ({100 * answer['fraction_moved']:.1f}% "
+             f"{answer['version']}): {answer['ranges_moved']} key range(s) moved ({share:.1f}% "
              f"of the keys), {answer['keys_moved']:,} keys copied in {answer['seconds']:.2f} s; "
              f"training waited {answer['paused_s']:.2f} s"]
     if "load_spread_before" in answer:

@@ -414,6 +414,14 @@ class Membership:
                               else -1, *p.assign], np.int64), rank, ts)
         self.asking = []
 
+    def refused_stale(self, h, source: int) -> bool:
+        """A worker's read of keys split before key ranges moved: refused (an empty reply),
+        so that the worker asks the lead and reads again; whether it was."""
+        if h.op != Op.PULL or h.placement >= self.floor or h.ts < 0:
+            return False
+        self.server.reply(np.empty(0, np.float32), source, h.ts)
+        return True
+
     def servers_died(self) -> None:
         if self.busy:
             raise CannotFailOver("a server died while key ranges moved (mpips ctl): the job "

@@ -289,15 +289,11 @@ class Server:
         from_worker = source not in self.roles.servers
         if from_worker and self.roles.worker_index(source) in self.clocks.gone:
             return   # a dead worker's message still on its way: its clocks are settled
-        if from_worker and buf.shape[0] >= protocol.HEADER_BYTES:
-            h = protocol.header(buf)
-            if h.op == Op.PULL and h.placement < self.members.floor and h.ts >= 0:
-                # Keys split before key ranges moved: the worker asks the lead and reads again.
-                self.reply(np.empty(0, np.float32), source, h.ts)
-                return
-        if (self.takeover and buf.shape[0] >= protocol.HEADER_BYTES
-                and protocol.header(buf).placement > self.placement.version):
-            self.takeover.catch_up(protocol.header(buf).placement, self.sender(source))
+        h = protocol.header(buf) if buf.shape[0] >= protocol.HEADER_BYTES else None
+        if from_worker and h and self.members.refused_stale(h, source):
+            return
+        if self.takeover and h and h.placement > self.placement.version:
+            self.takeover.catch_up(h.placement, self.sender(source))
         request = admit(buf, self.sender(source), from_worker, to_lead=self.lead,
                         from_lead=source == self._lead_rank, width=self.store.width,
                         placement=self.placement, server=self.roles.index,
