@@ -86,6 +86,7 @@ class KVWorker:
         self._pulled = deque(maxlen=2)
         self._backups = None      # (placement version, what `_backs_up` found for it)
         self.stop_sent = False
+        self.asked_to_leave = False   # the lead said LEAVE_NOTICE (see notices)
 
     @property
     def placement(self) -> Placement:
@@ -292,7 +293,7 @@ class KVWorker:
 
     def notices(self) -> list:
         """The deaths the lead server has told this worker of since the last call: (number,
-        workplan.Death), in the order they arrived."""
+        workplan.Death), in the order they arrived. A notice to leave sets `asked_to_leave`."""
         out = []
         status = MPI.Status()
         while True:
@@ -306,6 +307,12 @@ class KVWorker:
                 continue
             fields = np.empty(status.Get_count(MPI.BYTE) // 8, np.int64)
             self._comm.Recv(fields, status.Get_source(), protocol.NOTICE_TAG)
+            if status.Get_source() not in self._servers:
+                raise ProtocolError(f"rank {status.Get_source()}, not a server, sent this worker "
+                                    f"a notice")
+            if fields.shape[0] == 1 and fields[0] == protocol.LEAVE_NOTICE:
+                self.asked_to_leave = True
+                continue
             try:
                 out.append((int(fields[0]), protocol.death_of(fields[1:])))
             except (ValueError, IndexError) as e:

@@ -18,15 +18,17 @@ the change is done:
                      a spare (it can be added again)
   rebalance          key ranges move from the server that has answered the most reads
                      since the last move to the one that answered the fewest
+  remove-worker N    worker N stops after the minibatch it is at; the rows it had left
+                     (of this epoch and the later ones) are shared among the workers still
+                     training; it stays on to score its share of the test file
 
 The lead server (server 0) takes requests from RUN_DIR/control/ five times a second. A change
 happens at a clock every server agrees on: the servers hand over key ranges, the workers
 wait meanwhile, then read from the new owners. Under BSP the model stays bitwise that of a
 run without the change. The answer (what moved, how long it took) is printed, kept in
 RUN_DIR/control/answer-ID.json, and listed in summary.json's "moves".
-Workers do not join or leave a running job in this version (add-worker and remove-worker
-answer so): a dead worker's rows are handed on under ULFM; otherwise stop with a checkpoint
-and --resume with another --workers count."""
+Workers do not join a running job in this version (add-worker answers so): to train with
+more, stop with a checkpoint and --resume with more ranks."""
 
 
 def add_parser(sub) -> None:
@@ -54,8 +56,8 @@ def run(args) -> None:
     holder, not_running = rundir.running_job(args.run_dir)
     if not_running:
         _fail(f"no job is training into {args.run_dir}: {not_running}")
-    if args.what == "remove-server" and args.target is None:
-        _fail("remove-server needs the number of the server to remove (see ctl status)")
+    if args.what in ("remove-server", "remove-worker") and args.target is None:
+        _fail(f"{args.what} needs the number of the {args.what[7:]} to remove (see ctl status)")
     try:
         ident = control.submit(args.run_dir, args.what, args.target)
         if args.what != "status":
@@ -86,9 +88,16 @@ def describe(answer: dict) -> str:
             lines.append(f"  server {s['server']} (rank {s['rank']}): {s['state']}, "
                          f"{s['ranges']} range(s)")
         for w in answer["workers"]:
-            lines.append(f"  worker {w['worker']} (rank {w['rank']}): clock {w['clock']}")
+            lines.append(f"  worker {w['worker']} (rank {w['rank']}): clock {w['clock']}"
+                         + (f", {w['state']}" if "state" in w else ""))
         return "\n".join(lines)
     target = "" if answer.get("target") is None else f" {answer['target']}"
+    if answer.get("command") == "remove-worker":
+        rest = (f"its rows left from epoch {answer['from_epoch']} go to worker(s) "
+                f"{', '.join(map(str, answer['handed_to']))}" if answer["handed_to"]
+                else "it had trained all its rows")
+        return (f"remove-worker{target} done: it left at clock {answer['clock']} "
+                f"({answer['seconds']:.2f} s after the request); {rest}")
     share = 100 * answer["fraction_moved"]
     lines = [f"{answer['command']}{target} done at clock {answer['clock']} (placement version "
              f"{answer['version']}): {answer['ranges_moved']} key range(s) moved ({share:.1f}% "

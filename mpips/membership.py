@@ -74,6 +74,7 @@ class Membership:
         self.moved_in = {}      # server -> its figures (MOVED)
         self.asking = []        # (rank, ts) of workers' PLACEMENT requests held
         self.done = []          # what each move did (the summary's "moves")
+        self.leaving = {}       # worker -> (the request it leaves for, when asked)
         self._began = 0.0
         self._next_poll = 0.0
 
@@ -108,21 +109,24 @@ class Membership:
         if problem:
             self._answer(request, {"ok": False, "error": problem})
             log.warning("ctl: %s refused: %s", command, problem)
-            return
-        self._ask(request)
+        elif command == "remove-worker":
+            self._ask_to_leave(request)
+        else:
+            self._ask(request)
 
     def _refusal(self, command: str, target) -> str | None:
         """Why the request cannot be carried out now, or None."""
         s = self.server
         p = s.placement
-        if command in ("add-worker", "remove-worker"):
-            return ("workers do not join or leave a running job in this version: a worker's "
-                    "rows are handed to the others when it dies (with ULFM); to change the "
-                    "number of workers, stop with a checkpoint and --resume with another count")
+        if command == "add-worker":
+            return ("workers do not join a running job in this version; to train with more, "
+                    "stop with a checkpoint and --resume with another count")
         if s.clocks.slowest() == FINISHED:
             return "training has ended"
         if s.ckpt.stop_at is not None or s._stop_asked:
             return "the job is stopping"
+        if command == "remove-worker":
+            return self._leave_refusal(target)
         if p.dead:
             return (f"server(s) {sorted(p.dead)} died in this launch; key ranges move only "
                     f"among living servers of a job that lost none (resume from a checkpoint)")
@@ -150,6 +154,51 @@ class Membership:
         if command == "rebalance" and len(owners) < 2:
             return "one server owns every key range: there is nothing to rebalance"
         return None
+
+    def _leave_refusal(self, worker) -> str | None:
+        s = self.server
+        n = len(s.roles.workers)
+        if not s.losses or s.dense.tables:
+            return ("a worker leaves only a job of minibatch training without --stages: a "
+                    "pipeline's stages and a full-batch solver's rows are not handed on")
+        if worker is None:
+            return "remove-worker needs the number of the worker to remove"
+        if not 0 <= worker < n:
+            return f"there is no worker {worker}: the job has {n} (0-{n - 1})"
+        if worker in s.clocks.gone:
+            return f"worker {worker} died"
+        if s.clocks.done[worker] == FINISHED:
+            return f"worker {worker} has finished training"
+        if worker in self.leaving:
+            return f"worker {worker} is leaving already"
+        if not set(s.losses.training(but=worker)) - set(self.leaving):
+            return "no other worker is still training to take its rows"
+        return None
+
+    def _ask_to_leave(self, request: dict) -> None:
+        """Tell the worker to leave after the minibatch it is at; its FINISH says where its
+        rows left start, and the lead hands them on (see workerloss)."""
+        s = self.server
+        worker = request["target"]
+        self.leaving[worker] = (request, time.monotonic())
+        s.send(np.array([protocol.LEAVE_NOTICE], np.int64), s.roles.workers[worker],
+               protocol.NOTICE_TAG)
+
+    def worker_finished(self, worker: int, clock: int, handed) -> None:
+        """The lead: `worker` said FINISH (`handed`: the workplan.Death its rows left went on
+        by, if any); if it was asked to leave, the answer."""
+        if worker not in self.leaving:
+            return
+        request, began = self.leaving.pop(worker)
+        result = {"ok": True, "command": "remove-worker", "target": worker, "clock": clock,
+                  "seconds": round(time.monotonic() - began, 4),
+                  "from_epoch": handed.epoch if handed else None,
+                  "handed_to": list(handed.survivors) if handed else []}
+        self.done.append(result)
+        log.warning("ctl remove-worker %d done: it left at clock %d%s", worker, clock,
+                    f"; its rows left from epoch {handed.epoch} go to worker(s) "
+                    f"{list(handed.survivors)}" if handed else ", having trained all its rows")
+        self._answer(request, result)
 
     def _ask(self, request: dict) -> None:
         s = self.server
@@ -440,7 +489,9 @@ class Membership:
                                        "spare" if i in p.spares else "owner")}
                             for i in range(p.n_servers)],
                 "workers": [{"worker": w, "rank": s.roles.workers[w],
-                             "clock": "finished" if done[w] == FINISHED else int(done[w])}
+                             "clock": "finished" if done[w] == FINISHED else int(done[w]),
+                             **({"state": "leaving"} if w in self.leaving else
+                                {"state": "dead"} if w in s.clocks.gone else {})}
                             for w in range(done.shape[0])],
                 "moves": len(self.done)}
 

@@ -102,7 +102,9 @@ STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished", "slowest_silent_
 
 REQUEST_TAG = 1
 ERROR_ACK_TAG = 2
-NOTICE_TAG = 3   # the lead to a worker: a death whose rows it shares (DEATH's payload)
+NOTICE_TAG = 3   # the lead to a worker: a death whose rows it shares (int64: its number,
+                 # then DEATH's payload), or LEAVE_NOTICE alone
+LEAVE_NOTICE = -1   # the lead to a worker (mpips ctl remove-worker): leave after this clock
 DENSE_COPY_TAG = 4   # a server to one that holds a range anew: its blocks of one dense table
 _REPLY_TAG0 = 16
 

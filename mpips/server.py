@@ -90,9 +90,10 @@ class Server:
                  run_dir: str | None = None):
         """`checkpoints`: when to write them, and where each worker stood (when resuming);
         by default none but those a stop asks for. `failover` (under ULFM): when another
-        server dies, go on with the living copies of its keys. `workers_fail_over` (under
-        ULFM): when a worker dies, hand its rows left (of `epochs`; `parts`: each worker's
-        own part of the data) to the others; `deaths`: those before a resume. `dense`: the
+        server dies, go on with the living copies of its keys. With `parts` (each worker's own
+        part of the data), a worker's rows left (of `epochs`) go to the others when it leaves,
+        and with `workers_fail_over` (under ULFM) when it dies; `deaths`: those before a
+        resume. `dense`: the
         server's dense tables (by default, none yet: workers create them). `run_dir`: where
         `mpips ctl` leaves requests for the lead (see membership)."""
         self.roles = roles
@@ -106,8 +107,8 @@ class Server:
         self.stats = ServerStats()
         self.timeline = Timeline()
         self.takeover = Takeover(self) if failover else None
-        self.losses = (WorkerLosses(self, epochs, list(parts), deaths) if workers_fail_over
-                       else None)
+        self.losses = (WorkerLosses(self, epochs, list(parts), deaths, hot=workers_fail_over)
+                       if parts else None)
         self.ckpt = checkpoints or Checkpoints(0, 0.0, roles.index == 0, len(roles.servers),
                                                clocks.staleness == 0)
         self.gate = ReadGate(clocks, record_pulls)
@@ -274,7 +275,7 @@ class Server:
         workers = {self.roles.worker_index(r) for r in dead if r not in self.roles.servers}
         if servers and not self.takeover:
             return False
-        if workers and not self.losses:
+        if workers and not (self.losses and self.losses.hot):
             raise CannotFailOver(f"worker(s) {sorted(workers)} died: without ULFM's failover "
                                  f"a dead worker's rows are not handed on")
         # Deaths known already (another server said, or MPI tells again of a request to a
@@ -362,8 +363,9 @@ class Server:
     def _on_finish(self, source: int, r, buf) -> None:
         worker = self.roles.worker_index(source)
         self.ckpt.note(worker, r.header.clock, r.report or _NO_REPORT, True)
-        if self.losses:
-            self.losses.finished(worker, r.header.clock, self.ckpt.positions[worker]["taken"])
+        handed = (self.losses.finished(worker, r.header.clock, self.ckpt.positions[worker])
+                  if self.losses else None)
+        self.members.worker_finished(worker, r.header.clock, handed)
         self.clocks.finish(worker)
         self.advance()
         self._copies_due()

@@ -161,6 +161,9 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     def placement_changed(changed: Placement) -> None:
         own.placement = changed
 
+    # A worker's rows are handed on when it dies (hot) or leaves (not a pipeline's or a
+    # full-batch solver's).
+    elastic = hot or (cfg.stages == 1 and cfg.solver == "minibatch")
     hooks = Hooks(**_checkpoint_writers(cfg, roles, name, own),
                   placement_changed=placement_changed,
                   snapshot=snapshot if cfg.snapshot_every else None,
@@ -173,7 +176,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
                     dense=dense, record_pulls=cfg.record_pulls, checkpoints=checkpoints,
                     placement=placement, failover=failover, workers_fail_over=hot,
-                    epochs=cfg.epochs, parts=spans(cfg.train, len(roles.workers)) if hot else (),
+                    epochs=cfg.epochs, parts=spans(cfg.train, len(roles.workers)) if elastic else (),
                     deaths=checkpoint.deaths(resume), run_dir=cfg.out)
     t0 = started[0] = ready(roles.comm, cfg.timeout, load)
     if progress:

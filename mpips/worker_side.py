@@ -32,16 +32,14 @@ log = logging.getLogger("mpips")
 EVAL_BATCH = 10000
 
 
-def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover: bool,
-         hot: bool = False):
-    """`failover`: a dead server's requests go to its keys' living copies; `hot` (under
-    ULFM): take shares of dead workers' rows when the lead server hands them on."""
+def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover: bool):
+    """`failover`: a dead server's requests go to its keys' living copies."""
     kv = KVWorker(roles, width=cfg.model_spec().width, timeout=cfg.timeout,
                   placement=placement, failover=failover)
     position = checkpoint.positions(resume).get(roles.index)
     with saving_on_failure(roles, kv, cfg.timeout):
         if cfg.stages == 1:
-            return _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume), hot)
+            return _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume))
         return _work_in_pipeline(cfg, roles, kv, position, resume)
 
 
@@ -84,16 +82,17 @@ def saving_on_failure(roles: Roles, kv: KVWorker, timeout: float):
 
 
 def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
-                     deaths: tuple = (), hot: bool = False, part: tuple = None,
-                     front: Front | None = None):
+                     deaths: tuple = (), part: tuple = None, front: Front | None = None):
     """`part`: (this worker's part of the data, parts) if not (its index, the workers);
     `front`: this worker is stage 0 of a pipeline, which computes the gradients and scores
-    (told when training and scoring are over)."""
+    (told when training and scoring are over). Otherwise the worker takes shares of the rows
+    of workers that died or left when the lead hands them on, and leaves when asked."""
     n_workers = len(roles.workers)
     index, parts = part or (roles.index, n_workers)
     model = front or cfg.model_spec()
     slowdown = cfg.slowdown(roles.index)
-    examples, loss, push, stopped = 0, 0.0, None, False
+    examples, loss, push, stopped, left = 0, 0.0, None, False, None
+    handing_on = front is None
     epoch, segment, offset, taken = 0, 0, -1, []
     if position:
         kv.clock, epoch, offset = position["clock"], position["epoch"], position["offset"]
@@ -128,13 +127,16 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         pull = kv.pull(current[1]) if current else None
         while current is not None:
             _pass_on_stop(kv)
-            if hot:
+            if handing_on:
                 work.learn(kv.notices())
             waited = kv.wait_s
             # Pipelining: the next minibatch's keys are found and its pull sent now, so the
             # servers work on it while this one computes (they answer once this push arrives).
+            # Asked to leave, the worker ends with this minibatch: the next is where its rows
+            # left start.
             upcoming = next(stream, None)
-            next_pull = kv.pull(upcoming[1], next_clock=True) if upcoming else None
+            next_pull = (kv.pull(upcoming[1], next_clock=True)
+                         if upcoming and not kv.asked_to_leave else None)
             batch, keys, cols, bias_col, progress = current[:5]
             try:
                 weights = kv.wait(pull)
@@ -159,8 +161,11 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
                 busy = time.monotonic() - mark - (kv.wait_s - waited)
                 time.sleep((slowdown - 1) * max(busy, 0.0))
                 mark = time.monotonic()
+            if upcoming and kv.asked_to_leave:
+                left = upcoming
+                break
             current, pull = upcoming, next_pull
-        if stopped or not hot or not _more_to_train(kv, work, cfg.timeout):
+        if stopped or left or not handing_on or not _more_to_train(kv, work, cfg.timeout):
             break
         stream = work.minibatches(work.epoch, work.segment + 1)
     train_s = time.monotonic() - t0
@@ -169,10 +174,16 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         front.end(STOPPED if stopped else FINISHED)
     margins, labels, bad_test_lines = np.empty(0), np.empty(0, np.float32), 0
     if not stopped:
-        kv.report(examples, loss, cfg.epochs, cfg.epochs, -1, taken=work.taken)
+        if left:   # the lead hands the rows from the next minibatch on to the others
+            log.warning("leaving at clock %d (mpips ctl remove-worker): the rows left from "
+                        "epoch %d go to the other workers", kv.clock, left[5])
+            kv.report(examples, loss, left[4], left[5], left[0].start, left[6],
+                      taken=work.taken)
+        else:
+            kv.report(examples, loss, cfg.epochs, cfg.epochs, -1, taken=work.taken)
         kv.finish()
         train_bytes = kv.bytes_sent
-        _wait_for_other_workers(roles, kv, cfg.timeout, work if hot else None)
+        _wait_for_other_workers(roles, kv, cfg.timeout, work if handing_on else None)
         if cfg.test:
             # Those that died in this launch (a resume's dead workers live again).
             margins, labels, bad_test_lines = _score(cfg, roles, kv,
@@ -183,7 +194,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     else:
         train_bytes = kv.bytes_sent
         log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
-        _wait_for_other_workers(roles, kv, cfg.timeout, work if hot else None)   # all wait
+        _wait_for_other_workers(roles, kv, cfg.timeout,
+                                work if handing_on else None)   # all wait
     kv.close()
     r = summary.new_record()
     r["examples"] = examples
@@ -256,8 +268,9 @@ class Work:
             self.plan = self.plan.with_death(death)
             if self.worker in death.survivors:
                 self.taken.append(self.epoch)
-                log.warning("worker %d died: this worker takes its share of the rows it had "
-                            "left, from epoch %d on", death.worker, death.epoch)
+                log.warning("worker %d %s: this worker takes its share of the rows it had "
+                            "left, from epoch %d on", death.worker,
+                            "died" if death.dead else "handed its rows on", death.epoch)
 
     def segments(self, epoch: int) -> list:
         return self.plan.segments(self.worker, epoch, self.taken)
@@ -314,10 +327,10 @@ class Work:
 def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
                             work: "Work | None" = None) -> None:
     """Wait until every worker has finished training, however long that takes, as long as
-    the slowest keeps advancing: the bound is --timeout without progress. With `work` (hot
-    failover), workers may die meanwhile: the lead server's word, not a barrier, says when,
-    and `work` learns of every death the lead numbered, so that all workers share the test
-    file alike."""
+    the slowest keeps advancing: the bound is --timeout without progress. With `work` (not a
+    pipeline), workers may die or leave meanwhile: the lead server's word, not a barrier,
+    says when, and `work` learns of every death the lead numbered, so that all workers share
+    the test file alike."""
     latest = {}
 
     def progress():

@@ -29,9 +29,12 @@ log = logging.getLogger("mpips")
 
 
 class WorkerLosses:
-    def __init__(self, server, epochs: int, parts: list, deaths: tuple = ()):
-        """`parts`: each worker's own part of the training data (see `workplan`)."""
+    def __init__(self, server, epochs: int, parts: list, deaths: tuple = (), hot: bool = True):
+        """`parts`: each worker's own part of the training data (see `workplan`). Not `hot`
+        (no ULFM): no worker dies here, but one may leave (`mpips ctl remove-worker`), and
+        its rows are handed on the same way."""
         self.server = server
+        self.hot = hot
         self.epochs = epochs
         self.parts = parts
         self.deaths = list(deaths)   # in order, as the lead numbered them (a resume's first)
@@ -40,7 +43,7 @@ class WorkerLosses:
         self.examples = 0            # examples the dead workers trained (the lead counts them)
         self.failures = []           # what this server saw of workers' deaths
         clocks = server.clocks
-        if clocks.staleness == 0:
+        if hot and clocks.staleness == 0:
             clocks.commit([i for i in range(len(server.roles.servers))
                            if i != server.roles.index])
         self._here = clocks.here()   # what this server last told the others it holds
@@ -162,7 +165,7 @@ class WorkerLosses:
         if place.get("finished") or place["epoch"] >= self.epochs:
             log.warning("worker %d had finished its rows: nothing to hand on", worker)
             return
-        survivors = self._training(but=worker)
+        survivors = self.training(but=worker)
         if not survivors:
             raise CannotFailOver(f"worker {worker} died with rows left to train (epoch "
                                  f"{place['epoch']}) and every other worker had finished")
@@ -171,7 +174,8 @@ class WorkerLosses:
         log.warning("worker %d's rows left (from epoch %d, clock %d) go to worker(s) %s",
                     worker, place["epoch"], clock, list(survivors))
 
-    def _training(self, but: int) -> tuple:
+    def training(self, but: int) -> tuple:
+        """The workers still training, but `but`."""
         s = self.server
         return tuple(w for w in range(len(s.roles.workers))
                      if w != but and w not in s.clocks.gone and s.clocks.done[w] != FINISHED)
@@ -191,25 +195,34 @@ class WorkerLosses:
             if w not in s.clocks.gone:
                 s.send(notice, s.roles.workers[w], protocol.NOTICE_TAG)
 
-    def finished(self, worker: int, clock: int, taken: list) -> None:
-        """The lead: `worker` said FINISH having taken `taken` shares. Shares handed to it
-        after it asked whether there were any (they crossed on the wire) go on to the
-        workers still training, as a dead worker's rows would, from the end of its plan."""
+    def finished(self, worker: int, clock: int, place: dict) -> Death | None:
+        """The lead: `worker` said FINISH, its next minibatch at `place` (a checkpoint's
+        position). The rows it has not trained go on to the workers still training, as a
+        dead worker's would: those from `place` if it left before its end (`mpips ctl
+        remove-worker`), and shares handed to it after it asked whether there were any (they
+        crossed on the wire), from the end of its plan. Returns the hand-over, if any."""
+        taken = place["taken"]
         given = [d for d in self.deaths if worker in d.survivors]
-        if not self.server.lead or len(taken) >= len(given):
-            return
-        last = self.epochs - 1
-        plan = WorkPlan(self.parts, self.epochs, tuple(self.deaths))
-        trained = len(plan.segments(worker, last, taken))
-        survivors = self._training(but=worker)
+        leaving = place["epoch"] < self.epochs
+        if not self.server.lead or (len(taken) >= len(given) and not leaving):
+            return None
+        if leaving:   # shares it had not taken yet join the epoch it left in
+            epoch, segment, offset = place["epoch"], place["segment"], place["offset"]
+        else:
+            epoch, offset = self.epochs - 1, -1
+            segment = len(WorkPlan(self.parts, self.epochs, tuple(self.deaths))
+                          .segments(worker, epoch, taken))
+        survivors = self.training(but=worker)
         if not survivors:
-            raise CannotFailOver(f"worker {worker} finished before the rows of a dead worker "
-                                 f"handed to it reached it, and every other worker had "
-                                 f"finished too")
-        full = tuple(taken) + (last,) * (len(given) - len(taken))
-        self._announce(Death(worker, clock, last, trained, -1, full, survivors, dead=False))
-        log.warning("worker %d finished before its share of a dead worker's rows reached it: "
-                    "the share goes to worker(s) %s", worker, list(survivors))
+            raise CannotFailOver(f"worker {worker} ended with rows left to train (epoch "
+                                 f"{epoch}) and every other worker had finished")
+        full = tuple(taken) + (epoch,) * (len(given) - len(taken))
+        death = Death(worker, clock, epoch, segment, offset, full, survivors, dead=False)
+        self._announce(death)
+        log.warning("worker %d %s: its rows left go to worker(s) %s", worker,
+                    "left" if leaving else "finished before its share of a dead worker's rows "
+                    "reached it", list(survivors))
+        return death
 
     def on_death(self, index: int, death: Death) -> None:
         """The lead numbered a death: kept, for checkpoints (and should this server lead)."""
