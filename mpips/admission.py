@@ -20,9 +20,10 @@ from .protocol import HEADER_BYTES, Op
 # their end, a stop they were asked for) and server 0 to the others (clocks to checkpoint at).
 FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STOP,
                 Op.DENSE}
-WORKERS_TO_LEAD = {Op.PLACEMENT}
+WORKERS_TO_LEAD = {Op.PLACEMENT, Op.SPLIT}
 FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP, Op.MOVE_CLOCK, Op.MOVED}
-FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH, Op.MOVE_ASK, Op.MOVE_AT}
+FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH, Op.MOVE_ASK, Op.MOVE_AT,
+             Op.JOIN_AT}
 FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE, Op.MOVE}   # from any server to any other
 FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
          Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT | protocol.BACKUP,
@@ -49,7 +50,7 @@ def _expected_bytes(op: Op, h, n_workers: int, backup: int) -> int:
     if op is Op.COPY:
         return HEADER_BYTES + h.nkeys * (8 + 4 * h.width) + 8 * n_workers
     report = protocol.REPORT_BYTES if h.flags & protocol.REPORT else 0
-    if op in (Op.DEATH, Op.MOVE_AT, Op.MOVE_CLOCK):
+    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_AT, Op.MOVE_CLOCK):
         return HEADER_BYTES + 8 * h.nkeys
     if op is Op.MOVE:
         return HEADER_BYTES + h.nkeys * (8 + 4 * h.width)
@@ -115,7 +116,7 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     if op in (Op.PULL, Op.PUSH, Op.COPY) and not 0 <= h.placement <= placement.version:
         raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
                             f"this server's is {placement.version}")
-    if op in (Op.DEATH, Op.MOVE_AT, Op.MOVE_CLOCK):   # int64 fields, read by their handlers
+    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_AT, Op.MOVE_CLOCK):   # int64, read by handlers
         return Request(op, h, _NO_KEYS, _NO_VALUES, None)
     if op is Op.DENSE:   # what its fields mean is the function's to check (densetables)
         _, scalars, _, values = protocol.dense_fields(buf, h)

@@ -87,6 +87,8 @@ class KVWorker:
         self._backups = None      # (placement version, what `_backs_up` found for it)
         self.stop_sent = False
         self.asked_to_leave = False   # the lead said LEAVE_NOTICE (see notices)
+        self.asked_to_give = None     # (joiner, weight) of a GIVE_NOTICE not yet acted on
+        self.join_clock = None        # the clock of a JOIN_NOTICE not yet acted on
 
     @property
     def placement(self) -> Placement:
@@ -293,7 +295,8 @@ class KVWorker:
 
     def notices(self) -> list:
         """The deaths the lead server has told this worker of since the last call: (number,
-        workplan.Death), in the order they arrived. A notice to leave sets `asked_to_leave`."""
+        workplan.Death), in the order they arrived. A notice to leave, to give rows to a worker
+        that joins or to join sets `asked_to_leave`, `asked_to_give` or `join_clock`."""
         out = []
         status = MPI.Status()
         while True:
@@ -310,8 +313,15 @@ class KVWorker:
             if status.Get_source() not in self._servers:
                 raise ProtocolError(f"rank {status.Get_source()}, not a server, sent this worker "
                                     f"a notice")
-            if fields.shape[0] == 1 and fields[0] == protocol.LEAVE_NOTICE:
+            kind = int(fields[0]) if fields.shape[0] else 0
+            if kind == protocol.LEAVE_NOTICE and fields.shape[0] == 1:
                 self.asked_to_leave = True
+                continue
+            if kind == protocol.GIVE_NOTICE and fields.shape[0] == 3 and fields[2] > 0:
+                self.asked_to_give = (int(fields[1]), int(fields[2]))
+                continue
+            if kind == protocol.JOIN_NOTICE and fields.shape[0] == 2 and fields[1] >= 0:
+                self.join_clock = int(fields[1])
                 continue
             try:
                 out.append((int(fields[0]), protocol.death_of(fields[1:])))
@@ -333,6 +343,16 @@ class KVWorker:
         return (f"; server {self._lead()} says the slowest is worker {s['slowest_worker']} "
                 f"(rank {rank}), at "
                 f"clock {s['slowest_clock']}, silent for {s['slowest_silent_ms'] / 1000:.0f} s")
+
+    def split(self, fields: np.ndarray) -> None:
+        """Tell the lead this worker split its rows left with the worker joining (a
+        workplan.Death as death_fields): it numbers the split and tells every worker."""
+        self.asked_to_give = None
+        self._ts += 1
+        self._pending[self._ts] = _Pending(
+            what="this worker's split of its rows to be sent",
+            sends=[self._send(self._lead(), Op.SPLIT, (fields,), nkeys=fields.shape[0])],
+            version=self._placement.version)
 
     def ask_to_stop(self) -> None:
         """Tell server 0 this rank was asked to stop (a signal): it stops the whole job at a

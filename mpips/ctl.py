@@ -1,5 +1,5 @@
-"""`python -m mpips ctl RUN_DIR ...`: ask a running job to change its servers, and wait for
-the answer (the channel is `control`'s files in RUN_DIR)."""
+"""`python -m mpips ctl RUN_DIR ...`: ask a running job to change its servers or workers,
+and wait for the answer (the channel is `control`'s files in RUN_DIR)."""
 import json
 import sys
 
@@ -20,20 +20,26 @@ the change is done:
                      since the last move to the one that answered the fewest
   remove-worker N    worker N stops after the minibatch it is at; the rows it had left
                      (of this epoch and the later ones) are shared among the workers still
-                     training; it stays on to score its share of the test file
+                     training; it stays on, idle, and scores its share of the test file
+  add-worker [N]     an idle worker (one that left, or finished its rows; by default the
+                     first that left) joins again: each of the n workers training keeps n
+                     shares of the rows it has left and gives it one
 
-The lead server (server 0) takes requests from RUN_DIR/control/ five times a second. A change
-happens at a clock every server agrees on: the servers hand over key ranges, the workers
-wait meanwhile, then read from the new owners. Under BSP the model stays bitwise that of a
-run without the change. The answer (what moved, how long it took) is printed, kept in
-RUN_DIR/control/answer-ID.json, and listed in summary.json's "moves".
-Workers do not join a running job in this version (add-worker answers so): to train with
-more, stop with a checkpoint and --resume with more ranks."""
+The lead server (server 0) takes requests from RUN_DIR/control/ five times a second. A
+server change happens at a clock every server agrees on: the servers hand over key ranges,
+the workers wait meanwhile, then read from the new owners. Under BSP the model stays bitwise
+that of a run without the change. The answer (what moved, how long it took) is printed, kept
+in RUN_DIR/control/answer-ID.json, and listed in summary.json's "moves".
+A worker's rows move where it stands, so no row is lost or trained twice in an epoch, but
+the minibatches differ from a run without the change: the model is not bitwise the same.
+MPI cannot add ranks to a running job: keep spare workers by launching more and removing
+them at the start."""
 
 
 def add_parser(sub) -> None:
     import argparse
-    p = sub.add_parser("ctl", help="change a running job's servers (join, leave, rebalance)",
+    p = sub.add_parser("ctl", help="change a running job's servers or workers (join, leave, "
+                                   "rebalance)",
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="the job's --out directory")
@@ -92,6 +98,10 @@ def describe(answer: dict) -> str:
                          + (f", {w['state']}" if "state" in w else ""))
         return "\n".join(lines)
     target = "" if answer.get("target") is None else f" {answer['target']}"
+    if answer.get("command") == "add-worker":
+        return (f"add-worker{target} done: it trains again from clock {answer['clock']}, with "
+                f"a share of the rows left of worker(s) {', '.join(map(str, answer['from']))} "
+                f"({answer['seconds']:.2f} s after the request)")
     if answer.get("command") == "remove-worker":
         rest = (f"its rows left from epoch {answer['from_epoch']} go to worker(s) "
                 f"{', '.join(map(str, answer['handed_to']))}" if answer["handed_to"]

@@ -75,22 +75,27 @@ class Membership:
         self.asking = []        # (rank, ts) of workers' PLACEMENT requests held
         self.done = []          # what each move did (the summary's "moves")
         self.leaving = {}       # worker -> (the request it leaves for, when asked)
+        self.left = []          # workers that left, in order (the first joins again first)
+        self.joining = None     # a worker joining: its request, the workers yet to split,...
         self._began = 0.0
         self._next_poll = 0.0
 
     def handlers(self) -> dict:
         return {Op.MOVE_ASK: self.on_ask, Op.MOVE_CLOCK: self.on_clock, Op.MOVE_AT: self.on_at,
                 Op.MOVE: self.on_move, Op.MOVED: self.on_moved,
-                Op.PLACEMENT: self.on_placement}
+                Op.PLACEMENT: self.on_placement, Op.SPLIT: self.on_split,
+                Op.JOIN_AT: self.on_join_at}
 
     @property
     def busy(self) -> bool:
         """A move is being agreed or carried out (the lead names no stop meanwhile)."""
-        return self.request is not None or self.move is not None or self.asked
+        return (self.request is not None or self.move is not None or self.asked
+                or self.joining is not None)
 
     # The lead: requests.
     def poll(self, now: float) -> None:
-        if now < self._next_poll or self.request is not None or not self.run_dir:
+        if (now < self._next_poll or self.request is not None or self.joining is not None
+                or not self.run_dir):
             return
         self._next_poll = now + POLL_S
         request = control.take(self.run_dir)
@@ -111,6 +116,8 @@ class Membership:
             log.warning("ctl: %s refused: %s", command, problem)
         elif command == "remove-worker":
             self._ask_to_leave(request)
+        elif command == "add-worker":
+            self._ask_to_give(request)
         else:
             self._ask(request)
 
@@ -118,15 +125,14 @@ class Membership:
         """Why the request cannot be carried out now, or None."""
         s = self.server
         p = s.placement
-        if command == "add-worker":
-            return ("workers do not join a running job in this version; to train with more, "
-                    "stop with a checkpoint and --resume with another count")
         if s.clocks.slowest() == FINISHED:
             return "training has ended"
         if s.ckpt.stop_at is not None or s._stop_asked:
             return "the job is stopping"
         if command == "remove-worker":
             return self._leave_refusal(target)
+        if command == "add-worker":
+            return self._join_refusal(target)
         if p.dead:
             return (f"server(s) {sorted(p.dead)} died in this launch; key ranges move only "
                     f"among living servers of a job that lost none (resume from a checkpoint)")
@@ -175,6 +181,122 @@ class Membership:
             return "no other worker is still training to take its rows"
         return None
 
+    def _idle_workers(self) -> list:
+        """Living workers not training (they left, or finished their rows): those that left
+        first, in order."""
+        s = self.server
+        idle = [w for w in range(len(s.roles.workers))
+                if s.clocks.done[w] == FINISHED and w not in s.clocks.gone]
+        return sorted(idle, key=lambda w: self.left.index(w) if w in self.left else len(idle))
+
+    def _donors(self) -> list:
+        return [w for w in self.server.losses.training(but=-1) if w not in self.leaving]
+
+    def _join_refusal(self, worker) -> str | None:
+        s = self.server
+        n = len(s.roles.workers)
+        if not s.losses or s.dense.tables:
+            return ("a worker joins only a job of minibatch training without --stages: a "
+                    "pipeline's stages and a full-batch solver's rows are not handed on")
+        if worker is not None and not 0 <= worker < n:
+            return f"there is no worker {worker}: the job has {n} (0-{n - 1})"
+        if worker is not None and worker in s.clocks.gone:
+            return f"worker {worker} died"
+        if worker is not None and worker not in self._idle_workers():
+            return f"worker {worker} is training"
+        if not self._idle_workers():
+            return ("no worker is idle to join: one that left (ctl remove-worker) or finished "
+                    "its rows can")
+        if not self._donors():
+            return "no worker is training to share its rows"
+        return None
+
+    def _ask_to_give(self, request: dict) -> None:
+        """A worker joins: every worker training splits its rows left, keeping n shares for
+        the one it gives (n: the workers training), and tells the lead (SPLIT); then the
+        servers agree on the clock it joins at (see `_join`)."""
+        s = self.server
+        worker = request.get("target")
+        worker = self._idle_workers()[0] if worker is None else worker
+        donors = self._donors()
+        self.joining = {"request": request, "worker": worker, "waiting": set(donors),
+                        "given": [], "began": time.monotonic()}
+        for w in donors:
+            s.send(np.array([protocol.GIVE_NOTICE, worker, len(donors)], np.int64),
+                   s.roles.workers[w], protocol.NOTICE_TAG)
+
+    def on_split(self, source: int, r, buf) -> None:
+        """The lead: a worker split its rows with the one joining; number it, as a death."""
+        s, j = self.server, self.joining
+        sender = s.roles.worker_index(source)
+        try:
+            death = protocol.death_of(protocol.int64_fields(buf))
+        except ValueError as e:
+            raise ProtocolError(f"{s.sender(source)} sent a bad request: SPLIT: {e}") from None
+        if (j is None or sender not in j["waiting"] or death.worker != sender or death.dead
+                or death.survivors != (sender, j["worker"]) or len(death.shares) != 2):
+            raise ProtocolError(f"{s.sender(source)} sent a bad request: SPLIT of its rows "
+                                f"with worker(s) {list(death.survivors)}, which no join asked "
+                                f"of it")
+        j["waiting"].discard(sender)
+        j["given"].append(sender)
+        s.losses.announce(death)
+        self._split_done()
+
+    def _split_done(self) -> None:
+        """Once every worker asked has split its rows (or finished instead), the clock."""
+        j = self.joining
+        if j["waiting"]:
+            return
+        if not j["given"]:
+            self._answer(j["request"], {"ok": False, "error": "every worker finished its rows "
+                                                              "before sharing them"})
+            self.joining = None
+            return
+        self._ask(j["request"])
+
+    def _join(self, clock: int) -> None:
+        """The lead, the clock agreed: the worker trains again from it, on every server."""
+        s, j = self.server, self.joining
+        worker = j["worker"]
+        for server in self._others():
+            s.send(protocol.pack(protocol.Header(Op.JOIN_AT, clock=clock, ref=worker)),
+                   s.roles.servers[server])
+        self._joined(worker, clock)
+        s.send(np.array([protocol.JOIN_NOTICE, clock - 1], np.int64), s.roles.workers[worker],
+               protocol.NOTICE_TAG)
+        result = {"ok": True, "command": "add-worker", "target": worker, "clock": clock,
+                  "seconds": round(time.monotonic() - j["began"], 4), "from": j["given"]}
+        self.done.append(result)
+        log.warning("ctl add-worker %d done: it trains again from clock %d, with a share of "
+                    "the rows left of worker(s) %s", worker, clock, j["given"])
+        if worker in self.left:
+            self.left.remove(worker)
+        self._answer(j["request"], result)
+        self.request = self.joining = None
+
+    def on_join_at(self, source: int, r, buf) -> None:
+        s = self.server
+        worker = r.header.ref
+        if not 0 <= worker < len(s.roles.workers) or worker in s.clocks.gone:
+            raise ProtocolError(f"{s.sender(source)} sent JOIN_AT of worker {worker}, which is "
+                                f"not a living worker of the job")
+        self._joined(worker, r.header.clock)
+
+    def _joined(self, worker: int, clock: int) -> None:
+        s = self.server
+        s.clocks.resume(worker, clock - 1)
+        s.heard(worker)
+        self.asked = False
+        s.gate.ceiling = None
+        s.release()
+
+    def idle_joining(self) -> int:
+        """1 if a worker is joining but not training yet (the lead counts it as training:
+        the others must not end before it has trained its share), else 0."""
+        j = self.joining
+        return int(j is not None and self.server.clocks.done[j["worker"]] == FINISHED)
+
     def _ask_to_leave(self, request: dict) -> None:
         """Tell the worker to leave after the minibatch it is at; its FINISH says where its
         rows left start, and the lead hands them on (see workerloss)."""
@@ -187,8 +309,12 @@ class Membership:
     def worker_finished(self, worker: int, clock: int, handed) -> None:
         """The lead: `worker` said FINISH (`handed`: the workplan.Death its rows left went on
         by, if any); if it was asked to leave, the answer."""
+        if self.joining is not None and worker in self.joining["waiting"]:
+            self.joining["waiting"].discard(worker)
+            self._split_done()
         if worker not in self.leaving:
             return
+        self.left.append(worker)
         request, began = self.leaving.pop(worker)
         result = {"ok": True, "command": "remove-worker", "target": worker, "clock": clock,
                   "seconds": round(time.monotonic() - began, 4),
@@ -245,6 +371,9 @@ class Membership:
         clock = max(self.clocks_in.values()) + 1
         p = s.placement
         command, target = self.request["command"], self.request.get("target")
+        if command == "add-worker":
+            self._join(clock)
+            return
         load = sum(self.loads.values())
         if command == "add-server":
             assign = with_server(p.assign, p.spares[0] if target is None else target)

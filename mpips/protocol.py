@@ -84,6 +84,10 @@ class Op(IntEnum):
     MOVED = 20       # a server to the lead: it holds the new placement (JSON figures)
     PLACEMENT = 21   # a worker to the lead, a read refused: what now? Reply: int64 kind (0:
                      # the job stopped, 1: moved), version, clock, then each range's owner
+    # Workers joining (see membership):
+    SPLIT = 22       # a worker to the lead: it split its rows left with the worker joining
+                     # (`nkeys` int64: a death_fields record whose worker is a survivor)
+    JOIN_AT = 23     # the lead to the others: worker `ref` trains again from clock `clock`
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock
@@ -105,6 +109,8 @@ ERROR_ACK_TAG = 2
 NOTICE_TAG = 3   # the lead to a worker: a death whose rows it shares (int64: its number,
                  # then DEATH's payload), or LEAVE_NOTICE alone
 LEAVE_NOTICE = -1   # the lead to a worker (mpips ctl remove-worker): leave after this clock
+GIVE_NOTICE = -2    # ..., joiner, weight: keep `weight` shares of the rows left, give it one
+JOIN_NOTICE = -3    # ..., clock: train again (shares handed to it), from clock + 1
 DENSE_COPY_TAG = 4   # a server to one that holds a range anew: its blocks of one dense table
 _REPLY_TAG0 = 16
 
@@ -223,7 +229,7 @@ def copied_positions(buf: np.ndarray, h: Header) -> np.ndarray:
 
 
 def int64_fields(buf: np.ndarray) -> np.ndarray:
-    """The int64 payload of DEATH, MOVE_AT or MOVE_CLOCK (a view of `buf`)."""
+    """The int64 payload of DEATH, SPLIT, MOVE_AT or MOVE_CLOCK (a view of `buf`)."""
     return buf[HEADER_BYTES:].view(np.int64)
 
 
@@ -234,10 +240,10 @@ def error_text(buf: np.ndarray) -> str:
 def death_fields(death) -> np.ndarray:
     """A workplan.Death as int64: worker, clock, epoch, segment, offset, dead (1 or 0), the
     number of epochs it had taken shares at, those epochs, the number of survivors, the
-    survivors."""
+    survivors, then (if weighed) each survivor's share."""
     return np.array([death.worker, death.clock, death.epoch, death.segment, death.offset,
                      int(death.dead), len(death.taken), *death.taken, len(death.survivors),
-                     *death.survivors], np.int64)
+                     *death.survivors, *death.shares], np.int64)
 
 
 def death_of(fields: np.ndarray):
@@ -249,6 +255,10 @@ def death_of(fields: np.ndarray):
         raise ValueError(f"{len(f)} fields do not hold a death")
     taken = tuple(f[7:7 + f[6]])
     rest = f[7 + f[6]:]
-    if not rest or rest[0] != len(rest) - 1 or min(f[:4] + list(taken) + rest) < 0:
+    n = rest[0] if rest else -1
+    if n < 0 or len(rest) - 1 not in (n, 2 * n) or min(f[:4] + list(taken) + rest) < 0:
         raise ValueError(f"{len(f)} fields do not hold a death")
-    return Death(f[0], f[1], f[2], f[3], f[4], taken, tuple(rest[1:]), bool(f[5]))
+    survivors, shares = tuple(rest[1:1 + n]), tuple(rest[1 + n:])
+    if len(set(survivors)) < n or (shares and min(shares) < 1):
+        raise ValueError(f"{len(f)} fields do not hold a death")
+    return Death(f[0], f[1], f[2], f[3], f[4], taken, survivors, bool(f[5]), shares)

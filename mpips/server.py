@@ -641,7 +641,9 @@ class Server:
             slowest = -1
         silent = 0 if slowest < 0 else time.monotonic() - self._heard[slowest]
         values = {"slowest_clock": -1 if slowest < 0 else int(done[slowest]),
-                  "slowest_worker": slowest, "finished": int((done == FINISHED).sum()),
+                  "slowest_worker": slowest,
+                  # A worker joining counts as training before it does.
+                  "finished": int((done == FINISHED).sum()) - self.members.idle_joining(),
                   "slowest_silent_ms": int(silent * 1000),
                   "deaths": len(self.losses.deaths) if self.losses else 0}
         return np.array([values[f] for f in protocol.STATUS_FIELDS], np.int64)
@@ -669,6 +671,10 @@ class Server:
                    f"{status['slowest_silent_ms'] / 1000:.0f} s; ")
         raise WaitTimeout(f"no worker has sent anything for {now - max(heard):.0f} s "
                           f"(--timeout {self.timeout:g}): {culprit}" + "; ".join(lines))
+
+    def heard(self, worker: int) -> None:
+        """`worker` trains again (it joins): its silence counts from now."""
+        self._heard[worker] = time.monotonic()
 
     def send(self, buf: np.ndarray, dest: int, tag: int = protocol.REQUEST_TAG) -> None:
         self.stats.bytes_sent += buf.nbytes

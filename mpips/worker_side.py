@@ -10,7 +10,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, signals, summary
+from . import checkpoint, protocol, signals, summary
 from .bounded import Backoff, wait_all, wait_until
 from .client import KVWorker, tell_servers_to_save
 from .config import TrainConfig
@@ -25,7 +25,7 @@ from .shards import open_shard, spans
 from .stagework import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
 from .startup import ready
 from .timeline import Timeline
-from .workplan import WorkPlan
+from .workplan import Death, WorkPlan
 
 log = logging.getLogger("mpips")
 
@@ -122,68 +122,77 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     work, epoch, segment, offset = opened[0]
     shard = work.shard
     stream = work.minibatches(epoch, segment, offset)
-    while True:
-        current = next(stream, None)
-        pull = kv.pull(current[1]) if current else None
-        while current is not None:
-            _pass_on_stop(kv)
-            if handing_on:
-                work.learn(kv.notices())
-            waited = kv.wait_s
-            # Pipelining: the next minibatch's keys are found and its pull sent now, so the
-            # servers work on it while this one computes (they answer once this push arrives).
-            # Asked to leave, the worker ends with this minibatch: the next is where its rows
-            # left start.
-            upcoming = next(stream, None)
-            next_pull = (kv.pull(upcoming[1], next_clock=True)
-                         if upcoming and not kv.asked_to_leave else None)
-            batch, keys, cols, bias_col, progress = current[:5]
-            try:
-                weights = kv.wait(pull)
-            except Stopped:
-                stopped = True
+    finished = False
+    while True:   # once, unless this worker leaves and then joins again
+        while True:
+            current = next(stream, None)
+            pull = kv.pull(current[1]) if current else None
+            while current is not None:
+                _pass_on_stop(kv)
+                if handing_on:
+                    work.learn(kv.notices())
+                waited = kv.wait_s
+                # Pipelining: the next minibatch's keys are found and its pull sent now, so
+                # the servers work on it while this one computes (they answer once this push
+                # arrives). Asked to leave, the worker ends with this minibatch: the next is
+                # where its rows left start; asked to give a worker that joins a share of
+                # them, it splits them there.
+                upcoming = next(stream, None)
+                if upcoming and kv.asked_to_give and not kv.asked_to_leave:
+                    stream = work.split(kv, *kv.asked_to_give, upcoming, cfg.timeout)
+                    upcoming = next(stream, None)
+                next_pull = (kv.pull(upcoming[1], next_clock=True)
+                             if upcoming and not kv.asked_to_leave else None)
+                batch, keys, cols, bias_col, progress = current[:5]
+                try:
+                    weights = kv.wait(pull)
+                except Stopped:
+                    stopped = True
+                    break
+                grad, batch_loss = model.gradient(batch, cols, bias_col, weights)
+                if not math.isfinite(batch_loss):
+                    raise Diverged(_diverged(cfg, kv.clock, current, shard, batch_loss))
+                loss += batch_loss
+                examples += len(batch)
+                # Where the next minibatch starts, for checkpoints: the servers note it with
+                # the push.
+                kv.report(examples, loss, progress,
+                          *((upcoming[5], upcoming[0].start, upcoming[6]) if upcoming
+                            else (cfg.epochs, -1, 0)), taken=work.taken)
+                sample(time.monotonic() - t0)
+                if push is not None:
+                    kv.wait(push)
+                push = kv.push(keys, grad, clock=True)
+                if slowdown > 1:   # --straggler, a testing aid: take `slowdown` times as long
+                    busy = time.monotonic() - mark - (kv.wait_s - waited)
+                    time.sleep((slowdown - 1) * max(busy, 0.0))
+                    mark = time.monotonic()
+                if upcoming and kv.asked_to_leave:
+                    left = upcoming
+                    break
+                current, pull = upcoming, next_pull
+            if stopped or left or not handing_on or not _more_to_train(kv, work, cfg.timeout):
                 break
-            grad, batch_loss = model.gradient(batch, cols, bias_col, weights)
-            if not math.isfinite(batch_loss):
-                raise Diverged(_diverged(cfg, kv.clock, current, shard, batch_loss))
-            loss += batch_loss
-            examples += len(batch)
-            # Where the next minibatch starts, for checkpoints: the servers note it with the
-            # push.
-            kv.report(examples, loss, progress, *((upcoming[5], upcoming[0].start, upcoming[6])
-                                                  if upcoming else (cfg.epochs, -1, 0)),
-                      taken=work.taken)
-            sample(time.monotonic() - t0)
-            if push is not None:
-                kv.wait(push)
-            push = kv.push(keys, grad, clock=True)
-            if slowdown > 1:   # --straggler, a testing aid: take `slowdown` times as long
-                busy = time.monotonic() - mark - (kv.wait_s - waited)
-                time.sleep((slowdown - 1) * max(busy, 0.0))
-                mark = time.monotonic()
-            if upcoming and kv.asked_to_leave:
-                left = upcoming
-                break
-            current, pull = upcoming, next_pull
-        if stopped or left or not handing_on or not _more_to_train(kv, work, cfg.timeout):
+            stream = work.minibatches(work.epoch, work.segment + 1)
+        if stopped or not handing_on:
             break
-        stream = work.minibatches(work.epoch, work.segment + 1)
+        _say_finish(kv, examples, loss, cfg.epochs, work, left)
+        finished = True
+        if not _wait_for_other_workers(roles, kv, cfg.timeout, work):
+            break
+        log.warning("joining again at clock %d (mpips ctl add-worker)", kv.join_clock)
+        stream = work.minibatches(*work.rejoin(kv))
+        left, push = None, None
     train_s = time.monotonic() - t0
     sample(train_s, force=True)
     if front is not None:
         front.end(STOPPED if stopped else FINISHED)
     margins, labels, bad_test_lines = np.empty(0), np.empty(0, np.float32), 0
     if not stopped:
-        if left:   # the lead hands the rows from the next minibatch on to the others
-            log.warning("leaving at clock %d (mpips ctl remove-worker): the rows left from "
-                        "epoch %d go to the other workers", kv.clock, left[5])
-            kv.report(examples, loss, left[4], left[5], left[0].start, left[6],
-                      taken=work.taken)
-        else:
-            kv.report(examples, loss, cfg.epochs, cfg.epochs, -1, taken=work.taken)
-        kv.finish()
+        if not finished:
+            _say_finish(kv, examples, loss, cfg.epochs, work, None)
+            _wait_for_other_workers(roles, kv, cfg.timeout)
         train_bytes = kv.bytes_sent
-        _wait_for_other_workers(roles, kv, cfg.timeout, work if handing_on else None)
         if cfg.test:
             # Those that died in this launch (a resume's dead workers live again).
             margins, labels, bad_test_lines = _score(cfg, roles, kv,
@@ -211,6 +220,21 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     r["stopped_at"] = kv.clock if stopped else -1   # a worker: where it was stopped
     return (r, margins, labels, np.zeros(n_workers), np.empty((0, len(Step._fields))),
             timeline.samples())
+
+
+def _say_finish(kv: KVWorker, examples: int, loss: float, epochs: int, work: "Work",
+                left=None) -> None:
+    """FINISH to every server (completing this worker's requests first), with where the rows
+    it leaves to the others start (`left`: the next minibatch), or its end."""
+    if left:   # the lead hands the rows from the next minibatch on to the others
+        log.warning("leaving at clock %d (mpips ctl remove-worker): the rows left from epoch "
+                    "%d go to the other workers", kv.clock, left[5])
+        work.leave(left)
+        kv.report(examples, loss, left[4], left[5], left[0].start, left[6], taken=work.taken)
+    else:
+        work.end()
+        kv.report(examples, loss, epochs, epochs, -1, taken=work.taken)
+    kv.finish()
 
 
 def _more_to_train(kv: KVWorker, work: "Work", timeout: float) -> bool:
@@ -249,6 +273,7 @@ class Work:
         self.epoch = 0             # the epoch and segment of the latest minibatch handed out
         self.segment = 0
         self._told = {}            # deaths told of out of order: number -> Death
+        self._rejoin_at = (0, 0)   # where shares given after it left begin (see leave)
 
     def catch_up(self, kv: KVWorker, deaths: int, timeout: float) -> None:
         """Wait (bounded) until the lead's word of its first `deaths` deaths has reached this
@@ -266,14 +291,58 @@ class Work:
         while len(self.plan.deaths) in self._told:
             death = self._told.pop(len(self.plan.deaths))
             self.plan = self.plan.with_death(death)
-            if self.worker in death.survivors:
-                self.taken.append(self.epoch)
+            if self.worker not in death.survivors:
+                continue
+            self.taken.append(self.epoch)
+            if death.worker == self.worker:
+                log.info("gave worker %d a share of the rows left", death.survivors[1])
+            else:
                 log.warning("worker %d %s: this worker takes its share of the rows it had "
-                            "left, from epoch %d on", death.worker,
-                            "died" if death.dead else "handed its rows on", death.epoch)
+                            "left, from epoch %d on", death.worker, "died" if death.dead else
+                            "shared its rows" if death.split else "handed its rows on",
+                            death.epoch)
 
     def segments(self, epoch: int) -> list:
         return self.plan.segments(self.worker, epoch, self.taken)
+
+    def _after(self, epoch: int, segment: int, offset: int) -> tuple[int, int]:
+        """(epoch, segment) where ranges added at `epoch` begin once the plan is cut at the
+        place given (see workplan.trained)."""
+        return epoch, segment + int(offset > self.segments(epoch)[segment][0])
+
+    def split(self, kv: KVWorker, joiner: int, weight: int, upcoming, timeout: float):
+        """Asked to give a worker that joins one share of its rows left for every `weight`
+        it keeps: cut them where `upcoming` (the next minibatch) starts, have the lead number
+        the split (every worker learns it in order), and return the minibatches of the rows
+        it keeps, from there."""
+        epoch, segment, offset = upcoming[5], upcoming[6], upcoming[0].start
+        death = Death(self.worker, kv.clock, epoch, segment, offset, tuple(self.taken),
+                      (self.worker, joiner), dead=False, shares=(weight, 1))
+        resume = self._after(epoch, segment, offset)
+        kv.split(protocol.death_fields(death))
+
+        def numbered() -> bool:
+            self.learn(kv.notices())
+            return death in self.plan.deaths
+        wait_until(numbered, timeout, lambda: "the lead server to number this worker's split "
+                                              "of its rows with the worker joining")
+        return self.minibatches(*resume)
+
+    def leave(self, upcoming) -> None:
+        """Leaving where `upcoming` (the next minibatch) starts: where shares given to it,
+        should it join again, begin."""
+        self._rejoin_at = self._after(upcoming[5], upcoming[6], upcoming[0].start)
+
+    def end(self) -> None:
+        """Done with its rows: shares given to it, should it join again, come after them."""
+        last = self.cfg.epochs - 1
+        self._rejoin_at = (last, len(self.segments(last)))
+
+    def rejoin(self, kv: KVWorker) -> tuple[int, int]:
+        """Asked to join again: go on from the clock the lead named; (epoch, segment) where
+        the shares given to it begin."""
+        kv.clock, kv.join_clock, kv.asked_to_leave = kv.join_clock, None, False
+        return self._rejoin_at
 
     def _reader(self, epoch: int, segment: int):
         span = self.segments(epoch)[segment]
@@ -325,12 +394,12 @@ class Work:
 
 
 def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
-                            work: "Work | None" = None) -> None:
+                            work: "Work | None" = None) -> bool:
     """Wait until every worker has finished training, however long that takes, as long as
     the slowest keeps advancing: the bound is --timeout without progress. With `work` (not a
     pipeline), workers may die or leave meanwhile: the lead server's word, not a barrier,
     says when, and `work` learns of every death the lead numbered, so that all workers share
-    the test file alike."""
+    the test file alike; and the lead may ask this worker to join again (returns True)."""
     latest = {}
 
     def progress():
@@ -344,15 +413,18 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
 
     if work is None:
         wait_all([roles.group.Ibarrier()], timeout, what, progress=progress, check_every=2.0)
-        return
+        return False
 
     def all_finished() -> bool:
         work.learn(kv.notices())
-        return progress()[1] == len(roles.workers)
+        return kv.join_clock is not None or progress()[1] == len(roles.workers)
     # Each poll asks the lead; progress is judged on its latest answer.
     wait_until(all_finished, timeout, what, check_every=0.0, backoff=Backoff(longest=0.05),
                progress=lambda: (latest["slowest_clock"], latest["finished"], latest["deaths"]))
+    if kv.join_clock is not None:
+        return True
     work.catch_up(kv, latest["deaths"], timeout)
+    return False
 
 
 def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker, deaths: tuple = (),

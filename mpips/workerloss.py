@@ -169,7 +169,7 @@ class WorkerLosses:
         if not survivors:
             raise CannotFailOver(f"worker {worker} died with rows left to train (epoch "
                                  f"{place['epoch']}) and every other worker had finished")
-        self._announce(Death(worker, clock, place["epoch"], place.get("segment", 0),
+        self.announce(Death(worker, clock, place["epoch"], place.get("segment", 0),
                              place["offset"], tuple(place.get("taken", ())), survivors))
         log.warning("worker %d's rows left (from epoch %d, clock %d) go to worker(s) %s",
                     worker, place["epoch"], clock, list(survivors))
@@ -180,7 +180,7 @@ class WorkerLosses:
         return tuple(w for w in range(len(s.roles.workers))
                      if w != but and w not in s.clocks.gone and s.clocks.done[w] != FINISHED)
 
-    def _announce(self, death: Death) -> None:
+    def announce(self, death: Death) -> None:
         """Number the death, and tell the other servers and every living worker of it (all
         workers share the test file among the living ones)."""
         s = self.server
@@ -218,7 +218,7 @@ class WorkerLosses:
                                  f"{epoch}) and every other worker had finished")
         full = tuple(taken) + (epoch,) * (len(given) - len(taken))
         death = Death(worker, clock, epoch, segment, offset, full, survivors, dead=False)
-        self._announce(death)
+        self.announce(death)
         log.warning("worker %d %s: its rows left go to worker(s) %s", worker,
                     "left" if leaving else "finished before its share of a dead worker's rows "
                     "reached it", list(survivors))

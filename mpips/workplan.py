@@ -9,6 +9,13 @@ A survivor learns of a death while it trains; it takes its share at the epoch it
 (`taken`): what the dead worker had left of that epoch and of any earlier one is added to
 the end of the survivor's current epoch, its later epochs to the survivor's same epochs. So
 every row is still trained once for each epoch of the dead worker's.
+
+The same record serves three more hand-overs. A worker that leaves (`mpips ctl
+remove-worker`) is a death that is not `dead`: it may take shares later, when it joins
+again. A worker that joins takes a share of every training worker's rows: each of those
+splits what it has left between itself and the joiner (a record whose worker is among its
+survivors, with `shares` weighing the pieces), cutting itself where it stands, and goes on
+with its own piece.
 """
 from dataclasses import asdict, dataclass
 
@@ -19,8 +26,9 @@ class Death:
     clocks were dropped, and its next minibatch started at `offset` (-1: the start) of
     segment `segment` of epoch `epoch`. `taken`: the epochs at which it had itself taken its
     shares of earlier deaths; `survivors`: the workers its rows went to, in order. Not
-    `dead`: a worker that finished before shares handed to it reached it, and hands them on
-    the same way."""
+    `dead`: a worker that finished before shares handed to it reached it, or left, and hands
+    them on the same way. `worker` among `survivors`: a split (see the module's docstring);
+    `shares`: each survivor's weight (none: equal)."""
     worker: int
     clock: int
     epoch: int
@@ -29,21 +37,30 @@ class Death:
     taken: tuple = ()
     survivors: tuple = ()
     dead: bool = True
+    shares: tuple = ()
+
+    @property
+    def split(self) -> bool:
+        return self.worker in self.survivors
+
+    def piece(self, start: int, stop: int, survivor: int) -> tuple[int, int]:
+        """The piece of [start, stop) that goes to `survivor`."""
+        weights = self.shares or (1,) * len(self.survivors)
+        k = self.survivors.index(survivor)
+        before, total = sum(weights[:k]), sum(weights)
+        span = stop - start
+        return start + span * before // total, start + span * (before + weights[k]) // total
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "taken": list(self.taken), "survivors": list(self.survivors)}
+        return {**asdict(self), "taken": list(self.taken), "survivors": list(self.survivors),
+                "shares": list(self.shares)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Death":
         return cls(int(d["worker"]), int(d["clock"]), int(d["epoch"]), int(d["segment"]),
                    int(d["offset"]), tuple(int(e) for e in d.get("taken", ())),
-                   tuple(int(w) for w in d["survivors"]), bool(d.get("dead", True)))
-
-
-def piece(start: int, stop: int, k: int, n: int) -> tuple[int, int]:
-    """Piece k of n near-equal pieces of [start, stop)."""
-    span = stop - start
-    return start + span * k // n, start + span * (k + 1) // n
+                   tuple(int(w) for w in d["survivors"]), bool(d.get("dead", True)),
+                   tuple(int(x) for x in d.get("shares", ())))
 
 
 def remainder(plan: list, death: Death) -> list:
@@ -94,25 +111,33 @@ class WorkPlan:
         shares (`taken`, in the order of `shares`; shares not taken yet are left out)."""
         return self.plan(worker, tuple(taken))[epoch]
 
-    def plan(self, worker: int, taken=(), upto: int | None = None) -> list:
-        """Ranges per epoch of `worker` under the first `upto` deaths (all by default). A
-        dead worker's shares are those its death records."""
+    def plan(self, worker: int, taken=None, upto: int | None = None) -> list:
+        """Ranges per epoch of `worker` under the first `upto` deaths (all by default), given
+        the epochs at which it took its shares (`taken`; its last departure's record of them
+        if that is longer: the record is where they stood when it left)."""
+        deaths = self.deaths[:upto]
+        gone = [d for d in deaths if d.worker == worker and not d.split]
+        taken = list(gone[-1].taken if gone and len(gone[-1].taken) > len(taken or ())
+                     else taken or ())
         plan = [[self.parts[worker]] for _ in range(self.epochs)]
-        died = [d for d in self.deaths if d.worker == worker]
-        taken = list(died[0].taken if died else taken)
-        for i, death in enumerate(self.deaths[:upto]):
-            if death.worker == worker:
-                return trained(plan, death)
+        for i, death in enumerate(deaths):
+            if death.worker == worker and not death.split:
+                plan = trained(plan, death)
+                if death.dead:
+                    return plan
+                continue   # it left: shares it takes when it joins again come after
             if worker not in death.survivors:
                 continue
             if not taken:
                 break   # shares are taken in order: none after one not taken
             at = taken.pop(0)
-            rest = remainder(self.plan(death.worker, upto=i), death)
-            k, n = death.survivors.index(worker), len(death.survivors)
+            if death.split and death.worker == worker:
+                rest, plan = remainder(plan, death), trained(plan, death)
+            else:
+                rest = remainder(self.plan(death.worker, death.taken, upto=i), death)
             for e, ranges in enumerate(rest):
                 for start, stop in ranges:
-                    a, b = piece(start, stop, k, n)
+                    a, b = death.piece(start, stop, worker)
                     if a < b:
                         plan[max(e, at)].append((a, b))
         return plan

@@ -361,6 +361,42 @@ def test_a_forged_move_is_refused(build, role, says):
               n_workers=2)
 
 
+def split_of(worker: int = 0, joiner: int = 1):
+    from mpips.workplan import Death
+    fields = protocol.death_fields(Death(worker, 3, 0, 0, -1, (), (worker, joiner), False,
+                                         (2, 1)))
+    return protocol.pack(Header(Op.SPLIT, nkeys=fields.shape[0]), fields)
+
+
+@pytest.mark.parametrize("build, role, to_lead, says", [
+    (lambda: split_of(), "worker", False, "SPLIT, which a worker may not send"),
+    (lambda: split_of(), "server", True, "SPLIT, which this server may not send"),
+    (lambda: split_of()[:-8], "worker", True, "SPLIT of 136 bytes, where its header .* makes it 144"),
+    (lambda: protocol.pack(Header(Op.JOIN_AT, clock=5, ref=1)), "worker", False,
+     "JOIN_AT, which a worker may not send"),
+    (lambda: protocol.pack(Header(Op.JOIN_AT, clock=5, ref=1)), "server", False,
+     "JOIN_AT, which this server may not send"),
+], ids=["a split to a server not leading", "a split from a server", "a split cut short",
+        "a join from a worker", "a join from a server not leading"])
+def test_a_forged_worker_change_is_refused(build, role, to_lead, says):
+    """A worker tells only the lead how it split its rows with a worker joining; only the
+    lead says when a worker joins."""
+    with pytest.raises(ProtocolError, match=says):
+        admit(build(), f"{role} 0 (rank 2)", role == "worker", to_lead=to_lead,
+              from_lead=False, width=1, placement=REPLICATED, server=0, n_workers=2)
+
+
+def test_a_split_to_the_lead_and_a_join_from_it_are_admitted():
+    split = admit(split_of(), "worker 0 (rank 3)", True, to_lead=True, from_lead=False,
+                  width=1, placement=REPLICATED, server=0)
+    assert split.op is Op.SPLIT
+    assert protocol.death_of(protocol.int64_fields(split_of())).shares == (2, 1)
+    joined = admit(protocol.pack(Header(Op.JOIN_AT, clock=5, ref=1)), "server 0 (rank 0)",
+                   False, to_lead=False, from_lead=True, width=1, placement=REPLICATED,
+                   server=1)
+    assert joined.op is Op.JOIN_AT and joined.header.ref == 1
+
+
 def test_a_move_of_a_range_the_server_does_not_hold_yet_is_admitted():
     """(Its holder under the placement the move brings is the membership's to check.)"""
     request = admit(moved_range(2), "server 0 (rank 0)", False, to_lead=False,

@@ -106,7 +106,7 @@ def test_ctl_refuses_what_cannot_be_done_and_says_why(runs):
     says = {"no spare": "no spare server to add: start the job with --spares K",
             "no such": "there is no server 7: the job has 3 (0-2)",
             "a spare": "server 1 owns key ranges already",
-            "worker": "workers do not join a running job in this version"}
+            "worker": "no worker is idle to join"}
     for case, text in says.items():
         done = refused[case]
         assert done.returncode == 1 and f"refused: {text}" in done.stdout, (case, done.stdout,
@@ -145,49 +145,60 @@ def test_a_server_that_freezes_while_a_move_is_agreed_stops_the_job_resumably(sm
         answered.stderr
 
 
-# Workers leaving: 2 servers and 3 workers, 33 clocks an epoch per worker.
+# Workers leaving and joining: 2 servers and 3 workers, 33 clocks an epoch per worker.
 LEAVE_ARGS = ("--servers", 2, "--epochs", 40, "--batch-size", 200, "--log-every", 0.2,
               "--timeout", 60)
 
 
 @pytest.fixture(scope="module")
 def leaving(small_data, tmp_path_factory):
-    """(uninterrupted run, run in which worker 1 left, ctl's answers) under BSP."""
+    """(uninterrupted run, run in which worker 1 left and joined again, ctl's answers to the
+    leave and the join, ctl's refusals) under BSP."""
     base = tmp_path_factory.mktemp("leave")
     data = ("train", "--train", small_data[0], "--test", small_data[1])
     whole = run_job(5, *data, "--out", base / "whole", *LEAVE_ARGS)
     assert whole.returncode == 0, whole.output
-    job = WatchedJob(5, *data, "--out", base / "left", *LEAVE_ARGS)
+    run = base / "changed"
+    job = WatchedJob(5, *data, "--out", run, *LEAVE_ARGS)
     job.wait_for("training: epoch")
-    left = ctl(base / "left", "remove-worker", 1, "--json")
-    refused = {case: ctl(base / "left", "remove-worker", *target)
-               for case, target in (("again", (1,)), ("no such", (7,)), ("whom", ()))}
+    asked = {"nobody idle": ("add-worker",), "busy": ("add-worker", 0),
+             "no such": ("remove-worker", 7), "whom": ("remove-worker",)}
+    running = {case: ctl(run, *command, wait=False) for case, command in asked.items()}
+    refused = {case: done(proc) for case, proc in running.items()}
+    left = ctl(run, "remove-worker", 1, "--json")
+    joined = ctl(run, "add-worker", "--json")
     ended = job.finish(timeout=180)
     assert ended.returncode == 0, ended.output
-    return base / "whole", base / "left", left, refused, ended
+    return base / "whole", run, left, joined, refused, ended
 
 
-def test_a_leaving_workers_rows_are_trained_by_the_others_once_each(leaving):
-    whole, run, left, _, ended = leaving
-    assert left.returncode == 0, left.stdout + left.stderr + ended.output
-    answer = json.loads(left.stdout)
-    assert answer["command"] == "remove-worker" and answer["target"] == 1, answer
-    assert answer["handed_to"] == [0, 2] and 0 <= answer["from_epoch"] < 40, answer
+def test_a_worker_leaves_and_joins_again_and_every_row_is_trained_once(leaving):
+    whole, run, left, joined, _, ended = leaving
+    for answered in (left, joined):
+        assert answered.returncode == 0, answered.stdout + answered.stderr + ended.output
+    left, joined = json.loads(left.stdout), json.loads(joined.stdout)
+    assert left["command"] == "remove-worker" and left["target"] == 1, left
+    assert left["handed_to"] == [0, 2] and 0 <= left["from_epoch"] < 40, left
+    assert joined["command"] == "add-worker" and joined["target"] == 1, joined
+    assert sorted(joined["from"]) == [0, 2] and joined["clock"] > left["clock"], joined
     s, w = read_summary(run), read_summary(whole)
-    assert [m["command"] for m in s["moves"]] == ["remove-worker"]
-    # Every row once per epoch: the others trained what worker 1 had left.
+    assert [m["command"] for m in s["moves"]] == ["remove-worker", "add-worker"]
+    # Every row once per epoch: what worker 1 had left went to 0 and 2, who gave it a third
+    # of what they had left when it joined again.
     assert s["train_examples"] == w["train_examples"] == 40 * 20000
-    mine = s["worker_examples"]
-    assert mine[1] < min(mine[0], mine[2]) and sum(mine) == 40 * 20000, mine
-    assert s["test_examples"] == 10000, "every test row was scored, the leaver's share too"
+    assert sum(s["worker_examples"]) == 40 * 20000, s["worker_examples"]
+    assert s["test_examples"] == 10000, "every test row was scored"
     gap = abs(s["test_logloss"] - w["test_logloss"]) / w["test_logloss"]
     assert gap <= 0.005, (s["test_logloss"], w["test_logloss"])
-    assert "leaving at clock" in ended.output and "worker 1 left" in ended.output
+    for said in ("leaving at clock", "worker 1 left", "joining again at clock",
+                 "ctl add-worker 1 done"):
+        assert said in ended.output, said
 
 
-def test_ctl_refuses_a_worker_that_cannot_leave(leaving):
+def test_ctl_refuses_a_worker_change_that_cannot_be_made(leaving):
     *_, refused, _ = leaving
-    says = {"again": "refused: worker 1 has finished training",
+    says = {"nobody idle": "refused: no worker is idle to join",
+            "busy": "refused: worker 0 is training",
             "no such": "refused: there is no worker 7: the job has 3 (0-2)",
             "whom": "remove-worker needs the number of the worker to remove"}
     for case, text in says.items():

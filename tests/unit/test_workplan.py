@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from mpips.workplan import Death, WorkPlan, piece
+from mpips.workplan import Death, WorkPlan
 
 PARTS = [(0, 100), (100, 200), (200, 307), (307, 400)]
 EPOCHS = 3
@@ -55,7 +55,7 @@ def test_a_survivor_ahead_takes_the_rest_into_its_current_epoch():
 def test_a_second_death_hands_on_the_share_of_the_first():
     first = Death(1, 7, 0, 0, 150, survivors=(0, 2, 3))
     # Worker 2 took its share in epoch 0 and died in epoch 1, in its second segment.
-    second = Death(2, 40, 1, 1, piece(100, 200, 1, 3)[0] + 5, taken=(0,), survivors=(0, 3))
+    second = Death(2, 40, 1, 1, first.piece(100, 200, 2)[0] + 5, taken=(0,), survivors=(0, 3))
     plan = WorkPlan(PARTS, EPOCHS).with_death(first).with_death(second)
     takes = {0: [0, 1], 3: [0, 1]}
     assert (counts(plan, takes) == 1).all()
@@ -96,3 +96,80 @@ def test_random_deaths_keep_every_row_once_per_epoch():
         c = counts(plan, takes)
         assert (c.sum(axis=0) == EPOCHS).all(), trial
         assert c.min() >= 0 and list(itertools.chain(*[plan.shares(w) for w in living]))
+
+
+def test_a_worker_that_left_and_joins_again_takes_a_piece_of_every_workers_rest():
+    """Worker 1 leaves in epoch 0; in epoch 1 it joins again: workers 0, 2 and 3 each keep
+    three quarters of what they have left and give it the last quarter."""
+    left = Death(1, 7, 0, 0, 150, survivors=(0, 2, 3), dead=False)
+    plan = WorkPlan(PARTS, EPOCHS).with_death(left)
+    takes = {0: [0], 2: [0], 3: [0]}
+    assert (counts(plan, takes).sum(axis=0) == EPOCHS).all()
+    for donor in (0, 2, 3):   # each cuts where it stands: its own part, 40 rows in
+        start = PARTS[donor][0]
+        plan = plan.with_death(Death(donor, 30, 1, 0, start + 40, tuple(takes[donor]),
+                                     survivors=(donor, 1), shares=(3, 1), dead=False))
+        takes[donor].append(1)
+        takes.setdefault(1, []).append(1)
+    c = counts(plan, takes)
+    assert (c.sum(axis=0) == EPOCHS).all(), "every row once per epoch"
+    mine = plan.segments(1, 1, takes[1])
+    assert mine[0] == (85, 100) and len(mine) == 6, "a quarter of both ranges of each donor"
+    kept = plan.segments(0, 1, takes[0])
+    assert kept[0] == (0, 40) and kept[1] == (40, 85), "worker 0 trained 40 rows, keeps 3/4"
+    assert plan.segments(0, 2, takes[0])[0] == (0, 75), "and 3/4 of each later epoch"
+
+
+def test_a_split_round_trips_through_the_wire_and_json():
+    from mpips import protocol
+    d = Death(2, 30, 1, 1, 250, taken=(0, 1), survivors=(2, 1), shares=(3, 1), dead=False)
+    assert protocol.death_of(protocol.death_fields(d)) == d
+    assert Death.from_dict(d.as_dict()) == d
+    with pytest.raises(ValueError):
+        protocol.death_of(protocol.death_fields(d)[:-1])   # a share missing
+
+
+def test_random_deaths_leaves_and_joins_keep_every_row_once_per_epoch():
+    rng = np.random.default_rng(1)
+    for trial in range(300):
+        plan, training, gone = WorkPlan(PARTS, EPOCHS), [0, 1, 2, 3], []
+        takes = {w: [] for w in range(4)}
+
+        def place(w):
+            epoch = int(rng.integers(max(takes[w], default=0), EPOCHS + 1))
+            mine = plan.plan(w, takes[w])
+            if epoch == EPOCHS or not mine[epoch]:
+                return min(epoch, EPOCHS), 0, -1
+            segment = int(rng.integers(0, len(mine[epoch])))
+            a, b = mine[epoch][segment]
+            return epoch, segment, int(rng.integers(a, b + 1))
+
+        def take(w, epoch):
+            takes[w].append(max(min(epoch, EPOCHS - 1), max(takes[w], default=0)))
+
+        for _ in range(rng.integers(1, 6)):
+            kind = rng.choice(["die", "leave", "join"] if gone else ["die", "leave"])
+            if kind == "join":
+                joiner = gone.pop(0)
+                for donor in list(training):
+                    where = place(donor)
+                    plan = plan.with_death(Death(donor, 0, *where, tuple(takes[donor]),
+                                                 (donor, joiner), False,
+                                                 (len(training), 1)))
+                    take(donor, where[0])
+                    take(joiner, where[0])
+                training.append(joiner)
+                continue
+            if len(training) < 2:
+                continue
+            w = int(rng.choice(training))
+            training.remove(w)
+            where = place(w)
+            plan = plan.with_death(Death(w, 0, *where, tuple(takes[w]), tuple(training),
+                                         kind == "die"))
+            for s in training:
+                take(s, where[0])
+            if kind == "leave":
+                gone.append(w)
+        c = counts(plan, takes)
+        assert (c.sum(axis=0) == EPOCHS).all(), trial
