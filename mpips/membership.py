@@ -263,6 +263,11 @@ class Membership:
             s.send(protocol.pack(protocol.Header(Op.JOIN_AT, clock=clock, ref=worker)),
                    s.roles.servers[server])
         self._joined(worker, clock)
+        if worker in s.clocks.gone:
+            self._answer(j["request"], {"ok": False, "error": f"worker {worker} died before "
+                                                              f"it joined"})
+            self.request = self.joining = None
+            return
         s.send(np.array([protocol.JOIN_NOTICE, clock - 1], np.int64), s.roles.workers[worker],
                protocol.NOTICE_TAG)
         result = {"ok": True, "command": "add-worker", "target": worker, "clock": clock,
@@ -278,15 +283,18 @@ class Membership:
     def on_join_at(self, source: int, r, buf) -> None:
         s = self.server
         worker = r.header.ref
-        if not 0 <= worker < len(s.roles.workers) or worker in s.clocks.gone:
-            raise ProtocolError(f"{s.sender(source)} sent JOIN_AT of worker {worker}, which is "
-                                f"not a living worker of the job")
+        if not 0 <= worker < len(s.roles.workers):
+            raise ProtocolError(f"{s.sender(source)} sent JOIN_AT of worker {worker}; the job "
+                                f"has {len(s.roles.workers)}")
         self._joined(worker, r.header.clock)
 
     def _joined(self, worker: int, clock: int) -> None:
+        """`worker` trains again from `clock` (unless it died meanwhile); reads held for the
+        agreement go on."""
         s = self.server
-        s.clocks.resume(worker, clock - 1)
-        s.heard(worker)
+        if worker not in s.clocks.gone:
+            s.clocks.resume(worker, clock - 1)
+            s.heard(worker)
         self.asked = False
         s.gate.ceiling = None
         s.release()
@@ -305,6 +313,21 @@ class Membership:
         self.leaving[worker] = (request, time.monotonic())
         s.send(np.array([protocol.LEAVE_NOTICE], np.int64), s.roles.workers[worker],
                protocol.NOTICE_TAG)
+
+    def worker_gone(self, worker: int) -> None:
+        """The lead: `worker` died (its rows handed on); a change waiting for it goes on."""
+        if worker in self.leaving:
+            request, _ = self.leaving.pop(worker)
+            self._answer(request, {"ok": False, "error": f"worker {worker} died before it "
+                                                         f"left; its rows were handed on"})
+        j = self.joining
+        if j is not None and worker == j["worker"] and j["given"]:
+            # The shares given to it go on as a finished worker's would (see workerloss).
+            losses, place = self.server.losses, self.server.ckpt.positions.get(worker, {})
+            losses.finished(worker, 0, {"epoch": losses.epochs, "taken": place.get("taken", [])})
+        if j is not None and worker in j["waiting"]:
+            j["waiting"].discard(worker)
+            self._split_done()
 
     def worker_finished(self, worker: int, clock: int, handed) -> None:
         """The lead: `worker` said FINISH (`handed`: the workplan.Death its rows left went on

@@ -157,6 +157,7 @@ class WorkerLosses:
                 f.update({"clocks_kept": k, "pushes_dropped": dropped})
         if s.lead:
             self._hand_on(worker, k, place)
+            s.members.worker_gone(worker)
         s.advance()
 
     def _hand_on(self, worker: int, clock: int, place: dict) -> None:

@@ -205,3 +205,33 @@ def test_ctl_refuses_a_worker_change_that_cannot_be_made(leaving):
         done = refused[case]
         assert done.returncode in (1, 2) and text in done.stdout + done.stderr, \
             (case, done.stdout, done.stderr)
+
+
+def test_a_worker_frozen_while_another_joins_is_taken_for_dead_and_the_join_goes_on(
+        small_data, tmp_path):
+    """Under ULFM: worker 1 leaves, then worker 2 (rank 4) freezes and worker 1 is asked to
+    join: worker 2 never splits its rows; the failure detector takes it for dead, its rows go
+    to worker 0, and worker 1 joins with worker 0's share alone. Every row is still trained
+    once per epoch, and the whole test file scored."""
+    run = tmp_path / "run"
+    job = WatchedJob(5, "train", "--train", small_data[0], "--test", small_data[1], "--out",
+                     run, *LEAVE_ARGS, "--epochs", 80, launcher=ULFM)
+    job.wait_for("training: epoch")
+    left = ctl(run, "remove-worker", 1)
+    assert left.returncode == 0, left.stdout + left.stderr
+    pid = pid_of_rank(run, 4)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        joined = ctl(run, "add-worker", "--json")
+        job.wait_for("summary: ", timeout=180)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    ended = job.finish(timeout=60)
+    assert ended.returncode == 0, ended.output
+    assert joined.returncode == 0, joined.stdout + joined.stderr + ended.output
+    answer = json.loads(joined.stdout)
+    assert answer["target"] == 1 and answer["from"] == [0], answer
+    s = read_summary(run)
+    assert [f["worker"] for f in s["failures"]] == [2]
+    assert s["train_examples"] == 80 * 20000, "every row once per epoch"
+    assert s["test_examples"] == 10000
