@@ -116,6 +116,10 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     # Rank 0 samples the data (not every rank) to choose what was not given, and to check
     # what was; all use its choice.
     chosen, workers = None, comm.size - cfg.server_ranks
+    # Every rank loads its kernels while rank 0 samples (the sample's parsing uses them).
+    compile_s = compile_per_node(comm, bound, model=cfg.model_spec(),
+                                 optimizer=cfg.optimizer.name,
+                                 full_batch=cfg.solver != "minibatch")
     if comm.rank == 0:   # with --stages, a pipeline reads as one worker does
         chosen = json.dumps(_choose(cfg, workers // cfg.stages, resume))
     chosen = json.loads(broadcast_text(comm, chosen, bound))
@@ -155,13 +159,9 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
             log.info("%s", line)
         for line in chosen["warnings"]:
             log.warning("%s", line)
-        log.info("loading the numba kernels (compiled on the first run on a machine, ~20 s)")
+        log.info("numba kernels ready in %.1f s (compiled on the first run on a machine, "
+                 "~20 s)", compile_s)
     try:
-        compile_s = compile_per_node(roles.comm, cfg.timeout, model=cfg.model_spec(),
-                                     optimizer=cfg.optimizer.name,
-                                     full_batch=cfg.solver != "minibatch")
-        if comm.rank == 0:
-            log.info("kernels ready in %.1f s", compile_s)
         watch = CompileWatch()
         failures = []   # the servers' deaths this rank saw (server 0's go in the summary)
         moves = []      # the lead's key range moves (mpips ctl), for the summary

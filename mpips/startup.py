@@ -1,14 +1,24 @@
 """What every rank must share before a job starts: the verdict on the configuration,
 the run id, and numba kernels compiled once per node."""
+import contextlib
+import glob
+import hashlib
+import logging
+import os
 import secrets
+import sys
 import time
 
+import numba
 import numpy as np
 from mpi4py import MPI
 
+from . import kernels
 from .bounded import wait_all
 from .errors import ConfigError, MpipsError
 from .warmup import compile_kernels
+
+log = logging.getLogger("mpips")
 
 
 def agree(comm: MPI.Intracomm, check, timeout: float,
@@ -57,12 +67,23 @@ def run_id(comm: MPI.Intracomm, timeout: float) -> str:
 def compile_per_node(comm: MPI.Intracomm, timeout: float, **needs) -> float:
     """Compile the kernels (those `needs` names: see warmup.compile_kernels) on one rank per
     node first; the others then load numba's cache instead of compiling the same code at
-    the same time on the same cores. Returns seconds."""
+    the same time on the same cores. Once a node has compiled them, every rank loads them
+    at once (see `warm_marker`). Returns seconds."""
     start = time.monotonic()
+    marker = warm_marker(needs)
+    if marker and os.path.exists(marker):
+        compile_kernels(**needs)
+        return time.monotonic() - start
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         if node.rank == 0:
+            if comm.rank == 0:
+                log.info("loading the numba kernels (compiled on the first run of these "
+                         "sources on a machine, ~20 s)")
             compile_kernels(**needs)
+            if marker:
+                with contextlib.suppress(OSError):
+                    open(marker, "w").close()
         wait_all([node.Ibarrier()], timeout,
                  lambda: "the first rank on this node to compile the numba kernels")
         if node.rank != 0:
@@ -70,6 +91,22 @@ def compile_per_node(comm: MPI.Intracomm, timeout: float, **needs) -> float:
     finally:
         node.Free()
     return time.monotonic() - start
+
+
+def warm_marker(needs: dict) -> str | None:
+    """A file beside numba's cache of the kernels, there once this set of kernels has been
+    compiled from these very sources (numba's cache goes stale by the same stamps: each
+    source's modification time and size), by this numba and Python."""
+    directory = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.path.dirname(kernels.__file__), "__pycache__")
+    if not os.access(directory, os.W_OK):
+        return None
+    named = sorted((k, getattr(v, "name", v)) for k, v in needs.items())   # a model by name
+    stamp = hashlib.sha256(f"{numba.__version__} {sys.version} {named!r}".encode())
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(kernels.__file__), "*.py"))):
+        st = os.stat(path)
+        stamp.update(f"{os.path.basename(path)} {st.st_mtime_ns} {st.st_size}".encode())
+    return os.path.join(directory, f"mpips-warm-{stamp.hexdigest()[:16]}")
 
 
 def ready(comm: MPI.Intracomm, timeout: float, prepare) -> float:
