@@ -113,13 +113,13 @@ def _average_after(cfg: TrainConfig) -> float | None:
 
 
 def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float):
-    # Rank 0 samples the data (not every rank) to choose what was not given, and to check
-    # what was; all use its choice.
-    chosen, workers = None, comm.size - cfg.server_ranks
-    # Every rank loads its kernels while rank 0 samples (the sample's parsing uses them).
+    # Every rank loads its kernels first (rank 0's sample of the data is parsed with them).
     compile_s = compile_per_node(comm, bound, model=cfg.model_spec(),
                                  optimizer=cfg.optimizer.name,
                                  full_batch=cfg.solver != "minibatch")
+    # Rank 0 samples the data (not every rank) to choose what was not given, and to check
+    # what was; all use its choice.
+    chosen, workers = None, comm.size - cfg.server_ranks
     if comm.rank == 0:   # with --stages, a pipeline reads as one worker does
         chosen = json.dumps(_choose(cfg, workers // cfg.stages, resume))
     chosen = json.loads(broadcast_text(comm, chosen, bound))

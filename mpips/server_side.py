@@ -176,7 +176,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
                     dense=dense, record_pulls=cfg.record_pulls, checkpoints=checkpoints,
                     placement=placement, failover=failover, workers_fail_over=hot,
-                    epochs=cfg.epochs, parts=spans(cfg.train, len(roles.workers)) if elastic else (),
+                    epochs=cfg.epochs,
+                    parts=spans(cfg.train, len(roles.workers)) if elastic else (),
                     deaths=checkpoint.deaths(resume), run_dir=cfg.out)
     t0 = started[0] = ready(roles.comm, cfg.timeout, load)
     if progress:
