@@ -172,7 +172,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
             elif cfg.solver == "lbfgs":
                 ends = solve(cfg, roles, name, resume, placement, failover)
             else:
-                ends = work(cfg, roles, resume, placement, failover)
+                ends = work(cfg, roles, resume, placement, failover, hot=hot)
             record, margins, labels, held, steps, samples, *tasks = ends   # tasks: stages'
             tasks = tasks[0] if tasks else stagework.no_tasks()
         if watch.compiled:

@@ -101,8 +101,9 @@ BACKUP = 32      # PUSH flag: the message also carries the part of the push for 
 
 # Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished;
 # `slowest_silent_ms` is how long server 0 has heard nothing from it; `deaths`: how many dead
-# workers' rows it has handed on.
-STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished", "slowest_silent_ms", "deaths")
+# workers' rows it has handed on; `stopping`: 1 once the job stops (a checkpoint is its end).
+STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished", "slowest_silent_ms", "deaths",
+                 "stopping")
 
 REQUEST_TAG = 1
 ERROR_ACK_TAG = 2

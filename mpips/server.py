@@ -645,7 +645,8 @@ class Server:
                   # A worker joining counts as training before it does.
                   "finished": int((done == FINISHED).sum()) - self.members.idle_joining(),
                   "slowest_silent_ms": int(silent * 1000),
-                  "deaths": len(self.losses.deaths) if self.losses else 0}
+                  "deaths": len(self.losses.deaths) if self.losses else 0,
+                  "stopping": int(self.gate.stopped)}
         return np.array([values[f] for f in protocol.STATUS_FIELDS], np.int64)
 
     def _check_silence(self) -> None:

@@ -32,14 +32,16 @@ log = logging.getLogger("mpips")
 EVAL_BATCH = 10000
 
 
-def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover: bool):
-    """`failover`: a dead server's requests go to its keys' living copies."""
+def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover: bool,
+         hot: bool = False):
+    """`failover`: a dead server's requests go to its keys' living copies; `hot` (under
+    ULFM): workers may die, so none waits for the others in a barrier."""
     kv = KVWorker(roles, width=cfg.model_spec().width, timeout=cfg.timeout,
                   placement=placement, failover=failover)
     position = checkpoint.positions(resume).get(roles.index)
     with saving_on_failure(roles, kv, cfg.timeout):
         if cfg.stages == 1:
-            return _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume))
+            return _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume), hot)
         return _work_in_pipeline(cfg, roles, kv, position, resume)
 
 
@@ -82,7 +84,8 @@ def saving_on_failure(roles: Roles, kv: KVWorker, timeout: float):
 
 
 def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
-                     deaths: tuple = (), part: tuple = None, front: Front | None = None):
+                     deaths: tuple = (), hot: bool = False, part: tuple = None,
+                     front: Front | None = None):
     """`part`: (this worker's part of the data, parts) if not (its index, the workers);
     `front`: this worker is stage 0 of a pipeline, which computes the gradients and scores
     (told when training and scoring are over). Otherwise the worker takes shares of the rows
@@ -178,7 +181,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
             break
         _say_finish(kv, examples, loss, cfg.epochs, work, left)
         finished = True
-        if not _wait_for_other_workers(roles, kv, cfg.timeout, work):
+        if not _wait_for_other_workers(roles, kv, cfg.timeout, work, hot):
             break
         log.warning("joining again at clock %d (mpips ctl add-worker)", kv.join_clock)
         stream = work.minibatches(*work.rejoin(kv))
@@ -203,8 +206,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     else:
         train_bytes = kv.bytes_sent
         log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
-        _wait_for_other_workers(roles, kv, cfg.timeout,
-                                work if handing_on else None)   # all wait
+        # Every worker stops (none finishes): a barrier, unless one may have died.
+        _wait_for_other_workers(roles, kv, cfg.timeout, work if hot else None, hot)
     kv.close()
     r = summary.new_record()
     r["examples"] = examples
@@ -394,12 +397,14 @@ class Work:
 
 
 def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
-                            work: "Work | None" = None) -> bool:
+                            work: "Work | None" = None, hot: bool = False) -> bool:
     """Wait until every worker has finished training, however long that takes, as long as
     the slowest keeps advancing: the bound is --timeout without progress. With `work` (not a
     pipeline), workers may die or leave meanwhile: the lead server's word, not a barrier,
     says when, and `work` learns of every death the lead numbered, so that all workers share
-    the test file alike; and the lead may ask this worker to join again (returns True)."""
+    the test file alike; and the lead may ask this worker to join again (returns True). If
+    the job stops meanwhile, the others (stopped, not finished) meet in a barrier unless
+    workers may die (`hot`): this worker joins them there."""
     latest = {}
 
     def progress():
@@ -417,12 +422,17 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
 
     def all_finished() -> bool:
         work.learn(kv.notices())
-        return kv.join_clock is not None or progress()[1] == len(roles.workers)
+        if kv.join_clock is not None:
+            return True
+        progress()
+        return latest["finished"] == len(roles.workers) or (latest["stopping"] and not hot)
     # Each poll asks the lead; progress is judged on its latest answer.
     wait_until(all_finished, timeout, what, check_every=0.0, backoff=Backoff(longest=0.05),
                progress=lambda: (latest["slowest_clock"], latest["finished"], latest["deaths"]))
     if kv.join_clock is not None:
         return True
+    if latest["stopping"] and not hot:
+        return _wait_for_other_workers(roles, kv, timeout)
     work.catch_up(kv, latest["deaths"], timeout)
     return False
 
