@@ -6,9 +6,10 @@ Launches itself under mpiexec: 2 servers, a spare and 1 worker (BSP). The worker
 stores --keys keys (AdaGrad, width 1), then trains on minibatches of 20,000 keys drawn from
 them, one clock each, and meanwhile asks the job through RUN_DIR/control/, as `mpips ctl`
 does: add-server (the spare takes a third of the keys), then remove-server 0. For each
-move: the keys copied, how long the move took, how long training waited, and the worker's
-clocks/s in the 2 s before the request, from the request to the answer, and in the 2 s
-after. Then a hot shard: half of each minibatch drawn from the keys of 4 of server 1's key
+move: the keys copied, how long copying them took (training going on) and the whole move,
+how long training waited for the switch, the worker's clocks/s in the 2 s before the
+request, from the request to the answer, and in the 2 s after, and its longest clock during
+the move. Then a hot shard: half of each minibatch drawn from the keys of 4 of server 1's key
 ranges (hashing spreads skewed key frequencies evenly over ranges; a load concentrated on a
 few ranges is what rebalancing is for): `rebalance` three times; each answer's busiest
 server's reads over the mean, before and (as planned) after; each "before" is the previous
@@ -46,6 +47,14 @@ def rate(times: list, start: float, end: float) -> float:
     return n / max(end - start, 1e-9)
 
 
+def longest(times: list, start: float, end: float) -> float:
+    """The longest time between two clocks ending in [start, end] (or around it)."""
+    t = np.asarray(times)
+    inside = t[(t >= start) & (t <= end)]
+    edges = np.concatenate([t[t < start][-1:], inside, t[t > end][:1]])
+    return float(np.diff(edges).max()) if edges.shape[0] > 1 else 0.0
+
+
 class Trainer:
     """The worker's loop: a clock per minibatch, its end times kept."""
 
@@ -79,12 +88,13 @@ class Trainer:
             answer = json.load(f)
         self.run_for(STEADY_S)
         return {"command": command, "target": target, **{k: answer.get(k) for k in (
-            "ok", "clock", "fraction_moved", "keys_moved", "seconds", "paused_s",
+            "ok", "clock", "fraction_moved", "keys_moved", "copy_s", "seconds", "paused_s",
             "load_spread_before", "load_spread_after", "ranges_after", "servers")},
             "request_to_answer_s": round(answered - asked, 4),
             "clocks_per_s_before": round(rate(self.times, before, asked), 1),
             "clocks_per_s_during": round(rate(self.times, asked, answered), 1),
-            "clocks_per_s_after": round(rate(self.times, answered, answered + STEADY_S), 1)}
+            "clocks_per_s_after": round(rate(self.times, answered, answered + STEADY_S), 1),
+            "longest_clock_s_during": round(longest(self.times, asked, answered), 4)}
 
 
 def in_mpi(args) -> None:
@@ -155,13 +165,14 @@ def main() -> None:
             figures = json.load(f)
     print(f"{args.keys:,} keys stored in {figures['fill_s']:.1f} s; 2 servers, a spare, "
           f"1 worker, {args.vnodes} key ranges per server")
-    print(f"{'request':<16}{'moved':>8}{'keys':>12}{'move s':>8}{'waited s':>9}"
-          f"{'clocks/s before':>16}{'during':>8}{'after':>8}")
+    print(f"{'request':<16}{'moved':>8}{'keys':>12}{'copy s':>8}{'move s':>8}{'waited s':>9}"
+          f"{'clocks/s before':>16}{'during':>8}{'after':>8}{'longest clock s':>16}")
     for m in figures["moves"]:
         name = m["command"] + ("" if m["target"] is None else f" {m['target']}")
-        print(f"{name:<16}{m['fraction_moved']:>8.3f}{m['keys_moved']:>12,}{m['seconds']:>8.2f}"
-              f"{m['paused_s']:>9.2f}{m['clocks_per_s_before']:>16.1f}"
-              f"{m['clocks_per_s_during']:>8.1f}{m['clocks_per_s_after']:>8.1f}")
+        print(f"{name:<16}{m['fraction_moved']:>8.3f}{m['keys_moved']:>12,}{m['copy_s']:>8.2f}"
+              f"{m['seconds']:>8.2f}{m['paused_s']:>9.2f}{m['clocks_per_s_before']:>16.1f}"
+              f"{m['clocks_per_s_during']:>8.1f}{m['clocks_per_s_after']:>8.1f}"
+              f"{m['longest_clock_s_during']:>16.2f}")
     for i, r in enumerate(figures["rebalances"]):
         print(f"rebalance {i + 1}: busiest server's reads over the mean {r['load_spread_before']:.3f}"
               f" before, {r['load_spread_after']:.3f} planned after; ranges per server "

@@ -13,7 +13,6 @@ import numpy as np
 
 from . import protocol
 from .errors import ProtocolError
-from .kernels.hashing import is_sorted_unique
 from .protocol import HEADER_BYTES, Op
 
 # Who may send what: workers talk to every server; servers to server 0 (their checkpoint files,
@@ -22,9 +21,9 @@ FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STO
                 Op.DENSE}
 WORKERS_TO_LEAD = {Op.PLACEMENT, Op.SPLIT}
 FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP, Op.MOVE_CLOCK, Op.MOVED}
-FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH, Op.MOVE_ASK, Op.MOVE_AT,
+FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH, Op.MOVE_ASK, Op.MOVE_TO, Op.MOVE_AT,
              Op.JOIN_AT}
-FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE, Op.MOVE}   # from any server to any other
+FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE}   # from any server to any other
 FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
          Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT | protocol.BACKUP,
          Op.FINISH: protocol.REPORT}
@@ -50,10 +49,8 @@ def _expected_bytes(op: Op, h, n_workers: int, backup: int) -> int:
     if op is Op.COPY:
         return HEADER_BYTES + h.nkeys * (8 + 4 * h.width) + 8 * n_workers
     report = protocol.REPORT_BYTES if h.flags & protocol.REPORT else 0
-    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_AT, Op.MOVE_CLOCK):
+    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):
         return HEADER_BYTES + 8 * h.nkeys
-    if op is Op.MOVE:
-        return HEADER_BYTES + h.nkeys * (8 + 4 * h.width)
     if op in (Op.PULL, Op.PUSH):
         return HEADER_BYTES + protocol.payload_bytes(h, backup) + report
     return HEADER_BYTES + report
@@ -82,10 +79,10 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         raise ProtocolError(f"{op.name} with {h.nkeys} keys of width {h.width}")
     if op is Op.PUSH and h.width != width:
         raise ProtocolError(f"PUSH of width {h.width}; this table's width is {width}")
-    if op in (Op.COPY, Op.MOVE) and (h.width != columns or not 0 <= h.ref < placement.n_ranges):
+    if op is Op.COPY and (h.width != columns or not 0 <= h.ref < placement.n_ranges):
         raise ProtocolError(f"{op.name} of range {h.ref} with {h.width} columns; this table "
                             f"keeps {columns}, over {placement.n_ranges} ranges")
-    if op in (Op.MOVE_AT, Op.MOVE_CLOCK) and h.nkeys != placement.n_ranges:
+    if op in (Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK) and h.nkeys != placement.n_ranges:
         raise ProtocolError(f"{op.name} with a figure for each of {h.nkeys} ranges; there "
                             f"are {placement.n_ranges}")
     backup = 0
@@ -116,7 +113,7 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     if op in (Op.PULL, Op.PUSH, Op.COPY) and not 0 <= h.placement <= placement.version:
         raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
                             f"this server's is {placement.version}")
-    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_AT, Op.MOVE_CLOCK):   # int64, read by handlers
+    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):   # int64, read by handlers
         return Request(op, h, _NO_KEYS, _NO_VALUES, None)
     if op is Op.DENSE:   # what its fields mean is the function's to check (densetables)
         _, scalars, _, values = protocol.dense_fields(buf, h)
@@ -138,21 +135,17 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
                                 f"segment {report.segment}, offset {report.offset}, examples "
                                 f"{report.examples}, shares taken {report.taken} at epoch "
                                 f"{report.taken_epoch})")
-    # Reads go to a key's primary, writes to every server holding it (a MOVE's keys are held
-    # under the placement it brings: the handler checks them).
+    # Reads go to a key's primary, writes to every server holding it.
     for part, these in (("", keys), ("backed-up ", backup_keys)):
-        if these.shape[0] and op is not Op.MOVE:
+        if these.shape[0]:
             i, why = placement.first_misplaced(these, server, as_primary=op is Op.PULL,
                                                counts=load if op is Op.PULL else None)
             if i >= 0:
                 raise ProtocolError(f"{op.name} of {these.shape[0]} {part}keys whose key "
                                     f"#{i} ({int(these[i])}) is {why}")
-    if op in (Op.COPY, Op.MOVE) and keys.shape[0]:
+    if op is Op.COPY and keys.shape[0]:
         if (placement.ranges_of(keys) != h.ref).any():
-            raise ProtocolError(f"{op.name} of range {h.ref} with keys of another range")
-        if op is Op.MOVE and not is_sorted_unique(keys):
-            raise ProtocolError(f"MOVE of range {h.ref} with keys not in strictly increasing "
-                                f"order")
+            raise ProtocolError(f"COPY of range {h.ref} with keys of another range")
     for these in (values, backup_values):
         if these.size and not np.isfinite(these).all():
             bad = int(np.flatnonzero(~np.isfinite(these.reshape(-1)))[0])

@@ -191,7 +191,7 @@ class KVWorker:
         svalues = values if perm is None else values[perm]
         pending = _Pending(what=f"push #{self._ts} to be sent", version=self._placement.version)
         backups = {}
-        if self._placement.replicas > 1:
+        if self._placement.has_backups:
             if skeys is None:
                 skeys = keys if perm is None else keys[perm]
             backups = self._backup_parts(keys, values, skeys, svalues, offsets)
@@ -476,7 +476,7 @@ class KVWorker:
             return True
         self._ts += 1
         p = self._placement
-        answer = np.empty(3 + p.n_ranges, np.int64)
+        answer = np.empty(3 + p.n_ranges * (1 + p.replicas), np.int64)
         lead = self._lead()
         wait_all([self._send(lead, Op.PLACEMENT, ref=version).request,
                   self._reply_into(answer, lead).request],
@@ -487,10 +487,16 @@ class KVWorker:
             return False
         if new_version <= p.version:
             return True   # learned already
+        q = p.n_ranges
+        extra = Placement.extra_of(answer[3 + q:].reshape(q, p.replicas))
         self._placement = Placement(p.n_servers, p.replicas, p.nodes, version=new_version,
-                                    dead=p.dead, assign=answer[3:].tolist())
-        log.info("key ranges moved at clock %d (placement version %d): reading from their "
-                 "new owners", int(answer[2]), new_version)
+                                    dead=p.dead, assign=answer[3:3 + q].tolist(), extra=extra)
+        if extra:
+            log.info("key ranges are being copied to new holders (placement version %d): "
+                     "sending them their part of each push", new_version)
+        else:
+            log.info("key ranges moved at clock %d (placement version %d): reading from their "
+                     "new owners", int(answer[2]), new_version)
         return True
 
     def _ask_owners(self, pending: _Pending) -> None:

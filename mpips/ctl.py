@@ -111,8 +111,9 @@ def describe(answer: dict) -> str:
     share = 100 * answer["fraction_moved"]
     lines = [f"{answer['command']}{target} done at clock {answer['clock']} (placement version "
              f"{answer['version']}): {answer['ranges_moved']} key range(s) moved ({share:.1f}% "
-             f"of the keys), {answer['keys_moved']:,} keys copied in {answer['seconds']:.2f} s; "
-             f"training waited {answer['paused_s']:.2f} s"]
+             f"of the keys), {answer['keys_moved']:,} keys copied in {answer['copy_s']:.2f} s "
+             f"while training went on, {answer['seconds']:.2f} s in all; training waited "
+             f"{answer['paused_s']:.2f} s for the switch"]
     if "load_spread_before" in answer:
         lines.append(f"busiest server's reads over the mean: {answer['load_spread_before']:.3f} "
                      f"before, {answer['load_spread_after']:.3f} after")

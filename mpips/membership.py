@@ -1,24 +1,31 @@
 """Servers joining and leaving a running job, and key ranges moving off a busy server
-(`mpips ctl`): the lead takes a request (see `control`), the servers agree on a clock, and at
-that clock key ranges change owner. Workers, their reads refused there, ask the lead for the
-new placement and read again from the new owners.
+(`mpips ctl`): the lead takes a request (see `control`), the ranges' new holders receive
+copies while training goes on, then, at a clock the servers agree on, they become the
+owners. Workers, their reads refused there, ask the lead for the new placement and read
+again from the new owners.
 
 A move, in messages:
-1. MOVE_ASK: the lead asks every other server for the highest clock it has let a read through
-   for (MOVE_CLOCK, with the keys read per range since the last move, for `rebalance`); from
-   then on a server holds reads past that clock, so no worker reads the clock named next
-   before every server knows of it.
-2. MOVE_AT: the lead names that clock, C (one past the highest), and the ranges' new owners.
-   Reads of clock C or later, of keys split by the old placement, are refused from then on.
-3. When every worker has completed C clocks on a server (its last pushes by the old placement
-   applied), the server sends each range it answered for to every server that holds it anew
-   (MOVE); once it holds every range new to it, it takes the new placement, drops the ranges
-   it no longer holds, and tells the lead (MOVED).
-4. Every server moved, the lead answers the workers' PLACEMENT requests with the new owners,
-   and `ctl` with what moved.
+1. MOVE_ASK (ref 0): the lead asks every other server for its keys read per range since the
+   last move (MOVE_CLOCK), from which `rebalance` chooses; `add-server` and `remove-server`
+   need no figures but take the same path.
+2. MOVE_TO: the new owners. Every server takes the placement on the way
+   (`Placement.toward`: owners unchanged, each range's new holders added as its backups)
+   and says so (MOVED "took"); reads split by the old placement are refused from then on, so
+   that workers learn it (PLACEMENT, answered once every server has taken it) and send the
+   new holders their part of each push. Each range's primary sends its new holders a copy
+   once every worker pushes by the new map (`rangecopies`, as after a failover); a new
+   holder applies the pushes kept meanwhile after it and tells the lead (MOVED "whole").
+3. MOVE_ASK (ref 1), every range whole: each server holds reads past the highest clock it let
+   a read through for and says it (MOVE_CLOCK); MOVE_AT names C, one past the highest. Reads
+   of clock C or later split by the placement on the way are refused.
+4. When every worker has completed C clocks on a server (the new holders, as backups, have
+   every push before C), it takes the new placement, tells the lead (MOVED "moved") and drops
+   the ranges it no longer holds. Every server moved, the lead answers the workers' PLACEMENT
+   requests with the new owners, and `ctl` with what moved.
 Pushes are applied in the order they would have been without the move, so under BSP the
-model is bitwise that of an uninterrupted run. Training waits from the moment the slowest
-worker reaches C until the ranges have moved.
+model is bitwise that of an uninterrupted run. Training goes on while the ranges are copied
+(a few ranges each turn of the sender's loop); it waits only from the slowest worker reaching
+C until every server has switched, no keys moving then.
 
 A server that leaves keeps running, owning nothing, as a spare: an MPI job cannot hand its
 rank's node back to the allocation. `add-server` gives ranges to a spare (`--spares`).
@@ -26,7 +33,7 @@ rank's node back to the allocation. `add-server` gives ranges to a spare (`--spa
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,8 +41,8 @@ from . import control, protocol
 from .clocks import FINISHED
 from .errors import ProtocolError
 from .failover import CannotFailOver
-from .placement import (Placement, by_range, describe_ranges, load_spread, moved,
-                        rebalanced, with_server, without_server)
+from .placement import (Placement, load_spread, moved, rebalanced, with_server,
+                        without_server)
 from .protocol import Op
 
 log = logging.getLogger("mpips")
@@ -46,15 +53,14 @@ POLL_S = 0.2   # how often the lead looks for requests
 @dataclass
 class Move:
     """A move under way on this server."""
-    clock: int
     after: Placement
     began: float                          # when this server learned of it (monotonic)
-    reached: float | None = None          # when every worker had completed `clock` here
-    incoming: set = field(default_factory=set)   # ranges it still waits for
-    keys_sent: int = 0
-    keys_received: int = 0
-    send_s: float = 0.0                   # finding, sorting and sending the ranges given
-    load_s: float = 0.0                   # storing the ranges received
+    took: bool = False                    # the placement on the way taken, the lead told
+    whole: float | None = None            # when every range new here had its copy
+    clock: int | None = None              # C, once named
+    named: float | None = None            # when C was named here
+    reached: float | None = None          # when every worker had completed C here
+    copies_before: tuple = (0, 0, 0.0, 0.0)   # this server's copy figures when it began
 
 
 class Membership:
@@ -64,14 +70,16 @@ class Membership:
         self.load = np.zeros(server.placement.n_ranges, np.int64)   # keys read per range
         self.move: Move | None = None
         self.floor = 0          # reads split by a placement older than this are refused
-        self.arrived = {}       # range -> (version, keys) of copies in before MOVE_AT
-        self.asked = False      # a move is being agreed (MOVE_ASK taken, no MOVE_AT yet)
+        self.asked = False      # a clock is being agreed (MOVE_ASK taken, no MOVE_AT yet)
+        server.copies.on_whole.append(self._whole)
         # The lead's part:
         self.request = None     # the request being carried out
+        self.step = None        # of its move: "planning", "taking", "copying", "agreeing",
+        #                         "switching" (see the module's docstring)
         self.before: Placement | None = None
         self.clocks_in = {}     # server -> the highest clock it let a read through for
         self.loads = {}         # server -> its keys read per range
-        self.moved_in = {}      # server -> its figures (MOVED)
+        self.steps_in = {}      # step -> {server: its figures} (MOVED)
         self.asking = []        # (rank, ts) of workers' PLACEMENT requests held
         self.done = []          # what each move did (the summary's "moves")
         self.leaving = {}       # worker -> (the request it leaves for, when asked)
@@ -82,7 +90,7 @@ class Membership:
 
     def handlers(self) -> dict:
         return {Op.MOVE_ASK: self.on_ask, Op.MOVE_CLOCK: self.on_clock, Op.MOVE_AT: self.on_at,
-                Op.MOVE: self.on_move, Op.MOVED: self.on_moved,
+                Op.MOVE_TO: self.on_to, Op.MOVED: self.on_moved,
                 Op.PLACEMENT: self.on_placement, Op.SPLIT: self.on_split,
                 Op.JOIN_AT: self.on_join_at}
 
@@ -119,7 +127,8 @@ class Membership:
         elif command == "add-worker":
             self._ask_to_give(request)
         else:
-            self._ask(request)
+            self.step = "planning"
+            self._ask(request, hold=False)
 
     def _refusal(self, command: str, target) -> str | None:
         """Why the request cannot be carried out now, or None."""
@@ -253,7 +262,7 @@ class Membership:
                                                               "before sharing them"})
             self.joining = None
             return
-        self._ask(j["request"])
+        self._ask(j["request"], hold=True)
 
     def _join(self, clock: int) -> None:
         """The lead, the clock agreed: the worker trains again from it, on every server."""
@@ -349,14 +358,20 @@ class Membership:
                     f"{list(handed.survivors)}" if handed else ", having trained all its rows")
         self._answer(request, result)
 
-    def _ask(self, request: dict) -> None:
+    def _ask(self, request: dict, hold: bool) -> None:
+        """Every server's keys read per range; with `hold`, also the highest clock it let a
+        read through for, holding reads past it until the lead names the next."""
         s = self.server
-        self.request, self.before = request, s.placement
-        self._began = time.monotonic()
-        self.clocks_in, self.loads, self.moved_in = {}, {}, {}
+        self.request = request
+        if self.step == "planning":
+            self.before = s.placement
+            self._began = time.monotonic()
+            self.steps_in = {}
+        self.clocks_in, self.loads = {}, {}
         for server in self._others():
-            s.send(protocol.pack(protocol.Header(Op.MOVE_ASK)), s.roles.servers[server])
-        self.clocks_in[s.roles.index], self.loads[s.roles.index] = self._hold_reads()
+            s.send(protocol.pack(protocol.Header(Op.MOVE_ASK, ref=int(hold))),
+                   s.roles.servers[server])
+        self.clocks_in[s.roles.index], self.loads[s.roles.index] = self._figures(hold)
         self._name_clock()
 
     def _others(self) -> list:
@@ -364,21 +379,22 @@ class Membership:
         return [i for i in range(s.placement.n_servers)
                 if i != s.roles.index and i not in s.placement.dead]
 
-    def _hold_reads(self):
+    def _figures(self, hold: bool):
         gate = self.server.gate
-        gate.ceiling = gate.highest
+        if hold:
+            self.asked = True
+            gate.ceiling = gate.highest
         return gate.highest, self.load.copy()
 
     def on_ask(self, source: int, r, buf) -> None:
         s = self.server
-        self.asked = True
-        highest, load = self._hold_reads()
+        highest, load = self._figures(hold=bool(r.header.ref))
         s.send(protocol.pack(protocol.Header(Op.MOVE_CLOCK, clock=highest + 1,
                                              nkeys=load.shape[0]), load), source)
 
     def on_clock(self, source: int, r, buf) -> None:
         s = self.server
-        if self.request is None:
+        if self.request is None or self.step not in (None, "planning", "agreeing"):
             raise ProtocolError(f"{s.sender(source)} sent MOVE_CLOCK, but no move is being "
                                 f"agreed")
         self.clocks_in[s.roles.servers.index(source)] = r.header.clock - 1
@@ -386,17 +402,24 @@ class Membership:
         self._name_clock()
 
     def _name_clock(self) -> None:
-        """The lead, every server's highest read clock in: the clock of the move and the new
-        owners, to every server."""
+        """The lead, every server's figures in: a worker joins at the next clock; or the
+        ranges' new owners (then their copies); or, every copy made, the clock they own
+        from."""
         s = self.server
         if set(self._others()) - set(self.clocks_in):
             return
         clock = max(self.clocks_in.values()) + 1
-        p = s.placement
-        command, target = self.request["command"], self.request.get("target")
-        if command == "add-worker":
+        if self.request["command"] == "add-worker":
             self._join(clock)
             return
+        if self.step == "agreeing":
+            self.step = "switching"
+            after = self.move.after
+            self._tell(Op.MOVE_AT, clock, after.version, np.array(after.assign, np.int64))
+            self._switch_at(clock, after.version)
+            return
+        p = s.placement
+        command, target = self.request["command"], self.request.get("target")
         load = sum(self.loads.values())
         if command == "add-server":
             assign = with_server(p.assign, p.spares[0] if target is None else target)
@@ -407,22 +430,35 @@ class Membership:
             assign = rebalanced(p.assign, load)
         self.request["load_spread_before"] = round(load_spread(p.assign, load), 4)
         self.request["load_spread_after"] = round(load_spread(assign, load), 4)
-        version = p.version + 1
+        self.request["copy_clock"] = max(self.clocks_in.values())   # the clock then
+        self.step = "taking"
         fields = np.array(assign, np.int64)
+        self._tell(Op.MOVE_TO, 0, p.version + 2, fields)
+        self._begin(p.version + 2, fields)
+
+    def _tell(self, op: Op, clock: int, version: int, fields: np.ndarray) -> None:
+        s = self.server
         for server in self._others():
-            s.send(protocol.pack(protocol.Header(Op.MOVE_AT, clock=clock, ref=version,
+            s.send(protocol.pack(protocol.Header(op, clock=clock, ref=version,
                                                  nkeys=fields.shape[0]), fields),
                    s.roles.servers[server])
-        self._at(clock, version, fields)
 
     # Every server: the move.
-    def on_at(self, source: int, r, buf) -> None:
-        self._at(r.header.clock, r.header.ref, protocol.int64_fields(buf))
+    def on_to(self, source: int, r, buf) -> None:
+        self._begin(r.header.ref, protocol.int64_fields(buf))
 
-    def _at(self, clock: int, version: int, fields: np.ndarray) -> None:
+    def on_at(self, source: int, r, buf) -> None:
+        after = self.move.after.assign if self.move else None
+        if after is not None and tuple(protocol.int64_fields(buf).tolist()) != after:
+            raise ProtocolError("MOVE_AT to owners other than those MOVE_TO named")
+        self._switch_at(r.header.clock, r.header.ref)
+
+    def _begin(self, version: int, fields: np.ndarray) -> None:
+        """The new owners named: take the placement on the way to them (the new holders
+        added as backups), so that they receive copies and pushes (see `rangecopies`)."""
         s = self.server
         p = s.placement
-        if version != p.version + 1 or self.move is not None:
+        if version != p.version + 2 or self.move is not None:
             raise ProtocolError(f"MOVE_AT to placement version {version}, where this server's "
                                 f"is {p.version}{' and a move is under way' if self.move else ''}")
         if fields.min() < 0 or fields.max() >= p.n_servers or p.dead & set(fields.tolist()):
@@ -430,7 +466,38 @@ class Membership:
                                 f"servers of the job ({sorted(set(fields.tolist()))})")
         after = Placement(p.n_servers, p.replicas, p.nodes, version=version, dead=p.dead,
                           assign=fields.tolist())
-        self.move = Move(clock, after, time.monotonic())
+        c = s.copies
+        self.move = Move(after, time.monotonic(),
+                         copies_before=(c.keys_sent, c.keys_received, c.send_s, c.load_s))
+        self._take(p.toward(after))
+        c.plan(p, s.placement)
+        self.floor = s.placement.version
+        self._report("took", {})
+        self.move.took = True
+        if not c.awaited():
+            self._whole()
+        c.send_copies()
+
+    def _take(self, placement: Placement) -> None:
+        s = self.server
+        s.placement = placement
+        s.dense.placement = placement
+        s.hooks.placement_changed(placement)
+
+    def _whole(self) -> None:
+        """Every range new to this server has its copy (called by `rangecopies`)."""
+        m = self.move
+        if m is None or not m.took or m.whole is not None:
+            return
+        m.whole = time.monotonic()
+        self._report("whole", {})
+
+    def _switch_at(self, clock: int, version: int) -> None:
+        s, m = self.server, self.move
+        if m is None or m.whole is None or version != m.after.version or m.clock is not None:
+            raise ProtocolError(f"MOVE_AT clock {clock} to placement version {version}, but "
+                                f"this server has no move under way whose copies are made")
+        m.clock, m.named = clock, time.monotonic()
         self.asked = False
         s.gate.ceiling = None
         s.gate.moving = (clock, version)
@@ -438,11 +505,11 @@ class Membership:
         s.release()
 
     def reached(self) -> None:
-        """After the clocks moved (or the move was named): once every worker has completed
-        the move's clock here, send the ranges this server gives (or, if every worker
-        finished before it, there is nothing to move)."""
+        """After the clocks moved (or the clock was named): once every worker has completed
+        the move's clock here, take the new placement (or, if every worker finished before
+        it, there is nothing to move)."""
         s, m = self.server, self.move
-        if m is None or m.reached is not None:
+        if m is None or m.clock is None or m.reached is not None:
             return
         slowest = s.clocks.slowest()
         if slowest == FINISHED:
@@ -451,90 +518,42 @@ class Membership:
         if slowest < m.clock:
             return
         m.reached = time.monotonic()
-        s.apply_backups()
-        began = time.monotonic()
-        before, me = s.placement, s.roles.index
-        given = np.array([h[0] == me and bool(set(m.after.holders[r]) - set(h))
-                          for r, h in enumerate(before.holders)])
-        if given.any():
-            keys, state = s.store.items()
-            order, starts = by_range(keys, before.ranges_of(keys), given)
-        for r in range(before.n_ranges):
-            old, new = before.holders[r], m.after.holders[r]
-            if given[r]:
-                mine = order[starts[r]:starts[r + 1]]
-                for to in (t for t in new if t not in old):
-                    s.send(protocol.pack(
-                        protocol.Header(Op.MOVE, nkeys=mine.shape[0], width=s.store.columns,
-                                        ref=r, placement=m.after.version),
-                        keys[mine], state[mine]), s.roles.servers[to])
-                    m.keys_sent += mine.shape[0]
-            if me in new and me not in old:
-                m.incoming.add(r)
-        m.send_s = time.monotonic() - began
-        early = {r for r, (version, _) in self.arrived.items() if version == m.after.version}
-        if early - m.incoming:
-            raise ProtocolError(f"copies of key range(s) {describe_ranges(early - m.incoming)} "
-                                f"arrived, which this server does not take")
-        m.incoming -= early
-        m.keys_received += sum(n for _, n in self.arrived.values())
-        self.arrived.clear()
-        if not m.incoming:
-            self._finish()
-
-    def on_move(self, source: int, r, buf) -> None:
-        s, m = self.server, self.move
-        version, range_ = r.header.placement, r.header.ref
-        if version <= s.placement.version or (m is not None and version != m.after.version):
-            raise ProtocolError(f"{s.sender(source)} sent a copy of key range {range_} for "
-                                f"placement version {version}; this server's is "
-                                f"{s.placement.version}")
-        if m is not None and m.reached is not None and range_ not in m.incoming:
-            raise ProtocolError(f"{s.sender(source)} sent a copy of key range {range_}, which "
-                                f"this server does not take")
-        began = time.monotonic()
-        waiting = len(m.incoming) if m is not None and m.reached is not None else 1
-        s.store.reserve(len(s.store) + r.keys.shape[0] * max(waiting, 1))
-        s.store.load(r.keys, r.values)   # ranges it did not hold: nothing else writes them
-        if m is not None:
-            m.load_s += time.monotonic() - began
-        if m is None or m.reached is None:
-            self.arrived[range_] = (version, r.keys.shape[0])
-            return
-        m.incoming.discard(range_)
-        m.keys_received += r.keys.shape[0]
-        if not m.incoming:
-            self._finish()
-
-    def _finish(self) -> None:
-        """This server holds every range new to it: it takes the new placement."""
-        s, m = self.server, self.move
-        after = m.after
-        began = time.monotonic()
-        dropped = 0
-        if (s.placement.held_ranges(s.roles.index) & ~after.held_ranges(s.roles.index)).any():
-            keys, _ = s.store.items()
-            held = after.held_ranges(s.roles.index)[after.ranges_of(keys)]
-            dropped = int((~held).sum())
-            s.store.keep(held)
-        drop_s = time.monotonic() - began
-        s.placement = after
-        s.dense.placement = after
-        s.hooks.placement_changed(after)
+        s.apply_backups()   # the new holders' copies hold every push before the clock
+        after, me, c = m.after, s.roles.index, s.copies
+        gone = s.placement.held_ranges(me) & ~after.held_ranges(me)
+        self._take(after)
         self.floor = after.version
         self.load[:] = 0
         self.move = None
-        figures = {"server": s.roles.index, "keys_sent": m.keys_sent,
-                   "keys_received": m.keys_received, "keys_dropped": dropped,
-                   "wait_s": round(m.reached - m.began, 4),
-                   "move_s": round(time.monotonic() - m.reached, 4),
-                   "send_s": round(m.send_s, 4), "load_s": round(m.load_s, 4),
-                   "drop_s": round(drop_s, 4)}
+        sent, received, send_s, load_s = m.copies_before
+        figures = {"server": me, "keys_sent": c.keys_sent - sent,
+                   "keys_received": c.keys_received - received,
+                   "copy_s": round(m.whole - m.began, 4),
+                   "wait_s": round(m.reached - m.named, 4),
+                   "reached_at": time.time() - (time.monotonic() - m.reached),
+                   "send_s": round(c.send_s - send_s, 4), "load_s": round(c.load_s - load_s, 4)}
+        self._report("moved", figures)
+        dropped = 0
+        if gone.any():   # after telling the lead: workers go on meanwhile
+            began = time.monotonic()
+            _, keys = s.store.stored()
+            held = after.held_ranges(me)[after.ranges_of(keys)]
+            dropped = int((~held).sum())
+            if dropped > 3 * (keys.shape[0] - dropped):   # most go: a smaller table
+                s.store.keep(held)
+            else:
+                s.store.remove(keys[~held])
+            log.info("dropped %d keys of the ranges this server no longer holds in %.2f s",
+                     dropped, time.monotonic() - began)
         log.info("key ranges moved at clock %d (placement version %d): %d keys sent, %d "
-                 "received, %d dropped here, in %.2f s", m.clock, after.version, m.keys_sent,
-                 m.keys_received, figures["keys_dropped"], figures["move_s"])
+                 "received, %d dropped here", m.clock, after.version, figures["keys_sent"],
+                 figures["keys_received"], dropped)
+
+    def _report(self, step: str, figures: dict) -> None:
+        s = self.server
+        figures = {"step": step, **figures}
         if s.lead:
-            self._moved(s.roles.index, figures)
+            self._step_in(s.roles.index, figures)
         else:
             text = np.frombuffer(json.dumps(figures).encode(), np.uint8)
             s.send(protocol.pack(protocol.Header(Op.MOVED), text), s._lead_rank)
@@ -543,67 +562,91 @@ class Membership:
         s, m = self.server, self.move
         self.move = None
         s.gate.moving = None
-        log.warning("the move named for clock %d was not made: every worker finished first",
-                    m.clock)
+        log.warning("the move named for clock %d was not made: every worker finished first "
+                    "(the ranges stay with their owners)", m.clock)
         if s.lead and self.request is not None:
             self._answer(self.request, {"ok": False, "error": f"every worker finished "
                                                               f"training before clock {m.clock}"})
-            self.request = None
+            self.request = self.step = None
             self._reply_to_workers()
 
-    # The lead: the end of a move.
+    # The lead: the steps of a move.
     def on_moved(self, source: int, r, buf) -> None:
         s = self.server
         try:
             figures = json.loads(protocol.error_text(buf))
-        except ValueError:
-            raise ProtocolError(f"{s.sender(source)} sent MOVED whose text is not JSON") from None
-        if self.request is None:
-            raise ProtocolError(f"{s.sender(source)} sent MOVED, but no move is under way")
-        self._moved(s.roles.servers.index(source), figures)
+            step = figures["step"]
+        except (ValueError, KeyError, TypeError):
+            raise ProtocolError(f"{s.sender(source)} sent MOVED whose text is not a JSON "
+                                f"object with a step") from None
+        expected = {"took": ("taking", "copying"), "whole": ("taking", "copying"),
+                    "moved": ("switching",)}
+        if self.request is None or self.step not in expected.get(step, ()):
+            raise ProtocolError(f"{s.sender(source)} sent MOVED ({step!r}), but no move is at "
+                                f"that step")
+        self._step_in(s.roles.servers.index(source), figures)
 
-    def _moved(self, server: int, figures: dict) -> None:
+    def _step_in(self, server: int, figures: dict) -> None:
         s = self.server
-        self.moved_in[server] = figures
-        if ({s.roles.index, *self._others()} - set(self.moved_in)) or self.move is not None:
+        step = figures["step"]
+        self.steps_in.setdefault(step, {})[server] = figures
+        servers = {s.roles.index, *self._others()}
+        if servers - set(self.steps_in[step]):
             return
+        if step == "took":   # workers may split keys by it now
+            self.step = "copying"
+            self._reply_to_workers()
+        if self.step == "copying" and not servers - set(self.steps_in.get("whole", {})):
+            self.step = "agreeing"
+            log.info("ctl %s: every copy made in %.2f s; agreeing on the clock to switch at",
+                     self.request["command"], time.monotonic() - self._began)
+            self._ask(self.request, hold=True)
+        if step == "moved":
+            self._moved()
+
+    def _moved(self) -> None:
+        s = self.server
         before, after = self.before, s.placement
-        figures = [self.moved_in[k] for k in sorted(self.moved_in)]
+        now = time.time()
+        figures = [self.steps_in["moved"][k] for k in sorted(self.steps_in["moved"])]
+        paused = now - min(f.pop("reached_at") for f in figures)
         owned = lambda p: {str(x): int(sum(1 for o in p.assign if o == x))   # noqa: E731
                            for x in range(p.n_servers)}
         result = {
             "ok": True, "command": self.request["command"], "target": self.request.get("target"),
-            "clock": int(s.gate.moving[0]), "version": after.version,
+            "clock": int(s.gate.moving[0]), "copy_clock": self.request["copy_clock"],
+            "version": after.version,
             "ranges_moved": sum(a != b for a, b in zip(before.assign, after.assign)),
             "fraction_moved": round(moved(before.assign, after.assign), 6),
             "keys_moved": sum(f["keys_sent"] for f in figures),
-            "keys_dropped": sum(f["keys_dropped"] for f in figures),
             "seconds": round(time.monotonic() - self._began, 4),
-            "paused_s": max(f["move_s"] for f in figures),
+            "copy_s": max(f["copy_s"] for f in figures),
+            "paused_s": round(paused, 4),
             "ranges_before": owned(before), "ranges_after": owned(after),
             "spares": list(after.spares), "servers": figures}
         for name in ("load_spread_before", "load_spread_after"):
             if name in self.request:
                 result[name] = self.request[name]
         self.done.append(result)
-        log.warning("ctl %s%s done at clock %d: %d of %d key ranges (%.1f%%) moved, %d keys, "
-                    "in %.2f s (training waited %.2f s)", result["command"],
+        log.warning("ctl %s%s done at clock %d: %d of %d key ranges (%.1f%%) moved, %d keys "
+                    "copied in %.2f s while training went on; training waited %.2f s for the "
+                    "switch", result["command"],
                     "" if result["target"] is None else f" {result['target']}", result["clock"],
                     result["ranges_moved"], before.n_ranges, 100 * result["fraction_moved"],
-                    result["keys_moved"], result["seconds"], result["paused_s"])
+                    result["keys_moved"], result["copy_s"], result["paused_s"])
         self._answer(self.request, result)
-        self.request = None
+        self.request = self.step = None
         self._reply_to_workers()
 
     def on_placement(self, source: int, r, buf) -> None:
-        """A worker's read was refused: it moved (answered once the move is over) or the job
-        stopped."""
+        """A worker's read was refused: the placement changed (answered once every server
+        holds the new one) or the job stopped."""
         s = self.server
         if not s.lead:
             raise ProtocolError(f"{s.sender(source)} sent PLACEMENT to a server that does "
                                 f"not lead")
         self.asking.append((source, r.header.ts, r.header.ref))
-        if not self.busy:
+        if self.joining is None and self.step not in ("taking", "switching"):
             self._reply_to_workers()
 
     def _reply_to_workers(self) -> None:
@@ -611,8 +654,9 @@ class Membership:
         p = s.placement
         for rank, ts, version in self.asking:
             moved_since = version < self.floor
-            s.reply(np.array([int(moved_since), p.version, s.gate.moving[0] if s.gate.moving
-                              else -1, *p.assign], np.int64), rank, ts)
+            s.reply(np.concatenate([[int(moved_since), p.version, s.gate.moving[0]
+                                     if s.gate.moving else -1], p.assign,
+                                    p.extra_fields().ravel()]).astype(np.int64), rank, ts)
         self.asking = []
 
     def refused_stale(self, h, source: int) -> bool:

@@ -162,13 +162,12 @@ def moved(before: tuple, after: tuple) -> float:
     return sum(a != b for a, b in zip(before, after)) / len(before)
 
 
-def by_range(keys: np.ndarray, ranges: np.ndarray, wanted: np.ndarray):
-    """(order, starts): keys[order[starts[r]:starts[r + 1]]] are the keys of range r, sorted,
-    for the ranges `wanted` (bool per range) only, the others left empty: sorting only what
-    moves."""
-    chosen = np.flatnonzero(wanted[ranges])
-    order = chosen[np.lexsort((keys[chosen], ranges[chosen]))]
-    starts = np.searchsorted(ranges[order], np.arange(wanted.shape[0] + 1))
+def by_range(ranges: np.ndarray, n_ranges: int):
+    """(order, starts): order[starts[r]:starts[r + 1]] are the positions of range r's keys,
+    in their order in `ranges` (a counting sort: one pass, whatever the number of keys)."""
+    narrow = ranges.astype(np.int16) if n_ranges < 1 << 15 else ranges
+    order = np.argsort(narrow, kind="stable")   # a radix sort for 16 bits
+    starts = np.searchsorted(ranges[order], np.arange(n_ranges + 1))
     return order, starts
 
 
@@ -185,10 +184,12 @@ class Placement:
     so that a server can tell keys split by another (after a failure or membership change)
     apart. `assign`: each range's owner (default: `vnodes` ranges per server, dealt); the
     servers that own none are spares: when servers die, the living spares stand in for them
-    in the order of their numbers, receiving copies of what they held."""
+    in the order of their numbers, receiving copies of what they held. `extra` ({range:
+    servers}): holders beyond the ring's, backups that become owners when ranges move (see
+    `toward`)."""
 
     def __init__(self, n_servers: int, replicas: int = 1, nodes=None, version: int = 0,
-                 dead: frozenset = frozenset(), vnodes: int = 1, assign=None):
+                 dead: frozenset = frozenset(), vnodes: int = 1, assign=None, extra=None):
         if not 1 <= replicas <= n_servers:
             raise ValueError(f"{replicas} replicas of each key need at least as many servers; "
                              f"there are {n_servers}")
@@ -209,7 +210,15 @@ class Placement:
         self.holders = tuple(
             _living_holders(r, h, self.assign, replicas, self.dead, self.stand_in)
             for r, h in enumerate(ring_holders(n_servers, replicas, self.nodes, self.assign)))
+        self.extra = {int(r): tuple(int(x) for x in s if x not in self.dead)
+                      for r, s in (extra or {}).items()}
+        self.extra = {r: s for r, s in self.extra.items() if s}
+        if self.extra:
+            self.holders = tuple(h + tuple(x for x in self.extra.get(r, ()) if x not in h)
+                                 for r, h in enumerate(self.holders))
         self.lost = tuple(r for r, h in enumerate(self.holders) if not h)
+        # whether some range has more than one holder (--replicas, or a move under way)
+        self.has_backups = any(len(h) > 1 for h in self.holders)
         self._primary = np.array([h[0] if h else -1 for h in self.holders], np.int32)
         self._held = np.zeros((n_servers, q), np.bool_)   # [server, range]
         for r, h in enumerate(self.holders):
@@ -224,7 +233,30 @@ class Placement:
         dead servers, so that ranks that learn of two deaths in either order agree."""
         gone = self.dead | frozenset(dead)
         return Placement(self.n_servers, self.replicas, self.nodes,
-                         self.version + len(gone - self.dead), gone, assign=self.assign)
+                         self.version + len(gone - self.dead), gone, assign=self.assign,
+                         extra=self.extra)
+
+    def toward(self, after: "Placement") -> "Placement":
+        """The placement on the way to `after` (a move): owners unchanged, each range's new
+        holders under `after` added as backups, so that they receive copies and pushes while
+        reads go on; version between the two."""
+        extra = {r: tuple(x for x in h if x not in self.holders[r])
+                 for r, h in enumerate(after.holders)}
+        return Placement(self.n_servers, self.replicas, self.nodes, self.version + 1,
+                         self.dead, assign=self.assign, extra=extra)
+
+    def extra_fields(self) -> np.ndarray:
+        """`extra` as int64[n_ranges, replicas] (-1: none), for the wire; see `extra_of`."""
+        out = np.full((self.n_ranges, self.replicas), -1, np.int64)
+        for r, s in self.extra.items():
+            out[r, :len(s)] = s
+        return out
+
+    @staticmethod
+    def extra_of(fields: np.ndarray) -> dict:
+        """`extra_fields` read back."""
+        return {r: tuple(int(x) for x in row if x >= 0) for r, row in enumerate(fields)
+                if (row >= 0).any()}
 
     def ranges_of(self, keys: np.ndarray) -> np.ndarray:
         """Key range (int32) of each key."""
@@ -281,5 +313,7 @@ class Placement:
                 "owners": list(self.assign),
                 "holders": [list(h) for h in self.holders], "dead": sorted(self.dead),
                 "spares": list(self.spares),
+                **({"moving_to": {str(r): list(x) for r, x in sorted(self.extra.items())}}
+                   if self.extra else {}),
                 "stand_in": {str(d): s for d, s in sorted(self.stand_in.items())},
                 "version": self.version}

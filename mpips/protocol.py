@@ -75,15 +75,18 @@ class Op(IntEnum):
                  # function's number, its tables', its integers), `width` float64 scalars,
                  # `ref` uint64 rows, then float64 values; reply: float64 (see dense_fields)
     # Servers joining and leaving (see membership):
-    MOVE_ASK = 16    # the lead to the others: hold reads past the clocks let through so far
-    MOVE_CLOCK = 17  # a server to the lead: the highest clock it let a read through for
-    MOVE_AT = 18     # the lead to the others: at `clock`, the ranges' owners become the
-                     # `nkeys` int64 that follow (placement version `ref`)
-    MOVE = 19        # a server to a range's new holder: its keys (sorted) and state rows
-                     # (`width` columns); `ref` names the range, `placement` the new version
-    MOVED = 20       # a server to the lead: it holds the new placement (JSON figures)
+    MOVE_ASK = 16    # the lead to the others: say your keys read per range; with `ref` 1, also
+                     # hold reads past the clocks let through so far
+    MOVE_CLOCK = 17  # a server to the lead: the highest clock it let a read through for, then
+                     # its keys read per range (`nkeys` int64)
+    MOVE_AT = 18     # the lead to the others: the new owners (named by MOVE_TO, the `nkeys` int64
+                     # that follow) own their ranges from `clock` (placement version `ref`)
+    MOVE_TO = 19     # the lead to the others: the ranges' new owners, the `nkeys` int64 that
+                     # follow (placement version `ref`): copy the ranges to them now
+    MOVED = 20       # a server to the lead: JSON {"step": "took" | "whole" | "moved", figures}
     PLACEMENT = 21   # a worker to the lead, a read refused: what now? Reply: int64 kind (0:
-                     # the job stopped, 1: moved), version, clock, then each range's owner
+                     # the job stopped, 1: moved), version, clock, each range's owner, then
+                     # its extra holders (a move under way), `replicas` a range, -1 for none
     # Workers joining (see membership):
     SPLIT = 22       # a worker to the lead: it split its rows left with the worker joining
                      # (`nkeys` int64: a death_fields record whose worker is a survivor)
@@ -177,7 +180,7 @@ def unpack(buf: np.ndarray):
     keys = buf[start:start + 8 * n_keys].view(np.uint64)
     end = start + 8 * n_keys
     values = _NO_VALUES
-    if h.op in (Op.PUSH, Op.COPY, Op.MOVE):
+    if h.op in (Op.PUSH, Op.COPY):
         start = end + 4 * backup * h.width
         end = start + 4 * h.nkeys * h.width
         values = buf[start:end].view(np.float32).reshape(h.nkeys, h.width)

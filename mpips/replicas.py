@@ -26,12 +26,12 @@ class PrimaryKeys:
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         keys, state = self.store.items()
-        if self.placement.replicas == 1:   # a server then holds nothing but its own keys
+        if not self.placement.has_backups:   # a server then holds nothing but its own keys
             return keys, state
         mine = self.placement.owners(keys) == self.server
         return keys[mine], state[mine]
 
     def __len__(self) -> int:
-        if self.placement.replicas == 1:
+        if not self.placement.has_backups:
             return len(self.store)
         return int((self.placement.owners(self.store.items()[0]) == self.server).sum())

@@ -41,6 +41,7 @@ from .protocol import Op, Report
 from .readgate import HOLD, SERVE, Pull, ReadGate
 from .rowcache import RowCache
 from .store import KVStore
+from .rangecopies import RangeCopies
 from .takeover import Takeover
 from .timeline import Timeline
 from .workerloss import WorkerLosses
@@ -106,6 +107,7 @@ class Server:
         self._lead_of = (-1, 0)   # (placement version, the lead server then)
         self.stats = ServerStats()
         self.timeline = Timeline()
+        self.copies = RangeCopies(self)   # ranges copied to new holders (failover, moves)
         self.takeover = Takeover(self) if failover else None
         self.losses = (WorkerLosses(self, epochs, list(parts), deaths, hot=workers_fail_over)
                        if parts else None)
@@ -130,7 +132,7 @@ class Server:
             Op.STOP: self._on_stop, Op.STOP_AT: self._on_stop_at,
             Op.CHECKPOINT_AT: self._on_checkpoint_at, Op.SHARD_SAVED: self._on_shard_saved}
         self.members = Membership(self, run_dir)
-        for capability in (self.takeover, self.losses, self.members):   # their operations
+        for capability in (self.copies, self.losses, self.members):   # their operations
             if capability:
                 self._handlers.update(capability.handlers())
         self.dense = dense or DenseTables(roles.index, self.placement, len(roles.workers))
@@ -236,6 +238,8 @@ class Server:
         if self.lead and now >= self._next_timed:
             self._name_timed_checkpoint()
             self._next_timed = time.monotonic() + self.ckpt.seconds
+        if self.copies.sending:   # a few ranges a turn
+            self.copies.send_copies()
         msg = self.roles.comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, self._probed)
         if msg is None:
             if now >= self._next_check:
@@ -343,8 +347,7 @@ class Server:
         completes = bool(r.header.flags & protocol.CLOCK)
         clock = int(self.clocks.done[worker])
         push = self._push_of(worker, r, copy=self.clocks.staleness == 0)
-        if self.takeover:
-            push = self.takeover.route(worker, clock, r.header.ts, r.header.placement, push)
+        push = self.copies.route(worker, clock, r.header.ts, r.header.placement, push)
         if self.clocks.staleness == 0:
             # Deferred (see _apply_until) only while the ranges stay backed up here: under the
             # placement the sender split by, and still when the clock completes.
@@ -404,12 +407,11 @@ class Server:
         self._talking -= ranks
 
     def _copies_due(self) -> None:
-        if self.takeover:
-            self.takeover.send_copies()
+        self.copies.send_copies()
 
     @property
     def _copies_awaited(self) -> list:
-        return self.takeover.awaited() if self.takeover else []
+        return self.copies.awaited()
 
     @property
     def failures(self) -> list:
@@ -489,8 +491,7 @@ class Server:
         if ts != self._last_applied[worker]:   # a push's parts (a backup's, a primary's)
             self._last_applied[worker] = ts
             self.stats.pushes_applied += 1
-        if self.takeover:
-            self.takeover.applied(worker, ts)
+        self.copies.applied(worker, ts)
 
     def advance(self) -> None:
         """After a worker's clock or FINISH: if the slowest worker moved on, apply the clocks'

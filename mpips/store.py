@@ -132,7 +132,22 @@ class KVStore:
         slots = self.find(keys[kept])
         self._state[slots] = state[kept]
 
+    def remove(self, keys: np.ndarray) -> None:
+        """Delete these keys (those stored) in place: rows renumbered, the table's size
+        kept. Cheaper than `keep` when few keys go."""
+        if keys.shape[0]:
+            table.remove(self._rows, self._meta, np.ascontiguousarray(keys, np.uint64))
+            self.generation += 1
+
+    def stored(self):
+        """(rows, keys) of everything stored; `state(rows)` reads their state while
+        `generation` is unchanged."""
+        return table.stored(self._rows, self._meta)
+
+    def state(self, rows: np.ndarray) -> np.ndarray:
+        return self._state[rows]
+
     def items(self):
         """(keys, state rows) of everything stored; state columns start with the weights."""
-        slots, keys = table.stored(self._rows, self._meta)
+        slots, keys = self.stored()
         return keys, self._state[slots]

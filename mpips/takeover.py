@@ -1,10 +1,8 @@
 """What a server does, under ULFM, when another rank dies: the living copies of a dead
 server's keys take over (a new placement), the first living server leads if server 0 died,
-and the copies lost are rebuilt (`rebuild` holds that state machine; this module carries its
-messages). A death nobody can take over raises CannotFailOver.
-
-It works on the server it belongs to: the loop hands it deaths, pushes, copies and the
-moments a copy may be due; the rest of the server does not know of failover.
+and the copies lost are rebuilt (by `rangecopies`). A death nobody can take over raises
+CannotFailOver. The server's loop hands it deaths; the rest of the server does not know of
+failover.
 """
 import logging
 import time
@@ -14,11 +12,8 @@ from mpi4py import MPI
 
 from . import protocol
 from .bounded import wait_until
-from .clocks import FINISHED
 from .failover import CannotFailOver, dead_ranks, is_failure
-from .placement import by_range, describe_ranges
-from .protocol import Op
-from .rebuild import Rebuilds
+from .placement import describe_ranges
 
 log = logging.getLogger("mpips")
 
@@ -26,8 +21,9 @@ log = logging.getLogger("mpips")
 class Takeover:
     def __init__(self, server):
         self.server = server
-        self.rebuilds = Rebuilds(server.roles.index, len(server.roles.workers))
         self.failures = []        # what this server saw of other servers' deaths
+        server.copies.on_received.append(self._rebuilt)
+        server.copies.on_whole.append(self._whole)
 
     def learn(self) -> bool:
         """After MPI told of a failure: learn which ranks died. Another server: the living
@@ -47,14 +43,14 @@ class Takeover:
         if placement.lost:
             raise CannotFailOver(f"every copy of key range(s) {describe_ranges(placement.lost)} died with "
                                  f"server(s) {sorted(placement.dead)}")
-        self.rebuilds.plan(previous, placement, time.monotonic())
+        s.copies.plan(previous, placement)
         partial = [int(r) for r in np.flatnonzero(placement.primary_ranges(roles.index))
-                   if not self.rebuilds.complete(int(r))]
+                   if not s.copies.rebuilds.complete(int(r))]
         if partial:
             raise CannotFailOver(f"every whole copy of key range(s) {describe_ranges(partial)} died with "
                                  f"server(s) {sorted(placement.dead)} (this server, their new "
                                  f"primary, had no complete copy of them yet)")
-        self.send_copies()
+        s.copies.send_copies()
         s.servers_died(gone, was_lead)
         took = np.flatnonzero(placement.primary_ranges(roles.index) & ~before).tolist()
         for server in sorted(gone):
@@ -86,93 +82,16 @@ class Takeover:
             if not (is_failure(e) and self.learn()):
                 raise
 
-    def route(self, worker: int, clock: int, ts: int, version: int, push):
-        """A push as the server received it: noted (the rebuild waits for every worker to
-        split by the new map), and without the part kept aside for ranges this server waits
-        for a copy of."""
-        self.rebuilds.pushed(worker, clock, version)
-        if not self.rebuilds.incoming or push[1] is not None:   # SAME_KEYS: own ranges only
-            return push
-        keys, values = self.rebuilds.keep(self.server.placement.ranges_of(push[0]), clock,
-                                          worker, ts, push[0], push[3])
-        return keys, None, -1, values
-
-    def applied(self, worker: int, ts: int) -> None:
-        """Push `ts` of `worker` is in the store (a replayed one can be older than the last)."""
-        self.rebuilds.last_ts[worker] = max(self.rebuilds.last_ts[worker], ts)
-
-    def awaited(self) -> list:
-        """Key ranges this server holds anew and still waits for a copy of."""
-        return sorted(self.rebuilds.incoming)
-
-    def handlers(self) -> dict:
-        """The operations failover brings to the server's loop."""
-        return {Op.COPY: self.on_copy}
-
-    def on_copy(self, source: int, r, buf) -> None:
-        """A copy of a range this server holds anew: load it, then apply the pushes kept
-        meanwhile that it lacks, in the order its primary applied them."""
-        s = self.server
-        sender = s.sender(source)
-        began = time.monotonic()
-        range_ = r.header.ref
-        if range_ not in self.rebuilds.incoming:
-            log.warning("a copy of key range %d from %s, which this server does not wait for: "
-                        "passed over", range_, sender)
-            return
-        s.store.load(r.keys, r.values)
-        replay = self.rebuilds.arrived(range_, protocol.copied_positions(buf, r.header),
-                                       time.monotonic(), r.keys.shape[0])
-        # The range is one this server backs up (a new holder is never its primary): its
-        # kept pushes are deferred as the parts that arrive after the copy will be, so that
-        # each key's pushes of a clock are applied in worker order, all after the reads.
-        deferrable = s.placement.version
-        for clock, worker, ts, keys, values in replay:
-            if s.clocks.staleness == 0 and clock >= s.clock_pushes.applied:
-                s.clock_pushes.add(clock, worker,
-                                   (keys, None, -1, values, clock, worker, ts, deferrable))
-            else:
-                s.store.push(keys, values, clock)
-                self.applied(worker, ts)
-        _, keys_n, took = self.rebuilds.done[-1]
-        log.debug("key range %d: %d keys copied here from %s in %.2f s, then %d kept pushes",
-                  range_, keys_n, sender, took, len(replay))
+    def _rebuilt(self, range_: int, keys: int, seconds: float, load_s: float) -> None:
         if self.failures:
             self.failures[-1].setdefault("rebuilt", []).append(
-                {"range": range_, "keys": keys_n, "seconds": round(took, 4),
-                 "load_s": round(time.monotonic() - began, 4)})
-        if not self.rebuilds.incoming:   # every range this server held anew is whole
-            done = self.rebuilds.this_round
+                {"range": range_, "keys": keys, "seconds": round(seconds, 4),
+                 "load_s": round(load_s, 4)})
+
+    def _whole(self) -> None:
+        done = self.server.copies.rebuilds.this_round
+        if self.failures and done:
             keys_n, took = sum(d[1] for d in done), max(d[2] for d in done)
             log.warning("key range(s) %s have their copies again: %d keys copied here in "
                         "%.2f s (%.0f keys/s)", describe_ranges([d[0] for d in done]), keys_n,
                         took, keys_n / max(took, 1e-9))
-
-    def send_copies(self) -> None:
-        """The range copies due (see `rebuild`): sorted keys and their state rows, and the
-        last push applied per worker; sent while serving goes on."""
-        if not self.rebuilds.outgoing:
-            return
-        s = self.server
-        # A copy says which pushes it holds (the last applied per worker): the parts for
-        # ranges backed up here that an advance cut short by a death left aside go in first.
-        s.apply_backups()
-        left = [w for w in range(len(s.roles.workers)) if s.clocks.done[w] != FINISHED]
-        due = self.rebuilds.due(left, s.clock_pushes.applied if s.clocks.staleness == 0
-                                else None)
-        if not due:
-            return
-        keys, state = s.store.items()
-        wanted = np.zeros(s.placement.n_ranges, np.bool_)
-        wanted[[c.range for c in due]] = True
-        order, starts = by_range(keys, s.placement.ranges_of(keys), wanted)
-        for copy in due:
-            mine = order[starts[copy.range]:starts[copy.range + 1]]
-            s.send(protocol.pack(
-                protocol.Header(Op.COPY, nkeys=mine.shape[0], width=s.store.columns,
-                                ref=copy.range, placement=s.placement.version),
-                keys[mine], state[mine], self.rebuilds.last_ts), s.roles.servers[copy.to])
-        for to in sorted({c.to for c in due}):
-            sent = [c.range for c in due if c.to == to]
-            log.info("sending server %d a copy of key range(s) %s (%d keys)", to,
-                     describe_ranges(sent), sum(starts[r + 1] - starts[r] for r in sent))

@@ -59,6 +59,7 @@ def compile_kernels(model=None, optimizer: str | None = None,
         store.pull(wire_keys, weights, insert=False)
         store.model_weights(store.find(wire_keys), clocks=2)
         store.items()
+    store.remove(many[:2])   # key ranges moving off a server (mpips ctl)
     if full_batch is not False:
         _full_batch(batch)
     first_bad_pointer(batch.indptr, batch.indices.shape[0])

@@ -204,7 +204,8 @@ class WorkerLosses:
         crossed on the wire), from the end of its plan. Returns the hand-over, if any."""
         taken = place["taken"]
         given = [d for d in self.deaths if worker in d.survivors]
-        leaving = place["epoch"] < self.epochs
+        # (a full-batch solver's worker says no epoch: it left only if it was asked to)
+        leaving = worker in self.server.members.leaving and place["epoch"] < self.epochs
         if not self.server.lead or (len(taken) >= len(given) and not leaving):
             return None
         if leaving:   # shares it had not taken yet join the epoch it left in

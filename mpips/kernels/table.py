@@ -126,3 +126,54 @@ def stored(rows, meta):
         slots[n] = cap
         keys[n] = EMPTY
     return slots, keys
+
+
+@njit(cache=True, nogil=True)
+def remove(rows, meta, keys):
+    """Delete `keys` (those stored) in place, each gap closed by moving back the rows after
+    it that probing would otherwise no longer reach (linear probing's backward shift): no
+    tombstones, and the rows left are as if the deleted keys had never been stored.
+    Returns how many keys it deleted."""
+    cap = rows.shape[0] - 1
+    removed = 0
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        if k == EMPTY:
+            if meta[1] == 1:
+                meta[1] = 0
+                meta[0] -= 1
+                rows[cap, KEY_WORDS:] = 0
+                removed += 1
+            continue
+        lo = np.uint32(k & _LOW)
+        hi = np.uint32(k >> _S32)
+        gap = _home(k, cap)
+        while True:
+            if rows[gap, 0] == lo and rows[gap, 1] == hi:
+                break
+            if rows[gap, 0] == _ONES and rows[gap, 1] == _ONES:
+                gap = -1
+                break
+            gap += 1
+            if gap == cap:
+                gap = 0
+        if gap < 0:
+            continue
+        j = gap
+        while True:
+            j += 1
+            if j == cap:
+                j = 0
+            if rows[j, 0] == _ONES and rows[j, 1] == _ONES:
+                break
+            home = _home(np.uint64(rows[j, 0]) | (np.uint64(rows[j, 1]) << _S32), cap)
+            # Row j may fill the gap if its home is not cyclically in (gap, j].
+            if (gap < j and (home <= gap or home > j)) or (gap > j and home <= gap and home > j):
+                rows[gap, :] = rows[j, :]
+                gap = j
+        rows[gap, 0] = _ONES
+        rows[gap, 1] = _ONES
+        rows[gap, KEY_WORDS:] = 0
+        meta[0] -= 1
+        removed += 1
+    return removed

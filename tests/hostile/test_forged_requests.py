@@ -314,30 +314,21 @@ def test_a_malformed_dense_request_is_refused_at_admission(buf, says):
     assert says in str(refused.value)
 
 
-# Moves of key ranges (membership, `mpips ctl`): who may send what, and a range's copy
-# checked like COPY's (its keys must be of the range, sorted, its state finite).
-def moved_range(r: int, keys=None, state=None, columns=2, **fields):
-    keys = range_keys(r) if keys is None else keys
-    state = np.ones((keys.shape[0], columns), np.float32) if state is None else state
-    return protocol.pack(Header(Op.MOVE, nkeys=keys.shape[0], width=columns, ref=r,
-                                placement=1, **fields), keys, state)
-
-
+# Moves of key ranges (membership, `mpips ctl`): who may send what (a range's copy is a COPY,
+# checked above).
 def owners_at(n: int = 3, clock: int = 5):
     return protocol.pack(Header(Op.MOVE_AT, clock=clock, ref=1, nkeys=n),
                          np.zeros(n, np.int64))
 
 
+def owners_to(n: int = 3):
+    return protocol.pack(Header(Op.MOVE_TO, ref=2, nkeys=n), np.zeros(n, np.int64))
+
+
 @pytest.mark.parametrize("build, role, says", [
-    (lambda: moved_range(0), "worker", "MOVE, which a worker may not send"),
-    (lambda: moved_range(0, keys=range_keys(1)), "server", "MOVE of range 0 with keys of another"),
-    (lambda: moved_range(0, keys=range_keys(0)[::-1].copy()), "server",
-     "MOVE of range 0 with keys not in strictly increasing order"),
-    (lambda: moved_range(0, columns=3), "server", "MOVE of range 0 with 3 columns"),
-    (lambda: moved_range(0, state=np.full((8, 2), np.inf, np.float32)), "server",
-     "MOVE with a value that is not finite"),
-    (lambda: moved_range(5), "server", "MOVE of range 5 with 2 columns; this table keeps 2, "
-                                       "over 3 ranges"),
+    (lambda: owners_to(), "server", "MOVE_TO, which this server may not send"),
+    (lambda: owners_to(), "worker", "MOVE_TO, which a worker may not send"),
+    (lambda: owners_to(n=4), "lead", "MOVE_TO with a figure for each of 4 ranges; there are 3"),
     (lambda: owners_at(), "server", "MOVE_AT, which this server may not send"),
     (lambda: owners_at(), "worker", "MOVE_AT, which a worker may not send"),
     (lambda: owners_at(n=2), "lead", "MOVE_AT with a figure for each of 2 ranges; there are 3"),
@@ -347,18 +338,50 @@ def owners_at(n: int = 3, clock: int = 5):
     (lambda: protocol.pack(Header(Op.MOVED), np.frombuffer(b"{}", np.uint8)), "worker",
      "MOVED, which a worker may not send"),
     (lambda: protocol.pack(Header(Op.PLACEMENT)), "worker", "PLACEMENT, which a worker may not"),
-], ids=["copy from a worker", "keys of another range", "keys out of order", "wrong width",
-        "infinite state", "a range that does not exist", "owners from a server not leading",
+], ids=["new owners from a server not leading", "new owners from a worker",
+        "new owners of too many ranges", "owners from a server not leading",
         "owners from a worker", "owners of too few ranges", "a worker asking to hold reads",
         "a clock to a server not leading", "moved, from a worker",
         "a placement asked of a server not leading"])
 def test_a_forged_move_is_refused(build, role, says):
-    """A server takes moves only from servers, and the agreement's messages only between the
-    lead and the others; a worker asks only the lead what moved."""
+    """The agreement's messages go only between the lead and the others; a worker asks only
+    the lead what moved."""
     with pytest.raises(ProtocolError, match=says):
         admit(build(), f"{role} 0 (rank 2)", role == "worker", to_lead=False,
               from_lead=role == "lead", width=1, placement=REPLICATED, server=1, columns=2,
               n_workers=2)
+
+
+def lead_membership():
+    """The lead's membership, no move under way (its server: what the handlers read)."""
+    from types import SimpleNamespace
+
+    from mpips.membership import Membership
+    server = SimpleNamespace(placement=Placement(2), copies=SimpleNamespace(on_whole=[]),
+                             lead=True, roles=SimpleNamespace(servers=[0, 1], index=0),
+                             sender=lambda source: f"server 1 (rank {source})")
+    return Membership(server, None)
+
+
+@pytest.mark.parametrize("text, says", [
+    (b'{"step": "moved", "keys_sent": 9}', r"sent MOVED \('moved'\), but no move is at that step"),
+    (b'{"step": "took"}', r"sent MOVED \('took'\), but no move is at that step"),
+    (b'[1, 2]', "MOVED whose text is not a JSON object with a step"),
+    (b'{"keys_sent": 9', "MOVED whose text is not a JSON object with a step"),
+], ids=["switched, unasked", "took, unasked", "not an object", "not JSON"])
+def test_a_step_of_a_move_not_under_way_is_refused(text, says):
+    """A server saying it made a step of a move the lead did not ask for stops the job
+    rather than answering `ctl` or the workers with a placement nobody holds."""
+    with pytest.raises(ProtocolError, match=says):
+        lead_membership().on_moved(1, None, protocol.pack(Header(Op.MOVED),
+                                                          np.frombuffer(text, np.uint8)))
+
+
+def test_a_switch_with_no_copies_made_is_refused():
+    from types import SimpleNamespace
+    with pytest.raises(ProtocolError, match="no move under way whose copies are made"):
+        lead_membership().on_at(0, SimpleNamespace(header=Header(Op.MOVE_AT, clock=7, ref=2)),
+                                None)
 
 
 def split_of(worker: int = 0, joiner: int = 1):
@@ -397,11 +420,7 @@ def test_a_split_to_the_lead_and_a_join_from_it_are_admitted():
     assert joined.op is Op.JOIN_AT and joined.header.ref == 1
 
 
-def test_a_move_of_a_range_the_server_does_not_hold_yet_is_admitted():
-    """(Its holder under the placement the move brings is the membership's to check.)"""
-    request = admit(moved_range(2), "server 0 (rank 0)", False, to_lead=False,
-                    from_lead=False, width=1, placement=REPLICATED, server=1, columns=2)
-    assert request.op is Op.MOVE and request.values.shape == (8, 2)
+def test_a_placement_asked_of_the_lead_is_admitted():
     asked = admit(protocol.pack(Header(Op.PLACEMENT, ref=0)), "worker 0 (rank 3)", True,
                   to_lead=True, from_lead=False, width=1, placement=REPLICATED, server=0)
     assert asked.op is Op.PLACEMENT

@@ -83,6 +83,7 @@ def test_a_join_and_a_leave_move_about_a_share_each_and_lose_nothing(runs):
     for m, servers in zip(moves, (3, 3)):   # 3 owners after the join, 3 before the leave
         assert 0 < m["fraction_moved"] <= 1.5 / servers, m
         assert m["keys_moved"] > 0
+        assert m["clock"] > m["copy_clock"], "training went on while the ranges were copied"
     assert moves[0]["ranges_after"] == {"0": 5, "1": 6, "2": 5}, "the spare took its share"
     assert moves[1]["ranges_after"]["0"] == 0 and moves[1]["spares"] == [0], "0 left"
     s = read_summary(moved)
@@ -117,6 +118,26 @@ def test_ctl_refuses_what_cannot_be_done_and_says_why(runs):
         damaged["error"], damaged
     gone = ctl(moved, "add-server")
     assert gone.returncode == 2 and "no job is training into" in gone.stderr, gone.stderr
+
+
+def test_with_two_copies_of_each_key_a_join_and_a_leave_end_on_the_same_bits(small_data,
+                                                                            tmp_path):
+    """--replicas 2: a range's new holders (a new owner, a new backup) receive their copies
+    while training goes on, beside the copies already kept; under BSP the model is the
+    uninterrupted run's, bit for bit."""
+    whole = train(small_data, tmp_path / "whole", "bsp", False, "--replicas", 2)
+    assert whole.returncode == 0, whole.output
+    moved = tmp_path / "moved"
+    job = train(small_data, moved, "bsp", True, "--replicas", 2)
+    job.wait_for("training: epoch")
+    answers = [ctl(moved, "add-server", "--json"), ctl(moved, "remove-server", 1, "--json")]
+    ended = job.finish(timeout=180)
+    assert ended.returncode == 0, ended.output
+    for answered in answers:
+        assert answered.returncode == 0, answered.stdout + answered.stderr + ended.output
+        answer = json.loads(answered.stdout)
+        assert answer["keys_moved"] > 0 and answer["clock"] > answer["copy_clock"], answer
+    same_model(moved, tmp_path / "whole")
 
 
 def test_a_server_that_freezes_while_a_move_is_agreed_stops_the_job_resumably(small_data,

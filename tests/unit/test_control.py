@@ -59,11 +59,13 @@ def test_ctl_prints_what_moved_and_what_was_refused():
     from mpips.ctl import describe
     moved = {"ok": True, "command": "remove-server", "target": 0, "clock": 300, "version": 2,
              "ranges_moved": 5, "fraction_moved": 0.3125, "keys_moved": 608, "seconds": 0.01,
-             "paused_s": 0.004, "ranges_before": {"0": 5, "1": 6, "2": 5},
+             "copy_s": 0.006, "paused_s": 0.004, "ranges_before": {"0": 5, "1": 6, "2": 5},
              "ranges_after": {"0": 0, "1": 8, "2": 8}}
     text = describe(moved)
     assert text.startswith("remove-server 0 done at clock 300 (placement version 2): 5 key "
-                           "range(s) moved (31.2% of the keys), 608 keys copied")
+                           "range(s) moved (31.2% of the keys), 608 keys copied in 0.01 s "
+                           "while training went on, 0.01 s in all; training waited 0.00 s for "
+                           "the switch")
     assert text.endswith("ranges per server: 0: 5 -> 0, 1: 6 -> 8, 2: 5 -> 8")
     assert describe({"ok": False, "error": "no spare"}) == "refused: no spare"
     status = {"ok": True, "placement_version": 0, "replicas": 1, "ranges": 4, "moves": 0,

@@ -133,6 +133,30 @@ def test_a_join_or_a_leave_moves_about_one_nth_of_the_ranges_and_keeps_shares_ev
                                                                        abs=0.02)
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_on_the_way_to_new_owners_the_new_holders_back_up_and_the_owners_answer(replicas):
+    """A move's placement on the way (`toward`): reads as before, writes also to every
+    server that holds a range afterwards, so that it has the range when it owns it."""
+    before = Placement(4, replicas, vnodes=4, assign=dealt(3, 4) + tuple([0] * 4))
+    after = Placement(4, replicas, version=2, assign=with_server(before.assign, 3))
+    on_the_way = before.toward(after)
+    assert on_the_way.version == 1 and on_the_way.assign == before.assign
+    keys = np.arange(50_000, dtype=np.uint64)
+    np.testing.assert_array_equal(on_the_way.owners(keys), before.owners(keys))
+    for r in range(before.n_ranges):
+        assert set(on_the_way.holders[r]) == set(before.holders[r]) | set(after.holders[r])
+        assert on_the_way.holders[r][:len(before.holders[r])] == before.holders[r]
+    assert on_the_way.has_backups and before.has_backups == (replicas > 1)
+    assert on_the_way.held_ranges(3).sum() == after.held_ranges(3).sum() > 0
+    assert not on_the_way.primary_ranges(3).any(), "the new server answers no read yet"
+    fields = on_the_way.extra_fields()
+    assert fields.shape == (before.n_ranges, replicas)
+    assert Placement.extra_of(fields) == on_the_way.extra
+    assert on_the_way.without({1}).extra == {r: tuple(x for x in s if x != 1)
+                                             for r, s in on_the_way.extra.items()
+                                             if set(s) - {1}}
+
+
 def test_a_leaving_servers_ranges_go_to_a_server_that_holds_none_yet():
     assert without_server((0, 1, 2), 0, servers=range(4)) == (3, 1, 2)
     assert without_server((0, 1, 2), 0) == (1, 1, 2), "without the members: the owners only"
@@ -178,14 +202,11 @@ def test_rebalancing_leaves_spares_alone_and_a_server_its_last_range():
     assert rebalanced((0, 1), [9, 0]) == (0, 1), "server 0 keeps its one range"
 
 
-def test_keys_grouped_by_range_only_for_the_ranges_wanted():
+def test_keys_grouped_by_range_in_their_order():
     p = Placement(2, vnodes=4)
     keys = np.random.default_rng(1).permutation(np.arange(1, 2000, dtype=np.uint64))
     ranges = p.ranges_of(keys)
-    wanted = np.zeros(p.n_ranges, bool)
-    wanted[[1, 6]] = True
-    order, starts = by_range(keys, ranges, wanted)
+    order, starts = by_range(ranges, p.n_ranges)
+    assert starts[0] == 0 and starts[-1] == keys.shape[0]
     for r in range(p.n_ranges):
-        got = keys[order[starts[r]:starts[r + 1]]]
-        expected = np.sort(keys[ranges == r]) if wanted[r] else np.empty(0, np.uint64)
-        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(keys[order[starts[r]:starts[r + 1]]], keys[ranges == r])

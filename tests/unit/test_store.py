@@ -116,6 +116,33 @@ def test_keep_drops_the_other_rows_and_renumbers():
     assert (s.find(np.array([1, 2, 4], np.uint64), insert=False, out=out) < 0).all(), "dropped"
 
 
+@pytest.mark.parametrize("full", [0.3, 0.89])
+def test_removing_keys_in_place_leaves_the_table_as_if_they_had_never_been_stored(full):
+    """Backward-shift deletion at 30% and 89% full (long probe runs that wrap round the
+    table's end): every key left is found with its state, every removed one is gone, and
+    a key stored afterwards starts from zero."""
+    rng = np.random.default_rng(1)
+    s = KVStore(width=2, optimizer=Optimizer("sgd", lr=1.0), capacity=4096)
+    keys = np.unique(np.concatenate([rng.integers(0, 2**64 - 1, int(full * 4096 * 1.02),
+                                                  dtype=np.uint64, endpoint=True), [EMPTY]]))
+    keys = keys[:int(full * s.capacity)].astype(np.uint64)
+    grads = rng.normal(size=(keys.shape[0], 2)).astype(np.float32)
+    s.push(keys, grads, 0)
+    capacity, generation = s.capacity, s.generation
+    gone = rng.random(keys.shape[0]) < 0.4
+    gone[-1] = True   # (EMPTY, the largest key, among them)
+    s.remove(np.concatenate([keys[gone], np.array([12345], np.uint64)]))   # one never stored
+    assert len(s) == int((~gone).sum()) and s.capacity == capacity and s.generation > generation
+    out = np.empty((keys.shape[0], 2), np.float32)
+    rows = s.find(keys, insert=False, out=out)
+    assert (rows[gone] < 0).all() and (rows[~gone] >= 0).all()
+    np.testing.assert_array_equal(out[~gone], -grads[~gone])
+    stored, _ = s.items()
+    assert sorted(stored.tolist()) == sorted(keys[~gone].tolist())
+    again = keys[gone][:5]
+    np.testing.assert_array_equal(s.pull(again, np.empty((5, 2), np.float32)), 0)
+
+
 def test_reserve_makes_room_once():
     s = KVStore(width=1, optimizer=Optimizer("sgd", lr=0.5))
     s.reserve(100_000)
