@@ -102,13 +102,17 @@ class Membership:
 
     # The lead: requests.
     def poll(self, now: float) -> None:
-        if (now < self._next_poll or self.request is not None or self.joining is not None
-                or not self.run_dir):
+        """The requests waiting, oldest first, until one starts a change."""
+        if now < self._next_poll or not self.run_dir:
             return
         self._next_poll = now + POLL_S
-        request = control.take(self.run_dir)
-        if request is None:
-            return
+        while self.request is None and self.joining is None:
+            request = control.take(self.run_dir)
+            if request is None:
+                return
+            self._carry_out(request)
+
+    def _carry_out(self, request: dict) -> None:
         if "error" in request:
             self._answer(request, {"ok": False, "error": request["error"]})
             return

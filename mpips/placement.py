@@ -189,7 +189,8 @@ class Placement:
     `toward`)."""
 
     def __init__(self, n_servers: int, replicas: int = 1, nodes=None, version: int = 0,
-                 dead: frozenset = frozenset(), vnodes: int = 1, assign=None, extra=None):
+                 dead: frozenset = frozenset(), vnodes: int = 1, assign=None, extra=None,
+                 backups_since: int | None = None):
         if not 1 <= replicas <= n_servers:
             raise ValueError(f"{replicas} replicas of each key need at least as many servers; "
                              f"there are {n_servers}")
@@ -199,6 +200,9 @@ class Placement:
         self.replicas = replicas
         self.nodes = tuple(nodes) if nodes is not None else tuple(range(n_servers))
         self.version = version
+        # the first version with these primaries: a backup's part of a push split by it or
+        # later is a backup's still (see Server._take_push)
+        self.backups_since = version if backups_since is None else backups_since
         self.dead = frozenset(dead)
         self.assign = tuple(assign) if assign is not None else dealt(n_servers, vnodes)
         owners = set(self.assign)
@@ -243,7 +247,8 @@ class Placement:
         extra = {r: tuple(x for x in h if x not in self.holders[r])
                  for r, h in enumerate(after.holders)}
         return Placement(self.n_servers, self.replicas, self.nodes, self.version + 1,
-                         self.dead, assign=self.assign, extra=extra)
+                         self.dead, assign=self.assign, extra=extra,
+                         backups_since=self.backups_since)
 
     def extra_fields(self) -> np.ndarray:
         """`extra` as int64[n_ranges, replicas] (-1: none), for the wire; see `extra_of`."""

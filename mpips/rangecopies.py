@@ -31,6 +31,9 @@ class RangeCopies:
         self.on_received = []     # called with (range, keys, seconds, load_s) of each copy in
         self.on_whole = []        # called once every range held anew has its copy
         self._index = None        # see _stored
+        # range -> the last push per worker its copy holds: a part of one of those arriving
+        # after the copy (from another sender, MPI does not order them) is passed over
+        self.covered = {}
 
     def plan(self, before, after) -> None:
         """The placement went from `before` to `after`: the copies to send and to wait for."""
@@ -45,11 +48,27 @@ class RangeCopies:
         split by the new map), and without the part kept aside for ranges this server waits
         for a copy of."""
         self.rebuilds.pushed(worker, clock, version)
-        if not self.rebuilds.incoming or push[1] is not None:   # SAME_KEYS: own ranges only
+        if push[1] is not None:   # SAME_KEYS: ranges this server answers reads for only
+            return push
+        if self.covered:
+            push = self._not_covered(worker, ts, push)
+        if not self.rebuilds.incoming:
             return push
         keys, values = self.rebuilds.keep(self.server.placement.ranges_of(push[0]), clock,
                                           worker, ts, push[0], push[3])
         return keys, None, -1, values
+
+    def _not_covered(self, worker: int, ts: int, push):
+        """`push` without its part for ranges whose copy, received already, holds it."""
+        late = [r for r, last in self.covered.items() if ts <= last[worker]]
+        for r in [r for r, last in self.covered.items() if ts > last[worker]]:
+            self.covered[r][worker] = -1   # every later push of this worker is newer
+        for r in [r for r, last in self.covered.items() if (last < 0).all()]:
+            del self.covered[r]
+        if not late:
+            return push
+        keep = ~np.isin(self.server.placement.ranges_of(push[0]), late)
+        return push[0][keep], None, -1, push[3][keep]
 
     def applied(self, worker: int, ts: int) -> None:
         """Push `ts` of `worker` is in the store (a replayed one can be older than the last)."""
@@ -76,12 +95,16 @@ class RangeCopies:
         # room for every range still awaited, this size: the table grows once, not each copy
         s.store.reserve(len(s.store) + r.keys.shape[0] * len(self.rebuilds.incoming))
         s.store.load(r.keys, r.values)
-        replay = self.rebuilds.arrived(range_, protocol.copied_positions(buf, r.header),
-                                       time.monotonic(), r.keys.shape[0])
+        last = protocol.copied_positions(buf, r.header).copy()
+        replay = self.rebuilds.arrived(range_, last, time.monotonic(), r.keys.shape[0])
+        left = np.array([s.clocks.done[w] == FINISHED for w in range(last.shape[0])])
+        last[left] = -1   # (a worker that finished sends no more pushes)
+        if (last >= 0).any():
+            self.covered[range_] = last
         # The range is one this server backs up (a new holder is never its primary): its
         # kept pushes are deferred as the parts that arrive after the copy will be, so that
         # each key's pushes of a clock are applied in worker order, all after the reads.
-        deferrable = s.placement.version
+        deferrable = s.placement.backups_since
         for clock, worker, ts, keys, values in replay:
             if s.clocks.staleness == 0 and clock >= s.clock_pushes.applied:
                 s.clock_pushes.add(clock, worker,

@@ -349,10 +349,10 @@ class Server:
         push = self._push_of(worker, r, copy=self.clocks.staleness == 0)
         push = self.copies.route(worker, clock, r.header.ts, r.header.placement, push)
         if self.clocks.staleness == 0:
-            # Deferred (see _apply_until) only while the ranges stay backed up here: under the
-            # placement the sender split by, and still when the clock completes.
-            deferrable = (self.placement.version
-                          if backup and r.header.placement == self.placement.version else -1)
+            # Deferred (see _apply_until) only while the ranges stay backed up here: split by
+            # a placement with this one's primaries, and still when the clock completes.
+            since = self.placement.backups_since
+            deferrable = since if backup and r.header.placement >= since else -1
             self.clock_pushes.add(clock, worker,
                                   (*push, clock, worker, r.header.ts, deferrable))
         else:
@@ -476,7 +476,7 @@ class Server:
         primaries: no read needs the backed-up ranges). Not if a server died since the push
         arrived: its ranges may be this server's to answer now."""
         for push in self.clock_pushes.until(clock):
-            if push[7] == self.placement.version:
+            if push[7] == self.placement.backups_since:
                 self._backups_due.append(push[:5])
             else:
                 self._apply(*push[:5])

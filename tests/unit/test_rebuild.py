@@ -59,3 +59,28 @@ def test_a_target_that_dies_is_replaced_and_a_dead_source_forgotten():
     at0.plan(AFTER, again, now=1.0)
     assert at0.outgoing == [] and again.holders[1] == (0,)
     assert not at0.complete(1), "range 1's copy never came: server 0 cannot serve it"
+
+
+def test_a_push_that_arrives_after_a_copy_holding_it_is_not_applied_twice():
+    """A range's copy and a worker's push to its new holder come from different ranks, so
+    MPI may deliver the push after the copy that already holds it: its part for that range
+    is passed over (the copy says each worker's last push it holds), the rest kept."""
+    from types import SimpleNamespace
+
+    from mpips.rangecopies import RangeCopies
+    placement = Placement(2, vnodes=4)
+    copies = RangeCopies(SimpleNamespace(roles=SimpleNamespace(index=1, workers=[2, 3]),
+                                         placement=placement))
+    copies.covered[3] = np.array([10, 12])   # the copy of range 3 holds pushes 10 and 12
+    keys = np.arange(1, 2000, dtype=np.uint64)
+    values = np.ones((keys.shape[0], 1), np.float32)
+    in_3 = placement.ranges_of(keys) == 3
+
+    def routed(worker: int, ts: int) -> np.ndarray:
+        return copies.route(worker, 5, ts, 1, (keys, None, -1, values))[0]
+    np.testing.assert_array_equal(routed(0, 10), keys[~in_3])   # held by the copy
+    np.testing.assert_array_equal(routed(0, 13), keys)           # newer: all of it
+    np.testing.assert_array_equal(routed(1, 12), keys[~in_3])
+    assert copies.covered, "worker 1 may still send a push the copy holds"
+    np.testing.assert_array_equal(routed(1, 14), keys)
+    assert not copies.covered, "every worker is past the copy: nothing more to check"
