@@ -24,7 +24,7 @@ from .errors import InputError, SaveError
 from .log import say
 from .roles import Roles
 from .shards import open_shard
-from .startup import ready
+from .startup import process_age, ready
 from .worker_side import saving_on_failure
 
 log = logging.getLogger("mpips")
@@ -62,6 +62,7 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
     loaded = []
     ready(roles.comm, cfg.timeout, lambda: loaded.append(read_part(
         cfg.train, roles.index, n_workers, cfg.dim, cfg.bias, cfg.skip_bad_lines)))
+    startup_s = process_age()
     part, bad_lines = loaded[0]
     budget = Budget(cfg.max_rank_memory, f"worker {roles.index}")
     budget.take(part.nbytes(), f"its {part.n_rows:,} rows of {cfg.train} in memory")
@@ -146,6 +147,7 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
     r["examples"] = part.n_rows
     r["train_loss"] = mean_loss * n_total if driver and stopped < 0 else 0.0
     r["train_s"] = train_s
+    r["startup_s"] = startup_s
     r["wait_s"] = kv.wait_s
     r["bytes_sent"] = r["train_bytes"] = kv.bytes_sent
     r["bad_lines"] = bad_lines + bad_test

@@ -28,7 +28,7 @@ from .progress import Progress
 from .replicas import PrimaryKeys
 from .roles import Roles
 from .server import Hooks, Server
-from .startup import ready
+from .startup import process_age, ready
 from .shards import spans
 from .store import KVStore
 
@@ -180,6 +180,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                     parts=spans(cfg.train, len(roles.workers)) if elastic else (),
                     deaths=checkpoint.deaths(resume), run_dir=cfg.out)
     t0 = started[0] = ready(roles.comm, cfg.timeout, load)
+    startup_s = process_age()
     if progress:
         progress.start(positions)
     try:
@@ -206,6 +207,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                          f"{cfg.checkpoints}"}
     else:
         saved = {**attrs, "complete": True}
+    began = time.monotonic()
     try:
         keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
                                        saved, clocks.longest, ranges=own.ranges(),
@@ -215,6 +217,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     except SaveError as e:
         raise SaveError(f"the model of server {roles.index} ({len(own):,} keys) could not be "
                         f"saved: {e}{_checkpoints_hint(cfg)}") from None
+    save_s = time.monotonic() - began
     if cfg.record_pulls:
         pulls = server.pull_records()
         try:
@@ -226,6 +229,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
             log.warning("the record of pulls (--record-pulls) was not written: %s", e)
     r = summary.new_record()
     r["train_s"] = train_s
+    r["startup_s"] = startup_s
+    r["save_s"] = save_s
     r["bytes_sent"] = stats.bytes_sent
     r["keys"] = len(own)
     r["copies"] = len(store)   # with backups' keys

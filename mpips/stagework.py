@@ -28,7 +28,7 @@ from .lbfgs import Step
 from .network import Stage, forward, measured_costs, partition
 from .pipeline import StageRank, receive
 from .schedule import POLICIES, describe
-from .startup import ready
+from .startup import process_age, ready
 from .timeline import Timeline
 
 log = logging.getLogger("mpips")
@@ -286,6 +286,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
         kv.clock = position["clock"]
     clock_before = kv.clock
     t0 = ready(roles.comm, cfg.timeout, lambda: None)
+    startup_s = process_age()
     keys = model.reserved_keys(pipe.layers)
     layers = pipe.stage_layers(model)
     inputs = layers[0].inputs
@@ -352,6 +353,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
     r = summary.new_record()
     r["pushes"] = kv.clock - clock_before
     r["train_s"] = train_s
+    r["startup_s"] = startup_s
     r["wait_s"] = kv.wait_s
     r["bytes_sent"], r["train_bytes"] = kv.bytes_sent, train_bytes
     r["stopped_at"] = kv.clock if how == STOPPED else -1

@@ -109,6 +109,22 @@ def warm_marker(needs: dict) -> str | None:
     return os.path.join(directory, f"mpips-warm-{stamp.hexdigest()[:16]}")
 
 
+def process_age() -> float:
+    """Seconds since this process started (Linux's /proc: the interpreter's start-up and
+    imports count), or since mpips was imported where /proc is not there."""
+    try:
+        with open("/proc/self/stat") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19])   # field 22: starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(uptime - started / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
+
+
+_IMPORTED = time.monotonic()
+
+
 def ready(comm: MPI.Intracomm, timeout: float, prepare) -> float:
     """Every rank prepares (opens its data, loads its part of a checkpoint); if any fails,
     all stop together with its message instead of waiting for it. Returns the start time."""

@@ -33,6 +33,9 @@ RECORD = np.dtype([
     ("samples", "<i8"),       # in the rank's timeline
     ("tasks", "<i8"),         # pipeline tasks logged (stagework.TaskLog)
     ("keys_served", "<i8"),   # servers: keys of the reads answered
+    ("startup_s", "<f8"),     # from the process's start to training (see startup.ready)
+    ("score_s", "<f8"),       # workers: scoring their share of --test
+    ("save_s", "<f8"),        # servers: writing their shard of the model
 ])
 
 
@@ -105,7 +108,12 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "test_logloss": float(mean_logloss(margins, labels)) if tested else None,
         "test_auc": None if np.isnan(auc) else auc,
         "examples_per_s": now / train_s if train_s > 0 and now else None,
+        # Where the time went (the slowest rank of each): process start to the first
+        # minibatch, training, scoring the test file, writing the model.
+        "startup_s": float(records["startup_s"].max()),
         "train_s": train_s,
+        "score_s": float(workers["score_s"].max()),
+        "save_s": float(servers["save_s"].max()),
         "compile_s": float(records["compile_s"].max()),
         "late_compiles": int(records["late_compiles"].sum()),
         "keys_stored": keys,
@@ -199,6 +207,9 @@ def print_lines(s: dict, path: str) -> None:
     rate = f"{s['examples_per_s'] / 1e3:,.1f}k examples/s, " if s["examples_per_s"] else ""
     say(f"done: {s['train_examples']:,} training examples in {s['train_s']:.1f} s "
         f"({rate}{s['workers']} worker(s), {s['servers']} server(s)); {test}")
+    say(f"time: {s['startup_s']:.2f} s from the start of the processes to training, "
+        f"{s['train_s']:.2f} s training, {s['score_s']:.2f} s scoring, {s['save_s']:.2f} s "
+        f"saving the model")
     if s["keys_stored"]:
         sent = (f"; {s['bytes_per_example']:,.0f} bytes sent per example"
                 if s["bytes_per_example"] else "")

@@ -23,7 +23,7 @@ from .placement import Placement
 from .roles import Roles
 from .shards import open_shard, spans
 from .stagework import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
-from .startup import ready
+from .startup import process_age, ready
 from .timeline import Timeline
 from .workplan import Death, WorkPlan
 
@@ -122,6 +122,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
                          bytes_sent=kv.bytes_sent, clock=kv.clock)
 
     t0 = mark = ready(roles.comm, cfg.timeout, open_data)
+    startup_s = process_age()
     work, epoch, segment, offset = opened[0]
     shard = work.shard
     stream = work.minibatches(epoch, segment, offset)
@@ -191,6 +192,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     if front is not None:
         front.end(STOPPED if stopped else FINISHED)
     margins, labels, bad_test_lines = np.empty(0), np.empty(0, np.float32), 0
+    score_s = 0.0
     if not stopped:
         if not finished:
             _say_finish(kv, examples, loss, cfg.epochs, work, None)
@@ -198,9 +200,11 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         train_bytes = kv.bytes_sent
         if cfg.test:
             # Those that died in this launch (a resume's dead workers live again).
+            began = time.monotonic()
             margins, labels, bad_test_lines = _score(cfg, roles, kv,
                                                      work.plan.deaths[len(deaths):], part,
                                                      front)
+            score_s = time.monotonic() - began
         if front is not None:
             front.end(SCORED)
     else:
@@ -215,6 +219,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     r["pushes"] = kv.clock - clock_before   # each acknowledged (waited for) before BYE
     r["train_loss"] = loss
     r["train_s"] = train_s
+    r["startup_s"] = startup_s
+    r["score_s"] = score_s
     r["wait_s"] = kv.wait_s
     r["bytes_sent"] = kv.bytes_sent
     r["train_bytes"] = train_bytes

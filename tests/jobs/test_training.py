@@ -59,6 +59,12 @@ def test_summary_and_model_files(small_data, tmp_path):
     assert s["consistency"] == "bsp" and s["max_clock_gap"] == 0
     assert s["late_compiles"] == 0, "warm-up compiled every kernel the job uses"
     assert len(s["wait_s"]) == 2
+    # Where the time went: start-up (from the processes' start, so beyond the numba kernels'
+    # loading), training, scoring the test file, saving; and all of it within the wall time.
+    assert s["startup_s"] > s["compile_s"] > 0 and s["train_s"] > 0
+    assert s["score_s"] > 0 and s["save_s"] > 0
+    assert s["train_s"] + s["score_s"] + s["save_s"] < s["wall_s"]
+    assert "s from the start of the processes to training" in job.stdout
     keys, weights = load_model(run / "model")
     data_keys = np.unique(read_rows(small_data[0]).indices)
     # Stored: every training key, plus the bias key; test-only keys were read, not stored.
