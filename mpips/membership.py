@@ -174,18 +174,27 @@ class Membership:
             return "one server owns every key range: there is nothing to rebalance"
         return None
 
-    def _leave_refusal(self, worker) -> str | None:
+    def _worker_refusal(self, verb: str, worker) -> str | None:
+        """What refuses any worker change: a job whose rows are not handed on, a worker
+        (if named) that does not exist or died."""
         s = self.server
         n = len(s.roles.workers)
         if not s.losses or s.dense.tables:
-            return ("a worker leaves only a job of minibatch training without --stages: a "
-                    "pipeline's stages and a full-batch solver's rows are not handed on")
+            return (f"a worker {verb} only a job of minibatch training without --stages: a "
+                    f"pipeline's stages and a full-batch solver's rows are not handed on")
+        if worker is not None and not 0 <= worker < n:
+            return f"there is no worker {worker}: the job has {n} (0-{n - 1})"
+        if worker is not None and worker in s.clocks.gone:
+            return f"worker {worker} died"
+        return None
+
+    def _leave_refusal(self, worker) -> str | None:
+        s = self.server
+        problem = self._worker_refusal("leaves", worker)
+        if problem:
+            return problem
         if worker is None:
             return "remove-worker needs the number of the worker to remove"
-        if not 0 <= worker < n:
-            return f"there is no worker {worker}: the job has {n} (0-{n - 1})"
-        if worker in s.clocks.gone:
-            return f"worker {worker} died"
         if s.clocks.done[worker] == FINISHED:
             return f"worker {worker} has finished training"
         if worker in self.leaving:
@@ -206,15 +215,9 @@ class Membership:
         return [w for w in self.server.losses.training(but=-1) if w not in self.leaving]
 
     def _join_refusal(self, worker) -> str | None:
-        s = self.server
-        n = len(s.roles.workers)
-        if not s.losses or s.dense.tables:
-            return ("a worker joins only a job of minibatch training without --stages: a "
-                    "pipeline's stages and a full-batch solver's rows are not handed on")
-        if worker is not None and not 0 <= worker < n:
-            return f"there is no worker {worker}: the job has {n} (0-{n - 1})"
-        if worker is not None and worker in s.clocks.gone:
-            return f"worker {worker} died"
+        problem = self._worker_refusal("joins", worker)
+        if problem:
+            return problem
         if worker is not None and worker not in self._idle_workers():
             return f"worker {worker} is training"
         if not self._idle_workers():

@@ -214,9 +214,9 @@ class Placement:
         self.holders = tuple(
             _living_holders(r, h, self.assign, replicas, self.dead, self.stand_in)
             for r, h in enumerate(ring_holders(n_servers, replicas, self.nodes, self.assign)))
-        self.extra = {int(r): tuple(int(x) for x in s if x not in self.dead)
-                      for r, s in (extra or {}).items()}
-        self.extra = {r: s for r, s in self.extra.items() if s}
+        living = {int(r): tuple(int(x) for x in s if x not in self.dead)
+                  for r, s in (extra or {}).items()}
+        self.extra = {r: s for r, s in living.items() if s}
         if self.extra:
             self.holders = tuple(h + tuple(x for x in self.extra.get(r, ()) if x not in h)
                                  for r, h in enumerate(self.holders))

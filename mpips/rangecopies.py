@@ -60,11 +60,14 @@ class RangeCopies:
 
     def _not_covered(self, worker: int, ts: int, push):
         """`push` without its part for ranges whose copy, received already, holds it."""
-        late = [r for r, last in self.covered.items() if ts <= last[worker]]
-        for r in [r for r, last in self.covered.items() if ts > last[worker]]:
-            self.covered[r][worker] = -1   # every later push of this worker is newer
-        for r in [r for r, last in self.covered.items() if (last < 0).all()]:
-            del self.covered[r]
+        late = []
+        for r, last in list(self.covered.items()):
+            if ts <= last[worker]:
+                late.append(r)
+                continue
+            last[worker] = -1   # every later push of this worker is newer
+            if (last < 0).all():
+                del self.covered[r]
         if not late:
             return push
         keep = ~np.isin(self.server.placement.ranges_of(push[0]), late)

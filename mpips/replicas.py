@@ -34,4 +34,4 @@ class PrimaryKeys:
     def __len__(self) -> int:
         if not self.placement.has_backups:
             return len(self.store)
-        return int((self.placement.owners(self.store.items()[0]) == self.server).sum())
+        return int((self.placement.owners(self.store.stored()[1]) == self.server).sum())
