@@ -1,12 +1,20 @@
-"""Parse rate of each text format, one core: Criteo TSV against svmlight, the same number of
-rows with about the same features per row, read side by side in one run.
+"""Parse rate of each text format on one core, beside a plain read of the same file: Criteo
+TSV and svmlight, the same number of rows with about the same features per row.
 
     python bench/formats.py [--rows 300000] [--repeats 3]
 
 Data (made once in bench/data/formats/, `mpips make-data`): Criteo layout (39 fields, ~15%
-empty) and svmlight rows of 33 hashed features (the Criteo rows' mean). Each pass reads the
-whole file with TextShard (the reader training uses); prints MB/s and rows/s, the best of
-`--repeats` passes, and the ratio; writes bench/results/formats.json.
+empty) and svmlight rows of 33 hashed features (the Criteo rows' mean), whose keys are
+make-data's 64-bit hashes: up to 20 decimal digits each, 19 or 20 for nine in ten. For each
+file, the best of `--repeats` runs of:
+
+  read    the file into a numpy buffer in TextShard's chunks (f.readinto, from the page
+          cache): the speed of memory, what a parser could approach
+  kernel  data.TextParser on those chunks already in memory: the parse alone
+  pass    TextShard.rows, reading and parsing: what training and convert do
+
+Prints MB/s and rows/s of each and its share of the read's rate; writes
+bench/results/formats.json.
 """
 import argparse
 import os
@@ -14,11 +22,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from report import save  # noqa: E402
 
-from mpips.data import TextShard  # noqa: E402
+from mpips.data import TextParser, TextShard, sniff  # noqa: E402
 
 
 def dataset(fmt: str, rows: int) -> str:
@@ -32,18 +42,68 @@ def dataset(fmt: str, rows: int) -> str:
     return path
 
 
-def rate(path: str, repeats: int) -> dict:
-    best, rows, nnz = float("inf"), 0, 0
-    for _ in range(repeats):
-        start = time.perf_counter()
-        rows = nnz = 0
-        for chunk in TextShard(path).rows():
+def read(path: str, chunk_bytes: int) -> None:
+    """Read the file chunk by chunk and nothing else."""
+    buf = np.empty(chunk_bytes, np.uint8)
+    with open(path, "rb") as f:
+        while f.readinto(memoryview(buf)):
+            pass
+
+
+def kernel(path: str, text: np.ndarray, chunk_bytes: int) -> tuple[int, int]:
+    """(rows, features) parsed from `text`, the file in memory, chunk by chunk."""
+    parse = TextParser(sniff(path), skip_bad=False)
+    rows = nnz = pos = 0
+    while pos < text.shape[0]:
+        final = pos + chunk_bytes >= text.shape[0]
+        chunk, used, *_ = parse(text[pos:pos + chunk_bytes], final)
+        if used == 0 and not final:
+            raise ValueError(f"{path}: a line longer than {chunk_bytes} bytes")
+        if chunk is not None:
             rows += len(chunk)
             nnz += chunk.indices.shape[0]
-        best = min(best, time.perf_counter() - start)
+        pos += used
+    return rows, nnz
+
+
+def whole_pass(path: str) -> tuple[int, int]:
+    """(rows, features) of a TextShard pass over the file."""
+    rows = nnz = 0
+    for chunk in TextShard(path).rows():
+        rows += len(chunk)
+        nnz += chunk.indices.shape[0]
+    return rows, nnz
+
+
+def best(run, repeats: int) -> float:
+    """Seconds of the fastest of `repeats` runs, after one to warm up."""
+    run()
+    seconds = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        seconds = min(seconds, time.perf_counter() - start)
+    return seconds
+
+
+def rates(path: str, repeats: int) -> dict:
     size = os.path.getsize(path)
-    return {"bytes": size, "rows": rows, "features_per_row": nnz / rows, "seconds": best,
-            "mb_per_s": size / best / 1e6, "rows_per_s": rows / best}
+    chunk_bytes = TextShard(path).chunk_bytes
+    text = np.fromfile(path, np.uint8)
+    rows, nnz = whole_pass(path)
+    if kernel(path, text, chunk_bytes) != (rows, nnz):
+        raise AssertionError(f"{path}: TextParser and TextShard disagree")
+    out = {"bytes": size, "chunk_bytes": chunk_bytes, "rows": rows,
+           "features_per_row": nnz / rows}
+    for name, run in (("read", lambda: read(path, chunk_bytes)),
+                      ("kernel", lambda: kernel(path, text, chunk_bytes)),
+                      ("pass", lambda: whole_pass(path))):
+        seconds = best(run, repeats)
+        out[name] = {"seconds": seconds, "mb_per_s": size / seconds / 1e6,
+                     "rows_per_s": rows / seconds}
+    for name in ("kernel", "pass"):
+        out[name]["of_read"] = out[name]["mb_per_s"] / out["read"]["mb_per_s"]
+    return out
 
 
 def main() -> None:
@@ -53,13 +113,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "formats.json"))
     args = parser.parse_args()
-    results = {fmt: rate(dataset(fmt, args.rows), args.repeats) for fmt in ("svmlight", "criteo")}
+    results = {fmt: rates(dataset(fmt, args.rows), args.repeats)
+               for fmt in ("svmlight", "criteo")}
     for fmt, r in results.items():
-        print(f"{fmt:9} {r['bytes'] / 1e6:7.1f} MB  {r['features_per_row']:4.1f} features/row  "
-              f"{r['mb_per_s']:6.1f} MB/s  {r['rows_per_s'] / 1e3:7.0f}k rows/s (one core)")
-    c, s = results["criteo"], results["svmlight"]
-    print(f"criteo / svmlight: {c['mb_per_s'] / s['mb_per_s']:.2f}x in MB/s, "
-          f"{c['rows_per_s'] / s['rows_per_s']:.2f}x in rows/s")
+        print(f"{fmt:9} {r['bytes'] / 1e6:6.1f} MB  {r['features_per_row']:4.1f} features/row  "
+              f"read {r['read']['mb_per_s']:6.0f} MB/s", end="")
+        for name in ("kernel", "pass"):
+            print(f"  {name} {r[name]['mb_per_s']:5.0f} MB/s ({r[name]['of_read']:.2f} of read, "
+                  f"{r[name]['rows_per_s'] / 1e3:4.0f}k rows/s)", end="")
+        print()
+    c, s = results["criteo"]["pass"], results["svmlight"]["pass"]
+    print(f"criteo / svmlight, whole pass: {c['mb_per_s'] / s['mb_per_s']:.2f}x in MB/s, "
+          f"{c['rows_per_s'] / s['rows_per_s']:.2f}x in rows/s (one core)")
     save(args.out, "formats", rows=args.rows, results=results)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from .errors import ConfigError, InputError
 from .kernels.keys import sorted_unique_inverse
 from .kernels import avazu, criteo, svmlight
-from .kernels.svmlight import count_byte, parse_lines
+from .kernels.svmlight import capacity, parse_lines
 
 log = logging.getLogger("mpips")
 
@@ -21,18 +21,17 @@ BIAS_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)  # the always-on feature that carries t
 
 @dataclass(frozen=True)
 class TextFormat:
-    """A line-per-example text format: its number for kernels.svmlight.parse_lines, its
-    error texts, and how many features a line holds at most (0: one per ':' byte)."""
+    """A line-per-example text format: its number for kernels.svmlight.parse_lines and its
+    error texts."""
     name: str
     code: int
     errors: dict
-    per_line: int
 
 
-SVMLIGHT = TextFormat("svmlight", svmlight.SVMLIGHT, svmlight.ERROR_TEXT, 0)
-LIBFFM = TextFormat("libffm", svmlight.LIBFFM, svmlight.LIBFFM_ERROR_TEXT, 0)
-CRITEO = TextFormat("criteo", svmlight.CRITEO, criteo.ERROR_TEXT, criteo.FIELDS)
-AVAZU = TextFormat("avazu", svmlight.AVAZU, avazu.ERROR_TEXT, avazu.FEATURES)
+SVMLIGHT = TextFormat("svmlight", svmlight.SVMLIGHT, svmlight.ERROR_TEXT)
+LIBFFM = TextFormat("libffm", svmlight.LIBFFM, svmlight.LIBFFM_ERROR_TEXT)
+CRITEO = TextFormat("criteo", svmlight.CRITEO, criteo.ERROR_TEXT)
+AVAZU = TextFormat("avazu", svmlight.AVAZU, avazu.ERROR_TEXT)
 FORMATS = {f.name: f for f in (SVMLIGHT, LIBFFM, CRITEO, AVAZU)}
 FIELDS = {"criteo": criteo.FIELDS, "avazu": avazu.FEATURES}   # formats of a fixed field count
 
@@ -186,6 +185,38 @@ def _line_start(f, pos: int, size: int) -> int:
             return f.tell() - len(block) + nl + 1
 
 
+class TextParser:
+    """Chunks of text in one format into Rows. The kernel writes into scratch arrays as large
+    as the grammar allows (so it makes one pass and never runs out of room), kept from chunk
+    to chunk so that their pages are touched once; a chunk's Rows are copies of its part."""
+
+    def __init__(self, fmt: TextFormat, skip_bad: bool):
+        self.fmt = fmt
+        self.skip_bad = skip_bad
+        self._scratch = ()
+        self._room = -1   # the bytes of text the scratch arrays hold the rows of
+
+    def __call__(self, data: np.ndarray, final: bool) -> tuple:
+        """(Rows, origins as offsets in `data`, or None if no row; bytes used, lines seen,
+        lines skipped, the first bad line's index among them or -1, its error code, its
+        column) of the complete lines of `data` (and a last one without newline if `final`).
+        """
+        if data.shape[0] > self._room:
+            rows, entries = capacity(data.shape[0], self.fmt.code)
+            self._scratch = (np.empty(rows, np.float32), np.empty(rows + 1, np.int64),
+                             np.empty(entries, np.uint64), np.empty(entries, np.float32),
+                             np.empty(rows, np.int64))
+            self._room = data.shape[0]
+        labels, indptr, indices, values, starts = self._scratch
+        n, nnz, used, lines, n_bad, bad_idx, code, col = parse_lines(
+            data, final, self.skip_bad, *self._scratch, self.fmt.code)
+        rows = None
+        if n:
+            rows = Rows(labels[:n].copy(), indptr[:n + 1].copy(), indices[:nnz].copy(),
+                        values[:nnz].copy(), starts[:n].copy())
+        return rows, used, lines, n_bad, bad_idx, code, col
+
+
 class TextShard:
     """The lines of `path` that start in byte range `part` of `nparts`: svmlight text or
     Criteo TSV (see `sniff`)."""
@@ -268,6 +299,7 @@ class TextShard:
         self.bad_lines = 0
         self._passes += 1
         lines_done = 0
+        parse = TextParser(self.fmt, self.skip_bad)
         buf = np.empty(self.chunk_bytes, np.uint8)
         filled = 0
         with open(self.path, "rb") as f:
@@ -284,17 +316,7 @@ class TextShard:
                     filled += got
                 final = self.position + filled >= self.stop
                 data = buf[:filled]
-                n_lines = count_byte(data, 10) + 1
-                n_entries = (n_lines * self.fmt.per_line if self.fmt.per_line
-                             else count_byte(data, 58))
-                labels = np.empty(n_lines, np.float32)
-                indptr = np.empty(n_lines + 1, np.int64)
-                indices = np.empty(n_entries, np.uint64)
-                values = np.empty(n_entries, np.float32)
-                starts = np.empty(n_lines, np.int64)
-                n, nnz, used, lines, n_bad, bad_idx, code, col = parse_lines(
-                    data, final, self.skip_bad, labels, indptr, indices, values, starts,
-                    self.fmt.code)
+                rows, used, lines, n_bad, bad_idx, code, col = parse(data, final)
                 if bad_idx >= 0 and not self.skip_bad:
                     raise InputError(self._describe(data, self.position, pass_start, lines_done,
                                                     bad_idx, code, col))
@@ -315,9 +337,9 @@ class TextShard:
                 filled -= used
                 self.position += used
                 lines_done += lines
-                if n:
-                    yield Rows(labels[:n], indptr[:n + 1], indices[:nnz], values[:nnz],
-                               starts[:n] + (self.position - used))
+                if rows is not None:
+                    rows.origins += self.position - used
+                    yield rows
 
     def minibatches(self, batch_size: int, start: int | None = None):
         """Yield Rows of `batch_size` rows (the last may be smaller), from byte `start`."""

@@ -75,3 +75,71 @@ def test_svmlight_text_is_not_taken_for_criteo(tmp_path):
     path = tmp_path / "s.svm"
     path.write_text("1 3:1 5:0.5\n")
     assert sniff(str(path)) is SVMLIGHT
+
+
+def test_small_counts_are_looked_up_as_the_log_gives_them():
+    from mpips.kernels.criteo import _BUCKETS, log_bucket
+    assert [int(b) for b in _BUCKETS[:3]] == [0, 1, 2]
+    assert all(_BUCKETS[v] == log_bucket(v) for v in range(3, len(_BUCKETS)))
+    for v in (len(_BUCKETS) - 1, len(_BUCKETS), 10**6, 10**17):
+        assert bucket(v) == log_bucket(v)
+
+
+HEX = ["7", "a", "F", "0f", "abc", "68fd1e64", "68FD1E64", "DeadBeef", "123456789",
+       "abcdef0123456789", "123456789abcdef01", "fedcba9876543210fedc"]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", ""])
+def test_hexadecimal_fields_of_any_length_and_case(tmp_path, newline):
+    """The first categorical field is read eight digits at a time; the last, at the end of the
+    text, a digit at a time: the same keys."""
+    text = "".join(line(cats=[h, *[""] * 24, h]).replace("\n", newline or "\n") for h in HEX)
+    [rows] = rows_of(tmp_path, text.removesuffix("\n") if not newline else text)
+    for r, h in enumerate(HEX):
+        value = np.uint64(int(h, 16) & (2**64 - 1))   # the last 16 digits count
+        keys = rows.indices[rows.indptr[r]:rows.indptr[r + 1]][-2:]
+        assert keys.tolist() == [int(feature_key(13, value)), int(feature_key(38, value))], h
+
+
+@pytest.mark.parametrize("count", ["0", "7", "-7", "99", "4095", "4096", "1234567", "12345678",
+                                   "-12345678", "123456789012345678"])
+def test_integer_fields_of_any_length(tmp_path, count):
+    [rows] = rows_of(tmp_path, line(ints=[count, *[""] * 11, count]) + line(ints=[""] * 13)
+                     + line(ints=[*[""] * 12, count]).rstrip("\n"))
+    v = int(count)
+    expect = int(feature_key(0, bucket(v))), int(feature_key(12, bucket(v)))
+    assert rows.indices[:2].tolist() == list(expect)
+    assert rows.indices[rows.indptr[2]] == expect[1], "the last field at the text's end"
+
+
+@pytest.mark.parametrize("field, column", [
+    ("12/4", 3), ("12:4", 3), ("12@4", 3), ("12G4", 3), ("12`4", 3), ("12g4", 3),
+    ("12\x104", 3), ("1234567\x19", 8), ("12345678\xc1", 9), ("12 4", 3)])
+def test_bytes_beside_the_hexadecimal_digits_are_not_taken_for_them(tmp_path, field, column):
+    path = tmp_path / "c.tsv"
+    path.write_bytes((line() + line(cats=[field, *[""] * 25]) + line()).encode("latin-1"))
+    with pytest.raises(InputError) as e:
+        list(TextShard(str(path), fmt=CRITEO).rows())
+    start = len("\t".join(line().split("\t")[:14])) + 1   # the bytes before the field
+    assert "c.tsv:2: a categorical field (15 to 40) is not hexadecimal" in str(e.value)
+    assert f"(at character {start + column})" in str(e.value)
+
+
+def test_a_19_digit_integer_is_an_error(tmp_path):
+    with pytest.raises(InputError, match=r"c.tsv:1: an integer field .* \(at character 21\)"):
+        rows_of(tmp_path, line(ints=["1" * 19, *[""] * 12]))
+
+
+def test_capacity_holds_the_densest_text():
+    from mpips.kernels import svmlight
+    for text, densest in ((("0" + "\t" * 39 + "\n") * 99, True), (line() * 99, False)):
+        buf = np.frombuffer(text.encode(), np.uint8)
+        rows_room, entries_room = svmlight.capacity(buf.shape[0], svmlight.CRITEO)
+        labels = np.empty(rows_room, np.float32)
+        indptr = np.empty(rows_room + 1, np.int64)
+        indices = np.empty(entries_room, np.uint64)
+        values = np.empty(entries_room, np.float32)
+        rows, nnz, *_ = svmlight.parse_lines(buf, True, False, labels, indptr, indices, values,
+                                             np.empty(rows_room, np.int64), svmlight.CRITEO)
+        assert rows == 99 and rows < rows_room and nnz <= entries_room
+        assert rows_room - rows <= 1 or not densest, "the bound is what the grammar allows"

@@ -9,8 +9,7 @@ from mpips.kernels import svmlight
 
 def parse(text: bytes, final=True, skip_bad=False):
     buf = np.frombuffer(text, np.uint8)
-    n_lines = svmlight.count_byte(buf, 10) + 1
-    n_entries = svmlight.count_byte(buf, 58)
+    n_lines, n_entries = svmlight.capacity(buf.shape[0], svmlight.SVMLIGHT)
     labels = np.empty(n_lines, np.float32)
     indptr = np.empty(n_lines + 1, np.int64)
     indices = np.empty(n_entries, np.uint64)
@@ -78,6 +77,69 @@ def test_floats_match_python():
     np.testing.assert_array_equal(r["rows"].values, np.float32([float(t) for t in texts]))
 
 
+KEYS = ["0", "7", "1234567", "12345678", "123456789", "1234567890123456", "12345678901234567",
+        "1234567890123456789", "9999999999999999999", "10000000000000000000",
+        "18446744073709551614", "18446744073709551615", "000000000000000000000000042",
+        "0000018446744073709551615"]
+# A key is read eight digits at a time unless the buffer ends within 24 bytes of it.
+TAILS = {"at the buffer's end": "", "well inside it": " " + "#" * 40}
+
+
+@pytest.mark.parametrize("tail", TAILS.values(), ids=TAILS.keys())
+def test_keys_of_every_length_up_to_2_to_the_64(tail):
+    rows = parse(("1 " + " ".join(f"{k}:1" for k in KEYS) + tail).encode())["rows"]
+    assert rows.indices.tolist() == [int(k) for k in KEYS]
+
+
+@pytest.mark.parametrize("tail", TAILS.values(), ids=TAILS.keys())
+@pytest.mark.parametrize("key", ["18446744073709551616", "18446744073709551620",
+                                 "18446744073709551700", "20000000000000000000",
+                                 "99999999999999999999", "100000000000000000000",
+                                 "0018446744073709551616", "1844674407370955161500"])
+def test_keys_above_2_to_the_64_minus_1_are_rejected(key, tail):
+    r = parse(f"1 1:1\n0 {key}:1 2:1{tail}\n".encode())
+    assert (r["bad"], r["code"], r["col"]) == (1, svmlight.INDEX_OVERFLOW, 2)
+
+
+@pytest.mark.parametrize("tail", TAILS.values(), ids=TAILS.keys())
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\t\n", " \r\n"])
+def test_value_1_reads_as_1_0_does(end, tail):
+    for text in ["1", "1.0", "1e0", "+1", "10", "1.5", "0.4445"]:
+        got = parse(f"0 5:{text}{tail}{end}1 6:{text}{end}0 7:{text}".encode())
+        assert got["rows"].values.tolist() == [np.float32(text)] * 3, text
+        assert got["rows"].labels.tolist() == [0, 1, 0] and got["bad"] == -1
+
+
+@pytest.mark.parametrize("line, code", [
+    (b"1 5:1x", svmlight.BAD_VALUE), (b"1 5:1\r2:1", svmlight.BAD_VALUE),
+    (b"1 5:1:1", svmlight.BAD_VALUE), (b"1\r 5:1", svmlight.BAD_LABEL),
+    (b"1x 5:1", svmlight.BAD_LABEL), (b"12 5:1", svmlight.LABEL_NOT_BINARY),
+    (b"1 5x:1", svmlight.BAD_INDEX), (b"1 " + b"1" * 19 + b"x:1", svmlight.BAD_INDEX),
+])
+def test_the_common_case_shortcuts_keep_the_errors(line, code):
+    for text in (line + b"\n", line + b" " + b"#" * 40 + b"\n"):
+        r = parse(b"1 1:1\n" + text)
+        assert (r["bad"], r["code"]) == (1, code), text
+
+
+def test_crlf_and_tabs_around_the_usual_labels_and_values():
+    rows = parse(b"1\r\n0\t5:1\r\n1 6:1\t7:1 \r\n\r\n0 8:1\r")["rows"]
+    assert rows.labels.tolist() == [1, 0, 1, 0]
+    assert rows.indptr.tolist() == [0, 0, 1, 3, 4]
+    assert rows.indices.tolist() == [5, 6, 7, 8] and (rows.values == 1).all()
+
+
+@pytest.mark.parametrize("text, tight", [
+    (b"1\n" * 999, "rows"), (b"1" + b"\n1" * 999, "rows"), (b"1" + b" 0:1" * 999, "entries"),
+    (b"0" + b"\t0:1" * 999 + b"\r\n", "entries")])
+def test_capacity_holds_the_densest_text(text, tight):
+    room = dict(zip(("rows", "entries"), svmlight.capacity(len(text), svmlight.SVMLIGHT)))
+    rows = parse(text)["rows"]
+    used = {"rows": len(rows), "entries": rows.indices.shape[0]}
+    assert used["rows"] < room["rows"] and used["entries"] <= room["entries"]
+    assert room[tight] - used[tight] <= 1, "the bound is what the grammar allows"
+
+
 @pytest.mark.parametrize("size", [0, 1, 7, 100, 12345])
 def test_byte_ranges_tile_the_file(size):
     for nparts in (1, 2, 3, 7):
@@ -116,6 +178,17 @@ def test_shards_cover_every_line_once(tmp_path, newline_at_end):
             keys += got[1]
         assert (labels, keys) == whole, f"nparts={nparts}"
     assert len(whole[0]) == 300
+
+
+def test_rows_kept_are_not_overwritten_by_later_chunks(tmp_path):
+    path = _write(tmp_path, [f"{i % 2} {i}:1 {i + 1}:{i}" for i in range(500)])
+    chunks = list(TextShard(path, chunk_bytes=64).rows())
+    assert len(chunks) > 100
+    rows = Rows.concat(chunks)
+    assert rows.labels.tolist() == [i % 2 for i in range(500)]
+    assert rows.indices.tolist() == [k for i in range(500) for k in (i, i + 1)]
+    assert rows.values[1::2].tolist() == list(range(500))
+    assert all(c.indices.base is None for c in chunks), "each chunk owns exactly its entries"
 
 
 def test_line_longer_than_chunk(tmp_path):
