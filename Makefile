@@ -78,6 +78,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 bench: $(VENV)/.installed-bench
 	$(PY) bench/workers.py
 	$(PY) bench/replicas.py
+	$(PY) bench/filters.py
 	$(PY) bench/ring.py
 	$(PY) bench/dense.py
 	$(PY) bench/formats.py

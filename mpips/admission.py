@@ -25,7 +25,8 @@ FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH, Op.MOVE_ASK, Op.M
              Op.JOIN_AT}
 FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE}   # from any server to any other
 FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
-         Op.PUSH: protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT | protocol.BACKUP,
+         Op.PUSH: (protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT | protocol.BACKUP
+                   | protocol.HALF | protocol.INT8 | protocol.MASK),
          Op.FINISH: protocol.REPORT}
 TEXT_PAYLOAD = {Op.ERROR, Op.SHARD_SAVED, Op.MOVED}   # UTF-8 text of any length
 TEXT_LIMIT = 1 << 20
@@ -43,16 +44,17 @@ class Request(NamedTuple):
     report: protocol.Report | None
     backup_keys: np.ndarray = _NO_KEYS        # a BACKUP push's part for ranges backed up here
     backup_values: np.ndarray = _NO_VALUES
+    rows_sent: np.ndarray | None = None       # a MASK push: the pulled keys its values are of
 
 
-def _expected_bytes(op: Op, h, n_workers: int, backup: int) -> int:
+def _expected_bytes(op: Op, h, n_workers: int, backup: int, rows: int | None) -> int:
     if op is Op.COPY:
         return HEADER_BYTES + h.nkeys * (8 + 4 * h.width) + 8 * n_workers
     report = protocol.REPORT_BYTES if h.flags & protocol.REPORT else 0
     if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):
         return HEADER_BYTES + 8 * h.nkeys
     if op in (Op.PULL, Op.PUSH):
-        return HEADER_BYTES + protocol.payload_bytes(h, backup) + report
+        return HEADER_BYTES + protocol.payload_bytes(h, backup, rows) + report
     return HEADER_BYTES + report
 
 
@@ -75,6 +77,8 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
                             f"may not send {'' if from_worker else 'to this one'}".rstrip())
     if h.flags & ~FLAGS.get(op, 0):
         raise ProtocolError(f"{op.name} with unknown flags {h.flags:#x}")
+    if h.flags & protocol.HALF and h.flags & protocol.INT8:
+        raise ProtocolError(f"{op.name} of values both float16 and int8")
     if h.nkeys < 0 or h.width < 0:
         raise ProtocolError(f"{op.name} with {h.nkeys} keys of width {h.width}")
     if op is Op.PUSH and h.width != width:
@@ -92,6 +96,8 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         backup = protocol.backup_count(buf)
         if not 0 <= backup <= buf.shape[0]:
             raise ProtocolError(f"{op.name} with a backup part of {backup} keys")
+    rows_sent = _rows_sent(buf, h) if op is Op.PUSH and h.flags & protocol.MASK else None
+    rows = None if rows_sent is None else rows_sent.shape[0]
     if op is Op.DENSE:   # fields the header counts, then float64 values
         fixed = protocol.dense_fixed_bytes(h)
         if h.ref < 0 or buf.shape[0] < fixed or (buf.shape[0] - fixed) % 8:
@@ -101,11 +107,14 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     elif op in TEXT_PAYLOAD:
         if buf.shape[0] > HEADER_BYTES + TEXT_LIMIT:
             raise ProtocolError(f"{op.name} with {buf.shape[0] - HEADER_BYTES} bytes of text")
-    elif buf.shape[0] != _expected_bytes(op, h, n_workers, backup):
+    elif buf.shape[0] != _expected_bytes(op, h, n_workers, backup, rows):
         raise ProtocolError(f"{op.name} of {buf.shape[0]} bytes, where its header "
-                            f"({h.nkeys} keys, width {h.width}"
-                            f"{f', {backup} backed-up keys' if backup else ''}) makes it "
-                            f"{_expected_bytes(op, h, n_workers, backup)}")
+                            f"({h.nkeys} keys{'' if rows is None else f', {rows} sent'}, "
+                            f"width {h.width}{f', {backup} backed-up keys' if backup else ''}"
+                            f"{_encoding(h)}) makes it "
+                            f"{_expected_bytes(op, h, n_workers, backup, rows)}")
+    if op is Op.PUSH and h.flags & protocol.INT8:
+        _check_scales(buf, h)
     if h.ts < 0 or h.clock < 0:
         raise ProtocolError(f"{op.name} with a negative ts {h.ts} or clock {h.clock}")
     # Placements only move keys to servers that held them already (a dead primary's backup
@@ -151,7 +160,36 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
             bad = int(np.flatnonzero(~np.isfinite(these.reshape(-1)))[0])
             raise ProtocolError(f"{op.name} with a value that is not finite "
                                 f"({these.reshape(-1)[bad]} at position {bad})")
-    return Request(op, h, keys, values, report, backup_keys, backup_values)
+    return Request(op, h, keys, values, report, backup_keys, backup_values, rows_sent)
+
+
+def _encoding(h) -> str:
+    return (", float16 values" if h.flags & protocol.HALF else
+            ", int8 values" if h.flags & protocol.INT8 else "")
+
+
+def _rows_sent(buf: np.ndarray, h) -> np.ndarray:
+    """The pulled keys a MASK push carries values for, from its bitmap, checked."""
+    if not h.flags & protocol.SAME_KEYS:
+        raise ProtocolError("PUSH with a bitmap (MASK) over keys it carries (no SAME_KEYS)")
+    bits = protocol.bitmap_of(buf, h)
+    if bits.shape[0] < protocol.bitmap_bytes(h.nkeys):
+        raise ProtocolError(f"PUSH of {buf.shape[0]} bytes, too short for its bitmap over "
+                            f"{h.nkeys} keys")
+    rows = protocol.sent_rows(bits, h.nkeys)
+    if rows.shape[0] != int(np.unpackbits(bits).sum()):
+        raise ProtocolError(f"PUSH whose bitmap sets bits past its {h.nkeys} keys")
+    return rows
+
+
+def _check_scales(buf: np.ndarray, h) -> None:
+    """An int8 push's block scales must be finite and not negative."""
+    start, rows = protocol.own_values_at(buf, h)
+    scales = protocol.int8_scales(buf[start:], rows, h.width)
+    bad = np.flatnonzero(~(np.isfinite(scales) & (scales >= 0)))
+    if bad.shape[0]:
+        raise ProtocolError(f"PUSH of int8 values whose block #{bad[0]} has scale "
+                            f"{scales[bad[0]]}")
 
 
 def admit(buf: np.ndarray, sender: str, from_worker: bool, to_lead: bool, from_lead: bool,

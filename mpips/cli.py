@@ -252,6 +252,28 @@ def _train_parser(sub):
                           "1 (default: 1 / batch size)")
     opt.add_argument("--no-bias", dest="bias", action="store_false",
                      help="no intercept (by default key 2^64-1 is an always-on bias feature)")
+    comm = p.add_argument_group(
+        "push filters",
+        "What a worker's pushes send of its gradients. What a push does not deliver (the "
+        "rounding, a row held back) the worker keeps by key and adds to that key's next "
+        "gradient (error feedback): it arrives late, not never, if the key comes back. Worth it "
+        "when the network limits the job (many workers on many nodes, wide rows, slow links); "
+        "on one machine the servers' tables, not the wire, are the cost, and a filter's own "
+        "work takes 5-25% of examples/s. Pulls are not filtered")
+    comm.add_argument("--push-values", choices=("float32", "float16", "int8"),
+                      default="float32",
+                      help="how pushed values travel: float16 halves their bytes, int8 (a float32 "
+                           "scale per 256 values) quarters them (default: float32, exact)")
+    comm.add_argument("--push-threshold", type=finite_float, default=0.0, metavar="T",
+                      help="hold a key's row back while every entry of its gradient (plus what "
+                           "was held back) is below T in magnitude: rare keys' small updates "
+                           "wait until they add up; pushes then name their rows in a bitmap "
+                           "(1 bit a pulled key) (default: 0, every row)")
+    comm.add_argument("--push-skip-zeros", action="store_true",
+                      help="ftrl with --l1: hold a key's row back while its pulled weights are 0 "
+                           "and every entry of its gradient (plus what was held back) is at "
+                           "most --l1 in magnitude (such a push, to a key whose z is 0, leaves "
+                           "its weight 0)")
     full = p.add_argument_group(
         "full batch (--solver lbfgs)",
         "The whole objective, mean logloss + l2/2 |w|^2 (+ l1 |w|_1), minimized by L-BFGS "
@@ -590,7 +612,9 @@ def config_of(args):
                       factors=args.factors, embedding_dim=args.embedding_dim,
                       hidden=args.hidden, fields=args.fields, format=args.format,
                       stages=args.stages,
-                      micro_batches=args.micro_batches, pipeline=args.pipeline)
+                      micro_batches=args.micro_batches, pipeline=args.pipeline,
+                      push_values=args.push_values, push_threshold=args.push_threshold,
+                      push_skip_zeros=args.push_skip_zeros)
 
 
 def _run_train(args) -> None:

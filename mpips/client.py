@@ -10,7 +10,8 @@ completes it. A push with clock=True also completes the worker's clock (and
 goes to every server, so each can track it); under BSP or SSP a server holds
 a pull until the clocks allow it. Pushing the very array of keys passed to one
 of the last two pulls (once waited for) sends only the values: the servers reuse
-that pull's keys, so do not change a key array between its pull and its push.
+that pull's keys, so do not change a key array between its pull and its push. A push filter
+(see pushfilter) decides what of the values is sent, and how.
 """
 import logging
 from collections import deque
@@ -26,6 +27,7 @@ from .failover import CannotFailOver, dead_ranks, is_failure
 from .kernels.hashing import is_sorted_unique
 from .placement import Placement, describe_ranges
 from .protocol import Op
+from .pushfilter import Plain
 
 log = logging.getLogger("mpips")
 
@@ -65,11 +67,14 @@ class _Pending:
 
 class KVWorker:
     def __init__(self, roles, width: int = 1, timeout: float = 600.0,
-                 placement: Placement | None = None, failover: bool = False):
+                 placement: Placement | None = None, failover: bool = False,
+                 push_filter=None):
         """`placement`: the job's key placement (by default, an even split over the servers).
         `failover` (under ULFM): a dead server's requests go to the living copies of its keys
-        instead of failing the job."""
+        instead of failing the job. `push_filter`: what pushes send (a pushfilter.PushFilter;
+        by default every value, float32)."""
         self.width = width
+        self.filter = push_filter or Plain()
         self.timeout = timeout
         self.failover = failover
         self.clock = 0            # clocks this worker has completed
@@ -82,7 +87,7 @@ class KVWorker:
         self._pending: dict[int, _Pending] = {}
         self._ts = 0
         self._report = None
-        # [ts, keys, perm, offsets, completed, placement version] of recent pulls
+        # [ts, keys, perm, offsets, completed, placement version, values] of recent pulls
         self._pulled = deque(maxlen=2)
         self._backups = None      # (placement version, what `_backs_up` found for it)
         self.stop_sent = False
@@ -147,7 +152,8 @@ class KVWorker:
         self._ts += 1
         perm, offsets, skeys = self._split(keys)
         if not read_only:
-            self._pulled.append([self._ts, keys, perm, offsets, False, self._placement.version])
+            self._pulled.append([self._ts, keys, perm, offsets, False, self._placement.version,
+                                 None])
         flags = ((protocol.READ_ONLY if read_only else 0)
                  | (protocol.NEXT_CLOCK if next_clock else 0))
         out = np.empty((keys.shape[0], self.width), np.float32)
@@ -182,36 +188,45 @@ class KVWorker:
             pulled = None   # a server died since: the rows are elsewhere now
         if pulled is None:
             perm, offsets, skeys = self._split(keys)
-            flags, ref = 0, 0
+            flags, ref, weights = 0, 0, None
         else:   # the keys of a recent pull: the servers still have them
             ref, _, perm, offsets = pulled[:4]
-            flags = protocol.SAME_KEYS
+            flags, weights = protocol.SAME_KEYS, pulled[6]
             skeys = None
         values = np.ascontiguousarray(values, np.float32).reshape(keys.shape[0], self.width)
-        svalues = values if perm is None else values[perm]
+        out = self.filter.prepare(keys, values, perm, offsets, weights,
+                                  bitmap=pulled is not None)
+        if skeys is None and self._placement.has_backups:
+            skeys = keys if perm is None else keys[perm]
+        if skeys is not None and out.skept is not None:   # the keys of the rows sent
+            skeys = skeys[out.skept]
         pending = _Pending(what=f"push #{self._ts} to be sent", version=self._placement.version)
         backups = {}
         if self._placement.has_backups:
-            if skeys is None:
-                skeys = keys if perm is None else keys[perm]
-            backups = self._backup_parts(keys, values, skeys, svalues, offsets)
+            kept = slice(None) if out.kept is None else out.kept
+            backups = self._backup_parts(keys[kept], out.values[kept], skeys, out.svalues,
+                                         out.offsets)
         for s in self.living():
             a, b = offsets[s], offsets[s + 1]
+            sa, sb = out.offsets[s], out.offsets[s + 1]
             parts = backups.get(s, [])
             for bkeys, bvalues in parts[1:]:   # (several primaries backed up: R > 2)
                 pending.sends.append(self._send(s, Op.PUSH, (bkeys, bvalues),
                                                 nkeys=bkeys.shape[0], width=self.width))
-            if a == b and not clock and not parts:
+            if sa == sb and not clock and not parts:
                 continue
-            own_keys = () if pulled else (skeys[a:b],)
-            payload = own_keys + (svalues[a:b],)
+            encoding, own_values = out.parts[s]
+            own_keys, nkeys = ((skeys[sa:sb],), sb - sa) if pulled is None else ((), b - a)
+            if pulled is not None and sb - sa < b - a:   # some rows held back
+                own_keys, encoding = (protocol.bitmap(out.skept[a:b]),), encoding | protocol.MASK
+            payload = (*own_keys, own_values)
             if parts:   # one message: the backed-up part first (see protocol.unpack)
                 bkeys, bvalues = parts[0]
                 payload = (np.array([bkeys.shape[0]], np.int64), bkeys, *own_keys, bvalues,
-                           svalues[a:b])
+                           own_values)
             pending.sends.append(self._send(
-                s, Op.PUSH, payload, report=clock, nkeys=b - a, width=self.width, ref=ref,
-                flags=(flags | (protocol.CLOCK if clock else 0)
+                s, Op.PUSH, payload, report=clock, nkeys=nkeys, width=self.width, ref=ref,
+                flags=(flags | encoding | (protocol.CLOCK if clock else 0)
                        | (protocol.BACKUP if parts else 0))))
         if clock:
             self.clock += 1
@@ -393,14 +408,14 @@ class KVWorker:
         for r in pending.replies:
             if r.copy:
                 pending.out[r.rows] = r.into
+        self.wait_s += waited
+        values = pending.out
+        if pending.perm is not None:
+            values = np.empty_like(pending.out)
+            values[pending.perm] = pending.out
         for p in self._pulled:
             if p[0] == ts:
-                p[4] = True
-        self.wait_s += waited
-        if pending.perm is None:
-            return pending.out
-        values = np.empty_like(pending.out)
-        values[pending.perm] = pending.out
+                p[4], p[6] = True, values
         return values
 
     def _silent(self, pending: _Pending) -> str:

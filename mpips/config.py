@@ -62,6 +62,9 @@ class TrainConfig:
     stages: int = 1                 # widedeep: workers per pipeline (see stagework)
     micro_batches: int = 4          # a minibatch's parts in the pipeline
     pipeline: str = "1f1b"          # the pipeline's schedule: gpipe or 1f1b
+    push_values: str = "float32"    # how pushed values travel: float32, float16 or int8
+    push_threshold: float = 0.0     # a key's row is held back while all its entries are below
+    push_skip_zeros: bool = False   # ftrl --l1: held back while its weight would stay 0
 
     def model_spec(self):
         """The models.* object this job trains."""
@@ -124,6 +127,7 @@ class TrainConfig:
         if self.snapshot_every is not None and not self.snapshot_every > 0:
             raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
         self._check_solver()
+        self._check_push_filter()
         self.with_data_fields().model_spec()   # an unknown model, sizes out of range
         self._check_stages(n_ranks - self.server_ranks)
         if self.max_rank_memory is not None and self.max_rank_memory < 1 << 20:
@@ -185,6 +189,29 @@ class TrainConfig:
         if fixed and self.fields < fixed:
             raise ConfigError(f"--fields {self.fields}: --train {self.train} has {fixed} fields "
                               f"(give --fields {fixed}, or 0 to sum the embeddings)")
+
+    @property
+    def filters_pushes(self) -> bool:
+        """Whether pushes go through a push filter (see pushfilter)."""
+        return (self.push_values != "float32" or self.push_threshold > 0
+                or self.push_skip_zeros)
+
+    def _check_push_filter(self) -> None:
+        from .protocol import ENCODINGS
+        if self.push_values not in ENCODINGS:
+            raise ConfigError(f"--push-values must be one of {', '.join(ENCODINGS)}, got "
+                              f"{self.push_values!r}")
+        if not 0 <= self.push_threshold < float("inf"):
+            raise ConfigError(f"--push-threshold must be a gradient magnitude >= 0, got "
+                              f"{self.push_threshold}")
+        if self.push_skip_zeros and not (self.optimizer.name == "ftrl" and self.optimizer.l1 > 0):
+            raise ConfigError(f"--push-skip-zeros holds back gradients of weights FTRL's --l1 "
+                              f"keeps at 0: it needs --optimizer ftrl and --l1 > 0 (got "
+                              f"--optimizer {self.optimizer.name} --l1 {self.optimizer.l1:g})")
+        if self.filters_pushes and self.solver != "minibatch":
+            raise ConfigError(f"--push-values, --push-threshold and --push-skip-zeros filter "
+                              f"the minibatch solver's pushes; --solver {self.solver} pushes "
+                              f"none")
 
     def _check_solver(self) -> None:
         if self.solver not in SOLVERS:

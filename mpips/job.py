@@ -116,7 +116,8 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     # Every rank loads its kernels first (rank 0's sample of the data is parsed with them).
     compile_s = compile_per_node(comm, bound, model=cfg.model_spec(),
                                  optimizer=cfg.optimizer.name,
-                                 full_batch=cfg.solver != "minibatch")
+                                 full_batch=cfg.solver != "minibatch",
+                                 push_filter=cfg.filters_pushes)
     # Rank 0 samples the data (not every rank) to choose what was not given, and to check
     # what was; all use its choice.
     chosen, workers = None, comm.size - cfg.server_ranks

@@ -12,12 +12,19 @@ examples and loss so far: what checkpoints and progress lines need) travel as a
 64-byte Report after the payload, on the messages that complete a clock and on
 FINISH (flag REPORT). A pull's reply is the bare values, sent with a tag derived
 from the request's timestamp so replies can be matched out of order.
+
+A worker's push filter (see pushfilter) may send a push's own values as float16 (flag HALF)
+or int8 with a float32 scale per block of 256 (INT8), and a SAME_KEYS push only some of its
+pull's keys' rows (MASK: a bitmap over them); a backed-up part stays float32, the values the
+primary applies.
 """
 import struct
 from enum import IntEnum
 from typing import NamedTuple
 
 import numpy as np
+
+from .kernels.quantize import BLOCK, dequantize_int8, quantize_int8
 
 
 class Header(NamedTuple):
@@ -101,6 +108,13 @@ SAME_KEYS = 4    # PUSH flag: no keys in the message; they are those of pull `re
 REPORT = 16      # PUSH or FINISH flag: a Report follows the payload
 BACKUP = 32      # PUSH flag: the message also carries the part of the push for ranges this
                  # server keeps a backup copy of, applied before its own part (see unpack)
+HALF = 64        # PUSH flag: the own part's values are float16
+INT8 = 128       # PUSH flag: the own part's values are int8, a float32 scale per BLOCK of them
+                 # first (see values_bytes)
+MASK = 256       # PUSH flag, with SAME_KEYS: a bitmap over the pull's `nkeys` keys (bit i % 8
+                 # of byte i // 8: key i) precedes the values, which are those of its set bits
+ENCODINGS = {"float32": 0, "float16": HALF, "int8": INT8}
+HALF_MAX = 65504.0   # float16's largest finite value
 
 # Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished;
 # `slowest_silent_ms` is how long server 0 has heard nothing from it; `deaths`: how many dead
@@ -154,16 +168,114 @@ def backup_count(buf: np.ndarray) -> int:
     return int(buf[HEADER_BYTES:HEADER_BYTES + 8].view(np.int64)[0])
 
 
-def payload_bytes(h: Header, backup: int = 0) -> int:
+def _pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def values_bytes(rows: int, width: int, flags: int) -> int:
+    """The bytes of a push's own values, `rows` of `width` encoded as `flags` say: float32;
+    float16 (HALF), padded to 8 bytes; or int8 (INT8): the blocks' float32 scales, then the
+    values, each padded to 8 bytes."""
+    n = rows * width
+    if flags & HALF:
+        return _pad8(2 * n)
+    if flags & INT8:
+        return _pad8(4 * -(-n // BLOCK)) + _pad8(n)
+    return 4 * n
+
+
+def bitmap_bytes(nkeys: int) -> int:
+    """The bytes of a MASK push's bitmap over `nkeys` keys (padded to 8)."""
+    return _pad8(-(-nkeys // 8))
+
+
+def payload_bytes(h: Header, backup: int = 0, rows: int | None = None) -> int:
     """The bytes after the header of a PUSH or PULL with header `h` (report excluded), given
-    the backup part's key count."""
+    the backup part's key count and the rows of own values (default `nkeys`; MASK: its bits
+    set)."""
     n_keys = 0 if h.flags & SAME_KEYS else h.nkeys
     size = 8 * n_keys
     if h.op == Op.PUSH:
-        size += 4 * h.nkeys * h.width
+        size += values_bytes(h.nkeys if rows is None else rows, h.width, h.flags)
+        if h.flags & MASK:
+            size += bitmap_bytes(h.nkeys)
         if h.flags & BACKUP:
             size += 8 + backup * (8 + 4 * h.width)
     return size
+
+
+def bitmap(sent: np.ndarray) -> np.ndarray:
+    """A MASK push's bitmap (uint8, padded to 8 bytes) of `sent` (bool per pulled key)."""
+    out = np.zeros(bitmap_bytes(sent.shape[0]), np.uint8)
+    packed = np.packbits(sent, bitorder="little")
+    out[:packed.shape[0]] = packed
+    return out
+
+
+def bitmap_of(buf: np.ndarray, h: Header) -> np.ndarray:
+    """A MASK push's bitmap: a view of `buf` (its own keys are absent: SAME_KEYS)."""
+    start = HEADER_BYTES + (8 + 8 * backup_count(buf) if h.flags & BACKUP else 0)
+    return buf[start:start + bitmap_bytes(h.nkeys)]
+
+
+def sent_rows(bits: np.ndarray, nkeys: int) -> np.ndarray:
+    """The pulled keys' indices (int64) whose bit is set in a MASK push's bitmap."""
+    return np.flatnonzero(np.unpackbits(bits, count=nkeys, bitorder="little"))
+
+
+def encode_values(rows: np.ndarray, flags: int):
+    """(the bytes of rows[m, width] (float32) encoded as `flags` say (HALF, INT8 or neither),
+    float32 values the server will decode them to)."""
+    if not flags & (HALF | INT8):
+        return rows, rows
+    n = rows.size
+    out = np.zeros(values_bytes(rows.shape[0], rows.shape[1], flags), np.uint8)
+    if flags & HALF:
+        half = np.clip(rows, -HALF_MAX, HALF_MAX).astype(np.float16)
+        out[:2 * n] = half.reshape(-1).view(np.uint8)
+        return out, half.astype(np.float32)
+    scales, q = _int8_fields(out, n)
+    applied = np.empty(rows.shape, np.float32)
+    quantize_int8(rows.reshape(-1), scales, q, applied.reshape(-1))
+    return out, applied
+
+
+def _int8_fields(data: np.ndarray, n: int):
+    """(scales, int8 values) of INT8 values' bytes for n values: views."""
+    blocks = -(-n // BLOCK)
+    at = _pad8(4 * blocks)
+    return data[:4 * blocks].view(np.float32), data[at:at + n].view(np.int8)
+
+
+def int8_scales(data: np.ndarray, rows: int, width: int) -> np.ndarray:
+    """The block scales of INT8 values' bytes (a view)."""
+    return _int8_fields(data, rows * width)[0]
+
+
+def decode_values(data: np.ndarray, rows: int, width: int, flags: int) -> np.ndarray:
+    """A push's own values[rows, width] (float32) from their bytes: a view when float32."""
+    if flags & HALF:
+        return data[:2 * rows * width].view(np.float16).astype(np.float32).reshape(rows, width)
+    if flags & INT8:
+        scales, q = _int8_fields(data, rows * width)
+        out = np.empty(rows * width, np.float32)
+        dequantize_int8(scales, q, out)
+        return out.reshape(rows, width)
+    return data.view(np.float32).reshape(rows, width)
+
+
+def own_values_at(buf: np.ndarray, h: Header) -> tuple[int, int]:
+    """(where a PUSH's own values start, their rows): after the backup part's count and keys,
+    the own keys or MASK's bitmap, and the backup part's values."""
+    backup = backup_count(buf) if h.flags & BACKUP else 0
+    start = HEADER_BYTES + (8 + 8 * backup if h.flags & BACKUP else 0)
+    rows = h.nkeys
+    if h.flags & MASK:
+        rows = int(np.unpackbits(bitmap_of(buf, h)).sum())
+        start += bitmap_bytes(h.nkeys)
+    elif not h.flags & SAME_KEYS:
+        start += 8 * h.nkeys
+    return start + 4 * backup * h.width, rows
 
 
 def unpack(buf: np.ndarray):
@@ -171,8 +283,9 @@ def unpack(buf: np.ndarray):
     empty when absent, report None.
 
     A BACKUP push's payload is: the backup part's key count (int64), its keys, the own
-    part's keys (absent with SAME_KEYS), the backup part's values, the own part's values:
-    keys before values keeps both aligned. Its backup part is read by `backup_of`."""
+    part's keys (absent with SAME_KEYS; MASK's bitmap in their place), the backup part's
+    values, the own part's values (decoded: HALF, INT8): keys before values keeps both
+    aligned. Its backup part is read by `backup_of`."""
     h = header(buf)
     n_keys = 0 if h.flags & SAME_KEYS else h.nkeys
     backup = backup_count(buf) if h.flags & BACKUP else 0
@@ -180,8 +293,12 @@ def unpack(buf: np.ndarray):
     keys = buf[start:start + 8 * n_keys].view(np.uint64)
     end = start + 8 * n_keys
     values = _NO_VALUES
-    if h.op in (Op.PUSH, Op.COPY):
-        start = end + 4 * backup * h.width
+    if h.op == Op.PUSH:
+        start, rows = own_values_at(buf, h)
+        end = start + values_bytes(rows, h.width, h.flags)
+        values = decode_values(buf[start:end], rows, h.width, h.flags)
+    elif h.op == Op.COPY:
+        start = end
         end = start + 4 * h.nkeys * h.width
         values = buf[start:end].view(np.float32).reshape(h.nkeys, h.width)
     report = Report._make(_REPORT.unpack_from(buf, end)) if h.flags & REPORT else None
@@ -193,7 +310,8 @@ def backup_of(buf: np.ndarray, h: Header):
     n = backup_count(buf)
     start = HEADER_BYTES + 8
     keys = buf[start:start + 8 * n].view(np.uint64)
-    start += 8 * n + (0 if h.flags & SAME_KEYS else 8 * h.nkeys)
+    start += 8 * n + (bitmap_bytes(h.nkeys) if h.flags & MASK else
+                      0 if h.flags & SAME_KEYS else 8 * h.nkeys)
     values = buf[start:start + 4 * n * h.width].view(np.float32).reshape(n, h.width)
     return keys, values
 

@@ -19,11 +19,11 @@ class RowCache:
         while len(pulled) > KEEP:
             pulled.popitem(last=False)
 
-    def take(self, worker: int, ts: int, n_values: int):
-        """(keys, rows, generation) of pull `ts`, for a push of `n_values` rows of values;
-        each pull serves one push. ProtocolError if this server does not hold it."""
+    def take(self, worker: int, ts: int, n_keys: int):
+        """(keys, rows, generation) of pull `ts`, for a push over its `n_keys` keys; each pull
+        serves one push. ProtocolError if this server does not hold it."""
         entry = self._pulled[worker].pop(ts, None)
-        if entry is None or entry[0].shape[0] != n_values:
-            raise ProtocolError(f"worker {worker} pushed {n_values} values for the keys of pull "
+        if entry is None or entry[0].shape[0] != n_keys:
+            raise ProtocolError(f"worker {worker} pushed values for the {n_keys} keys of pull "
                                 f"#{ts}, which this server does not hold")
         return entry

@@ -57,6 +57,7 @@ class ServerStats:
     bytes_received: int = 0
     pulls_held: int = 0       # pulls that had to wait for other workers' clocks
     train_bytes_sent: int = 0   # bytes sent until every worker had finished training
+    push_bytes: int = 0       # bytes of the workers' pushes received
     refound: int = 0          # SAME_KEYS pushes whose rows had moved (the table grew)
     busy_s: float = 0.0       # time spent handling requests (the rest is waiting for them)
     checkpoints: int = 0      # checkpoint files written
@@ -335,10 +336,12 @@ class Server:
 
     def _on_push(self, source: int, r, buf) -> None:
         worker = self.roles.worker_index(source)
+        self.stats.push_bytes += buf.shape[0]
         if r.backup_keys.shape[0]:   # first the part for ranges this server backs up
             h = r.header._replace(flags=0, nkeys=r.backup_keys.shape[0], ref=0)
             self._take_push(worker, r._replace(header=h, keys=r.backup_keys,
-                                               values=r.backup_values, report=None),
+                                               values=r.backup_values, report=None,
+                                               rows_sent=None),
                             backup=True)
         self._take_push(worker, r)
         self._copies_due()
@@ -458,9 +461,11 @@ class Server:
         values = r.values.copy() if copy else r.values
         if not r.header.flags & protocol.SAME_KEYS:
             return (r.keys.copy() if copy else r.keys), None, -1, values
-        if not values.shape[0]:
+        if not r.header.nkeys:
             return r.keys, None, -1, values
-        keys, rows, generation = self.rows.take(worker, r.header.ref, values.shape[0])
+        keys, rows, generation = self.rows.take(worker, r.header.ref, r.header.nkeys)
+        if r.rows_sent is not None:   # a filtered push: values for these of the pull's keys
+            keys, rows = keys[r.rows_sent], rows[r.rows_sent]
         return keys, rows, generation, values
 
     def _apply(self, keys, rows, generation, values, clock: int) -> None:

@@ -239,6 +239,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["max_gap"] = clocks.max_gap
     r["busy_s"] = stats.busy_s
     r["train_bytes"] = stats.train_bytes_sent
+    r["push_bytes"] = stats.push_bytes
     r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
     r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
     r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)

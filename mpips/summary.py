@@ -36,6 +36,7 @@ RECORD = np.dtype([
     ("startup_s", "<f8"),     # from the process's start to training (see startup.ready)
     ("score_s", "<f8"),       # workers: scoring their share of --test
     ("save_s", "<f8"),        # servers: writing their shard of the model
+    ("push_bytes", "<i8"),    # servers: of the workers' pushes received
 ])
 
 
@@ -127,6 +128,8 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "bytes_sent": bytes_sent,   # all parameter-server traffic, scoring the test file included
         "bytes_per_example": (float(records["train_bytes"].sum()) / now
                               if now else None),   # training traffic only
+        "push_bytes_per_example": (float(servers["push_bytes"].sum()) / now
+                                   if now else None),   # of it, the pushes (see pushfilter)
         # Per worker: time blocked on pulls (round trips and waiting for the clocks), and of
         # that, time its pulls were held for the clocks (on the server that held them longest).
         # Every push a worker sent was acknowledged; each server applied each one (its part,

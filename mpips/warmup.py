@@ -22,15 +22,17 @@ from .kernels.logistic import mean_logloss, roc_auc
 from .optimizer import NAMES, Optimizer
 from .placement import Placement
 from .protocol import Op
+from .pushfilter import PushFilter
 from .store import KVStore
 
 
 def compile_kernels(model=None, optimizer: str | None = None,
-                    full_batch: bool | None = None) -> None:
-    """The kernels of `model` (a models.* object), `optimizer` (a name) and the full-batch
-    solver if `full_batch`, with the reading and scoring every job does; each None: all of
-    them. A job loads only its own: each kernel costs a process about 40 ms even from
-    numba's cache, and every rank of every launch pays it."""
+                    full_batch: bool | None = None, push_filter: bool | None = None) -> None:
+    """The kernels of `model` (a models.* object), `optimizer` (a name), the full-batch
+    solver if `full_batch` and the push filters if `push_filter`, with the reading and
+    scoring every job does; each None: all of them. A job loads only its own: each kernel
+    costs a process about 40 ms even from numba's cache, and every rank of every launch
+    pays it."""
     fd, path = tempfile.mkstemp(suffix=".svm")
     try:
         with os.fdopen(fd, "w") as f:
@@ -62,6 +64,8 @@ def compile_kernels(model=None, optimizer: str | None = None,
     store.remove(many[:2])   # key ranges moving off a server (mpips ctl)
     if full_batch is not False:
         _full_batch(batch)
+    if push_filter is not False:
+        _push_filter()
     first_bad_pointer(batch.indptr, batch.indices.shape[0])
     first_bad_label(batch.labels)
     m = lr.margins(batch, cols, bias_col, weights)
@@ -91,6 +95,19 @@ def _wide_and_deep() -> None:
     rows = np.empty((keys.shape[0], wd.width), np.float32)
     wd.init(keys, rows)
     wd.gradient(small, cols, bias_col, rows)
+
+
+def _push_filter() -> None:
+    """A worker's push filter (error feedback's table growing once) and a server decoding
+    its int8 values."""
+    keys = np.arange(4000, dtype=np.uint64)
+    values = np.ones((keys.shape[0], 1), np.float32)
+    perm, offsets = Placement(2).split(keys)
+    out = PushFilter(1, "int8", threshold=0.5, l1=0.1).prepare(keys, values, perm, offsets,
+                                                               np.zeros_like(values))
+    flags, data = out.parts[0]
+    protocol.unpack(protocol.pack(protocol.Header(Op.PUSH, nkeys=out.offsets[1], width=1,
+                                                  flags=flags), keys[:out.offsets[1]], data))
 
 
 def _full_batch(batch) -> None:

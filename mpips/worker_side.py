@@ -10,7 +10,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, protocol, signals, summary
+from . import checkpoint, protocol, pushfilter, signals, summary
 from .bounded import Backoff, wait_all, wait_until
 from .client import KVWorker, tell_servers_to_save
 from .config import TrainConfig
@@ -37,7 +37,7 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
     """`failover`: a dead server's requests go to its keys' living copies; `hot` (under
     ULFM): workers may die, so none waits for the others in a barrier."""
     kv = KVWorker(roles, width=cfg.model_spec().width, timeout=cfg.timeout,
-                  placement=placement, failover=failover)
+                  placement=placement, failover=failover, push_filter=pushfilter.of(cfg))
     position = checkpoint.positions(resume).get(roles.index)
     with saving_on_failure(roles, kv, cfg.timeout):
         if cfg.stages == 1:

@@ -42,6 +42,26 @@ def pull(keys, **fields):
     return protocol.pack(Header(Op.PULL, nkeys=keys.shape[0], **fields), keys)
 
 
+def encoded(keys, values, encoding, scale=None, **fields):
+    """A push of values as float16 or int8 (see pushfilter); `scale`: int8 block 0's."""
+    flag = protocol.ENCODINGS[encoding]
+    data, _ = protocol.encode_values(values, flag)
+    if scale is not None:
+        protocol.int8_scales(data, *values.shape)[0] = scale
+    return protocol.pack(Header(Op.PUSH, nkeys=keys.shape[0], width=1,
+                                flags=flag | fields.pop("flags", 0), **fields), keys, data)
+
+
+def masked(pulled: int, sent, values, bits=None, **fields):
+    """A SAME_KEYS push of the rows `sent` (indices) of a pull of `pulled` keys (MASK)."""
+    rows = np.zeros(pulled, bool)
+    rows[sent] = True
+    return protocol.pack(Header(Op.PUSH, nkeys=pulled, width=1,
+                                flags=protocol.SAME_KEYS | protocol.MASK | fields.pop("flags", 0),
+                                **fields),
+                         protocol.bitmap(rows) if bits is None else bits, values)
+
+
 K = own_keys(8)
 G = np.ones((8, 1), np.float32)
 B = own_keys(5, server=2)     # keys server 0 keeps backup copies of
@@ -121,6 +141,31 @@ FORGED = [
     ("a death longer than its header says", lambda: protocol.pack(
         Header(Op.DEATH, nkeys=1), np.zeros(2, np.int64)), FROM_LEAD,
      "DEATH of 64 bytes, where its header"),
+    ("int8 values cut short", lambda: encoded(K, G, "int8")[:-8], WORKER,
+     "(8 keys, width 1, int8 values) makes it 128"),
+    ("float16 values cut short", lambda: encoded(K, G, "float16")[:-8], WORKER,
+     "(8 keys, width 1, float16 values) makes it 128"),
+    ("an int8 scale that is not a number", lambda: encoded(K, G, "int8", scale=np.nan), WORKER,
+     "PUSH of int8 values whose block #0 has scale nan"),
+    ("an infinite int8 scale", lambda: encoded(K, G, "int8", scale=np.inf), WORKER,
+     "whose block #0 has scale inf"),
+    ("a negative int8 scale", lambda: encoded(K, G, "int8", scale=-1.0), WORKER,
+     "whose block #0 has scale -1.0"),
+    ("a float16 NaN", lambda: encoded(K, np.full((8, 1), np.nan, np.float32), "float16"),
+     WORKER, "not finite (nan at position 0)"),
+    ("values both float16 and int8",
+     lambda: encoded(K, G, "int8", flags=protocol.HALF), WORKER, "both float16 and int8"),
+    ("a bitmap over keys it carries", lambda: push(K, G, flags=protocol.MASK), WORKER,
+     "with a bitmap (MASK) over keys it carries"),
+    ("a bitmap setting bits past its keys",
+     lambda: masked(5, [0], G[:1], bits=np.full(8, 255, np.uint8)), WORKER,
+     "PUSH whose bitmap sets bits past its 5 keys"),
+    ("a bitmap cut short", lambda: masked(100, [0], G[:1])[:HEADER_BYTES + 8], WORKER,
+     "too short for its bitmap over 100 keys"),
+    ("fewer values than the bitmap sends", lambda: masked(20, [1, 5, 9], G[:2]), WORKER,
+     "(20 keys, 3 sent, width 1) makes it"),
+    ("a pull with a bitmap", lambda: pull(K, flags=protocol.MASK), WORKER,
+     "PULL with unknown flags 0x100"),
 ]
 
 
@@ -168,6 +213,30 @@ def test_a_push_with_a_backed_up_part_is_read_as_two_parts(same_keys):
     assert (request.backup_keys == B).all() and (request.backup_values == 2).all()
     assert request.keys.tolist() == keys.tolist() and (request.values == 3).all()
     assert request.values.shape == (8, 1) and request.header.flags & protocol.CLOCK
+
+
+@pytest.mark.parametrize("encoding", ["float16", "int8"])
+def test_encoded_values_are_read_as_the_worker_counted_on(encoding):
+    values = np.linspace(-3, 3, 8, dtype=np.float32).reshape(8, 1)
+    _, applied = protocol.encode_values(values, protocol.ENCODINGS[encoding])
+    request = check(encoded(K, values, encoding, flags=protocol.CLOCK), WORKER)
+    assert request.keys.tolist() == K.tolist() and request.values.dtype == np.float32
+    np.testing.assert_array_equal(request.values, applied)
+
+
+@pytest.mark.parametrize("encoding", ["float32", "int8"])
+def test_a_masked_push_names_the_pulled_rows_it_sends(encoding):
+    values = np.arange(1, 4, dtype=np.float32).reshape(3, 1)
+    flag = protocol.ENCODINGS[encoding]
+    data, applied = protocol.encode_values(values, flag)
+    request = check(masked(20, [1, 5, 19], data, flags=flag), WORKER)
+    assert request.rows_sent.tolist() == [1, 5, 19] and request.keys.shape[0] == 0
+    np.testing.assert_array_equal(request.values, applied)
+    both = check(protocol.pack(Header(Op.PUSH, nkeys=20, width=1, flags=(
+        protocol.SAME_KEYS | protocol.MASK | protocol.BACKUP | flag)),
+        np.array([5], np.int64), B, protocol.bitmap(np.arange(20) % 7 == 1), BG, data), WORKER)
+    assert both.rows_sent.tolist() == [1, 8, 15] and (both.backup_values == 2).all()
+    np.testing.assert_array_equal(both.values, applied)
 
 
 def test_a_server_may_send_what_the_protocol_gives_it():

@@ -73,6 +73,17 @@ REFUSED = [
     (("--servers", "2", "--replicas", "2", "--spares", "2"),
      "--servers 2 and --spares 2 leave no worker: the job has 4 rank(s)"),
     (("--vnodes", "0"), "--vnodes must be from 1 to 4096 key ranges per server, got 0"),
+    (("--push-threshold", "-0.1"), "--push-threshold must be a gradient magnitude >= 0, got "
+                                   "-0.1"),
+    (("--push-threshold", "nan"), "argument --push-threshold: 'nan': give a finite number"),
+    (("--push-values", "int4"), "argument --push-values: invalid choice: 'int4'"),
+    (("--push-skip-zeros",), "--push-skip-zeros holds back gradients of weights FTRL's --l1 "
+                             "keeps at 0: it needs --optimizer ftrl and --l1 > 0 (got "
+                             "--optimizer adagrad --l1 0)"),
+    (("--optimizer", "ftrl", "--push-skip-zeros"), "(got --optimizer ftrl --l1 0)"),
+    (("--solver", "lbfgs", "--push-values", "int8"),
+     "--push-values, --push-threshold and --push-skip-zeros filter the minibatch solver's "
+     "pushes; --solver lbfgs pushes none"),
 ]
 
 

@@ -32,11 +32,19 @@ def forged(kind: str, server: int) -> np.ndarray:
         values = np.ones((mine.shape[0], 1), np.float32)
         values[-1] = np.nan
         return protocol.pack(Header(Op.PUSH, nkeys=mine.shape[0], width=1), mine, values)
+    if kind in ("int8 scale", "int8 cut short"):   # (see pushfilter)
+        data, _ = protocol.encode_values(np.ones((mine.shape[0], 1), np.float32), protocol.INT8)
+        protocol.int8_scales(data, mine.shape[0], 1)[0] = np.nan if kind == "int8 scale" else 1
+        buf = protocol.pack(Header(Op.PUSH, nkeys=mine.shape[0], width=1, flags=protocol.INT8),
+                            mine, data)
+        return buf if kind == "int8 scale" else buf[:-8]
     return protocol.pack(Header(Op.STOP_AT, clock=1))
 
 
 @pytest.mark.parametrize("kind, says", [("width", "PUSH of width 2"),
                                         ("nan", "not finite"),
+                                        ("int8 scale", "int8 values whose block #0 has scale nan"),
+                                        ("int8 cut short", "int8 values) makes it"),
                                         ("stop_at", "STOP_AT, which a worker may not send")])
 def test_a_forged_request_stops_the_server_and_changes_nothing(kind, says):
     roles = split(2, MPI.COMM_WORLD)

@@ -69,7 +69,7 @@ def test_the_row_cache_gives_each_pull_to_one_push_and_forgets_old_ones():
         cache.take(0, 1, 4)          # the oldest was forgotten
     with pytest.raises(ProtocolError, match=f"pull #{KEEP + 1}"):
         cache.take(0, KEEP + 1, 4)   # taken already
-    with pytest.raises(ProtocolError, match="pushed 3 values"):
+    with pytest.raises(ProtocolError, match="values for the 3 keys of pull"):
         cache.take(0, 2, 3)
 
 

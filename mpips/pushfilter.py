@@ -1,0 +1,163 @@
+"""What a worker's push sends of its gradients (--push-values, --push-threshold,
+--push-skip-zeros), with error feedback: what a push does not deliver of a key's gradient
+(the rounding to float16 or int8, a row held back) the worker keeps, by key, and adds to
+that key's next gradient. It is delayed, never lost, as long as the key comes back.
+
+`KVWorker.push` calls `prepare` once a push, with the push's keys grouped by server: it gives
+each server's part encoded and the rows that go. No MPI here.
+"""
+import logging
+from typing import NamedTuple
+
+import numpy as np
+
+from . import protocol
+from .kernels import residuals
+
+log = logging.getLogger("mpips")
+
+RESIDUAL_BYTES = 1 << 27   # the most a worker's residuals take; keys past it lose theirs
+FIRST_ROWS = 1 << 12
+BLOCK_ROWS = 1024          # rows over which a row's bytes are counted (int8: with its scales)
+
+
+class Outgoing(NamedTuple):
+    kept: np.ndarray | None    # bool per key, in key order: its row is sent (None: every row)
+    skept: np.ndarray | None   # the same, in server order (see Placement.split)
+    values: np.ndarray         # key order: what the servers apply (a row held back: zeros)
+    svalues: np.ndarray        # server order: the rows sent, as the servers apply them
+    offsets: np.ndarray        # each server's part of svalues
+    parts: list                # per server: (PUSH flags, the bytes of its part's values)
+
+
+class Plain:
+    """No filter: every row, float32, as given."""
+
+    def prepare(self, keys, values, perm, offsets, weights=None,
+                bitmap: bool = False) -> Outgoing:
+        svalues = values if perm is None else values[perm]
+        parts = [(0, svalues[offsets[s]:offsets[s + 1]]) for s in range(offsets.shape[0] - 1)]
+        return Outgoing(None, None, values, svalues, offsets, parts)
+
+
+class PushFilter:
+    def __init__(self, width: int, values: str = "float32", threshold: float = 0.0,
+                 l1: float = 0.0, max_bytes: int = RESIDUAL_BYTES):
+        """`values`: float32, float16 or int8 (see protocol.encode_values); a row is held back
+        while every entry is below `threshold` in magnitude, or (l1 > 0) while its pulled
+        weights are 0 and every entry is at most `l1` (see kernels.residuals.select_rows)."""
+        self.width = width
+        self.flags = protocol.ENCODINGS[values]
+        self.threshold = threshold
+        self.l1 = l1
+        per_row = 9 + 4 * width
+        self._max_rows = 1 << max(int(max_bytes // per_row).bit_length() - 1, 4)
+        self._allocate(min(FIRST_ROWS, self._max_rows))
+        self._none = np.empty((0, width), np.float32)
+        self.lost = 0   # keys whose residual found no room in the table
+
+    def _allocate(self, rows: int) -> None:
+        self._keys = np.zeros(rows, np.uint64)
+        self._used = np.zeros(rows, np.uint8)
+        self._values = np.zeros((rows, self.width), np.float32)
+        self._meta = np.zeros(1, np.int64)
+
+    @property
+    def _limit(self) -> int:
+        return self._keys.shape[0] * 3 // 4
+
+    def _make_room(self, new: int) -> None:
+        """Grow the table (doubling, up to its bound) so that `new` more keys fit."""
+        rows = self._keys.shape[0]
+        while int(self._meta[0]) + new > rows * 3 // 4 and rows < self._max_rows:
+            rows *= 2
+        if rows == self._keys.shape[0]:
+            return
+        old = self._keys, self._used, self._values, self._meta
+        self._allocate(rows)
+        self._meta[0] = old[3][0]
+        residuals.rehash(*old[:3], self._keys, self._used, self._values)
+
+    def _gather(self, keys: np.ndarray, values: np.ndarray):
+        """(slots, values plus each key's residual)."""
+        slots = np.empty(keys.shape[0], np.int64)
+        out = np.empty_like(values)
+        residuals.gather(self._keys, self._used, self._values, keys, values,
+                         self._limit - int(self._meta[0]), slots, out)
+        return slots, out
+
+    def residuals(self, keys: np.ndarray) -> np.ndarray:
+        """What is kept back of each key's gradients (zeros for a key without any)."""
+        return self._gather(keys, np.zeros((keys.shape[0], self.width), np.float32))[1]
+
+    def _rows_sent(self, grads, slots, weights, perm, offsets, bitmap: bool):
+        """(kept, skept) of Outgoing. With `bitmap` (a push of a pull's keys: a server's part
+        names its rows in a bitmap, a bit a key), a part sends every row where the bitmap
+        would cost more than the rows it holds back."""
+        if not (self.threshold > 0 or self.l1 > 0):
+            return None, None
+        n = grads.shape[0]
+        kept = np.empty(n, np.bool_)
+        if residuals.select_rows(grads, self._none if weights is None else weights,
+                                 self.threshold, self.l1, slots, kept) == n:
+            return None, None
+        skept = kept if perm is None else kept[perm]
+        if bitmap:
+            row_bytes = protocol.values_bytes(BLOCK_ROWS, self.width, self.flags) / BLOCK_ROWS
+            for s in range(offsets.shape[0] - 1):
+                part = skept[offsets[s]:offsets[s + 1]]
+                held = part.shape[0] - np.count_nonzero(part)
+                if held and protocol.bitmap_bytes(part.shape[0]) >= held * row_bytes:
+                    part[:] = True
+            if skept.all():
+                return None, None
+            if perm is not None:
+                kept[perm] = skept
+        return kept, skept
+
+    def prepare(self, keys, values, perm, offsets, weights=None,
+                bitmap: bool = False) -> Outgoing:
+        """What to send of `values` (float32[len(keys), width], key order) for `keys`, grouped
+        by server as (perm, offsets) say; `weights`: those pulled for them, if any; `bitmap`:
+        whether the push names its rows in a bitmap (see _rows_sent). Each key's residual is
+        added first, and what is not sent becomes its residual."""
+        n = keys.shape[0]
+        self._make_room(n)
+        slots, grads = self._gather(keys, values)
+        kept, skept = self._rows_sent(grads, slots, weights, perm, offsets, bitmap)
+        sgrads = grads if perm is None else grads[perm]
+        if skept is not None:
+            sgrads = sgrads[skept]
+            before = np.zeros(n + 1, np.int64)
+            np.cumsum(skept, out=before[1:])
+            offsets = before[offsets]
+        svalues = np.empty_like(sgrads)
+        parts = []
+        for s in range(offsets.shape[0] - 1):
+            a, b = offsets[s], offsets[s + 1]
+            data, applied = protocol.encode_values(sgrads[a:b], self.flags)
+            svalues[a:b] = applied
+            parts.append((self.flags, data))
+        sent = svalues
+        if skept is not None:
+            sent = np.zeros_like(grads)
+            sent[skept] = svalues
+        if perm is not None:
+            by_key = np.empty_like(sent)
+            by_key[perm] = sent
+            sent = by_key
+        lost = residuals.keep(self._keys, self._used, self._values, self._meta, keys, slots,
+                              grads - sent)
+        if lost and not self.lost:
+            log.warning("the push filter's residuals fill their table (%d keys): from now on "
+                        "the rounding of keys not in it is lost", int(self._meta[0]))
+        self.lost += lost
+        return Outgoing(kept, skept, sent, svalues, offsets, parts)
+
+
+def of(cfg) -> Plain | PushFilter:
+    """The push filter a TrainConfig asks for."""
+    if cfg.push_values == "float32" and not cfg.push_threshold and not cfg.push_skip_zeros:
+        return Plain()
+    return PushFilter(cfg.model_spec().width, cfg.push_values, cfg.push_threshold,
+                      cfg.optimizer.l1 if cfg.push_skip_zeros else 0.0)

@@ -1,0 +1,167 @@
+"""Push filters (pushfilter, kernels.quantize, kernels.residuals): values rounded within their
+bound and decoded by the server to what the worker counted on; error feedback that loses
+nothing over many pushes; rows held back and the rules that hold them."""
+import numpy as np
+import pytest
+
+from mpips import protocol
+from mpips.kernels.quantize import BLOCK
+from mpips.placement import Placement
+from mpips.pushfilter import Plain, PushFilter
+
+RNG = np.random.default_rng(11)
+KEYS = np.unique(RNG.integers(0, 2**64, 3000, dtype=np.uint64))
+KEYS[-1] = 2**64 - 1   # the bias key, which a table's empty marker must not shadow
+
+
+def grads_like(n: int, width: int, scale: float = 1.0) -> np.ndarray:
+    """Gradients of magnitudes over several decades, as rare and frequent keys give."""
+    magnitude = 10.0 ** RNG.uniform(-4, 0, size=(n, width))
+    return (scale * magnitude * RNG.choice([-1, 1], size=(n, width))).astype(np.float32)
+
+
+def test_int8_rounds_each_value_within_half_its_blocks_scale():
+    values = grads_like(1000, 3)
+    data, applied = protocol.encode_values(values, protocol.INT8)
+    scales = protocol.int8_scales(data, 1000, 3)
+    assert data.nbytes == protocol.values_bytes(1000, 3, protocol.INT8)
+    assert data.nbytes < values.nbytes / 3.5
+    flat = values.reshape(-1)
+    for b, scale in enumerate(scales):
+        block = flat[b * BLOCK:(b + 1) * BLOCK]
+        assert scale == np.float32(np.abs(block).max() / 127)
+        err = np.abs(applied.reshape(-1)[b * BLOCK:(b + 1) * BLOCK] - block)
+        assert err.max() <= scale * (0.5 + 1e-5)
+    decoded = protocol.decode_values(data, 1000, 3, protocol.INT8)
+    np.testing.assert_array_equal(decoded, applied)   # the server applies what the worker kept
+
+
+def test_float16_rounds_to_half_precision_and_clips_to_its_range():
+    values = np.concatenate([grads_like(500, 2), [[1e6, -1e6]]]).astype(np.float32)
+    data, applied = protocol.encode_values(values, protocol.HALF)
+    assert data.nbytes == protocol.values_bytes(501, 2, protocol.HALF) == 2008
+    np.testing.assert_allclose(applied[:500], values[:500], rtol=2**-11, atol=2**-24)
+    assert applied[500].tolist() == [protocol.HALF_MAX, -protocol.HALF_MAX]
+    np.testing.assert_array_equal(protocol.decode_values(data, 501, 2, protocol.HALF), applied)
+
+
+def test_an_all_zero_block_has_scale_zero():
+    data, applied = protocol.encode_values(np.zeros((300, 1), np.float32), protocol.INT8)
+    assert (protocol.int8_scales(data, 300, 1) == 0).all() and (applied == 0).all()
+
+
+def test_a_bitmap_names_the_rows_sent():
+    sent = RNG.random(77) < 0.3
+    bits = protocol.bitmap(sent)
+    assert bits.nbytes == 16
+    assert protocol.sent_rows(bits, 77).tolist() == np.flatnonzero(sent).tolist()
+
+
+def push_many(pf, pushes: int, width: int, servers: int = 3, scale: float = 1.0,
+              weights=None):
+    """`pushes` pushes of random subsets of KEYS (keys recur): (gradients summed, what the
+    servers were sent summed, the last push's Outgoing), per key."""
+    total = np.zeros((KEYS.shape[0], width))
+    sent = np.zeros_like(total)
+    out = None
+    for _ in range(pushes):
+        pick = np.flatnonzero(RNG.random(KEYS.shape[0]) < 0.4)
+        keys = KEYS[pick]
+        perm, offsets = Placement(servers).split(keys)
+        g = grads_like(keys.shape[0], width, scale)
+        out = pf.prepare(keys, g, perm, offsets, None if weights is None else weights[pick])
+        total[pick] += g
+        sent[pick] += out.values
+        if out.skept is not None:   # the rows sent, and only those, are in svalues
+            assert out.svalues.shape[0] == out.skept.sum() == out.offsets[-1]
+    return total, sent, out
+
+
+@pytest.mark.parametrize("values, threshold", [("float16", 0.0), ("int8", 0.0),
+                                               ("float32", 0.05), ("int8", 0.05)])
+@pytest.mark.parametrize("width", [1, 4])
+def test_error_feedback_loses_nothing_over_many_pushes(values, threshold, width):
+    pf = PushFilter(width, values, threshold)
+    total, sent, _ = push_many(pf, 60, width)
+    kept_back = pf.residuals(KEYS)
+    np.testing.assert_allclose(sent + kept_back, total, rtol=0, atol=2e-5)
+    assert np.abs(kept_back).max() > 0, "something was kept back"
+    if threshold:
+        assert np.abs(kept_back).max() < threshold * 1.0001, "a row at the threshold is sent"
+    assert pf.lost == 0
+
+
+def test_a_threshold_sends_rows_whole_and_holds_the_rest_back():
+    pf = PushFilter(2, "float32", threshold=0.1)
+    keys = KEYS[:6]
+    g = np.array([[0.2, 0], [0.05, 0.05], [0, -0.1], [0.01, 0], [-0.3, 0.3], [0.09, 0.09]],
+                 np.float32)
+    out = pf.prepare(keys, g, None, np.array([0, 6]))
+    assert out.kept.tolist() == [True, False, True, False, True, False]
+    np.testing.assert_array_equal(out.values[out.kept], g[out.kept])   # exact: float32
+    np.testing.assert_array_equal(out.svalues, g[out.kept])
+    assert (out.values[~out.kept] == 0).all()
+    np.testing.assert_array_equal(pf.residuals(keys), np.where(out.kept[:, None], 0, g))
+    again = pf.prepare(keys, g, None, np.array([0, 6]))   # held back twice: 0.1 and 0.18
+    assert again.kept.tolist() == [True, True, True, False, True, True]
+    np.testing.assert_array_equal(again.values[1], 2 * g[1])
+
+
+def test_a_part_sends_every_row_where_its_bitmap_would_cost_more():
+    keys = KEYS[:200]
+    g = np.full((200, 1), 1.0, np.float32)
+    g[[3, 150, 160, 170, 180, 190]] = 0.01   # held back: 1 row of part 0, 5 of part 1
+    offsets = np.array([0, 100, 200])
+    assert PushFilter(1, "float32", 0.1).prepare(keys, g, None, offsets).kept.sum() == 194
+    out = PushFilter(1, "float32", 0.1).prepare(keys, g, None, offsets, bitmap=True)
+    # A bitmap over 100 keys is 16 bytes: 1 row of 4 bytes is cheaper sent; 5 rows are not.
+    assert out.kept[:100].all() and out.kept[100:].sum() == 95
+    assert out.offsets.tolist() == [0, 100, 195]
+
+
+def test_ftrls_zero_weights_wait_while_the_gradient_stays_within_l1():
+    pf = PushFilter(1, "float32", l1=0.5)
+    keys = KEYS[:4]
+    weights = np.array([[0], [0], [0.2], [0]], np.float32)
+    g = np.array([[0.3], [-0.6], [0.01], [-0.5]], np.float32)
+    out = pf.prepare(keys, g, None, np.array([0, 4]), weights)
+    assert out.kept.tolist() == [False, True, True, False], "|g| <= l1 at weight 0 waits"
+    again = pf.prepare(keys, g, None, np.array([0, 4]), weights)
+    assert again.kept is None, "every row goes"
+    np.testing.assert_array_equal(again.values[[0, 3]], 2 * g[[0, 3]])
+    without = pf.prepare(keys, g, None, np.array([0, 4]))   # no pull: every row goes
+    assert without.kept is None
+
+
+def test_the_zero_rule_loses_nothing_either():
+    weights = np.where(RNG.random((KEYS.shape[0], 1)) < 0.5, 0, 1).astype(np.float32)
+    pf = PushFilter(1, "int8", l1=0.3)
+    total, sent, _ = push_many(pf, 40, 1, weights=weights)
+    np.testing.assert_allclose(sent + pf.residuals(KEYS), total, rtol=0, atol=2e-5)
+
+
+def test_the_residual_table_grows_and_stays_within_its_bound():
+    pf = PushFilter(1, "int8")
+    push_many(pf, 5, 1)
+    assert int(pf._meta[0]) > 3 * (1 << 12) // 4 * 0.6 and pf._keys.shape[0] == 1 << 13
+    np.testing.assert_array_equal(pf.residuals(KEYS[:0]), np.zeros((0, 1), np.float32))
+    small = PushFilter(1, "float32", threshold=0.5, max_bytes=64 * 13)   # 64 rows, 48 keys
+    total, sent, _ = push_many(small, 20, 1)
+    assert small._keys.shape[0] == 64 and int(small._meta[0]) <= 48
+    # Rows whose residual finds no room are sent whole (float32: nothing lost).
+    np.testing.assert_allclose(sent + small.residuals(KEYS), total, rtol=0, atol=2e-5)
+    assert small.lost == 0
+    rounding = PushFilter(1, "int8", max_bytes=64 * 13)
+    push_many(rounding, 2, 1)
+    assert rounding.lost > 0, "int8's rounding of keys without room is lost, and counted"
+
+
+def test_no_filter_sends_the_values_as_given():
+    keys = KEYS[:100]
+    g = grads_like(100, 2)
+    perm, offsets = Placement(3).split(keys)
+    out = Plain().prepare(keys, g, perm, offsets)
+    assert out.kept is None and out.values is g
+    for s, (flags, data) in enumerate(out.parts):
+        assert flags == 0
+        np.testing.assert_array_equal(data, g[perm][offsets[s]:offsets[s + 1]])
