@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data import Rows
+from .kernels.csr import scatter_add
 
 MAX_BATCH = 1000
 # Updates per epoch the default minibatch gives each worker. On small data the last model
@@ -75,15 +76,19 @@ def top_eigenvalue(rows: Rows, bias: bool, steps: int = POWER_STEPS) -> float:
     if n == 0:
         return 1.0
     keys, cols = np.unique(rows.indices, return_inverse=True)
+    cols = cols.ravel()
     row_of = np.repeat(np.arange(n), np.diff(rows.indptr))
     values = rows.values.astype(np.float64)
     v = np.ones(keys.shape[0] + bias)
     estimate = 0.0
     for _ in range(steps):
-        xv = np.bincount(row_of, values * v[cols.ravel()], minlength=n)
+        xv = np.zeros(n)
+        scatter_add(row_of, values, v, cols, xv)
         if bias:
             xv += v[-1]
-        w = np.bincount(cols.ravel(), values * xv[row_of], minlength=keys.shape[0]) / n
+        w = np.zeros(keys.shape[0])
+        scatter_add(cols, values, xv, row_of, w)
+        w /= n
         if bias:
             w = np.append(w, xv.sum() / n)
         norm = float(np.linalg.norm(w))

@@ -88,10 +88,16 @@ class Optimizer:
         else:
             optim.ftrl_update(state, slots, grads, self.lr, self.beta, self.l1, self.l2)
 
+    @property
+    def averages(self) -> bool:
+        """Whether the model is a mean kept beside the weights (averaged SGD), not the weights
+        themselves."""
+        return self.name == "sgd" and self.average_from is not None
+
     def weights(self, state: np.ndarray, width: int, clocks: int) -> np.ndarray:
         """The model's weights[len(state), width] of these state rows once `clocks` clocks
         are done: the weights, or with averaged SGD their mean since `average_from`."""
-        if self.name != "sgd" or self.average_from is None:
+        if not self.averages:
             return np.ascontiguousarray(state[:, :width])
         out = np.empty((state.shape[0], width), np.float32)
         optim.sgd_average(state, width, self._span(clocks), out)

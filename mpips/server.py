@@ -630,8 +630,8 @@ class Server:
         self.stats.keys_served += pull.keys.shape[0]
         out = np.empty((pull.keys.shape[0], self.store.width), np.float32)
         rows = self.store.find(pull.keys, pull.insert, out)
-        if self.clocks.done[pull.worker] == FINISHED:   # a read of the final model
-            out = self.store.model_weights(rows, self.clocks.longest)
+        if self.clocks.done[pull.worker] == FINISHED and self.store.optimizer.averages:
+            out = self.store.model_weights(rows, self.clocks.longest)   # the final model
         if pull.insert:
             keys = pull.keys if pull.owned else pull.keys.copy()
             self.rows.remember(pull.worker, pull.ts, keys, rows, self.store.generation)

@@ -12,6 +12,7 @@ A dataset is a directory:
 the text; `CsrShard` gives worker w of W the rows [N*w/W, N*(w+1)/W) without
 reading anything else.
 """
+import contextlib
 import copy
 import json
 import os
@@ -28,6 +29,7 @@ from .kernels.hashing import FIELD_SHIFT
 from .startup import agree
 
 FORMAT = "mpips-csr"
+READAHEAD_BYTES = 64 << 20   # of the shard's files asked for ahead of the rows being read
 ARRAYS = (("labels", np.float32), ("indptr", np.int64), ("indices", np.uint64),
           ("values", np.float32))
 
@@ -186,6 +188,9 @@ class CsrShard:
                                    arrays["values"]))
         self.part_starts = np.cumsum([0] + [len(p) for p in self.parts])
         n = int(self.part_starts[-1])
+        nnz = sum(p.indices.shape[0] for p in self.parts)
+        bytes_per_row = (nnz * 12 + n * 12) / n if n else 1.0
+        self.readahead_rows = max(int(READAHEAD_BYTES / bytes_per_row), 1)
         self.start, self.stop = n * part // nparts, n * (part + 1) // nparts
         self.position = self.start
         self._meta = meta
@@ -253,10 +258,45 @@ class CsrShard:
         if start is not None and not self.start <= start <= self.stop:
             raise ValueError(f"{self.path}: row {start} is outside this part "
                              f"[{self.start}, {self.stop})")
+        asked = self.start if start is None else start   # rows asked for ahead up to here
         for a in range(self.start if start is None else start, self.stop, batch_size):
             b = min(a + batch_size, self.stop)
+            if b > asked - self.readahead_rows // 2 and asked < self.stop:
+                until = min(max(asked, b) + self.readahead_rows, self.stop)
+                self._read_ahead(max(asked, a), until)
+                asked = until
             self.position = b
             yield self._rows(a, b)
+
+    def _read_ahead(self, a: int, b: int) -> None:
+        """Ask the kernel to read global rows [a, b) into the page cache, in the background
+        (posix_fadvise WILLNEED): shards not yet cached are then read while the rows before
+        them train, instead of a page at a time as the kernels reach them."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        for p, rows in enumerate(self.parts):
+            lo = min(max(a - int(self.part_starts[p]), 0), len(rows))
+            hi = min(max(b - int(self.part_starts[p]), 0), len(rows))
+            if lo >= hi:
+                continue
+            entries = int(rows.indptr[lo]), int(rows.indptr[hi])
+            for array, (first, last) in ((rows.labels, (lo, hi)), (rows.indptr, (lo, hi + 1)),
+                                         (rows.indices, entries), (rows.values, entries)):
+                _will_need(array, first, last)
+
+
+def _will_need(array: np.memmap, first: int, last: int) -> None:
+    """posix_fadvise WILLNEED for elements [first, last) of a memory-mapped .npy array."""
+    size = array.dtype.itemsize
+    if last <= first or getattr(array, "filename", None) is None:   # length 0: the whole file
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(array.filename, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, array.offset + first * size, (last - first) * size,
+                             os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
 
 
 def features_per_row(path: str, samples: int = 8, sample_bytes: int = 1 << 17) -> float:

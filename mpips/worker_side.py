@@ -443,6 +443,11 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
     return False
 
 
+def _margins(model, kv: KVWorker, pull, batch, cols, bias_col):
+    """(margins, labels) of a test batch, once its pull is answered."""
+    return model.margins(batch, cols, bias_col, kv.wait(pull)), batch.labels
+
+
 def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker, deaths: tuple = (),
            part: tuple | None = None, model=None):
     """(margins, labels, bad lines skipped) of this worker's share of the test file under
@@ -454,12 +459,16 @@ def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker, deaths: tuple = (),
     index, parts = part or (living.index(roles.index), len(living))
     shard = open_shard(cfg.test, index, parts, skip_bad=cfg.skip_bad_lines)
     model = model or cfg.model_spec()
-    margins, labels, index = [], [], KeyIndexer(model.reserved_keys())
+    scored, index, pending = [], KeyIndexer(model.reserved_keys()), None
+    # One pull ahead: the servers look up the next batch's keys while this one is scored.
     for batch in shard.minibatches(EVAL_BATCH):
         keys, cols, bias_col = index(batch, cfg.bias, shard.path)
-        weights = kv.wait(kv.pull(keys, read_only=True))
-        margins.append(model.margins(batch, cols, bias_col, weights))
-        labels.append(batch.labels)
-    if not margins:
+        pull = kv.pull(keys, read_only=True)
+        if pending is not None:
+            scored.append(_margins(model, kv, *pending))
+        pending = (pull, batch, cols, bias_col)
+    if pending is None:
         return np.empty(0), np.empty(0, np.float32), shard.bad_lines
+    scored.append(_margins(model, kv, *pending))
+    margins, labels = zip(*scored)
     return np.concatenate(margins), np.concatenate(labels), shard.bad_lines

@@ -1,5 +1,6 @@
-"""Structure checks of CSR arrays read from disk, before any kernel indexes with them. Pure
-numba: one sequential pass, no allocation."""
+"""CSR arrays: structure checks of those read from disk, before any kernel indexes with
+them (one sequential pass, no allocation), and the scatter-add of a sparse product. Pure
+numba."""
 from numba import njit
 
 
@@ -21,3 +22,11 @@ def first_bad_label(labels):
         if labels[i] != 0.0 and labels[i] != 1.0:
             return i
     return -1
+
+
+@njit(cache=True, nogil=True)
+def scatter_add(into, values, source, at, out):
+    """out[into[i]] += values[i] * source[at[i]] for each entry i in order (out as given):
+    np.bincount(into, values * source[at]) without its temporaries, to the same bits."""
+    for i in range(into.shape[0]):
+        out[into[i]] += values[i] * source[at[i]]

@@ -16,8 +16,10 @@ import numpy as np
 from numba import njit
 
 from .hashing import mix64
+from .prefetch import prefetch
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
+AHEAD = 16   # keys whose rows are asked for ahead of the lookup: enough to overlap the misses
 KEY_WORDS = 2
 _ONES = np.uint32(0xFFFFFFFF)
 _LOW = np.uint64(0xFFFFFFFF)
@@ -42,7 +44,13 @@ def find_and_read(rows, meta, keys, insert, limit, slots, out, fresh):
     cap = rows.shape[0] - 1
     width = out.shape[1]
     state = rows.view(np.float32)
-    for i in range(keys.shape[0]):
+    flat = rows.reshape(-1)
+    n = keys.shape[0]
+    for i in range(min(AHEAD, n)):
+        prefetch(flat, _home(keys[i], cap) * rows.shape[1])
+    for i in range(n):
+        if i + AHEAD < n:
+            prefetch(flat, _home(keys[i + AHEAD], cap) * rows.shape[1])
         k = keys[i]
         fresh[i] = 0
         if k == EMPTY:
