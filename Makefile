@@ -86,6 +86,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) bench/soak.py
 	$(PY) bench/consistency.py
 	$(PY) bench/throughput.py
+	$(PY) bench/scale_model.py
 	$(MPIEXEC) -n 2 $(PY) bench/comm.py
 	$(MPIEXEC) -n 3 $(PY) bench/stagesync.py
 	$(PY) bench/memory.py
