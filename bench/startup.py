@@ -1,9 +1,10 @@
 """Start-up: how long a job takes from its processes' start to its first minibatch, against an
 empty mpi4py program launched the same way.
 
-    python bench/startup.py [--np 4] [--rounds 5]
+    python bench/startup.py [--np 2,4] [--rounds 5]
 
-Each round launches, with the same `mpiexec -n NP`:
+For each rank count (2: a rank a core here; 4: two a core), each round launches, with the
+same `mpiexec -n NP`:
 - the reference: python imports mpi4py, MPI starts, every rank meets in a barrier; each rank
   says how long since its process started, and the slowest counts;
 - mpips: `train` on a small file (2,000 rows), whose summary says the same of the slowest
@@ -52,44 +53,56 @@ def timed(cmd: list) -> tuple[float, str]:
     return time.monotonic() - began, done.stdout
 
 
+def measure(np_: int, data: str, tmp: str, rounds: int) -> dict:
+    """Medians over `rounds` launches of `np_` ranks: the empty program and mpips train."""
+    launch = [mpiexec(), "-n", str(np_)]
+    each = []
+    for i in range(rounds):
+        empty_wall, out = timed(launch + [sys.executable, "-c", EMPTY])
+        run = os.path.join(tmp, f"run{np_}-{i}")
+        mpips_wall, _ = timed(launch + [sys.executable, "-m", "mpips", "train", "--train",
+                                        f"{data}.train.svm", "--test", f"{data}.test.svm",
+                                        "--out", run])
+        with open(os.path.join(run, "summary.json")) as f:
+            s = json.load(f)
+        each.append({"empty_startup_s": float(out.split()[-1]), "empty_wall_s": empty_wall,
+                     "mpips_startup_s": s["startup_s"], "mpips_wall_s": mpips_wall,
+                     "train_s": s["train_s"], "score_s": s["score_s"],
+                     "save_s": s["save_s"], "compile_s": s["compile_s"]})
+    median = {k: round(statistics.median(r[k] for r in each), 3) for k in each[0]}
+    median["startup_beyond_empty_s"] = round(median["mpips_startup_s"]
+                                             - median["empty_startup_s"], 3)
+    return {"rounds": each, "median": median}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--np", type=int, default=4)
+    parser.add_argument("--np", default="2,4",
+                        help="rank counts to launch, comma-separated (default 2,4: one and two "
+                             "ranks a core here)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "startup.json"))
     args = parser.parse_args()
-    launch = [mpiexec(), "-n", str(args.np)]
+    counts = [int(n) for n in args.np.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "d")
         subprocess.run([sys.executable, "-m", "mpips", "make-data", "--rows", "2000",
                         "--test-rows", "1000", data], check=True, capture_output=True)
-        rounds = []
-        for i in range(args.rounds):
-            empty_wall, out = timed(launch + [sys.executable, "-c", EMPTY])
-            run = os.path.join(tmp, f"run{i}")
-            mpips_wall, _ = timed(launch + [sys.executable, "-m", "mpips", "train", "--train",
-                                            f"{data}.train.svm", "--test", f"{data}.test.svm",
-                                            "--out", run])
-            with open(os.path.join(run, "summary.json")) as f:
-                s = json.load(f)
-            rounds.append({"empty_startup_s": float(out.split()[-1]), "empty_wall_s": empty_wall,
-                           "mpips_startup_s": s["startup_s"], "mpips_wall_s": mpips_wall,
-                           "train_s": s["train_s"], "score_s": s["score_s"],
-                           "save_s": s["save_s"], "compile_s": s["compile_s"]})
-    median = {k: round(statistics.median(r[k] for r in rounds), 3) for k in rounds[0]}
-    median["startup_beyond_empty_s"] = round(median["mpips_startup_s"]
-                                             - median["empty_startup_s"], 3)
-    print(f"{args.np} ranks, medians of {args.rounds} rounds (seconds):")
-    print(f"{'':<34}{'empty mpi4py':>14}{'mpips train':>14}")
-    print(f"{'process start -> ready (slowest)':<34}{median['empty_startup_s']:>14.2f}"
-          f"{median['mpips_startup_s']:>14.2f}")
-    print(f"{'mpiexec wall':<34}{median['empty_wall_s']:>14.2f}{median['mpips_wall_s']:>14.2f}")
-    print(f"mpips beyond the empty program's start: {median['startup_beyond_empty_s']:.2f} s "
-          f"(numba kernels loaded in {median['compile_s']:.2f} s of it); then training "
-          f"{median['train_s']:.2f} s, scoring {median['score_s']:.2f} s, saving "
-          f"{median['save_s']:.2f} s")
-    save(args.out, "startup", np=args.np, rounds=rounds, median=median)
+        results = {n: measure(n, data, tmp, args.rounds) for n in counts}
+    print(f"medians of {args.rounds} rounds (seconds), {os.cpu_count()} cores:")
+    print(f"{'ranks':>5} {'empty: ready':>13} {'mpips: ready':>13} {'beyond':>7} {'kernels':>8} "
+          f"{'empty wall':>11} {'mpips wall':>11} {'train':>6} {'score':>6} {'save':>6}")
+    for n, r in results.items():
+        m = r["median"]
+        print(f"{n:>5} {m['empty_startup_s']:>13.2f} {m['mpips_startup_s']:>13.2f} "
+              f"{m['startup_beyond_empty_s']:>7.2f} {m['compile_s']:>8.2f} "
+              f"{m['empty_wall_s']:>11.2f} {m['mpips_wall_s']:>11.2f} {m['train_s']:>6.2f} "
+              f"{m['score_s']:>6.2f} {m['save_s']:>6.2f}")
+    print("ready: process start to the first minibatch (the slowest rank); beyond: mpips's "
+          "minus the empty program's; kernels: numba's cache loaded, part of it")
+    save(args.out, "startup", cpus=os.cpu_count(), rounds=args.rounds,
+         by_ranks={str(n): r for n, r in results.items()})
 
 
 if __name__ == "__main__":

@@ -6,12 +6,15 @@ State row layout for value width W (weights first, so a pull reads columns [0, W
   ftrl     [w, z, n]          (McMahan et al., KDD 2013, Algorithm 1)
   adam     [w, m, v, pushes of this key (1)]   (Kingma and Ba, ICLR 2015, Algorithm 1;
            "lazy": a key's moments and its bias correction move only when it is pushed)
-Arithmetic is float64; the state is stored as float32.
+Arithmetic is float64; the state is stored as float32. Each update asks for the rows of the
+keys a few places ahead (a pull found them, but other reads may have pushed them out of cache).
 """
 import math
 
 import numpy as np
 from numba import njit
+
+from .prefetch import AHEAD, prefetch
 
 STATE_COLUMNS = {"sgd": 2, "adagrad": 2, "ftrl": 3, "adam": 3}   # per weight
 KEY_COLUMNS = {"sgd": 1, "adam": 1}   # and per key: averaged sgd's span, adam's step count
@@ -26,6 +29,8 @@ def sgd_update(state, slots, grads, lr, l2, span, averaged):
     many times."""
     width = grads.shape[1]
     for i in range(slots.shape[0]):
+        if i + AHEAD < slots.shape[0]:
+            prefetch(state, slots[i + AHEAD])
         s = slots[i]
         covered = np.float64(state[s, 2 * width]) if averaged else 0.0
         if averaged and span > covered:
@@ -61,6 +66,8 @@ def adagrad_update(state, slots, grads, lr, l2, eps):
     """n += g^2; w -= lr * g / (sqrt(n) + eps), with g = grad + l2 * w"""
     width = grads.shape[1]
     for i in range(slots.shape[0]):
+        if i + AHEAD < slots.shape[0]:
+            prefetch(state, slots[i + AHEAD])
         s = slots[i]
         for j in range(width):
             w = np.float64(state[s, j])
@@ -75,6 +82,8 @@ def ftrl_update(state, slots, grads, alpha, beta, l1, l2):
     """FTRL-Proximal: per-coordinate rate alpha / (beta + sqrt(n)), L1 and L2 in closed form."""
     width = grads.shape[1]
     for i in range(slots.shape[0]):
+        if i + AHEAD < slots.shape[0]:
+            prefetch(state, slots[i + AHEAD])
         s = slots[i]
         for j in range(width):
             w = np.float64(state[s, j])
@@ -101,6 +110,8 @@ def adam_update(state, slots, grads, lr, l2, beta1, beta2, eps):
     v / (1 - b2^t)."""
     width = grads.shape[1]
     for i in range(slots.shape[0]):
+        if i + AHEAD < slots.shape[0]:
+            prefetch(state, slots[i + AHEAD])
         s = slots[i]
         t = np.float64(state[s, 3 * width]) + 1.0
         state[s, 3 * width] = t

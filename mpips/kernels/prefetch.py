@@ -1,4 +1,4 @@
-"""A software prefetch for numba kernels: LLVM's llvm.prefetch on an array element.
+"""A software prefetch for numba kernels: LLVM's llvm.prefetch on a row of an array.
 
 A table lookup per key waits about one memory latency for its row; asking for the
 rows of keys a few places ahead lets those misses overlap with the work on this one.
@@ -8,17 +8,24 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+AHEAD = 16   # rows asked for ahead of the one worked on: enough to overlap the misses
+
 
 @intrinsic
-def prefetch(typingctx, flat, index):
-    """Hint that flat[index] (a 1-D contiguous array) will be read soon. No effect on results;
-    an index out of bounds is harmless (a prefetch never faults)."""
-    sig = types.void(flat, index)
+def prefetch(typingctx, array, row):
+    """Hint that array[row] (along the first axis) will be read soon. No effect on results; a
+    prefetch never faults, but keep `row` in bounds all the same."""
+    sig = types.void(array, row)
 
     def codegen(context, builder, signature, args):
-        array = context.make_array(signature.args[0])(context, builder, args[0])
+        view = context.make_array(signature.args[0])(context, builder, args[0])
+        stride = cgutils.unpack_tuple(builder, view.strides, signature.args[0].ndim)[0]
+        i64 = ir.IntType(64)
+        offset = builder.mul(builder.sext(args[1], i64) if args[1].type != i64 else args[1],
+                             stride)
         byte_ptr = ir.IntType(8).as_pointer()
-        address = builder.bitcast(builder.gep(array.data, [args[1]]), byte_ptr)
+        address = builder.inttoptr(builder.add(builder.ptrtoint(view.data, i64), offset),
+                                   byte_ptr)
         i32 = ir.IntType(32)
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]),

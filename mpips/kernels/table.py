@@ -16,10 +16,9 @@ import numpy as np
 from numba import njit
 
 from .hashing import mix64
-from .prefetch import prefetch
+from .prefetch import AHEAD, prefetch
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
-AHEAD = 16   # keys whose rows are asked for ahead of the lookup: enough to overlap the misses
 KEY_WORDS = 2
 _ONES = np.uint32(0xFFFFFFFF)
 _LOW = np.uint64(0xFFFFFFFF)
@@ -44,13 +43,12 @@ def find_and_read(rows, meta, keys, insert, limit, slots, out, fresh):
     cap = rows.shape[0] - 1
     width = out.shape[1]
     state = rows.view(np.float32)
-    flat = rows.reshape(-1)
     n = keys.shape[0]
     for i in range(min(AHEAD, n)):
-        prefetch(flat, _home(keys[i], cap) * rows.shape[1])
+        prefetch(rows, _home(keys[i], cap))
     for i in range(n):
         if i + AHEAD < n:
-            prefetch(flat, _home(keys[i + AHEAD], cap) * rows.shape[1])
+            prefetch(rows, _home(keys[i + AHEAD], cap))
         k = keys[i]
         fresh[i] = 0
         if k == EMPTY:

@@ -75,3 +75,14 @@ def test_rows_ahead_of_the_reader_are_read_into_memory(dataset, monkeypatch):
     further = (shard.parts[0].indptr[min(2 * window, len(shard.parts[0]))] * 8 + 128) // PAGE
     wait_until(lambda: resident_pages(indices)[last_page:further - 1].all(), 10.0,
                lambda: "the next window's pages to come into the page cache")
+
+
+def test_a_file_removed_while_mapped_is_still_read_and_the_readahead_says_nothing(dataset,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(shards, "READAHEAD_BYTES", 1 << 20)
+    shard = CsrShard(dataset)
+    expected = [batch.indices.copy() for batch in CsrShard(dataset).minibatches(500)]
+    os.remove(os.path.join(dataset, "part-0000.indices.npy"))   # the mapping keeps it
+    got = [batch.indices for batch in shard.minibatches(500)]
+    assert len(got) == len(expected)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected))
