@@ -296,3 +296,31 @@ def test_minibatches_resume_from_where_a_minibatch_starts(tmp_path, binary):
             for a, b in zip(whole[k:], resumed):
                 assert a.indices.tolist() == b.indices.tolist()
                 assert a.origins.tolist() == b.origins.tolist()
+
+
+@pytest.mark.parametrize("kind", ["hashed", "small ints", "one field's", "fields in the top byte",
+                                  "two bunches", "sequential", "near 2^64"])
+def test_key_indexer_equals_numpy_unique_however_the_keys_spread(kind):
+    """The bucket sort for keys that spread, the radix sort for keys that bunch: both give
+    numpy's order."""
+    rng = np.random.default_rng(7)
+    n = 40000
+    indices = {
+        "hashed": lambda: rng.integers(0, 2**64 - 1, n, dtype=np.uint64),
+        "small ints": lambda: rng.integers(0, 1 << 20, n, dtype=np.uint64),
+        "one field's": lambda: (np.uint64(3) << np.uint64(56)) | rng.integers(0, 1 << 40, n, dtype=np.uint64),
+        "fields in the top byte": lambda: (rng.integers(0, 39, n, dtype=np.uint64) << np.uint64(56))
+        | rng.integers(0, 1 << 56, n, dtype=np.uint64),
+        "two bunches": lambda: np.where(rng.random(n) < 0.5, rng.integers(0, 1000, n, dtype=np.uint64),
+                                        rng.integers(2**63, 2**63 + 1000, n, dtype=np.uint64)),
+        "sequential": lambda: np.arange(n, dtype=np.uint64) * np.uint64(3),
+        "near 2^64": lambda: np.uint64(2**64 - 1) - rng.integers(0, 5000, n, dtype=np.uint64),
+    }[kind]()
+    index = KeyIndexer()
+    for a, b in ((0, n), (0, 1000), (0, 2), (5, 6)):
+        rows = Rows(np.zeros(1, np.float32), np.array([0, b - a]), indices[a:b],
+                    np.ones(b - a, np.float32))
+        keys, cols, _ = index(rows, bias=False)
+        expect_keys, expect_cols = np.unique(indices[a:b], return_inverse=True)
+        np.testing.assert_array_equal(keys, expect_keys)
+        np.testing.assert_array_equal(cols, expect_cols)
