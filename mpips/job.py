@@ -114,7 +114,10 @@ def _average_after(cfg: TrainConfig) -> float | None:
 
 def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float):
     # Every rank loads its kernels first (rank 0's sample of the data is parsed with them).
-    compile_s = compile_per_node(comm, bound, model=cfg.model_spec(),
+    # Each rank loads its role's kernels only: rank 0's, a server's, are on the path of every
+    # rank's start (they wait for its sample of the data).
+    role = "server" if comm.rank < cfg.server_ranks else "worker"
+    compile_s = compile_per_node(comm, bound, role, model=cfg.model_spec(),
                                  optimizer=cfg.optimizer.name,
                                  full_batch=cfg.solver != "minibatch",
                                  push_filter=cfg.filters_pushes)

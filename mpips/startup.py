@@ -64,15 +64,16 @@ def run_id(comm: MPI.Intracomm, timeout: float) -> str:
     return broadcast_text(comm, text, timeout)
 
 
-def compile_per_node(comm: MPI.Intracomm, timeout: float, **needs) -> float:
+def compile_per_node(comm: MPI.Intracomm, timeout: float, role: str | None = None,
+                     **needs) -> float:
     """Compile the kernels (those `needs` names: see warmup.compile_kernels) on one rank per
-    node first; the others then load numba's cache instead of compiling the same code at
-    the same time on the same cores. Once a node has compiled them, every rank loads them
-    at once (see `warm_marker`). Returns seconds."""
+    node first, every role's; the others then load numba's cache instead of compiling the
+    same code at the same time on the same cores. Once a node has compiled them, every rank
+    loads its `role`'s at once (see `warm_marker`). Returns seconds."""
     start = time.monotonic()
     marker = warm_marker(needs)
     if marker and os.path.exists(marker):
-        compile_kernels(**needs)
+        compile_kernels(**needs, role=role)
         return time.monotonic() - start
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
@@ -87,7 +88,7 @@ def compile_per_node(comm: MPI.Intracomm, timeout: float, **needs) -> float:
         wait_all([node.Ibarrier()], timeout,
                  lambda: "the first rank on this node to compile the numba kernels")
         if node.rank != 0:
-            compile_kernels(**needs)
+            compile_kernels(**needs, role=role)
     finally:
         node.Free()
     return time.monotonic() - start

@@ -27,29 +27,60 @@ from .store import KVStore
 
 
 def compile_kernels(model=None, optimizer: str | None = None,
-                    full_batch: bool | None = None, push_filter: bool | None = None) -> None:
+                    full_batch: bool | None = None, push_filter: bool | None = None,
+                    role: str | None = None) -> None:
     """The kernels of `model` (a models.* object), `optimizer` (a name), the full-batch
     solver if `full_batch` and the push filters if `push_filter`, with the reading and
-    scoring every job does; each None: all of them. A job loads only its own: each kernel
-    costs a process about 40 ms even from numba's cache, and every rank of every launch
-    pays it."""
+    scoring every job does; each None: all of them. `role`, "worker" or "server": only the
+    kernels of a worker's minibatches or of a server's table (None: both). A job loads only
+    its own: each kernel costs a process about 15 ms even from numba's cache, and every rank
+    of every launch pays it."""
+    batch = _tiny_batch()
+    keys, cols, bias_col = KeyIndexer()(batch, bias=True)
+    weights = np.zeros((keys.shape[0], 1), np.float32)
+    lr = models.LogisticRegression()
+    if role != "server":
+        is_sorted_unique(keys)
+        Placement(2).split(keys)
+        lr.gradient(batch, cols, bias_col, weights)
+        lr.margins(batch, cols, bias_col, weights)
+    first_bad_pointer(batch.indptr, batch.indices.shape[0])   # a worker's rows, rank 0's sample
+    first_bad_label(batch.labels)
+    if role != "worker":
+        _server_table(keys, optimizer)
+        m = np.zeros(len(batch))
+        mean_logloss(m, batch.labels)   # the lead's summary (rank 0 is a server)
+        roc_auc(m, batch.labels)
+    if full_batch is not False:
+        _full_batch(batch)
+    if push_filter is not False:
+        _push_filter()
+    name = None if model is None else model.name
+    if name in (None, "fm"):
+        _factorization_machine(batch, keys, cols, bias_col)
+    if name in (None, "widedeep"):
+        _wide_and_deep()
+
+
+def _tiny_batch() -> Rows:
+    """Three rows of svmlight text, parsed as a worker parses its data."""
     fd, path = tempfile.mkstemp(suffix=".svm")
     try:
         with os.fdopen(fd, "w") as f:
             f.write("1 1:1 2:0.5\n0 3:1 18446744073709551614:2\n1 2:1\n")
-        batches = list(TextShard(path, chunk_bytes=16).minibatches(2))
+        return list(TextShard(path, chunk_bytes=16).minibatches(2))[0]
     finally:
         os.unlink(path)
-    batch = batches[0]
-    keys, cols, bias_col = KeyIndexer()(batch, bias=True)
-    is_sorted_unique(keys)
-    Placement(2).split(keys)
+
+
+def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
+    """A server's steps on its table: a push and pulls as they come off the wire, growing,
+    the final model, its items, keys moving away."""
+    grad = np.full((keys.shape[0], 1), 0.1, np.float32)
     weights = np.zeros((keys.shape[0], 1), np.float32)
-    lr = models.LogisticRegression()
     for name in NAMES if optimizer is None else (optimizer,):
         store = KVStore(1, Optimizer(name, lr=0.1, average_from=0 if name == "sgd" else None),
                         capacity=4)
-        grad, _ = lr.gradient(batch, cols, bias_col, weights)
         message = protocol.pack(protocol.Header(Op.PUSH, nkeys=keys.shape[0], width=1), keys,
                                 grad)
         _, wire_keys, wire_values, _ = protocol.unpack(message)
@@ -62,20 +93,6 @@ def compile_kernels(model=None, optimizer: str | None = None,
         store.model_weights(store.find(wire_keys), clocks=2)
         store.items()
     store.remove(many[:2])   # key ranges moving off a server (mpips ctl)
-    if full_batch is not False:
-        _full_batch(batch)
-    if push_filter is not False:
-        _push_filter()
-    first_bad_pointer(batch.indptr, batch.indices.shape[0])
-    first_bad_label(batch.labels)
-    m = lr.margins(batch, cols, bias_col, weights)
-    mean_logloss(m, batch.labels)
-    roc_auc(m, batch.labels)
-    name = None if model is None else model.name
-    if name in (None, "fm"):
-        _factorization_machine(batch, keys, cols, bias_col)
-    if name in (None, "widedeep"):
-        _wide_and_deep()
 
 
 def _factorization_machine(batch, keys, cols, bias_col) -> None:
