@@ -9,7 +9,10 @@ without --push-skip-zeros) beside the same job without it: bytes sent per exampl
 training traffic: pulls, their replies and pushes) and of them the pushes', held-out logloss
 and AUC, the model's nonzero weights, examples/s (the best of --repeats rounds; bytes and
 quality are the same in every round: BSP with a fixed seed), and ratios to the unfiltered
-job of the same optimizer. Writes bench/results/filters.json.
+job of the same optimizer. Beside them, the filters' own work from summary.json
+(pushfilter.FIGURES): rows held back per row pushed, and the keys whose held-back gradient
+the workers' last pushes delivered (the flush) and its sum of |residual|. Writes
+bench/results/filters.json.
 """
 import argparse
 import json
@@ -20,6 +23,7 @@ import sys
 import numpy as np
 
 from mpips.model_io import load_model
+from mpips.pushfilter import FIGURES
 from report import save
 from workers import dataset, mpiexec, run
 
@@ -76,6 +80,7 @@ def main() -> None:
                      "test_logloss": s["test_logloss"], "test_auc": s["test_auc"],
                      "nonzero_weights": s["nonzero_weights"],
                      "examples_per_s": s["examples_per_s"],
+                     **{name: s[name] for name in FIGURES},
                      "bytes_ratio": s["bytes_per_example"] / b["bytes_per_example"],
                      "push_bytes_ratio": (s["push_bytes_per_example"]
                                           / b["push_bytes_per_example"]),
@@ -85,13 +90,15 @@ def main() -> None:
           f"the same optimizer without a filter")
     print(f"{'optimizer':<13} {'filter':<23} {'bytes/ex':>8} {'ratio':>6} {'push B/ex':>9} "
           f"{'ratio':>6} {'logloss':>7} {'ratio':>6} {'AUC':>6} {'nonzero':>8} "
-          f"{'examples/s':>10} {'ratio':>6}")
+          f"{'examples/s':>10} {'ratio':>6} {'held/row':>8} {'flushed':>8} {'|flushed|':>9}")
     for r in rows:
         print(f"{r['optimizer']:<13} {r['filter']:<23} {r['bytes_per_example']:>8.1f} "
               f"{r['bytes_ratio']:>6.3f} {r['push_bytes_per_example']:>9.1f} "
               f"{r['push_bytes_ratio']:>6.3f} {r['test_logloss']:>7.4f} "
               f"{r['logloss_ratio']:>6.4f} {r['test_auc']:>6.4f} {r['nonzero_weights']:>8,} "
-              f"{r['examples_per_s']:>10,.0f} {r['speed_ratio']:>6.2f}")
+              f"{r['examples_per_s']:>10,.0f} {r['speed_ratio']:>6.2f} "
+              f"{r['push_rows_held'] / r['push_rows']:>8.3f} {r['residual_keys_flushed']:>8,} "
+              f"{r['residual_flushed']:>9.2f}")
     save(args.out, "filters", rows=args.rows, servers=SERVERS, workers=WORKERS,
          cpus=os.cpu_count(), machine=platform.machine(), results=rows)
 

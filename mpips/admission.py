@@ -114,7 +114,7 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
                             f"{_encoding(h)}) makes it "
                             f"{_expected_bytes(op, h, n_workers, backup, rows)}")
     if op is Op.PUSH and h.flags & protocol.INT8:
-        _check_scales(buf, h)
+        _check_scales(buf, h, rows)
     if h.ts < 0 or h.clock < 0:
         raise ProtocolError(f"{op.name} with a negative ts {h.ts} or clock {h.clock}")
     # Placements only move keys to servers that held them already (a dead primary's backup
@@ -130,7 +130,7 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
             if these.size and not np.isfinite(these).all():
                 raise ProtocolError("DENSE with a value that is not finite")
         return Request(op, h, _NO_KEYS, _NO_VALUES, None)
-    _, keys, values, report = protocol.unpack(buf)
+    _, keys, values, report = protocol.unpack(buf, rows)
     backup_keys, backup_values = (protocol.backup_of(buf, h) if h.flags & protocol.BACKUP
                                   else (_NO_KEYS, _NO_VALUES))
     if report is not None:
@@ -176,15 +176,16 @@ def _rows_sent(buf: np.ndarray, h) -> np.ndarray:
     if bits.shape[0] < protocol.bitmap_bytes(h.nkeys):
         raise ProtocolError(f"PUSH of {buf.shape[0]} bytes, too short for its bitmap over "
                             f"{h.nkeys} keys")
-    rows = protocol.sent_rows(bits, h.nkeys)
-    if rows.shape[0] != int(np.unpackbits(bits).sum()):
+    rows = protocol.set_bits(bits)   # the bitmap's one unpacking (see unpack's `sent`)
+    if rows.shape[0] and rows[-1] >= h.nkeys:
         raise ProtocolError(f"PUSH whose bitmap sets bits past its {h.nkeys} keys")
     return rows
 
 
-def _check_scales(buf: np.ndarray, h) -> None:
-    """An int8 push's block scales must be finite and not negative."""
-    start, rows = protocol.own_values_at(buf, h)
+def _check_scales(buf: np.ndarray, h, sent: int | None) -> None:
+    """An int8 push's block scales must be finite and not negative. `sent`: a MASK push's
+    rows."""
+    start, rows = protocol.own_values_at(buf, h, sent)
     scales = protocol.int8_scales(buf[start:], rows, h.width)
     bad = np.flatnonzero(~(np.isfinite(scales) & (scales >= 0)))
     if bad.shape[0]:

@@ -173,10 +173,14 @@ class KVWorker:
         self._pending[self._ts] = pending
         return self._ts
 
-    def push(self, keys: np.ndarray, values: np.ndarray, clock: bool = False) -> int:
+    def push(self, keys: np.ndarray, values: np.ndarray, clock: bool = False,
+             flush: bool = False) -> int:
         """Start sending values[len(keys), width] for `keys` to the servers' optimizers.
-        With clock=True this push also completes the worker's current clock."""
+        With clock=True this push also completes the worker's current clock. With flush (the
+        worker's last push) it also delivers what the push filter holds back of other keys:
+        one push, so that the clocks count it as every other."""
         self._ts += 1
+        values = np.ascontiguousarray(values, np.float32).reshape(keys.shape[0], self.width)
         # The latest completed pull of this very key array, if recent and split as this push
         # is: its values are the ones the pushed values were computed from. Each pull's keys
         # serve one push.
@@ -186,6 +190,10 @@ class KVWorker:
             del self._pulled[found[-1]]
         if pulled is not None and pulled[5] != self._placement.version:
             pulled = None   # a server died since: the rows are elsewhere now
+        if flush:
+            pushed, values = self.filter.flushing(keys, values)
+            if pushed is not keys:   # more keys than the pull's: they go on the wire
+                keys, pulled = pushed, None
         if pulled is None:
             perm, offsets, skeys = self._split(keys)
             flags, ref, weights = 0, 0, None
@@ -193,9 +201,8 @@ class KVWorker:
             ref, _, perm, offsets = pulled[:4]
             flags, weights = protocol.SAME_KEYS, pulled[6]
             skeys = None
-        values = np.ascontiguousarray(values, np.float32).reshape(keys.shape[0], self.width)
         out = self.filter.prepare(keys, values, perm, offsets, weights,
-                                  bitmap=pulled is not None)
+                                  bitmap=pulled is not None, flush=flush)
         if skeys is None and self._placement.has_backups:
             skeys = keys if perm is None else keys[perm]
         if skeys is not None and out.skept is not None:   # the keys of the rows sent

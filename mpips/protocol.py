@@ -223,6 +223,12 @@ def sent_rows(bits: np.ndarray, nkeys: int) -> np.ndarray:
     return np.flatnonzero(np.unpackbits(bits, count=nkeys, bitorder="little"))
 
 
+def set_bits(bits: np.ndarray) -> np.ndarray:
+    """The indices (int64) of every bit set in a bitmap, its padding included: a MASK push's
+    rows sent, and any bit past its keys, from one unpacking."""
+    return np.flatnonzero(np.unpackbits(bits, bitorder="little"))
+
+
 def encode_values(rows: np.ndarray, flags: int):
     """(the bytes of rows[m, width] (float32) encoded as `flags` say (HALF, INT8 or neither),
     float32 values the server will decode them to)."""
@@ -264,23 +270,24 @@ def decode_values(data: np.ndarray, rows: int, width: int, flags: int) -> np.nda
     return data.view(np.float32).reshape(rows, width)
 
 
-def own_values_at(buf: np.ndarray, h: Header) -> tuple[int, int]:
+def own_values_at(buf: np.ndarray, h: Header, sent: int | None = None) -> tuple[int, int]:
     """(where a PUSH's own values start, their rows): after the backup part's count and keys,
-    the own keys or MASK's bitmap, and the backup part's values."""
+    the own keys or MASK's bitmap, and the backup part's values. `sent`: a MASK push's bits
+    set, if counted already."""
     backup = backup_count(buf) if h.flags & BACKUP else 0
     start = HEADER_BYTES + (8 + 8 * backup if h.flags & BACKUP else 0)
     rows = h.nkeys
     if h.flags & MASK:
-        rows = int(np.unpackbits(bitmap_of(buf, h)).sum())
+        rows = int(np.unpackbits(bitmap_of(buf, h)).sum()) if sent is None else sent
         start += bitmap_bytes(h.nkeys)
     elif not h.flags & SAME_KEYS:
         start += 8 * h.nkeys
     return start + 4 * backup * h.width, rows
 
 
-def unpack(buf: np.ndarray):
+def unpack(buf: np.ndarray, sent: int | None = None):
     """(header, keys, values, report) of a received buffer: views of it, keys and values
-    empty when absent, report None.
+    empty when absent, report None. `sent`: a MASK push's bits set, if counted already.
 
     A BACKUP push's payload is: the backup part's key count (int64), its keys, the own
     part's keys (absent with SAME_KEYS; MASK's bitmap in their place), the backup part's
@@ -294,7 +301,7 @@ def unpack(buf: np.ndarray):
     end = start + 8 * n_keys
     values = _NO_VALUES
     if h.op == Op.PUSH:
-        start, rows = own_values_at(buf, h)
+        start, rows = own_values_at(buf, h, sent)
         end = start + values_bytes(rows, h.width, h.flags)
         values = decode_values(buf[start:end], rows, h.width, h.flags)
     elif h.op == Op.COPY:

@@ -1,10 +1,12 @@
 """What a worker's push sends of its gradients (--push-values, --push-threshold,
 --push-skip-zeros), with error feedback: what a push does not deliver of a key's gradient
 (the rounding to float16 or int8, a row held back) the worker keeps, by key, and adds to
-that key's next gradient. It is delayed, never lost, as long as the key comes back.
+that key's next gradient. It is delayed, never lost, as long as the key comes back, or until
+the worker's last push, which flushes it (`flushing`, `prepare(flush=True)`).
 
 `KVWorker.push` calls `prepare` once a push, with the push's keys grouped by server: it gives
-each server's part encoded and the rows that go. No MPI here.
+each server's part encoded and the rows that go. Each filter counts its work (`figures`, the
+fields of FIGURES: the worker's summary record). No MPI here.
 """
 import logging
 from typing import NamedTuple
@@ -20,6 +22,20 @@ RESIDUAL_BYTES = 1 << 27   # the most a worker's residuals take; keys past it lo
 FIRST_ROWS = 1 << 12
 BLOCK_ROWS = 1024          # rows over which a row's bytes are counted (int8: with its scales)
 
+# What a worker's filter reports (summary.RECORD fields; summed over workers in summary.json).
+FIGURES = (
+    "push_rows",               # rows pushed (to their primaries), the flush's included
+    "push_rows_held",          # rows held back (threshold, zero weights), once per push
+    "residual_keys_dropped",   # residuals that found no room in the table (lost), once a push
+    "residual_keys_flushed",   # keys whose residual the last push delivered
+    "residual_flushed",        # the sum of |residual| it delivered
+    "residual_keys_left",      # keys whose residual was never sent (a stop, a leave mid-way)
+    "residual_left",           # the sum of |residual| never sent
+)
+
+
+_NONE_HELD = np.zeros(0, np.bool_)
+
 
 class Outgoing(NamedTuple):
     kept: np.ndarray | None    # bool per key, in key order: its row is sent (None: every row)
@@ -33,11 +49,33 @@ class Outgoing(NamedTuple):
 class Plain:
     """No filter: every row, float32, as given."""
 
+    def __init__(self):
+        self.rows = 0   # rows pushed
+
+    def flushing(self, keys, values):
+        return keys, values
+
     def prepare(self, keys, values, perm, offsets, weights=None,
-                bitmap: bool = False) -> Outgoing:
+                bitmap: bool = False, flush: bool = False) -> Outgoing:
+        self.rows += keys.shape[0]
         svalues = values if perm is None else values[perm]
         parts = [(0, svalues[offsets[s]:offsets[s + 1]]) for s in range(offsets.shape[0] - 1)]
         return Outgoing(None, None, values, svalues, offsets, parts)
+
+    def figures(self) -> dict:
+        return dict.fromkeys(FIGURES, 0) | {"push_rows": self.rows}
+
+
+def merged(keys: np.ndarray, values: np.ndarray, more: np.ndarray):
+    """(keys, values) with the sorted keys `more` added (zero rows), in key order; `keys`
+    itself when none is new."""
+    extra = more[~np.isin(more, keys, assume_unique=True)]
+    if not extra.shape[0]:
+        return keys, values
+    union = np.union1d(keys, extra)
+    out = np.zeros((union.shape[0], values.shape[1]), values.dtype)
+    out[np.searchsorted(union, keys)] = values
+    return union, out
 
 
 class PushFilter:
@@ -55,6 +93,9 @@ class PushFilter:
         self._allocate(min(FIRST_ROWS, self._max_rows))
         self._none = np.empty((0, width), np.float32)
         self.lost = 0   # keys whose residual found no room in the table
+        self.rows = 0   # rows sent
+        self.held = 0   # rows held back
+        self.flushed_keys, self.flushed = 0, 0.0
 
     def _allocate(self, rows: int) -> None:
         self._keys = np.zeros(rows, np.uint64)
@@ -90,6 +131,26 @@ class PushFilter:
         """What is kept back of each key's gradients (zeros for a key without any)."""
         return self._gather(keys, np.zeros((keys.shape[0], self.width), np.float32))[1]
 
+    def pending(self) -> np.ndarray:
+        """The keys whose last push held their row back, with a residual not zero, sorted."""
+        held = (self._used == residuals.HELD) & self._values.any(axis=1)
+        return np.sort(self._keys[held])
+
+    def flushing(self, keys, values):
+        """(keys, values) of a last push that delivers every row held back: `keys` and the
+        keys of `pending` (zero gradients), sorted; `keys` itself if it holds them all. The
+        rounding of rows sent stays: it is less than the row a push would spend on it."""
+        return merged(keys, values, self.pending())
+
+    def figures(self) -> dict:
+        held = self._used.astype(np.bool_)
+        left = np.abs(self._values[held]).sum(axis=1, dtype=np.float64)
+        return {"push_rows": self.rows, "push_rows_held": self.held,
+                "residual_keys_dropped": self.lost, "residual_keys_flushed": self.flushed_keys,
+                "residual_flushed": self.flushed,
+                "residual_keys_left": int(np.count_nonzero(left)),
+                "residual_left": float(left.sum())}
+
     def _rows_sent(self, grads, slots, weights, perm, offsets, bitmap: bool):
         """(kept, skept) of Outgoing. With `bitmap` (a push of a pull's keys: a server's part
         names its rows in a bitmap, a bit a key), a part sends every row where the bitmap
@@ -116,15 +177,26 @@ class PushFilter:
         return kept, skept
 
     def prepare(self, keys, values, perm, offsets, weights=None,
-                bitmap: bool = False) -> Outgoing:
+                bitmap: bool = False, flush: bool = False) -> Outgoing:
         """What to send of `values` (float32[len(keys), width], key order) for `keys`, grouped
         by server as (perm, offsets) say; `weights`: those pulled for them, if any; `bitmap`:
         whether the push names its rows in a bitmap (see _rows_sent). Each key's residual is
-        added first, and what is not sent becomes its residual."""
+        added first, and what is not sent becomes its residual. With `flush` (the worker's
+        last push) every row goes, float32, and no residual is left of these keys."""
         n = keys.shape[0]
         self._make_room(n)
         slots, grads = self._gather(keys, values)
-        kept, skept = self._rows_sent(grads, slots, weights, perm, offsets, bitmap)
+        if flush:
+            kept = skept = None
+            delivered = np.abs(self._values[slots[slots >= 0]]).sum(axis=1, dtype=np.float64)
+            self.flushed_keys += int(np.count_nonzero(delivered))
+            self.flushed += float(delivered.sum())
+        else:
+            kept, skept = self._rows_sent(grads, slots, weights, perm, offsets, bitmap)
+        flags = 0 if flush else self.flags
+        sent_rows = n if kept is None else int(np.count_nonzero(kept))
+        self.rows += sent_rows
+        self.held += n - sent_rows
         sgrads = grads if perm is None else grads[perm]
         if skept is not None:
             sgrads = sgrads[skept]
@@ -135,9 +207,9 @@ class PushFilter:
         parts = []
         for s in range(offsets.shape[0] - 1):
             a, b = offsets[s], offsets[s + 1]
-            data, applied = protocol.encode_values(sgrads[a:b], self.flags)
+            data, applied = protocol.encode_values(sgrads[a:b], flags)
             svalues[a:b] = applied
-            parts.append((self.flags, data))
+            parts.append((flags, data))
         sent = svalues
         if skept is not None:
             sent = np.zeros_like(grads)
@@ -147,7 +219,7 @@ class PushFilter:
             by_key[perm] = sent
             sent = by_key
         lost = residuals.keep(self._keys, self._used, self._values, self._meta, keys, slots,
-                              grads - sent)
+                              grads - sent, _NONE_HELD if kept is None else ~kept)
         if lost and not self.lost:
             log.warning("the push filter's residuals fill their table (%d keys): from now on "
                         "the rounding of keys not in it is lost", int(self._meta[0]))

@@ -12,6 +12,7 @@ from .bounded import wait_all
 from .files import keep_trying, write_json
 from .kernels.logistic import mean_logloss, roc_auc
 from .log import say
+from .pushfilter import FIGURES
 
 log = logging.getLogger("mpips")
 
@@ -37,6 +38,10 @@ RECORD = np.dtype([
     ("score_s", "<f8"),       # workers: scoring their share of --test
     ("save_s", "<f8"),        # servers: writing their shard of the model
     ("push_bytes", "<i8"),    # servers: of the workers' pushes received
+    # Workers: their push filter's work (see pushfilter.FIGURES).
+    ("push_rows", "<i8"), ("push_rows_held", "<i8"), ("residual_keys_dropped", "<i8"),
+    ("residual_keys_flushed", "<i8"), ("residual_flushed", "<f8"),
+    ("residual_keys_left", "<i8"), ("residual_left", "<f8"),
 ])
 
 
@@ -135,6 +140,7 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         # Every push a worker sent was acknowledged; each server applied each one (its part,
         # possibly empty: every push completes a clock on every server) unless a worker died.
         "pushes_sent": int(workers["pushes"].sum()),
+        **push_filter(workers),
         "pushes_applied": [int(x) for x in servers["pushes"]],
         # The read load each server carried: keys of the reads it answered.
         "server_keys_served": [int(x) for x in servers["keys_served"]],
@@ -157,6 +163,14 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         # worker's rows.
         "held_peak_mb": [round(float(x) / 2**20, 1) for x in records["held_peak"]],
     }
+
+
+def push_filter(workers: np.ndarray) -> dict:
+    """The push filters' work, summed over workers (see pushfilter.FIGURES): rows pushed and
+    held back, residuals dropped for want of room, delivered by the last push, left unsent.
+    Without a filter every row is pushed and the rest is 0."""
+    return {name: (float(workers[name].sum()) if workers.dtype[name].kind == "f"
+                   else int(workers[name].sum())) for name in FIGURES}
 
 
 def solver_steps(steps: np.ndarray) -> dict:

@@ -166,7 +166,10 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
                 sample(time.monotonic() - t0)
                 if push is not None:
                     kv.wait(push)
-                push = kv.push(keys, grad, clock=True)
+                # The last push of a pass over its rows delivers what the push filter still
+                # holds back (pushfilter).
+                push = kv.push(keys, grad, clock=True,
+                               flush=upcoming is None or kv.asked_to_leave)
                 if slowdown > 1:   # --straggler, a testing aid: take `slowdown` times as long
                     busy = time.monotonic() - mark - (kv.wait_s - waited)
                     time.sleep((slowdown - 1) * max(busy, 0.0))
@@ -227,6 +230,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     r["bad_lines"] = shard.bad_lines + bad_test_lines
     r["test_rows"] = margins.shape[0]
     r["stopped_at"] = kv.clock if stopped else -1   # a worker: where it was stopped
+    for name, value in kv.filter.figures().items():
+        r[name] = value
     return (r, margins, labels, np.zeros(n_workers), np.empty((0, len(Step._fields))),
             timeline.samples())
 

@@ -4,6 +4,8 @@ and which rows of a push are sent now. Pure numba.
 The residuals live in an open-addressing table: `keys` uint64[cap], `used` uint8[cap],
 `values` float32[cap, width], cap a power of two, linear probing; `meta[0]` counts the keys.
 A key is stored once its residual is not zero and stays (its residual may become zero).
+`used` also says what a key's residual is: ROUNDING (its last push sent its row: what the
+encoding rounded off, if anything) or HELD (its last push held its row back).
 """
 import numpy as np
 from numba import njit
@@ -12,6 +14,8 @@ from .hashing import mix64
 
 NEW = -1       # a key without a residual, with room for one
 NO_ROOM = -2   # a key without a residual, and the table full: its row is sent whole
+ROUNDING = 1   # `used`: a key whose last push sent its row
+HELD = 2       # `used`: a key whose last push held its row back
 
 
 @njit(cache=True, nogil=True)
@@ -42,11 +46,13 @@ def gather(keys, used, values, push_keys, grads, room, slots, out):
 
 
 @njit(cache=True, nogil=True)
-def keep(keys, used, values, meta, push_keys, slots, residuals):
+def keep(keys, used, values, meta, push_keys, slots, residuals, held):
     """Store each key's new residual (slots from `gather`, the table unchanged since); a NEW
-    key only if its residual is not zero. Returns the keys whose residual was not zero and
-    found no room (NO_ROOM): lost."""
+    key only if its residual is not zero; held[i]: whether its row was held back (HELD), an
+    empty `held` if none was. Returns the keys whose residual was not zero and found no room
+    (NO_ROOM): lost."""
     width = residuals.shape[1]
+    any_held = held.shape[0] == push_keys.shape[0]
     lost = 0
     for i in range(push_keys.shape[0]):
         s = slots[i]
@@ -61,8 +67,8 @@ def keep(keys, used, values, meta, push_keys, slots, residuals):
                 continue
             s = -1 - _find(keys, used, push_keys[i])
             keys[s] = push_keys[i]
-            used[s] = 1
             meta[0] += 1
+        used[s] = HELD if any_held and held[i] else ROUNDING
         for c in range(width):
             values[s, c] = residuals[i, c]
     return lost
@@ -75,7 +81,7 @@ def rehash(keys, used, values, new_keys, new_used, new_values):
         if used[j]:
             s = -1 - _find(new_keys, new_used, keys[j])
             new_keys[s] = keys[j]
-            new_used[s] = 1
+            new_used[s] = used[j]
             new_values[s, :] = values[j, :]
 
 

@@ -62,6 +62,13 @@ def masked(pulled: int, sent, values, bits=None, **fields):
                          protocol.bitmap(rows) if bits is None else bits, values)
 
 
+def bad_scale(values):
+    """int8 values' bytes whose block 0's scale is NaN."""
+    data, _ = protocol.encode_values(values, protocol.INT8)
+    protocol.int8_scales(data, *values.shape)[0] = np.nan
+    return data
+
+
 K = own_keys(8)
 G = np.ones((8, 1), np.float32)
 B = own_keys(5, server=2)     # keys server 0 keeps backup copies of
@@ -166,6 +173,9 @@ FORGED = [
      "(20 keys, 3 sent, width 1) makes it"),
     ("a pull with a bitmap", lambda: pull(K, flags=protocol.MASK), WORKER,
      "PULL with unknown flags 0x100"),
+    ("a masked int8 push with a NaN scale",
+     lambda: masked(300, np.arange(0, 300, 2), bad_scale(G[:1].repeat(150, 0)),
+                    flags=protocol.INT8), WORKER, "whose block #0 has scale nan"),
 ]
 
 

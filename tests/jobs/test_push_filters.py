@@ -1,7 +1,12 @@
 """Push filters in whole jobs (--push-values, --push-threshold, --push-skip-zeros): fewer
-bytes pushed per example, held-out logloss within 1% of the same job unfiltered."""
+bytes pushed per example, held-out logloss within 1% of the same job unfiltered; their work
+in summary.json; the last push's flush of what was held back, deterministic under BSP."""
+import numpy as np
 import pytest
 from conftest import read_summary, run_job
+
+from mpips.model_io import load_model
+from mpips.pushfilter import FIGURES
 
 ARGS = ("--servers", 2, "--epochs", 3, "--batch-size", 100)
 FTRL = ("--optimizer", "ftrl", "--l1", 0.01)
@@ -40,3 +45,36 @@ def test_a_filter_pushes_fewer_bytes_for_the_same_logloss(small_data, tmp_path, 
     assert s["bytes_per_example"] < base["bytes_per_example"]
     gap = (s["test_logloss"] - base["test_logloss"]) / base["test_logloss"]
     assert abs(gap) < 0.01, f"{s['test_logloss']:.5f} against {base['test_logloss']:.5f}"
+
+
+def test_the_filters_work_is_reported_and_zero_without_one(unfiltered):
+    s = unfiltered["adagrad"]
+    assert s["push_rows"] > 0
+    assert all(s[name] == 0 for name in FIGURES if name != "push_rows"), \
+        {name: s[name] for name in FIGURES}
+
+
+def test_the_last_push_delivers_what_was_held_back_with_the_same_bits_every_run(small_data,
+                                                                                 tmp_path):
+    """A threshold no gradient reaches holds every row back: the model is all zeros until
+    each worker's last push, which delivers them all. BSP: two runs, the same bits."""
+    summaries, models = [], []
+    for name in ("first", "second"):
+        run = tmp_path / name
+        job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
+                      "--out", run, *ARGS, "--push-threshold", 1000)
+        assert job.returncode == 0, job.output
+        summaries.append(read_summary(run))
+        models.append(load_model(str(run / "model")))
+    s = summaries[0]
+    assert s["push_rows_held"] > 0 and s["residual_keys_dropped"] == 0
+    assert s["residual_keys_flushed"] > 0 and s["residual_flushed"] > 0
+    assert s["residual_keys_left"] == 0 and s["residual_left"] == 0
+    assert s["pushes_applied"] == [s["pushes_sent"]] * 2, "the flush is no extra push"
+    keys, weights = models[0]
+    # (A key whose gradients summed to exactly 0 would stay at 0.)
+    assert np.count_nonzero(weights[:, 0]) > 0.99 * keys.shape[0] > 0, "every key got there"
+    np.testing.assert_array_equal(keys, models[1][0])
+    np.testing.assert_array_equal(weights, models[1][1])
+    assert s["test_logloss"] == summaries[1]["test_logloss"]
+    assert {n: s[n] for n in FIGURES} == {n: summaries[1][n] for n in FIGURES}

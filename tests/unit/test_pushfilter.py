@@ -1,13 +1,14 @@
 """Push filters (pushfilter, kernels.quantize, kernels.residuals): values rounded within their
 bound and decoded by the server to what the worker counted on; error feedback that loses
-nothing over many pushes; rows held back and the rules that hold them."""
+nothing over many pushes; rows held back and the rules that hold them; the last push's flush of what was held back; the
+figures a filter reports."""
 import numpy as np
 import pytest
 
-from mpips import protocol
+from mpips import protocol, summary
 from mpips.kernels.quantize import BLOCK
 from mpips.placement import Placement
-from mpips.pushfilter import Plain, PushFilter
+from mpips.pushfilter import FIGURES, Plain, PushFilter, merged
 
 RNG = np.random.default_rng(11)
 KEYS = np.unique(RNG.integers(0, 2**64, 3000, dtype=np.uint64))
@@ -55,6 +56,9 @@ def test_a_bitmap_names_the_rows_sent():
     bits = protocol.bitmap(sent)
     assert bits.nbytes == 16
     assert protocol.sent_rows(bits, 77).tolist() == np.flatnonzero(sent).tolist()
+    assert protocol.set_bits(bits).tolist() == np.flatnonzero(sent).tolist()
+    bits[-1] = 128   # padding: bit 127
+    assert protocol.set_bits(bits).tolist() == [*np.flatnonzero(sent), 127]
 
 
 def push_many(pf, pushes: int, width: int, servers: int = 3, scale: float = 1.0,
@@ -165,3 +169,76 @@ def test_no_filter_sends_the_values_as_given():
     for s, (flags, data) in enumerate(out.parts):
         assert flags == 0
         np.testing.assert_array_equal(data, g[perm][offsets[s]:offsets[s + 1]])
+
+
+def test_merged_adds_the_missing_keys_with_zero_rows_in_key_order():
+    keys = np.array([2, 5, 9], np.uint64)
+    values = np.array([[1, 1], [2, 2], [3, 3]], np.float32)
+    out_keys, out_values = merged(keys, values, np.array([1, 5, 10], np.uint64))
+    assert out_keys.tolist() == [1, 2, 5, 9, 10]
+    assert out_values.tolist() == [[0, 0], [1, 1], [2, 2], [3, 3], [0, 0]]
+    same, same_values = merged(keys, values, np.array([5, 9], np.uint64))
+    assert same is keys and same_values is values, "nothing new: the pull's keys still serve"
+
+
+def test_the_flush_delivers_every_row_held_back_and_leaves_the_rounding():
+    pf = PushFilter(1, "int8", threshold=0.1)
+    keys = KEYS[:6]
+    g = np.array([[0.5], [0.05], [0.3], [0.01], [-0.04], [0.2]], np.float32)
+    pf.prepare(keys, g, None, np.array([0, 6]))
+    held = keys[[1, 3, 4]]
+    assert pf.pending().tolist() == held.tolist(), "the rounding of rows sent is not pending"
+    before = pf.residuals(keys)
+    assert before[2] != 0 and before[5] != 0, "int8 rounded rows 2 and 5"
+    last = KEYS[[2, 10]]   # the last minibatch: a key sent before, and a new one
+    flush_keys, flush_values = pf.flushing(last, np.full((2, 1), 0.01, np.float32))
+    assert flush_keys.tolist() == np.sort(np.concatenate([last, held])).tolist()
+    expect = flush_values.copy()
+    expect[:4] += before[[1, 2, 3, 4]]   # (KEYS[10] sorts last)
+    out = pf.prepare(flush_keys, flush_values, None, np.array([0, 5]), flush=True)
+    assert out.kept is None and all(flags == 0 for flags, _ in out.parts), "float32, whole"
+    np.testing.assert_array_equal(out.values, expect)
+    assert (pf.residuals(flush_keys) == 0).all() and pf.pending().shape[0] == 0
+    f = pf.figures()
+    assert f["push_rows"] == 3 + 5 and f["push_rows_held"] == 3
+    assert f["residual_keys_flushed"] == 4, "the 3 held back and key 2's rounding"
+    assert f["residual_flushed"] == pytest.approx(np.abs(before[[1, 2, 3, 4]]).sum())
+    # Keys 0 and 5 keep their rounding (key 0's is 0: the block's largest), half a scale.
+    assert f["residual_keys_left"] == np.count_nonzero(before[[0, 5]])
+    assert f["residual_left"] == pytest.approx(np.abs(before[[0, 5]]).sum())
+    assert f["residual_left"] <= 0.5 * 0.5 / 127 * 2
+
+
+def test_a_row_sent_again_is_no_longer_pending_and_growth_keeps_what_was_held():
+    keys = np.arange(1, 5001, dtype=np.uint64) * np.uint64(7919)
+    pf = PushFilter(1, "float32", threshold=0.1)
+    g = np.full((keys.shape[0], 1), 0.06, np.float32)
+    pf.prepare(keys, g, None, np.array([0, keys.shape[0]]))   # all held; the table grew
+    assert pf._keys.shape[0] > 1 << 12 and pf.pending().tolist() == keys.tolist()
+    out = pf.prepare(keys[:10], g[:10], None, np.array([0, 10]))   # 0.12: sent
+    assert out.kept is None
+    assert pf.pending().tolist() == keys[10:].tolist()
+
+
+def test_figures_count_rows_held_and_residuals_dropped():
+    small = PushFilter(1, "int8", threshold=0.5, max_bytes=64 * 13)
+    push_many(small, 3, 1)
+    f = small.figures()
+    assert set(f) == set(FIGURES)
+    assert f["push_rows"] > 0 and f["push_rows_held"] > 0
+    assert f["residual_keys_dropped"] == small.lost > 0
+    assert f["residual_keys_left"] == np.count_nonzero(small.residuals(KEYS))
+    plain = Plain()
+    plain.prepare(KEYS[:7], np.ones((7, 1), np.float32), None, np.array([0, 7]))
+    assert plain.figures() == dict.fromkeys(FIGURES, 0) | {"push_rows": 7}
+    keys = KEYS[:7]
+    assert plain.flushing(keys, None)[0] is keys, "no filter: nothing to flush"
+
+
+def test_the_summary_sums_the_workers_figures():
+    records = np.zeros(3, summary.RECORD)
+    records["push_rows"] = [0, 10, 20]
+    records["residual_left"] = [0.0, 0.25, 0.5]
+    s = summary.push_filter(records[1:])
+    assert s["push_rows"] == 30 and s["residual_left"] == 0.75 and s["push_rows_held"] == 0
+    assert isinstance(s["push_rows"], int) and isinstance(s["residual_left"], float)
