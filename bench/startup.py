@@ -11,10 +11,18 @@ same `mpiexec -n NP`:
   rank at its first minibatch (`startup_s`), beside `train_s`, `score_s` and `save_s`.
 Both also with the whole `mpiexec` wall time. Medians over the rounds, side by side, in
 bench/results/startup.json.
+
+First mpips's modules are compiled to bytecode, as installing a package does and as the first
+run writes it: with PYTHONDONTWRITEBYTECODE set (as in some containers) and none written,
+every rank of every launch would compile mpips's sources again (about 0.08 s of a rank's
+start-up). `--as-is` times the tree as it stands.
 """
 import argparse
+import compileall
+import importlib.util
 import json
 import os
+import py_compile
 import statistics
 import subprocess
 import sys
@@ -38,6 +46,15 @@ ages = MPI.COMM_WORLD.gather(age)
 if MPI.COMM_WORLD.rank == 0:
     print(max(ages))
 """
+
+
+def compile_bytecode() -> None:
+    """Write mpips's bytecode beside its sources, checked against each source's hash when
+    imported (an edit made since is never run stale)."""
+    package = importlib.util.find_spec("mpips").submodule_search_locations[0]
+    if not compileall.compile_dir(package, quiet=1,
+                                  invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH):
+        sys.exit(f"could not compile {package} to bytecode")
 
 
 def mpiexec() -> str:
@@ -83,14 +100,21 @@ def main() -> None:
                              "ranks a core here)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "startup.json"))
+    parser.add_argument("--as-is", action="store_true",
+                        help="do not compile mpips's bytecode first (with PYTHONDONTWRITEBYTECODE "
+                             "set and none there, every rank compiles mpips's sources)")
     args = parser.parse_args()
+    bytecode = "as found" if args.as_is else "compiled"
+    if not args.as_is:
+        compile_bytecode()
     counts = [int(n) for n in args.np.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "d")
         subprocess.run([sys.executable, "-m", "mpips", "make-data", "--rows", "2000",
                         "--test-rows", "1000", data], check=True, capture_output=True)
         results = {n: measure(n, data, tmp, args.rounds) for n in counts}
-    print(f"medians of {args.rounds} rounds (seconds), {os.cpu_count()} cores:")
+    print(f"medians of {args.rounds} rounds (seconds), {os.cpu_count()} cores, mpips's bytecode "
+          f"{bytecode}:")
     print(f"{'ranks':>5} {'empty: ready':>13} {'mpips: ready':>13} {'beyond':>7} {'kernels':>8} "
           f"{'empty wall':>11} {'mpips wall':>11} {'train':>6} {'score':>6} {'save':>6}")
     for n, r in results.items():
@@ -101,7 +125,8 @@ def main() -> None:
               f"{m['score_s']:>6.2f} {m['save_s']:>6.2f}")
     print("ready: process start to the first minibatch (the slowest rank); beyond: mpips's "
           "minus the empty program's; kernels: numba's cache loaded, part of it")
-    save(args.out, "startup", cpus=os.cpu_count(), rounds=args.rounds,
+    save(args.out, "startup", cpus=os.cpu_count(), rounds=args.rounds, bytecode=bytecode,
+         dont_write_bytecode=bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
          by_ranks={str(n): r for n, r in results.items()})
 
 

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 
-import h5py
 import numpy as np
 
 from .densefiles import read_blocks
@@ -107,6 +106,7 @@ def read_manifest(directory: str) -> dict:
 
 def verify(directory: str) -> str | None:
     """None if the checkpoint is complete and every dataset matches its checksum, else why not."""
+    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     try:
         manifest = read_manifest(directory)
         shards = {s["file"]: dict(s["sha256"]) for s in manifest["shards"]}
@@ -165,6 +165,7 @@ def load_shards(directory: str, manifest: dict, store, placement, server: int) -
     holds them in the files of the ranges this server holds (the ranges are equal slices of
     the hash: as many, the same); otherwise (re-sharding) every file is read and
     filtered."""
+    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     bounds = manifest.get("placement", {}).get("bounds")
     same = (len(bounds) if bounds else manifest["servers"]) == placement.n_ranges
     held = placement.held_ranges(server)
@@ -196,6 +197,7 @@ def describe(root: str, every: bool = False) -> tuple[str, bool]:
     """A readable account of the checkpoints in `root`, and whether any of them is complete
     and undamaged: all of them, or (by default) the one `--resume` would take and the
     damaged ones newer than it, which a resume passes over."""
+    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     found = all_checkpoints(root)
     if not found:
         raise ValueError(f"{root}: no checkpoints (clock-* directories)")

@@ -3,7 +3,7 @@ and wait for the answer (the channel is `control`'s files in RUN_DIR)."""
 import json
 import sys
 
-from . import control, rundir
+from . import control
 from .errors import MpipsError
 
 DESCRIPTION = """\
@@ -59,6 +59,7 @@ def _fail(text: str) -> None:
 
 
 def run(args) -> None:
+    from . import rundir   # here: every `train` rank builds ctl's parser (start-up time)
     holder, not_running = rundir.running_job(args.run_dir)
     if not_running:
         _fail(f"no job is training into {args.run_dir}: {not_running}")

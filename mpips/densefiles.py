@@ -6,8 +6,6 @@ it holds from whichever file has them. Full-batch checkpoints and `DenseClient.s
 import json
 import os
 
-import h5py
-
 from .blocks import Layout
 from .errors import ProtocolError
 
@@ -21,6 +19,7 @@ def read_blocks(paths: list, tables) -> int:
     filled. ValueError naming the file for a table whose shape differs from the one the
     servers hold or whose values do not match its blocks, or the table for a block held
     here that no file has."""
+    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     filled, seen = {}, {}
     for path in paths:
         with h5py.File(path, "r") as f:

@@ -13,8 +13,6 @@ import logging
 import os
 import time
 
-import h5py
-
 from .errors import SaveError
 
 log = logging.getLogger("mpips")
@@ -104,6 +102,7 @@ def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:
     The HDF5 file is built in memory and written with plain writes: the HDF5 library, when a
     write fails under it, leaves objects it can no longer close and crashes at exit. That
     costs a copy of the file in memory for the moment it is written."""
+    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     image = io.BytesIO()
     with h5py.File(image, "w") as f:
         for name, data in datasets.items():

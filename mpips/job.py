@@ -7,6 +7,7 @@ worker's clock. After the last epoch every worker scores its share of the test
 file with the final model, and rank 0 gathers the scores. With --resume, servers
 first load the checkpoint's keys they hold and workers start where it says.
 """
+import importlib
 import json
 import logging
 import os
@@ -21,17 +22,17 @@ from .schedule import logged_bubbles, theoretical_bubble
 from .config import TrainConfig, check_resumable
 from .errors import ConfigError, MpipsError
 from .failover import end_together
-from .fullbatch import solve
 from .lbfgs import Step
 from .faulttolerance import announce
 from .log import setup
 from .placement import Placement, dealt
 from .roles import Roles, split
-from .server_side import serve
 from .shards import sample_rows
 from .startup import agree, broadcast_text, compile_per_node, run_id
 from .warmup import CompileWatch
-from .worker_side import work
+
+# A server's, a worker's and a full-batch solver's modules are imported by the ranks that
+# run them (see _part): every rank would pay for all three before its first minibatch.
 
 log = logging.getLogger("mpips")
 
@@ -113,20 +114,22 @@ def _average_after(cfg: TrainConfig) -> float | None:
 
 
 def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float):
-    # Every rank loads its kernels first (rank 0's sample of the data is parsed with them).
-    # Each rank loads its role's kernels only: rank 0's, a server's, are on the path of every
-    # rank's start (they wait for its sample of the data).
+    # One worker, the last rank, samples the data (not every rank) to choose what was not
+    # given, and to check what was; all use its choice. A worker: it reads the data anyway,
+    # and has less to load than server 0, which gets ready meanwhile. Each rank loads its
+    # role's kernels only (a worker's parse the sample).
+    sampler = comm.size - 1
     role = "server" if comm.rank < cfg.server_ranks else "worker"
     compile_s = compile_per_node(comm, bound, role, model=cfg.model_spec(),
                                  optimizer=cfg.optimizer.name,
                                  full_batch=cfg.solver != "minibatch",
                                  push_filter=cfg.filters_pushes)
-    # Rank 0 samples the data (not every rank) to choose what was not given, and to check
-    # what was; all use its choice.
     chosen, workers = None, comm.size - cfg.server_ranks
-    if comm.rank == 0:   # with --stages, a pipeline reads as one worker does
+    if comm.rank == sampler:   # with --stages, a pipeline reads as one worker does
         chosen = json.dumps(_choose(cfg, workers // cfg.stages, resume))
-    chosen = json.loads(broadcast_text(comm, chosen, bound))
+    # The other ranks import their part's modules while the sampler samples.
+    importlib.import_module(_part(cfg, role), __package__)
+    chosen = json.loads(broadcast_text(comm, chosen, bound, root=sampler))
     if cfg.solver == "minibatch":
         cfg = replace(cfg, batch_size=chosen["batch_size"],
                       optimizer=replace(cfg.optimizer, lr=chosen["lr"], beta=chosen["beta"],
@@ -171,11 +174,14 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         moves = []      # the lead's key range moves (mpips ctl), for the summary
         with watch.watching():
             if roles.is_server:
+                from .server_side import serve
                 ends = serve(cfg, roles, name, resume, placement, failover, failures, hot=hot,
                              moves=moves)
             elif cfg.solver == "lbfgs":
+                from .fullbatch import solve
                 ends = solve(cfg, roles, name, resume, placement, failover)
             else:
+                from .worker_side import work
                 ends = work(cfg, roles, resume, placement, failover, hot=hot)
             record, margins, labels, held, steps, samples, *tasks = ends   # tasks: stages'
             tasks = tasks[0] if tasks else stagework.no_tasks()
@@ -197,6 +203,13 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
                 finishing.comm.Free()
     finally:
         roles.free()
+
+
+def _part(cfg: TrainConfig, role: str) -> str:
+    """The module of this rank's part of the job: a server's, a full-batch solver's (a
+    worker's under --solver lbfgs) or a worker's."""
+    return (".server_side" if role == "server" else
+            ".fullbatch" if cfg.solver == "lbfgs" else ".worker_side")
 
 
 def _say_who_died_late(roles: Roles, survivors: Roles, failures: list) -> None:
@@ -243,7 +256,8 @@ def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
 
 
 def _choose(cfg: TrainConfig, workers: int, resume) -> dict:
-    """Rank 0: what was not given, from a sample of the data (see defaults.choose)."""
+    """The sampler (the last rank, a worker): what was not given, from a sample of the data
+    (see defaults.choose)."""
     if cfg.solver != "minibatch":
         return {"notes": [], "warnings": []}
     sample = sample_rows(cfg.train, workers)

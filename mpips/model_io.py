@@ -7,7 +7,6 @@ import glob
 import json
 import os
 
-import h5py
 import numpy as np
 
 from .files import write_hdf5
@@ -51,6 +50,7 @@ def load_model(model_dir: str, allow_partial: bool = False):
     Checks that the shards are all of one run and that none is missing; a model
     saved after an error is refused unless `allow_partial`.
     """
+    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     paths = sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))
     if not paths:
         raise FileNotFoundError(f"{model_dir}: no server-*.h5 model files")

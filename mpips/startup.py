@@ -1,6 +1,7 @@
 """What every rank must share before a job starts: the verdict on the configuration,
 the run id, and numba kernels compiled once per node."""
 import contextlib
+import gc
 import glob
 import hashlib
 import logging
@@ -16,7 +17,7 @@ from mpi4py import MPI
 from . import kernels
 from .bounded import wait_all
 from .errors import ConfigError, MpipsError
-from .warmup import compile_kernels
+from .warmup import CompileWatch, compile_kernels
 
 log = logging.getLogger("mpips")
 
@@ -46,15 +47,15 @@ def agree(comm: MPI.Intracomm, check, timeout: float,
 
 
 def broadcast_text(comm: MPI.Intracomm, text: str | None, timeout: float,
-                   limit: int = 4096) -> str:
-    """Rank 0's `text` (up to `limit` bytes of UTF-8), on every rank."""
+                   limit: int = 4096, root: int = 0) -> str:
+    """Rank `root`'s `text` (up to `limit` bytes of UTF-8), on every rank."""
     buf = np.zeros(limit, np.uint8)
-    if comm.rank == 0:
+    if comm.rank == root:
         data = text.encode()
         if len(data) > limit:
             raise ValueError(f"{len(data)} bytes of text; at most {limit} can be broadcast")
         buf[:len(data)] = np.frombuffer(data, np.uint8)
-    wait_all([comm.Ibcast(buf, root=0)], timeout, lambda: "rank 0 to broadcast")
+    wait_all([comm.Ibcast(buf, root=root)], timeout, lambda: f"rank {root} to broadcast")
     return buf.tobytes().rstrip(b"\0").decode()
 
 
@@ -73,7 +74,7 @@ def compile_per_node(comm: MPI.Intracomm, timeout: float, role: str | None = Non
     start = time.monotonic()
     marker = warm_marker(needs)
     if marker and os.path.exists(marker):
-        compile_kernels(**needs, role=role)
+        _load_kernels(needs, role)
         return time.monotonic() - start
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
@@ -81,17 +82,42 @@ def compile_per_node(comm: MPI.Intracomm, timeout: float, role: str | None = Non
             if comm.rank == 0:
                 log.info("loading the numba kernels (compiled on the first run of these "
                          "sources on a machine, ~20 s)")
-            compile_kernels(**needs)
+            _compile_all(needs)
             if marker:
                 with contextlib.suppress(OSError):
                     open(marker, "w").close()
         wait_all([node.Ibarrier()], timeout,
                  lambda: "the first rank on this node to compile the numba kernels")
         if node.rank != 0:
-            compile_kernels(**needs, role=role)
+            _load_kernels(needs, role)
     finally:
         node.Free()
     return time.monotonic() - start
+
+
+def _compile_all(needs: dict) -> None:
+    """Every role's kernels, compiled with the cyclic collector on and a collection after,
+    if start-up holds it off (see _load_kernels)."""
+    held = not gc.isenabled()
+    gc.enable()
+    try:
+        compile_kernels(**needs)
+    finally:
+        if held:
+            gc.collect()
+            gc.disable()
+
+
+def _load_kernels(needs: dict, role: str | None) -> None:
+    """compile_kernels from numba's cache, or collect what numba left if it compiled some
+    anyway (a cache it found stale): start-up holds the cyclic collector off (see __main__),
+    and compiling makes garbage by the hundred MB (loading the cache almost none), which
+    `ready` would keep for good."""
+    watch = CompileWatch()
+    with watch.watching():
+        compile_kernels(**needs, role=role)
+    if watch.compiled and not gc.isenabled():
+        gc.collect()
 
 
 def warm_marker(needs: dict) -> str | None:
@@ -130,4 +156,16 @@ def ready(comm: MPI.Intracomm, timeout: float, prepare) -> float:
     """Every rank prepares (opens its data, loads its part of a checkpoint); if any fails,
     all stop together with its message instead of waiting for it. Returns the start time."""
     agree(comm, prepare, timeout, "every rank to be ready to train")
+    if _gc_held():
+        # What start-up made lives on (modules, kernels, tables): no later collection goes
+        # over it. Not collected first: a full collection costs as much as the ones saved,
+        # and start-up leaves under 1 MB of garbage.
+        gc.freeze()
+        gc.enable()
     return time.monotonic()
+
+
+def _gc_held() -> bool:
+    """Whether `python -m mpips train` holds the cyclic garbage collector off (__main__)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return not gc.isenabled() and getattr(spec, "name", None) == "mpips.__main__"

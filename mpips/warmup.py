@@ -11,11 +11,7 @@ import numpy as np
 from numba.core import event
 
 from . import models, protocol
-from .blocks import Layout, name_id
-from .data import KeyIndexer, Rows, TextShard
-from .densetables import FUNCTIONS, DenseTables
-from .denserows import Part
-from .kernels import elementwise
+from .data import BIAS_KEY, KeyIndexer, Rows, TextShard
 from .kernels.csr import first_bad_label, first_bad_pointer
 from .kernels.hashing import is_sorted_unique
 from .kernels.logistic import mean_logloss, roc_auc
@@ -23,7 +19,9 @@ from .optimizer import NAMES, Optimizer
 from .placement import Placement
 from .protocol import Op
 from .pushfilter import PushFilter
-from .store import KVStore
+
+# A server's table and the full-batch solver's dense tables are imported in the functions
+# that warm them up: a rank loads no module its job does not use (start-up time).
 
 
 def compile_kernels(model=None, optimizer: str | None = None,
@@ -32,22 +30,25 @@ def compile_kernels(model=None, optimizer: str | None = None,
     """The kernels of `model` (a models.* object), `optimizer` (a name), the full-batch
     solver if `full_batch` and the push filters if `push_filter`, with the reading and
     scoring every job does; each None: all of them. `role`, "worker" or "server": only the
-    kernels of a worker's minibatches or of a server's table (None: both). A job loads only
-    its own: each kernel costs a process about 15 ms even from numba's cache, and every rank
-    of every launch pays it."""
-    batch = _tiny_batch()
-    keys, cols, bias_col = KeyIndexer()(batch, bias=True)
-    weights = np.zeros((keys.shape[0], 1), np.float32)
-    lr = models.LogisticRegression()
+    kernels of a worker's minibatches or of a server's table (None: both); a server parses
+    no text (a worker samples the data for the defaults). A job loads only its own: each
+    kernel costs a process a few ms even from numba's cache, and every rank of every launch
+    pays it."""
+    batch = _tiny_batch() if role != "server" else _TINY_ROWS
     if role != "server":
+        KeyIndexer(sort_entries=False)(batch, bias=True)   # the way for keys that bunch
+        keys, cols, bias_col = KeyIndexer()(batch, bias=True)
+        weights = np.zeros((keys.shape[0], 1), np.float32)
+        lr = models.LogisticRegression()
         is_sorted_unique(keys)
         Placement(2).split(keys)
         lr.gradient(batch, cols, bias_col, weights)
         lr.margins(batch, cols, bias_col, weights)
-    first_bad_pointer(batch.indptr, batch.indices.shape[0])   # a worker's rows, rank 0's sample
-    first_bad_label(batch.labels)
+        first_bad_pointer(batch.indptr, batch.indices.shape[0])   # rows read, the sample
+        first_bad_label(batch.labels)
     if role != "worker":
-        _server_table(keys, optimizer)
+        # The sorted unique keys a pull carries, the bias's last (as KeyIndexer gives them).
+        _server_table(np.append(np.unique(batch.indices), BIAS_KEY), optimizer)
         m = np.zeros(len(batch))
         mean_logloss(m, batch.labels)   # the lead's summary (rank 0 is a server)
         roc_auc(m, batch.labels)
@@ -57,13 +58,13 @@ def compile_kernels(model=None, optimizer: str | None = None,
         _push_filter()
     name = None if model is None else model.name
     if name in (None, "fm"):
-        _factorization_machine(batch, keys, cols, bias_col)
+        _factorization_machine(batch)
     if name in (None, "widedeep"):
         _wide_and_deep()
 
 
 def _tiny_batch() -> Rows:
-    """Three rows of svmlight text, parsed as a worker parses its data."""
+    """Three rows of svmlight text, parsed as a worker parses its data: the first two."""
     fd, path = tempfile.mkstemp(suffix=".svm")
     try:
         with os.fdopen(fd, "w") as f:
@@ -73,9 +74,16 @@ def _tiny_batch() -> Rows:
         os.unlink(path)
 
 
+# What _tiny_batch gives, for a rank that parses nothing.
+_TINY_ROWS = Rows(np.array([1, 0], np.float32), np.array([0, 2, 4], np.int64),
+                  np.array([1, 2, 3, 18446744073709551614], np.uint64),
+                  np.array([1, 0.5, 1, 2], np.float32), np.array([0, 12], np.int64))
+
+
 def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
     """A server's steps on its table: a push and pulls as they come off the wire, growing,
     the final model, its items, keys moving away."""
+    from .store import KVStore
     grad = np.full((keys.shape[0], 1), 0.1, np.float32)
     weights = np.zeros((keys.shape[0], 1), np.float32)
     for name in NAMES if optimizer is None else (optimizer,):
@@ -95,7 +103,9 @@ def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
     store.remove(many[:2])   # key ranges moving off a server (mpips ctl)
 
 
-def _factorization_machine(batch, keys, cols, bias_col) -> None:
+def _factorization_machine(batch) -> None:
+    from .store import KVStore
+    keys, cols, bias_col = KeyIndexer()(batch, bias=True)
     fm = models.FactorizationMachine(2)
     store = KVStore(fm.width, Optimizer("adagrad", lr=0.1), capacity=4, init=fm.init)
     pairs = store.pull(keys, np.empty((keys.shape[0], fm.width), np.float32))
@@ -129,6 +139,10 @@ def _push_filter() -> None:
 
 def _full_batch(batch) -> None:
     """A full-batch job's steps (fullbatch, densetables) on one tiny table."""
+    from .blocks import Layout, name_id
+    from .densetables import FUNCTIONS, DenseTables
+    from .denserows import Part
+    from .kernels import elementwise
     part = Part(batch, dim=4, bias=True)
     w = np.zeros(part.coords.shape[0])
     part.loss_and_gradient(w)

@@ -1,5 +1,6 @@
 """Each rank loads only its role's kernels before training: a worker none of a server's
-table, a server none of a worker's gradient; without a role, both."""
+table, a server none of a worker's gradient, nor the text parser and the key indexer (a
+worker samples the data for the defaults); without a role, all of them."""
 import json
 import subprocess
 import sys
@@ -10,23 +11,41 @@ LOADED = """
 import json, sys
 from mpips import models
 from mpips.warmup import compile_kernels
-from mpips.kernels import logistic, optim, table
+from mpips.kernels import keys, logistic, optim, svmlight, table
 role = None if sys.argv[1] == "both" else sys.argv[1]
 compile_kernels(model=models.LogisticRegression(), optimizer="adagrad", full_batch=False,
                 push_filter=False, role=role)
 print(json.dumps({"table": bool(table.find_and_read.signatures),
                   "update": bool(optim.adagrad_update.signatures),
-                  "gradient": bool(logistic.logistic_gradient.signatures)}))
+                  "gradient": bool(logistic.logistic_gradient.signatures),
+                  "parser": bool(svmlight.parse_lines.signatures),
+                  # both ways to a minibatch's keys: sorting entries, and for keys that bunch
+                  "keys": [bool(keys.sorted_entries.signatures),
+                           bool(keys.sorted_unique_inverse.signatures)]}))
 """
 
 
 @pytest.mark.parametrize("role, expected", [
-    ("worker", {"table": False, "update": False, "gradient": True}),
-    ("server", {"table": True, "update": True, "gradient": False}),
-    ("both", {"table": True, "update": True, "gradient": True}),
+    ("worker", {"table": False, "update": False, "gradient": True, "parser": True,
+                "keys": [True, True]}),
+    ("server", {"table": True, "update": True, "gradient": False, "parser": False,
+                "keys": [False, False]}),
+    ("both", {"table": True, "update": True, "gradient": True, "parser": True,
+              "keys": [True, True]}),
 ])
 def test_a_rank_loads_its_roles_kernels(role, expected):
     done = subprocess.run([sys.executable, "-c", LOADED, role], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_a_server_warms_its_table_with_the_keys_a_worker_would_pull():
+    from mpips.data import KeyIndexer
+    from mpips.warmup import _TINY_ROWS, _tiny_batch
+    parsed = _tiny_batch()
+    for field in ("labels", "indptr", "indices", "values", "origins"):
+        a, b = getattr(parsed, field), getattr(_TINY_ROWS, field)
+        assert a.dtype == b.dtype and (a == b).all(), field
+    keys, _, _ = KeyIndexer()(parsed, bias=True)
+    assert keys.tolist() == [1, 2, 3, 2**64 - 2, 2**64 - 1]

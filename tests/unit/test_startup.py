@@ -1,0 +1,39 @@
+"""Start-up: every rank imports what all ranks use, then its own part's modules only; HDF5 is
+loaded by the ranks that write or read a file, once they do."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+IMPORTED = """
+import json, sys
+import mpips.cli, mpips.job
+if sys.argv[1]:
+    __import__(sys.argv[1])
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(("mpips", "h5py")))))
+"""
+
+# What no rank of a plain job (minibatches, no checkpoint, no pipeline) imports before its
+# first minibatch (HDF5: servers save their shards at the end, rank 0 the timelines), and
+# what only one role's ranks import.
+NOWHERE = {"h5py", "mpips.fullbatch", "mpips.densetables", "mpips.dense", "mpips.denserows",
+           "mpips.report", "mpips.evaluate", "mpips.api", "mpips.makedata"}
+SERVERS_ONLY = {"mpips.server_side", "mpips.server", "mpips.store", "mpips.membership"}
+WORKERS_ONLY = {"mpips.worker_side", "mpips.client"}
+
+
+def imported(part: str) -> set:
+    done = subprocess.run([sys.executable, "-c", IMPORTED, part], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("part, unused", [
+    ("", NOWHERE | SERVERS_ONLY | WORKERS_ONLY),
+    ("mpips.worker_side", NOWHERE | SERVERS_ONLY),
+    ("mpips.server_side", (NOWHERE - {"mpips.densetables"}) | {"mpips.worker_side"}),
+])
+def test_a_rank_imports_no_module_its_part_does_not_use(part, unused):
+    assert imported(part) & unused == set()
