@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ConfigError, InputError
-from .kernels.keys import sorted_unique_inverse
+from .kernels.keys import sorted_entries, sorted_unique_inverse
 from .kernels import avazu, criteo, svmlight
 from .kernels.svmlight import capacity, parse_lines
 
@@ -95,17 +95,21 @@ class KeyIndexer:
     """Sorted unique keys of minibatches (plus the model's reserved keys and the bias key),
     with scratch space reused from one minibatch to the next."""
 
-    def __init__(self, reserved: np.ndarray = np.empty(0, np.uint64)):
+    def __init__(self, reserved: np.ndarray = np.empty(0, np.uint64),
+                 sort_entries: bool = True):
         """`reserved`: keys every minibatch pulls (a model's own rows, just below the bias
-        key, ascending); data may not use them."""
+        key, ascending); data may not use them. `sort_entries`: try sorting the entries
+        first (see kernels.keys), until keys bunch; else the hash pass at once."""
         self.reserved = reserved
+        self._sort_entries = sort_entries
         self._grow_scratch(1 << 12)
         self._grow_table(1 << 12)
 
     def _grow_scratch(self, entries: int) -> None:
-        self._ids = np.empty(entries, np.int64)
+        self._ids = np.empty(entries + 1, np.int64)
         self._scratch_keys = np.empty(entries, np.uint64)
         self._scratch_ids = np.empty(entries, np.int64)
+        self._entries = np.empty((entries, 2), np.uint64)
 
     def _grow_table(self, unique: int) -> None:
         """A hash table with room for `unique` keys at most half full."""
@@ -116,12 +120,17 @@ class KeyIndexer:
         """(keys, cols, bias_col): the sorted unique keys of the rows, each entry's position
         among them, and the bias key's position (-1 without bias)."""
         n = rows.indices.shape[0]
-        if n > self._ids.shape[0]:
+        if n >= self._ids.shape[0]:
             self._grow_scratch(max(n, 2 * self._ids.shape[0]))
         extra = self.reserved.shape[0]
         keys = np.empty(n + extra + 1, np.uint64)
         cols = np.empty(n, np.int64)
-        while True:
+        m = -1
+        if self._sort_entries:
+            m = sorted_entries(rows.indices, keys, cols, self._ids.view(np.int32),
+                               self._entries)
+            self._sort_entries = m >= 0
+        while m < 0:
             if self._stamp == 2**32 - 1:
                 self._grow_table(self._table.shape[0] // 2)
             self._stamp += 1
