@@ -7,6 +7,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _S30 = np.uint64(30)
 _S27 = np.uint64(27)
 _S31 = np.uint64(31)
+_S32 = np.uint64(32)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -20,12 +21,13 @@ def mix64(x):
 @njit(cache=True, nogil=True, inline="always")
 def _range_of(h, bounds):
     """The last r with bounds[r] <= h (bounds[0] is 0). The ranges are equal slices of the
-    hash (see placement), so h // bounds[1] is r or one more; any sorted bounds are still
+    hash (see placement), so h's top 32 bits times n, shifted down, is r or one less (a
+    multiply, not a 64-bit division: a tenth of the time); any sorted bounds are still
     found, by stepping from there."""
     n = bounds.shape[0]
     if n == 1:
         return 0
-    r = np.int64(min(h // bounds[1], np.uint64(n - 1)))
+    r = np.int64(((h >> _S32) * np.uint64(n)) >> _S32)
     while r + 1 < n and bounds[r + 1] <= h:
         r += 1
     while bounds[r] > h:
