@@ -81,7 +81,7 @@ class Op(IntEnum):
     DENSE = 15   # an operation on dense tables (see densetables): `nkeys` int64 fields (the
                  # function's number, its tables', its integers), `width` float64 scalars,
                  # `ref` uint64 rows, then float64 values; reply: float64 (see dense_fields)
-    # Servers joining and leaving (see membership):
+    # Servers joining and leaving (see rangemoves):
     MOVE_ASK = 16    # the lead to the others: say your keys read per range; with `ref` 1, also
                      # hold reads past the clocks let through so far
     MOVE_CLOCK = 17  # a server to the lead: the highest clock it let a read through for, then
@@ -94,7 +94,7 @@ class Op(IntEnum):
     PLACEMENT = 21   # a worker to the lead, a read refused: what now? Reply: int64 kind (0:
                      # the job stopped, 1: moved), version, clock, each range's owner, then
                      # its extra holders (a move under way), `replicas` a range, -1 for none
-    # Workers joining (see membership):
+    # Workers joining (see workermoves):
     SPLIT = 22       # a worker to the lead: it split its rows left with the worker joining
                      # (`nkeys` int64: a death_fields record whose worker is a survivor)
     JOIN_AT = 23     # the lead to the others: worker `ref` trains again from clock `clock`

@@ -1,5 +1,5 @@
 """Key ranges copied to a server that holds them anew, while training goes on: after a failover
-(a dead server's copies rebuilt) and when ranges move (`mpips ctl`, see membership). The
+(a dead server's copies rebuilt) and when ranges move (`mpips ctl`, see rangemoves). The
 placement adds the new holder as a backup; `rebuild` decides when each copy is due and which
 pushes kept meanwhile the new holder applies after it. This module carries the messages.
 """

@@ -14,7 +14,7 @@ manifest once every server has reported its file, and, asked to stop or when a t
 checkpoint is due, names the clock for it: two past its slowest worker, which no server
 has passed yet. Under ULFM, another rank's death goes to `takeover`: a dead server's keys'
 living copies answer for it, and lost copies are rebuilt by `rangecopies`, which also
-carries the copies of ranges moving to new holders (`membership`, `mpips ctl`).
+carries the copies of ranges moving to new holders (`rangemoves`, `mpips ctl`).
 """
 import json
 import logging

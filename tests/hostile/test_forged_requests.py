@@ -452,15 +452,15 @@ def test_a_step_of_a_move_not_under_way_is_refused(text, says):
     """A server saying it made a step of a move the lead did not ask for stops the job
     rather than answering `ctl` or the workers with a placement nobody holds."""
     with pytest.raises(ProtocolError, match=says):
-        lead_membership().on_moved(1, None, protocol.pack(Header(Op.MOVED),
-                                                          np.frombuffer(text, np.uint8)))
+        lead_membership().handlers()[Op.MOVED](1, None, protocol.pack(
+            Header(Op.MOVED), np.frombuffer(text, np.uint8)))
 
 
 def test_a_switch_with_no_copies_made_is_refused():
     from types import SimpleNamespace
     with pytest.raises(ProtocolError, match="no move under way whose copies are made"):
-        lead_membership().on_at(0, SimpleNamespace(header=Header(Op.MOVE_AT, clock=7, ref=2)),
-                                None)
+        lead_membership().handlers()[Op.MOVE_AT](
+            0, SimpleNamespace(header=Header(Op.MOVE_AT, clock=7, ref=2)), None)
 
 
 def split_of(worker: int = 0, joiner: int = 1):

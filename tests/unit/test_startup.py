@@ -19,7 +19,8 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith(("mpips", "h5py")
 # what only one role's ranks import.
 NOWHERE = {"h5py", "mpips.fullbatch", "mpips.densetables", "mpips.dense", "mpips.denserows",
            "mpips.report", "mpips.evaluate", "mpips.api", "mpips.makedata"}
-SERVERS_ONLY = {"mpips.server_side", "mpips.server", "mpips.store", "mpips.membership"}
+SERVERS_ONLY = {"mpips.server_side", "mpips.server", "mpips.store", "mpips.membership",
+                "mpips.rangemoves", "mpips.workermoves"}
 WORKERS_ONLY = {"mpips.worker_side", "mpips.client"}
 
 
