@@ -177,8 +177,8 @@ def _train_parser(sub):
     diag.add_argument("--straggler", action="append", default=[], metavar="W:FACTOR",
                       type=_straggler,
                       help="make worker W (0-based among workers) take FACTOR times as long per "
-                           "minibatch, by sleeping; to test and measure the consistency models "
-                           "(repeatable)")
+                           "minibatch (at least 1 ms), by sleeping; to test and measure the "
+                           "consistency models (repeatable)")
     opt = p.add_argument_group("model and optimizer")
     opt.add_argument("--model", choices=models.NAMES, default="lr",
                      help="lr: logistic regression; fm: a factorization machine (Rendle 2010): "

@@ -29,6 +29,8 @@ from .workplan import Death, WorkPlan
 
 log = logging.getLogger("mpips")
 
+STRAGGLER_LEAST_BUSY_S = 1e-3
+
 EVAL_BATCH = 10000
 
 
@@ -171,8 +173,10 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
                 push = kv.push(keys, grad, clock=True,
                                flush=upcoming is None or kv.asked_to_leave)
                 if slowdown > 1:   # --straggler, a testing aid: take `slowdown` times as long
+                    # (as if a minibatch took at least 1 ms: a test's slowed job then lasts
+                    # about as long however fast the machine and the code)
                     busy = time.monotonic() - mark - (kv.wait_s - waited)
-                    time.sleep((slowdown - 1) * max(busy, 0.0))
+                    time.sleep((slowdown - 1) * max(busy, STRAGGLER_LEAST_BUSY_S))
                     mark = time.monotonic()
                 if upcoming and kv.asked_to_leave:
                     left = upcoming
