@@ -4,7 +4,7 @@ import argparse
 import pytest
 from conftest import run_mpips
 
-from mpips.cli import checkpoint_interval
+from mpips.trainargs import checkpoint_interval
 
 
 def test_help_explains_each_option():
