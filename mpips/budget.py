@@ -41,5 +41,16 @@ class Budget:
         self.held += nbytes
         self.peak = max(self.peak, self.held)
 
+    def allocate(self, nbytes: int, what: str, make):
+        """make(), an allocation of `nbytes`, taken as `take` does; if the machine refuses it
+        (MemoryError), nothing is counted."""
+        held, peak = self.held, self.peak
+        self.take(nbytes, what)
+        try:
+            return make()
+        except MemoryError:
+            self.held, self.peak = held, peak
+            raise
+
     def release(self, nbytes: int) -> None:
         self.held -= nbytes

@@ -212,6 +212,12 @@ class TrainConfig:
             raise ConfigError(f"--push-values, --push-threshold and --push-skip-zeros filter "
                               f"the minibatch solver's pushes; --solver {self.solver} pushes "
                               f"none")
+        if self.filters_pushes and self.stages > 1:
+            raise ConfigError(f"--push-values, --push-threshold and --push-skip-zeros filter a "
+                              f"worker's pushes of its minibatch's keys; with --stages "
+                              f"{self.stages} the later stages push the network's layers, "
+                              f"whose held-back rows no last push would deliver: train "
+                              f"without the filters, or without --stages")
 
     def _check_solver(self) -> None:
         if self.solver not in SOLVERS:

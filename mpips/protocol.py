@@ -218,11 +218,6 @@ def bitmap_of(buf: np.ndarray, h: Header) -> np.ndarray:
     return buf[start:start + bitmap_bytes(h.nkeys)]
 
 
-def sent_rows(bits: np.ndarray, nkeys: int) -> np.ndarray:
-    """The pulled keys' indices (int64) whose bit is set in a MASK push's bitmap."""
-    return np.flatnonzero(np.unpackbits(bits, count=nkeys, bitorder="little"))
-
-
 def set_bits(bits: np.ndarray) -> np.ndarray:
     """The indices (int64) of every bit set in a bitmap, its padding included: a MASK push's
     rows sent, and any bit past its keys, from one unpacking."""

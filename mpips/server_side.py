@@ -104,7 +104,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         clocks.resume(worker, p["clock"])
 
     def load() -> None:
-        _reserve(store, cfg.train, placement.held_ranges(roles.index).mean())
+        if cfg.solver == "minibatch":   # a full-batch solver's servers hold dense tables
+            _reserve(store, cfg.train, placement.held_ranges(roles.index).mean())
         if not resume:
             return
         full_batch = "solver" in resume[1]

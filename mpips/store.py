@@ -31,9 +31,10 @@ class KVStore:
         self._allocate(max(int(capacity), 16))
 
     def _allocate(self, cap: int) -> None:
-        self.budget.take((cap + 1) * (table.KEY_WORDS + self.columns) * 4,
-                         f"the key-value table of {cap:,} rows")
-        self._rows = np.zeros((cap + 1, table.KEY_WORDS + self.columns), np.uint32)
+        shape = (cap + 1, table.KEY_WORDS + self.columns)
+        self._rows = self.budget.allocate(shape[0] * shape[1] * 4,
+                                          f"the key-value table of {cap:,} rows",
+                                          lambda: np.zeros(shape, np.uint32))
         self._rows[:, :table.KEY_WORDS] = 0xFFFFFFFF
         self._state = self._rows.view(np.float32)[:, table.KEY_WORDS:]
 

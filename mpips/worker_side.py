@@ -168,8 +168,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
                 sample(time.monotonic() - t0)
                 if push is not None:
                     kv.wait(push)
-                # The last push of a pass over its rows delivers what the push filter still
-                # holds back (pushfilter).
+                # The last push of the worker's stream of minibatches delivers what the push
+                # filter still holds back (pushfilter).
                 push = kv.push(keys, grad, clock=True,
                                flush=upcoming is None or kv.asked_to_leave)
                 if slowdown > 1:   # --straggler, a testing aid: take `slowdown` times as long

@@ -84,6 +84,9 @@ REFUSED = [
     (("--solver", "lbfgs", "--push-values", "int8"),
      "--push-values, --push-threshold and --push-skip-zeros filter the minibatch solver's "
      "pushes; --solver lbfgs pushes none"),
+    (("--model", "widedeep", "--servers", "2", "--stages", "2", "--push-threshold", "0.01"),
+     "with --stages 2 the later stages push the network's layers, whose held-back rows no "
+     "last push would deliver"),
 ]
 
 

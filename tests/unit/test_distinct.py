@@ -97,3 +97,18 @@ def test_a_reservation_over_the_memory_limit_is_skipped_not_fatal(dataset, caplo
         _reserve(store, str(path), 1.0)
     assert store.capacity < 2000
     assert "not sized ahead" in caplog.text and "--max-rank-memory" in caplog.text
+
+
+def test_a_table_too_large_for_the_machine_is_skipped_and_holds_nothing(dataset, monkeypatch):
+    """Within --max-rank-memory (or without one) the allocation itself may fail: the budget
+    counts nothing of it, and training goes on growing the table as before."""
+    path, meta, _ = dataset
+    budget = Budget(None, "server 0")
+    store = KVStore(1, Optimizer("adagrad", lr=0.1), budget=budget)
+    held, peak = budget.held, budget.peak
+    with pytest.raises(MemoryError):
+        store.reserve(1 << 46)   # a petabyte of table
+    assert (budget.held, budget.peak) == (held, peak) and store.capacity < 2000
+    monkeypatch.setattr(store, "reserve", lambda keys: KVStore.reserve(store, 1 << 46))
+    _reserve(store, str(path), 1.0)
+    assert (budget.held, budget.peak) == (held, peak)

@@ -55,7 +55,6 @@ def test_a_bitmap_names_the_rows_sent():
     sent = RNG.random(77) < 0.3
     bits = protocol.bitmap(sent)
     assert bits.nbytes == 16
-    assert protocol.sent_rows(bits, 77).tolist() == np.flatnonzero(sent).tolist()
     assert protocol.set_bits(bits).tolist() == np.flatnonzero(sent).tolist()
     bits[-1] = 128   # padding: bit 127
     assert protocol.set_bits(bits).tolist() == [*np.flatnonzero(sent), 127]
