@@ -136,9 +136,8 @@ class KeyIndexer:
             self._stamp += 1
             m = sorted_unique_inverse(rows.indices, self._table, self._stamp, keys, cols,
                                       self._ids, self._scratch_keys, self._scratch_ids)
-            if m >= 0:
-                break
-            self._grow_table(self._table.shape[0])   # more unique keys than fit: double it
+            if m < 0:
+                self._grow_table(self._table.shape[0])   # more unique keys than fit: double it
         if extra:
             if m and keys[m - 1] >= self.reserved[0]:
                 raise InputError(f"{source}: feature index {keys[m - 1]} is among the keys "

@@ -229,7 +229,7 @@ class PushFilter:
 
 def of(cfg) -> Plain | PushFilter:
     """The push filter a TrainConfig asks for."""
-    if cfg.push_values == "float32" and not cfg.push_threshold and not cfg.push_skip_zeros:
+    if not cfg.filters_pushes:
         return Plain()
     return PushFilter(cfg.model_spec().width, cfg.push_values, cfg.push_threshold,
                       cfg.optimizer.l1 if cfg.push_skip_zeros else 0.0)
