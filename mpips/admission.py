@@ -19,11 +19,12 @@ from .protocol import HEADER_BYTES, Op
 # their end, a stop they were asked for) and server 0 to the others (clocks to checkpoint at).
 FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STOP,
                 Op.DENSE}
-WORKERS_TO_LEAD = {Op.PLACEMENT, Op.SPLIT}
-FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP, Op.MOVE_CLOCK, Op.MOVED}
+WORKERS_TO_LEAD = {Op.PLACEMENT, Op.SPLIT, Op.CHUNK}
+FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP, Op.MOVE_CLOCK, Op.MOVED,
+                        Op.CHUNK}
 FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH, Op.MOVE_ASK, Op.MOVE_TO, Op.MOVE_AT,
              Op.JOIN_AT}
-FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE}   # from any server to any other
+FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE, Op.READ, Op.SCORED}   # any to any
 FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
          Op.PUSH: (protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT | protocol.BACKUP
                    | protocol.HALF | protocol.INT8 | protocol.MASK),
@@ -53,7 +54,7 @@ def _expected_bytes(op: Op, h, n_workers: int, backup: int, rows: int | None) ->
     report = protocol.REPORT_BYTES if h.flags & protocol.REPORT else 0
     if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):
         return HEADER_BYTES + 8 * h.nkeys
-    if op in (Op.PULL, Op.PUSH):
+    if op in (Op.PULL, Op.PUSH, Op.READ):
         return HEADER_BYTES + protocol.payload_bytes(h, backup, rows) + report
     return HEADER_BYTES + report
 
@@ -119,7 +120,8 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         raise ProtocolError(f"{op.name} with a negative ts {h.ts} or clock {h.clock}")
     # Placements only move keys to servers that held them already (a dead primary's backup
     # answers for it), so keys split by an earlier one are checked against this one.
-    if op in (Op.PULL, Op.PUSH, Op.COPY) and not 0 <= h.placement <= placement.version:
+    if (op in (Op.PULL, Op.PUSH, Op.COPY, Op.READ)
+            and not 0 <= h.placement <= placement.version):
         raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
                             f"this server's is {placement.version}")
     if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):   # int64, read by handlers
@@ -145,9 +147,10 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
                                 f"{report.examples}, shares taken {report.taken} at epoch "
                                 f"{report.taken_epoch})")
     # Reads go to a key's primary, writes to every server holding it.
+    read = op in (Op.PULL, Op.READ)
     for part, these in (("", keys), ("backed-up ", backup_keys)):
         if these.shape[0]:
-            i, why = placement.first_misplaced(these, server, as_primary=op is Op.PULL,
+            i, why = placement.first_misplaced(these, server, as_primary=read,
                                                counts=load if op is Op.PULL else None)
             if i >= 0:
                 raise ProtocolError(f"{op.name} of {these.shape[0]} {part}keys whose key "

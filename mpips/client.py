@@ -315,6 +315,17 @@ class KVWorker:
                  lambda: f"server rank {self._servers[lead]} to report the workers' clocks")
         return dict(zip(protocol.STATUS_FIELDS, out.tolist()))
 
+    def test_chunk(self) -> int:
+        """Start asking the lead which chunk of the test file to score next (see
+        testscoring); wait(ts) gives it, as int64 (start, stop): equal once none is left."""
+        self._ts += 1
+        out, lead = np.empty(2, np.int64), self._lead()
+        self._pending[self._ts] = _Pending(
+            what=f"server rank {self._servers[lead]} to hand out a chunk of the test rows",
+            sends=[self._send(lead, Op.CHUNK)], replies=[self._reply_into(out, lead)], out=out,
+            version=self._placement.version)
+        return self._ts
+
     def notices(self) -> list:
         """The deaths the lead server has told this worker of since the last call: (number,
         workplan.Death), in the order they arrived. A notice to leave, to give rows to a worker

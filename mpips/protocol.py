@@ -98,6 +98,12 @@ class Op(IntEnum):
     SPLIT = 22       # a worker to the lead: it split its rows left with the worker joining
                      # (`nkeys` int64: a death_fields record whose worker is a survivor)
     JOIN_AT = 23     # the lead to the others: worker `ref` trains again from clock `clock`
+    # Every rank scoring chunks of the test rows (see testscoring):
+    CHUNK = 24       # any rank to the lead: which chunk of the test file to score next?
+                     # Reply: int64 start and stop (rows, or bytes of text), equal for none left
+    READ = 25        # a server to another, once training is over: the final weights of the
+                     # `nkeys` sorted keys that follow (reply: float32, as to a PULL)
+    SCORED = 26      # a server to the others: it has scored its chunks; it reads no more
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock

@@ -340,7 +340,7 @@ class RangeMoves:
             self._step_in(s.roles.index, figures)
         else:
             text = np.frombuffer(json.dumps(figures).encode(), np.uint8)
-            s.send(protocol.pack(protocol.Header(Op.MOVED), text), s._lead_rank)
+            s.send(protocol.pack(protocol.Header(Op.MOVED), text), s.lead_rank)
 
     def _cancel(self) -> None:
         s, m = self.server, self.move

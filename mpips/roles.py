@@ -38,6 +38,12 @@ class Roles:
     def worker_index(self, rank: int) -> int:
         return rank - len(self.servers)
 
+    def ranks_on_node(self) -> int:
+        """How many ranks of the job share this rank's node."""
+        if not self.nodes:
+            return 1
+        return self.nodes.count(self.nodes[self.comm.rank])
+
     def survived(self) -> "Roles":
         """Collective over the living ranks: if a rank has died (under ULFM), the roles of
         the survivors on a communicator of their own (servers first, as before; `group` is

@@ -90,7 +90,7 @@ class Server:
                  placement: Placement | None = None, failover: bool = False,
                  workers_fail_over: bool = False, epochs: int = 1, parts: list = (),
                  deaths: tuple = (), dense: DenseTables | None = None,
-                 run_dir: str | None = None):
+                 run_dir: str | None = None, scoring=None):
         """`checkpoints`: when to write them, and where each worker stood (when resuming);
         by default none but those a stop asks for. `failover` (under ULFM): when another
         server dies, go on with the living copies of its keys. With `parts` (each worker's own
@@ -98,7 +98,8 @@ class Server:
         and with `workers_fail_over` (under ULFM) when it dies; `deaths`: those before a
         resume. `dense`: the
         server's dense tables (by default, none yet: workers create them). `run_dir`: where
-        `mpips ctl` leaves requests for the lead (see membership)."""
+        `mpips ctl` leaves requests for the lead (see membership). `scoring`: makes, for
+        this server, its share of the test rows to score (a testscoring.Scoring)."""
         self.roles = roles
         self.store = store
         self.clocks = clocks
@@ -134,7 +135,8 @@ class Server:
             Op.STOP: self._on_stop, Op.STOP_AT: self._on_stop_at,
             Op.CHECKPOINT_AT: self._on_checkpoint_at, Op.SHARD_SAVED: self._on_shard_saved}
         self.members = Membership(self, run_dir)
-        for capability in (self.copies, self.losses, self.members):   # their operations
+        self.scoring = scoring(self) if scoring else None
+        for capability in (self.copies, self.losses, self.members, self.scoring):
             if capability:
                 self._handlers.update(capability.handlers())
         self.dense = dense or DenseTables(roles.index, self.placement, len(roles.workers))
@@ -156,7 +158,7 @@ class Server:
         return self.roles.index == self._lead_index
 
     @property
-    def _lead_rank(self) -> int:
+    def lead_rank(self) -> int:
         return self.roles.servers[self._lead_index]
 
     # What the job reads back once serving is over.
@@ -198,14 +200,15 @@ class Server:
                                if self.hooks.snapshot and self.hooks.snapshot_every
                                else float("inf"))
         self._next_timed = start + self.ckpt.seconds if self.ckpt.seconds else float("inf")
-        while self._talking or self._servers_left or self._copies_awaited:
+        while (self._talking or self._servers_left or self._copies_awaited
+               or (self.scoring and self.scoring.busy)):
             try:
                 self._step(start)
             except MPI.Exception as e:
                 if not self._went_on(e):
                     raise
         if not self.lead:   # after this server's last SHARD_SAVED, in MPI's order
-            self.send(protocol.pack(protocol.Header(Op.BYE)), self._lead_rank)
+            self.send(protocol.pack(protocol.Header(Op.BYE)), self.lead_rank)
         for clock, missing in self.ckpt.incomplete():
             log.warning("checkpoint at clock %d is incomplete (server(s) %s did not write it, "
                         "the job having ended first): it will be passed over", clock, missing)
@@ -243,12 +246,21 @@ class Server:
         if self.copies.sending:   # a few ranges a turn
             self.copies.send_copies()
         msg = self.roles.comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, self._probed)
+        if msg is None and self.scoring and self.scoring.poll():   # test rows when idle
+            self._backoff.reset()
+            self._quiet_since = now
+            return
         if msg is None:
             if now >= self._next_check:
-                if self._talking:
-                    self._check_silence()
+                if self._talking or (self.scoring and self.scoring.scoring_here):
+                    if self._talking:
+                        self._check_silence()
                     self._quiet_since = now
                 elif now - self._quiet_since > self.timeout:
+                    if self.scoring and self.scoring.busy:
+                        raise WaitTimeout(f"server rank(s) {self.scoring.waiting_for} did not "
+                                          f"say they had scored their test rows within "
+                                          f"--timeout {self.timeout:g} s of the last worker")
                     if self._servers_left:
                         raise WaitTimeout(f"servers {sorted(self._servers_left)} did not say "
                                           f"they had finished within --timeout "
@@ -302,7 +314,7 @@ class Server:
         if self.takeover and h and h.placement > self.placement.version:
             self.takeover.catch_up(h.placement, self.sender(source))
         request = admit(buf, self.sender(source), from_worker, to_lead=self.lead,
-                        from_lead=source == self._lead_rank, width=self.store.width,
+                        from_lead=source == self.lead_rank, width=self.store.width,
                         placement=self.placement, server=self.roles.index,
                         columns=self.store.columns, n_workers=len(self.roles.workers),
                         load=self.members.load)
@@ -557,7 +569,7 @@ class Server:
         else:
             text = np.frombuffer(json.dumps(entry).encode(), np.uint8)
             self.send(protocol.pack(protocol.Header(Op.SHARD_SAVED, clock=clock), text),
-                       self._lead_rank)
+                       self.lead_rank)
 
     def _shard_in(self, clock: int, entry: dict, positions: dict | None = None) -> None:
         """Server 0: a server's file of checkpoint `clock`; once all are in (and its own
@@ -588,7 +600,7 @@ class Server:
         if not self._stop_asked and self.hooks.stop_requested():
             self._stop_asked = True
             if not self.lead:
-                self.send(protocol.pack(protocol.Header(Op.STOP)), self._lead_rank)
+                self.send(protocol.pack(protocol.Header(Op.STOP)), self.lead_rank)
         if (self.lead and self._stop_asked and self.ckpt.stop_at is None
                 and not self.members.busy):   # a stop waits for a move to end
             slowest = self.clocks.slowest()
@@ -627,15 +639,26 @@ class Server:
     # Replies.
     def _serve(self, pull: Pull) -> None:
         self.gate.served(pull)
+        if self.clocks.done[pull.worker] == FINISHED and not pull.insert:   # scoring
+            self.reply(self.final_weights(pull.keys), pull.source, pull.ts)
+            return
         self.stats.keys_served += pull.keys.shape[0]
         out = np.empty((pull.keys.shape[0], self.store.width), np.float32)
         rows = self.store.find(pull.keys, pull.insert, out)
-        if self.clocks.done[pull.worker] == FINISHED and self.store.optimizer.averages:
-            out = self.store.model_weights(rows, self.clocks.longest)   # the final model
         if pull.insert:
             keys = pull.keys if pull.owned else pull.keys.copy()
             self.rows.remember(pull.worker, pull.ts, keys, rows, self.store.generation)
         self.reply(out, pull.source, pull.ts)
+
+    def final_weights(self, keys: np.ndarray) -> np.ndarray:
+        """The trained model's weights of `keys` (zeros for keys never trained), once every
+        worker has finished: nothing is stored."""
+        self.stats.keys_served += keys.shape[0]
+        out = np.empty((keys.shape[0], self.store.width), np.float32)
+        rows = self.store.find(keys, False, out)
+        if self.store.optimizer.averages:
+            out = self.store.model_weights(rows, self.clocks.longest)
+        return out
 
     def _refuse(self, pull: Pull) -> None:
         """An empty reply: the job has stopped (a checkpoint holds the model)."""

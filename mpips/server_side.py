@@ -28,6 +28,7 @@ from .progress import Progress
 from .replicas import PrimaryKeys
 from .roles import Roles
 from .server import Hooks, Server
+from .testscoring import Scoring, core_to_spare, shared
 from .startup import process_age, ready
 from .shards import distinct_keys, spans
 from .store import KVStore
@@ -193,7 +194,9 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                     placement=placement, failover=failover, workers_fail_over=hot,
                     epochs=cfg.epochs,
                     parts=spans(cfg.train, len(roles.workers)) if elastic else (),
-                    deaths=checkpoint.deaths(resume), run_dir=cfg.out)
+                    deaths=checkpoint.deaths(resume), run_dir=cfg.out,
+                    scoring=((lambda s: Scoring(s, cfg, core_to_spare(roles)))
+                             if shared(cfg, hot) else None))
     t0 = started[0] = ready(roles.comm, cfg.timeout, load)
     startup_s = process_age()
     if progress:
@@ -261,8 +264,13 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["pushes"] = stats.pushes_applied
     r["keys_served"] = stats.keys_served
     r["held_peak"] = budget.peak
-    return (r, np.empty(0), np.empty(0, np.float32), server.held_s, NO_STEPS,
-            server.timeline.samples())
+    margins, labels = np.empty(0), np.empty(0, np.float32)
+    if server.scoring:
+        margins, labels = server.scoring.results()
+        r["score_s"] = server.scoring.score_s
+        r["bad_lines"] = server.scoring.bad_lines
+    r["test_rows"] = margins.shape[0]
+    return r, margins, labels, server.held_s, NO_STEPS, server.timeline.samples()
 
 
 def _checkpoints_hint(cfg: TrainConfig) -> str:

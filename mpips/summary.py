@@ -35,7 +35,7 @@ RECORD = np.dtype([
     ("tasks", "<i8"),         # pipeline tasks logged (stagework.TaskLog)
     ("keys_served", "<i8"),   # servers: keys of the reads answered
     ("startup_s", "<f8"),     # from the process's start to training (see startup.ready)
-    ("score_s", "<f8"),       # workers: scoring their share of --test
+    ("score_s", "<f8"),       # scoring this rank's share of --test
     ("save_s", "<f8"),        # servers: writing their shard of the model
     ("push_bytes", "<i8"),    # servers: of the workers' pushes received
     # Workers: their push filter's work (see pushfilter.FIGURES).
@@ -101,6 +101,9 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
     keys = int(servers["keys"].sum())
     bytes_sent = int(records["bytes_sent"].sum())
     tested = margins is not None and margins.shape[0] > 0
+    if tested:   # in one order, whichever rank scored which rows: the same sums every run
+        order = np.lexsort((labels, margins))
+        margins, labels = margins[order], labels[order]
     auc = float(roc_auc(margins, labels)) if tested else float("nan")
     return {
         "mpips_version": __version__,
@@ -110,7 +113,8 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "train_examples": examples,
         "train_examples_this_launch": now,
         "train_logloss": float(workers["train_loss"].sum()) / examples if examples else None,
-        "test_examples": int(workers["test_rows"].sum()),
+        "test_examples": int(records["test_rows"].sum()),
+        "test_examples_by_rank": records["test_rows"].tolist(),   # servers first
         "test_logloss": float(mean_logloss(margins, labels)) if tested else None,
         "test_auc": None if np.isnan(auc) else auc,
         "examples_per_s": now / train_s if train_s > 0 and now else None,
@@ -118,7 +122,7 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         # minibatch, training, scoring the test file, writing the model.
         "startup_s": float(records["startup_s"].max()),
         "train_s": train_s,
-        "score_s": float(workers["score_s"].max()),
+        "score_s": float(records["score_s"].max()),
         "save_s": float(servers["save_s"].max()),
         "compile_s": float(records["compile_s"].max()),
         "late_compiles": int(records["late_compiles"].sum()),
@@ -155,7 +159,7 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
                         for b, t in zip(servers["busy_s"], servers["train_s"])],
         "nodes": {"servers": [n.decode() for n in servers["node"]],
                   "workers": [n.decode() for n in workers["node"]]},
-        "bad_lines": int(workers["bad_lines"].sum()),
+        "bad_lines": int(records["bad_lines"].sum()),
         # Peak resident memory of each rank (servers first), and of the job.
         "peak_rss_mb": [round(float(x), 1) for x in records["peak_rss_mb"]],
         "peak_rss_mb_total": round(float(records["peak_rss_mb"].sum()), 1),

@@ -176,7 +176,32 @@ FORGED = [
     ("a masked int8 push with a NaN scale",
      lambda: masked(300, np.arange(0, 300, 2), bad_scale(G[:1].repeat(150, 0)),
                     flags=protocol.INT8), WORKER, "whose block #0 has scale nan"),
+    # Scoring the test file (see testscoring): chunks are the lead's to hand out; only
+    # servers read each other's keys, read-only, from the primaries.
+    ("a chunk asked of a server that does not lead", lambda: protocol.pack(Header(Op.CHUNK)),
+     ("worker", False, False), "CHUNK, which a worker may not send"),
+    ("a chunk asked of another server by a server", lambda: protocol.pack(Header(Op.CHUNK)),
+     FROM_OTHER_SERVER, "CHUNK, which this server may not send"),
+    ("a worker reading as a server", lambda: read(K), WORKER, "READ, which a worker may not"),
+    ("a worker saying it scored", lambda: protocol.pack(Header(Op.SCORED)), WORKER,
+     "SCORED, which a worker may not send"),
+    ("a read of another server's keys", lambda: read(own_keys(8, server=1)), FROM_OTHER_SERVER,
+     "held by another server"),
+    ("a read from a backup", lambda: read(B), FROM_OTHER_SERVER, "held by another server"),
+    ("a read of keys out of order", lambda: read(K[::-1].copy()), FROM_OTHER_SERVER,
+     "not in strictly increasing order"),
+    ("a read cut short", lambda: read(K)[:-8], FROM_OTHER_SERVER, "READ of 104 bytes"),
+    ("a read that would store keys", lambda: read(K, flags=protocol.READ_ONLY),
+     FROM_OTHER_SERVER, "READ with unknown flags 0x2"),
+    ("a chunk asked with a payload",
+     lambda: np.concatenate([protocol.pack(Header(Op.CHUNK)), np.zeros(8, np.uint8)]),
+     WORKER, "CHUNK of 56 bytes"),
 ]
+
+
+def read(keys, **fields):
+    """A server's READ of test keys from another server (testscoring)."""
+    return protocol.pack(Header(Op.READ, nkeys=keys.shape[0], **fields), keys)
 
 
 def check(buf, sender):
@@ -251,6 +276,10 @@ def test_a_masked_push_names_the_pulled_rows_it_sends(encoding):
 
 def test_a_server_may_send_what_the_protocol_gives_it():
     assert check(protocol.pack(Header(Op.STOP_AT, clock=3)), FROM_LEAD).op is Op.STOP_AT
+    assert check(read(K), FROM_OTHER_SERVER).keys.tolist() == K.tolist()
+    assert check(protocol.pack(Header(Op.SCORED)), FROM_OTHER_SERVER).op is Op.SCORED
+    assert check(protocol.pack(Header(Op.CHUNK, ts=4)), TO_LEAD).header.ts == 4
+    assert check(protocol.pack(Header(Op.CHUNK)), WORKER).op is Op.CHUNK   # to the lead
     saved = protocol.pack(Header(Op.SHARD_SAVED), np.frombuffer(b'{"server": 1}', np.uint8))
     assert check(saved, TO_LEAD).op is Op.SHARD_SAVED
     assert check(protocol.pack(Header(Op.STOP)), TO_LEAD).op is Op.STOP

@@ -1,0 +1,299 @@
+"""Scoring the test rows on every rank once training is over, servers included.
+
+The lead server hands out the test file in chunks (spans of rows, or of bytes of text), to
+whichever rank asks (CHUNK): large ones first, smaller as the rows run out (guided
+self-scheduling), so that a rank busy answering reads, or slow for any reason, takes less
+and the ranks finish together. A worker scores its chunks with pulls (worker_side). A server
+scores its chunks in its loop's idle turns, a small batch a turn, so that it answers the
+workers' reads first: the keys it holds are read from its own table, the others asked of
+their servers (READ). Every server answers READs until each has said it is done (SCORED).
+
+Under ULFM (a rank may die while scoring) and for pipelines and full-batch solvers, the
+workers share the file among themselves in fixed parts and the servers score nothing: a
+chunk handed to a rank that dies would be lost.
+
+No numeric loops here: keys and margins come from the workers' kernels.
+"""
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from mpi4py import MPI
+
+from . import protocol
+from .data import KeyIndexer
+from .errors import InputError, ProtocolError, WaitTimeout
+from .protocol import Op
+from .shards import open_shard, spans
+
+EVAL_BATCH = 10000     # test rows a worker's batch
+SERVER_BATCH = 2000    # a server's: it answers no read while it works on one
+SMALLEST = 8           # the smallest chunk: a rank's share over this many (the last ones)
+AHEAD = 2              # a server's batches whose reads are under way at once
+
+
+def shared(cfg, hot: bool) -> bool:
+    """Whether the lead hands out --test in chunks (see the module's docstring); `hot`:
+    under ULFM."""
+    return bool(cfg.test) and not hot and cfg.stages == 1 and cfg.solver == "minibatch"
+
+
+def core_to_spare(roles) -> bool:
+    """Whether this server has a core of its own, whose idle time it can score with. On a
+    node with more ranks than cores, a server scoring takes the core from a worker, and its
+    rows cost more than a worker's (reads between servers, smaller batches): measured here,
+    2 servers + 2 workers on 2 cores scored 15% slower with the servers taking chunks; 1 + 1
+    14% faster."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores == 1 or roles.ranks_on_node() <= cores   # 1: bound, to a core of its own
+
+
+class Chunks:
+    """The lead's hand-out of [0, total): each chunk half of an even share of what is left
+    among `ranks`, at least `smallest`, in whole `multiple`s (a batch's rows) but the last.
+    Pure."""
+
+    def __init__(self, total: int, ranks: int, multiple: int = 1):
+        self.total, self.ranks, self.multiple = total, max(ranks, 1), max(multiple, 1)
+        self.smallest = max(1, math.ceil(total / (SMALLEST * self.ranks)))
+        self.taken = 0
+
+    def take(self, small: bool = False) -> tuple[int, int]:
+        """(start, stop) of the next chunk (`small`: of the smallest size); start == stop
+        once all are handed out."""
+        left = self.total - self.taken
+        size = self.smallest if small else max(self.smallest, math.ceil(left / (2 * self.ranks)))
+        size = math.ceil(size / self.multiple) * self.multiple
+        start, self.taken = self.taken, min(self.total, self.taken + size)
+        return start, self.taken
+
+
+class HeldOutFile:
+    """--test, opened once; its chunks as shards."""
+
+    def __init__(self, cfg):
+        self.path = cfg.test
+        try:
+            self._whole = open_shard(cfg.test, 0, 1, skip_bad=cfg.skip_bad_lines)
+            self.total = spans(cfg.test, 1)[0][1]
+        except OSError as e:
+            raise InputError(f"--test {cfg.test}: {e.strerror or e}") from None
+        self.binary = os.path.isdir(cfg.test)   # spans of rows; else of bytes
+
+    def chunks(self, ranks: int) -> Chunks:
+        return Chunks(self.total, ranks, EVAL_BATCH if self.binary else 1)
+
+    def chunk(self, span, sender: str):
+        """The shard of chunk `span` (start, stop) handed out by `sender`; None for none left."""
+        start, stop = (int(x) for x in span)
+        if not 0 <= start <= stop <= self.total:
+            raise ProtocolError(f"{sender} handed out chunk [{start}, {stop}) of the test file "
+                                f"{self.path}, which has {self.total} "
+                                f"{'rows' if self.binary else 'bytes'}")
+        return self._whole.over(start, stop) if start < stop else None
+
+
+@dataclass
+class _Batch:
+    rows: object               # data.Rows
+    cols: np.ndarray
+    bias_col: int
+    out: np.ndarray            # weights, grouped by server
+    perm: np.ndarray | None    # out[i] is of key perm[i] (None: in key order)
+    replies: list = field(default_factory=list)   # MPI.Request of each remote part
+    asked: list = field(default_factory=list)     # the server ranks asked
+    sent: float = 0.0
+
+
+class Scoring:
+    """A server's part in scoring: its own chunks (if `takes_chunks`), the READs of the
+    others, and (the lead) handing out the chunks."""
+
+    def __init__(self, server, cfg, takes_chunks: bool = True):
+        self.server = server
+        self._takes_chunks = takes_chunks
+        self._cfg = cfg
+        self._model = cfg.model_spec()
+        self._index = KeyIndexer(self._model.reserved_keys())
+        self._test = None            # the HeldOutFile, once training is over
+        self._chunks = None          # the lead's Chunks, opened at the first CHUNK
+        self._chunk = None           # (request or None, int64[2]) of a chunk asked for
+        self._chunk_asked = 0.0
+        self._shard = None           # the chunk being scored, and its batches
+        self._batches = None
+        self._in_flight: list[_Batch] = []
+        self._ts = 0
+        self._reply_tags = protocol.reply_tags(server.roles.comm.Get_attr(MPI.TAG_UB))
+        self._scored = []            # (margins, labels) of each batch
+        self._scoring = set(range(len(server.roles.servers)))   # servers not done yet
+        self.began, self.score_s, self.bad_lines = None, 0.0, 0
+
+    def handlers(self) -> dict:
+        return {Op.READ: self.on_read, Op.SCORED: self.on_scored, Op.CHUNK: self.on_chunk}
+
+    @property
+    def busy(self) -> bool:
+        """Whether this server or another still scores (so reads may still come)."""
+        return bool(self._scoring) and not self.server.gate.stopped
+
+    @property
+    def scoring_here(self) -> bool:
+        """Whether this server has started scoring and not finished."""
+        return self.began is not None and self.server.roles.index in self._scoring
+
+    @property
+    def waiting_for(self) -> list:
+        """The servers (ranks) not yet done scoring."""
+        return [self.server.roles.servers[s] for s in sorted(self._scoring)]
+
+    def results(self) -> tuple[np.ndarray, np.ndarray]:
+        """(margins, labels) of the rows this server scored."""
+        if not self._scored:
+            return np.empty(0), np.empty(0, np.float32)
+        margins, labels = zip(*self._scored)
+        return np.concatenate(margins), np.concatenate(labels)
+
+    def poll(self) -> bool:
+        """An idle turn of the loop: once training is over, score a batch whose weights are
+        in, or ask for the next one's. Whether it did either (if not, it waits on others)."""
+        me = self.server.roles.index
+        if me not in self._scoring or not self.busy:
+            return False
+        if self.began is None:
+            if not self.server.clocks.all_finished:
+                return False
+            self.began = time.monotonic()
+            self._test = self._test or HeldOutFile(self._cfg)
+            if self._takes_chunks:
+                self._ask_chunk()
+        worked = self._step()
+        if not self._in_flight and self._chunk is None and self._batches is None:
+            self._done(me)
+            self.score_s = time.monotonic() - self.began
+            for index, rank in enumerate(self.server.roles.servers):
+                if index != me:
+                    self.server.send(protocol.pack(protocol.Header(Op.SCORED)), rank)
+            return True
+        self._check_time()
+        return worked
+
+    def _step(self) -> bool:
+        """A batch's work at most (the reads of others are answered between): score the
+        oldest batch if its weights are in, else ask for the next batch's."""
+        if self._in_flight and self._answered(self._in_flight[0]):
+            self._score(self._in_flight.pop(0))
+            return True
+        if len(self._in_flight) >= AHEAD:
+            return False
+        rows = next(self._batches, None) if self._batches is not None else None
+        if rows is None and self._next_chunk():
+            rows = next(self._batches, None)
+        if rows is None:
+            return False
+        self._in_flight.append(self._ask(rows))
+        return True
+
+    def on_read(self, source: int, request, buf) -> None:
+        """Another server's READ of test keys: this server's final weights of them."""
+        if not self.server.clocks.all_finished:
+            raise ProtocolError(f"{self.server.sender(source)} sent READ while workers were "
+                                f"still training; it was not answered, and the job stops")
+        self.server.reply(self.server.final_weights(request.keys), source, request.header.ts)
+
+    def on_scored(self, source: int, request, buf) -> None:
+        self._done(self.server.roles.servers.index(source))
+
+    def on_chunk(self, source: int, request, buf) -> None:
+        """A rank asks the lead which chunk of the test file to score."""
+        self.server.reply(self._hand_out(source in self.server.roles.servers), source,
+                          request.header.ts)
+
+    def _hand_out(self, small: bool) -> np.ndarray:
+        if self._chunks is None:
+            self._test = self._test or HeldOutFile(self._cfg)
+            roles = self.server.roles
+            self._chunks = self._test.chunks(len(roles.servers) + len(roles.workers))
+        return np.array(self._chunks.take(small), np.int64)
+
+    def _done(self, server: int) -> None:
+        self._scoring.discard(server)
+
+    def _ask_chunk(self) -> None:
+        """Ask the lead for the next chunk (the lead takes it from its own hand-out)."""
+        if self.server.lead:
+            self._chunk = (None, self._hand_out(True))
+            return
+        self._ts += 1
+        answer, lead = np.empty(2, np.int64), self.server.lead_rank
+        self.server.send(protocol.pack(protocol.Header(Op.CHUNK, ts=self._ts)), lead)
+        tag = protocol.reply_tag(self._ts, self._reply_tags)
+        self._chunk = (self.server.roles.comm.Irecv(answer, lead, tag), answer)
+        self._chunk_asked = time.monotonic()
+
+    def _next_chunk(self) -> bool:
+        """Move on to the chunk asked for, if the lead has answered: whether there is one
+        (and its batches) now. The next one is asked for at once."""
+        if self._shard is not None:
+            self.bad_lines += self._shard.bad_lines
+            self._shard = self._batches = None
+        if self._chunk is None:
+            return False
+        request, answer = self._chunk
+        if request is not None and not request.Test():
+            return False
+        self._chunk = None
+        self._shard = self._test.chunk(answer, "the lead server")
+        if self._shard is None:
+            return False
+        self._batches = self._shard.minibatches(SERVER_BATCH)
+        self._ask_chunk()
+        return True
+
+    def _ask(self, rows) -> _Batch:
+        """Read a batch's weights: this server's keys from its table, the others' by READ."""
+        server = self.server
+        keys, cols, bias_col = self._index(rows, self._cfg.bias, self._shard.path)
+        perm, offsets = server.placement.split(keys)
+        grouped = keys if perm is None else keys[perm]
+        batch = _Batch(rows, cols, bias_col,
+                       np.empty((keys.shape[0], server.store.width), np.float32), perm,
+                       sent=time.monotonic())
+        self._ts += 1
+        for s, rank in enumerate(server.roles.servers):
+            a, b = int(offsets[s]), int(offsets[s + 1])
+            if a == b:
+                continue
+            if s == server.roles.index:
+                batch.out[a:b] = server.final_weights(grouped[a:b])
+                continue
+            h = protocol.Header(Op.READ, ts=self._ts, nkeys=b - a,
+                                placement=server.placement.version)
+            server.send(protocol.pack(h, grouped[a:b]), rank)
+            tag = protocol.reply_tag(self._ts, self._reply_tags)
+            batch.replies.append(server.roles.comm.Irecv(batch.out[a:b], rank, tag))
+            batch.asked.append(rank)
+        return batch
+
+    @staticmethod
+    def _answered(batch: _Batch) -> bool:
+        return MPI.Request.Testall(batch.replies) if batch.replies else True
+
+    def _score(self, batch: _Batch) -> None:
+        weights = batch.out
+        if batch.perm is not None:
+            weights = np.empty_like(batch.out)
+            weights[batch.perm] = batch.out
+        self._scored.append((self._model.margins(batch.rows, batch.cols, batch.bias_col,
+                                                 weights), batch.rows.labels))
+
+    def _check_time(self) -> None:
+        """Every wait has a bound: the oldest batch's reads, the chunk asked of the lead."""
+        now, timeout = time.monotonic(), self.server.timeout
+        if self._in_flight and now - self._in_flight[0].sent > timeout:
+            raise WaitTimeout(f"server rank(s) {self._in_flight[0].asked} did not answer this "
+                              f"server's reads of test keys within --timeout {timeout:g} s")
+        if self._chunk and self._chunk[0] is not None and now - self._chunk_asked > timeout:
+            raise WaitTimeout(f"the lead server did not hand out a chunk of the test rows "
+                              f"within --timeout {timeout:g} s")

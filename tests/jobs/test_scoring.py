@@ -1,0 +1,80 @@
+"""Scoring the test file on every rank (testscoring), in whole jobs: each row scored once,
+the same figures whoever scored it, bad lines counted once."""
+import json
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from conftest import read_summary, run_job, run_mpips
+
+from mpips.testscoring import core_to_spare
+
+ARGS = ("--batch-size", 100, "--epochs", 2)
+
+
+def spare_core(ranks_on_node: int) -> bool:
+    """Whether a server of a job of that many ranks on this machine takes chunks."""
+    return core_to_spare(SimpleNamespace(ranks_on_node=lambda: ranks_on_node))
+
+
+@pytest.mark.parametrize("servers, workers", [(1, 1), (2, 2)])
+def test_every_row_is_scored_once_and_as_the_saved_model_scores_it(small_data, tmp_path,
+                                                                   servers, workers):
+    runs = []
+    for attempt in range(2):
+        run = tmp_path / f"run{attempt}"
+        job = run_job(servers + workers, "train", "--train", small_data[0], "--test",
+                      small_data[1], "--servers", servers, "--out", run, *ARGS)
+        assert job.returncode == 0, job.output
+        runs.append(read_summary(run))
+    s = runs[0]
+    by_rank = s["test_examples_by_rank"]
+    assert len(by_rank) == servers + workers and sum(by_rank) == s["test_examples"] == 10000
+    assert all(n > 0 for n in by_rank[servers:]), by_rank
+    if spare_core(servers + workers):
+        assert all(n > 0 for n in by_rank[:servers]), f"servers with a core score: {by_rank}"
+    else:
+        assert by_rank[:servers] == [0] * servers, f"oversubscribed, servers do not: {by_rank}"
+    # Whichever rank scored which chunk, the figures are the same bits (summed in one order).
+    assert runs[1]["test_logloss"] == s["test_logloss"] and runs[1]["test_auc"] == s["test_auc"]
+    offline = run_mpips("score", tmp_path / "run0", "--test", small_data[1], "--json",
+                        tmp_path / "score.json")
+    assert offline.returncode == 0, offline.output
+    with open(tmp_path / "score.json") as f:
+        scored = json.load(f)
+    assert scored["logloss"] == pytest.approx(s["test_logloss"], rel=1e-9)
+    assert scored["auc"] == pytest.approx(s["test_auc"], rel=1e-12)
+
+
+def test_bad_test_lines_are_skipped_and_counted_once(small_data, tmp_path):
+    """Chunks of text are spans of bytes: a line is read by the chunk it starts in."""
+    test = tmp_path / "test.svm"
+    with open(small_data[1]) as f:
+        lines = f.readlines()
+    bad = {7, 2500, 5001, 9998}
+    with open(test, "w") as f:
+        for i, line in enumerate(lines):
+            f.write("1 this:is:not a row\n" if i in bad else line)
+    run = tmp_path / "run"
+    job = run_job(2, "train", "--train", small_data[0], "--test", test, "--servers", 1,
+                  "--out", run, "--skip-bad-lines", *ARGS)
+    assert job.returncode == 0, job.output
+    s = read_summary(run)
+    assert s["test_examples"] == len(lines) - len(bad) and s["bad_lines"] == len(bad)
+
+
+def test_a_damaged_test_file_is_named_and_the_trained_model_saved(small_data, tmp_path):
+    data = tmp_path / "test.bin"
+    assert run_job(2, "convert", small_data[1], data).returncode == 0
+    path = data / "part-0001.indptr.npy"
+    indptr = np.load(path, mmap_mode="r+")
+    indptr[1234] = 10 ** 12
+    indptr.flush()
+    run = tmp_path / "run"
+    job = run_job(2, "train", "--train", small_data[0], "--test", data, "--servers", 1,
+                  "--out", run, *ARGS, timeout=120)
+    assert job.returncode != 0
+    assert f"{path}: row pointer 1234 is 1000000000000" in job.stderr
+    assert "Traceback" not in job.output
+    assert os.path.exists(run / "model" / "server-0000.h5"), "the trained model is kept"

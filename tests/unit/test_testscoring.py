@@ -1,0 +1,77 @@
+"""The lead's hand-out of the test file in chunks (testscoring.Chunks, pure) and the checks
+of a chunk handed out (HeldOutFile.chunk)."""
+from types import SimpleNamespace
+
+import pytest
+
+from mpips.errors import InputError, ProtocolError
+from mpips.testscoring import SMALLEST, Chunks, HeldOutFile
+
+
+def handed_out(chunks: Chunks, small=()) -> list:
+    """Every chunk until none is left; the i-th taken small if i is in `small`."""
+    out = []
+    while True:
+        start, stop = chunks.take(len(out) in small)
+        if start == stop:
+            return out
+        out.append((start, stop))
+
+
+@pytest.mark.parametrize("total", [1, 7, 9999, 10000, 123457, 400000])
+@pytest.mark.parametrize("ranks", [1, 2, 4, 64])
+@pytest.mark.parametrize("multiple", [1, 10000])
+def test_chunks_cover_the_file_once_large_first(total, ranks, multiple):
+    chunks = handed_out(Chunks(total, ranks, multiple))
+    assert chunks[0][0] == 0 and chunks[-1][1] == total
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))   # no gap, no overlap
+    sizes = [stop - start for start, stop in chunks]
+    assert all(s > 0 for s in sizes)
+    assert all(s % multiple == 0 for s in sizes[:-1])             # whole batches but the last
+    assert all(a >= b for a, b in zip(sizes[:-2], sizes[1:-1]))   # guided: never growing
+    # Few: a share over 2 ranks at first, then at least 1/SMALLEST of a rank's share.
+    assert len(chunks) <= 2 * ranks * (SMALLEST + 4)
+    assert Chunks(total, ranks, multiple).take()[1] >= min(total, total // (2 * ranks))
+
+
+def test_an_empty_file_has_no_chunk_and_the_end_is_said_again():
+    chunks = Chunks(0, 3)
+    assert chunks.take() == (0, 0) and chunks.take(True) == (0, 0)
+    full = Chunks(10, 1)
+    handed_out(full)
+    assert full.take() == (10, 10)
+
+
+def test_a_small_chunk_is_the_smallest_size_wherever_it_is_taken():
+    chunks = Chunks(400000, 4, 1)
+    assert chunks.take(True) == (0, chunks.smallest)
+    assert chunks.take()[1] - chunks.smallest > chunks.smallest   # a large one after it
+    everything = handed_out(Chunks(400000, 4, 1), small={0, 2, 4})
+    assert everything[-1][1] == 400000
+
+
+@pytest.fixture
+def test_file(tmp_path):
+    path = tmp_path / "test.svm"
+    path.write_text("".join(f"{i % 2} {i}:1 {i + 7}:0.5\n" for i in range(50)))
+    return HeldOutFile(SimpleNamespace(test=str(path), skip_bad_lines=False))
+
+
+def test_a_chunk_handed_out_is_read_as_the_lines_that_start_in_it(test_file):
+    rows = [test_file.chunk(span, "the lead server") for span in handed_out(
+        test_file.chunks(3))]
+    labels = [int(x) for shard in rows for batch in shard.minibatches(7) for x in batch.labels]
+    assert labels == [i % 2 for i in range(50)]
+    assert test_file.chunk((test_file.total, test_file.total), "the lead server") is None
+
+
+@pytest.mark.parametrize("span", [(-1, 5), (5, 4), (0, 10 ** 9)])
+def test_a_chunk_outside_the_file_is_refused_naming_who_handed_it_out(test_file, span):
+    with pytest.raises(ProtocolError, match=r"the lead server handed out chunk .* of the test "
+                                            r"file .*test.svm, which has \d+ bytes"):
+        test_file.chunk(span, "the lead server")
+
+
+def test_a_missing_test_file_names_it(tmp_path):
+    with pytest.raises(InputError, match="--test .*gone.svm"):
+        HeldOutFile(SimpleNamespace(test=str(tmp_path / "gone.svm"), skip_bad_lines=False))
