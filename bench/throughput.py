@@ -22,9 +22,11 @@ Also "mpips 1+1 binary cold": the same run with the shards first dropped from th
 page cache (posix_fadvise DONTNEED), as on the first run after `convert`, beside the
 time to read the shards' files from disk alone: a cold run can go no faster.
 
-Also measured: the numeric steps of a pass over the same rows, each timed apart in
-one process (a worker's keys and gradient, a server's lookup and update), against
-the numba loop: what each step of a training pass costs. Prints a table with
+Also measured: the steps of a pass over the same rows, each timed apart in one
+process (a worker's keys and gradient; a server's checks of a pull and of a push, its
+lookup and its update), against the numba loop: what each step of a training pass
+costs; and, from the 1+1 job's summary, how busy its server was (`server_busy`) and how
+long its worker waited for replies (`wait_s`). Prints a table with
 ratios to VW (cache) and to the numba loop; writes bench/results/throughput.json.
 
 VW, scikit-learn and the loop hash the 3.35M distinct keys into 2^22 slots (so
@@ -176,37 +178,56 @@ def numba_run(train_path, test) -> dict:
 
 
 def kernel_run(train_path) -> dict:
-    """The numeric work of a training pass over minibatches of 1,000 rows, one minibatch at a
-    time as in training, each step timed apart: a worker finds the minibatch's keys
-    (KeyIndexer) and computes its gradient; a server finds the keys' rows in its table and
-    reads their weights (a pull), then applies AdaGrad to them (a push)."""
+    """The work of a training pass over minibatches of 1,000 rows, one minibatch at a time as
+    in training, each step timed apart: a worker finds the minibatch's keys (KeyIndexer) and
+    computes its gradient; a server checks the pull as it arrives (admission: keys sorted
+    and its own), finds the keys' rows in its table and reads their weights, checks the push
+    (values finite) and applies AdaGrad to them."""
+    from mpips import protocol
+    from mpips.admission import admit
     from mpips.data import KeyIndexer
     from mpips.models import LogisticRegression
     from mpips.optimizer import Optimizer
+    from mpips.placement import Placement
     from mpips.shards import CsrShard
     from mpips.shards import distinct_keys
     from mpips.store import KVStore
     index = KeyIndexer()
     store = KVStore(1, Optimizer("adagrad", lr=2.0 / (NNZ + 1), eps=1e-3))
     store.reserve(int(distinct_keys(train_path) * 1.1))   # as a server does (server_side)
-    times = dict.fromkeys(("keys_s", "gradient_s", "find_s", "update_s"), 0.0)
+    placement = Placement(1, vnodes=16)                    # a job's, with one server
+    load = np.zeros(placement.n_ranges, np.int64)
+
+    def check(buf):
+        return admit(buf, "worker 0 (rank 1)", True, to_lead=True, from_lead=False, width=1,
+                     placement=placement, server=0, columns=store.columns, n_workers=1,
+                     load=load)
+    times = dict.fromkeys(("keys_s", "gradient_s", "check_pull_s", "find_s", "check_push_s",
+                           "update_s"), 0.0)
     keys_served = 0
     for batch in CsrShard(train_path).minibatches(1000):
         t0 = time.perf_counter()
         keys, cols, bias_col = index(batch, True)
         t1 = time.perf_counter()
-        weights = np.empty((keys.shape[0], 1), np.float32)
-        rows = store.find(keys, True, weights)
+        pull = check(protocol.pack(protocol.Header(protocol.Op.PULL, nkeys=keys.shape[0]),
+                                   keys))
         t2 = time.perf_counter()
-        grad, _ = LogisticRegression().gradient(batch, cols, bias_col, weights)
+        weights = np.empty((keys.shape[0], 1), np.float32)
+        rows = store.find(pull.keys, True, weights)
         t3 = time.perf_counter()
-        store.update(rows, grad, 0)
+        grad, _ = LogisticRegression().gradient(batch, cols, bias_col, weights)
         t4 = time.perf_counter()
-        for name, took in zip(times, (t1 - t0, t3 - t2, t2 - t1, t4 - t3)):
+        push = check(protocol.pack(protocol.Header(protocol.Op.PUSH, nkeys=keys.shape[0],
+                                                   width=1, flags=protocol.SAME_KEYS), grad))
+        t5 = time.perf_counter()
+        store.update(rows, push.values, 0)
+        t6 = time.perf_counter()
+        for name, took in zip(times, (t1 - t0, t4 - t3, t2 - t1, t3 - t2, t5 - t4, t6 - t5)):
             times[name] += took
         keys_served += keys.shape[0]
+    server = ("check_pull_s", "find_s", "check_push_s", "update_s")
     return {"train_s": times["keys_s"] + times["gradient_s"], **times,
-            "server_s": times["find_s"] + times["update_s"], "keys_served": keys_served}
+            "server_s": sum(times[name] for name in server), "keys_served": keys_served}
 
 
 def in_child(name: str) -> dict:
@@ -262,7 +283,8 @@ def mpips_run(servers: int, workers: int, source: str, cold: bool = False) -> di
         s = json.load(f)
     return {"train_s": s["train_s"], "wall_s": wall_s, "test_logloss": s["test_logloss"],
             "test_auc": s["test_auc"], "peak_rss_mb": s["peak_rss_mb_total"],
-            "bytes_per_example": s["bytes_per_example"]}
+            "bytes_per_example": s["bytes_per_example"], "score_s": s["score_s"],
+            "server_busy": max(s["server_busy"]), "wait_s": max(s["wait_s"])}
 
 
 SYSTEMS = {
@@ -341,11 +363,15 @@ def report(rows: dict, disk_s: float, args) -> None:
     print("\nwhere a minibatch of 1,000 rows goes (ms; steps timed apart in one process):")
     print(f"  worker: keys {kernel['keys_s'] * per:.3f} + gradient {kernel['gradient_s'] * per:.3f}"
           f" = {kernel['train_s'] * per:.3f}")
-    print(f"  server: find and read {kernel['find_s'] * per:.3f} + update "
-          f"{kernel['update_s'] * per:.3f} = {kernel['server_s'] * per:.3f} "
+    print(f"  server: check the pull {kernel['check_pull_s'] * per:.3f} + find and read "
+          f"{kernel['find_s'] * per:.3f} + check the push {kernel['check_push_s'] * per:.3f} "
+          f"+ update {kernel['update_s'] * per:.3f} = {kernel['server_s'] * per:.3f} "
           f"({kernel['keys_served'] / (ROWS / 1000):,.0f} keys)")
     print(f"  mpips 1+1 binary: {best['train_s'] * per:.3f} a minibatch; the numba loop "
           f"{loop_s * per:.3f}; cold {cold['train_s'] * per:.3f}")
+    print(f"  in the 1+1 job the server was busy in its handlers {best['server_busy']:.0%} of "
+          f"the pass ({best['server_busy'] * best['train_s'] * per:.3f} a minibatch); the "
+          f"worker waited {best['wait_s'] * per:.3f} a minibatch for its replies")
     size = sum(os.path.getsize(os.path.join(PREFIX + ".train.bin", f))
                for f in os.listdir(PREFIX + ".train.bin"))
     print(f"  reading the shards from disk alone (cache dropped): {disk_s:.2f} s "
