@@ -369,6 +369,9 @@ def report(rows: dict, disk_s: float, args) -> None:
           f"({kernel['keys_served'] / (ROWS / 1000):,.0f} keys)")
     print(f"  mpips 1+1 binary: {best['train_s'] * per:.3f} a minibatch; the numba loop "
           f"{loop_s * per:.3f}; cold {cold['train_s'] * per:.3f}")
+    print(f"  bounds on a worker's speed against the loop's, whatever overlaps: one server's "
+          f"own work {loop_s / kernel['server_s']:.2f}, the worker's own work "
+          f"{loop_s / kernel['train_s']:.2f} (messages not counted)")
     print(f"  in the 1+1 job the server was busy in its handlers {best['server_busy']:.0%} of "
           f"the pass ({best['server_busy'] * best['train_s'] * per:.3f} a minibatch); the "
           f"worker waited {best['wait_s'] * per:.3f} a minibatch for its replies")
@@ -381,7 +384,8 @@ def report(rows: dict, disk_s: float, args) -> None:
         print(f"  {'met    ' if met else 'NOT met'}  {what}")
     save(args.out, "throughput", rows=ROWS, test_rows=TEST_ROWS, nnz=NNZ, key_bits=BITS,
          repeats=args.repeats, cpus=os.cpu_count(), systems=rows,
-         worker_kernels={**kernel, "speed_relative_to_numba_loop": kernel_ratio},
+         worker_kernels={**kernel, "speed_relative_to_numba_loop": kernel_ratio,
+                         "server_bound_relative_to_numba_loop": loop_s / kernel["server_s"]},
          shards_cold_read_s=disk_s,
          targets=targets)
 
