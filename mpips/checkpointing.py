@@ -88,8 +88,10 @@ class Checkpoints:
         return max([p["clock"] for p in self.positions.values()] + [slowest_before])
 
     def first_clock(self) -> int:
-        """The clock training starts from: 0, or the checkpoint's when resuming."""
-        return min([p["clock"] for p in self.positions.values()] or [0])
+        """The clock training starts from: 0, or the checkpoint's when resuming. Workers that
+        had finished, or left, stand at the clock they stopped at, before it: not counted."""
+        going = [p["clock"] for p in self.positions.values() if not p.get("finished")]
+        return min(going or [p["clock"] for p in self.positions.values()] or [0])
 
     def due(self, clock: int) -> bool:
         return bool((self.every and clock % self.every == 0) or clock == self.stop_at

@@ -124,7 +124,9 @@ class Server:
         self._replies = []        # (request, buffer, destination) of replies still being sent
         self._heard = np.zeros(len(roles.workers))   # when each worker last sent something
         self._last_applied = np.full(len(roles.workers), -1, np.int64)   # ts of its last push
-        self._slowest = clocks.slowest()
+        # Resuming, a worker that had left stands before the checkpoint's clock until it says
+        # FINISH again: the checkpoints before that clock are not written again.
+        self._slowest = max(clocks.slowest(), self.ckpt.first_clock())
         self._stop_asked = False  # server 0: a rank was asked to stop; others: told server 0
         self._final_taken = False
         self._talking = set(roles.workers)

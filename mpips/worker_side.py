@@ -112,6 +112,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         except OSError as e:
             raise InputError(f"--train {cfg.train}: {e.strerror or e}") from None
         work = Work(cfg, shard, plan, index, taken, model.reserved_keys())
+        work.take_shares_untold(epoch)
         opened.append((work, *(work.resume_point(epoch, segment, offset) if offset >= 0
                                else (epoch, segment, offset))))
 
@@ -319,6 +320,16 @@ class Work:
                             "shared its rows" if death.split else "handed its rows on",
                             death.epoch)
 
+    def take_shares_untold(self, epoch: int) -> None:
+        """Resuming: the checkpoint records deaths whose word had not reached this worker by
+        its clock (the lead's notice comes between minibatches); it takes their shares now, at
+        the epoch it goes on from, as it would have on hearing of them. No notice comes again."""
+        untold = len(self.plan.shares(self.worker)) - len(self.taken)
+        if untold > 0:
+            self.taken += [epoch] * untold
+            log.warning("taking shares of %d worker(s)' rows that the checkpoint records as "
+                        "handed on, from epoch %d on", untold, epoch)
+
     def segments(self, epoch: int) -> list:
         return self.plan.segments(self.worker, epoch, self.taken)
 
@@ -375,6 +386,8 @@ class Work:
         point = reader.next_row_at(offset)
         if point == offset:
             return epoch, segment, offset
+        if offset == self.segments(epoch)[segment][1]:   # at its end: cut there (a leave)
+            return epoch, segment + 1, -1
         if point is None:
             log.warning("%s: byte or row %d of the checkpoint is past this part of the changed "
                         "data: going on with the next", reader.path, offset)

@@ -233,5 +233,8 @@ class WorkerLosses:
 
     def deaths_before(self, clock: int) -> list:
         """The deaths a checkpoint of `clock` records: those whose worker's clocks ended
-        before it (at `clock` itself the dead worker still stands where it was)."""
-        return [d.as_dict() for d in self.deaths if d.clock < clock]
+        before it (at `clock` itself the dead worker still stands where it was), and the
+        splits made at it (the worker cut its rows where its next minibatch starts, which is
+        where its push of `clock` says it stands, and the joiner's first push counts them)."""
+        return [d.as_dict() for d in self.deaths
+                if d.clock < clock or (d.split and d.clock == clock)]

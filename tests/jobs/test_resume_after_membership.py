@@ -1,0 +1,309 @@
+"""Resuming a job from a checkpoint written after a worker left (`mpips ctl remove-worker`) or
+joined again (`mpips ctl add-worker`).
+
+What the design promises (README, "Checkpoints and restarts"; docs/architecture.md,
+"Checkpoints and stopping"): under BSP a checkpoint is the exact state after its clock, and a
+run resumed from it ends with the same model, bit for bit, as the run that was never stopped.
+A worker change is not itself reproducible (the clock at which ctl's request lands depends on
+timing, and the minibatches then differ from a run without the change), so the uninterrupted
+run compared with is the very run that wrote the checkpoint: it had the change, and it went
+on to its end. A checkpoint records the change (its `deaths`: a leave is a `workplan.Death`
+that is not `dead`, a join one split per donor) and every worker's place (`positions`,
+with `taken`: the epochs at which it took its shares of the rows handed on), so a resume
+from a clock after the change must end on that run's bits and train exactly its rows
+(`train_examples`, and each worker's `worker_examples`).
+
+Jobs: 2 servers + 3 workers on the 20,000 rows of `small_data`, 10 epochs of minibatches of
+200 rows (about 34 clocks an epoch per worker), a checkpoint at every clock, so that the
+checkpoints right after a change, where the bookkeeping is the most delicate, exist whatever
+the clock at which the change landed. `--straggler` (a testing aid; under BSP the model does
+not depend on it) keeps the job training while ctl's requests arrive, and fixes which worker
+waits for which at the change, so that the clocks the tests resume from are the same ones in
+every run; the clocks themselves are read from ctl's answers and the checkpoints, never
+assumed.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+from conftest import read_summary, run_job
+from watch import WatchedJob, complete_checkpoints
+
+from mpips.checkpoint import clock_dir, read_manifest
+from mpips.model_io import load_model
+
+EPOCHS, ROWS = 10, 20000
+ARGS = ("--servers", 2, "--epochs", EPOCHS, "--batch-size", 200, "--log-every", 0.2,
+        "--timeout", 60, "--checkpoint-every", 1, "--keep-checkpoints", 1000)
+
+
+def ctl(run, *command) -> dict:
+    """`mpips ctl RUN *COMMAND --json`, completed: its answer."""
+    done = subprocess.run([sys.executable, "-m", "mpips", "ctl", str(run), *map(str, command),
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def data(small_data) -> tuple:
+    return "train", "--train", small_data[0], "--test", small_data[1]
+
+
+def manifest(run, clock: int) -> dict:
+    directory = clock_dir(run / "checkpoints", clock)
+    assert os.path.exists(os.path.join(directory, "manifest.json")), \
+        f"no complete checkpoint at clock {clock} in {run / 'checkpoints'}"
+    return read_manifest(directory)
+
+
+def resume(small_data, run, clock: int, out):
+    """A new job resumed from `run`'s checkpoint at `clock` (copied on its own, so that the
+    resume takes that one), training into `out`, with the job's options (no straggler)."""
+    source = clock_dir(run / "checkpoints", clock)
+    ckpt = out.parent / f"{out.name}-checkpoint"
+    shutil.copytree(source, ckpt / os.path.basename(source))
+    job = run_job(5, *data(small_data), "--out", out, *ARGS, "--resume", ckpt)
+    return job
+
+
+def same_model(ours, theirs) -> None:
+    a, b = load_model(ours / "model"), load_model(theirs / "model")
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])   # bit for bit
+
+
+def checkpoint_state(directory, m: dict) -> tuple:
+    """(keys, state) of a checkpoint, every server's file, in key order."""
+    keys, state = [], []
+    for shard in m["shards"]:
+        with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
+            keys.append(f["keys"][:])
+            state.append(f["state"][:])
+    keys, state = np.concatenate(keys), np.concatenate(state)
+    order = np.argsort(keys)
+    return keys[order], state[order]
+
+
+def shares_taken(m: dict) -> dict:
+    """Worker -> (shares handed to it that the checkpoint records, shares its position says it
+    has taken), for the workers still training at the checkpoint."""
+    deaths = m.get("deaths", [])
+    return {int(w): (sum(int(w) in d["survivors"] for d in deaths), len(p["taken"]))
+            for w, p in m["positions"].items() if not p["finished"]}
+
+
+def resumed_like(job, run, whole) -> None:
+    """The resumed job `job` (into `run`) finished, trained exactly the rows of `whole` and
+    ended on its model, bit for bit."""
+    assert job.returncode == 0, job.output[-4000:]
+    ours, theirs = read_summary(run), read_summary(whole)
+    assert ours["train_examples"] == theirs["train_examples"] == EPOCHS * ROWS, \
+        (ours["train_examples"], theirs["train_examples"])
+    assert ours["worker_examples"] == theirs["worker_examples"], \
+        (ours["worker_examples"], theirs["worker_examples"])
+    same_model(run, whole)
+
+
+# A worker leaves.
+
+@pytest.fixture(scope="module")
+def leave(small_data, tmp_path_factory):
+    """A run in which worker 1 left part-way and the others trained on to the end: (run
+    directory, ctl's answer, a function that resumes a copy of its checkpoint at a clock into a
+    new directory, once per clock)."""
+    base = tmp_path_factory.mktemp("leave")
+    whole = base / "whole"
+    # Worker 1, the one that leaves, is the slowest: when it pushes its last clock L the
+    # others are already waiting for it at their clock L + 1, having looked for notices
+    # (the lead's word of the leave among them) before they waited. Worker 2 slowed a little
+    # too, so that the job still trains when worker 1 has gone.
+    job = WatchedJob(5, *data(small_data), "--out", whole, *ARGS,
+                     "--straggler", "1:8", "--straggler", "2:2")
+    job.wait_for("training: epoch")
+    answer = ctl(whole, "remove-worker", 1)
+    ended = job.finish(timeout=180)
+    assert ended.returncode == 0, ended.output[-4000:]
+    assert answer["target"] == 1 and answer["handed_to"] == [0, 2], answer
+    assert read_summary(whole)["train_examples"] == EPOCHS * ROWS
+    runs = {}
+
+    def resumed(clock: int):
+        if clock not in runs:
+            out = base / f"resumed-{clock}"
+            runs[clock] = (out, resume(small_data, whole, clock, out))
+        return runs[clock]
+    return whole, answer, resumed
+
+
+@pytest.mark.parametrize("after", [1, 2, 10], ids=lambda n: f"L+{n}")
+def test_a_run_resumed_after_a_leave_ends_as_the_run_that_went_on(leave, after):
+    """From the checkpoint `after` clocks past the leave's clock L (worker 1's last): the
+    checkpoint records the leave (its deaths) and worker 1's place; the resumed job must
+    finish, train each worker's rows of the uninterrupted run and end on its model.
+
+    At L + 1 and L + 2 the other workers have pushed their clock without having read the
+    lead's notice of the leave yet (they read notices at the top of a minibatch, and were
+    waiting for worker 1 then), so their positions have not taken their share of its rows
+    while the checkpoint's deaths list the leave: that checkpoint is where the state of the
+    run is the hardest to restore, and where the promise must hold all the same."""
+    whole, answer, resumed = leave
+    clock = answer["clock"] + after
+    m = manifest(whole, clock)
+    assert [(d["worker"], d["clock"], d["dead"]) for d in m["deaths"]] == \
+        [(1, answer["clock"], False)], "the checkpoint records the leave"
+    assert m["positions"]["1"]["finished"] and m["positions"]["1"]["clock"] == answer["clock"]
+    print(f"leave at clock {answer['clock']}; checkpoint {clock}: (shares handed, taken) by "
+          f"worker {shares_taken(m)}")
+    out, job = resumed(clock)
+    resumed_like(job, out, whole)
+
+
+def test_a_resume_after_a_leave_does_not_say_the_data_changed(leave):
+    """The data did not change: the worker that left stands at the end of what it trained,
+    which is no reason to warn of changed data (`Work.resume_point`)."""
+    whole, answer, resumed = leave
+    out, job = resumed(answer["clock"] + 10)
+    assert job.returncode == 0, job.output[-4000:]
+    assert "changed data" not in job.output, [line for line in job.output.splitlines()
+                                              if "changed data" in line]
+
+
+def test_a_run_resumed_after_a_leave_writes_each_checkpoint_at_its_own_clock(leave):
+    """Under BSP a checkpoint is the state after its clock. The run resumed at L + 10 goes on
+    from there, so it writes no checkpoint of an earlier clock, and each it writes is that of
+    the original run at the same clock (positions and weights), bit for bit."""
+    whole, answer, resumed = leave
+    start = answer["clock"] + 10
+    out, job = resumed(start)
+    assert job.returncode == 0, job.output[-4000:]
+    written = [read_manifest(os.path.dirname(p)) for p in complete_checkpoints(out / "checkpoints")]
+    assert written, "the resumed run wrote checkpoints"
+    assert min(m["clock"] for m in written) >= start, \
+        f"checkpoints of clocks before the resume's {start}: " \
+        f"{sorted(m['clock'] for m in written if m['clock'] < start)}"
+    for m in written[:3]:
+        theirs = manifest(whole, m["clock"])
+        for w, p in theirs["positions"].items():   # the idle worker's place: its clock, rows
+            ours = m["positions"][w]
+            assert (ours["clock"], ours["examples"]) == (p["clock"], p["examples"]), m["clock"]
+            if not p["finished"]:
+                assert ours == p, (m["clock"], w)
+        a = checkpoint_state(clock_dir(out / "checkpoints", m["clock"]), m)
+        b = checkpoint_state(clock_dir(whole / "checkpoints", m["clock"]), theirs)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_a_run_stopped_after_a_leave_resumes_to_the_same_model(small_data, tmp_path):
+    """Worker 1 leaves, the job writes a checkpoint at every clock, and a stop (SIGUSR1, as
+    Slurm's warning) ends it at a clock past the leave (exit 75); resumed in place, it ends on
+    the same model, with the same rows, as the job resumed from an earlier checkpoint after
+    the leave that nothing stopped (that checkpoint is chosen among those whose positions
+    hold the share of every worker still training, so that the comparison is with a resume
+    of the kind `test_a_run_resumed_after_a_leave_ends_as_the_run_that_went_on` shows to
+    hold at L + 10)."""
+    run = tmp_path / "run"
+    job = WatchedJob(5, *data(small_data), "--out", run, *ARGS, "--straggler", "2:8")
+    job.wait_for("training: epoch")
+    answer = ctl(run, "remove-worker", 1)
+    # The first checkpoint past the leave whose positions took every share handed on: keep
+    # a copy of it (a resume in place may prune), then stop the job.
+    deadline, earlier = time.monotonic() + 120, None
+    while earlier is None:
+        assert job.proc.poll() is None, "the job ended before it could be stopped"
+        assert time.monotonic() < deadline, "no checkpoint after the leave"
+        for path in complete_checkpoints(run / "checkpoints"):
+            m = read_manifest(os.path.dirname(path))
+            if m["clock"] > answer["clock"] and all(
+                    handed == taken for handed, taken in shares_taken(m).values()):
+                earlier = m["clock"]
+                break
+        time.sleep(0.05)
+    kept = tmp_path / "kept"
+    shutil.copytree(clock_dir(run / "checkpoints", earlier),
+                    kept / os.path.basename(clock_dir(run / "checkpoints", earlier)))
+    os.kill(job.proc.pid, signal.SIGUSR1)
+    stopped = job.finish(timeout=180)
+    assert stopped.returncode == 75, stopped.output[-4000:]
+    stop = read_summary(run)["stopped_at_clock"]
+    assert stop > earlier, (stop, earlier)
+    assert [d["worker"] for d in manifest(run, stop)["deaths"]] == [1]
+    again = run_job(5, *data(small_data), "--out", run, *ARGS, "--resume", run / "checkpoints")
+    assert again.returncode == 0, again.output[-4000:]
+    assert f"resumed from checkpoint clock {stop}" in again.output
+    reference = tmp_path / "reference"
+    went_on = run_job(5, *data(small_data), "--out", reference, *ARGS, "--resume", kept)
+    resumed_like(went_on, reference, run)
+
+
+# A worker leaves and joins again.
+
+@pytest.fixture(scope="module")
+def rejoin(small_data, tmp_path_factory):
+    """A run in which worker 1 left, then joined again (worker 0 and 2 each gave it a share of
+    their rows left), and which trained on to the end: (run directory, ctl's answer to the
+    join, the splits (worker, clock) its last checkpoint records, a function that resumes a
+    copy of its checkpoint at a clock into a new directory, once per clock)."""
+    base = tmp_path_factory.mktemp("rejoin")
+    whole = base / "whole"
+    # Worker 2 slowed down: worker 0 spends most of each clock waiting for it, so the lead's
+    # request to give (read at the top of a minibatch) usually finds worker 0 one clock ahead:
+    # it splits with C clocks done (C the clock the joiner trains from), worker 2 with C - 1.
+    job = WatchedJob(5, *data(small_data), "--out", whole, *ARGS, "--straggler", "2:8")
+    job.wait_for("training: epoch")
+    left = ctl(whole, "remove-worker", 1)
+    joined = ctl(whole, "add-worker")
+    ended = job.finish(timeout=180)
+    assert ended.returncode == 0, ended.output[-4000:]
+    assert joined["target"] == 1 and sorted(joined["from"]) == [0, 2], joined
+    assert joined["clock"] > left["clock"]
+    assert read_summary(whole)["train_examples"] == EPOCHS * ROWS
+    last = read_manifest(os.path.dirname(complete_checkpoints(whole / "checkpoints")[-1]))
+    splits = [(d["worker"], d["clock"]) for d in last["deaths"] if d["worker"] != 1]
+    assert sorted(w for w, _ in splits) == [0, 2], last["deaths"]
+    runs = {}
+
+    def resumed(clock: int):
+        if clock not in runs:
+            out = base / f"resumed-{clock}"
+            runs[clock] = (out, resume(small_data, whole, clock, out))
+        return runs[clock]
+    return whole, joined, splits, resumed
+
+
+def first_training(run, joined: dict) -> int:
+    """The first checkpoint that records the worker that joined as training: C, the clock
+    from which it trains, or, when the lead's word of the join reached it late, the next."""
+    clock = joined["clock"]
+    while manifest(run, clock)["positions"]["1"]["finished"]:
+        clock += 1
+    return clock
+
+
+@pytest.mark.parametrize("after", [0, 1, 10], ids=lambda n: f"C+{n}")
+def test_a_run_resumed_after_a_join_ends_as_the_run_that_went_on(rejoin, after):
+    """From the checkpoint `after` clocks past C, the first that holds the worker that
+    joined training (see `first_training`): the resumed job must finish, train each worker's
+    rows of the uninterrupted run and end on its model.
+
+    At C itself: a donor one clock ahead split its rows with C clocks done, so its split is
+    numbered with clock C, while the joiner's position at C (from its first push) has taken
+    that split's share already; the checkpoint must hold both or neither. (Whether a donor is
+    ahead when it splits depends on when the lead's request reaches it: in most runs worker 0
+    is. The print says which.)"""
+    whole, joined, splits, resumed = rejoin
+    clock = first_training(whole, joined) + after
+    m = manifest(whole, clock)
+    assert m["positions"]["1"]["clock"] == clock and not m["positions"]["1"]["finished"]
+    recorded = [(d["worker"], d["clock"]) for d in m["deaths"] if d["worker"] != 1]
+    print(f"join at clock {joined['clock']}, splits {splits}; checkpoint {clock} records "
+          f"{recorded}; (shares handed, taken) by worker {shares_taken(m)}")
+    out, job = resumed(clock)
+    resumed_like(job, out, whole)
