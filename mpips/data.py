@@ -247,14 +247,17 @@ class TextShard:
             self.stop = _line_start(f, hi, self.size)
         self.position = self.start   # first byte not yet parsed into rows
         self.handed_out = self.start   # first byte of the rows not yet in a minibatch
-        self._line_numbers = {}
-        self._warnings = 0
+        self._line_numbers = {0: 1}   # byte offset of a line -> its number
+        self._warned = [0]            # bad lines said (shared by the shards `over` makes)
         self._passes = 0
 
     def over(self, start: int, stop: int) -> "TextShard":
-        """The same file's lines that start in bytes [start, stop)."""
-        return TextShard(self.path, chunk_bytes=self.chunk_bytes, skip_bad=self.skip_bad,
-                         log_bad=self.log_bad, span=(start, stop), fmt=self.fmt)
+        """The same file's lines that start in bytes [start, stop): line numbers found and
+        the budget of warnings are shared with this shard."""
+        other = TextShard(self.path, chunk_bytes=self.chunk_bytes, skip_bad=self.skip_bad,
+                          log_bad=self.log_bad, span=(start, stop), fmt=self.fmt)
+        other._line_numbers, other._warned = self._line_numbers, self._warned
+        return other
 
     @property
     def fraction_done(self) -> float:
@@ -273,17 +276,20 @@ class TextShard:
         return start if start < self.stop else None
 
     def _line_number(self, offset: int) -> int:
-        """1-based line number of the line starting at byte `offset` (reads the file's prefix;
-        remembered, as only a pass's first offset is asked)."""
+        """1-based line number of the line starting at byte `offset`: the lines counted from
+        the nearest offset before it whose number is known (remembered: only a pass's first
+        offset is asked)."""
         if offset not in self._line_numbers:
-            lines = 0
+            known = max(k for k in self._line_numbers if k <= offset)
+            lines = self._line_numbers[known]
             with open(self.path, "rb") as f:
-                todo = offset
+                f.seek(known)
+                todo = offset - known
                 while todo > 0:
                     block = f.read(min(todo, 1 << 22))
                     lines += block.count(b"\n")
                     todo -= len(block)
-            self._line_numbers[offset] = lines + 1
+            self._line_numbers[offset] = lines
         return self._line_numbers[offset]
 
     def _describe(self, data, chunk_pos, pass_start, lines_before, line_idx, code, col) -> str:
@@ -328,8 +334,8 @@ class TextShard:
                 if bad_idx >= 0 and not self.skip_bad:
                     raise InputError(self._describe(data, self.position, pass_start, lines_done,
                                                     bad_idx, code, col))
-                if bad_idx >= 0 and self.log_bad and self._passes == 1 and self._warnings < 5:
-                    self._warnings += 1
+                if bad_idx >= 0 and self.log_bad and self._passes == 1 and self._warned[0] < 5:
+                    self._warned[0] += 1
                     log.warning("skipping bad line %s", self._describe(
                         data, self.position, pass_start, lines_done, bad_idx, code, col))
                 self.bad_lines += n_bad

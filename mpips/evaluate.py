@@ -8,7 +8,7 @@ import numpy as np
 
 from . import models
 from .data import BIAS_KEY, Rows, TextShard
-from .kernels.logistic import mean_logloss, roc_auc
+from .kernels.logistic import held_out
 from .model_io import load_model
 from .shards import CsrShard
 
@@ -45,10 +45,8 @@ def margins_of(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
 def score(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
           model=models.LogisticRegression()) -> dict:
     """Held-out logloss and AUC of the model (sorted keys -> weights[n, width]) on `rows`."""
-    margins = margins_of(keys, weights, rows, bias, model)
-    auc = roc_auc(margins, rows.labels)
-    return {"logloss": float(mean_logloss(margins, rows.labels)),
-            "auc": None if np.isnan(auc) else float(auc), "examples": len(rows)}
+    logloss, auc = held_out(margins_of(keys, weights, rows, bias, model), rows.labels)
+    return {"logloss": logloss, "auc": None if np.isnan(auc) else auc, "examples": len(rows)}
 
 
 def _config(model_dir: str) -> dict:

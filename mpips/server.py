@@ -280,6 +280,7 @@ class Server:
         if self._buf.shape[0] < nbytes:
             self._buf = np.empty(max(nbytes, 2 * self._buf.shape[0]), np.uint8)
         msg.Recv([self._buf, nbytes, MPI.BYTE])
+        self._quiet_since = now   # (a server still scoring reads from the others)
         self.stats.requests += 1
         self.stats.bytes_received += nbytes
         self._dispatch(self._probed.Get_source(), self._buf[:nbytes])

@@ -10,7 +10,7 @@ from mpi4py import MPI
 from . import __version__
 from .bounded import wait_all
 from .files import keep_trying, write_json
-from .kernels.logistic import mean_logloss, roc_auc
+from .kernels.logistic import held_out
 from .log import say
 from .pushfilter import FIGURES
 
@@ -101,10 +101,7 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
     keys = int(servers["keys"].sum())
     bytes_sent = int(records["bytes_sent"].sum())
     tested = margins is not None and margins.shape[0] > 0
-    if tested:   # in one order, whichever rank scored which rows: the same sums every run
-        order = np.lexsort((labels, margins))
-        margins, labels = margins[order], labels[order]
-    auc = float(roc_auc(margins, labels)) if tested else float("nan")
+    logloss, auc = held_out(margins, labels) if tested else (None, float("nan"))
     return {
         "mpips_version": __version__,
         "servers": n_servers,
@@ -115,7 +112,7 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "train_logloss": float(workers["train_loss"].sum()) / examples if examples else None,
         "test_examples": int(records["test_rows"].sum()),
         "test_examples_by_rank": records["test_rows"].tolist(),   # servers first
-        "test_logloss": float(mean_logloss(margins, labels)) if tested else None,
+        "test_logloss": logloss,
         "test_auc": None if np.isnan(auc) else auc,
         "examples_per_s": now / train_s if train_s > 0 and now else None,
         # Where the time went (the slowest rank of each): process start to the first

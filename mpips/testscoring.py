@@ -26,7 +26,7 @@ from . import protocol
 from .data import KeyIndexer
 from .errors import InputError, ProtocolError, WaitTimeout
 from .protocol import Op
-from .shards import open_shard, spans
+from .shards import CsrShard, open_shard, spans
 
 EVAL_BATCH = 10000     # test rows a worker's batch
 SERVER_BATCH = 2000    # a server's: it answers no read while it works on one
@@ -46,8 +46,10 @@ def core_to_spare(roles) -> bool:
     rows cost more than a worker's (reads between servers, smaller batches): measured here,
     2 servers + 2 workers on 2 cores scored 15% slower with the servers taking chunks; 1 + 1
     14% faster."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return cores == 1 or roles.ranks_on_node() <= cores   # 1: bound, to a core of its own
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+    if cores <= 1:   # bound to one core (or not known): are there as many as ranks?
+        cores = os.cpu_count() or 1
+    return roles.ranks_on_node() <= cores
 
 
 class Chunks:
@@ -75,12 +77,15 @@ class HeldOutFile:
 
     def __init__(self, cfg):
         self.path = cfg.test
+        self.binary = os.path.isdir(cfg.test)   # spans of rows; else of bytes
         try:
-            self._whole = open_shard(cfg.test, 0, 1, skip_bad=cfg.skip_bad_lines)
+            # A chunk's rows are checked as it is opened (`chunk`), not the whole file on
+            # every rank.
+            self._whole = (CsrShard(cfg.test, check=False) if self.binary else
+                           open_shard(cfg.test, 0, 1, skip_bad=cfg.skip_bad_lines))
             self.total = spans(cfg.test, 1)[0][1]
         except OSError as e:
             raise InputError(f"--test {cfg.test}: {e.strerror or e}") from None
-        self.binary = os.path.isdir(cfg.test)   # spans of rows; else of bytes
 
     def chunks(self, ranks: int) -> Chunks:
         return Chunks(self.total, ranks, EVAL_BATCH if self.binary else 1)
@@ -128,6 +133,7 @@ class Scoring:
         self._reply_tags = protocol.reply_tags(server.roles.comm.Get_attr(MPI.TAG_UB))
         self._scored = []            # (margins, labels) of each batch
         self._scoring = set(range(len(server.roles.servers)))   # servers not done yet
+        self._early_reads = []       # (source, ts, keys, when) of READs before training ended
         self.began, self.score_s, self.bad_lines = None, 0.0, 0
 
     def handlers(self) -> dict:
@@ -159,6 +165,7 @@ class Scoring:
         """An idle turn of the loop: once training is over, score a batch whose weights are
         in, or ask for the next one's. Whether it did either (if not, it waits on others)."""
         me = self.server.roles.index
+        self._answer_early_reads()
         if me not in self._scoring or not self.busy:
             return False
         if self.began is None:
@@ -196,11 +203,29 @@ class Scoring:
         return True
 
     def on_read(self, source: int, request, buf) -> None:
-        """Another server's READ of test keys: this server's final weights of them."""
-        if not self.server.clocks.all_finished:
-            raise ProtocolError(f"{self.server.sender(source)} sent READ while workers were "
-                                f"still training; it was not answered, and the job stops")
-        self.server.reply(self.server.final_weights(request.keys), source, request.header.ts)
+        """Another server's READ of test keys: this server's final weights of them, once
+        every worker's FINISH is in here too (it may come after the READ: they come from
+        different ranks)."""
+        if self.server.clocks.all_finished:
+            self.server.reply(self.server.final_weights(request.keys), source,
+                              request.header.ts)
+            return
+        self._early_reads.append((source, request.header.ts, request.keys.copy(),
+                                  time.monotonic()))
+
+    def _answer_early_reads(self) -> None:
+        if not self._early_reads:
+            return
+        if self.server.clocks.all_finished:
+            for source, ts, keys, _ in self._early_reads:
+                self.server.reply(self.server.final_weights(keys), source, ts)
+            self._early_reads.clear()
+            return
+        source, _, _, when = self._early_reads[0]
+        if time.monotonic() - when > self.server.timeout:
+            raise WaitTimeout(f"{self.server.sender(source)} read test keys while workers were "
+                              f"training, and they had not all finished here within --timeout "
+                              f"{self.server.timeout:g} s")
 
     def on_scored(self, source: int, request, buf) -> None:
         self._done(self.server.roles.servers.index(source))
@@ -211,6 +236,8 @@ class Scoring:
                           request.header.ts)
 
     def _hand_out(self, small: bool) -> np.ndarray:
+        if self.server.gate.stopped:   # the job stops: a checkpoint holds the model; no scores
+            return np.zeros(2, np.int64)
         if self._chunks is None:
             self._test = self._test or HeldOutFile(self._cfg)
             roles = self.server.roles
@@ -289,11 +316,14 @@ class Scoring:
                                                  weights), batch.rows.labels))
 
     def _check_time(self) -> None:
-        """Every wait has a bound: the oldest batch's reads, the chunk asked of the lead."""
+        """Every wait has a bound: the oldest batch's reads, the chunk asked of the lead (each
+        only while unanswered: scoring a large chunk may take longer)."""
         now, timeout = time.monotonic(), self.server.timeout
-        if self._in_flight and now - self._in_flight[0].sent > timeout:
-            raise WaitTimeout(f"server rank(s) {self._in_flight[0].asked} did not answer this "
+        batch = self._in_flight[0] if self._in_flight else None
+        if batch and now - batch.sent > timeout and not self._answered(batch):
+            raise WaitTimeout(f"server rank(s) {batch.asked} did not answer this "
                               f"server's reads of test keys within --timeout {timeout:g} s")
-        if self._chunk and self._chunk[0] is not None and now - self._chunk_asked > timeout:
+        request = self._chunk[0] if self._chunk else None
+        if request is not None and now - self._chunk_asked > timeout and not request.Test():
             raise WaitTimeout(f"the lead server did not hand out a chunk of the test rows "
                               f"within --timeout {timeout:g} s")

@@ -92,3 +92,13 @@ def roc_auc(scores, labels):
     if n_pos == 0 or n_neg == 0:
         return np.nan
     return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
+
+
+def held_out(margins, labels) -> tuple[float, float]:
+    """(mean logloss, AUC) of scored test rows, the same bits in whatever order the rows
+    come (the job's ranks score chunks in no fixed order): summed sorted by margin, then
+    label. AUC is NaN without both classes."""
+    order = np.lexsort((labels, margins))
+    margins, labels = margins[order], labels[order]
+    return float(mean_logloss(margins, labels)), float(roc_auc(margins, labels))
+

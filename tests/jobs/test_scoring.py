@@ -2,11 +2,15 @@
 the same figures whoever scored it, bad lines counted once."""
 import json
 import os
+import signal
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from conftest import read_summary, run_job, run_mpips
+from watch import WatchedJob
 
 from mpips.testscoring import core_to_spare
 
@@ -43,8 +47,7 @@ def test_every_row_is_scored_once_and_as_the_saved_model_scores_it(small_data, t
     assert offline.returncode == 0, offline.output
     with open(tmp_path / "score.json") as f:
         scored = json.load(f)
-    assert scored["logloss"] == pytest.approx(s["test_logloss"], rel=1e-9)
-    assert scored["auc"] == pytest.approx(s["test_auc"], rel=1e-12)
+    assert scored["logloss"] == s["test_logloss"] and scored["auc"] == s["test_auc"]   # bits
 
 
 def test_bad_test_lines_are_skipped_and_counted_once(small_data, tmp_path):
@@ -78,3 +81,24 @@ def test_a_damaged_test_file_is_named_and_the_trained_model_saved(small_data, tm
     assert f"{path}: row pointer 1234 is 1000000000000" in job.stderr
     assert "Traceback" not in job.output
     assert os.path.exists(run / "model" / "server-0000.h5"), "the trained model is kept"
+
+
+def test_a_stopped_job_scores_nothing(small_data, tmp_path):
+    """A worker that left (and so had finished) waits while the others train; when the job
+    is stopped instead (a checkpoint holds the model), the lead hands out no chunk: nobody
+    scores, and the job exits at once for its requeue."""
+    run = tmp_path / "run"
+    job = WatchedJob(3, "train", "--train", small_data[0], "--test", small_data[1],
+                     "--servers", 1, "--out", run, "--epochs", 20, "--batch-size", 100,
+                     "--straggler", "0:8", "--log-every", 0.2)
+    job.wait_for("training: epoch")
+    left = subprocess.run([sys.executable, "-m", "mpips", "ctl", str(run), "remove-worker", "1",
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert left.returncode == 0, left.stdout + left.stderr
+    os.kill(job.proc.pid, signal.SIGUSR1)
+    stopped = job.finish(timeout=180)
+    assert stopped.returncode == 75, stopped.output[-3000:]
+    s = read_summary(run)
+    assert s["status"] == "stopped" and s["test_examples"] == 0, s["test_examples_by_rank"]
+    assert s["test_logloss"] is None
+

@@ -7,32 +7,36 @@ Run with: mpiexec -n 4 python -m pytest --with-mpi tests/mpi
 """
 import os
 import tempfile
+import time
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 from serving import server_for
 
+from mpips import protocol
 from mpips.bounded import wait_all
 from mpips.client import KVWorker
 from mpips.config import TrainConfig
 from mpips.errors import WaitTimeout
 from mpips.evaluate import read_rows
 from mpips.roles import split
+from mpips.protocol import Header, Op
 from mpips.testscoring import Scoring
 from mpips.worker_side import _score
 
 pytestmark = pytest.mark.mpi(min_size=4)
 
 ROWS, FEATURES = 30000, 3000
+GO_TAG = 999   # the test's own word from rank 0 to the workers
 
 
-def held_out_file(rank: int) -> str:
-    """An svmlight test file of ROWS rows, the same on every rank (each writes its own)."""
+def held_out_file(rank: int, rows: int = ROWS) -> str:
+    """An svmlight test file of `rows` rows, the same on every rank (each writes its own)."""
     rng = np.random.default_rng(5)
     path = os.path.join(tempfile.mkdtemp(prefix=f"mpips-scoring-{rank}-"), "test.svm")
-    keys = rng.integers(0, FEATURES, (ROWS, 6))
-    labels = rng.integers(0, 2, ROWS)
+    keys = rng.integers(0, FEATURES, (rows, 6))
+    labels = rng.integers(0, 2, rows)
     with open(path, "w") as f:
         for label, row in zip(labels, keys):
             f.write(f"{label} " + " ".join(f"{k}:1" for k in sorted(set(row.tolist()))) + "\n")
@@ -106,3 +110,88 @@ def test_a_server_that_answers_no_reads_is_named_within_the_timeout():
                 message.Recv(np.empty(status.Get_count(MPI.BYTE), np.uint8))
     finally:
         roles.free()
+
+
+def test_scoring_a_chunk_longer_than_the_timeout_is_no_timeout(monkeypatch):
+    """A server asks for its next chunk as it starts one; scoring that one may take longer
+    than --timeout (a slow model): only a wait still unanswered counts, not the time a
+    chunk answered long ago waited to be used. Here every batch server 1 scores takes 0.4 s
+    (slowed on purpose; the lead, which hands out the chunks, is not), a server's chunk is
+    3 batches and the timeout 1 s: server 1 answers the lead's reads within 0.8 s."""
+    rows = 32 * 3 * 2000   # a server's chunk: 1/8 of a rank's share of them
+    roles = split(2, MPI.COMM_WORLD)
+    cfg = TrainConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank, rows), bias=False,
+                      timeout=1)
+    slow = Scoring._score
+
+    def slowed(self, batch):
+        if self.server.roles.index == 1:
+            time.sleep(0.4)
+        slow(self, batch)
+    try:
+        if roles.is_server:
+            monkeypatch.setattr(Scoring, "_score", slowed)
+            server = server_for(roles, capacity=1 << 13, timeout=1,
+                                scoring=lambda s: Scoring(s, cfg, takes_chunks=True))
+            server.run()
+            margins, _ = server.scoring.results()
+            if roles.index == 1:
+                assert margins.shape[0] >= 3 * 2000, "a chunk of three slow batches scored"
+        else:
+            kv = KVWorker(roles, timeout=60)
+            kv.finish()
+            wait_all([roles.group.Ibarrier()], 60, lambda: "both workers to finish")
+            margins, _, _ = _score(cfg, roles, kv)
+            kv.close()
+        assert roles.comm.allreduce(margins.shape[0]) == rows
+    finally:
+        roles.free()
+
+
+def test_a_read_of_test_keys_before_a_workers_finish_waits_for_it():
+    """Server 0 reads test keys of server 1 once every worker's FINISH has reached it; that
+    READ may reach server 1 before a worker's FINISH does (they come from different ranks):
+    server 1 answers it once the FINISH is in, instead of stopping the job. Here rank 0
+    plays server 0 by hand and sends its READ before the workers say FINISH."""
+    roles = split(2, MPI.COMM_WORLD)
+    cfg = TrainConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank), bias=False, timeout=60)
+    keys = np.arange(FEATURES, dtype=np.uint64)
+    mine = keys[server_for(roles).placement.owners(keys) == 1]
+    try:
+        if roles.is_server and roles.index == 1:
+            server = server_for(roles, capacity=1 << 13,
+                                scoring=lambda s: Scoring(s, cfg, takes_chunks=False))
+            server.run()
+        elif roles.is_server:
+            out = np.empty((mine.shape[0], 1), np.float32)
+            tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
+            reply = roles.comm.Irecv(out, 1, protocol.reply_tag(7, tags))
+            roles.comm.Send(protocol.pack(Header(Op.READ, ts=7, nkeys=mine.shape[0]), mine), 1,
+                            protocol.REQUEST_TAG)
+            for worker in roles.workers:   # only now may they say FINISH
+                roles.comm.Send(np.zeros(1, np.int64), worker, GO_TAG)
+            wait_all([reply], 60, lambda: "server 1's answer")
+            np.testing.assert_array_equal(out, 0)   # nothing trained: the final weights
+            roles.comm.Send(protocol.pack(Header(Op.SCORED)), 1, protocol.REQUEST_TAG)
+            # The workers' messages to this stand-in (FINISH, CHUNK, BYE) and server 1's
+            # SCORED: taken, so that none is left unreceived.
+            taken, status = 0, MPI.Status()
+            while taken < 7:
+                message = roles.comm.Mprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+                buf = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+                message.Recv(buf)
+                if protocol.header(buf).op == Op.CHUNK:
+                    roles.comm.Send(np.zeros(2, np.int64), status.Get_source(),
+                                    protocol.reply_tag(protocol.header(buf).ts, tags))
+                taken += 1
+        if not roles.is_server:
+            kv = KVWorker(roles, timeout=60)
+            wait_all([roles.comm.Irecv(np.zeros(1, np.int64), 0, GO_TAG)], 60,
+                     lambda: "server 0's READ to be sent")
+            kv.finish()
+            margins, _, _ = _score(cfg, roles, kv)   # no rows: the stand-in hands out none
+            assert margins.shape[0] == 0
+            kv.close()
+    finally:
+        roles.free()
+

@@ -75,3 +75,27 @@ def test_a_chunk_outside_the_file_is_refused_naming_who_handed_it_out(test_file,
 def test_a_missing_test_file_names_it(tmp_path):
     with pytest.raises(InputError, match="--test .*gone.svm"):
         HeldOutFile(SimpleNamespace(test=str(tmp_path / "gone.svm"), skip_bad_lines=False))
+
+
+def test_bad_lines_in_chunks_are_numbered_right_and_said_five_times_in_all(tmp_path, caplog):
+    """--skip-bad-lines: a chunk's first bad line is numbered from the nearest line number
+    known (not by reading the file from its start again), and the chunks of one file share
+    the budget of five warnings."""
+    path = tmp_path / "test.svm"
+    bad = {3, 40, 41, 77, 120, 160, 199}
+    path.write_text("".join("1 this:is:bad\n" if i in bad else f"{i % 2} {i}:1\n"
+                            for i in range(1, 201)))
+    test = HeldOutFile(SimpleNamespace(test=str(path), skip_bad_lines=True))
+    with caplog.at_level("WARNING", logger="mpips"):
+        rows = 0
+        skipped = 0
+        for span in handed_out(test.chunks(6)):
+            shard = test.chunk(span, "the lead server")
+            rows += sum(len(batch) for batch in shard.minibatches(16))
+            skipped += shard.bad_lines
+    said = [r.getMessage() for r in caplog.records if "skipping bad line" in r.getMessage()]
+    assert rows == 200 - len(bad) and skipped == len(bad)
+    assert len(said) == 5
+    numbers = [int(m.split(f"{path}:")[1].split(":")[0]) for m in said]
+    assert set(numbers) <= bad, numbers
+
