@@ -73,6 +73,19 @@ def resume(small_data, run, clock: int, out):
     return job
 
 
+def resumer(small_data, run, base):
+    """A function that resumes a copy of `run`'s checkpoint at a clock into a new directory
+    under `base`, once per clock: (its directory, the job)."""
+    runs = {}
+
+    def resumed(clock: int):
+        if clock not in runs:
+            out = base / f"resumed-{clock}"
+            runs[clock] = (out, resume(small_data, run, clock, out))
+        return runs[clock]
+    return resumed
+
+
 def same_model(ours, theirs) -> None:
     a, b = load_model(ours / "model"), load_model(theirs / "model")
     np.testing.assert_array_equal(a[0], b[0])
@@ -132,13 +145,7 @@ def leave(small_data, tmp_path_factory):
     assert ended.returncode == 0, ended.output[-4000:]
     assert answer["target"] == 1 and answer["handed_to"] == [0, 2], answer
     assert read_summary(whole)["train_examples"] == EPOCHS * ROWS
-    runs = {}
-
-    def resumed(clock: int):
-        if clock not in runs:
-            out = base / f"resumed-{clock}"
-            runs[clock] = (out, resume(small_data, whole, clock, out))
-        return runs[clock]
+    resumed = resumer(small_data, whole, base)
     return whole, answer, resumed
 
 
@@ -268,13 +275,7 @@ def rejoin(small_data, tmp_path_factory):
     last = read_manifest(os.path.dirname(complete_checkpoints(whole / "checkpoints")[-1]))
     splits = [(d["worker"], d["clock"]) for d in last["deaths"] if d["worker"] != 1]
     assert sorted(w for w, _ in splits) == [0, 2], last["deaths"]
-    runs = {}
-
-    def resumed(clock: int):
-        if clock not in runs:
-            out = base / f"resumed-{clock}"
-            runs[clock] = (out, resume(small_data, whole, clock, out))
-        return runs[clock]
+    resumed = resumer(small_data, whole, base)
     return whole, joined, splits, resumed
 
 
