@@ -279,30 +279,21 @@ def rejoin(small_data, tmp_path_factory):
     return whole, joined, splits, resumed
 
 
-def first_training(run, joined: dict) -> int:
-    """The first checkpoint that records the worker that joined as training: C, the clock
-    from which it trains, or, when the lead's word of the join reached it late, the next."""
-    clock = joined["clock"]
-    while manifest(run, clock)["positions"]["1"]["finished"]:
-        clock += 1
-    return clock
-
-
 @pytest.mark.parametrize("after", [0, 1, 10], ids=lambda n: f"C+{n}")
 def test_a_run_resumed_after_a_join_ends_as_the_run_that_went_on(rejoin, after):
-    """From the checkpoint `after` clocks past C, the first that holds the worker that
-    joined training (see `first_training`): the resumed job must finish, train each worker's
-    rows of the uninterrupted run and end on its model.
+    """From the checkpoint `after` clocks past C, the clock from which the worker that joined
+    trains (its first push is of clock C; the others cannot complete C before the servers
+    count it: see rangemoves), the resumed job must finish, train each worker's rows of the
+    uninterrupted run and end on its model.
 
-    At C itself: a donor one clock ahead split its rows with C clocks done, so its split is
-    numbered with clock C, while the joiner's position at C (from its first push) has taken
-    that split's share already; the checkpoint must hold both or neither. (Whether a donor is
-    ahead when it splits depends on when the lead's request reaches it: in most runs worker 0
-    is. The print says which.)"""
+    At C itself the joiner's position (from its first push) has taken the shares of every
+    donor's split: the checkpoint must hold the splits too, whatever clock each donor split
+    at (a donor ahead of the others splits later than they do). The print says which."""
     whole, joined, splits, resumed = rejoin
-    clock = first_training(whole, joined) + after
+    clock = joined["clock"] + after
     m = manifest(whole, clock)
-    assert m["positions"]["1"]["clock"] == clock and not m["positions"]["1"]["finished"]
+    assert m["positions"]["1"]["clock"] == clock and not m["positions"]["1"]["finished"], \
+        "at the checkpoint the worker that joined is training"
     recorded = [(d["worker"], d["clock"]) for d in m["deaths"] if d["worker"] != 1]
     print(f"join at clock {joined['clock']}, splits {splits}; checkpoint {clock} records "
           f"{recorded}; (shares handed, taken) by worker {shares_taken(m)}")
