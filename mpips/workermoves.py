@@ -172,6 +172,11 @@ class WorkerMoves:
         if worker not in s.clocks.gone:
             s.clocks.resume(worker, clock - 1)
             s.heard(worker)
+            # Checkpoints from now on have it training, from where it left (its shares of the
+            # splits follow its own rows: see workplan), not finished at the clock it left at.
+            place = s.ckpt.positions.get(worker)
+            if place is not None:
+                s.ckpt.positions[worker] = dict(place, clock=clock - 1, finished=False)
         self.members.ranges.agreed()
         s.release()
 
