@@ -56,7 +56,7 @@ def runs(request, small_data, tmp_path_factory):
     # BSP: worker 1 slowed down (the model does not depend on it), so that the job is still
     # training when the refusals and the leave come, however fast the machine.
     job = train(small_data, moved, request.param, True,
-                *(("--straggler", "1:4") if request.param == "bsp" else ()))
+                *(("--straggler", "1:8") if request.param == "bsp" else ()))
     job.wait_for("training: epoch")
     joined = ctl(moved, "add-server")
     refused = {}
