@@ -3,7 +3,7 @@
 The lead server hands out the test file in chunks (spans of rows, or of bytes of text), to
 whichever rank asks (CHUNK): large ones first, smaller as the rows run out (guided
 self-scheduling), so that a rank busy answering reads, or slow for any reason, takes less
-and the ranks finish together. A worker scores its chunks with pulls (worker_side). A server
+and the ranks finish together. A worker scores its chunks with pulls (`worker_share`). A server
 scores its chunks in its loop's idle turns, a small batch a turn, so that it answers the
 workers' reads first: the keys it holds are read from its own table, the others asked of
 their servers (READ). Every server answers READs until each has said it is done (SCORED).
@@ -100,6 +100,61 @@ class HeldOutFile:
         return self._whole.over(start, stop) if start < stop else None
 
 
+def _margins(model, kv, pull, batch, cols, bias_col):
+    """(margins, labels) of a test batch, once its pull is answered."""
+    return model.margins(batch, cols, bias_col, kv.wait(pull)), batch.labels
+
+
+def worker_share(cfg, roles, kv, deaths: tuple = (), part: tuple | None = None, model=None,
+                 hot: bool = False):
+    """A worker's part in scoring (`kv`: its KVWorker): (margins, labels, bad lines skipped)
+    of its share of the test file under the final model: the chunks the lead hands out, or
+    else a part of the file, shared among the workers alive (as far as this one knows) or
+    the `part` (this one's, parts) given. `model`: what gives margins (a pipeline's first
+    stage), if not the job's model; `hot`: under ULFM."""
+    if part is None and shared(cfg, hot):
+        shards = _chunks_handed_out(kv, HeldOutFile(cfg))
+    else:
+        dead = {d.worker for d in deaths if d.dead}
+        living = [w for w in range(len(roles.workers)) if w not in dead]
+        index, parts = part or (living.index(roles.index), len(living))
+        shards = [open_shard(cfg.test, index, parts, skip_bad=cfg.skip_bad_lines)]
+    model = model or cfg.model_spec()
+    scored, index, pending, bad_lines = [], KeyIndexer(model.reserved_keys()), None, 0
+    # One pull ahead: the servers look up the next batch's keys while this one is scored.
+    for shard in shards:
+        for batch in shard.minibatches(EVAL_BATCH):
+            keys, cols, bias_col = index(batch, cfg.bias, shard.path)
+            pull = kv.pull(keys, read_only=True)
+            if pending is not None:
+                scored.append(_margins(model, kv, *pending))
+            pending = (pull, batch, cols, bias_col)
+        bad_lines += shard.bad_lines
+    if pending is not None:
+        scored.append(_margins(model, kv, *pending))
+    return (*_concatenated(scored), bad_lines)
+
+
+def _concatenated(scored: list) -> tuple[np.ndarray, np.ndarray]:
+    """(margins, labels) of batches scored, as (margins, labels) each."""
+    if not scored:
+        return np.empty(0), np.empty(0, np.float32)
+    margins, labels = zip(*scored)
+    return np.concatenate(margins), np.concatenate(labels)
+
+
+def _chunks_handed_out(kv, test: HeldOutFile):
+    """The shards of the chunks of the test file the lead hands this worker, the next asked
+    for while one is scored."""
+    asked = kv.test_chunk()
+    while True:
+        shard = test.chunk(kv.wait(asked), "the lead server")
+        if shard is None:
+            return
+        asked = kv.test_chunk()
+        yield shard
+
+
 @dataclass
 class _Batch:
     rows: object               # data.Rows
@@ -156,10 +211,7 @@ class Scoring:
 
     def results(self) -> tuple[np.ndarray, np.ndarray]:
         """(margins, labels) of the rows this server scored."""
-        if not self._scored:
-            return np.empty(0), np.empty(0, np.float32)
-        margins, labels = zip(*self._scored)
-        return np.concatenate(margins), np.concatenate(labels)
+        return _concatenated(self._scored)
 
     def poll(self) -> bool:
         """An idle turn of the loop: once training is over, score a batch whose weights are

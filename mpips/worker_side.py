@@ -21,7 +21,7 @@ from .lbfgs import Step
 from .log import log_failure
 from .placement import Placement
 from .roles import Roles
-from .testscoring import EVAL_BATCH, HeldOutFile, shared
+from .testscoring import worker_share
 from .shards import open_shard, spans
 from .stagework import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
 from .startup import process_age, ready
@@ -208,7 +208,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         if cfg.test:
             # Those that died in this launch (a resume's dead workers live again).
             began = time.monotonic()
-            margins, labels, bad_test_lines = _score(cfg, roles, kv,
+            margins, labels, bad_test_lines = worker_share(cfg, roles, kv,
                                                      work.plan.deaths[len(deaths):], part,
                                                      front, hot)
             score_s = time.monotonic() - began
@@ -462,52 +462,3 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
         return _wait_for_other_workers(roles, kv, timeout)
     work.catch_up(kv, latest["deaths"], timeout)
     return False
-
-
-def _margins(model, kv: KVWorker, pull, batch, cols, bias_col):
-    """(margins, labels) of a test batch, once its pull is answered."""
-    return model.margins(batch, cols, bias_col, kv.wait(pull)), batch.labels
-
-
-def _score(cfg: TrainConfig, roles: Roles, kv: KVWorker, deaths: tuple = (),
-           part: tuple | None = None, model=None, hot: bool = False):
-    """(margins, labels, bad lines skipped) of this worker's share of the test file under
-    the final model: the chunks the lead hands out (testscoring), or else a part of it,
-    shared among the workers alive (as far as this one knows) or the `part` (this one's,
-    parts) given. `model`: what gives margins (a pipeline's first stage), if not the job's
-    model; `hot`: under ULFM."""
-    if part is None and shared(cfg, hot):
-        shards = _chunks_handed_out(kv, HeldOutFile(cfg))
-    else:
-        dead = {d.worker for d in deaths if d.dead}
-        living = [w for w in range(len(roles.workers)) if w not in dead]
-        index, parts = part or (living.index(roles.index), len(living))
-        shards = [open_shard(cfg.test, index, parts, skip_bad=cfg.skip_bad_lines)]
-    model = model or cfg.model_spec()
-    scored, index, pending, bad_lines = [], KeyIndexer(model.reserved_keys()), None, 0
-    # One pull ahead: the servers look up the next batch's keys while this one is scored.
-    for shard in shards:
-        for batch in shard.minibatches(EVAL_BATCH):
-            keys, cols, bias_col = index(batch, cfg.bias, shard.path)
-            pull = kv.pull(keys, read_only=True)
-            if pending is not None:
-                scored.append(_margins(model, kv, *pending))
-            pending = (pull, batch, cols, bias_col)
-        bad_lines += shard.bad_lines
-    if pending is None:
-        return np.empty(0), np.empty(0, np.float32), bad_lines
-    scored.append(_margins(model, kv, *pending))
-    margins, labels = zip(*scored)
-    return np.concatenate(margins), np.concatenate(labels), bad_lines
-
-
-def _chunks_handed_out(kv: KVWorker, test: HeldOutFile):
-    """The shards of the chunks of the test file the lead hands this worker, the next asked
-    for while one is scored."""
-    asked = kv.test_chunk()
-    while True:
-        shard = test.chunk(kv.wait(asked), "the lead server")
-        if shard is None:
-            return
-        asked = kv.test_chunk()
-        yield shard

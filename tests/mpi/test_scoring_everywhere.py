@@ -23,7 +23,7 @@ from mpips.evaluate import read_rows
 from mpips.roles import split
 from mpips.protocol import Header, Op
 from mpips.testscoring import Scoring
-from mpips.worker_side import _score
+from mpips.testscoring import worker_share
 
 pytestmark = pytest.mark.mpi(min_size=4)
 
@@ -74,7 +74,7 @@ def test_every_rank_scores_each_row_once_with_the_trained_model():
             kv.wait(kv.push(keys, grad if roles.index == 0 else 0 * grad, clock=True))
             kv.finish()
             wait_all([roles.group.Ibarrier()], 60, lambda: "both workers to finish")
-            margins, labels, bad = _score(cfg, roles, kv)
+            margins, labels, bad = worker_share(cfg, roles, kv)
             assert bad == 0
             kv.close()
         counts = np.array(roles.comm.allgather(margins.shape[0]))
@@ -141,7 +141,7 @@ def test_scoring_a_chunk_longer_than_the_timeout_is_no_timeout(monkeypatch):
             kv = KVWorker(roles, timeout=60)
             kv.finish()
             wait_all([roles.group.Ibarrier()], 60, lambda: "both workers to finish")
-            margins, _, _ = _score(cfg, roles, kv)
+            margins, _, _ = worker_share(cfg, roles, kv)
             kv.close()
         assert roles.comm.allreduce(margins.shape[0]) == rows
     finally:
@@ -189,7 +189,7 @@ def test_a_read_of_test_keys_before_a_workers_finish_waits_for_it():
             wait_all([roles.comm.Irecv(np.zeros(1, np.int64), 0, GO_TAG)], 60,
                      lambda: "server 0's READ to be sent")
             kv.finish()
-            margins, _, _ = _score(cfg, roles, kv)   # no rows: the stand-in hands out none
+            margins, _, _ = worker_share(cfg, roles, kv)   # no rows: the stand-in hands out none
             assert margins.shape[0] == 0
             kv.close()
     finally:
