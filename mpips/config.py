@@ -2,7 +2,7 @@
 import os
 from dataclasses import asdict, dataclass, field, replace
 
-from . import fingerprint, models
+from . import fingerprint, models, testevents
 from .errors import ConfigError
 from .optimizer import Optimizer
 from .data import sniff
@@ -12,6 +12,7 @@ from .shards import check_input, fields_of
 CONSISTENCY = ("bsp", "ssp", "asp")
 SOLVERS = ("minibatch", "lbfgs")
 MAX_VNODES = 4096
+STARTUP_S = 120.0   # the least time a rank waits for the others before training
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class TrainConfig:
     consistency: str = "bsp"
     staleness: int | None = None    # SSP only
     stragglers: tuple = ()          # ((worker, slowdown factor), ...): a testing aid
+    test_events: tuple = ()         # events at a point of the job: a testing aid (testevents)
     record_pulls: bool = False
     snapshot_every: float | None = None
     skip_bad_lines: bool = False
@@ -126,6 +128,11 @@ class TrainConfig:
                 raise ConfigError(f"--straggler {worker}:{factor}: the factor must be >= 1")
         if self.snapshot_every is not None and not self.snapshot_every > 0:
             raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
+        try:
+            testevents.check(self.test_events, n_ranks, self.server_ranks,
+                             self.solver == "lbfgs")
+        except testevents.EventError as e:
+            raise ConfigError(str(e)) from None
         self._check_solver()
         self._check_push_filter()
         self.with_data_fields().model_spec()   # an unknown model, sizes out of range
@@ -278,6 +285,14 @@ class TrainConfig:
     def max_staleness(self) -> int | None:
         """Clocks a reader may be ahead of the slowest worker: 0 for BSP, None (any) for ASP."""
         return {"bsp": 0, "asp": None}.get(self.consistency, self.staleness)
+
+    @property
+    def startup_timeout(self) -> float:
+        """How long a rank waits for the others before training (compiling or loading kernels,
+        sampling the data, loading a checkpoint): --timeout, but at least STARTUP_S. On a
+        loaded node these take seconds; a short --timeout is meant for silence in training."""
+        valid = self.timeout if 0 < self.timeout < float("inf") else TrainConfig.timeout
+        return max(valid, STARTUP_S)
 
     def slowdown(self, worker: int) -> float:
         return dict(self.stragglers).get(worker, 1.0)

@@ -12,7 +12,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, fingerprint, lbfgs, signals, summary, timeline
+from . import checkpoint, fingerprint, lbfgs, signals, summary, testevents, timeline
 from .bounded import wait_all
 from .budget import Budget
 from .client import KVWorker
@@ -60,7 +60,7 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
     group, n_workers = roles.group, len(roles.workers)
     driver = roles.index == 0
     loaded = []
-    ready(roles.comm, cfg.timeout, lambda: loaded.append(read_part(
+    ready(roles.comm, cfg.startup_timeout, lambda: loaded.append(read_part(
         cfg.train, roles.index, n_workers, cfg.dim, cfg.bias, cfg.skip_bad_lines)))
     startup_s = process_age()
     part, bad_lines = loaded[0]
@@ -222,3 +222,4 @@ def _say(step: lbfgs.Step) -> None:
     log.info("iteration %d: objective %.10g, gradient norm %.3g, step %.3g, %d evaluations, "
              "%.2f s", step.iteration, step.objective, step.gradient_norm, step.step,
              step.evaluations, step.seconds)
+    testevents.reached("iteration", int(step.iteration))

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, defaults, rundir, stagework, summary, timeline
+from . import checkpoint, defaults, rundir, stagework, summary, testevents, timeline
 from .schedule import logged_bubbles, theoretical_bubble
 from .config import TrainConfig, check_resumable
 from .errors import ConfigError, MpipsError
@@ -44,8 +44,9 @@ class JobStopped(MpipsError):
 def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None:
     """Collective over `comm`. Returns the summary on rank 0, None elsewhere."""
     started = time.monotonic()
-    # Every rank waits this long at most, even before the configuration is checked.
-    bound = cfg.timeout if 0 < cfg.timeout < float("inf") else TrainConfig.timeout
+    # Every rank waits this long at most before training, even before the configuration is
+    # checked.
+    bound = cfg.startup_timeout
     name = run_id(comm, bound)
     cfg = replace(cfg, out=cfg.out or os.path.join("runs", name))
     agree(comm, lambda: cfg.check(comm.size), bound)
@@ -141,6 +142,9 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)],
                           assign=dealt(cfg.servers, cfg.vnodes))
     setup(f"rank {comm.rank} ({roles.name})")
+    testevents.arm(cfg.test_events, comm.rank, roles.is_server, roles.pids_on_node(), cfg.out,
+                   cfg.timeout, driver=cfg.solver == "lbfgs" and roles.index == 0
+                   and not roles.is_server)
     # Collective: rank 0 says whether hot failover can work, and why.
     ulfm = announce(comm, bound).on
     failover = ulfm and cfg.replicas > 1
@@ -185,6 +189,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
                 ends = work(cfg, roles, resume, placement, failover, hot=hot)
             record, margins, labels, held, steps, samples, *tasks = ends   # tasks: stages'
             tasks = tasks[0] if tasks else stagework.no_tasks()
+        testevents.unfired()
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
         record["compile_s"] = compile_s

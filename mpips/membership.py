@@ -44,6 +44,10 @@ class Membership:
         """A move is being agreed or carried out (the lead names no stop meanwhile)."""
         return self.ranges.busy or self.workers.joining is not None
 
+    def poll_soon(self) -> None:
+        """Look for requests at the next turn of the loop (one was just made)."""
+        self._next_poll = 0.0
+
     def poll(self, now: float) -> None:
         """The requests waiting, oldest first, until one starts a change."""
         if now < self._next_poll or not self.run_dir:
@@ -114,7 +118,8 @@ class Membership:
                 "moves": len(self.done)}
 
     def answer(self, request: dict, result: dict) -> None:
-        """`ctl`'s answer to `request`."""
+        """`ctl`'s answer to `request`; the next request waiting is taken at once."""
+        self.poll_soon()
         try:
             control.answer(self.run_dir, request["id"], result)
         except Exception as e:   # noqa: BLE001 -- an answer not written must not stop training

@@ -5,6 +5,7 @@ Parameter-server traffic runs on a private duplicate of the job's communicator,
 so it never matches messages of other libraries; `group` connects the ranks
 that share a role (servers with servers, workers with workers).
 """
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,7 @@ class Roles:
     servers: tuple
     workers: tuple
     nodes: tuple = ()   # for each rank of `comm`, a number shared by the ranks of its node
+    pids: tuple = ()    # for each rank of `comm`, its process id (on its node)
 
     @property
     def is_server(self) -> bool:
@@ -44,6 +46,12 @@ class Roles:
             return 1
         return self.nodes.count(self.nodes[self.comm.rank])
 
+    def pids_on_node(self) -> dict:
+        """Rank -> process id, of the ranks on this rank's node."""
+        here = self.nodes[self.comm.rank] if self.nodes else None
+        return {r: pid for r, pid in enumerate(self.pids)
+                if not self.nodes or self.nodes[r] == here}
+
     def survived(self) -> "Roles":
         """Collective over the living ranks: if a rank has died (under ULFM), the roles of
         the survivors on a communicator of their own (servers first, as before; `group` is
@@ -55,7 +63,8 @@ class Roles:
         n_servers = sum(1 for r in old if r < len(self.servers))
         return Roles(comm=comm, group=self.group, servers=tuple(range(n_servers)),
                      workers=tuple(range(n_servers, comm.size)),
-                     nodes=tuple(self.nodes[r] for r in old) if self.nodes else ())
+                     nodes=tuple(self.nodes[r] for r in old) if self.nodes else (),
+                     pids=tuple(self.pids[r] for r in old) if self.pids else ())
 
     def free(self) -> None:
         self.group.Free()
@@ -82,20 +91,21 @@ def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD) -> Roles:
     ps = comm.Dup()
     is_server = ps.rank < n_servers
     group = ps.Split(color=0 if is_server else 1, key=ps.rank)
-    return Roles(comm=ps, group=group,
-                 servers=tuple(range(n_servers)),
-                 workers=tuple(range(n_servers, ps.size)), nodes=node_numbers(ps))
+    nodes, pids = whereabouts(ps)
+    return Roles(comm=ps, group=group, servers=tuple(range(n_servers)),
+                 workers=tuple(range(n_servers, ps.size)), nodes=nodes, pids=pids)
 
 
-def node_numbers(comm: MPI.Intracomm) -> tuple:
+def whereabouts(comm: MPI.Intracomm) -> tuple[tuple, tuple]:
     """Collective: for each rank, the lowest rank on its node (so that backups can be put on
-    other nodes than their primaries)."""
+    other nodes than their primaries), and its process id."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     try:
         first = np.array([comm.rank], np.int64)
         node.Bcast(first, root=0)
     finally:
         node.Free()
-    numbers = np.empty(comm.size, np.int64)
-    comm.Allgather(first, numbers)
-    return tuple(numbers.tolist())
+    mine = np.array([first[0], os.getpid()], np.int64)
+    everyone = np.empty((comm.size, 2), np.int64)
+    comm.Allgather(mine, everyone)
+    return tuple(everyone[:, 0].tolist()), tuple(everyone[:, 1].tolist())

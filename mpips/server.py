@@ -78,6 +78,9 @@ class Hooks:
     failed: Callable[[str], None] = lambda reason: None   # another rank failed: keep the model
     stop_requested: Callable[[], bool] = lambda: False    # polled by every server
     placement_changed: Callable[[Placement], None] = lambda placement: None   # a server died
+    # The job reached a point here (testevents): point, value, whether this server leads ->
+    # whether a ctl request was made meanwhile.
+    reached: Callable[[str, int, bool], bool] = lambda point, value, lead: False
 
 
 _NO_REPORT = Report()
@@ -392,6 +395,7 @@ class Server:
         self.advance()
         self._copies_due()
         if self.clocks.all_finished:
+            self.hooks.reached("scoring", 0, self.lead)
             self.stats.train_bytes_sent = self.stats.bytes_sent
             if self.hooks.snapshot and not self._final_taken:
                 self._snapshot(final=True)
@@ -530,6 +534,8 @@ class Server:
                 self._checkpoint(last)   # every worker has finished: the final state
             self._slowest = slowest
             self.ckpt.forget_before(slowest)
+            if slowest != FINISHED and self.hooks.reached("clock", slowest, self.lead):
+                self.members.poll_soon()
         if self.losses:
             self.losses.tell_what_is_here()
         for clock in self.ckpt.reached(slowest):

@@ -10,7 +10,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, fingerprint, signals, summary
+from . import checkpoint, fingerprint, signals, summary, testevents
 from .checkpointing import Checkpoints
 from .client import tell_servers_to_save
 from .clocks import FINISHED, ClockTable
@@ -44,6 +44,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
     root = cfg.checkpoints
     # What the workers read, as it was when this launch started: a resume compares it.
     inputs = {"train": fingerprint.of_input(cfg.train)}   # any server may come to lead
+    written = []
 
     def write_shard(clock: int) -> dict:
         start = time.monotonic()
@@ -55,6 +56,8 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
             return {"server": roles.index, "error": str(e)}
         log.info("wrote %d keys of checkpoint clock %d in %.2f s", entry["keys"], clock,
                  time.monotonic() - start)
+        written.append(clock)
+        testevents.reached("checkpoint", len(written))
         return entry
 
     def write_manifest(clock: int, shards: list, positions: dict,
@@ -120,11 +123,15 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                  "iteration" if full_batch else "clock", resume[1]["clock"], resume[0],
                  loaded, "blocks" if full_batch else "keys")
 
+    dense_written = []
+
     def write_dense(iteration: int) -> bool:
         """A full-batch job's checkpoint: this server's blocks of the dense tables."""
         try:
             checkpoint.write_dense_shard(cfg.checkpoints, iteration, roles.index,
                                          dense.datasets(), {"run_id": name})
+            dense_written.append(iteration)
+            testevents.reached("checkpoint", len(dense_written))
             return True
         except SaveError as e:
             log.error("checkpoint at iteration %d: %s", iteration, e)
@@ -184,7 +191,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                   placement_changed=placement_changed,
                   snapshot=snapshot if cfg.snapshot_every else None,
                   snapshot_every=cfg.snapshot_every or 0.0, failed=another_rank_failed,
-                  stop_requested=signals.stop_requested)
+                  stop_requested=signals.stop_requested, reached=testevents.reached)
     # A full-batch job's checkpoints are by iterations, asked for by its driver (fullbatch).
     by_clocks = cfg.checkpoint_every if cfg.solver == "minibatch" else 0
     checkpoints = Checkpoints(by_clocks, cfg.checkpoint_seconds, roles.index == 0,
@@ -197,7 +204,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                     deaths=checkpoint.deaths(resume), run_dir=cfg.out,
                     scoring=((lambda s: Scoring(s, cfg, core_to_spare(roles)))
                              if shared(cfg, hot) else None))
-    t0 = started[0] = ready(roles.comm, cfg.timeout, load)
+    t0 = started[0] = ready(roles.comm, cfg.startup_timeout, load)
     startup_s = process_age()
     if progress:
         progress.start(positions)

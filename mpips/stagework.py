@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 from mpi4py import MPI
 
-from . import signals, summary
+from . import signals, summary, testevents
 from .bounded import wait_all
 from .errors import MpipsError, Stopped
 from .lbfgs import Step
@@ -285,7 +285,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
     if position:
         kv.clock = position["clock"]
     clock_before = kv.clock
-    t0 = ready(roles.comm, cfg.timeout, lambda: None)
+    t0 = ready(roles.comm, cfg.startup_timeout, lambda: None)
     startup_s = process_age()
     keys = model.reserved_keys(pipe.layers)
     layers = pipe.stage_layers(model)
@@ -338,6 +338,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
         kv.report(0, 0.0, float(header[1]), int(header[2]), -1)
         if push is not None:
             kv.wait(push)
+            testevents.reached("clock", kv.clock)
         push = kv.push(keys, rows, clock=True)
     if how == FAILED:
         raise StageFailed(f"{pipe.name(0)} failed (its log says why)")

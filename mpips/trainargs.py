@@ -185,6 +185,12 @@ def train_parser(sub) -> argparse.ArgumentParser:
                       help="make worker W (0-based among workers) take FACTOR times as long per "
                            "minibatch (at least 1 ms), by sleeping; to test and measure the "
                            "consistency models (repeatable)")
+    diag.add_argument("--test-event", action="append", default=[], metavar="EVENT",
+                      help="a testing aid for mpips's own tests, refused unless MPIPS_TESTING=1: "
+                           "fire EVENT when the job reaches a point, e.g. 'kill rank 1 at clock "
+                           "30', 'freeze rank 3 at epoch 2', 'stop rank 2 at checkpoint 1', "
+                           "'ctl add-server at clock 40' (`python -m mpips.testevents` lists "
+                           "them; repeatable)")
     opt = p.add_argument_group("model and optimizer")
     opt.add_argument("--model", choices=models.NAMES, default="lr",
                      help="lr: logistic regression; fm: a factorization machine (Rendle 2010): "
@@ -320,6 +326,7 @@ def config_of(args):
                       average_after=args.average_after,
                       bias=args.bias, consistency=args.consistency,
                       staleness=args.staleness, stragglers=tuple(args.straggler),
+                      test_events=tuple(args.test_event),
                       record_pulls=args.record_pulls, snapshot_every=args.snapshot_every,
                       skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
                       checkpoint_dir=args.checkpoint_dir,

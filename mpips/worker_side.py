@@ -10,7 +10,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import checkpoint, protocol, pushfilter, signals, summary
+from . import checkpoint, protocol, pushfilter, signals, summary, testevents
 from .bounded import Backoff, wait_all, wait_until
 from .client import KVWorker, tell_servers_to_save
 from .config import TrainConfig
@@ -123,7 +123,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
             timeline.add(t, force, examples=examples, train_loss=loss, wait_s=kv.wait_s,
                          bytes_sent=kv.bytes_sent, clock=kv.clock)
 
-    t0 = mark = ready(roles.comm, cfg.timeout, open_data)
+    t0 = mark = ready(roles.comm, cfg.startup_timeout, open_data)
     startup_s = process_age()
     work, epoch, segment, offset = opened[0]
     shard = work.shard
@@ -150,6 +150,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
                 next_pull = (kv.pull(upcoming[1], next_clock=True)
                              if upcoming and not kv.asked_to_leave else None)
                 batch, keys, cols, bias_col, progress = current[:5]
+                testevents.reached("epoch", current[5])
                 try:
                     weights = kv.wait(pull)
                 except Stopped:
@@ -168,6 +169,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
                 sample(time.monotonic() - t0)
                 if push is not None:
                     kv.wait(push)
+                    testevents.reached("clock", kv.clock)
                 # The last push of the worker's stream of minibatches delivers what the push
                 # filter still holds back (pushfilter).
                 push = kv.push(keys, grad, clock=True,
@@ -208,6 +210,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         if cfg.test:
             # Those that died in this launch (a resume's dead workers live again).
             began = time.monotonic()
+            testevents.reached("scoring")
             margins, labels, bad_test_lines = worker_share(cfg, roles, kv,
                                                      work.plan.deaths[len(deaths):], part,
                                                      front, hot)

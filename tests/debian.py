@@ -6,14 +6,7 @@ import os
 import shutil
 import subprocess
 
-import pytest
-
-
-def cannot(reason: str) -> None:
-    """Skip the test for `reason`, or fail it where system tests are required."""
-    if os.environ.get("MPIPS_REQUIRE_SYSTEM_TESTS") == "1":
-        pytest.fail(f"{reason} (MPIPS_REQUIRE_SYSTEM_TESTS=1: this must run here)")
-    pytest.skip(reason)
+from support import cannot
 
 
 def ensure(commands: list, packages: list) -> None:

@@ -4,7 +4,7 @@ import contextlib
 import os
 import subprocess
 
-from debian import cannot
+from support import cannot
 
 
 @contextlib.contextmanager

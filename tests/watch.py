@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from conftest import Job, mpiexec_path
+from support import Job, mpiexec_path
 
 
 def complete_checkpoints(ckpt) -> list:

@@ -13,7 +13,7 @@ import time
 import h5py
 import numpy as np
 import pytest
-from conftest import read_summary, run_job, run_mpips
+from support import read_summary, run_job, run_mpips
 
 from mpips import data
 from mpips.data import TextShard

@@ -9,7 +9,7 @@ import os
 import h5py
 import numpy as np
 import pytest
-from conftest import read_summary, run_job
+from support import read_summary, run_job
 from mounts import fill, tmpfs
 from watch import WatchedJob, complete_checkpoints
 

@@ -10,7 +10,7 @@ import signal
 
 import numpy as np
 import pytest
-from conftest import read_summary, run_job
+from support import read_summary, run_job
 from watch import WatchedJob, complete_checkpoints, frozen, pid_of_rank
 
 from mpips.model_io import load_model

@@ -5,7 +5,7 @@ To add a case: append (arguments, what the message must say) to REFUSED; each is
 in one process, and a few of each kind are launched under mpiexec too (LAUNCHED).
 """
 import pytest
-from conftest import run_job
+from support import run_job
 
 REFUSED = [
     (("--lr", "inf"), "argument --lr: 'inf': give a finite number"),

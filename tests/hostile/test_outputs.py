@@ -9,7 +9,7 @@ import os
 import socket
 
 import h5py
-from conftest import read_summary, run_job
+from support import read_summary, run_job
 from mounts import tmpfs
 from watch import WatchedJob, pid_of_rank
 

@@ -4,7 +4,7 @@ naming the file, or the page with what can be shown and a note naming what could
 import shutil
 
 import pytest
-from conftest import run_job, run_mpips
+from support import run_job, run_mpips
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import mpiexec_path, read_summary, run_job
+from support import mpiexec_path, read_summary, run_job
 
 import mpips
 from mpips.checkpoint import all_checkpoints

@@ -10,7 +10,7 @@ import subprocess
 import h5py
 import numpy as np
 import pytest
-from conftest import finish, launch, read_summary, run_job, run_mpips
+from support import finish, launch, read_summary, run_job, run_mpips
 from debian import ensure
 from watch import complete_checkpoints, rank_pids, wait_for_checkpoint
 

@@ -2,7 +2,7 @@
 import h5py
 import numpy as np
 import pytest
-from conftest import read_summary, run_job
+from support import read_summary, run_job
 
 SERVERS, WORKERS, STRAGGLER = 2, 3, 1
 

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import read_summary, run_job, run_mpips
+from support import read_summary, run_job, run_mpips
 from sklearn.linear_model import LogisticRegression
 
 from mpips.evaluate import read_rows

@@ -3,7 +3,7 @@ import subprocess
 
 import h5py
 import pytest
-from conftest import read_summary, run_job, run_mpips
+from support import read_summary, run_job, run_mpips
 
 from mpips.model_io import load_model
 

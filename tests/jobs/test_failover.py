@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ULFM, read_summary, run_job
+from support import ULFM, read_summary, run_job
 from watch import WatchedJob, complete_checkpoints, frozen_to_the_end, pid_of_rank
 
 from mpips.checkpoint import read_manifest

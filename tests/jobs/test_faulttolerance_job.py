@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ULFM, Job, finish, mpiexec_path, read_summary, run_mpips
+from support import ULFM, Job, finish, mpiexec_path, read_summary, run_mpips
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ regression in held-out logloss; their runs are deterministic under BSP and their
 models score offline (evaluate) as they scored in the job."""
 import numpy as np
 import pytest
-from conftest import read_summary, run_job, run_mpips
+from support import read_summary, run_job, run_mpips
 
 from mpips.evaluate import read_rows, score_model
 from mpips.model_io import load_model

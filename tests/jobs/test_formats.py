@@ -4,7 +4,7 @@ planted one; a job trains on Avazu's CSV; Wide & Deep concatenates the fields ea
 gives (Criteo's 39 known, libffm's counted when converting, --fields on text)."""
 import numpy as np
 import pytest
-from conftest import read_summary, run_job, run_mpips
+from support import read_summary, run_job, run_mpips
 
 from mpips.evaluate import read_rows
 from mpips.model_io import load_model

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import ULFM, read_summary, run_job, run_mpips
+from support import ULFM, read_summary, run_job, run_mpips
 from watch import WatchedJob, pid_of_rank
 from sklearn.linear_model import LogisticRegression
 

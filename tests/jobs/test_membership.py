@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ULFM, read_summary, run_job
+from support import ULFM, read_summary, run_job
 from watch import WatchedJob, pid_of_rank
 
 from mpips.model_io import load_model

@@ -3,7 +3,7 @@ bytes pushed per example, held-out logloss within 1% of the same job unfiltered;
 in summary.json; the last push's flush of what was held back, deterministic under BSP."""
 import numpy as np
 import pytest
-from conftest import read_summary, run_job
+from support import read_summary, run_job
 
 from mpips.model_io import load_model
 from mpips.pushfilter import FIGURES

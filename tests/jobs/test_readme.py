@@ -4,7 +4,7 @@ import re
 import subprocess
 import sys
 
-from conftest import mpiexec_path, run_mpips
+from support import mpiexec_path, run_mpips
 
 
 README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")

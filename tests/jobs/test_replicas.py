@@ -6,7 +6,7 @@ import shutil
 import h5py
 import numpy as np
 import pytest
-from conftest import read_summary, run_job, run_mpips
+from support import read_summary, run_job, run_mpips
 from watch import complete_checkpoints
 
 from mpips.checkpoint import read_manifest

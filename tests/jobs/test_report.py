@@ -5,7 +5,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import read_summary, run_job, run_mpips
+from support import read_summary, run_job, run_mpips
 from debian import ensure
 
 from mpips import timeline

@@ -33,7 +33,7 @@ import time
 import h5py
 import numpy as np
 import pytest
-from conftest import read_summary, run_job
+from support import read_summary, run_job
 from watch import WatchedJob, complete_checkpoints
 
 from mpips.checkpoint import clock_dir, read_manifest

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import read_summary, run_job, run_mpips
+from support import read_summary, run_job, run_mpips
 from watch import WatchedJob
 
 from mpips.testscoring import core_to_spare

@@ -1,7 +1,7 @@
 """Binary CSR shards: converting in parallel, splitting by rows, training from them."""
 import numpy as np
 import pytest
-from conftest import read_summary, run_job
+from support import read_summary, run_job
 
 from mpips.evaluate import read_rows
 from mpips.model_io import load_model

@@ -9,7 +9,7 @@ import shutil
 import h5py
 import numpy as np
 import pytest
-from conftest import read_summary, run_job, run_mpips
+from support import read_summary, run_job, run_mpips
 
 from mpips.model_io import load_model
 from mpips.schedule import POLICIES

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import read_summary, run_job, run_mpips
+from support import read_summary, run_job, run_mpips
 from sklearn.linear_model import LogisticRegression
 
 from mpips.evaluate import read_rows

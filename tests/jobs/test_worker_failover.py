@@ -7,7 +7,7 @@ import shutil
 import signal
 
 import pytest
-from conftest import ULFM, read_summary, run_job
+from support import ULFM, read_summary, run_job
 from watch import WatchedJob, complete_checkpoints, frozen_to_the_end, pid_of_rank
 
 from mpips.checkpoint import read_manifest

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import LAUNCHER_DID_NOT_START, run_job
+from support import LAUNCHER_DID_NOT_START, run_job
 from watch import pid_of_rank
 
 from mpips.model_io import load_model

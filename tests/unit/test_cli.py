@@ -2,7 +2,7 @@
 import argparse
 
 import pytest
-from conftest import run_mpips
+from support import run_mpips
 
 from mpips.trainargs import checkpoint_interval
 

@@ -3,7 +3,7 @@ import filecmp
 
 import numpy as np
 import pytest
-from conftest import run_mpips
+from support import run_mpips
 
 from mpips.errors import ConfigError
 from mpips.evaluate import read_rows

@@ -3,26 +3,13 @@ out, their gradient against finite differences, a new key's first latent values,
 logistic regression as the one-column case."""
 import numpy as np
 import pytest
+from minibatches import batch
 
 from mpips.data import Rows
 from mpips.errors import ConfigError
 from mpips.models import FactorizationMachine, LogisticRegression, model_of
 from mpips.optimizer import Optimizer
 from mpips.store import KVStore
-
-
-def batch(seed: int = 0, rows: int = 6, keys: int = 5):
-    """A CSR minibatch over `keys` unique keys (columns), real values, 0/1 labels."""
-    rng = np.random.default_rng(seed)
-    indptr, cols, vals = [0], [], []
-    for _ in range(rows):
-        chosen = np.sort(rng.choice(keys, rng.integers(1, keys), replace=False))
-        cols += chosen.tolist()
-        vals += rng.normal(size=chosen.shape[0]).tolist()
-        indptr.append(len(cols))
-    b = Rows(rng.integers(0, 2, rows).astype(np.float32), np.array(indptr, np.int64),
-             np.zeros(len(cols), np.uint64), np.array(vals, np.float32))
-    return b, np.array(cols, np.int64)
 
 
 def pairwise(b, cols, bias_col, w) -> np.ndarray:

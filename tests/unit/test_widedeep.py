@@ -5,7 +5,7 @@ the key alone, the MLP's keys in every minibatch, each layer's rows apart (a pip
 pulls its own)."""
 import numpy as np
 import pytest
-from test_models import batch
+from minibatches import batch
 
 from mpips.data import BIAS_KEY, KeyIndexer, Rows
 from mpips.errors import ConfigError, InputError

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from debian import cannot, ensure
+from debian import ensure
+from support import cannot
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",

@@ -1,0 +1,136 @@
+"""What the tests share: launching real mpiexec jobs and plain mpips commands, reading what
+a run wrote, the model compared bit for bit, and the rule for tests that need the system.
+
+Jobs are launched with MPIPS_TESTING=1, so that they may carry `--test-event`s (see
+mpips/testevents.py): a test names the point of the job where a rank dies, freezes, is
+signalled or pauses, or where a `ctl` request comes, instead of racing the clock.
+"""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+# What the Makefile exports, so that `pytest` also works when run by hand (as root, on few
+# cores); and events at a point of a job, which only tests may use.
+for _name, _value in (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+                      ("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe"),
+                      ("OMPI_MCA_osc", "^ucx"), ("OMPI_MCA_btl", "^ofi"),
+                      ("MPIPS_TESTING", "1")):
+    os.environ.setdefault(_name, _value)
+
+# ULFM's failure detector declares a rank dead after this many seconds of silence. A loaded
+# machine (2 cores, 4-6 ranks, CI beside) can keep a live rank from MPI for a second: tests
+# give it several. Only the test that measures detection uses 1 s.
+DETECTOR_S = 6
+
+
+def ulfm(detector_s: float = DETECTOR_S) -> tuple:
+    """mpiexec's options for hot failover: ULFM and its failure detector (what FT=1 adds)."""
+    return ("--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
+            "--mca", "mpi_ft_detector_period", "0.2",
+            "--mca", "mpi_ft_detector_timeout", f"{detector_s:g}")
+
+
+ULFM = ulfm()
+
+
+def mpiexec_path() -> str:
+    if os.environ.get("MPIEXEC"):
+        return os.environ["MPIEXEC"]
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return beside if os.path.exists(beside) else "mpiexec"
+
+
+@dataclass
+class Job:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def launch(n_ranks: int, *args, launcher=()) -> subprocess.Popen:
+    """Start `mpiexec [LAUNCHER] -n N python -m mpips ARGS` in its own process group."""
+    cmd = [mpiexec_path(), *launcher, "-n", str(n_ranks), sys.executable, "-m", "mpips",
+           *map(str, args)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> Job:
+    """Wait for a launched job; kill its whole process group and fail the test if it
+    outlives `timeout`."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"job did not finish within {timeout} s: {' '.join(proc.args)}\n{out}\n{err}")
+    return Job(proc.returncode, out, err)
+
+
+# Open MPI's launcher, started many times in a row, now and then fails to start before any
+# rank runs (its PMIx listener cannot bind): that launch is tried again.
+LAUNCHER_DID_NOT_START = "The PMIx server's listener thread failed to start"
+
+
+def run_job(n_ranks: int, *args, timeout: float = 300, launcher=()) -> Job:
+    """Run `mpiexec -n N python -m mpips ARGS` to completion (see `finish`)."""
+    for _ in range(3):
+        job = finish(launch(n_ranks, *args, launcher=launcher), timeout)
+        if LAUNCHER_DID_NOT_START not in job.stderr:
+            break
+    return job
+
+
+def run_mpips(*args, timeout: float = 300) -> Job:
+    """Run `python -m mpips ARGS` as a plain process (no mpiexec)."""
+    proc = subprocess.run([sys.executable, "-m", "mpips", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout)
+    return Job(proc.returncode, proc.stdout, proc.stderr)
+
+
+def read_summary(run_dir) -> dict:
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def same_model(a, b) -> None:
+    """The models of runs `a` and `b` are the same, bit for bit."""
+    from mpips.model_io import load_model
+    ours, theirs = load_model(os.path.join(a, "model")), load_model(os.path.join(b, "model"))
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1].view(np.uint32), theirs[1].view(np.uint32))
+
+
+def fired(job, event: str) -> None:
+    """Assert that the job fired `--test-event EVENT` (it says so when it does)."""
+    assert f"test event: {event} (reached" in job.output, \
+        f"the job never fired {event!r}:\n{job.output}"
+
+
+def ctl_answers(run_dir) -> list:
+    """The answers the lead wrote to `ctl` requests (made by `ctl` or by test events), in the
+    order they were asked."""
+    answers = []
+    for path in sorted(glob.glob(os.path.join(run_dir, "control", "answer-*.json"))):
+        with open(path) as f:
+            answers.append(json.load(f))
+    return answers
+
+
+def cannot(reason: str) -> None:
+    """Skip the test for `reason`, or fail it where the tests must all run
+    (MPIPS_REQUIRE_SYSTEM_TESTS=1, set by .ci/run)."""
+    if os.environ.get("MPIPS_REQUIRE_SYSTEM_TESTS") == "1":
+        pytest.fail(f"{reason} (MPIPS_REQUIRE_SYSTEM_TESTS=1: this must run here)")
+    pytest.skip(reason)
