@@ -271,7 +271,7 @@ def _choose(cfg: TrainConfig, workers: int, resume) -> dict:
         optimizer=cfg.optimizer.name, lr=cfg.optimizer.lr, batch=cfg.batch_size,
         beta=cfg.optimizer.beta, average_after=_average_after(cfg),
         resumed_batch=resume[1]["config"]["batch_size"] if resume else None,
-        resumed=resume[1]["config"]["optimizer"] if resume else None)
+        resumed=resume[1]["config"]["optimizer"] if resume else None, epochs=cfg.epochs)
 
 
 def _pipeline_figures(cfg, tasks: np.ndarray) -> dict:

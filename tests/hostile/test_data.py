@@ -16,6 +16,8 @@ import pytest
 from support import read_summary, run_job, run_mpips
 
 from mpips import data
+from mpips.checkpoint import read_manifest
+from mpips.shards import spans
 from mpips.data import TextShard
 from mpips.errors import InputError
 
@@ -159,13 +161,17 @@ def test_resuming_on_edited_data_is_refused_unless_allowed(small_data, tmp_path)
 
 def test_resuming_on_a_shortened_file_if_allowed_goes_on_from_valid_places(small_data,
                                                                             tmp_path):
+    """A third cut off the end, mid-line: each worker goes on from the place its checkpoint
+    recorded (a row start still: the bytes before the cut did not change) and trains exactly
+    the rows that start from there to the end of its part of the shortened file; the cut line
+    is the one bad line, or a row."""
     source = tmp_path / "train.svm"
     shutil.copy(small_data[0], source)
     run = tmp_path / "run"
-    args = ("--epochs", 1, "--checkpoint-every", 40)
+    args = ("--epochs", 1, "--checkpoint-every", 10, "--keep-checkpoints", 100)
     whole = train(source, run, *args)
     assert whole.returncode == 0
-    mid = sorted((run / "checkpoints").glob("clock-*"))[0]   # mid-epoch: byte offsets
+    mid = run / "checkpoints" / f"clock-{10:012d}"   # a fifth into the epoch: byte offsets
     ckpt = tmp_path / "ckpt"
     shutil.copytree(mid, ckpt / mid.name)
     os.truncate(source, os.path.getsize(source) * 2 // 3 + 17)   # and mid-line
@@ -175,7 +181,20 @@ def test_resuming_on_a_shortened_file_if_allowed_goes_on_from_valid_places(small
                     "--allow-changed-data", "--skip-bad-lines")
     assert allowed.returncode == 0, allowed.output
     assert "Traceback" not in allowed.output
-    assert read_summary(tmp_path / "again")["train_examples"] > 0
+    text = source.read_bytes()
+    assert not text.endswith(b"\n"), "the cut is mid-line"
+    positions = read_manifest(ckpt / mid.name)["positions"]
+    rows_left = 0
+    for worker, (lo, hi) in enumerate(spans(str(source), 2)):
+        place = positions[str(worker)]["offset"]
+        assert lo < place < hi and text[place - 1:place] == b"\n", \
+            f"worker {worker}'s place {place} is a row start of its part [{lo}, {hi})"
+        rows_left += text.count(b"\n", place - 1, hi - 1)   # rows that start in [place, hi)
+    s = read_summary(tmp_path / "again")
+    assert s["train_examples_this_launch"] > 0
+    assert s["train_examples_this_launch"] + s["bad_lines"] == rows_left, \
+        "each worker trained the rows from its place to the end of its part, once"
+    assert s["bad_lines"] <= 1
 
 
 def test_a_file_that_shrinks_while_read_is_an_error(tmp_path):

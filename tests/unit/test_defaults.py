@@ -108,6 +108,16 @@ def test_adagrad_and_ftrl_rates_follow_the_typical_value():
     assert Optimizer("adagrad", lr=0.3).with_default_lr(42.0).lr == 0.3, "a set rate stays"
 
 
+def test_adams_rate_is_a_tenth_of_adagrads_and_shrinks_with_the_epochs():
+    binary = defaults.DataStats(features=21.0)
+    rate, why = defaults.learning_rate("adam", binary, 1000, 3)
+    assert rate == pytest.approx(0.2 / 21) and "sqrt" not in why
+    rate, why = defaults.learning_rate("adam", binary, 1000, 3, epochs=4)
+    assert rate == pytest.approx(0.1 / 21) and why.endswith("/ sqrt(4 epochs)")
+    assert defaults.learning_rate("adagrad", binary, 1000, 3, epochs=4)[0] == \
+        pytest.approx(2 / 21), "AdaGrad's own sum shrinks its steps: no horizon"
+
+
 def test_batch_size_leaves_about_a_thousand_updates_per_epoch():
     assert defaults.batch_size([30000], exact=True) == 30
     assert defaults.batch_size([5_000_000, 6_000_000], exact=True) == 1000, "at most 1,000"

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 from mpi4py import MPI
+from support import cannot
 
 from mpips import shards
 from mpips.bounded import wait_until
@@ -25,7 +26,7 @@ def resident_pages(path: str) -> np.ndarray:
         address = np.frombuffer(m, np.uint8).ctypes.data
         if libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size),
                         vec.ctypes.data_as(ctypes.c_void_p)) != 0:
-            pytest.skip(f"mincore failed: errno {ctypes.get_errno()}")
+            cannot(f"mincore failed: errno {ctypes.get_errno()}")
         return (vec & 1).astype(bool)
 
 
@@ -54,7 +55,7 @@ def test_rows_ahead_of_the_reader_are_read_into_memory(dataset, monkeypatch):
     indices = os.path.join(dataset, "part-0000.indices.npy")
     evict(indices)
     if resident_pages(indices)[4:].any():
-        pytest.skip("this file system keeps the file in memory (posix_fadvise DONTNEED ignored)")
+        cannot("this file system keeps the file in memory (posix_fadvise DONTNEED ignored)")
     monkeypatch.setattr(shards, "READAHEAD_BYTES", 1 << 20)   # a window of ~2,700 rows
     shard = CsrShard(dataset)
     window = shard.readahead_rows

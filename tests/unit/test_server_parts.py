@@ -18,7 +18,18 @@ def pull(worker, ts=1):
     return Pull(worker, source=10 + worker, ts=ts, keys=KEYS, insert=True)
 
 
-def test_the_gate_holds_a_bsp_read_until_every_worker_has_completed_the_clock():
+class Clock:
+    """time.monotonic, moved by hand."""
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_gate_holds_a_bsp_read_until_every_worker_has_completed_the_clock(monkeypatch):
+    now = Clock()
+    monkeypatch.setattr("mpips.readgate.time.monotonic", now)
     clocks = ClockTable(2, staleness=0)
     gate = ReadGate(clocks, record=True)
     clocks.tick(0)
@@ -26,13 +37,16 @@ def test_the_gate_holds_a_bsp_read_until_every_worker_has_completed_the_clock():
     assert gate.arrive(ahead, next_clock=False) == HOLD
     assert ahead.owned and ahead.keys is not KEYS, "a held pull keeps its own keys"
     assert gate.release() == ([], []) and gate.pulls_held == 1
+    now.now += 2.5   # worker 1 completes the clock 2.5 s later
     clocks.tick(1)
     serve, refuse = gate.release()
     assert serve == [ahead] and refuse == [] and not gate.held
     gate.served(ahead)
     record = gate.pull_records()
     assert record["worker"].tolist() == [0] and record["clock"].tolist() == [1]
-    assert record["slowest"].tolist() == [1] and gate.held_s[0] >= 0
+    assert record["slowest"].tolist() == [1]
+    assert gate.held_s.tolist() == [2.5, 0.0] and record["held_s"].tolist() == [2.5], \
+        "the time it was held, counted to the worker it held"
 
 
 def test_a_read_sent_ahead_waits_for_its_own_push_without_counting_as_held():
