@@ -137,3 +137,60 @@ def frozen_to_the_end(job, pid: int, timeout: float = 180):
     finally:
         os.kill(pid, signal.SIGKILL)
     return job.finish(timeout=60)
+
+
+def wait_fired(job, event: str, timeout: float = 300) -> str:
+    """Wait until `job` says it fired `--test-event EVENT` (a point the job is certain to
+    reach); returns that line."""
+    return job.wait_for(f"test event: {event} (reached", timeout=timeout)
+
+
+def _kill_rank_process(pid: int, out_dir) -> None:
+    """SIGKILL `pid` if it is still a rank of the job writing to `out_dir` (the launcher may
+    have ended it already)."""
+    if pid in rank_pids(out_dir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def frozen_by_event_to_the_end(job, out_dir, rank: int, event: str, timeout: float = 300):
+    """Rank `rank` of `job` froze itself for good (`--test-event "freeze rank N at ..."`, no
+    thaw): wait until it says so, then until the job has written its summary (the others
+    count it as dead and go on), then SIGKILL it: the launcher waits for every process it
+    started. Returns the ended job."""
+    wait_fired(job, event, timeout)
+    pid = pid_of_rank(out_dir, rank)
+    try:
+        job.wait_for("summary: ", timeout=timeout)
+    finally:
+        _kill_rank_process(pid, out_dir)
+    return job.finish(timeout=60)
+
+
+def ended_with_a_frozen_rank(job, out_dir, event: str, timeout: float = 300):
+    """A rank of `job` froze itself for good (`--test-event "freeze rank N at ..."`): wait
+    until it says so, then for the job to end (without hot failover the others fail it within
+    their bound, and the launcher ends the frozen rank). Returns the ended job; a rank process
+    of it still there after (the frozen one) is SIGKILLed."""
+    try:
+        wait_fired(job, event, timeout)
+        return job.finish(timeout=timeout)
+    finally:
+        for pid in rank_pids(out_dir):
+            _kill_rank_process(pid, out_dir)
+
+
+def wait_for_file(job, path, timeout: float = 300) -> None:
+    """Wait until `path` exists (e.g. FILE.reached, written by a rank that pauses at
+    `--test-event "pause rank N until FILE at ..."`), while `job` runs."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if job.proc.poll() is not None:
+            job.finish(timeout=60)
+            pytest.fail(f"the job ended before {path} existed:\n{job.output}")
+        if time.monotonic() > deadline:
+            job.kill()
+            pytest.fail(f"no {path} after {timeout} s:\n{job.output}")
+        time.sleep(0.05)

@@ -2,19 +2,20 @@
 is asked to stop stops the job cleanly, nothing waits without a bound, and the figures a
 resumed run reports are of what it did.
 
-To add a case: launch a WatchedJob, act on one rank through `pid_of_rank` (SIGTERM, SIGSTOP,
-SIGKILL) once the job says it is where you want it, and assert how the job ends.
+To add a case: name the point where a rank is signalled, frozen or killed with
+`--test-event` (see mpips/testevents.py), assert with `fired` that it happened, and assert how
+the job ends. A frozen rank stays frozen to the end of the job (the launcher ends it).
 """
 import os
-import signal
 
 import numpy as np
 import pytest
-from support import read_summary, run_job
-from watch import WatchedJob, complete_checkpoints, frozen, pid_of_rank
+from support import fired, read_summary, run_job
+from watch import WatchedJob, complete_checkpoints, ended_with_a_frozen_rank
 
 from mpips.model_io import load_model
 
+# 2 servers + 2 workers (ranks 2, 3): 100 clocks an epoch each, a checkpoint every 25.
 EPOCHS = 3
 ARGS = ("--servers", 2, "--batch-size", 100, "--epochs", EPOCHS, "--checkpoint-every", 25)
 
@@ -31,32 +32,40 @@ def launch(small_data, run, *extra):
     return WatchedJob(4, "train", "--train", small_data[0], "--out", run, *ARGS, *extra)
 
 
-@pytest.mark.parametrize("rank, signum", [(3, signal.SIGTERM), (1, signal.SIGUSR1)],
+def checkpoint_clocks(run) -> list:
+    """The clocks of the complete checkpoints of `run`."""
+    return [int(os.path.basename(os.path.dirname(p))[len("clock-"):])
+            for p in complete_checkpoints(run / "checkpoints")]
+
+
+@pytest.mark.parametrize("event", ["term rank 3 at clock 30", "stop rank 1 at clock 30"],
                          ids=["SIGTERM-to-worker-1", "SIGUSR1-to-server-1"])
 def test_a_stop_signal_to_any_one_rank_stops_the_job_with_a_checkpoint(
-        small_data, uninterrupted, tmp_path, rank, signum):
+        small_data, uninterrupted, tmp_path, event):
     run = tmp_path / "run"
-    job = launch(small_data, run, "--straggler", "0:2")
-    job.wait_for("checkpoint at clock")
-    os.kill(pid_of_rank(run, rank), signum)
-    ended = job.finish()
+    ended = launch(small_data, run, "--test-event", event).finish(timeout=300)
     assert ended.returncode == 75, ended.output
+    fired(ended, event)
+    # Server 0 names two clocks past the slowest worker it knows of, at least 29 then.
     stopped = read_summary(run)["stopped_at_clock"]
-    assert any(f"clock-{stopped:012d}" in p for p in complete_checkpoints(run / "checkpoints"))
+    assert 31 <= stopped < EPOCHS * 100, stopped
+    assert stopped in checkpoint_clocks(run)
     resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
                       "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
+    assert f"resumed from checkpoint clock {stopped}" in resumed.output
     ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
     np.testing.assert_array_equal(ours[1], theirs[1])
 
 
 def test_a_resumed_run_reports_the_rate_of_its_own_launch(small_data, tmp_path):
     run = tmp_path / "run"
-    job = launch(small_data, run)
-    job.wait_for("checkpoint at clock")
-    os.kill(job.proc.pid, signal.SIGUSR1)
-    assert job.finish().returncode == 75
+    stop = "stop rank 2 at clock 50"
+    ended = launch(small_data, run, "--test-event", stop).finish(timeout=300)
+    assert ended.returncode == 75, ended.output
+    fired(ended, stop)
     before = read_summary(run)["train_examples"]
+    assert 0 < before < EPOCHS * 20000
     resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
                       "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
@@ -77,11 +86,11 @@ def test_resuming_past_the_requested_epochs_says_so(small_data, uninterrupted, t
 
 def test_a_frozen_worker_fails_the_job_within_the_bound_naming_it(small_data, tmp_path):
     run = tmp_path / "run"
-    job = launch(small_data, run, "--timeout", 4, "--epochs", 40)
-    job.wait_for("training: epoch")
-    with frozen(pid_of_rank(run, 3)):
-        ended = job.finish(timeout=60)
+    freeze = "freeze rank 3 at clock 30"
+    job = launch(small_data, run, "--timeout", 4, "--test-event", freeze)
+    ended = ended_with_a_frozen_rank(job, run, freeze)
     assert ended.returncode != 0
+    fired(ended, freeze)
     # Whichever notices first, the held worker or the servers, names the frozen one.
     assert "the slowest is worker 1 (rank 3)" in ended.output, ended.output
     assert "saved the" in ended.output and "keys trained so far" in ended.output
@@ -89,27 +98,30 @@ def test_a_frozen_worker_fails_the_job_within_the_bound_naming_it(small_data, tm
 
 def test_a_frozen_server_fails_the_job_within_the_bound_naming_it(small_data, tmp_path):
     run = tmp_path / "run"
-    job = launch(small_data, run, "--timeout", 4, "--epochs", 40)
-    job.wait_for("training: epoch")
-    with frozen(pid_of_rank(run, 1)):
-        ended = job.finish(timeout=60)
+    freeze = "freeze rank 1 at clock 30"
+    job = launch(small_data, run, "--timeout", 4, "--test-event", freeze)
+    ended = ended_with_a_frozen_rank(job, run, freeze)
     assert ended.returncode != 0
+    fired(ended, freeze)
     assert "no reply yet from server rank(s) [1]" in ended.output
 
 
 def test_a_killed_server_with_copies_but_no_ulfm_falls_back_to_its_checkpoint(
         small_data, uninterrupted, tmp_path):
     """Copies alone do not keep a job alive: without ULFM a dead rank ends the launch, and the
-    resume (with copies) still ends on the uninterrupted model, bit for bit."""
+    resume (with copies) still ends on the uninterrupted model, bit for bit. Server 1 dies
+    having written its file of the second checkpoint (clock 50), which never completes: the
+    resume starts from the first (clock 25)."""
     run = tmp_path / "run"
-    job = launch(small_data, run, "--replicas", 2)
-    job.wait_for("checkpoint at clock")
-    os.kill(pid_of_rank(run, 1), signal.SIGKILL)
-    ended = job.finish(timeout=120)
+    kill = "kill rank 1 at checkpoint 2"
+    ended = launch(small_data, run, "--replicas", 2, "--test-event", kill).finish(timeout=300)
     assert ended.returncode != 0
+    fired(ended, kill)
+    assert checkpoint_clocks(run) == [25]
     resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
                       "--replicas", 2, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
+    assert "resumed from checkpoint clock 25" in resumed.output
     ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
     np.testing.assert_array_equal(ours[0], theirs[0])
     np.testing.assert_array_equal(ours[1], theirs[1])
@@ -120,17 +132,24 @@ def test_a_killed_server_with_copies_but_no_ulfm_falls_back_to_its_checkpoint(
     (1, "no reply yet from server rank(s) [1]")], ids=["worker-1", "server-1"])
 def test_a_frozen_rank_of_a_full_batch_job_fails_it_within_the_bound_naming_it(
         small_data, tmp_path, rank, says):
+    """The driver (worker 0) freezes the rank as it finishes iteration 3; without the freeze
+    the job would end after 20."""
     run = tmp_path / "run"
+    freeze = f"freeze rank {rank} at iteration 3"
     job = WatchedJob(4, "train", "--train", small_data[0], "--out", run, "--servers", 2,
-                     "--solver", "lbfgs", "--tol", 0, "--max-iter", 100000, "--timeout", 4)
-    job.wait_for("iteration 3:")
-    with frozen(pid_of_rank(run, rank)):
-        ended = job.finish(timeout=60)
+                     "--solver", "lbfgs", "--tol", 0, "--max-iter", 20, "--timeout", 4,
+                     "--test-event", freeze)
+    ended = ended_with_a_frozen_rank(job, run, freeze)
     assert ended.returncode != 0
+    fired(ended, freeze)
     assert says in ended.output
 
 
-PIPELINE = ("--model", "widedeep", "--embedding-dim", 4, "--hidden", "16,8", "--stages", 2)
+# One pipeline of two stages (workers 0 and 1): 200 clocks an epoch, one epoch (after ARGS,
+# whose --epochs it overrides).
+PIPELINE_EPOCHS = 1
+PIPELINE = ("--model", "widedeep", "--embedding-dim", 4, "--hidden", "16,8", "--stages", 2,
+            "--epochs", PIPELINE_EPOCHS)
 
 
 def test_a_frozen_stage_of_a_pipeline_fails_the_job_within_the_bound_naming_it(small_data,
@@ -138,11 +157,11 @@ def test_a_frozen_stage_of_a_pipeline_fails_the_job_within_the_bound_naming_it(s
     """Stage 1 (worker 1, rank 3) frozen: stage 0 waits for its gradients, the servers for
     its clock; whichever notices first names it."""
     run = tmp_path / "run"
-    job = launch(small_data, run, *PIPELINE, "--timeout", 4, "--epochs", 40)
-    job.wait_for("training: epoch")
-    with frozen(pid_of_rank(run, 3)):
-        ended = job.finish(timeout=60)
+    freeze = "freeze rank 3 at clock 30"
+    job = launch(small_data, run, *PIPELINE, "--timeout", 4, "--test-event", freeze)
+    ended = ended_with_a_frozen_rank(job, run, freeze)
     assert ended.returncode != 0
+    fired(ended, freeze)
     assert ("from stage 1" in ended.output or
             "stage 1 of pipeline 0 (worker 1, rank 3)" in ended.output or
             "the slowest is worker 1 (rank 3)" in ended.output), ended.output
@@ -154,11 +173,11 @@ def test_a_stop_signal_to_a_later_stage_stops_the_pipeline_with_a_checkpoint(sma
     job = run_job(4, "train", "--train", small_data[0], "--out", whole, *ARGS, *PIPELINE)
     assert job.returncode == 0, job.output
     run = tmp_path / "run"
-    job = launch(small_data, run, *PIPELINE)
-    job.wait_for("checkpoint at clock")
-    os.kill(pid_of_rank(run, 3), signal.SIGTERM)
-    ended = job.finish()
+    term = "term rank 3 at clock 30"
+    ended = launch(small_data, run, *PIPELINE, "--test-event", term).finish(timeout=300)
     assert ended.returncode == 75, ended.output
+    fired(ended, term)
+    assert read_summary(run)["stopped_at_clock"] in checkpoint_clocks(run)
     resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS, *PIPELINE,
                       "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
@@ -169,12 +188,12 @@ def test_a_stop_under_asp_stops_every_stage_with_a_checkpoint(small_data, tmp_pa
     """Under ASP stage 0's read may be answered just before the servers stop and its later
     stages' refused: they run the step they are in, push nothing, and stop with it."""
     run = tmp_path / "run"
-    job = launch(small_data, run, *PIPELINE, "--consistency", "asp")
-    job.wait_for("checkpoint at clock")
-    os.kill(pid_of_rank(run, 2), signal.SIGTERM)
-    ended = job.finish()
+    term = "term rank 2 at clock 30"
+    ended = launch(small_data, run, *PIPELINE, "--consistency", "asp", "--test-event",
+                   term).finish(timeout=300)
     assert ended.returncode == 75, ended.output
+    fired(ended, term)
     resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS, *PIPELINE,
                       "--consistency", "asp", "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
-    assert read_summary(run)["train_examples"] == EPOCHS * 20000
+    assert read_summary(run)["train_examples"] == PIPELINE_EPOCHS * 20000

@@ -1,33 +1,40 @@
 """Hot failover: a server of a job launched with ULFM dies (SIGKILL) or freezes (SIGSTOP)
-mid-run; the living copies of its keys take over and the job finishes, exit 0. Under BSP
-the model is bit for bit that of an uninterrupted run."""
+mid-run, at a clock the test names (--test-event); the living copies of its keys take over
+and the job finishes, exit 0. Under BSP the model is bit for bit that of an uninterrupted
+run."""
 import os
 import shutil
-import signal
 import time
 
 import numpy as np
 import pytest
-from support import ULFM, read_summary, run_job
-from watch import WatchedJob, complete_checkpoints, frozen_to_the_end, pid_of_rank
+from support import ULFM, fired, read_summary, run_job, same_model
+from watch import (WatchedJob, complete_checkpoints, frozen_by_event_to_the_end, wait_fired,
+                   wait_for_file)
 
 from mpips.checkpoint import read_manifest
 from mpips.config import TrainConfig
-from mpips.model_io import load_model
 from mpips.placement import Placement, describe_ranges
 
-# 3 servers + 2 workers, every key on 2 servers; 2 x 50 clocks an epoch.
-ARGS = ("--servers", 3, "--replicas", 2, "--epochs", 16, "--batch-size", 200,
-        "--checkpoint-every", 100, "--log-every", 0.2, "--timeout", 60)
+# 3 servers + 2 workers, every key on 2 servers; about 50 clocks an epoch, a checkpoint every
+# 50 clocks (all kept). The deaths come at clock 60: a checkpoint before (50), several after.
+EPOCHS = 4
+ARGS = ("--servers", 3, "--replicas", 2, "--epochs", EPOCHS, "--batch-size", 200,
+        "--checkpoint-every", 50, "--keep-checkpoints", 10, "--log-every", 0.2, "--timeout", 60)
 ROWS = 20000
+KILL_1 = "kill rank 1 at clock 60"
 # The key ranges server 1 answers for, as the jobs place them (3 servers, 2 copies).
 SERVER_1_RANGES = describe_ranges(np.flatnonzero(
     Placement(3, 2, vnodes=TrainConfig.vnodes).primary_ranges(1)))
 
 
-def launch(small_data, run, *extra):
-    return WatchedJob(5, "train", "--train", small_data[0], "--test", small_data[1],
+def launch(small_data, run, *extra, ranks: int = 5):
+    return WatchedJob(ranks, "train", "--train", small_data[0], "--test", small_data[1],
                       "--out", run, *ARGS, *extra, launcher=ULFM)
+
+
+def events(*texts) -> list:
+    return [arg for text in texts for arg in ("--test-event", text)]
 
 
 @pytest.fixture(scope="module")
@@ -42,30 +49,19 @@ def uninterrupted(small_data, tmp_path_factory):
     return runs
 
 
-def same_model(a, b) -> None:
-    ours, theirs = load_model(a / "model"), load_model(b / "model")
-    np.testing.assert_array_equal(ours[0], theirs[0])
-    np.testing.assert_array_equal(ours[1], theirs[1])   # bit for bit
-
-
-def kill_server_1(job, run) -> float:
-    job.wait_for("training: epoch")
-    killed = time.time()
-    os.kill(pid_of_rank(run, 1), signal.SIGKILL)
-    return killed
-
-
 @pytest.fixture(scope="module")
 def failed_over(small_data, tmp_path_factory):
     run = tmp_path_factory.mktemp("failover") / "run"
-    job = launch(small_data, run)
-    killed = kill_server_1(job, run)
-    return run, job.finish(timeout=120), killed
+    job = launch(small_data, run, *events(KILL_1))
+    wait_fired(job, KILL_1)
+    seen = time.time()   # (a little after the kill: for the print below only)
+    return run, job.finish(timeout=300), seen
 
 
 def test_a_killed_server_is_replaced_by_its_copies_bitwise(failed_over, uninterrupted):
-    run, ended, killed = failed_over
+    run, ended, seen = failed_over
     assert ended.returncode == 0, ended.output
+    fired(ended, KILL_1)
     assert "hot failover is on" in ended.output
     assert ("server 1 (rank 1) died; the living copies of its keys take over (placement "
             f"version 1): this server now answers key range(s) {SERVER_1_RANGES}"
@@ -73,89 +69,110 @@ def test_a_killed_server_is_replaced_by_its_copies_bitwise(failed_over, uninterr
     s = read_summary(run)
     # First what happened (a rank the detector took for dead would show here), then the bits.
     assert [(f["role"], f["rank"]) for f in s["failures"]] == [("server 1", 1)], s["failures"]
-    assert s["train_examples"] == 16 * ROWS and s["servers"] == 2, "the survivors finished"
+    assert s["train_examples"] == EPOCHS * ROWS and s["servers"] == 2, "the survivors finished"
     assert s["pushes_applied"] == [s["pushes_sent"]] * 2 and s["pushes_sent"] > 0, \
         "every push a worker sent is in each living server's store"
     same_model(run, uninterrupted["bsp"])
     [failure] = s["failures"]
     assert failure["server"] == 1 and failure["rank"] == 1
-    print(f"server 1 killed; server 0 learned of it {failure['learned_at'] - killed:.3f} s "
-          f"later and failed over in {failure['failover_s'] * 1000:.2f} ms")
+    print(f"server 1 killed; server 0 learned of it {failure['learned_at'] - seen:.3f} s after "
+          f"the test saw the kill, and failed over in {failure['failover_s'] * 1000:.2f} ms")
     assert sorted(os.listdir(run / "model")) == ["server-0000.h5", "server-0002.h5"]
 
 
 def test_a_checkpoint_written_after_the_failover_resumes_bitwise(failed_over, uninterrupted,
                                                                   tmp_path, small_data):
     run, ended, _ = failed_over
-    after = [os.path.dirname(p) for p in complete_checkpoints(run / "checkpoints")
-             if read_manifest(os.path.dirname(p))["placement"].get("dead") == [1]]
-    assert after, "checkpoints went on after the failover"
-    mid = next(d for d in after if read_manifest(d)["positions"]["0"]["epoch"] < 16)
+    kept = [os.path.dirname(p) for p in complete_checkpoints(run / "checkpoints")]
+    dead = {int(os.path.basename(d)[len("clock-"):]): read_manifest(d)["placement"].get("dead")
+            for d in kept}
+    # Killed at clock 60: the checkpoint at clock 50 was written before the failover, every
+    # one from clock 100 on after it, without server 1.
+    assert sorted(dead)[:4] == [50, 100, 150, 200], dead
+    assert not dead[50] and all(dead[c] == [1] for c in sorted(dead)[1:]), dead
+    mid = kept[1]
+    assert read_manifest(mid)["positions"]["0"]["epoch"] < EPOCHS
     ckpt = tmp_path / "ckpt"
     shutil.copytree(mid, ckpt / os.path.basename(mid))
     job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--out",
                   tmp_path / "again", "--servers", 2, *ARGS[4:], "--resume", ckpt)
     assert job.returncode == 0, job.output
+    assert "resumed from checkpoint clock 100" in job.output
     same_model(tmp_path / "again", uninterrupted["bsp"])
 
 
 def test_a_frozen_server_counts_as_dead_and_its_copies_take_over(small_data, uninterrupted,
                                                                  tmp_path):
     run = tmp_path / "run"
-    job = launch(small_data, run)
-    job.wait_for("training: epoch")
-    ended = frozen_to_the_end(job, pid_of_rank(run, 1), timeout=120)
+    freeze = "freeze rank 1 at clock 60"
+    job = launch(small_data, run, *events(freeze))
+    ended = frozen_by_event_to_the_end(job, run, 1, freeze)
     assert ended.returncode == 0, ended.output
+    fired(ended, freeze)
     assert "server 1 (rank 1) died" in ended.output
+    assert [f["server"] for f in read_summary(run)["failures"]] == [1]
     same_model(run, uninterrupted["bsp"])
 
 
 def test_under_asp_a_killed_server_loses_no_example_and_no_push(small_data, uninterrupted,
                                                                 tmp_path):
     run = tmp_path / "run"
-    job = launch(small_data, run, "--consistency", "asp")
-    kill_server_1(job, run)
-    ended = job.finish(timeout=120)
+    ended = launch(small_data, run, "--consistency", "asp", *events(KILL_1)).finish(timeout=300)
     assert ended.returncode == 0, ended.output
+    fired(ended, KILL_1)
     ours, theirs = read_summary(run), read_summary(uninterrupted["asp"])
-    assert ours["train_examples"] == 16 * ROWS
+    assert [f["server"] for f in ours["failures"]] == [1]
+    assert ours["train_examples"] == EPOCHS * ROWS
     assert ours["pushes_applied"] == [ours["pushes_sent"]] * 2, "no acknowledged push lost"
     assert abs(ours["test_logloss"] - theirs["test_logloss"]) / theirs["test_logloss"] < 0.005
 
 
 def test_losing_every_copy_of_a_range_stops_for_a_resume(small_data, uninterrupted, tmp_path):
-    """Servers 1 and 2, killed together, hold range 1's two copies: the job cannot go on. It
-    says which keys are gone and exits 75, and the resume ends on the uninterrupted model."""
+    """Servers 1 and 2, killed together as each has written its file of the checkpoint at
+    clock 100, hold range 1's two copies: the job cannot go on. It says which keys are gone
+    and exits 75; the newest complete checkpoint is clock 50's, and the resume from it ends
+    on the uninterrupted model."""
     run = tmp_path / "run"
-    job = launch(small_data, run)
-    job.wait_for("checkpoint at clock")
-    for rank in (1, 2):
-        os.kill(pid_of_rank(run, rank), signal.SIGKILL)
-    ended = job.finish(timeout=120)
+    kills = ("kill rank 1 at checkpoint 2", "kill rank 2 at checkpoint 2")
+    ended = launch(small_data, run, *events(*kills)).finish(timeout=300)
     assert ended.returncode == 75, ended.output
+    for kill in kills:
+        fired(ended, kill)
     assert (f"every whole copy of key range(s) {SERVER_1_RANGES} died with server(s) [1, 2]"
             in ended.output)
     assert "continue from its last checkpoint with --resume" in ended.output
+    assert [os.path.basename(os.path.dirname(p)) for p in
+            complete_checkpoints(run / "checkpoints")] == ["clock-000000000050"], \
+        "clock 100's checkpoint never completed"
     resumed = run_job(5, "train", "--train", small_data[0], "--test", small_data[1],
                       "--out", run, *ARGS, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
+    assert "resumed from checkpoint clock 50" in resumed.output
     same_model(run, uninterrupted["bsp"])
 
 
 def test_once_the_copies_are_rebuilt_a_second_death_is_survived(small_data, uninterrupted,
                                                                  tmp_path):
-    """4 servers, 2 copies of each range. Server 1 dies: the copies it held are rebuilt on
-    the next servers; then server 2, which held server 1's ranges with it, dies too: they
-    live on in their rebuilt copies, bit for bit."""
+    """4 servers, 2 copies of each range. Server 1 dies at clock 60: the copies it held are
+    rebuilt on the next servers. Worker 0 (rank 4) waits at clock 80 until both rebuilt
+    copies are said to be whole; then server 2, which held server 1's ranges with it, dies at
+    clock 81: they live on in their rebuilt copies, bit for bit."""
     run = tmp_path / "run"
+    go = tmp_path / "go"
+    pause = f"pause rank 4 until {go} at clock 80"
+    kills = ("kill rank 1 at clock 60", "kill rank 2 at clock 81")
     job = WatchedJob(6, "train", "--train", small_data[0], "--test", small_data[1],
-                     "--out", run, "--servers", 4, *ARGS[2:], launcher=ULFM)
-    kill_server_1(job, run)
+                     "--out", run, "--servers", 4, *ARGS[2:], *events(kills[0], pause, kills[1]),
+                     launcher=ULFM)
+    wait_for_file(job, f"{go}.reached")
     job.wait_for("rank 2 (server 2): WARNING key range(s)")   # server 0's ranges' new backup
     job.wait_for("rank 3 (server 3): WARNING key range(s)")   # server 1's ranges' new backup
-    os.kill(pid_of_rank(run, 2), signal.SIGKILL)
-    ended = job.finish(timeout=120)
+    assert "server 2 (rank 2) died" not in job.output
+    go.write_text("")
+    ended = job.finish(timeout=300)
     assert ended.returncode == 0, ended.output
+    for event in (*kills, pause):
+        fired(ended, event)
     assert "server 2 (rank 2) died" in ended.output
     same_model(run, uninterrupted["bsp"])
     failures = read_summary(run)["failures"]
@@ -166,15 +183,14 @@ def test_once_the_copies_are_rebuilt_a_second_death_is_survived(small_data, unin
 def test_a_killed_lead_is_replaced_by_the_next_server(small_data, uninterrupted, tmp_path):
     """Server 0 leads (checkpoints, progress, stopping): server 1 takes that over too."""
     run = tmp_path / "run"
-    job = launch(small_data, run)
-    job.wait_for("training: epoch")
-    os.kill(pid_of_rank(run, 0), signal.SIGKILL)
-    ended = job.finish(timeout=120)
+    kill = "kill rank 0 at clock 60"
+    ended = launch(small_data, run, *events(kill)).finish(timeout=300)
     assert ended.returncode == 0, ended.output
+    fired(ended, kill)
     assert "server 1 leads from now on" in ended.output
     same_model(run, uninterrupted["bsp"])
     s = read_summary(run)
-    assert [f["server"] for f in s["failures"]] == [0] and s["train_examples"] == 16 * ROWS
+    assert [f["server"] for f in s["failures"]] == [0] and s["train_examples"] == EPOCHS * ROWS
     assert "training: epoch" in ended.output.split("server 1 leads from now on")[1], \
         "the new lead says the progress"
 
@@ -185,13 +201,10 @@ def test_a_spare_stands_in_for_a_killed_server_and_the_survivors_take_on_no_copi
     copy of every key range server 1 held, no survivor receives any, and the model is the
     uninterrupted run's, bit for bit."""
     run = tmp_path / "run"
-    job = WatchedJob(6, "train", "--train", small_data[0], "--test", small_data[1],
-                     "--out", run, *ARGS, "--spares", 1, launcher=ULFM)
-    job.wait_for("1 spare(s) (server(s) 3-3)")
-    kill_server_1(job, run)
-    job.wait_for("rank 3 (server 3): WARNING key range(s)")
-    ended = job.finish(timeout=120)
+    ended = launch(small_data, run, "--spares", 1, *events(KILL_1), ranks=6).finish(timeout=300)
     assert ended.returncode == 0, ended.output
+    fired(ended, KILL_1)
+    assert "1 spare(s) (server(s) 3-3)" in ended.output
     held = Placement(3, 2, vnodes=TrainConfig.vnodes).held_ranges(1)
     assert (f"rank 3 (server 3): WARNING key range(s) {describe_ranges(np.flatnonzero(held))} "
             f"have their copies again") in ended.output

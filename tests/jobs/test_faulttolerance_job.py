@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 import pytest
-from support import ULFM, Job, finish, mpiexec_path, read_summary, run_mpips
+from support import DETECTOR_S, ULFM, Job, finish, mpiexec_path, read_summary, run_mpips
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +40,14 @@ def test_plain_launch_says_off_and_how_to_turn_it_on(tiny, tmp_path):
 
 
 def test_ulfm_launch_says_on(tiny, tmp_path):
+    """The tests' ULFM launch: the sentence gives its failure detector's bound (6 s)."""
     job = train(ULFM, tiny, tmp_path / "run")
     assert job.returncode == 0, job.output
     lines = ft_lines(job)
     assert len(lines) == 1 and "mpips rank 0 (server 0): INFO" in lines[0], job.stderr
     assert "hot failover is on: Open MPI 5." in lines[0]
-    assert lines[0].endswith("with ULFM and its failure detector (a rank silent for 1 s counts "
-                             "as failed)")
+    assert lines[0].endswith("with ULFM and its failure detector (a rank silent for "
+                             f"{DETECTOR_S:g} s counts as failed)")
     assert read_summary(tmp_path / "run")["train_examples"] == 3000
 
 

@@ -4,14 +4,12 @@ census-like set, on real-valued features and on hashed CTR-like features (the bu
 data's kind, folded into DIM coordinates); deterministic from run to run."""
 import glob
 import os
-import signal
 
 import h5py
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from support import ULFM, read_summary, run_job, run_mpips
-from watch import WatchedJob, pid_of_rank
+from support import ULFM, fired, read_summary, run_job, run_mpips
 from sklearn.linear_model import LogisticRegression
 
 from mpips.config import TrainConfig
@@ -157,12 +155,18 @@ def test_a_resumed_solver_ends_on_the_uninterrupted_bits(data, whole, tmp_path):
     server) too: reductions add per-block partials."""
     whole_run, whole = whole
     run = tmp_path / "run"
-    job = WatchedJob(4, "train", "--servers", 2, "--solver", "lbfgs", "--l2", L2,
-                     "--train", data["census"][0], "--out", run, *CKPT)
-    job.wait_for("checkpoint at iteration 10")
-    os.kill(pid_of_rank(run, 2), signal.SIGKILL)   # the driver
-    assert job.finish(timeout=120).returncode != 0
-    resumed = train(data["census"][0], run, *CKPT, "--resume", run / "checkpoints")
+    kill = "kill rank 2 at iteration 10"   # the driver, once iteration 10 is checkpointed
+    killed = run_job(4, "train", "--servers", 2, "--solver", "lbfgs", "--l2", L2,
+                     "--train", data["census"][0], "--out", run, *CKPT, "--test-event", kill)
+    assert killed.returncode != 0
+    fired(killed, kill)
+    assert "checkpoint at iteration 10:" in killed.output
+    job = run_job(4, "train", "--servers", 2, "--solver", "lbfgs", "--l2", L2,
+                  "--train", data["census"][0], "--out", run, *CKPT, "--resume",
+                  run / "checkpoints")
+    assert job.returncode == 0, job.output
+    assert "resumed from checkpoint iteration 10" in job.output
+    resumed = read_summary(run)
     assert resumed["solver"]["objective"] == whole["solver"]["objective"]
     np.testing.assert_array_equal(model(run, 1 << 18), model(whole_run, 1 << 18))
     assert [s["objective"] for s in resumed["solver"]["steps"]] == \
@@ -180,13 +184,12 @@ def test_a_killed_server_of_a_replicated_solver_is_replaced_bitwise(data, whole,
     reductions that do not depend on which server holds which block)."""
     whole_run, whole = whole
     run = tmp_path / "run"
-    job = WatchedJob(5, "train", "--servers", 3, "--replicas", 2, "--solver", "lbfgs",
-                     "--l2", L2, "--train", data["census"][0], "--out", run, *CKPT,
-                     launcher=ULFM)
-    job.wait_for("iteration 15:")
-    os.kill(pid_of_rank(run, 1), signal.SIGKILL)
-    ended = job.finish(timeout=240)
+    kill = "kill rank 1 at iteration 15"   # the driver kills it
+    ended = run_job(5, "train", "--servers", 3, "--replicas", 2, "--solver", "lbfgs",
+                    "--l2", L2, "--train", data["census"][0], "--out", run, *CKPT,
+                    "--test-event", kill, launcher=ULFM)
     assert ended.returncode == 0, ended.output
+    fired(ended, kill)
     assert ended.output.count("of the dense tables have their copies again") == 2, \
         "server 1 held copies of server 0's and server 1's ranges: each has a new holder"
     s = read_summary(run)
@@ -222,19 +225,18 @@ def test_a_damaged_dense_checkpoint_is_passed_over(data, whole, tmp_path):
 
 def test_a_stop_signal_to_one_worker_checkpoints_and_resumes_on_the_same_bits(data, whole,
                                                                               tmp_path):
-    """SIGUSR1 (Slurm's warning) to a worker that is not the driver: the driver hears of it
-    with that worker's next loss, checkpoints at the end of the iteration, and the job exits
-    75; the resume ends on the uninterrupted bits."""
+    """SIGUSR1 (Slurm's warning) to a worker that is not the driver, as iteration 15 ends:
+    the driver hears of it with that worker's next loss, checkpoints at the end of the
+    iteration (16), and the job exits 75; the resume ends on the uninterrupted bits."""
     whole = whole[1]
     run = tmp_path / "run"
-    job = WatchedJob(4, "train", "--servers", 2, "--solver", "lbfgs", "--l2", L2,
-                     "--train", data["census"][0], "--out", run, *CKPT)
-    job.wait_for("iteration 15:")
-    os.kill(pid_of_rank(run, 3), signal.SIGUSR1)
-    ended = job.finish(timeout=120)
+    stop = "stop rank 3 at iteration 15"
+    ended = run_job(4, "train", "--servers", 2, "--solver", "lbfgs", "--l2", L2,
+                    "--train", data["census"][0], "--out", run, *CKPT, "--test-event", stop)
     assert ended.returncode == 75, ended.output
+    fired(ended, stop)
     stopped = read_summary(run)["stopped_at_clock"]
-    assert f"checkpoint at iteration {stopped}:" in ended.output and stopped > 15
+    assert stopped == 16 and "checkpoint at iteration 16:" in ended.output, ended.output
     resumed = train(data["census"][0], run, *CKPT, "--resume", run / "checkpoints")
     assert resumed["solver"]["objective"] == whole["solver"]["objective"]
 

@@ -1,21 +1,25 @@
 """Hot failover of workers: a worker of a job launched with ULFM dies (SIGKILL) or freezes
-(SIGSTOP) mid-run; the servers agree on the clocks of it they all hold, its rows left go to
-the other workers, and the job finishes, exit 0, having trained every example once per epoch
-and scored the whole test file."""
+(SIGSTOP) mid-run, at a clock the test names (--test-event); the servers agree on the clocks
+of it they all hold, its rows left go to the other workers, and the job finishes, exit 0,
+having trained every example once per epoch and scored the whole test file."""
 import os
 import shutil
-import signal
 
 import pytest
-from support import ULFM, read_summary, run_job
-from watch import WatchedJob, complete_checkpoints, frozen_to_the_end, pid_of_rank
+from support import ULFM, fired, read_summary, run_job
+from watch import WatchedJob, complete_checkpoints, frozen_by_event_to_the_end
 
 from mpips.checkpoint import read_manifest
 
-# 2 servers + 3 workers (ranks 2, 3, 4); about 33 clocks an epoch each.
-ARGS = ("--servers", 2, "--epochs", 16, "--batch-size", 200, "--checkpoint-every", 100,
-        "--log-every", 0.2, "--timeout", 60)
+# 2 servers + 3 workers (ranks 2, 3, 4); 34 clocks an epoch each, a checkpoint every 25
+# clocks (all kept). Worker 1 (rank 3) dies at its clock 40, in its second epoch: every push
+# of it up to clock 40 was acknowledged by every server, none after was sent.
+EPOCHS = 4
+ARGS = ("--servers", 2, "--epochs", EPOCHS, "--batch-size", 200, "--checkpoint-every", 25,
+        "--keep-checkpoints", 20, "--log-every", 0.2, "--timeout", 60)
 ROWS, TEST_ROWS = 20000, 10000
+DIES_AT = 40
+KILL = f"kill rank 3 at clock {DIES_AT}"
 
 
 def launch(small_data, run, *extra):
@@ -37,10 +41,12 @@ def check_handed_on(run, ended, uninterrupted) -> dict:
     assert "worker 1 (rank 3) died" in ended.output
     assert "worker 1's rows left" in ended.output and "go to worker(s) [0, 2]" in ended.output
     s = read_summary(run)
-    assert s["train_examples"] == 16 * ROWS, "every example once per epoch"
+    assert s["train_examples"] == EPOCHS * ROWS, "every example once per epoch"
     assert s["test_examples"] == TEST_ROWS, "the dead worker's share of the test file too"
     [failure] = s["failures"]
-    assert failure["worker"] == 1 and failure["clocks_kept"] <= failure["clocks_held"]
+    assert failure["worker"] == 1
+    assert failure["clocks_kept"] == failure["clocks_held"] == DIES_AT, failure
+    assert failure["pushes_dropped"] == 0, "it sent no push after the clock it died at"
     gap = abs(s["test_logloss"] - uninterrupted["test_logloss"]) / uninterrupted["test_logloss"]
     assert gap < 0.005, (s["test_logloss"], uninterrupted["test_logloss"])
     return s
@@ -49,14 +55,12 @@ def check_handed_on(run, ended, uninterrupted) -> dict:
 @pytest.fixture(scope="module")
 def handed_on(small_data, tmp_path_factory):
     run = tmp_path_factory.mktemp("killed") / "run"
-    job = launch(small_data, run)
-    job.wait_for("checkpoint at clock 100")
-    os.kill(pid_of_rank(run, 3), signal.SIGKILL)
-    return run, job.finish(timeout=180)
+    return run, launch(small_data, run, "--test-event", KILL).finish(timeout=300)
 
 
 def test_a_killed_workers_rows_go_to_the_others(handed_on, uninterrupted):
     run, ended = handed_on
+    fired(ended, KILL)
     s = check_handed_on(run, ended, uninterrupted)
     print(f"worker 1 killed at clock {s['failures'][0]['clocks_kept']}; "
           f"{s['failures'][0]['pushes_dropped']} of its pushes dropped")
@@ -67,11 +71,17 @@ def test_a_checkpoint_written_after_a_workers_death_resumes_with_its_rows_handed
     """The manifest records the death; resumed with every rank again, the worker that died
     trains nothing more (its rows are the others'), and every example is trained once."""
     run, _ = handed_on
-    after = [os.path.dirname(p) for p in complete_checkpoints(run / "checkpoints")
-             if read_manifest(os.path.dirname(p)).get("deaths")]
-    assert after, "checkpoints after the death record it"
+    kept = [os.path.dirname(p) for p in complete_checkpoints(run / "checkpoints")]
+    deaths = {int(os.path.basename(d)[len("clock-"):]): read_manifest(d).get("deaths")
+              for d in kept}
+    # It died at clock 40: the checkpoint at 25 was before, the one at 50 the first after.
+    assert sorted(deaths)[:2] == [25, 50] and not deaths[25], deaths
+    after = [d for d in kept if read_manifest(d).get("deaths")]
+    assert os.path.basename(after[0]) == f"clock-{50:012d}", "checkpoints after the death " \
+                                                             "record it"
     manifest = read_manifest(after[0])
     assert manifest["positions"]["1"]["lost"] and manifest["deaths"][0]["worker"] == 1
+    assert manifest["positions"]["1"]["clock"] == DIES_AT
     ckpt = tmp_path / "ckpt"
     shutil.copytree(after[0], ckpt / os.path.basename(after[0]))
     again = tmp_path / "again"
@@ -79,7 +89,7 @@ def test_a_checkpoint_written_after_a_workers_death_resumes_with_its_rows_handed
                   again, *ARGS, "--resume", ckpt)
     assert job.returncode == 0, job.output
     s = read_summary(again)
-    assert s["train_examples"] == 16 * ROWS and s["test_examples"] == TEST_ROWS
+    assert s["train_examples"] == EPOCHS * ROWS and s["test_examples"] == TEST_ROWS
     assert s["worker_examples"][1] == manifest["positions"]["1"]["examples"], \
         "the worker that had died trained nothing more"
 
@@ -87,18 +97,20 @@ def test_a_checkpoint_written_after_a_workers_death_resumes_with_its_rows_handed
 def test_under_asp_a_killed_workers_rows_go_to_the_others(small_data, uninterrupted,
                                                           tmp_path):
     run = tmp_path / "run"
-    job = launch(small_data, run, "--consistency", "asp")
-    job.wait_for("checkpoint at clock 100")
-    os.kill(pid_of_rank(run, 3), signal.SIGKILL)
-    ended = job.finish(timeout=180)
+    ended = launch(small_data, run, "--consistency", "asp", "--test-event",
+                   KILL).finish(timeout=300)
     assert ended.returncode == 0, ended.output
+    fired(ended, KILL)
     s = read_summary(run)
-    assert s["train_examples"] == 16 * ROWS and s["test_examples"] == TEST_ROWS
+    assert [f["worker"] for f in s["failures"]] == [1]
+    assert s["train_examples"] == EPOCHS * ROWS and s["test_examples"] == TEST_ROWS
 
 
 def test_a_frozen_worker_counts_as_dead_and_its_rows_go_to_the_others(small_data,
                                                                      uninterrupted, tmp_path):
     run = tmp_path / "run"
-    job = launch(small_data, run)
-    job.wait_for("checkpoint at clock 100")
-    check_handed_on(run, frozen_to_the_end(job, pid_of_rank(run, 3)), uninterrupted)
+    freeze = f"freeze rank 3 at clock {DIES_AT}"
+    job = launch(small_data, run, "--test-event", freeze)
+    ended = frozen_by_event_to_the_end(job, run, 3, freeze)
+    fired(ended, freeze)
+    check_handed_on(run, ended, uninterrupted)
