@@ -1,10 +1,14 @@
-"""Soak: jobs launched with ULFM, each with one rank killed (SIGKILL) at a random moment.
+"""Soak: jobs launched with ULFM, each with one rank killed (SIGKILL) at a random point.
 
-    python bench/soak.py [--trials 20] [--seed 1] [--timeout 240]
+    python bench/soak.py [--trials 20] [--seed 1] [--timeout 240] [--epochs 12] [--detector 1]
+                         [--rank R] [--clock C]
 
 Every trial trains the same small set on 3 servers (each key on 2) + 3 workers, BSP and ASP
-alternating, with a checkpoint every 50 clocks. Once the job has trained a little, a random
-rank is killed after a random delay. Then:
+alternating, with a checkpoint every 50 clocks. Each trial draws a random rank and a random
+clock before the end of training (from the uninterrupted run's last clock), and the rank
+kills itself there (`--test-event "kill rank R at clock C"`, see mpips/testevents.py: a
+server once every worker has completed clock C, a worker once its push of clock C is
+acknowledged). Then:
 
   finished  the job went on and ended (exit 0) with a correct model: after a server's
             death under BSP bit for bit the uninterrupted run's; under ASP, or after a
@@ -15,10 +19,14 @@ rank is killed after a random delay. Then:
             checkpoint (or a rerun, if none was written) ended with a correct model
   hung      a launch that did not end within --timeout seconds (must be 0)
   wrong     a job that ended with a model that is not correct (must be 0)
+  not killed  the drawn event never fired: the rank drawn was not killed at the clock drawn,
+            so the trial tested nothing (must be 0)
 
-Prints one line per trial and the table; writes bench/results/soak.json.
+Prints one line per trial (the rank and clock drawn) and the table; writes
+bench/results/soak.json. --rank and --clock fix the draw, to repeat a trial.
 """
 import argparse
+import glob
 import json
 import os
 import random
@@ -37,13 +45,19 @@ from workers import mpiexec, run  # noqa: E402
 
 from mpips.model_io import load_model  # noqa: E402
 
-ULFM = ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
-        "--mca", "mpi_ft_detector_period", "0.2", "--mca", "mpi_ft_detector_timeout", "1"]
 SERVERS, WORKERS, ROWS, TEST_ROWS, EPOCHS = 3, 3, 20000, 4000, 12
-ARGS = ["--servers", str(SERVERS), "--replicas", "2", "--epochs", str(EPOCHS),
-        "--batch-size", "200", "--checkpoint-every", "50", "--log-every", "0.2",
-        "--timeout", "30"]
+ARGS = ["--servers", str(SERVERS), "--replicas", "2", "--batch-size", "200",
+        "--checkpoint-every", "50", "--log-every", "0.2", "--timeout", "30"]
 ROLES = ["server 0", "server 1", "server 2", "worker 0", "worker 1", "worker 2"]
+OUTCOMES = ("finished", "fell back", "hung", "wrong", "not killed")
+FAILURES = ("hung", "wrong", "not killed")
+
+
+def ulfm(detector_s: float) -> list:
+    """mpiexec's options for ULFM, its failure detector declaring a rank silent this long dead."""
+    return ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
+            "--mca", "mpi_ft_detector_period", "0.2",
+            "--mca", "mpi_ft_detector_timeout", f"{detector_s:g}"]
 
 
 def dataset(work: str) -> str:
@@ -54,15 +68,17 @@ def dataset(work: str) -> str:
     return prefix
 
 
-def command(prefix: str, out: str, mode: str, *more) -> list:
-    return [mpiexec(), *ULFM, "-n", str(SERVERS + WORKERS), sys.executable, "-m", "mpips",
-            "train", "--train", prefix + ".train.svm", "--test", prefix + ".test.svm",
-            "--out", out, "--consistency", mode, *ARGS, *more]
+def command(prefix: str, out: str, mode: str, epochs: int, detector_s: float, *more) -> list:
+    return [mpiexec(), *ulfm(detector_s), "-n", str(SERVERS + WORKERS), sys.executable, "-m",
+            "mpips", "train", "--train", prefix + ".train.svm", "--test", prefix + ".test.svm",
+            "--out", out, "--consistency", mode, "--epochs", str(epochs), *ARGS, *more]
 
 
 def launch(cmd: list, log: str) -> subprocess.Popen:
-    return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    """The launch, its output to `log`; events allowed (MPIPS_TESTING=1)."""
+    with open(log, "w") as f:
+        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={**os.environ, "MPIPS_TESTING": "1"})
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> int | None:
@@ -75,41 +91,28 @@ def finish(proc: subprocess.Popen, timeout: float) -> int | None:
         return None
 
 
-def rank_pid(out: str, rank: int) -> int | None:
-    """The process of MPI rank `rank` of the job writing to `out`."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if out.encode() not in f.read():
-                    continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in f.read().split(b"\0"):
-                    return int(pid)
-        except OSError:
-            continue
-    return None
+def last_clock(out: str) -> int:
+    """The last clock every worker of the finished run in `out` completed: its final
+    checkpoint says where each worker ended."""
+    final = sorted(glob.glob(os.path.join(out, "checkpoints", "clock-*", "manifest.json")))[-1]
+    with open(final) as f:
+        return min(p["clock"] for p in json.load(f)["positions"].values())
 
 
-def wait_for_training(log: str, proc: subprocess.Popen, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        with open(log) as f:
-            if "training: epoch" in f.read():
-                return True
-        time.sleep(0.05)
-    return False
+def fired(log: str, event: str) -> bool:
+    """Whether the job whose output is `log` fired `event` (the rank says so, then acts)."""
+    with open(log, errors="replace") as f:
+        return f"test event: {event} (reached" in f.read()
 
 
-def correct(out: str, mode: str, reference: dict, worker_killed: bool) -> bool:
+def correct(out: str, mode: str, reference: dict, worker_killed: bool, epochs: int) -> bool:
     with open(os.path.join(out, "summary.json")) as f:
         s = json.load(f)
     if mode == "bsp" and not worker_killed:
         ours, theirs = load_model(os.path.join(out, "model")), reference["model"]
         return (np.array_equal(ours[0], theirs[0])
                 and np.array_equal(ours[1].view(np.uint32), theirs[1].view(np.uint32)))
-    return (s["train_examples"] == EPOCHS * ROWS and s["test_examples"] == TEST_ROWS
+    return (s["train_examples"] == epochs * ROWS and s["test_examples"] == TEST_ROWS
             and abs(s["test_logloss"] / reference["logloss"] - 1) < 0.005)
 
 
@@ -120,73 +123,87 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=240,
                         help="seconds a launch may take before it counts as hung")
+    parser.add_argument("--epochs", type=int, default=EPOCHS,
+                        help="epochs each job trains (the clocks drawn are before its end)")
+    parser.add_argument("--detector", type=float, default=1, metavar="S",
+                        help="ULFM's failure detector declares a rank silent S seconds dead "
+                             "(more on a loaded machine, where a live rank may be kept from "
+                             "MPI for a second)")
+    parser.add_argument("--rank", type=int, choices=range(SERVERS + WORKERS),
+                        help="kill this rank in every trial (default: drawn)")
+    parser.add_argument("--clock", type=int,
+                        help="kill it at this clock in every trial (default: drawn)")
     parser.add_argument("--work", default=os.path.join(HERE, "out", "soak"))
     parser.add_argument("--out", default=os.path.join(HERE, "results", "soak.json"))
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     prefix = dataset(args.work)
+
+    def job(out: str, mode: str, *more) -> list:
+        return command(prefix, out, mode, args.epochs, args.detector, *more)
+
     references = {}
-    for mode in ("bsp", "asp"):
+    for mode in sorted({("bsp", "asp")[trial % 2] for trial in range(args.trials)}):
         out = os.path.join(args.work, f"reference-{mode}")
         shutil.rmtree(out, ignore_errors=True)
-        run(command(prefix, out, mode))
+        run(job(out, mode))
         with open(os.path.join(out, "summary.json")) as f:
             summary = json.load(f)
         references[mode] = {"model": load_model(os.path.join(out, "model")),
-                            "logloss": summary["test_logloss"], "train_s": summary["train_s"]}
+                            "logloss": summary["test_logloss"], "last_clock": last_clock(out)}
     rng = random.Random(args.seed)
     trials = []
     for trial in range(args.trials):
         mode = ("bsp", "asp")[trial % 2]
         rank = rng.randrange(SERVERS + WORKERS)
-        delay = rng.uniform(0, references[mode]["train_s"])
+        clock = rng.randint(1, references[mode]["last_clock"] - 1)   # before the end
+        rank = rank if args.rank is None else args.rank
+        clock = clock if args.clock is None else args.clock
+        event = f"kill rank {rank} at clock {clock}"
         out = os.path.join(args.work, f"trial-{trial:03d}")
         shutil.rmtree(out, ignore_errors=True)
         log = out + ".log"
         began = time.monotonic()
-        proc = launch(command(prefix, out, mode), log)
-        killed = False
-        if wait_for_training(log, proc, args.timeout):
-            time.sleep(delay)
-            pid = rank_pid(out, rank)
-            if pid is not None and proc.poll() is None:
-                os.kill(pid, signal.SIGKILL)
-                killed = True
-        status = finish(proc, args.timeout)
+        status = finish(launch(job(out, mode, "--test-event", event), log), args.timeout)
+        killed = fired(log, event)
         worker_killed = killed and rank >= SERVERS
         outcome, detail = None, f"exit {status}"
         if status is None:
             outcome = "hung"
         elif status == 0:
-            outcome = ("finished" if correct(out, mode, references[mode], worker_killed)
-                       else "wrong")
+            outcome = ("finished" if correct(out, mode, references[mode], worker_killed,
+                                             args.epochs) else "wrong")
         else:
             ckpt = os.path.join(out, "checkpoints")
             more = ["--resume", ckpt] if os.path.isdir(ckpt) and os.listdir(ckpt) else \
                 ["--overwrite"]
-            again = finish(launch(command(prefix, out, mode, *more), out + ".resume.log"),
-                           args.timeout)
+            again = finish(launch(job(out, mode, *more), out + ".resume.log"), args.timeout)
             detail += f", then {'resumed' if more[0] == '--resume' else 'rerun'}: exit {again}"
             if again is None:
                 outcome = "hung"
-            elif again == 0 and correct(out, mode, references[mode], worker_killed):
+            elif again == 0 and correct(out, mode, references[mode], worker_killed,
+                                        args.epochs):
                 outcome = "fell back"
             else:
                 outcome = "wrong"
-        record = {"trial": trial, "mode": mode, "killed": ROLES[rank] if killed else None,
-                  "after_s": round(delay, 2), "outcome": outcome, "detail": detail,
+        if not killed and outcome not in ("hung", "wrong"):
+            outcome = "not killed"   # the trial tested nothing: a failure of the soak
+        record = {"trial": trial, "mode": mode, "rank": rank, "clock": clock,
+                  "drew": ROLES[rank], "killed": ROLES[rank] if killed else None,
+                  "outcome": outcome, "detail": detail,
                   "seconds": round(time.monotonic() - began, 1)}
         trials.append(record)
-        print(f"trial {trial:3d}  {mode}  killed {record['killed'] or 'nothing (job ended)':>10} "
-              f"after {delay:5.2f} s  {outcome:>9}  ({detail})", flush=True)
-    table = {o: sum(t["outcome"] == o for t in trials)
-             for o in ("finished", "fell back", "hung", "wrong")}
+        print(f"trial {trial:3d}  {mode}  drew {ROLES[rank]:>8} at clock {clock:4d}  "
+              f"{'killed' if killed else 'NOT KILLED':>10}  {outcome:>10}  ({detail})",
+              flush=True)
+    table = {o: sum(t["outcome"] == o for t in trials) for o in OUTCOMES}
     print(f"\n{args.trials} trials ({SERVERS} servers with 2 copies, {WORKERS} workers, "
-          f"BSP and ASP alternating, one rank killed in each):")
+          f"BSP and ASP alternating, one rank killed in each at a clock drawn):")
     for outcome, count in table.items():
         print(f"  {outcome:>10}  {count}")
-    save(args.out, "soak", trials=trials, table=table, seed=args.seed)
-    if table["hung"] or table["wrong"]:
+    save(args.out, "soak", trials=trials, table=table, seed=args.seed, epochs=args.epochs,
+         detector_s=args.detector)
+    if any(table[o] for o in FAILURES):
         sys.exit(1)
 
 

@@ -390,6 +390,7 @@ class KVWorker:
     def ask_to_stop(self) -> None:
         """Tell server 0 this rank was asked to stop (a signal): it stops the whole job at a
         clock every rank can reach, after a checkpoint."""
+        log.info("asked to stop (a signal): telling the lead server")
         self.stop_sent = True
         self._ts += 1
         self._pending[self._ts] = _Pending(what="the stop request to be sent",

@@ -28,8 +28,8 @@ LINGER_S = 5.0         # how long a lock's holder on this host may take to end
 _TMP = r"(\.tmp(-\d+)?)?"
 RUN_FILES = re.compile(rf"(summary\.json|timeline\.h5|report\.html){_TMP}|"
                        rf"(model|pulls|snapshots/(\d{{4,}}|final))/"
-                       rf"server-\d{{4,}}\.h5{_TMP}")
-RUN_DIRS = re.compile(r"model|pulls|snapshots(/(\d{4,}|final))?")
+                       rf"server-\d{{4,}}\.h5{_TMP}|test-events/[0-9a-f]{{16}}\.fired{_TMP}")
+RUN_DIRS = re.compile(r"model|pulls|snapshots(/(\d{4,}|final))?|test-events")
 CHECKPOINT_FILES = re.compile(rf"clock-\d{{12}}/(server-\d{{4,}}\.(h5|json)|manifest\.json){_TMP}")
 CHECKPOINT_DIRS = re.compile(r"clock-\d{12}")
 

@@ -608,6 +608,7 @@ class Server:
         """A stop asked of any rank reaches server 0, which names the clock to stop at."""
         if not self._stop_asked and self.hooks.stop_requested():
             self._stop_asked = True
+            log.info("asked to stop (a signal): the job checkpoints and stops")
             if not self.lead:
                 self.send(protocol.pack(protocol.Header(Op.STOP)), self.lead_rank)
         if (self.lead and self._stop_asked and self.ckpt.stop_at is None
@@ -618,6 +619,8 @@ class Server:
                 # clock ahead of this one. Reads past it are refused.
                 self.ckpt.stop_at = slowest + 2
                 self._tell_servers(Op.STOP_AT, slowest + 2)
+                log.info("stopping at clock %d, two past the slowest worker, after a "
+                         "checkpoint there", slowest + 2)
 
     def _name_timed_checkpoint(self) -> None:
         """Server 0, a timed checkpoint being due: as for stopping, two clocks past the slowest

@@ -27,9 +27,14 @@ Points:
 
 A rank acts on itself at the point it observes, so the timing is exact. Every event fired
 says so in the log ("test event: ..."), and one that never fired is named at the end: a
-test asserts the former. The option is refused unless the environment of the launch sets
-MPIPS_TESTING=1: a user's job never carries one by mistake.
+test asserts the former. An event fires once per run: it is recorded in
+RUN_DIR/test-events/ as it fires, and a resumed launch of the run (a requeued job given the
+same options) passes it over. Events may also come from the environment, separated by ";"
+(MPIPS_TEST_EVENTS, for job scripts that pass options on as words). Both are refused unless
+the environment of the launch sets MPIPS_TESTING=1: a user's job never carries one by
+mistake.
 """
+import hashlib
 import logging
 import os
 import re
@@ -42,6 +47,8 @@ from dataclasses import dataclass
 log = logging.getLogger("mpips")
 
 ENABLE = "MPIPS_TESTING"
+FROM_ENVIRONMENT = "MPIPS_TEST_EVENTS"
+RECORDS = "test-events"   # in the run's directory: the events fired so far
 SIGNALS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "stop": signal.SIGUSR1,
            "term": signal.SIGTERM}
 POINTS = ("clock", "epoch", "checkpoint", "iteration", "scoring")
@@ -99,6 +106,18 @@ def parse(text: str) -> Event:
                  target=None if m["target"] is None else int(m["target"]))
 
 
+def from_environment() -> tuple:
+    """The events of MPIPS_TEST_EVENTS ("EVENT; EVENT; ..."), if set."""
+    return tuple(t.strip() for t in os.environ.get(FROM_ENVIRONMENT, "").split(";")
+                 if t.strip())
+
+
+def record(run_dir: str, text: str) -> str:
+    """Where event `text` is recorded once it fired in the run writing to `run_dir`."""
+    name = hashlib.sha256(" ".join(text.split()).encode()).hexdigest()[:16]
+    return os.path.join(run_dir, RECORDS, f"{name}.fired")
+
+
 def check(texts, n_ranks: int, n_servers: int, full_batch: bool) -> None:
     """EventError unless every event can happen in a job of these ranks (every rank checks
     the same way), and the environment allows events."""
@@ -136,7 +155,8 @@ class Events:
         id of the ranks on this node (to act on another rank at an iteration); `driver`: this
         rank drives a full-batch solver."""
         self.rank, self.pids, self.run_dir, self.timeout = rank, pids or {}, run_dir, timeout
-        events = [parse(t) for t in texts]
+        events = [parse(t) for t in texts
+                  if not (run_dir and os.path.exists(record(run_dir, t)))]   # fired before
         self.pending = [e for e in events
                         if e.rank == rank and e.point != "iteration"
                         or server and e.action == "ctl"
@@ -166,6 +186,9 @@ class Events:
 
     def _say(self, e: Event, value: int) -> None:
         at = e.point if e.point == "scoring" else f"{e.point} {value}"
+        if self.run_dir:
+            from .files import write_bytes
+            write_bytes(record(self.run_dir, e.text), f"{e.text}\n".encode())
         log.warning("test event: %s (reached %s)", e.text, at)
         self.fired.append(e.text)
         for stream in (sys.stdout, sys.stderr):

@@ -3,7 +3,7 @@ command line and for `mpips.train`)."""
 import argparse
 import math
 
-from . import models
+from . import models, testevents
 from .optimizer import NAMES
 
 TRAIN_EPILOG = """\
@@ -326,7 +326,7 @@ def config_of(args):
                       average_after=args.average_after,
                       bias=args.bias, consistency=args.consistency,
                       staleness=args.staleness, stragglers=tuple(args.straggler),
-                      test_events=tuple(args.test_event),
+                      test_events=tuple(args.test_event) + testevents.from_environment(),
                       record_pulls=args.record_pulls, snapshot_every=args.snapshot_every,
                       skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
                       checkpoint_dir=args.checkpoint_dir,

@@ -1,18 +1,19 @@
 """Cold backup with real jobs: checkpoints, stopping on a signal, resuming (bitwise under BSP),
-re-sharding, damaged checkpoints, and a rank killed outright."""
+re-sharding, damaged checkpoints, and a rank killed outright.
+
+Signals and kills come from the ranks themselves at a named point (`--test-event`, see
+mpips/testevents.py), so the clock a job stops at, and its newest checkpoint, are known."""
 import glob
 import os
-import re
 import shutil
-import signal
 import subprocess
 
 import h5py
 import numpy as np
 import pytest
-from support import finish, launch, read_summary, run_job, run_mpips
+from support import fired, read_summary, run_job, run_mpips
 from debian import ensure
-from watch import complete_checkpoints, rank_pids, wait_for_checkpoint
+from watch import complete_checkpoints, rank_pids
 
 from mpips import checkpoint, models
 from mpips.checkpoint import read_manifest
@@ -22,6 +23,16 @@ from mpips.placement import Placement
 
 EPOCHS = 5
 TRAIN = ("--epochs", EPOCHS, "--batch-size", 200, "--checkpoint-every", 15)
+CLOCK_ROWS = 2 * 200    # the examples of one clock: 2 workers x 200 rows
+# Asked to stop (a signal to the lead server, rank 0, when every worker has completed clock
+# C), a job checkpoints and stops two clocks past it: no server can be more than one ahead.
+STOP = "stop rank 0 at clock 40"
+STOPPED_AT = 42
+
+
+def clocks(ckpt) -> list:
+    """The clocks of the complete checkpoints in `ckpt`, oldest first."""
+    return sorted(read_manifest(os.path.dirname(p))["clock"] for p in complete_checkpoints(ckpt))
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +47,17 @@ def uninterrupted(small_data, tmp_path_factory):
 
 def test_a_stopped_and_resumed_run_ends_bitwise_equal(small_data, uninterrupted, tmp_path):
     run = tmp_path / "run"
-    job = launch(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
-                 "--out", run, *TRAIN)
-    wait_for_checkpoint(run / "checkpoints", job)
-    os.kill(job.pid, signal.SIGUSR1)      # what Slurm's warning, forwarded, does
-    ended = finish(job)
+    # SIGUSR1, what Slurm's warning (forwarded by the job script) is, at clock 40.
+    ended = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
+                    "--servers", 2, "--out", run, *TRAIN, "--test-event", STOP)
     assert ended.returncode == 75, ended.output
+    fired(ended, STOP)
     assert "after writing a checkpoint: continue with --resume" in ended.output
     stopped = read_summary(run)
-    assert stopped["status"] == "stopped" and stopped["stopped_at_clock"] > 0
-    assert stopped["train_examples"] < EPOCHS * 20000, "it stopped before the end"
+    assert stopped["status"] == "stopped" and stopped["stopped_at_clock"] == STOPPED_AT
+    assert stopped["train_examples"] == STOPPED_AT * CLOCK_ROWS < EPOCHS * 20000, \
+        "it stopped before the end, every worker at the stop's clock"
+    assert clocks(run / "checkpoints") == [15, 30, STOPPED_AT]
     with h5py.File(run / "model" / "server-0000.h5") as f:
         assert not f.attrs["complete"] and "resume" in f.attrs["note"]
     resumed = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
@@ -64,9 +76,15 @@ def test_a_checkpoint_of_two_servers_resumes_on_another_number(small_data, unint
                                                                tmp_path, servers):
     """Mid-run: the keys move to their new owners, values unchanged, and training goes on to
     the same model bit for bit (each key's updates do not depend on who holds it)."""
-    mid = os.path.dirname(complete_checkpoints(uninterrupted / "checkpoints")[0])
+    kept = complete_checkpoints(uninterrupted / "checkpoints")
+    mid = os.path.dirname(kept[0])
     assert read_manifest(mid)["servers"] == 2
-    assert read_manifest(mid)["positions"]["0"]["epoch"] < 8, "a checkpoint from mid-run"
+    final = read_manifest(os.path.dirname(kept[-1]))["clock"]
+    assert read_manifest(mid)["clock"] < final, "a checkpoint from before the final one"
+    positions = read_manifest(mid)["positions"]
+    assert len(positions) == 2 and all(not p["finished"] and p["epoch"] < EPOCHS
+                                       for p in positions.values()), \
+        f"a checkpoint from mid-run: every worker still training ({positions})"
     ckpt = tmp_path / "ckpt"
     shutil.copytree(mid, ckpt / os.path.basename(mid))
     run = tmp_path / "run"
@@ -138,11 +156,11 @@ def test_ssp_and_asp_runs_stop_and_resume(small_data, uninterrupted, tmp_path, c
     run = tmp_path / "run"
     args = ("train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
             "--out", run, *TRAIN, *consistency)
-    job = launch(4, *args, "--straggler", "0:2")
-    wait_for_checkpoint(run / "checkpoints", job)
-    os.kill(job.pid, signal.SIGUSR1)
-    ended = finish(job)
+    ended = run_job(4, *args, "--test-event", STOP)
     assert ended.returncode == 75, ended.output
+    fired(ended, STOP)
+    assert read_summary(run)["stopped_at_clock"] == STOPPED_AT
+    assert clocks(run / "checkpoints")[-1] == STOPPED_AT
     resumed = run_job(4, *args, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     result = read_summary(run)
@@ -152,12 +170,18 @@ def test_ssp_and_asp_runs_stop_and_resume(small_data, uninterrupted, tmp_path, c
 
 
 def test_timed_checkpoints_resume_to_the_same_model(small_data, uninterrupted, tmp_path):
-    """--checkpoint-every in seconds: server 0 names the clock, every server writes there."""
+    """--checkpoint-every in seconds: server 0 names the clock, every server writes there.
+    Worker 0 (rank 2) is frozen for 1 s, 20 intervals, at clocks 30, 90 and 150: a timed
+    checkpoint falls due during each, named two clocks past the slowest worker's."""
     run = tmp_path / "run"
+    freezes = [f"freeze rank 2 for 1 s at clock {c}" for c in (30, 90, 150)]
     job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
-                  "--out", run, *TRAIN[:4], "--checkpoint-every", "0.05s", "--straggler", "0:4",
-                  "--keep-checkpoints", 100)
+                  "--out", run, *TRAIN[:4], "--checkpoint-every", "0.05s",
+                  "--keep-checkpoints", 100, *[a for e in freezes for a in ("--test-event", e)])
     assert job.returncode == 0, job.output
+    for event in freezes:
+        fired(job, event)
+    assert {32, 92, 152} <= set(clocks(run / "checkpoints")), clocks(run / "checkpoints")
     found = [os.path.dirname(p) for p in complete_checkpoints(run / "checkpoints")]
     assert len(found) >= 3, f"a run of several seconds wrote {len(found)} checkpoint(s)"
     for directory in found:
@@ -207,30 +231,38 @@ def test_a_damaged_checkpoint_is_passed_over(small_data, uninterrupted, tmp_path
 def test_a_killed_rank_then_resume_finishes_as_well(small_data, uninterrupted, tmp_path):
     run = tmp_path / "run"
     args = ("train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
-            "--out", run, *TRAIN, "--log-every", 0.1)
-    job = launch(4, *args)
-    wait_for_checkpoint(run / "checkpoints", job)
-    victim = max(rank_pids(run))        # a rank, not the launcher
-    os.kill(victim, signal.SIGKILL)
-    killed = finish(job)
+            "--out", run, *TRAIN)
+    # Worker 1 (rank 3) dies once its push of clock 55 is acknowledged: the servers never
+    # reach clock 56, so checkpoint 60 never falls due; 45 is the newest.
+    kill_clock = 55
+    kill = f"kill rank 3 at clock {kill_clock}"
+    killed = run_job(4, *args, "--test-event", kill)
     assert killed.returncode != 0, "the launcher reports the failure"
+    fired(killed, kill)
+    assert f"test event: {kill} (reached clock {kill_clock})" in killed.output
     assert rank_pids(run) == [], "no rank outlives the failed job"
+    assert clocks(run / "checkpoints") == [15, 30, 45]
     newest = read_manifest(os.path.dirname(complete_checkpoints(run / "checkpoints")[-1]))
     resumed = run_job(4, *args, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     assert f"resumed from checkpoint clock {newest['clock']}" in resumed.output
-    # Updates lost: what the workers had trained (the last progress line before the kill,
-    # every 0.1 s) beyond the checkpoint. Less than one interval: the next was never written.
-    trained = max([0] + [int(n.replace(",", "")) for n in
-                         re.findall(r"training: .*?  ([\d,]+) examples", killed.output)])
-    saved = sum(p["examples"] for p in newest["positions"].values())
-    lost = max(trained - saved, 0) // 400   # clocks of 2 workers x 200 rows
-    print(f"updates lost beyond checkpoint clock {newest['clock']}: at least {lost} clocks")
+    # Updates lost: the clocks the servers had applied at the kill (55: worker 1 never
+    # pushed clock 56) beyond those the checkpoint holds (each worker's place at its clock,
+    # 45 x 200 rows of epoch 0); less than one interval, the next having never been written.
+    assert [(p["clock"], p["examples"]) for p in newest["positions"].values()] == \
+        [(newest["clock"], newest["clock"] * 200)] * 2, newest["positions"]
+    lost = kill_clock - newest["clock"]
+    print(f"updates lost beyond checkpoint clock {newest['clock']}: {lost} clocks "
+          f"({lost * CLOCK_ROWS} examples)")
+    assert lost == 10, "the 10 clocks since checkpoint 45 are lost, no more, no fewer"
     assert lost < 15, "less than one checkpoint interval is lost"
     ours = read_summary(run)["test_logloss"]
     theirs = read_summary(uninterrupted)["test_logloss"]
     print(f"held-out logloss: resumed {ours:.6f}, uninterrupted {theirs:.6f}")
     assert abs(ours - theirs) / theirs < 0.005
+
+
+UNEVEN_EPOCHS = 6
 
 
 @pytest.fixture(scope="module")
@@ -251,22 +283,25 @@ def uneven_data(tmp_path_factory):
 def test_a_stop_after_a_worker_has_finished_still_checkpoints_and_resumes(uneven_data,
                                                                          tmp_path):
     args = ("train", "--train", uneven_data, "--servers", 1, "--batch-size", 100,
-            "--epochs", 30, "--checkpoint-every", 100, "--timeout", 60)
+            "--epochs", UNEVEN_EPOCHS, "--checkpoint-every", 100, "--timeout", 60)
     whole = run_job(3, *args, "--out", tmp_path / "whole")
     assert whole.returncode == 0, whole.output
     run = tmp_path / "run"
-    job = launch(3, *args, "--out", run, "--straggler", "0:3")
-    wait_for_checkpoint(run / "checkpoints", job)   # clock 100: worker 1 finished at 30
-    os.kill(job.pid, signal.SIGUSR1)
-    ended = finish(job, timeout=50)     # not held for --timeout by the finished worker
+    # Clock 100: worker 1 finished at clock 6 (one minibatch an epoch).
+    stop = "stop rank 0 at clock 100"
+    ended = run_job(3, *args, "--out", run, "--test-event", stop,
+                    timeout=50)     # not held for --timeout by the finished worker
     assert ended.returncode == 75, ended.output
+    fired(ended, stop)
+    assert read_summary(run)["stopped_at_clock"] == 102
+    assert clocks(run / "checkpoints") == [100, 102]
     resumed = run_job(3, *args, "--out", run, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     ours, theirs = load_model(run / "model"), load_model(tmp_path / "whole" / "model")
     np.testing.assert_array_equal(ours[0], theirs[0])
     np.testing.assert_array_equal(ours[1], theirs[1])
     assert read_summary(run)["train_examples"] == read_summary(tmp_path / "whole")[
-        "train_examples"] == 30 * 4020
+        "train_examples"] == UNEVEN_EPOCHS * 4020
 
 
 def test_a_new_run_keeps_out_of_old_checkpoints(small_data, uninterrupted, tmp_path):
@@ -285,30 +320,32 @@ def test_a_new_run_keeps_out_of_old_checkpoints(small_data, uninterrupted, tmp_p
 def test_sigterm_to_the_ranks_checkpoints_and_stops(small_data, tmp_path):
     """As srun delivers it: SIGTERM to every rank, KillWait before SIGKILL."""
     run = tmp_path / "run"
-    job = launch(3, "train", "--train", small_data[0], "--out", run, *TRAIN)
-    wait_for_checkpoint(run / "checkpoints", job)
-    for pid in rank_pids(run):
-        os.kill(pid, signal.SIGTERM)
-    ended = finish(job)
+    terms = [f"term rank {r} at clock 40" for r in range(3)]   # each rank, at its clock 40
+    ended = run_job(3, "train", "--train", small_data[0], "--out", run, *TRAIN,
+                    *[a for e in terms for a in ("--test-event", e)])
     assert ended.returncode == 75, ended.output
+    for event in terms:
+        fired(ended, event)
     stop = read_summary(run)["stopped_at_clock"]
+    assert stop == STOPPED_AT
     assert os.path.exists(run / "checkpoints" / f"clock-{stop:012d}" / "manifest.json")
 
 
 def test_a_resume_keeps_the_checkpoint_settings_of_its_run(small_data, tmp_path):
     run = tmp_path / "run"
-    args = ("train", "--train", small_data[0], "--out", run, "--epochs", 8, "--batch-size", 200)
-    job = launch(3, *args, "--checkpoint-every", 15, "--keep-checkpoints", 2)
-    wait_for_checkpoint(run / "checkpoints", job)
-    os.kill(job.pid, signal.SIGUSR1)
-    assert finish(job).returncode == 75
+    args = ("train", "--train", small_data[0], "--out", run, "--epochs", 2, "--batch-size", 200)
+    stop = "stop rank 0 at clock 20"
+    stopped = run_job(3, *args, "--checkpoint-every", 15, "--keep-checkpoints", 2,
+                      "--test-event", stop)
+    assert stopped.returncode == 75, stopped.output
+    fired(stopped, stop)
+    assert clocks(run / "checkpoints") == [15, 22]
     resumed = run_job(3, *args, "--resume", run / "checkpoints")   # no checkpoint options
     assert resumed.returncode == 0, resumed.output
     assert "checkpoints every 15 clocks, keeping the newest 2" in resumed.output
-    clocks = [read_manifest(os.path.dirname(p))["clock"]
-              for p in complete_checkpoints(run / "checkpoints")]
-    assert clocks == [405, 408], "every 15 clocks and the final one, the newest 2 kept"
-    again = run_job(3, *args, "--resume", run / "checkpoints", "--epochs", 9,
+    assert clocks(run / "checkpoints") == [90, 102], \
+        "every 15 clocks and the final one, the newest 2 kept"
+    again = run_job(3, *args, "--resume", run / "checkpoints", "--epochs", 3,
                     "--keep-checkpoints", 5)
     assert again.returncode == 0 and "keeping the newest 5" in again.output
 

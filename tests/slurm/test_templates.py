@@ -1,20 +1,36 @@
-"""The job templates in slurm/, submitted with sbatch to the real Slurm of the `slurm` fixture."""
-import glob
+"""The job templates in slurm/, submitted with sbatch to the real Slurm of the `slurm` fixture.
+
+Kills and pauses come from the ranks at a named point (mpips/testevents.py), given to the
+job in MPIPS_TEST_EVENTS with MPIPS_TESTING=1 in its environment: the templates pass EXTRA
+on as words, and an event is several."""
 import json
 import os
-import signal
-import subprocess
 import time
 
 import numpy as np
 import pytest
-from support import LAUNCHER_DID_NOT_START, run_job
-from watch import pid_of_rank
+from support import DETECTOR_S, LAUNCHER_DID_NOT_START, run_job
 
 from mpips.model_io import load_model
 from slurm_cluster import TERMINAL, slurm_fixture  # noqa: F401  (provides `slurm`)
 
 pytestmark = pytest.mark.slurm
+
+
+def fired(out: str, text: str) -> None:
+    """The job's output says it fired the event `text`."""
+    assert f"test event: {text} (reached" in out, f"the job never fired {text!r}:\n{out}"
+
+
+def wait_for_file(path, cluster, job_id, timeout=120) -> None:
+    """Wait until `path` exists (a pause reached); fail if the job ends first."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        job = cluster.job(job_id)
+        assert job["JobState"] not in TERMINAL, \
+            f"job {job_id} ended ({job['JobState']}) before {path} was written"
+        assert time.monotonic() < deadline, f"job {job_id} did not write {path} in {timeout} s"
+        time.sleep(0.1)
 
 
 def summary(run_dir) -> dict:
@@ -80,46 +96,51 @@ def test_heterogeneous_template_puts_servers_in_the_first_component(slurm, small
     assert summary(run)["nodes"] == {"servers": ["ps1"], "workers": ["ps2", "ps2"]}
 
 
-def wait_for_checkpoint(run_dir, timeout=120) -> str:
-    deadline = time.monotonic() + timeout
-    while not glob.glob(os.path.join(run_dir, "checkpoints", "clock-*", "manifest.json")):
-        assert time.monotonic() < deadline, f"no checkpoint in {run_dir} after {timeout} s"
-        time.sleep(0.2)
-    return sorted(glob.glob(os.path.join(run_dir, "checkpoints", "clock-*")))[-1]
-
-
 @pytest.mark.timeout(600)
 def test_requeued_job_resumes_after_a_rank_is_killed(slurm, small_data, tmp_path):
     run = tmp_path / "run"
+    # The server (rank 0) dies as a failing node would, during its 8th checkpoint (clock 160
+    # of 202: its file written, the manifest not): the launch fails. The requeued launch,
+    # from clock 140, is given the same event, which fires once per run.
+    kill = "kill rank 0 at checkpoint 8"
     job = slurm.submit("requeue.sbatch", "--ntasks=3", TRAIN=small_data[0], TEST=small_data[1],
-                       RUN_DIR=run, CHECKPOINT_EVERY=20, EXTRA="--epochs 6 --batch-size 100")
-    wait_for_checkpoint(run)
-    # Kill one rank of the running job, as a failing node would: the launch fails.
-    killed = subprocess.run(["pkill", "-KILL", "-f", f"mpips train .*--out {run}"])
-    assert killed.returncode == 0, "a rank of the job was running"
+                       RUN_DIR=run, CHECKPOINT_EVERY=20, MPIPS_TESTING=1,
+                       MPIPS_TEST_EVENTS=kill, EXTRA="--epochs 2 --batch-size 100")
     out = finished_with_a_model(slurm, job, run, timeout=500)
+    fired(out, kill)
+    assert out.count("test event: ") == 1, "the requeued launch did not kill again"
     assert slurm.job(job)["Restarts"] == "1"
     assert "requeueing to resume from the last checkpoint" in out
-    assert "resumed from checkpoint" in out
-    assert summary(run)["train_examples"] == 6 * 20000
+    assert "resumed from checkpoint clock 140" in out, out
+    assert summary(run)["train_examples"] == 2 * 20000
 
 
 @pytest.mark.timeout(600)
 def test_time_limit_warning_checkpoints_stops_and_requeues(slurm, small_data, tmp_path):
     run = tmp_path / "run"
+    # Worker 0 (rank 1) waits at its clock 30 until the test has signalled: the job is
+    # running, every rank up, and cannot have ended (nor trained past clock 31) when the
+    # signal comes. The requeued launch passes the pause at once (the file exists).
+    held = tmp_path / "signalled"
+    pause = f"pause rank 1 until {held} at clock 30"
     job = slurm.submit("requeue.sbatch", "--ntasks=3", TRAIN=small_data[0], TEST=small_data[1],
-                       RUN_DIR=run, CHECKPOINT_EVERY=1000, EXTRA="--epochs 6 --batch-size 100")
-    slurm.wait(job, 120, until={"RUNNING"})
-    deadline = time.monotonic() + 120
-    while not os.path.exists(run / "mpips.lock"):   # every rank is up and takes signals
-        assert time.monotonic() < deadline, "the job did not start in 120 s"
-        time.sleep(0.2)
-    # What Slurm does --signal=B:USR1@120 before the time limit: signal the batch shell.
+                       RUN_DIR=run, CHECKPOINT_EVERY=1000, MPIPS_TESTING=1,
+                       MPIPS_TEST_EVENTS=pause, EXTRA="--epochs 2 --batch-size 100")
+    wait_for_file(f"{held}.reached", slurm, job)
+    # What Slurm does --signal=B:USR1@120 before the time limit: signal the batch shell. The
+    # lead names the clock to stop at (two past the slowest worker, held at 30) before the
+    # pause ends.
     slurm.run("scancel", "--batch", "--signal=USR1", job)
+    wait_for_output(slurm, job, "stopping at clock 32, two past the slowest worker")
+    held.touch()
     out = finished_with_a_model(slurm, job, run, timeout=500)
+    fired(out, pause)
     assert "asking the job to checkpoint and stop" in out
     assert "stopped after a checkpoint; requeueing" in out and "resumed from checkpoint" in out
-    assert summary(run)["train_examples"] == 6 * 20000
+    [stop] = [int(line.split("resumed from checkpoint clock ")[1].split()[0])
+              for line in out.splitlines() if "resumed from checkpoint clock " in line]
+    assert stop == 32, "two clocks past the slowest worker, held at 30"
+    assert summary(run)["train_examples"] == 2 * 20000
 
 
 def wait_for_output(cluster, job_id, text, timeout=120) -> str:
@@ -136,11 +157,12 @@ def wait_for_output(cluster, job_id, text, timeout=120) -> str:
         time.sleep(0.1)
 
 
-# 3 servers + 2 workers, every key on 2 servers (as in tests/jobs/test_failover.py), training
-# for some seconds, so that the kill comes well before the end.
-EPOCHS = 40
+# 3 servers + 2 workers, every key on 2 servers (as in tests/jobs/test_failover.py); server 1
+# (rank 1) dies once every worker has completed clock 60 (of 153).
+EPOCHS = 3
 FAILOVER = ("--replicas", "2", "--epochs", str(EPOCHS), "--batch-size", "200",
             "--log-every", "0.2", "--timeout", "60")
+KILL = "kill rank 1 at clock 60"
 
 
 @pytest.mark.timeout(600)
@@ -148,16 +170,15 @@ def test_with_ft_a_killed_server_fails_over_and_the_job_completes_without_a_requ
         slurm, small_data, tmp_path):
     run = tmp_path / "run"
     # requeue.sbatch would requeue the job had the launch failed: it must not.
+    # ULFM's failure detector as in the other tests (support.ULFM), not the template's 1 s.
     job = slurm.submit("requeue.sbatch", "--ntasks=5", "--overcommit", TRAIN=small_data[0],
                        TEST=small_data[1], RUN_DIR=run, SERVERS=3, CHECKPOINT_EVERY=100, FT=1,
+                       FT_TIMEOUT=DETECTOR_S, MPIPS_TESTING=1, MPIPS_TEST_EVENTS=KILL,
                        EXTRA=" ".join(FAILOVER))
-    wait_for_output(slurm, job, "training: epoch")
-    rank_1 = pid_of_rank(run, 1, slurm_job=job)
-    assert "trained: epoch" not in slurm.output(slurm.job(job)), "training ended before the kill"
-    os.kill(rank_1, signal.SIGKILL)
     ended = slurm.wait(job, 240)
     out = slurm.output(ended)
     assert (ended["JobState"], ended["ExitCode"]) == ("COMPLETED", "0:0"), out
+    fired(out, KILL)
     assert ended["Restarts"] == "0" and out.count("mpips: job ") == 1, f"one launch:\n{out}"
     assert "launcher mpiexec with ULFM (FT=1)" in out and "mpips: training finished" in out
     assert "requeueing" not in out and not os.path.exists(run / "failed-attempts")

@@ -124,3 +124,24 @@ def test_a_pause_says_where_it_is_and_waits_for_its_file(tmp_path):
     assert (tmp_path / "go.reached").read_text().startswith("rank 2: pause rank 2")
     go.write_text("")
     Events([f"pause rank 2 until {go} at clock 1"], rank=2, timeout=5).reached("clock", 1)
+
+
+def test_events_may_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv(testevents.FROM_ENVIRONMENT, "kill rank 1 at clock 3;  stop rank 2 at "
+                                                   "epoch 1 ;")
+    assert testevents.from_environment() == ("kill rank 1 at clock 3", "stop rank 2 at epoch 1")
+    monkeypatch.delenv(testevents.FROM_ENVIRONMENT)
+    assert testevents.from_environment() == ()
+
+
+def test_an_event_fires_once_per_run_whatever_the_launches(signalled, tmp_path):
+    texts = ["kill rank 1 at clock 3", "stop rank 1 at clock 5"]
+    first = Events(texts, rank=1, run_dir=str(tmp_path))
+    first.reached("clock", 3)
+    assert signalled == [(os.getpid(), signal.SIGKILL)]
+    assert (tmp_path / "test-events").is_dir()
+    resumed = Events(texts, rank=1, run_dir=str(tmp_path))   # the same options, resumed
+    assert [e.text for e in resumed.pending] == ["stop rank 1 at clock 5"]
+    resumed.reached("clock", 9)
+    assert signalled[-1] == (os.getpid(), signal.SIGUSR1)
+    assert not Events(texts, rank=1, run_dir=str(tmp_path)).pending
