@@ -194,3 +194,21 @@ def wait_for_file(job, path, timeout: float = 300) -> None:
             job.kill()
             pytest.fail(f"no {path} after {timeout} s:\n{job.output}")
         time.sleep(0.05)
+
+
+def wait_for_lines(job, text: str, n: int, timeout: float = 120) -> list:
+    """Wait until `n` lines of `job`'s output contain `text` (e.g. each of several ranks
+    saying that it is parked somewhere); returns those lines."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [line for line in list(job.lines) if text in line]
+        if len(lines) >= n:
+            return lines
+        if job.proc.poll() is not None and not job._reader.is_alive():
+            pytest.fail(f"the job ended with {len(lines)} line(s) saying {text!r}, not {n}:\n"
+                        f"{job.output}")
+        if time.monotonic() > deadline:
+            job.kill()
+            pytest.fail(f"{len(lines)} line(s) saying {text!r} after {timeout} s, not {n}:\n"
+                        f"{job.output}")
+        time.sleep(0.05)

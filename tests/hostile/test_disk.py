@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from support import read_summary, run_job
 from mounts import fill, tmpfs
-from watch import WatchedJob, complete_checkpoints
+from watch import WatchedJob, complete_checkpoints, wait_for_lines
 
 from mpips.model_io import load_model
 
@@ -38,14 +38,16 @@ def assert_same_model(run, reference):
 
 
 def test_a_full_out_keeps_the_model_until_space_is_freed(small_data, reference, tmp_path):
+    """Each server fails to write its part of the model, says so and waits for space (up to
+    --disk-wait): once both are parked there, the user frees space."""
     with tmpfs(tmp_path / "disk", "1m") as disk:
         run = disk / "run"
         ballast = fill(disk, leave=16 << 10)    # room for the lock and the summary only
         job = WatchedJob(4, "train", "--train", small_data[0], "--out", run, *ARGS,
                          "--disk-wait", 120)
-        line = job.wait_for("is kept in memory")
-        assert "No space left on device (it needs about" in line and "free in" in line
-        assert not temporary_files(run), "the failed attempt left nothing behind"
+        for line in wait_for_lines(job, "is kept in memory", 2):   # server 0 and server 1
+            assert "No space left on device (it needs about" in line and "free in" in line
+        assert not temporary_files(run), "the failed attempts left nothing behind"
         os.remove(ballast)                      # the user frees space
         ended = job.finish()
         assert ended.returncode == 0, ended.output

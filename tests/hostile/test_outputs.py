@@ -9,9 +9,9 @@ import os
 import socket
 
 import h5py
-from support import read_summary, run_job
+from support import fired, read_summary, run_job
 from mounts import tmpfs
-from watch import WatchedJob, pid_of_rank
+from watch import WatchedJob, wait_for_file
 
 from mpips.model_io import load_model
 
@@ -69,17 +69,26 @@ def test_overwrite_removes_only_what_mpips_wrote(small_data, tmp_path):
 
 
 def test_a_second_job_on_the_same_out_stops_at_once_naming_the_first(small_data, tmp_path):
-    run = tmp_path / "run"
-    first = WatchedJob(3, "train", "--train", small_data[0], "--out", run, "--batch-size", 20,
-                       "--epochs", 30, "--straggler", "0:3", "--checkpoint-every", 200)
-    first.wait_for("kernels ready")
+    """The first job's worker 0 (rank 1) pauses at clock 5: the job certainly runs, holding
+    the lock, while the second starts; then it stops itself there (SIGUSR1: checkpoint and
+    stop, exit 75)."""
+    run, go = tmp_path / "run", tmp_path / "go"
+    pause, stop = f"pause rank 1 until {go} at clock 5", "stop rank 1 at clock 5"
+    first = WatchedJob(3, "train", "--train", small_data[0], "--out", run, *QUICK,
+                       "--checkpoint-every", 200, "--timeout", 300,
+                       "--test-event", pause, "--test-event", stop)
+    wait_for_file(first, f"{go}.reached", timeout=120)
     lock = json.loads((run / "mpips.lock").read_text())
     second = train(small_data[0], run, "--epochs", 1, timeout=60)
+    open(go, "w").close()
+    ended = first.finish()
+    assert ended.returncode == 75, ended.output
+    for event in (pause, stop):
+        fired(ended, event)
+        assert f"test event: {event} (reached clock 5)" in ended.output
     assert second.returncode == 2, second.output
     assert (f"is in use by run {lock['run_id']} on host {socket.gethostname()}"
             in second.stderr)
-    os.kill(first.proc.pid, 10)   # SIGUSR1: the first job checkpoints and stops
-    assert first.finish().returncode == 75, first.output
     assert run_id_of(run) == lock["run_id"], "the first job's outputs only"
     assert not (run / "mpips.lock").exists(), "released when the job ended"
     also = train(small_data[0], tmp_path / "other", "--checkpoint-dir", run / "checkpoints",
@@ -127,18 +136,21 @@ def test_a_read_only_checkpoint_dir_matters_only_when_checkpoints_are_on(small_d
 
 
 def test_a_killed_job_leaves_a_lock_that_its_resume_takes_over(small_data, tmp_path):
+    """Rank 0, which holds the lock, is killed once it has written its file of the second
+    checkpoint (clock 40), before that checkpoint is complete: the first (clock 20) is."""
     run = tmp_path / "run"
-    job = WatchedJob(4, "train", "--train", small_data[0], "--out", run, "--servers", 2,
-                     "--batch-size", 50, "--epochs", 20, "--checkpoint-every", 20)
-    job.wait_for("checkpoint at clock")
-    os.kill(pid_of_rank(run, 0), 9)   # the rank that holds the lock
-    assert job.finish().returncode != 0
+    args = ("train", "--train", small_data[0], "--out", run, "--servers", 2, "--batch-size", 50,
+            "--epochs", 1, "--checkpoint-every", 20)   # 200 clocks
+    kill = "kill rank 0 at checkpoint 2"
+    job = run_job(4, *args, "--test-event", kill)
+    assert job.returncode != 0
+    fired(job, kill)
+    assert f"test event: {kill} (reached checkpoint 2)" in job.output
     assert (run / "mpips.lock").exists()
-    resumed = run_job(4, "train", "--train", small_data[0], "--out", run, "--servers", 2,
-                      "--batch-size", 50, "--epochs", 20, "--checkpoint-every", 20,
-                      "--resume", run / "checkpoints")
+    resumed = run_job(4, *args, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     assert "is no longer running" in resumed.output
+    assert "resumed from checkpoint clock 20" in resumed.output
     keys, _ = load_model(run / "model")
     assert keys.shape[0] == read_summary(run)["keys_stored"]
 

@@ -4,52 +4,67 @@ joined again (`mpips ctl add-worker`).
 What the design promises (README, "Checkpoints and restarts"; docs/architecture.md,
 "Checkpoints and stopping"): under BSP a checkpoint is the exact state after its clock, and a
 run resumed from it ends with the same model, bit for bit, as the run that was never stopped.
-A worker change is not itself reproducible (the clock at which ctl's request lands depends on
-timing, and the minibatches then differ from a run without the change), so the uninterrupted
-run compared with is the very run that wrote the checkpoint: it had the change, and it went
-on to its end. A checkpoint records the change (its `deaths`: a leave is a `workplan.Death`
-that is not `dead`, a join one split per donor) and every worker's place (`positions`,
-with `taken`: the epochs at which it took its shares of the rows handed on), so a resume
-from a clock after the change must end on that run's bits and train exactly its rows
+A worker change is not itself reproducible (the clock at which the worker reads the lead's
+word depends on timing, and the minibatches then differ from a run without the change), so
+the uninterrupted run compared with is the very run that wrote the checkpoint: it had the
+change, and it went on to its end. A checkpoint records the change (its `deaths`: a leave is
+a `workplan.Death` that is not `dead`, a join one split per donor) and every worker's place
+(`positions`, with `taken`: the epochs at which it took its shares of the rows handed on), so
+a resume from a clock after the change must end on that run's bits and train exactly its rows
 (`train_examples`, and each worker's `worker_examples`).
 
-Jobs: 2 servers + 3 workers on the 20,000 rows of `small_data`, 10 epochs of minibatches of
-200 rows (about 34 clocks an epoch per worker), a checkpoint at every clock, so that the
+Jobs: 2 servers + 3 workers on the 20,000 rows of `small_data`, 3 epochs of minibatches of
+200 rows (34 clocks an epoch per worker), a checkpoint at every clock, so that the
 checkpoints right after a change, where the bookkeeping is the most delicate, exist whatever
-the clock at which the change landed. `--straggler` (a testing aid; under BSP the model does
-not depend on it) keeps the job training while ctl's requests arrive, and fixes which worker
-waits for which at the change, so that the clocks the tests resume from are the same ones in
-every run; the clocks themselves are read from ctl's answers and the checkpoints, never
-assumed.
+the clock at which the change landed. The lead itself asks for each change at a clock the
+test names (`--test-event "ctl remove-worker 1 at clock 10"`, see mpips/testevents.py), and a
+stop comes the same way ("stop rank 2 at clock 40"), never after the test saw a progress
+line; the clocks the changes were made at, and those the tests resume from, are read from
+the answers and the checkpoints, never assumed.
 """
-import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 
 import h5py
 import numpy as np
 import pytest
-from support import read_summary, run_job
-from watch import WatchedJob, complete_checkpoints
+from support import ctl_answers, fired, read_summary, run_job, same_model
+from watch import complete_checkpoints
 
 from mpips.checkpoint import clock_dir, read_manifest
-from mpips.model_io import load_model
 
-EPOCHS, ROWS = 10, 20000
-ARGS = ("--servers", 2, "--epochs", EPOCHS, "--batch-size", 200, "--log-every", 0.2,
-        "--timeout", 60, "--checkpoint-every", 1, "--keep-checkpoints", 1000)
+EPOCHS, ROWS = 3, 20000
+ARGS = ("--servers", 2, "--epochs", EPOCHS, "--batch-size", 200, "--timeout", 60,
+        "--checkpoint-every", 1, "--keep-checkpoints", 1000)
+# The lead asks worker 1 to leave at clock 10; it leaves within a few clocks (and the others
+# take its rows left within a few more), far from the end of the job (about 140 clocks).
+LEAVE = "ctl remove-worker 1 at clock 10"
+# ... and to join again at clock 30, some 20 clocks after it has left; the join is done a few
+# clocks later.
+JOIN = "ctl add-worker at clock 30"
 
 
-def ctl(run, *command) -> dict:
-    """`mpips ctl RUN *COMMAND --json`, completed: its answer."""
-    done = subprocess.run([sys.executable, "-m", "mpips", "ctl", str(run), *map(str, command),
-                           "--json"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout)
+def events(*texts) -> list:
+    return [arg for text in texts for arg in ("--test-event", text)]
+
+
+def answered(job, run, *asked) -> list:
+    """The lead's answers to the requests it made at the events `asked` (each fired exactly
+    at its clock), in order, each done."""
+    for event in asked:
+        fired(job, event)
+        clock = int(event.rsplit(" ", 1)[1])
+        assert f"test event: {event} (reached clock {clock})" in job.output, job.output[-4000:]
+    answers = ctl_answers(run)
+    assert len(answers) == len(asked) and all(a["ok"] for a in answers), answers
+    return answers
+
+
+def left_soon(answer: dict) -> None:
+    """Asked at clock 10, worker 1 left with one of the next few minibatches (the one at the
+    top of which it found the lead's word: 12 in every run seen)."""
+    assert answer["command"] == "remove-worker" and answer["target"] == 1, answer
+    assert 10 < answer["clock"] <= 14, answer
 
 
 def data(small_data) -> tuple:
@@ -65,7 +80,7 @@ def manifest(run, clock: int) -> dict:
 
 def resume(small_data, run, clock: int, out):
     """A new job resumed from `run`'s checkpoint at `clock` (copied on its own, so that the
-    resume takes that one), training into `out`, with the job's options (no straggler)."""
+    resume takes that one), training into `out`, with the job's options (no test events)."""
     source = clock_dir(run / "checkpoints", clock)
     ckpt = out.parent / f"{out.name}-checkpoint"
     shutil.copytree(source, ckpt / os.path.basename(source))
@@ -84,12 +99,6 @@ def resumer(small_data, run, base):
             runs[clock] = (out, resume(small_data, run, clock, out))
         return runs[clock]
     return resumed
-
-
-def same_model(ours, theirs) -> None:
-    a, b = load_model(ours / "model"), load_model(theirs / "model")
-    np.testing.assert_array_equal(a[0], b[0])
-    np.testing.assert_array_equal(a[1], b[1])   # bit for bit
 
 
 def checkpoint_state(directory, m: dict) -> tuple:
@@ -134,17 +143,11 @@ def leave(small_data, tmp_path_factory):
     new directory, once per clock)."""
     base = tmp_path_factory.mktemp("leave")
     whole = base / "whole"
-    # Worker 1, the one that leaves, is the slowest: when it pushes its last clock L the
-    # others are already waiting for it at their clock L + 1, having looked for notices
-    # (the lead's word of the leave among them) before they waited. Worker 2 slowed a little
-    # too, so that the job still trains when worker 1 has gone.
-    job = WatchedJob(5, *data(small_data), "--out", whole, *ARGS,
-                     "--straggler", "1:8", "--straggler", "2:2")
-    job.wait_for("training: epoch")
-    answer = ctl(whole, "remove-worker", 1)
-    ended = job.finish(timeout=180)
+    ended = run_job(5, *data(small_data), "--out", whole, *ARGS, *events(LEAVE))
     assert ended.returncode == 0, ended.output[-4000:]
-    assert answer["target"] == 1 and answer["handed_to"] == [0, 2], answer
+    [answer] = answered(ended, whole, LEAVE)
+    left_soon(answer)
+    assert answer["handed_to"] == [0, 2], answer
     assert read_summary(whole)["train_examples"] == EPOCHS * ROWS
     resumed = resumer(small_data, whole, base)
     return whole, answer, resumed
@@ -214,37 +217,37 @@ def test_a_run_resumed_after_a_leave_writes_each_checkpoint_at_its_own_clock(lea
 
 
 def test_a_run_stopped_after_a_leave_resumes_to_the_same_model(small_data, tmp_path):
-    """Worker 1 leaves, the job writes a checkpoint at every clock, and a stop (SIGUSR1, as
-    Slurm's warning) ends it at a clock past the leave (exit 75); resumed in place, it ends on
-    the same model, with the same rows, as the job resumed from an earlier checkpoint after
-    the leave that nothing stopped (that checkpoint is chosen among those whose positions
-    hold the share of every worker still training, so that the comparison is with a resume
-    of the kind `test_a_run_resumed_after_a_leave_ends_as_the_run_that_went_on` shows to
-    hold at L + 10)."""
+    """Worker 1 leaves, the job writes a checkpoint at every clock, and a stop (SIGUSR1 to
+    worker 0 at its clock 40, as Slurm's warning) ends it at a clock past the leave (exit 75);
+    resumed in place, it ends on the same model, with the same rows, as the job resumed from
+    an earlier checkpoint after the leave that nothing stopped (that checkpoint is chosen
+    among those whose positions hold the share of every worker still training, so that the
+    comparison is with a resume of the kind
+    `test_a_run_resumed_after_a_leave_ends_as_the_run_that_went_on` shows to hold at
+    L + 10)."""
     run = tmp_path / "run"
-    job = WatchedJob(5, *data(small_data), "--out", run, *ARGS, "--straggler", "2:8")
-    job.wait_for("training: epoch")
-    answer = ctl(run, "remove-worker", 1)
+    stop = "stop rank 2 at clock 40"   # worker 0, some 30 clocks after worker 1 left
+    stopped = run_job(5, *data(small_data), "--out", run, *ARGS, *events(LEAVE, stop))
+    assert stopped.returncode == 75, stopped.output[-4000:]
+    fired(stopped, stop)
+    [answer] = answered(stopped, run, LEAVE)
+    left_soon(answer)
     # The first checkpoint past the leave whose positions took every share handed on: keep
-    # a copy of it (a resume in place may prune), then stop the job.
-    deadline, earlier = time.monotonic() + 120, None
-    while earlier is None:
-        assert job.proc.poll() is None, "the job ended before it could be stopped"
-        assert time.monotonic() < deadline, "no checkpoint after the leave"
-        for path in complete_checkpoints(run / "checkpoints"):
-            m = read_manifest(os.path.dirname(path))
-            if m["clock"] > answer["clock"] and all(
-                    handed == taken for handed, taken in shares_taken(m).values()):
-                earlier = m["clock"]
-                break
-        time.sleep(0.05)
+    # a copy of it (a resume in place may prune).
+    earlier = None
+    for path in complete_checkpoints(run / "checkpoints"):
+        m = read_manifest(os.path.dirname(path))
+        if m["clock"] > answer["clock"] and all(
+                handed == taken for handed, taken in shares_taken(m).values()):
+            earlier = m["clock"]
+            break
+    assert earlier is not None, "no checkpoint after the leave took every share"
     kept = tmp_path / "kept"
     shutil.copytree(clock_dir(run / "checkpoints", earlier),
                     kept / os.path.basename(clock_dir(run / "checkpoints", earlier)))
-    os.kill(job.proc.pid, signal.SIGUSR1)
-    stopped = job.finish(timeout=180)
-    assert stopped.returncode == 75, stopped.output[-4000:]
     stop = read_summary(run)["stopped_at_clock"]
+    print(f"leave at clock {answer['clock']}; every share taken at checkpoint {earlier}; "
+          f"stopped at {stop}")
     assert stop > earlier, (stop, earlier)
     assert [d["worker"] for d in manifest(run, stop)["deaths"]] == [1]
     again = run_job(5, *data(small_data), "--out", run, *ARGS, "--resume", run / "checkpoints")
@@ -260,22 +263,18 @@ def test_a_run_stopped_after_a_leave_resumes_to_the_same_model(small_data, tmp_p
 @pytest.fixture(scope="module")
 def rejoin(small_data, tmp_path_factory):
     """A run in which worker 1 left, then joined again (worker 0 and 2 each gave it a share of
-    their rows left), and which trained on to the end: (run directory, ctl's answer to the
-    join, the splits (worker, clock) its last checkpoint records, a function that resumes a
-    copy of its checkpoint at a clock into a new directory, once per clock)."""
+    their rows left), and which trained on to the end: (run directory, the lead's answer to
+    the join asked at clock 30, the splits (worker, clock) its last checkpoint records, a
+    function that resumes a copy of its checkpoint at a clock into a new directory, once per
+    clock)."""
     base = tmp_path_factory.mktemp("rejoin")
     whole = base / "whole"
-    # Worker 2 slowed down: worker 0 spends most of each clock waiting for it, so the lead's
-    # request to give (read at the top of a minibatch) usually finds worker 0 one clock ahead:
-    # it splits with C clocks done (C the clock the joiner trains from), worker 2 with C - 1.
-    job = WatchedJob(5, *data(small_data), "--out", whole, *ARGS, "--straggler", "2:8")
-    job.wait_for("training: epoch")
-    left = ctl(whole, "remove-worker", 1)
-    joined = ctl(whole, "add-worker")
-    ended = job.finish(timeout=180)
+    ended = run_job(5, *data(small_data), "--out", whole, *ARGS, *events(LEAVE, JOIN))
     assert ended.returncode == 0, ended.output[-4000:]
+    left, joined = answered(ended, whole, LEAVE, JOIN)
+    left_soon(left)
     assert joined["target"] == 1 and sorted(joined["from"]) == [0, 2], joined
-    assert joined["clock"] > left["clock"]
+    assert joined["clock"] > 30 > left["clock"], (left, joined)
     assert read_summary(whole)["train_examples"] == EPOCHS * ROWS
     last = read_manifest(os.path.dirname(complete_checkpoints(whole / "checkpoints")[-1]))
     splits = [(d["worker"], d["clock"]) for d in last["deaths"] if d["worker"] != 1]

@@ -2,15 +2,11 @@
 the same figures whoever scored it, bad lines counted once."""
 import json
 import os
-import signal
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from support import read_summary, run_job, run_mpips
-from watch import WatchedJob
+from support import ctl_answers, fired, read_summary, run_job, run_mpips
 
 from mpips.testscoring import core_to_spare
 
@@ -86,19 +82,23 @@ def test_a_damaged_test_file_is_named_and_the_trained_model_saved(small_data, tm
 def test_a_stopped_job_scores_nothing(small_data, tmp_path):
     """A worker that left (and so had finished) waits while the others train; when the job
     is stopped instead (a checkpoint holds the model), the lead hands out no chunk: nobody
-    scores, and the job exits at once for its requeue."""
+    scores, and the job exits at once for its requeue. The lead asks worker 1 to leave at
+    clock 10; worker 0 (rank 1), some 30 clocks after it has left, is signalled to stop as on
+    Slurm's warning (SIGUSR1)."""
     run = tmp_path / "run"
-    job = WatchedJob(3, "train", "--train", small_data[0], "--test", small_data[1],
-                     "--servers", 1, "--out", run, "--epochs", 20, "--batch-size", 100,
-                     "--straggler", "0:8", "--log-every", 0.2)
-    job.wait_for("training: epoch")
-    left = subprocess.run([sys.executable, "-m", "mpips", "ctl", str(run), "remove-worker", "1",
-                           "--json"], capture_output=True, text=True, timeout=120)
-    assert left.returncode == 0, left.stdout + left.stderr
-    os.kill(job.proc.pid, signal.SIGUSR1)
-    stopped = job.finish(timeout=180)
+    leave, stop = "ctl remove-worker 1 at clock 10", "stop rank 1 at clock 40"
+    # 100 clocks an epoch per worker: worker 0 trains on well past clock 40.
+    stopped = run_job(3, "train", "--train", small_data[0], "--test", small_data[1],
+                      "--servers", 1, "--out", run, "--epochs", 2, "--batch-size", 100,
+                      "--test-event", leave, "--test-event", stop)
     assert stopped.returncode == 75, stopped.output[-3000:]
+    fired(stopped, leave)
+    fired(stopped, stop)
+    for event, clock in ((leave, 10), (stop, 40)):   # exactly there
+        assert f"test event: {event} (reached clock {clock})" in stopped.output
+    [left] = ctl_answers(run)
+    assert left["ok"] and left["command"] == "remove-worker" and left["target"] == 1, left
+    assert left["clock"] < 40, left
     s = read_summary(run)
     assert s["status"] == "stopped" and s["test_examples"] == 0, s["test_examples_by_rank"]
     assert s["test_logloss"] is None
-
