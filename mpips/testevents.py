@@ -39,9 +39,7 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 log = logging.getLogger("mpips")
@@ -205,6 +203,7 @@ class Events:
             return
         if e.seconds is not None:
             # A process of its own thaws the frozen one: nothing in it runs while it is stopped.
+            import subprocess
             subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep({e.seconds}); "
                               f"os.kill({pid}, {int(signal.SIGCONT)})"],
                              start_new_session=True)
