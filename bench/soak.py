@@ -14,7 +14,8 @@ acknowledged). Then:
             death under BSP bit for bit the uninterrupted run's; under ASP, or after a
             worker's death (its rows go to the others, so the minibatches differ), every
             example trained once per epoch, the whole test file scored, and the held-out
-            logloss within 0.5% of the uninterrupted run's
+            logloss within 0.5% of the uninterrupted run's (15% under ASP, whose model
+            depends on when each worker ran)
   fell back the job stopped (a death nobody could take over); its resume from the last
             checkpoint (or a rerun, if none was written) ended with a correct model
   hung      a launch that did not end within --timeout seconds (must be 0)
@@ -105,6 +106,12 @@ def fired(log: str, event: str) -> bool:
         return f"test event: {event} (reached" in f.read()
 
 
+# How far the held-out logloss of a run that went on without a rank may be from the
+# uninterrupted run's: under BSP the minibatches differ once a worker's rows are handed on;
+# under ASP the model also depends on when each worker ran (tests/support.py).
+LOGLOSS_SLACK = {"bsp": 0.005, "asp": 0.15}
+
+
 def correct(out: str, mode: str, reference: dict, worker_killed: bool, epochs: int) -> bool:
     with open(os.path.join(out, "summary.json")) as f:
         s = json.load(f)
@@ -113,7 +120,7 @@ def correct(out: str, mode: str, reference: dict, worker_killed: bool, epochs: i
         return (np.array_equal(ours[0], theirs[0])
                 and np.array_equal(ours[1].view(np.uint32), theirs[1].view(np.uint32)))
     return (s["train_examples"] == epochs * ROWS and s["test_examples"] == TEST_ROWS
-            and abs(s["test_logloss"] / reference["logloss"] - 1) < 0.005)
+            and abs(s["test_logloss"] / reference["logloss"] - 1) < LOGLOSS_SLACK[mode])
 
 
 def main() -> None:

@@ -112,6 +112,21 @@ def same_model(a, b) -> None:
     np.testing.assert_array_equal(ours[1].view(np.uint32), theirs[1].view(np.uint32))
 
 
+# Under ASP a model depends on when each worker ran, not only on what it trained: an
+# uninterrupted run in which a worker froze for 0.5 s at clock 10 ends with a held-out logloss
+# 2.8% above that of a run without (2 servers + 2 workers, 40 epochs), while runs that keep
+# pace agree within 0.1%. A loaded machine pauses workers too: a test compares an ASP model
+# loosely (5x that), and asserts exactly what must hold whatever the timing (every example
+# trained, every push applied).
+ASP_LOGLOSS_SLACK = 0.15
+
+
+def close_logloss(ours: float, theirs: float, slack: float) -> None:
+    """Held-out loglosses `ours` and `theirs` differ by at most `slack`, relatively."""
+    assert abs(ours - theirs) <= slack * theirs, \
+        f"held-out logloss {ours:.6f} against {theirs:.6f}: more than {slack:.1%} apart"
+
+
 def fired(job, event: str) -> None:
     """Assert that the job fired `--test-event EVENT` (it says so when it does)."""
     assert f"test event: {event} (reached" in job.output, \

@@ -11,7 +11,7 @@ import subprocess
 import h5py
 import numpy as np
 import pytest
-from support import fired, read_summary, run_job, run_mpips
+from support import ASP_LOGLOSS_SLACK, close_logloss, fired, read_summary, run_job, run_mpips
 from debian import ensure
 from watch import complete_checkpoints, rank_pids
 
@@ -165,8 +165,9 @@ def test_ssp_and_asp_runs_stop_and_resume(small_data, uninterrupted, tmp_path, c
     assert resumed.returncode == 0, resumed.output
     result = read_summary(run)
     assert result["train_examples"] == EPOCHS * 20000
-    theirs = read_summary(uninterrupted)["test_logloss"]
-    assert abs(result["test_logloss"] - theirs) / theirs < 0.01
+    assert result["pushes_applied"] == [result["pushes_sent"]] * 2, "no push lost"
+    close_logloss(result["test_logloss"], read_summary(uninterrupted)["test_logloss"],
+                  ASP_LOGLOSS_SLACK if "asp" in consistency else 0.01)
 
 
 def test_timed_checkpoints_resume_to_the_same_model(small_data, uninterrupted, tmp_path):
