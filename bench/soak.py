@@ -1,6 +1,6 @@
 """Soak: jobs launched with ULFM, each with one rank killed (SIGKILL) at a random point.
 
-    python bench/soak.py [--trials 20] [--seed 1] [--timeout 240] [--epochs 12] [--detector 1]
+    python bench/soak.py [--trials 20] [--seed 1] [--timeout 240] [--epochs 12] [--detector 6]
                          [--rank R] [--clock C]
 
 Every trial trains the same small set on 3 servers (each key on 2) + 3 workers, BSP and ASP
@@ -132,10 +132,10 @@ def main() -> None:
                         help="seconds a launch may take before it counts as hung")
     parser.add_argument("--epochs", type=int, default=EPOCHS,
                         help="epochs each job trains (the clocks drawn are before its end)")
-    parser.add_argument("--detector", type=float, default=1, metavar="S",
+    parser.add_argument("--detector", type=float, default=6, metavar="S",
                         help="ULFM's failure detector declares a rank silent S seconds dead "
-                             "(more on a loaded machine, where a live rank may be kept from "
-                             "MPI for a second)")
+                             "(default 6: on a loaded machine a live rank may be kept from MPI "
+                             "for a second)")
     parser.add_argument("--rank", type=int, choices=range(SERVERS + WORKERS),
                         help="kill this rank in every trial (default: drawn)")
     parser.add_argument("--clock", type=int,
