@@ -137,8 +137,8 @@ def lbfgs_tables():
     return tables(10, 0.0)
 
 
-# 5 blocks per table; 60 iterations at most (a tolerance of 0 never stops it sooner)
-CKPT = ("--dim", 1 << 18, "--tol", 0, "--checkpoint-every", 10, "--max-iter", 60)
+# 5 blocks per table; 30 iterations at most (a tolerance of 0 never stops it sooner)
+CKPT = ("--dim", 1 << 18, "--tol", 0, "--checkpoint-every", 10, "--max-iter", 30)
 
 
 @pytest.fixture(scope="module")
