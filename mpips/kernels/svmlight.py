@@ -15,7 +15,7 @@ from .criteo import parse_line as criteo_line
 from .hashing import LOW_BITS, MAX_FIELDS, field_key
 from .text import ZEROS, eight_digits, ends_line, first_set_byte, leading_digits, load8, non_digits
 
-# Error codes returned by parse_svmlight; ERROR_TEXT gives the message.
+# Error codes returned by parse_lines; ERROR_TEXT gives the message.
 (OK, BAD_LABEL, LABEL_NOT_BINARY, BAD_INDEX, INDEX_OVERFLOW, MISSING_COLON, BAD_VALUE,
  BAD_FIELD, FFM_INDEX_OVERFLOW) = range(9)
 ERROR_TEXT = {
@@ -263,13 +263,6 @@ def capacity(n, fmt):
     the fixed-field formats write one entry per field of each line."""
     rows = (n + 1) // _ROW_BYTES[fmt] + 1   # + 1: the label of a line that turns out bad
     return rows, rows * _LINE_FEATURES[fmt] if fmt in _LINE_FEATURES else n // 4 + 1
-
-
-@njit(cache=True, nogil=True)
-def parse_svmlight(buf, final, skip_bad, labels, indptr, indices, values, starts):
-    """svmlight lines into CSR: parse_lines of format SVMLIGHT."""
-    return parse_lines(buf, final, skip_bad, labels, indptr, indices, values, starts,
-                       SVMLIGHT)
 
 
 @njit(cache=True, nogil=True)

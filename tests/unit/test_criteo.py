@@ -133,7 +133,9 @@ def test_a_19_digit_integer_is_an_error(tmp_path):
 def test_capacity_holds_the_densest_text():
     from mpips.kernels import svmlight
     for text, densest in ((("0" + "\t" * 39 + "\n") * 99, True), (line() * 99, False)):
-        buf = np.frombuffer(text.encode(), np.uint8)
+        # Writable, as a job's read buffer is: a read-only one is another type to numba, and
+        # would be compiled here anew (20 s on a fresh checkout) instead of loaded.
+        buf = np.frombuffer(text.encode(), np.uint8).copy()
         rows_room, entries_room = svmlight.capacity(buf.shape[0], svmlight.CRITEO)
         labels = np.empty(rows_room, np.float32)
         indptr = np.empty(rows_room + 1, np.int64)

@@ -8,15 +8,17 @@ from mpips.kernels import svmlight
 
 
 def parse(text: bytes, final=True, skip_bad=False):
-    buf = np.frombuffer(text, np.uint8)
+    # Writable, as a job's read buffer is: a read-only one is another type to numba, and the
+    # parser would be compiled anew for it (seconds) instead of loaded from numba's cache.
+    buf = np.frombuffer(text, np.uint8).copy()
     n_lines, n_entries = svmlight.capacity(buf.shape[0], svmlight.SVMLIGHT)
     labels = np.empty(n_lines, np.float32)
     indptr = np.empty(n_lines + 1, np.int64)
     indices = np.empty(n_entries, np.uint64)
     values = np.empty(n_entries, np.float32)
     starts = np.empty(n_lines, np.int64)
-    rows, nnz, used, lines, n_bad, bad, code, col = svmlight.parse_svmlight(
-        buf, final, skip_bad, labels, indptr, indices, values, starts)
+    rows, nnz, used, lines, n_bad, bad, code, col = svmlight.parse_lines(
+        buf, final, skip_bad, labels, indptr, indices, values, starts, svmlight.SVMLIGHT)
     return dict(rows=Rows(labels[:rows], indptr[:rows + 1], indices[:nnz], values[:nnz],
                           starts[:rows]),
                 used=used, lines=lines, n_bad=n_bad, bad=bad, code=code, col=col)
