@@ -74,7 +74,7 @@ def test_single_node_template(slurm, small_data, tmp_path):
 def test_ft_knob_launches_with_ulfm(slurm, small_data, tmp_path):
     run = tmp_path / "run"
     out = trained(slurm, run, "train.sbatch", "--ntasks=3", TRAIN=small_data[0],
-                  TEST=small_data[1], SERVERS=1, FT=1)
+                  TEST=small_data[1], SERVERS=1, FT=1, FT_TIMEOUT=DETECTOR_S)
     assert "launcher mpiexec with ULFM (FT=1)" in out
     assert "hot failover is on: Open MPI" in out, out
 
