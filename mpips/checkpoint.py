@@ -131,6 +131,15 @@ def all_checkpoints(root: str) -> list:
     return sorted(glob.glob(os.path.join(root, "clock-*")), reverse=True)
 
 
+def latest_complete(root: str) -> str | None:
+    """The newest checkpoint under `root` whose manifest was written (the last step of a
+    checkpoint), without reading its shards: for advice, not for loading."""
+    for directory in all_checkpoints(root):
+        if os.path.exists(os.path.join(directory, MANIFEST)):
+            return directory
+    return None
+
+
 def latest_valid(root: str) -> tuple[str, dict] | None:
     """The newest checkpoint that verifies, saying which newer ones were passed over and why."""
     for directory in all_checkpoints(root):

@@ -70,6 +70,7 @@ def _run_train(args) -> None:
     log = setup(f"rank {world.rank}")
     signals.install()
     # Under ULFM a rank busy without MPI calls would count as dead: keep it heard.
+    cfg = None
     with KeepAlive() if local_verdict().on else contextlib.nullcontext():
         try:
             cfg = config_of(args)
@@ -88,8 +89,8 @@ def _run_train(args) -> None:
                 log.info("%s", e)
             sys.exit(signals.RESUMABLE)
         except CannotFailOver as e:
-            log.error("%s: the job stops; continue from its last checkpoint with --resume "
-                      "(exit %d, which the requeue template resumes)", e, e.exit_status)
+            log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",
+                      e, how_to_go_on(cfg), e.exit_status)
             leave_after_failure(e.exit_status)
         except Interrupted as e:
             # A second signal: leave at once, without MPI_Abort (which could kill a server while
@@ -101,9 +102,8 @@ def _run_train(args) -> None:
             os._exit(e.exit_status)
         except Exception as e:
             if is_failure(e):   # a rank died where no other takes over its part
-                log.error("%s: the job stops; continue from its last checkpoint with --resume "
-                          "(exit %d, which the requeue template resumes)",
-                          what_died(world, e), LOST)
+                log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",
+                          what_died(world, e), how_to_go_on(cfg), LOST)
                 leave_after_failure(LOST)
             if not getattr(e, "reported", False):
                 log.error("%s", e if isinstance(e, MpipsError) else traceback.format_exc())
@@ -111,6 +111,23 @@ def _run_train(args) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             world.Abort(1)
+
+
+def how_to_go_on(cfg) -> str:
+    """What a job stopped by a death can be continued from: its newest complete checkpoint
+    (or the one it resumed from), or, where there is none, a new start."""
+    from .checkpoint import latest_complete
+    if cfg is None:
+        return "run it again"
+    for root in (cfg.checkpoints, cfg.resume):
+        if root and latest_complete(root):
+            return f"continue from its last checkpoint with --resume {root}"
+    # The options as given (a resumed run's None is its checkpoint's, found above).
+    if not (cfg.checkpoint_every or cfg.checkpoint_seconds):
+        return ("checkpoints were off (--checkpoint-every): run it again from the start, "
+                "with checkpoints to keep what a job trains")
+    return (f"it died before its first checkpoint was complete (none in {cfg.checkpoints}): "
+            f"run it again from the start")
 
 
 def main(argv=None) -> None:

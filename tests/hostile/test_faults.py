@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from support import fired, read_summary, run_job
+from support import ULFM, fired, read_summary, run_job
 from watch import WatchedJob, complete_checkpoints, ended_with_a_frozen_rank
 
 from mpips.model_io import load_model
@@ -197,3 +197,22 @@ def test_a_stop_under_asp_stops_every_stage_with_a_checkpoint(small_data, tmp_pa
                       "--consistency", "asp", "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     assert read_summary(run)["train_examples"] == PIPELINE_EPOCHS * 20000
+
+
+@pytest.mark.parametrize("checkpoints, advice", [
+    ((), "checkpoints were off (--checkpoint-every): run it again from the start"),
+    (("--checkpoint-every", 1000), "it died before its first checkpoint was complete (none in "),
+], ids=["checkpoints off", "none complete yet"])
+def test_a_death_before_any_checkpoint_does_not_advise_a_resume(small_data, tmp_path,
+                                                                checkpoints, advice):
+    """A server without copies killed at clock 5, under ULFM: the job stops (exit 75), and
+    with no checkpoint to continue from it says to start again, not to --resume a directory
+    that holds none."""
+    run = tmp_path / "run"
+    kill = "kill rank 1 at clock 5"
+    ended = run_job(4, "train", "--train", small_data[0], "--out", run, "--servers", 2,
+                    "--batch-size", 100, *checkpoints, "--test-event", kill, launcher=ULFM)
+    assert ended.returncode == 75, ended.output
+    fired(ended, kill)
+    assert advice in ended.output, ended.output
+    assert "--resume" not in ended.output, ended.output
