@@ -5,7 +5,8 @@
 # key on REPLICAS of them.
 # `make run FT=1` launches with ULFM fault tolerance (Open MPI's `--with-ft ulfm`) and its
 # failure detector: a rank that dies no longer ends the job, the others are told, and a rank
-# silent for FT_TIMEOUT seconds (frozen, or busy without calling MPI) counts as failed.
+# silent for FT_TIMEOUT seconds (frozen, or busy without calling MPI) counts as failed: 10 by
+# default, as a loaded node can keep a live rank from MPI for a second or more.
 PYTHON  ?= python3
 VENV    ?= .venv
 VENV_MPICH ?= .venv-mpich
@@ -17,7 +18,7 @@ MPIEXEC ?= $(VENV)/bin/mpiexec
 DATA    := data/ctr
 RUN_DIR ?= runs/default
 FT      ?= 0
-FT_TIMEOUT ?= 1
+FT_TIMEOUT ?= 10
 FT_FLAGS := --with-ft ulfm --mca mpi_ft_detector true --mca mpi_ft_detector_period 0.2 \
             --mca mpi_ft_detector_timeout $(FT_TIMEOUT)
 LAUNCH_FLAGS := $(if $(filter 1,$(FT)),$(FT_FLAGS))

