@@ -66,7 +66,7 @@ def run(args) -> None:
     if args.what in ("remove-server", "remove-worker") and args.target is None:
         _fail(f"{args.what} needs the number of the {args.what[7:]} to remove (see ctl status)")
     try:
-        ident = control.submit(args.run_dir, args.what, args.target)
+        ident = control.submit(args.run_dir, args.what, args.target, holder.get("run_id"))
         if args.what != "status":
             print(f"asked the job {holder.get('run_id', '')} to {args.what}"
                   f"{'' if args.target is None else f' {args.target}'} (request {ident}); "

@@ -144,7 +144,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     setup(f"rank {comm.rank} ({roles.name})")
     testevents.arm(cfg.test_events, comm.rank, roles.is_server, roles.pids_on_node(), cfg.out,
                    cfg.timeout, driver=cfg.solver == "lbfgs" and roles.index == 0
-                   and not roles.is_server)
+                   and not roles.is_server, run_id=name)
     # Collective: rank 0 says whether hot failover can work, and why.
     ulfm = announce(comm, bound).on
     failover = ulfm and cfg.replicas > 1

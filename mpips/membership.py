@@ -19,9 +19,10 @@ POLL_S = 0.2   # how often the lead looks for requests
 
 
 class Membership:
-    def __init__(self, server, run_dir: str | None):
+    def __init__(self, server, run_dir: str | None, run_id: str | None = None):
         self.server = server
         self.run_dir = run_dir
+        self.run_id = run_id   # the run requests must be for
         self.done = []          # what each change did (the summary's "moves")
         self.ranges = RangeMoves(self)
         self.workers = WorkerMoves(self)
@@ -54,7 +55,7 @@ class Membership:
             return
         self._next_poll = now + POLL_S
         while self.ranges.request is None and self.workers.joining is None:
-            request = control.take(self.run_dir)
+            request = control.take(self.run_dir, self.run_id)
             if request is None:
                 return
             self._carry_out(request)

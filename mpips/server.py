@@ -93,7 +93,7 @@ class Server:
                  placement: Placement | None = None, failover: bool = False,
                  workers_fail_over: bool = False, epochs: int = 1, parts: list = (),
                  deaths: tuple = (), dense: DenseTables | None = None,
-                 run_dir: str | None = None, scoring=None):
+                 run_dir: str | None = None, run_id: str | None = None, scoring=None):
         """`checkpoints`: when to write them, and where each worker stood (when resuming);
         by default none but those a stop asks for. `failover` (under ULFM): when another
         server dies, go on with the living copies of its keys. With `parts` (each worker's own
@@ -139,7 +139,7 @@ class Server:
             Op.BYE: self._on_bye, Op.STATUS: self._on_status, Op.ERROR: self._on_error,
             Op.STOP: self._on_stop, Op.STOP_AT: self._on_stop_at,
             Op.CHECKPOINT_AT: self._on_checkpoint_at, Op.SHARD_SAVED: self._on_shard_saved}
-        self.members = Membership(self, run_dir)
+        self.members = Membership(self, run_dir, run_id)
         self.scoring = scoring(self) if scoring else None
         for capability in (self.copies, self.losses, self.members, self.scoring):
             if capability:

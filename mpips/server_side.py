@@ -201,7 +201,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                     placement=placement, failover=failover, workers_fail_over=hot,
                     epochs=cfg.epochs,
                     parts=spans(cfg.train, len(roles.workers)) if elastic else (),
-                    deaths=checkpoint.deaths(resume), run_dir=cfg.out,
+                    deaths=checkpoint.deaths(resume), run_dir=cfg.out, run_id=name,
                     scoring=((lambda s: Scoring(s, cfg, core_to_spare(roles)))
                              if shared(cfg, hot) else None))
     t0 = started[0] = ready(roles.comm, cfg.startup_timeout, load)

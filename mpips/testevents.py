@@ -148,11 +148,13 @@ class Events:
     """This rank's events, fired once each as the points are reached."""
 
     def __init__(self, texts=(), rank: int = 0, server: bool = False, pids: dict | None = None,
-                 run_dir: str | None = None, timeout: float = 600.0, driver: bool = False):
+                 run_dir: str | None = None, timeout: float = 600.0, driver: bool = False,
+                 run_id: str | None = None):
         """`server`: this rank serves (and may lead: ctl requests); `pids`: rank -> process
         id of the ranks on this node (to act on another rank at an iteration); `driver`: this
-        rank drives a full-batch solver."""
+        rank drives a full-batch solver; `run_id`: the run its ctl requests are for."""
         self.rank, self.pids, self.run_dir, self.timeout = rank, pids or {}, run_dir, timeout
+        self.run_id = run_id
         events = [parse(t) for t in texts
                   if not (run_dir and os.path.exists(record(run_dir, t)))]   # fired before
         self.pending = [e for e in events
@@ -219,7 +221,7 @@ class Events:
     def _ctl(self, e: Event, value: int) -> None:
         from . import control
         self._say(e, value)
-        control.submit(self.run_dir, e.command, e.target)
+        control.submit(self.run_dir, e.command, e.target, self.run_id)
 
     def unfired(self) -> None:
         """At the end: name the events due here that never fired (the job ended first)."""
@@ -233,10 +235,10 @@ _events = Events()
 
 
 def arm(texts, rank: int, server: bool, pids: dict | None = None, run_dir: str | None = None,
-        timeout: float = 600.0, driver: bool = False) -> None:
+        timeout: float = 600.0, driver: bool = False, run_id: str | None = None) -> None:
     """This rank's events for the job (see Events)."""
     global _events
-    _events = Events(texts, rank, server, pids, run_dir, timeout, driver)
+    _events = Events(texts, rank, server, pids, run_dir, timeout, driver, run_id)
 
 
 def reached(point: str, value: int = 0, lead: bool = False) -> bool:

@@ -66,7 +66,7 @@ def requests(run, state: str = "*") -> list:
     """The ctl requests in RUN/control/ ("request": not taken yet, "taken", or both)."""
     names = ("request", "taken") if state == "*" else (state,)
     return [p for name in names for p in glob.glob(os.path.join(run, "control", f"{name}-*.json"))
-            if "damaged" not in p]
+            if "damaged" not in p and "stale" not in p]
 
 
 def wait_for_requests(job, run, n: int, procs=(), state: str = "*") -> None:
@@ -166,10 +166,10 @@ def test_the_model_after_the_moves_is_the_uninterrupted_runs(runs):
 @pytest.fixture(scope="module")
 def by_hand(small_data, tmp_path_factory, uninterrupted):
     """The real `mpips ctl` command line on a BSP job parked at clock 10 (worker 0 pauses
-    there: under BSP every worker waits for it): a damaged request file, then a join, four
-    requests that must be refused, and a leave (--json), each made once the one before is in
-    RUN/control/, so that the lead takes them in that order; then training goes on and the
-    join and the leave are carried out. Returns (the uninterrupted run, the run, {case: ctl's
+    there: under BSP every worker waits for it): a damaged request file and one left by an
+    earlier run, then a join, four requests that must be refused, and a leave (--json), each
+    made once the one before is in RUN/control/, so that the lead takes them in that order;
+    then training goes on and the join and the leave are carried out. Returns (the uninterrupted run, the run, {case: ctl's
     completed process}, the ended job, ctl asked once the job had ended)."""
     base = tmp_path_factory.mktemp("by-hand")
     run, go = base / "moved", base / "go"
@@ -179,6 +179,9 @@ def by_hand(small_data, tmp_path_factory, uninterrupted):
     os.makedirs(run / "control", exist_ok=True)
     with open(run / "control" / "request-0-damaged.json", "w") as f:
         f.write('{"command": "add-server", "target": "one"}')
+    # Left by an earlier job in this directory (a ctl that timed out, then --overwrite).
+    with open(run / "control" / "request-0-stale.json", "w") as f:
+        f.write('{"run_id": "20261126-010000-0ld000", "command": "remove-server", "target": 1}')
     running = {"join": ctl(run, "add-server", wait=False)}
     wait_for_requests(job, run, 1, running.values())
     asked = {"no spare": ("add-server",), "no such": ("remove-server", 7),
@@ -230,6 +233,11 @@ def test_ctl_refuses_what_cannot_be_done_and_says_why(by_hand):
         damaged = json.load(f)
     assert not damaged["ok"] and "request-0-damaged.json: field 'target' is 'one'" in \
         damaged["error"], damaged
+    with open(run / "control" / "answer-0-stale.json") as f:
+        stale = json.load(f)
+    assert not stale["ok"] and "a request for run '20261126-010000-0ld000', not for this run" \
+        in stale["error"] and "discarded, not carried out" in stale["error"], stale
+    assert "remove-server 1" not in ended.output, "server 1 never asked to leave"
     assert gone.returncode == 2 and "no job is training into" in gone.stderr, gone.stderr
 
 

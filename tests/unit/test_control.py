@@ -1,5 +1,6 @@
 """The files between `mpips ctl` and the lead server: requests taken once and in order, the
-damaged ones answered with what is wrong, answers waited for with a bound."""
+damaged ones and those for another run answered with what is wrong, answers waited for with
+a bound."""
 import json
 import os
 
@@ -8,15 +9,17 @@ import pytest
 from mpips import control
 from mpips.errors import ConfigError, InputError
 
+RUN = "20261127-030000-abc123"
+
 
 def test_requests_are_taken_oldest_first_and_once(tmp_path):
-    first = control.submit(str(tmp_path), "add-server")
-    second = control.submit(str(tmp_path), "remove-server", 3)
+    first = control.submit(str(tmp_path), "add-server", None, RUN)
+    second = control.submit(str(tmp_path), "remove-server", 3, RUN)
     assert first < second
-    taken = control.take(str(tmp_path))
+    taken = control.take(str(tmp_path), RUN)
     assert (taken["id"], taken["command"], taken["target"]) == (first, "add-server", None)
-    assert control.take(str(tmp_path))["target"] == 3
-    assert control.take(str(tmp_path)) is None
+    assert control.take(str(tmp_path), RUN)["target"] == 3
+    assert control.take(str(tmp_path), RUN) is None
     assert sorted(os.listdir(tmp_path / "control")) == [f"taken-{first}.json",
                                                         f"taken-{second}.json"]
 
@@ -31,23 +34,38 @@ def test_requests_are_taken_oldest_first_and_once(tmp_path):
 def test_a_damaged_request_is_answered_naming_the_file_and_field(tmp_path, text, says):
     os.makedirs(tmp_path / "control")
     (tmp_path / "control" / "request-x.json").write_text(text)
-    taken = control.take(str(tmp_path))
+    taken = control.take(str(tmp_path), RUN)
     assert taken["id"] == "x" and "request-x.json" in taken["error"] and says in taken["error"]
+
+
+def test_a_request_for_another_run_is_answered_as_discarded_and_never_carried_out(tmp_path):
+    """A request left from an earlier job in the same directory (it timed out, then the run
+    was overwritten), or one without a run: the new run's lead discards it, saying why."""
+    stale = control.submit(str(tmp_path), "remove-server", 0, "20261126-010000-0ld000")
+    os.makedirs(tmp_path / "control", exist_ok=True)
+    (tmp_path / "control" / "request-0-y.json").write_text('{"command": "add-server"}')
+    mine = control.submit(str(tmp_path), "status", None, RUN)
+    unnamed = control.take(str(tmp_path), RUN)
+    assert unnamed["id"] == "0-y" and "a request for run None" in unnamed["error"], unnamed
+    taken = control.take(str(tmp_path), RUN)
+    assert taken["id"] == stale and "not for this run" in taken["error"], taken
+    assert "'20261126-010000-0ld000'" in taken["error"] and "discarded" in taken["error"]
+    assert control.take(str(tmp_path), RUN)["id"] == mine
 
 
 def test_an_unknown_command_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ConfigError, match="unknown ctl command 'grow'"):
-        control.submit(str(tmp_path), "grow")
+        control.submit(str(tmp_path), "grow", None, RUN)
     assert not os.path.exists(tmp_path / "control")
 
 
 def test_an_answer_is_waited_for_with_a_bound_and_the_jobs_end_noticed(tmp_path):
-    ident = control.submit(str(tmp_path), "status")
+    ident = control.submit(str(tmp_path), "status", None, RUN)
     with pytest.raises(InputError, match="has not taken it yet"):
         control.wait_answer(str(tmp_path), ident, timeout=0.2)
     with pytest.raises(InputError, match="ended before answering"):
         control.wait_answer(str(tmp_path), ident, timeout=5, running=lambda: False)
-    control.take(str(tmp_path))
+    control.take(str(tmp_path), RUN)
     control.answer(str(tmp_path), ident, {"ok": True, "moves": 0})
     assert control.wait_answer(str(tmp_path), ident, timeout=1) == {"id": ident, "ok": True,
                                                                     "moves": 0}
