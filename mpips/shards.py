@@ -16,8 +16,9 @@ reading anything else.
 import contextlib
 import copy
 import json
+import logging
 import os
-import shutil
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +30,8 @@ from .kernels import distinct
 from .kernels.csr import first_bad_label, first_bad_pointer
 from .kernels.hashing import FIELD_SHIFT
 from .startup import agree
+
+log = logging.getLogger("mpips")
 
 FORMAT = "mpips-csr"
 READAHEAD_BYTES = 64 << 20   # of the shard's files asked for ahead of the rows being read
@@ -151,6 +154,24 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
             "fields": FIELDS.get(shard.fmt.name, top + 1), "keys": keys}
 
 
+# What `convert` writes in its output directory (and the temporary files on the way): only
+# these are removed when --overwrite replaces a converted dataset.
+WRITTEN = re.compile(r"meta\.json(\.tmp)?|part-\d{4,}\.(labels|indptr|indices|values)"
+                     r"\.npy(\.raw)?")
+
+
+def remove_dataset(dst: str) -> list:
+    """Remove the files `convert` wrote in `dst` (not the directory); returns what else is
+    there, which stays."""
+    kept = []
+    for name in sorted(os.listdir(dst)):
+        if WRITTEN.fullmatch(name) and os.path.isfile(os.path.join(dst, name)):
+            os.remove(os.path.join(dst, name))
+        else:
+            kept.append(name)
+    return kept
+
+
 def check_output(dst: str, overwrite: bool) -> None:
     """ConfigError unless `dst` may be written: absent, or (with overwrite) an empty directory
     or a converted dataset. Nothing else is ever deleted."""
@@ -169,8 +190,9 @@ def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = 
     meta.json once all parts exist. Returns the metadata on rank 0."""
     agree(comm, lambda: (check_file(src, "IN"), check_output(dst, overwrite)), timeout)
     if comm.rank == 0:
-        shutil.rmtree(dst, ignore_errors=True)
-        os.makedirs(dst)
+        kept = remove_dataset(dst) if os.path.isdir(dst) else os.makedirs(dst) or []
+        if kept:
+            log.warning("left in place in %s, not written by mpips: %s", dst, ", ".join(kept))
     wait_all([comm.Ibarrier()], timeout, lambda: "rank 0 to create the output directory")
     part = write_part(src, dst, comm.rank, comm.size, skip_bad)
     counts = np.array([part["rows"], part["nnz"], part["bad_lines"], part["fields"]], np.int64)

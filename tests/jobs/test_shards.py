@@ -53,6 +53,23 @@ def test_convert_refuses_to_overwrite_on_every_rank(small_data, converted):
     assert job.returncode == 2 and job.stderr.count("exists; choose another output") == 1
 
 
+def test_overwrite_of_a_converted_dataset_removes_only_what_convert_wrote(small_data, tmp_path):
+    """A user's files beside a converted dataset (a raw file, a folder of notes) stay when
+    --overwrite replaces it, and are named; the parts of the old conversion go."""
+    out = tmp_path / "bin"
+    assert run_job(3, "convert", small_data[0], out, timeout=60).returncode == 0
+    (out / "raw.csv").write_text("a,b\n")
+    (out / "sub").mkdir()
+    (out / "sub" / "keep.txt").write_text("keep me")
+    job = run_job(2, "convert", small_data[0], out, "--overwrite", timeout=60)
+    assert job.returncode == 0, job.output
+    assert (out / "raw.csv").read_text() == "a,b\n" and (out / "sub" / "keep.txt").exists()
+    assert "not written by mpips: raw.csv, sub" in job.output, job.output
+    assert sorted(p.name for p in out.glob("part-*")) == sorted(
+        f"part-{r:04d}.{a}.npy" for r in range(2) for a in ("labels", "indptr", "indices",
+                                                             "values")), "rank 2's part is gone"
+
+
 def test_overwrite_replaces_only_a_converted_dataset(small_data, tmp_path):
     precious = tmp_path / "results"
     precious.mkdir()
