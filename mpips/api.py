@@ -36,8 +36,15 @@ class Model:
 
     def weights(self, keys) -> np.ndarray:
         """float32[len(keys), width]: each key's weights (its weight, then an FM's latent
-        vector); zeros for keys the model lacks."""
-        keys = np.asarray(keys, np.uint64)
+        vector); zeros for keys the model lacks. `keys`: feature keys (a single key gives one
+        row)."""
+        given = np.atleast_1d(np.asarray(keys))
+        if given.ndim != 1 or not (given.dtype.kind in "ui" or given.size == 0):
+            raise TypeError(f"keys must be integer feature keys (one, or a 1-D sequence), not "
+                            f"{given.dtype} of shape {given.shape}")
+        if given.dtype.kind == "i" and given.size and given.min() < 0:
+            raise ValueError(f"keys are unsigned 64-bit feature keys; {given.min()} is negative")
+        keys = given.astype(np.uint64)
         pos = np.minimum(np.searchsorted(self.keys, keys), max(self.keys.shape[0] - 1, 0))
         out = np.zeros((keys.shape[0], self.model.width), np.float32)
         if self.keys.shape[0]:
@@ -124,7 +131,13 @@ def train(**options) -> dict | None:
     from mpi4py import MPI
 
     from .cli import build_parser, config_of
+    from .errors import ConfigError
     from .job import train as run
+    if options.get("print_schedule"):
+        raise ConfigError("print_schedule is the command line's (`python -m mpips train ... "
+                          "--print-schedule` prints a pipeline's schedule and trains nothing); "
+                          "mpips.train trains: leave it out, or print the schedule with "
+                          "`python -m mpips schedule`")
     argv = ["train"]
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")

@@ -60,11 +60,13 @@ def _fail(text: str) -> None:
 
 def run(args) -> None:
     from . import rundir   # here: every `train` rank builds ctl's parser (start-up time)
+    if args.what in ("remove-server", "remove-worker") and args.target is None:
+        _fail(f"{args.what} needs the number of the {args.what[7:]} to remove (see ctl status)")
+    if args.what in ("status", "rebalance") and args.target is not None:
+        _fail(f"{args.what} takes no N (it was given {args.target})")
     holder, not_running = rundir.running_job(args.run_dir)
     if not_running:
         _fail(f"no job is training into {args.run_dir}: {not_running}")
-    if args.what in ("remove-server", "remove-worker") and args.target is None:
-        _fail(f"{args.what} needs the number of the {args.what[7:]} to remove (see ctl status)")
     try:
         ident = control.submit(args.run_dir, args.what, args.target, holder.get("run_id"))
         if args.what != "status":

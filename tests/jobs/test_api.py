@@ -44,6 +44,12 @@ def test_a_loaded_model_predicts_what_the_job_scored(run, small_data):
     assert w.shape == (2, 1) and w[1, 0] == 0 and w[0, 0] != 0
     with pytest.raises(TypeError, match="scipy sparse matrix or a file's path"):
         model.predict_proba([[1, 2]])
+    # One key gives one row; what is not a feature key is named.
+    np.testing.assert_array_equal(model.weights(int(model.keys[3])), w[:1])
+    with pytest.raises(TypeError, match="keys must be integer feature keys"):
+        model.weights([0.5])
+    with pytest.raises(ValueError, match="-1 is negative"):
+        model.weights([-1])
 
 
 def test_the_last_checkpoint_holds_the_final_model(run):
@@ -65,6 +71,10 @@ try:
     mpips.train(train={train!r}, servers=1, epochs=0)
 except ConfigError as e:
     print("refused:", e)
+try:
+    mpips.train(train={train!r}, servers=1, print_schedule=True)
+except ConfigError as e:
+    print("refused:", e)
 summary = mpips.train(train={train!r}, test={test!r}, out={out!r}, servers=1, epochs=2,
                       batch_size=200, overwrite=True, bias=True)
 if summary is not None:
@@ -81,6 +91,7 @@ def test_a_script_under_mpiexec_trains_with_mpips_train(small_data, tmp_path):
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("refused: --epochs must be at least 1, got 0") == 3, done.stdout
+    assert done.stdout.count("refused: print_schedule is the command line's") == 3, done.stdout
     [line] = [x for x in done.stdout.splitlines() if x.startswith("logloss")]
     assert float(line.split()[1]) == read_summary(tmp_path / "out")["test_logloss"]
     assert int(line.split()[2]) == 2 * 20000

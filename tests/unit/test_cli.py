@@ -36,3 +36,9 @@ def test_checkpoint_interval_is_clocks_or_time():
             checkpoint_interval(bad)
     job = run_mpips("train", "--train", "x.svm", "--checkpoint-every", "soon")
     assert job.returncode == 2 and "--checkpoint-every" in job.stderr
+
+
+@pytest.mark.parametrize("command", ["rebalance", "status"])
+def test_ctl_refuses_a_number_its_command_does_not_take(tmp_path, command):
+    job = run_mpips("ctl", tmp_path, command, 3)
+    assert job.returncode == 2 and f"{command} takes no N (it was given 3)" in job.stderr, job
