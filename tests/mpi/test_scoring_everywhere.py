@@ -101,6 +101,9 @@ def test_a_server_that_answers_no_reads_is_named_within_the_timeout():
         elif not roles.is_server:   # training over at once; they ask for no chunks
             kv = KVWorker(roles, timeout=60)
             kv.finish()
+            # Done, so that server 0 waits on server 1 alone: workers silent (as they would be
+            # with their reads stuck at server 1 too) would race its bound with their own.
+            kv.close()
         # Server 1 is frozen to the others: it never answers, and only takes the messages
         # sent to it once server 0 has given up.
         wait_all([roles.comm.Ibarrier()], 60, lambda: "server 0 to give up")
