@@ -78,15 +78,17 @@ run: $(VENV)/.installed $(DATA).train.svm
 # MPI tests under mpiexec, a smoke run under MPICH) whatever the others' results, each within
 # a bound, and names those that failed. tests/slurm starts a real Slurm on this machine
 # (installing it with apt-get as root), and skips, saying why, where it cannot.
-# The two venvs' installs, and then the kernels' compile beside the MPICH install, run side by
-# side (two jobs: this machine's two cores).
+# The test venv first, then the kernels' compile beside the MPICH venv's install (two jobs:
+# this machine's two cores).
 test:
 	$(MAKE) --no-print-directory -j2 kernels $(VENV_MPICH)/.installed
 	tests/run-all
 
 # MPICH (the `mpich` wheel) in a venv of its own, for the smoke run: what users of the
 # MPICH family run must keep working (without ULFM: hot failover is Open MPI's).
-$(VENV_MPICH)/.installed: pyproject.toml
+# After the test venv's install (order only): two editable installs at once would both write
+# the checkout's build metadata.
+$(VENV_MPICH)/.installed: pyproject.toml | $(VENV)/.installed-test
 	$(PYTHON) -m venv $(VENV_MPICH)
 	$(VENV_MPICH)/bin/python -m pip install --quiet -e '.[mpich,smoke]'
 	@touch $@
