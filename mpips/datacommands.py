@@ -83,5 +83,10 @@ def _run_make_data(args) -> None:
                           args.test_rows, args.kind, args.interactions, args.format)
     except ConfigError as e:
         fail(str(e), 2)
+    except MemoryError as e:
+        fail(f"--rows {args.rows:,} with these options needs more memory than this machine "
+             f"gives ({e}): make fewer rows, or fewer features per row", 2)
+    except OSError as e:
+        fail(f"cannot write {e.filename or args.prefix}: {e.strerror or e}", 1)
     for f in files.values():
         say(f"wrote {f['path']}: {f['rows']:,} rows, {f['positive_rate']:.1%} positive")

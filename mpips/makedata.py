@@ -126,7 +126,11 @@ def make_data(prefix: str, rows: int, features: int | None = None, nnz: int | No
     if seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {seed}")
     parent = os.path.dirname(os.path.abspath(prefix))
-    os.makedirs(parent, exist_ok=True)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"PREFIX {prefix}: cannot make its directory {parent} "
+                          f"({e.strerror}: {e.filename})") from None
     out = {}
     model = TABULAR[kind](seed) if kind != "ctr" else None
     bias = _calibrated_bias(model, seed) if model else 0.0

@@ -42,3 +42,11 @@ def test_checkpoint_interval_is_clocks_or_time():
 def test_ctl_refuses_a_number_its_command_does_not_take(tmp_path, command):
     job = run_mpips("ctl", tmp_path, command, 3)
     assert job.returncode == 2 and f"{command} takes no N (it was given 3)" in job.stderr, job
+
+
+def test_make_data_under_a_file_says_so_without_a_traceback(tmp_path):
+    (tmp_path / "afile").write_text("")
+    job = run_mpips("make-data", "--rows", 10, tmp_path / "afile" / "sub" / "x")
+    assert job.returncode == 2, job.output
+    assert f"cannot make its directory {tmp_path / 'afile' / 'sub'}" in job.stderr, job.stderr
+    assert "Traceback" not in job.stderr
