@@ -4,7 +4,7 @@ import json
 import os
 import socket
 import subprocess
-import threading
+import time
 
 import pytest
 
@@ -79,19 +79,35 @@ def test_a_lock_names_its_holder_and_stale_ones_are_taken_over(tmp_path):
     rundir.DirectoryLock(str(tmp_path), "run-3", "--out").acquire()   # pid reused: not its
 
 
-def test_the_lock_of_a_job_still_ending_is_taken_once_its_process_is_gone(tmp_path):
+def test_the_lock_of_a_job_still_ending_is_taken_once_its_process_is_gone(tmp_path,
+                                                                          monkeypatch):
     """A resume right after a failed launch: the lock's holder is a process of this host
-    that ends a moment later (here, one that exits after 0.5 s, a tenth of the bound: a
-    plain `sleep`, which starts at once however loaded the machine): the lock is taken then,
-    not refused; a holder that outlives the bound is refused."""
-    ending = subprocess.Popen(["sleep", "0.5"])
+    that is still ending. It ends at a known point, as the lock starts waiting for it (the
+    lock's first pause), not after a time: the lock is taken then, not refused."""
+    ending = subprocess.Popen(["sleep", "600"])
     (tmp_path / rundir.LOCK).write_text(json.dumps(
         {"run_id": "killed", "host": socket.gethostname(), "pid": ending.pid,
          "started": rundir._start_time(ending.pid)}))
-    reaper = threading.Thread(target=ending.wait)   # as its launcher would
-    reaper.start()
+
+    class EndsAsTheLockWaits:
+        """rundir's clock, whose first pause ends the holder (and reaps it, as its launcher
+        would)."""
+        pauses = 0
+
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        def sleep(self, seconds):
+            if not self.pauses:
+                ending.kill()
+                ending.wait()
+            self.pauses += 1
+            time.sleep(seconds)
+
+    clock = EndsAsTheLockWaits()
+    monkeypatch.setattr(rundir, "time", clock)
     rundir.DirectoryLock(str(tmp_path), "resumed", "--out").acquire()
-    reaper.join()
+    assert clock.pauses >= 1, "the lock waited for the holder to go"
     assert json.loads((tmp_path / rundir.LOCK).read_text())["run_id"] == "resumed"
 
 
