@@ -131,13 +131,11 @@ def all_checkpoints(root: str) -> list:
     return sorted(glob.glob(os.path.join(root, "clock-*")), reverse=True)
 
 
-def latest_complete(root: str) -> str | None:
-    """The newest checkpoint under `root` whose manifest was written (the last step of a
-    checkpoint), without reading its shards: for advice, not for loading."""
-    for directory in all_checkpoints(root):
-        if os.path.exists(os.path.join(directory, MANIFEST)):
-            return directory
-    return None
+def complete_checkpoints(root: str) -> list:
+    """The checkpoints under `root` whose manifest was written (the last step of a
+    checkpoint), newest first, without reading their shards: for advice and pruning, not for
+    loading (see latest_valid)."""
+    return [d for d in all_checkpoints(root) if os.path.exists(os.path.join(d, MANIFEST))]
 
 
 def latest_valid(root: str) -> tuple[str, dict] | None:
@@ -156,7 +154,7 @@ def prune(root: str, keep: int, newest: str) -> None:
     remove older ones, complete or not. Later ones are left alone: they can only be damaged
     checkpoints that a resume passed over."""
     before = [d for d in all_checkpoints(root) if d <= newest]
-    complete = [d for d in before if os.path.exists(os.path.join(d, MANIFEST))]
+    complete = [d for d in complete_checkpoints(root) if d <= newest]
     if len(complete) <= keep:
         return
     oldest_kept = complete[keep - 1]

@@ -116,11 +116,11 @@ def _run_train(args) -> None:
 def how_to_go_on(cfg) -> str:
     """What a job stopped by a death can be continued from: its newest complete checkpoint
     (or the one it resumed from), or, where there is none, a new start."""
-    from .checkpoint import latest_complete
+    from .checkpoint import complete_checkpoints
     if cfg is None:
         return "run it again"
     for root in (cfg.checkpoints, cfg.resume):
-        if root and latest_complete(root):
+        if root and complete_checkpoints(root):
             return f"continue from its last checkpoint with --resume {root}"
     # The options as given (a resumed run's None is its checkpoint's, found above).
     if not (cfg.checkpoint_every or cfg.checkpoint_seconds):

@@ -4,9 +4,9 @@
 requests five times a second, takes the oldest (renaming it `taken-<id>.json`), and writes the
 answer `answer-<id>.json` once the change has finished (a status at once). A request names
 the run it is for: one left from an earlier job in the same directory is answered as
-discarded, never carried out. Files, not
-signals: they reach a job on any node of a shared file system, need no process id, and
-what was asked and answered stays in the run directory for later. No MPI here.
+discarded, never carried out. Files, not signals: they reach a job on any node of a shared
+file system, need no process id, and what was asked and answered stays in the run directory
+for later. No MPI here.
 """
 import json
 import os

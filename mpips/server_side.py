@@ -282,7 +282,6 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
 
 def _checkpoints_hint(cfg: TrainConfig) -> str:
     """Where the model is kept as of an earlier clock, if anywhere."""
-    found = [d for d in checkpoint.all_checkpoints(cfg.checkpoints)
-             if os.path.exists(os.path.join(d, checkpoint.MANIFEST))]
+    found = checkpoint.complete_checkpoints(cfg.checkpoints)
     return (f"; the newest checkpoint, {found[0]}, holds it as of its clock" if found else
             "; there is no checkpoint of it")

@@ -190,9 +190,13 @@ def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = 
     meta.json once all parts exist. Returns the metadata on rank 0."""
     agree(comm, lambda: (check_file(src, "IN"), check_output(dst, overwrite)), timeout)
     if comm.rank == 0:
-        kept = remove_dataset(dst) if os.path.isdir(dst) else os.makedirs(dst) or []
-        if kept:
-            log.warning("left in place in %s, not written by mpips: %s", dst, ", ".join(kept))
+        if os.path.isdir(dst):
+            kept = remove_dataset(dst)
+            if kept:
+                log.warning("left in place in %s, not written by mpips: %s", dst,
+                            ", ".join(kept))
+        else:
+            os.makedirs(dst)
     wait_all([comm.Ibarrier()], timeout, lambda: "rank 0 to create the output directory")
     part = write_part(src, dst, comm.rank, comm.size, skip_bad)
     counts = np.array([part["rows"], part["nnz"], part["bad_lines"], part["fields"]], np.int64)
