@@ -7,6 +7,8 @@ An event is `ACTION at POINT`. Actions (rank N: the MPI rank, servers first):
 
   kill rank N               SIGKILL (the rank dies)
   freeze rank N [for S s]   SIGSTOP (thawed with SIGCONT after S seconds, if given)
+  busy rank N for S s       the rank computes for S seconds without calling MPI (as a long
+                            compile or parse does)
   stop rank N               SIGUSR1: the job checkpoints and stops, as on Slurm's warning
   term rank N               SIGTERM, as srun delivers it
   pause rank N until FILE   a worker waits there (bounded by --timeout) until FILE exists,
@@ -40,6 +42,7 @@ import os
 import re
 import signal
 import sys
+import time
 from dataclasses import dataclass
 
 log = logging.getLogger("mpips")
@@ -53,6 +56,7 @@ POINTS = ("clock", "epoch", "checkpoint", "iteration", "scoring")
 
 _EVENT = re.compile(
     r"^(?:(?P<signal>kill|freeze|stop|term) rank (?P<rank>\d+)(?: for (?P<seconds>[\d.]+) ?s)?"
+    r"|busy rank (?P<busy>\d+) for (?P<busy_s>[\d.]+) ?s"
     r"|pause rank (?P<paused>\d+) until (?P<file>\S+)"
     r"|ctl (?P<command>[a-z-]+)(?: (?P<target>\d+))?)"
     r" at (?P<point>clock|epoch|checkpoint|iteration|scoring)(?: (?P<value>\d+))?$")
@@ -65,11 +69,11 @@ class EventError(ValueError):
 @dataclass(frozen=True)
 class Event:
     text: str
-    action: str            # kill, freeze, stop, term, pause or ctl
+    action: str            # kill, freeze, stop, term, busy, pause or ctl
     point: str             # one of POINTS
     value: int = 0         # the clock, epoch, checkpoint or iteration (0 for scoring)
     rank: int | None = None        # the rank acted on (None: ctl, the lead's)
-    seconds: float | None = None   # freeze: thawed after this long
+    seconds: float | None = None   # freeze: thawed after this long; busy: this long
     file: str | None = None        # pause: waits until it exists
     command: str | None = None     # ctl
     target: int | None = None      # ctl's server or worker
@@ -92,6 +96,8 @@ def parse(text: str) -> Event:
         if seconds is not None and m["signal"] != "freeze":
             raise EventError(f"--test-event {text!r}: only a freeze lasts a number of seconds")
         return Event(text, m["signal"], point, value, rank=int(m["rank"]), seconds=seconds)
+    if m["busy"]:
+        return Event(text, "busy", point, value, rank=int(m["busy"]), seconds=float(m["busy_s"]))
     if m["paused"]:
         return Event(text, "pause", point, value, rank=int(m["paused"]), file=m["file"])
     from .control import COMMANDS
@@ -139,6 +145,8 @@ def check(texts, n_ranks: int, n_servers: int, full_batch: bool) -> None:
                              f"epochs: name a clock")
         if e.point == "checkpoint" and not server:
             raise EventError(f"--test-event {text!r}: only servers write checkpoints")
+        if e.action == "busy" and e.point == "iteration":
+            raise EventError(f"--test-event {text!r}: a rank is busy at a point it sees itself")
         if e.action == "pause" and (server or e.point == "iteration"):
             raise EventError(f"--test-event {text!r}: only a worker pauses, at a point it "
                              f"sees itself")
@@ -198,6 +206,11 @@ class Events:
         self._say(e, value)
         if e.action == "pause":
             self._pause(e)
+            return
+        if e.action == "busy":
+            end = time.monotonic() + e.seconds
+            while time.monotonic() < end:
+                sum(range(10_000))
             return
         pid = os.getpid() if e.rank == self.rank else self.pids.get(e.rank)
         if pid is None:
