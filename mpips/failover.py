@@ -8,15 +8,19 @@ worker. What changes is the placement (each dead primary's first living backup a
 reads) and, at the end of the job, the communicator: collectives cannot span a dead rank,
 so the survivors agree that there were failures and shrink to a communicator of their own.
 """
+import logging
 import os
 import signal
 import sys
 import threading
+from typing import NamedTuple
 
 from mpi4py import MPI
 
 from .bounded import wait_all
 from .errors import MpipsError
+
+log = logging.getLogger("mpips")
 
 _FAILURES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
 LOST = 75   # exit status of a job that lost every copy of some keys: resume from a checkpoint
@@ -45,14 +49,69 @@ def is_failure(e: BaseException) -> bool:
 
 def dead_ranks(comm: MPI.Intracomm) -> set:
     """The ranks of `comm` known to have failed, acknowledged (so that receives from any
-    source work again)."""
+    source work again). Those on this node that still exist are ended (see end_the_dead)."""
     comm.Ack_failed(comm.size)
     failed = comm.Get_failed()
     try:
+        if _neighbours and failed.size:
+            world = MPI.COMM_WORLD.Get_group()
+            end_the_dead(MPI.Group.Translate_ranks(failed, list(range(failed.size)), world))
+            world.Free()
         return set(MPI.Group.Translate_ranks(failed, list(range(failed.size)),
                                              comm.Get_group()))
     finally:
         failed.Free()
+
+
+class ProcessState(NamedTuple):
+    state: str   # as in /proc/PID/stat: R, S, D, T (stopped), Z (a zombie), ...
+    start: int   # clock ticks since boot at which the process started: tells a reused pid
+
+
+def process_state(pid: int) -> ProcessState | None:
+    """The state of process `pid` from /proc (None if there is no such process, or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()   # the name, in (), may hold spaces
+    except OSError:
+        return None
+    return ProcessState(fields[0], int(fields[19]))
+
+
+# The other ranks on this rank's node, by rank of MPI_COMM_WORLD: their pids and start times.
+_neighbours: dict = {}
+
+
+def know_neighbours(pids: dict) -> None:
+    """Remember the other ranks on this node (world rank -> pid), so that they can be ended
+    here once the failure detector declares them dead."""
+    _neighbours.clear()
+    for rank, pid in pids.items():
+        found = process_state(pid) if pid != os.getpid() else None
+        if found is not None:
+            _neighbours[rank] = (pid, found.start)
+
+
+def end_the_dead(world_ranks) -> None:
+    """SIGKILL the ranks of this node among `world_ranks` (declared dead) that still exist.
+    A frozen rank (SIGSTOP, a hung node process) would otherwise stay, and the launcher waits
+    for every process it started: the launch, and a Slurm allocation, would never end. A rank
+    that was only slow is ended too, since ULFM has already cut it off from the job."""
+    for rank in world_ranks:
+        known = _neighbours.pop(rank, None)
+        if known is None:
+            continue
+        pid, start = known
+        now = process_state(pid)
+        if now is None or now.start != start or now.state in ("Z", "X"):
+            continue   # gone already, or the pid is another process's now
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        log.warning("rank %d (pid %d, on this node) was declared dead by the failure detector "
+                    "while %s: ended it (SIGKILL), so that the launch can end", rank, pid,
+                    "frozen (stopped)" if now.state in ("T", "t") else "still running")
 
 
 def what_died(comm: MPI.Intracomm, e: BaseException) -> str:

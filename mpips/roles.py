@@ -12,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .errors import ConfigError
-from .failover import survivors
+from .failover import know_neighbours, survivors
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,14 @@ def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD) -> Roles:
     is_server = ps.rank < n_servers
     group = ps.Split(color=0 if is_server else 1, key=ps.rank)
     nodes, pids = whereabouts(ps)
-    return Roles(comm=ps, group=group, servers=tuple(range(n_servers)),
-                 workers=tuple(range(n_servers, ps.size)), nodes=nodes, pids=pids)
+    roles = Roles(comm=ps, group=group, servers=tuple(range(n_servers)),
+                  workers=tuple(range(n_servers, ps.size)), nodes=nodes, pids=pids)
+    ours, world = ps.Get_group(), MPI.COMM_WORLD.Get_group()
+    in_world = ours.Translate_ranks(list(range(ps.size)), world)
+    ours.Free()
+    world.Free()
+    know_neighbours({in_world[r]: pid for r, pid in roles.pids_on_node().items()})
+    return roles
 
 
 def whereabouts(comm: MPI.Intracomm) -> tuple[tuple, tuple]:

@@ -1,6 +1,5 @@
 """Watching a running job from a test: its output as it comes, its ranks' processes, its
 checkpoints. Every wait here has a deadline and fails the test when it passes."""
-import contextlib
 import glob
 import os
 import signal
@@ -39,24 +38,6 @@ def rank_pids(out_dir) -> list:
         if b"python" in os.path.basename(program):
             ranks.append(pid)
     return ranks
-
-
-def pid_of_rank(out_dir, rank: int, slurm_job=None) -> int:
-    """The PID of MPI rank `rank` of the job writing to `out_dir` (from the launcher's
-    OMPI_COMM_WORLD_RANK in the process's environment), of Slurm job `slurm_job` if given."""
-    wanted = [f"OMPI_COMM_WORLD_RANK={rank}".encode()]
-    if slurm_job is not None:
-        wanted.append(f"SLURM_JOB_ID={slurm_job}".encode())
-    for pid in rank_pids(out_dir):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except FileNotFoundError:
-            continue
-        if all(w in env for w in wanted):
-            return pid
-    job = f" of Slurm job {slurm_job}" if slurm_job is not None else ""
-    pytest.fail(f"no process of rank {rank}{job} writing to {out_dir}")
 
 
 class WatchedJob:
@@ -114,31 +95,6 @@ class WatchedJob:
         return Job(self.proc.returncode, self.output, "")
 
 
-@contextlib.contextmanager
-def frozen(pid: int):
-    """SIGSTOP a process for the duration; SIGCONT it after, if it still exists."""
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield pid
-    finally:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass   # the launcher killed it with the job
-
-
-def frozen_to_the_end(job, pid: int, timeout: float = 180):
-    """SIGSTOP rank process `pid` of `job` until the job has written its summary (the others
-    count it as dead and go on), then SIGKILL it: the launcher waits for every process it
-    started. Returns the ended job."""
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        job.wait_for("summary: ", timeout=timeout)
-    finally:
-        os.kill(pid, signal.SIGKILL)
-    return job.finish(timeout=60)
-
-
 def wait_fired(job, event: str, timeout: float = 300) -> str:
     """Wait until `job` says it fired `--test-event EVENT` (a point the job is certain to
     reach); returns that line."""
@@ -157,16 +113,15 @@ def _kill_rank_process(pid: int, out_dir) -> None:
 
 def frozen_by_event_to_the_end(job, out_dir, rank: int, event: str, timeout: float = 300):
     """Rank `rank` of `job` froze itself for good (`--test-event "freeze rank N at ..."`, no
-    thaw): wait until it says so, then until the job has written its summary (the others
-    count it as dead and go on), then SIGKILL it: the launcher waits for every process it
-    started. Returns the ended job."""
+    thaw) under ULFM: wait until it says so, then for the launch to end by itself. The
+    survivors must end the frozen rank (the launcher waits for every process it started) and
+    say so; a launch still waiting for it after `timeout` fails the test. Returns the ended
+    job."""
     wait_fired(job, event, timeout)
-    pid = pid_of_rank(out_dir, rank)
-    try:
-        job.wait_for("summary: ", timeout=timeout)
-    finally:
-        _kill_rank_process(pid, out_dir)
-    return job.finish(timeout=60)
+    ended = job.finish(timeout=timeout)
+    assert (f"rank {rank} (pid " in ended.output and "was declared dead by the failure "
+            "detector while frozen (stopped): ended it" in ended.output), ended.output
+    return ended
 
 
 def ended_with_a_frozen_rank(job, out_dir, event: str, timeout: float = 300):

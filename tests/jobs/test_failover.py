@@ -115,6 +115,20 @@ def test_a_frozen_server_counts_as_dead_and_its_copies_take_over(small_data, uni
     same_model(run, uninterrupted["bsp"])
 
 
+def test_a_server_frozen_at_the_last_clock_is_ended_and_the_launch_ends(small_data,
+                                                                         uninterrupted,
+                                                                         tmp_path):
+    """Frozen after the last push it applied: the others learn of it only as they finish.
+    Its node's ranks end it, or the launcher would wait for it forever."""
+    run = tmp_path / "run"
+    freeze = f"freeze rank 1 at clock {EPOCHS * 50}"
+    ended = frozen_by_event_to_the_end(launch(small_data, run, *events(freeze)), run, 1, freeze)
+    assert ended.returncode == 0, ended.output
+    fired(ended, freeze)
+    assert os.path.exists(run / "summary.json")
+    same_model(run, uninterrupted["bsp"])
+
+
 def test_under_asp_a_killed_server_loses_no_example_and_no_push(small_data, uninterrupted,
                                                                 tmp_path):
     run = tmp_path / "run"
