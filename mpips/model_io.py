@@ -70,9 +70,13 @@ class ModelInfo:
         return self.config.get("solver", "minibatch") != "minibatch"
 
 
+def _files(directory: str) -> list:
+    return sorted(glob.glob(os.path.join(directory, "server-*.h5")))
+
+
 def shard_paths(model_dir: str) -> list:
     """The model files in `model_dir`; FileNotFoundError if there are none."""
-    paths = sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))
+    paths = _files(model_dir)
     if not paths:
         raise FileNotFoundError(f"{model_dir}: no server-*.h5 model files")
     return paths
@@ -82,12 +86,13 @@ def model_dir_of(path: str) -> str | None:
     """The model directory at `path`: a run's --out's model/, or `path` itself, whichever
     holds model files; None if neither does."""
     for directory in (os.path.join(path, "model"), path):
-        if glob.glob(os.path.join(directory, "server-*.h5")):
+        if _files(directory):
             return directory
     return None
 
 
 def model_info(model_dir: str) -> ModelInfo:
+    """The configuration and training data's format the model in `model_dir` was saved with."""
     import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     path = shard_paths(model_dir)[0]
     try:
