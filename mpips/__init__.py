@@ -7,7 +7,8 @@ __version__ = "0.1.0"
 
 
 def load(path):
-    """A trained model (a run, its model directory, or a checkpoint): see mpips.api.Model."""
+    """A trained model (a run, its model directory, or a checkpoint), its checksums verified:
+    see mpips.api.Model (mpips.api.FullBatchModel for --solver lbfgs)."""
     from .api import load as load_model
     return load_model(path)
 

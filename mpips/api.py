@@ -8,27 +8,29 @@
 
     summary = mpips.train(train="clicks.svm", servers=2, epochs=3)   # under mpiexec
 """
-import glob
-import json
 import os
 
 import h5py
 import numpy as np
 
 from . import models
-from .checkpoint import MANIFEST, read_manifest
+from .checkpoint import MANIFEST, read_manifest, verify
 from .data import Rows
-from .evaluate import margins_of, read_rows
-from .model_io import load_model
+from .densefiles import read_table
+from .evaluate import (full_batch_margins, known_fraction, margins_of, read_rows,
+                       warn_if_few_known)
+from .model_io import ModelInfo, load_full_batch, load_model, model_dir_of, model_info
 from .optimizer import Optimizer
+from .shards import format_mismatch
 
 
 class Model:
     """A trained model in memory: sorted keys, weights[n, width], the run's configuration."""
 
-    def __init__(self, keys: np.ndarray, weights: np.ndarray, config: dict, source: str):
-        self.keys, self._weights, self.config, self.source = keys, weights, config, source
-        self.model = models.from_config(config)
+    def __init__(self, keys: np.ndarray, weights: np.ndarray, info: ModelInfo, source: str):
+        self.keys, self._weights, self.source = keys, weights, source
+        self.config, self.data_format = info.config, info.data_format
+        self.model = models.from_config(self.config)
 
     def __repr__(self) -> str:
         return (f"mpips.Model({self.model.describe()}, {self.keys.shape[0]:,} keys, "
@@ -38,13 +40,7 @@ class Model:
         """float32[len(keys), width]: each key's weights (its weight, then an FM's latent
         vector); zeros for keys the model lacks. `keys`: feature keys (a single key gives one
         row)."""
-        given = np.atleast_1d(np.asarray(keys))
-        if given.ndim != 1 or not (given.dtype.kind in "ui" or given.size == 0):
-            raise TypeError(f"keys must be integer feature keys (one, or a 1-D sequence), not "
-                            f"{given.dtype} of shape {given.shape}")
-        if given.dtype.kind == "i" and given.size and given.min() < 0:
-            raise ValueError(f"keys are unsigned 64-bit feature keys; {given.min()} is negative")
-        keys = given.astype(np.uint64)
+        keys = _feature_keys(keys)
         pos = np.minimum(np.searchsorted(self.keys, keys), max(self.keys.shape[0] - 1, 0))
         out = np.zeros((keys.shape[0], self.model.width), np.float32)
         if self.keys.shape[0]:
@@ -54,13 +50,56 @@ class Model:
 
     def predict_proba(self, X, columns=None) -> np.ndarray:
         """P(label 1) of each row: X the path of a data file (svmlight, Criteo) or of a
-        converted dataset, or a scipy sparse matrix whose column j is feature key
-        columns[j] (default: j; 64-bit hashed keys do not fit scipy's indices)."""
-        rows = (read_rows(os.fspath(X)) if isinstance(X, (str, os.PathLike))
-                else _rows_of(X, columns))
-        m = margins_of(self.keys, self._weights, rows, bool(self.config.get("bias", True)),
-                       self.model)
+        converted dataset, of the training data's format (else ValueError), or a scipy
+        sparse matrix whose column j is feature key columns[j] (default: j; 64-bit hashed
+        keys do not fit scipy's indices). Warns when the model knows few of its keys."""
+        if isinstance(X, (str, os.PathLike)):
+            path = os.fspath(X)
+            mismatch = format_mismatch(path, self.data_format, f"the model from {self.source}")
+            if mismatch:
+                raise ValueError(mismatch)
+            rows, what = read_rows(path), path
+        else:
+            rows, what = _rows_of(X, columns), "the matrix given"
+        m = self._margins(rows, what)
         return 0.5 * (1.0 + np.tanh(0.5 * m))   # the logistic function, without overflow
+
+    def _margins(self, rows: Rows, what: str) -> np.ndarray:
+        warn_if_few_known(known_fraction(self.keys, rows), what, f"from {self.source}")
+        return margins_of(self.keys, self._weights, rows, bool(self.config.get("bias", True)),
+                          self.model)
+
+
+class FullBatchModel(Model):
+    """A full-batch solver's model (--solver lbfgs): w[dim + 1], a feature's weight at
+    coordinate key mod dim, the bias's at dim."""
+
+    def __init__(self, w: np.ndarray, info: ModelInfo, source: str):
+        super().__init__(np.empty(0, np.uint64), np.empty((0, 1), np.float32), info, source)
+        self.w, self.dim = w, int(info.config["dim"])
+
+    def __repr__(self) -> str:
+        return f"mpips.FullBatchModel({self.dim:,} coordinates, from {self.source})"
+
+    def weights(self, keys) -> np.ndarray:
+        """float64[len(keys), 1]: each key's weight, that of its coordinate (key mod dim)."""
+        return self.w[(_feature_keys(keys) % np.uint64(self.dim)).astype(np.int64), None]
+
+    def _margins(self, rows: Rows, what: str) -> np.ndarray:
+        # Every key has a coordinate: no count of the keys known.
+        return full_batch_margins(self.w, rows, self.dim, bool(self.config.get("bias", True)))
+
+
+def _feature_keys(keys) -> np.ndarray:
+    """`keys` (one, or a 1-D sequence) as uint64; TypeError or ValueError for what is not a
+    feature key."""
+    given = np.atleast_1d(np.asarray(keys))
+    if given.ndim != 1 or not (given.dtype.kind in "ui" or given.size == 0):
+        raise TypeError(f"keys must be integer feature keys (one, or a 1-D sequence), not "
+                        f"{given.dtype} of shape {given.shape}")
+    if given.dtype.kind == "i" and given.size and given.min() < 0:
+        raise ValueError(f"keys are unsigned 64-bit feature keys; {given.min()} is negative")
+    return given.astype(np.uint64)
 
 
 def _rows_of(X, columns) -> Rows:
@@ -83,44 +122,43 @@ def _rows_of(X, columns) -> Rows:
 
 def load(path) -> Model:
     """The model of a run directory (its model/), of a model directory, or of a checkpoint
-    directory (clock-N, with its manifest). ValueError naming what is wrong."""
+    directory (clock-N, with its manifest), once its checksums match. ValueError naming
+    what is wrong."""
     path = os.fspath(path)
     if os.path.exists(os.path.join(path, MANIFEST)):
         return _from_checkpoint(path)
-    model_dir = os.path.join(path, "model") if os.path.isdir(os.path.join(path, "model")) \
-        else path
-    if not glob.glob(os.path.join(model_dir, "server-*.h5")):
+    model_dir = model_dir_of(path)
+    if model_dir is None:
         raise ValueError(f"{path}: no model (server-*.h5 files) and no checkpoint "
                          f"({MANIFEST}) there")
-    with h5py.File(sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))[0], "r") as f:
-        config = json.loads(f.attrs["config"])
-    _refuse_full_batch(config, model_dir)
+    info = model_info(model_dir)
+    if info.full_batch:
+        return FullBatchModel(load_full_batch(model_dir), info, model_dir)
     keys, weights = load_model(model_dir)
-    return Model(keys, weights, config, model_dir)
+    return Model(keys, weights, info, model_dir)
 
 
 def _from_checkpoint(directory: str) -> Model:
+    problem = verify(directory)
+    if problem:
+        raise ValueError(f"{directory}: not a usable checkpoint: {problem}")
     manifest = read_manifest(directory)
-    config = manifest["config"]
-    _refuse_full_batch(config, directory)
+    info = ModelInfo(manifest["config"], manifest.get("data_format"))
+    files = [os.path.join(directory, shard["file"]) for shard in manifest["shards"]]
+    if info.full_batch:   # the solver's point is the table in the role of w (see lbfgs)
+        point = manifest["solver"]["roles"]["w"]
+        return FullBatchModel(read_table(files, point).reshape(-1), info, directory)
     keys, states = [], []
-    for shard in manifest["shards"]:
-        with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
+    for path in files:
+        with h5py.File(path, "r") as f:
             keys.append(f["keys"][:])
             states.append(f["state"][:])
     keys, state = np.concatenate(keys), np.concatenate(states)
     keys, first = np.unique(keys, return_index=True)   # copies (--replicas) once
     state = state[first]
-    width = models.from_config(config).width
-    weights = Optimizer(**config["optimizer"]).weights(state, width, manifest["clock"])
-    return Model(keys, weights, config, directory)
-
-
-def _refuse_full_batch(config: dict, where: str) -> None:
-    if config.get("solver", "minibatch") != "minibatch":
-        raise ValueError(f"{where}: a full-batch model (--solver {config['solver']}) is table "
-                         f"w of dense files; read it with mpips.dense.DenseClient.load or "
-                         f"h5py (dense/w/blocks, dense/w/values)")
+    width = models.from_config(info.config).width
+    weights = Optimizer(**info.config["optimizer"]).weights(state, width, manifest["clock"])
+    return Model(keys, weights, info, directory)
 
 
 def train(**options) -> dict | None:

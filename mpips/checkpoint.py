@@ -16,7 +16,6 @@ worker's epoch and offset are its whole state; the manifest records that as
 "worker_random_state": null.
 """
 import glob
-import hashlib
 import json
 import logging
 import os
@@ -24,7 +23,7 @@ import os
 import numpy as np
 
 from .densefiles import read_blocks
-from .files import write_hdf5, write_json
+from .files import mismatched, sha256, write_hdf5, write_json
 from .rundir import remove_checkpoint
 from .workplan import Death
 
@@ -35,10 +34,6 @@ FORMAT = "mpips-checkpoint"
 
 def clock_dir(root: str, clock: int) -> str:
     return os.path.join(root, f"clock-{clock:012d}")
-
-
-def sha256(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).view(np.uint8)).hexdigest()
 
 
 def write_shard(root: str, clock: int, server: int, store, attrs: dict,
@@ -118,9 +113,9 @@ def verify(directory: str) -> str | None:
     for file, digests in shards.items():
         try:
             with h5py.File(os.path.join(directory, file), "r") as f:
-                for name, digest in digests.items():
-                    if sha256(f[name][:]) != digest:
-                        return f"{file}: dataset {name} does not match its checksum"
+                problem = mismatched(f, digests)
+            if problem:
+                return f"{file}: {problem}"
         except Exception as e:   # whatever a damaged file raises, it is not usable
             return f"{file}: unreadable ({e})"
     return None

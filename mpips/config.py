@@ -7,7 +7,7 @@ from .errors import ConfigError
 from .optimizer import Optimizer
 from .data import sniff
 from .roles import check_servers
-from .shards import check_input, fields_of
+from .shards import check_input, data_format, fields_of, format_mismatch
 
 CONSISTENCY = ("bsp", "ssp", "asp")
 SOLVERS = ("minibatch", "lbfgs")
@@ -143,6 +143,10 @@ class TrainConfig:
         check_input(self.train, "--train", self.format)
         if self.test is not None:
             check_input(self.test, "--test", self.format)
+            mismatch = format_mismatch(self.test, data_format(self.train),
+                                       f"the model (--train {self.train})")
+            if mismatch:
+                raise ConfigError(f"--test {mismatch}")
         self._check_fields()
         if (self.checkpoint_every or 0) < 0 or (self.checkpoint_seconds or 0) < 0:
             raise ConfigError("--checkpoint-every must not be negative")

@@ -5,6 +5,9 @@ it holds from whichever file has them. Full-batch checkpoints and `DenseClient.s
 `load` both write and read them."""
 import json
 import os
+from dataclasses import dataclass
+
+import numpy as np
 
 from .blocks import Layout
 from .errors import ProtocolError
@@ -52,6 +55,43 @@ def read_blocks(paths: list, tables) -> int:
             raise ValueError(f"no file of {os.path.dirname(paths[0])} holds block "
                              f"{missing[0]} of table {name!r}")
     return sum(len(b) for b in filled.values())
+
+
+@dataclass
+class _Whole:
+    layout: Layout
+    blocks: dict   # block number -> float64[rows * width]
+
+
+class _OneTable:
+    """Every block of table `name`, in one process (the `tables` read_blocks fills); of the
+    other tables, none."""
+
+    def __init__(self, name: str):
+        self.name, self.tables = name, {}
+
+    def create(self, name: str, layout: Layout) -> _Whole:
+        if name != self.name:
+            return _Whole(layout, {})
+        table = self.tables.setdefault(name, _Whole(layout, {
+            b: np.zeros(layout.rows(b) * layout.width) for b in range(layout.n_blocks)}))
+        if table.layout != layout:
+            raise ValueError(f"{layout.n} rows of width {layout.width} in blocks of "
+                             f"{layout.block_rows}, where another file has {table.layout.n}, "
+                             f"{table.layout.width}, {table.layout.block_rows}")
+        return table
+
+
+def read_table(paths: list, name: str) -> np.ndarray:
+    """Table `name` whole, float64[rows, width], from the files at `paths` (read_blocks:
+    ValueError if a block is in none of them)."""
+    tables = _OneTable(name)
+    read_blocks(paths, tables)
+    if name not in tables.tables:
+        raise ValueError(f"no file of {os.path.dirname(paths[0])} holds table {name!r}")
+    table = tables.tables[name]
+    values = [table.blocks[b] for b in range(table.layout.n_blocks)]
+    return np.concatenate(values).reshape(table.layout.n, table.layout.width)
 
 
 def index_of(directory: str) -> dict:

@@ -1,6 +1,6 @@
 """Score a saved model, or every snapshot of a run, on a test file, in one process."""
 import glob
-import json
+import logging
 import os
 
 import h5py
@@ -8,9 +8,13 @@ import numpy as np
 
 from . import models
 from .data import BIAS_KEY, Rows, TextShard
+from .denserows import Part
 from .kernels.logistic import held_out
-from .model_io import load_model
-from .shards import CsrShard
+from .model_io import load_full_batch, load_model, model_info
+from .shards import CsrShard, format_mismatch
+
+log = logging.getLogger("mpips")
+FEW_KNOWN = 0.05   # of the test's keys known to the model, below which scores are suspect
 
 
 def read_rows(path: str) -> Rows:
@@ -42,26 +46,63 @@ def margins_of(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
     return model.margins(rows, cols, bias_col, w)
 
 
+def full_batch_margins(w: np.ndarray, rows: Rows, dim: int, bias: bool) -> np.ndarray:
+    """A full-batch model's margin (float64) of each row: w[dim + 1] over the coordinates
+    key mod dim, the bias coordinate dim (see denserows)."""
+    part = Part(rows, dim, bias)
+    return part.margins(w[part.coords.astype(np.int64)])
+
+
+def known_fraction(keys: np.ndarray, rows: Rows) -> float:
+    """The fraction of the distinct keys of `rows` that the model (sorted `keys`) holds."""
+    distinct = np.unique(rows.indices)
+    if not distinct.size:
+        return 1.0
+    pos = np.minimum(np.searchsorted(keys, distinct), max(keys.shape[0] - 1, 0))
+    return float((keys[pos] == distinct).mean()) if keys.shape[0] else 0.0
+
+
+def warn_if_few_known(fraction: float, test: str, model: str) -> None:
+    """Say loudly when the model knows few of the test data's keys: its scores are then
+    mostly the bias's (data of another source, or hashed otherwise)."""
+    if fraction < FEW_KNOWN:
+        log.warning("the model %s knows only %.2f%% of the distinct feature keys of %s: its "
+                    "scores are mostly its bias; is that data of the same source and format "
+                    "as the training data?", model, 100 * fraction, test)
+
+
 def score(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
           model=models.LogisticRegression()) -> dict:
     """Held-out logloss and AUC of the model (sorted keys -> weights[n, width]) on `rows`."""
-    logloss, auc = held_out(margins_of(keys, weights, rows, bias, model), rows.labels)
+    return scores(margins_of(keys, weights, rows, bias, model), rows)
+
+
+def scores(margins: np.ndarray, rows: Rows) -> dict:
+    logloss, auc = held_out(margins, rows.labels)
     return {"logloss": logloss, "auc": None if np.isnan(auc) else auc, "examples": len(rows)}
 
 
-def _config(model_dir: str) -> dict:
-    with h5py.File(sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))[0], "r") as f:
-        return json.loads(f.attrs["config"])
-
-
-def score_model(model_dir: str, rows: Rows, allow_partial: bool = False) -> dict:
+def score_model(model_dir: str, rows: Rows, allow_partial: bool = False,
+                test: str | None = None) -> dict:
+    """Held-out logloss and AUC of the model in `model_dir` on `rows`, and (a model of keys)
+    the fraction of their distinct keys it knows. `test`: the rows' file, refused
+    (ValueError) if of another format than the training data."""
+    info = model_info(model_dir)
+    mismatch = test and format_mismatch(test, info.data_format, f"the model in {model_dir}")
+    if mismatch:
+        raise ValueError(mismatch)
+    bias = bool(info.config["bias"])
+    if info.full_batch:
+        w = load_full_batch(model_dir, allow_partial)
+        return scores(full_batch_margins(w, rows, int(info.config["dim"]), bias), rows)
     keys, weights = load_model(model_dir, allow_partial=allow_partial)
-    config = _config(model_dir)
-    return score(keys, weights, rows, bool(config["bias"]), models.from_config(config))
+    return {**score(keys, weights, rows, bias, models.from_config(info.config)),
+            "known_keys": known_fraction(keys, rows)}
 
 
-def score_snapshots(run_dir: str, rows: Rows) -> list:
-    """One entry per snapshot in RUN_DIR/snapshots/: seconds into training, logloss, AUC."""
+def score_snapshots(run_dir: str, rows: Rows, test: str | None = None) -> list:
+    """One entry per snapshot in RUN_DIR/snapshots/: seconds into training, logloss, AUC
+    (`test`: see score_model)."""
     out = []
     # Numbered snapshots in order, then "final" (taken when every worker had finished).
     for snap in sorted(glob.glob(os.path.join(run_dir, "snapshots", "*"))):
@@ -81,5 +122,5 @@ def score_snapshots(run_dir: str, rows: Rows) -> list:
         out.append({"snapshot": os.path.basename(snap), "elapsed_s": max(elapsed),
                     "slowest_clock": -1 if -1 in slowest else min(slowest),
                     "trained_examples": max(trained) if max(trained) >= 0 else None,
-                    **score_model(snap, rows)})
+                    **score_model(snap, rows, test=test)})
     return out

@@ -7,11 +7,14 @@ disk, how many bytes were needed and how many are free. `keep_trying` holds what
 not be written in memory and tries again, for a bounded time, while the user frees space.
 """
 import errno
+import hashlib
 import io
 import json
 import logging
 import os
 import time
+
+import numpy as np
 
 from .errors import SaveError
 
@@ -110,6 +113,21 @@ def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:
         for name, value in attrs.items():
             f.attrs[name] = value
     write_bytes(path, image.getbuffer())
+
+
+def sha256(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).view(np.uint8)).hexdigest()
+
+
+def mismatched(f, digests: dict) -> str | None:
+    """What of the open HDF5 file `f` does not match `digests` (dataset name -> SHA-256), or
+    None if every dataset named matches."""
+    for name, digest in digests.items():
+        if name not in f:
+            return f"dataset {name} is missing"
+        if sha256(f[name][()]) != digest:
+            return f"dataset {name} does not match its checksum"
+    return None
 
 
 def write_json(path: str, value) -> None:

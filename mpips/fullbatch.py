@@ -23,7 +23,7 @@ from .denserows import Part
 from .errors import InputError, SaveError
 from .log import say
 from .roles import Roles
-from .shards import open_shard
+from .shards import data_format, open_shard
 from .startup import process_age, ready
 from .worker_side import saving_on_failure
 
@@ -178,6 +178,7 @@ def _checkpoint(cfg: TrainConfig, ps: DenseClient, name: str, n_workers: int,
             cfg.checkpoints, iteration, shards, run_id=name, config=cfg.as_dict(),
             servers=n_servers, workers=n_workers, consistency="bsp",
             inputs={"train": fingerprint.of_input(cfg.train)},
+            data_format=data_format(cfg.train),
             placement=ps.kv.placement.describe(), positions={}, deaths=[],
             solver=_to_json(state), worker_random_state=None,
             written=time.strftime("%Y-%m-%d %H:%M:%S"))

@@ -1,6 +1,5 @@
 """`score`, `report`, `schedule`, `inspect`: the commands that describe, in one process, a
 trained model, its runs, a pipeline's schedule or a directory of checkpoints."""
-import os
 import sys
 
 from .exits import fail, print_out
@@ -30,14 +29,16 @@ def _run_score(args) -> None:
     import json
 
     from .errors import MpipsError
-    from .evaluate import read_rows, score_model, score_snapshots
-    from .log import say
+    from .evaluate import read_rows, score_model, score_snapshots, warn_if_few_known
+    from .log import say, setup
+    from .model_io import model_dir_of
     from .shards import check_input
+    setup("score")
     try:
         check_input(args.test, "--test")
         rows = read_rows(args.test)
         if args.snapshots:
-            result = score_snapshots(args.run_dir, rows)
+            result = score_snapshots(args.run_dir, rows, test=args.test)
             if not result:
                 fail(f"{args.run_dir}/snapshots: no complete snapshots", 2)
             for r in result:
@@ -45,9 +46,10 @@ def _run_score(args) -> None:
                 say(f"snapshot {r['snapshot']:>5}  {r['elapsed_s']:7.2f} s  slowest clock "
                     f"{clock:>6}  logloss {r['logloss']:.4f}  AUC {_auc(r)}")
         else:
-            model = os.path.join(args.run_dir, "model")
-            result = score_model(model if os.path.isdir(model) else args.run_dir, rows,
-                                 allow_partial=args.allow_partial)
+            model = model_dir_of(args.run_dir) or args.run_dir
+            result = score_model(model, rows, allow_partial=args.allow_partial, test=args.test)
+            if "known_keys" in result:
+                warn_if_few_known(result["known_keys"], args.test, model)
             say(f"logloss {result['logloss']:.4f}  AUC {_auc(result)} on "
                 f"{result['examples']:,} examples")
         if args.json:
@@ -114,13 +116,16 @@ def _run_schedule(args) -> None:
 
 def inspect_parser(sub):
     p = sub.add_parser(
-        "inspect", help="describe the checkpoints in a directory",
+        "inspect", help="describe the checkpoints in a directory, or a trained model",
         description="The checkpoint in CKPT_DIR that --resume would take (and any damaged "
                     "ones newer than it, which a resume passes over; --all: every one). For "
                     "each, newest first: whether it is complete "
                     "and undamaged, its clock, keys and weight norms per server, where each "
                     "worker stood, and the configuration that wrote it. The files are plain "
-                    "HDF5 (h5dump -H CKPT_DIR/clock-*/server-0000.h5).")
+                    "HDF5 (h5dump -H CKPT_DIR/clock-*/server-0000.h5). Given a model "
+                    "directory (server-NNNN.h5 files) or a run's --out (its model/): each "
+                    "file's checksums, keys and weight norms, the training data's format, and "
+                    "whether the model can be read. Exit status 1 if nothing is usable.")
     p.add_argument("ckpt_dir", metavar="CKPT_DIR")
     p.add_argument("--all", action="store_true",
                    help="every checkpoint; by default, the one --resume would take and the "
@@ -129,10 +134,15 @@ def inspect_parser(sub):
 
 
 def _run_inspect(args) -> None:
-    from .checkpoint import describe
+    from . import model_io
+    from .checkpoint import all_checkpoints, describe
     from .errors import MpipsError
+    model = model_io.model_dir_of(args.ckpt_dir)
     try:
-        text, ok = describe(args.ckpt_dir, every=args.all)
+        if model and not all_checkpoints(args.ckpt_dir):
+            text, ok = model_io.describe(model)
+        else:
+            text, ok = describe(args.ckpt_dir, every=args.all)
     except (OSError, ValueError, MpipsError) as e:
         fail(str(e), 2)
     print_out(text)

@@ -89,7 +89,7 @@ def _distinct_labels(runs: list) -> None:
 def _score(path: str, test: str, notes: list) -> list:
     from .evaluate import read_rows, score_snapshots
     try:
-        curve = score_snapshots(path, read_rows(test))
+        curve = score_snapshots(path, read_rows(test), test=test)
     except (OSError, ValueError, KeyError, MpipsError) as e:
         notes.append(f"no learning curve: {test}: {e}")
         return []

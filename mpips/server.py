@@ -63,6 +63,8 @@ class ServerStats:
     checkpoints: int = 0      # checkpoint files written
     pushes_applied: int = 0   # workers' pushes in this server's store (this launch)
     keys_served: int = 0      # keys of the reads answered (the load the placement gave it)
+    test_keys: int = 0        # keys of the test rows read (each batch's distinct keys)
+    test_keys_known: int = 0  # of them, the keys the model holds
 
 
 @dataclass
@@ -668,6 +670,8 @@ class Server:
         self.stats.keys_served += keys.shape[0]
         out = np.empty((keys.shape[0], self.store.width), np.float32)
         rows = self.store.find(keys, False, out)
+        self.stats.test_keys += keys.shape[0]
+        self.stats.test_keys_known += int((rows >= 0).sum())
         if self.store.optimizer.averages:
             out = self.store.model_weights(rows, self.clocks.longest)
         return out

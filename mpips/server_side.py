@@ -30,7 +30,7 @@ from .roles import Roles
 from .server import Hooks, Server
 from .testscoring import Scoring, core_to_spare, shared
 from .startup import process_age, ready
-from .shards import distinct_keys, spans
+from .shards import data_format, distinct_keys, spans
 from .store import KVStore
 
 log = logging.getLogger("mpips")
@@ -44,6 +44,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
     root = cfg.checkpoints
     # What the workers read, as it was when this launch started: a resume compares it.
     inputs = {"train": fingerprint.of_input(cfg.train)}   # any server may come to lead
+    trained_on = data_format(cfg.train)
     written = []
 
     def write_shard(clock: int) -> dict:
@@ -66,7 +67,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
             directory = checkpoint.write_manifest(
                 root, clock, shards, run_id=name, config=cfg.as_dict(),
                 servers=len(roles.servers), workers=len(roles.workers),
-                consistency=cfg.consistency, inputs=inputs,
+                consistency=cfg.consistency, inputs=inputs, data_format=trained_on,
                 placement=own.placement.describe(),
                 positions={str(w): p for w, p in sorted(positions.items())}, deaths=deaths,
                 worker_random_state=None,   # workers draw no random numbers (file order)
@@ -140,7 +141,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     # Every server keeps the figures; the lead says them.
     progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
                 if cfg.solver == "minibatch" else None)   # a full-batch driver says its own
-    attrs = {"run_id": name, "config": cfg.as_dict()}
+    # The training data's format, that of the data the model can score ("": not known).
+    attrs = {"run_id": name, "config": cfg.as_dict(), "data_format": data_format(cfg.train) or ""}
     started = [time.monotonic()]
     taken = []
 
@@ -270,6 +272,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)
     r["pushes"] = stats.pushes_applied
     r["keys_served"] = stats.keys_served
+    r["test_keys"] = stats.test_keys
+    r["test_keys_known"] = stats.test_keys_known
     r["held_peak"] = budget.peak
     margins, labels = np.empty(0), np.empty(0, np.float32)
     if server.scoring:

@@ -207,6 +207,7 @@ def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = 
     if comm.rank != 0:
         return None
     meta = {"format": FORMAT, "version": 1, "source": os.path.abspath(src),
+            "text_format": sniff(src).name,
             "rows": int(every[:, 0].sum()), "nnz": int(every[:, 1].sum()),
             "distinct_keys": distinct.estimate(sketches.max(axis=0)),
             "bad_lines": int(every[:, 2].sum()), "fields": int(every[:, 3].max()),
@@ -462,6 +463,26 @@ def fields_of(path: str) -> int:
         return FIELDS.get(sniff(path).name, 0)
     except (OSError, ConfigError):
         return 0   # the checks of the input say what is wrong with it
+
+
+def data_format(path: str) -> str | None:
+    """The format of the data at `path`: a text file's (from its first line), or the text a
+    dataset was converted from (None if `convert` did not record it: an older dataset)."""
+    if os.path.isdir(path):
+        return read_meta(path).get("text_format")
+    return sniff(path).name
+
+
+def format_mismatch(test: str, trained: str | None, model: str) -> str | None:
+    """Why the data at `test` cannot be scored by `model` (its description), trained on data
+    of format `trained`: the formats make different keys of the same features. None if they
+    agree or either is not known."""
+    found = data_format(test)
+    if not (found and trained) or found == trained:
+        return None
+    return (f"{test} is {found} data, but {model} was trained on {trained} data: their keys "
+            f"do not match, and every row would score as if the model knew none of its "
+            f"features; give test data in the {trained} format")
 
 
 def open_shard(path: str, part: int, nparts: int, skip_bad: bool = False):

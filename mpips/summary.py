@@ -34,6 +34,8 @@ RECORD = np.dtype([
     ("samples", "<i8"),       # in the rank's timeline
     ("tasks", "<i8"),         # pipeline tasks logged (stagework.TaskLog)
     ("keys_served", "<i8"),   # servers: keys of the reads answered
+    ("test_keys", "<i8"),     # servers: keys of the test rows read (each batch's distinct)
+    ("test_keys_known", "<i8"),   # servers: of them, those the model holds
     ("startup_s", "<f8"),     # from the process's start to training (see startup.ready)
     ("score_s", "<f8"),       # scoring this rank's share of --test
     ("save_s", "<f8"),        # servers: writing their shard of the model
@@ -114,6 +116,11 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "test_examples_by_rank": records["test_rows"].tolist(),   # servers first
         "test_logloss": logloss,
         "test_auc": None if np.isnan(auc) else auc,
+        # Of the keys of the test rows (each batch's distinct ones), those the model holds:
+        # few, and the test data is not like the training data (None: a full-batch model's,
+        # whose coordinates every key has).
+        "test_keys_known": (float(servers["test_keys_known"].sum() / servers["test_keys"].sum())
+                            if servers["test_keys"].sum() else None),
         "examples_per_s": now / train_s if train_s > 0 and now else None,
         # Where the time went (the slowest rank of each): process start to the first
         # minibatch, training, scoring the test file, writing the model.
@@ -222,6 +229,9 @@ def print_lines(s: dict, path: str) -> None:
         test = "not scored (stopped early)"
     else:
         test = "no --test file given"
+    if s["test_keys_known"] is not None:
+        from .evaluate import warn_if_few_known
+        warn_if_few_known(s["test_keys_known"], s["config"]["test"], s["model_dir"])
     rate = f"{s['examples_per_s'] / 1e3:,.1f}k examples/s, " if s["examples_per_s"] else ""
     say(f"done: {s['train_examples']:,} training examples in {s['train_s']:.1f} s "
         f"({rate}{s['workers']} worker(s), {s['servers']} server(s)); {test}")
