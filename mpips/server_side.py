@@ -167,14 +167,17 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
 
     reasons = []
 
-    def save_partial(reason: str) -> None:
-        """After an error: one attempt (other ranks wait for this one's word)."""
+    def save_partial(reason: str, wait_s: float) -> None:
+        """After an error: on a full disk tried again for `wait_s` (other ranks wait for this
+        one's word that long more)."""
         reasons.append(reason)   # the first reason stays first: later ones are often echoes
         try:
-            path = save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
-                              {**attrs, "complete": False, "note": "; then ".join(reasons)},
-                              clocks.longest, ranges=own.ranges(),
-                              n_ranges=own.placement.n_ranges, dense=dense.datasets())
+            path = keep_trying(
+                lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
+                                   {**attrs, "complete": False, "note": "; then ".join(reasons)},
+                                   clocks.longest, ranges=own.ranges(),
+                                   n_ranges=own.placement.n_ranges, dense=dense.datasets()),
+                wait_s, "the model trained so far")
         except SaveError as e:
             log.error("could not save the %d keys trained so far: %s%s", len(own), e,
                       _checkpoints_hint(cfg))
@@ -183,7 +186,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
 
     def another_rank_failed(reason: str) -> None:
         log.error("stopping: %s", reason)
-        save_partial(reason)
+        save_partial(reason, cfg.disk_wait)
 
     def placement_changed(changed: Placement) -> None:
         own.placement = changed
@@ -216,13 +219,15 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         stats = server.run()
     except Exception as e:
         reason = f"server {roles.index}: {log_failure(e)}"
-        save_partial(reason)
+        # A second signal stops at once: no wait for space.
+        save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.disk_wait)
         others = [r for i, r in enumerate(roles.servers)
                   if r != roles.comm.rank and i not in server.placement.dead]
         # A death nobody takes over: every server learns of it and saves by itself.
         if others and not isinstance(e, (Interrupted, CannotFailOver)):
             try:
-                tell_servers_to_save(roles.comm, others, reason, cfg.timeout, answering=True)
+                tell_servers_to_save(roles.comm, others, reason, cfg.save_timeout,
+                                     answering=True)
             except (MpipsError, MPI.Exception) as again:
                 log.error("the other servers did not confirm saving their shards: %s", again)
         raise
