@@ -294,12 +294,6 @@ class TrainConfig:
         valid = self.timeout if 0 < self.timeout < float("inf") else TrainConfig.timeout
         return max(valid, STARTUP_S)
 
-    @property
-    def save_timeout(self) -> float:
-        """How long a failing rank waits for the servers to save what they hold: --timeout,
-        and --disk-wait more, which a server on a full disk waits for space."""
-        return self.timeout + self.disk_wait
-
     def slowdown(self, worker: int) -> float:
         return dict(self.stragglers).get(worker, 1.0)
 

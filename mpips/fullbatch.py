@@ -51,7 +51,7 @@ def solve(cfg: TrainConfig, roles: Roles, name: str, resume, placement, failover
     directory and manifest); (record, test margins, labels, hold times, the solver's steps:
     float64[k, 6] on the driver)."""
     kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
-    with saving_on_failure(roles, kv, cfg.save_timeout):
+    with saving_on_failure(roles, kv, cfg.timeout):
         return _solve(cfg, roles, kv, name, resume)
 
 

@@ -168,8 +168,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     reasons = []
 
     def save_partial(reason: str, wait_s: float) -> None:
-        """After an error: on a full disk tried again for `wait_s` (other ranks wait for this
-        one's word that long more)."""
+        """After an error: on a full disk, tried again for `wait_s`. A rank that told this one
+        to save waits for its word within --timeout (a frozen server never gives it)."""
         reasons.append(reason)   # the first reason stays first: later ones are often echoes
         try:
             path = keep_trying(
@@ -226,8 +226,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         # A death nobody takes over: every server learns of it and saves by itself.
         if others and not isinstance(e, (Interrupted, CannotFailOver)):
             try:
-                tell_servers_to_save(roles.comm, others, reason, cfg.save_timeout,
-                                     answering=True)
+                tell_servers_to_save(roles.comm, others, reason, cfg.timeout, answering=True)
             except (MpipsError, MPI.Exception) as again:
                 log.error("the other servers did not confirm saving their shards: %s", again)
         raise

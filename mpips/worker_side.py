@@ -40,7 +40,7 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
     kv = KVWorker(roles, width=cfg.model_spec().width, timeout=cfg.timeout,
                   placement=placement, failover=failover, push_filter=pushfilter.of(cfg))
     position = checkpoint.positions(resume).get(roles.index)
-    with saving_on_failure(roles, kv, cfg.save_timeout):
+    with saving_on_failure(roles, kv, cfg.timeout):
         if cfg.stages == 1:
             return _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume), hot)
         return _work_in_pipeline(cfg, roles, kv, position, resume)
