@@ -89,8 +89,9 @@ def _run_train(args) -> None:
                 log.info("%s", e)
             sys.exit(signals.RESUMABLE)
         except CannotFailOver as e:
-            log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",
-                      e, how_to_go_on(cfg), e.exit_status)
+            if not getattr(e, "reported", False):
+                log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",
+                          e, how_to_go_on(cfg), e.exit_status)
             leave_after_failure(e.exit_status)
         except Interrupted as e:
             # A second signal: leave at once, without MPI_Abort (which could kill a server while

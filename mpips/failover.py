@@ -146,6 +146,19 @@ def survivors(comm: MPI.Intracomm) -> MPI.Intracomm | None:
             dead_ranks(comm)
 
 
+def agreed_dead(comm: MPI.Intracomm) -> set:
+    """Collective over the living ranks of `comm`: the ranks of `comm` that have died, the same
+    set on every survivor (empty if none)."""
+    living = survivors(comm)
+    if living is None:
+        return set()
+    try:
+        kept = living.Get_group().Translate_ranks(list(range(living.size)), comm.Get_group())
+    finally:
+        living.Free()
+    return set(range(comm.size)) - set(kept)
+
+
 def leave_after_failure(status: int) -> None:
     """End this rank after a death the job cannot go on from. Under ULFM each rank leaves on
     its own, without MPI_Abort (several ranks aborting at once left Open MPI's launcher

@@ -21,7 +21,7 @@ from . import checkpoint, defaults, rundir, stagework, summary, testevents, time
 from .schedule import logged_bubbles, theoretical_bubble
 from .config import TrainConfig, check_resumable
 from .errors import ConfigError, MpipsError
-from .failover import end_together
+from .failover import CannotFailOver, end_together
 from .lbfgs import Step
 from .faulttolerance import announce
 from .log import setup
@@ -180,7 +180,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
             if roles.is_server:
                 from .server_side import serve
                 ends = serve(cfg, roles, name, resume, placement, failover, failures, hot=hot,
-                             moves=moves)
+                             moves=moves, ulfm=ulfm)
             elif cfg.solver == "lbfgs":
                 from .fullbatch import solve
                 ends = solve(cfg, roles, name, resume, placement, failover)
@@ -293,6 +293,11 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tas
     comm = roles.comm
     record["samples"], record["tasks"] = samples.shape[0], tasks.shape[0]
     records = summary.allgather(comm, record, cfg.timeout)
+    if records["ranges_lost"].any():   # every rank sees the same records: all end alike
+        error = CannotFailOver("the model written lacks key ranges whose every copy died "
+                               "before they were saved (see above)")
+        error.reported = comm.rank != 0
+        raise error
     samples = summary.gather_to_root(comm, samples, records["samples"], cfg.timeout,
                                      "the timelines")
     tasks = summary.gather_to_root(comm, tasks, records["tasks"], cfg.timeout,

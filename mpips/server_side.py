@@ -3,9 +3,11 @@ checkpoint when resuming; the hooks that write its checkpoint files, snapshots a
 0) manifests; serving until the workers are done; the model it saves at the end or after an
 error.
 """
+import contextlib
 import logging
 import os
 import time
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -18,12 +20,12 @@ from .budget import Budget, OverBudget
 from .config import TrainConfig
 from .densetables import DenseTables
 from .errors import ConfigError, Interrupted, MpipsError, SaveError
-from .failover import CannotFailOver
+from .failover import CannotFailOver, agreed_dead
 from .files import keep_trying, write_hdf5
 from .lbfgs import Step
 from .log import log_failure, say
-from .model_io import save_shard
-from .placement import Placement
+from .model_io import save_shard, shard_path
+from .placement import Placement, describe_ranges
 from .progress import Progress
 from .replicas import PrimaryKeys
 from .roles import Roles
@@ -95,8 +97,10 @@ def _reserve(store: KVStore, train: str, share: float) -> None:
 
 
 def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
-           failover: bool, failures: list, hot: bool = False, moves: list | None = None):
-    """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies."""
+           failover: bool, failures: list, hot: bool = False, moves: list | None = None,
+           ulfm: bool = False):
+    """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies;
+    `ulfm`: servers that die as the model is saved are found (see _write_for_the_dead)."""
     budget = Budget(cfg.max_rank_memory, f"server {roles.index}")
     model = cfg.model_spec()
     store = KVStore(width=model.width, optimizer=cfg.optimizer, budget=budget,
@@ -165,14 +169,17 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
 
     reasons = []
 
-    def save_partial(reason: str) -> None:
-        """After an error: one attempt (other ranks wait for this one's word)."""
+    def save_partial(reason: str, wait_s: float) -> None:
+        """After an error: on a full disk, tried again for `wait_s`. A rank that told this one
+        to save waits for its word within --timeout (a frozen server never gives it)."""
         reasons.append(reason)   # the first reason stays first: later ones are often echoes
         try:
-            path = save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
-                              {**attrs, "complete": False, "note": "; then ".join(reasons)},
-                              clocks.longest, ranges=own.ranges(),
-                              n_ranges=own.placement.n_ranges, dense=dense.datasets())
+            path = keep_trying(
+                lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
+                                   {**attrs, "complete": False, "note": "; then ".join(reasons)},
+                                   clocks.longest, ranges=own.ranges(),
+                                   n_ranges=own.placement.n_ranges, dense=dense.datasets()),
+                wait_s, "the model trained so far")
         except SaveError as e:
             log.error("could not save the %d keys trained so far: %s%s", len(own), e,
                       _checkpoints_hint(cfg))
@@ -181,7 +188,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
 
     def another_rank_failed(reason: str) -> None:
         log.error("stopping: %s", reason)
-        save_partial(reason)
+        save_partial(reason, cfg.disk_wait)
 
     def placement_changed(changed: Placement) -> None:
         own.placement = changed
@@ -214,7 +221,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         stats = server.run()
     except Exception as e:
         reason = f"server {roles.index}: {log_failure(e)}"
-        save_partial(reason)
+        # A second signal stops at once: no wait for space.
+        save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.disk_wait)
         others = [r for i, r in enumerate(roles.servers)
                   if r != roles.comm.rank and i not in server.placement.dead]
         # A death nobody takes over: every server learns of it and saves by itself.
@@ -234,13 +242,19 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                          f"{cfg.checkpoints}"}
     else:
         saved = {**attrs, "complete": True}
-    began = time.monotonic()
-    try:
+
+    def save_model() -> None:
         keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
                                        saved, clocks.longest, ranges=own.ranges(),
                                        n_ranges=own.placement.n_ranges,
                                        dense=dense.datasets()),
                     cfg.disk_wait, "the trained model")
+
+    testevents.reached("saving")
+    began = time.monotonic()
+    try:
+        save_model()
+        lost = _write_for_the_dead(roles, own, dense, cfg.model_dir, save_model) if ulfm else 0
     except SaveError as e:
         raise SaveError(f"the model of server {roles.index} ({len(own):,} keys) could not be "
                         f"saved: {e}{_checkpoints_hint(cfg)}") from None
@@ -267,6 +281,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["busy_s"] = stats.busy_s
     r["train_bytes"] = stats.train_bytes_sent
     r["push_bytes"] = stats.push_bytes
+    r["ranges_lost"] = lost
     r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
     r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
     r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)
@@ -282,6 +297,40 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         r["bad_lines"] = server.scoring.bad_lines
     r["test_rows"] = margins.shape[0]
     return r, margins, labels, server.held_s, NO_STEPS, server.timeline.samples()
+
+
+def _write_for_the_dead(roles: Roles, own: PrimaryKeys, dense: DenseTables, model_dir: str,
+                        save: Callable[[], None]) -> int:
+    """Under ULFM, once every living server has written its part of the model: the key ranges
+    of the servers that died meanwhile (their file written or not), written again by their
+    new primaries from their copies, as a failover places them (each writes its own file again,
+    with them); a dead server's file, if any, goes. Returns how many key ranges no living
+    server has a copy of (the model is short of them: the job must not end as if whole)."""
+    dead = agreed_dead(roles.group)
+    if not dead:
+        return 0
+    before = own.placement
+    after = before.without(dead)
+    lost = set(after.lost) | {r for r, h in enumerate(after.holders)
+                              if h and not before.held_ranges(h[0])[r]}
+    first = roles.index == min(set(range(before.n_servers)) - dead)
+    if lost:
+        if first:
+            log.error("every copy of key range(s) %s died with server(s) %s before it was "
+                      "written to the model", describe_ranges(lost), sorted(dead))
+        return len(lost)
+    took = np.flatnonzero(after.primary_ranges(roles.index) & ~before.primary_ranges(roles.index))
+    if took.shape[0]:
+        own.placement = after
+        dense.placement_changed(after)
+        save()
+        log.warning("server(s) %s died before writing their part of the model: key range(s) %s "
+                    "are written from the living copies here", sorted(dead), describe_ranges(took))
+    if first:   # a file one wrote before it died holds ranges the survivors' files hold now
+        for server in dead:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(shard_path(model_dir, server))
+    return 0
 
 
 def _checkpoints_hint(cfg: TrainConfig) -> str:

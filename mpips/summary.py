@@ -40,6 +40,7 @@ RECORD = np.dtype([
     ("score_s", "<f8"),       # scoring this rank's share of --test
     ("save_s", "<f8"),        # servers: writing their shard of the model
     ("push_bytes", "<i8"),    # servers: of the workers' pushes received
+    ("ranges_lost", "<i8"),   # servers: key ranges in no model file (see server_side)
     # Workers: their push filter's work (see pushfilter.FIGURES).
     ("push_rows", "<i8"), ("push_rows_held", "<i8"), ("residual_keys_dropped", "<i8"),
     ("residual_keys_flushed", "<i8"), ("residual_flushed", "<f8"),

@@ -26,6 +26,8 @@ Points:
   iteration I   --solver lbfgs: the driver (worker 0) has finished iteration I; it signals
                 rank N by its process id (ranks on its own node only)
   scoring       the rank starts its part of scoring the test file
+  saving        a server: training and scoring are over and it is about to write its part of
+                the final model (no file of it written yet)
 
 A rank acts on itself at the point it observes, so the timing is exact. Every event fired
 says so in the log ("test event: ..."), and one that never fired is named at the end: a
@@ -52,14 +54,15 @@ FROM_ENVIRONMENT = "MPIPS_TEST_EVENTS"
 RECORDS = "test-events"   # in the run's directory: the events fired so far
 SIGNALS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "stop": signal.SIGUSR1,
            "term": signal.SIGTERM}
-POINTS = ("clock", "epoch", "checkpoint", "iteration", "scoring")
+POINTS = ("clock", "epoch", "checkpoint", "iteration", "scoring", "saving")
+UNNUMBERED = ("scoring", "saving")   # points reached once, without a number
 
 _EVENT = re.compile(
     r"^(?:(?P<signal>kill|freeze|stop|term) rank (?P<rank>\d+)(?: for (?P<seconds>[\d.]+) ?s)?"
     r"|busy rank (?P<busy>\d+) for (?P<busy_s>[\d.]+) ?s"
     r"|pause rank (?P<paused>\d+) until (?P<file>\S+)"
     r"|ctl (?P<command>[a-z-]+)(?: (?P<target>\d+))?)"
-    r" at (?P<point>clock|epoch|checkpoint|iteration|scoring)(?: (?P<value>\d+))?$")
+    r" at (?P<point>clock|epoch|checkpoint|iteration|scoring|saving)(?: (?P<value>\d+))?$")
 
 
 class EventError(ValueError):
@@ -71,7 +74,7 @@ class Event:
     text: str
     action: str            # kill, freeze, stop, term, busy, pause or ctl
     point: str             # one of POINTS
-    value: int = 0         # the clock, epoch, checkpoint or iteration (0 for scoring)
+    value: int = 0         # the clock, epoch, checkpoint or iteration (0: scoring, saving)
     rank: int | None = None        # the rank acted on (None: ctl, the lead's)
     seconds: float | None = None   # freeze: thawed after this long; busy: this long
     file: str | None = None        # pause: waits until it exists
@@ -86,10 +89,10 @@ def parse(text: str) -> Event:
         raise EventError(f"--test-event {text!r}: expected ACTION at POINT, such as 'kill rank 1 "
                          f"at clock 30' (see `python -m mpips.testevents`)")
     point, value = m["point"], m["value"]
-    if (point == "scoring") != (value is None):
-        raise EventError(f"--test-event {text!r}: " + ("'scoring' takes no number"
-                                                       if point == "scoring" else
-                                                       f"'{point}' needs a number"))
+    if (point in UNNUMBERED) != (value is None):
+        raise EventError(f"--test-event {text!r}: '{point}' " + ("takes no number"
+                                                               if point in UNNUMBERED else
+                                                               "needs a number"))
     value = int(value or 0)
     if m["signal"]:
         seconds = float(m["seconds"]) if m["seconds"] else None
@@ -145,6 +148,8 @@ def check(texts, n_ranks: int, n_servers: int, full_batch: bool) -> None:
                              f"epochs: name a clock")
         if e.point == "checkpoint" and not server:
             raise EventError(f"--test-event {text!r}: only servers write checkpoints")
+        if e.point == "saving" and not server:
+            raise EventError(f"--test-event {text!r}: only servers save the model")
         if e.action == "busy" and e.point == "iteration":
             raise EventError(f"--test-event {text!r}: a rank is busy at a point it sees itself")
         if e.action == "pause" and (server or e.point == "iteration"):
@@ -193,7 +198,7 @@ class Events:
         return asked
 
     def _say(self, e: Event, value: int) -> None:
-        at = e.point if e.point == "scoring" else f"{e.point} {value}"
+        at = e.point if e.point in UNNUMBERED else f"{e.point} {value}"
         if self.run_dir:
             from .files import write_bytes
             write_bytes(record(self.run_dir, e.text), f"{e.text}\n".encode())

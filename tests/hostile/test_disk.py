@@ -102,3 +102,28 @@ def test_checkpoints_failing_in_a_row_stop_the_job_and_keep_the_model(small_data
             with h5py.File(run / "model" / f"server-{server:04d}.h5") as f:
                 assert not f.attrs["complete"] and "checkpoints in a row" in f.attrs["note"]
                 assert f["keys"].shape[0] > 0
+
+
+def test_checkpoints_failing_in_a_row_keep_the_model_until_space_is_freed(small_data, tmp_path):
+    """--out, its checkpoints with it, on a full disk: three checkpoints fail in a row and the
+    job stops. What it trained waits for space (--disk-wait) as a finished model does: once
+    server 0 says so, the user frees space, and every server's part is written."""
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        run = disk / "run"
+        ballast = fill(disk, leave=16 << 10)    # room for the lock only
+        job = WatchedJob(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+                         "--checkpoint-every", 10, "--disk-wait", 120)
+        line = job.wait_for("the model trained so far is kept in memory")
+        assert "No space left on device (it needs about" in line
+        assert not temporary_files(run), "the failed attempts left nothing behind"
+        os.remove(ballast)                      # the user frees space
+        ended = job.finish()
+        assert ended.returncode != 0, ended.output
+        assert "3 checkpoints in a row could not be written" in ended.output
+        assert "wrote the model trained so far after all" in ended.output
+        assert "could not save" not in ended.output and "Traceback" not in ended.output
+        keys, weights = load_model(run / "model", allow_partial=True)   # every key range
+        assert keys.shape[0] > 0 and np.isfinite(weights).all()
+        for server in (0, 1):
+            with h5py.File(run / "model" / f"server-{server:04d}.h5") as f:
+                assert not f.attrs["complete"] and "checkpoints in a row" in f.attrs["note"]

@@ -230,3 +230,41 @@ def test_a_spare_stands_in_for_a_killed_server_and_the_survivors_take_on_no_copi
     assert s["servers"] == 3 and s["server_keys"][-1] == 0, \
         "the survivors finished; the spare (the last) answers no read: the living copies do"
     same_model(run, uninterrupted["bsp"])
+
+
+def test_a_server_killed_as_it_saves_the_model_leaves_its_ranges_to_their_copies(
+        small_data, uninterrupted, tmp_path):
+    """Server 1 dies once training and scoring are over, before it writes its part of the
+    model: the living copies of its key ranges are written in its stead, and the model is
+    whole, bit for bit the uninterrupted run's."""
+    run = tmp_path / "run"
+    kill = "kill rank 1 at saving"
+    ended = launch(small_data, run, *events(kill)).finish(timeout=300)
+    assert ended.returncode == 0, ended.output
+    fired(ended, kill)
+    assert ("server(s) [1] died before writing their part of the model: key range(s) "
+            in ended.output)
+    same_model(run, uninterrupted["bsp"])
+    assert read_summary(run)["keys_stored"] == read_summary(uninterrupted["bsp"])["keys_stored"]
+    assert sorted(os.listdir(run / "model")) == ["server-0000.h5", "server-0002.h5"]
+
+
+def test_a_server_killed_as_it_saves_its_only_copy_stops_for_a_resume(
+        small_data, uninterrupted, tmp_path):
+    """One copy of each key range: server 1's die with it before it writes its part of the
+    model. The job says so and exits 75 instead of ending with a model short of them; its
+    last checkpoint, at the last clock, holds the whole model."""
+    run = tmp_path / "run"
+    kill = "kill rank 1 at saving"
+    ended = launch(small_data, run, "--replicas", 1, *events(kill)).finish(timeout=300)
+    assert ended.returncode == 75, ended.output
+    fired(ended, kill)
+    assert (f"every copy of key range(s) {SERVER_1_RANGES} "
+            f"died with server(s) [1] before it was written to the model") in ended.output
+    assert "continue from its last checkpoint with --resume" in ended.output
+    assert not os.path.exists(run / "summary.json"), "no summary of a model short of keys"
+    resumed = run_job(5, "train", "--train", small_data[0], "--out", run, *ARGS,
+                      "--replicas", 1, "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    assert "nothing is left to train" in resumed.output
+    same_model(run, uninterrupted["bsp"])

@@ -18,6 +18,7 @@ from mpips.testevents import Event, EventError, Events, check, parse
     ("stop rank 0 at checkpoint 1", Event("stop rank 0 at checkpoint 1", "stop", "checkpoint", 1,
                                           rank=0)),
     ("term rank 4 at scoring", Event("term rank 4 at scoring", "term", "scoring", 0, rank=4)),
+    ("kill rank 1 at saving", Event("kill rank 1 at saving", "kill", "saving", 0, rank=1)),
     ("pause rank 2 until /tmp/go at clock 5",
      Event("pause rank 2 until /tmp/go at clock 5", "pause", "clock", 5, rank=2, file="/tmp/go")),
     ("ctl remove-server 0 at clock 40",
@@ -35,6 +36,7 @@ def test_events_are_read_as_written(text, event):
     ("kill rank 1", "expected ACTION at POINT"),
     ("kill rank 1 at clock", "'clock' needs a number"),
     ("kill rank 1 at scoring 3", "'scoring' takes no number"),
+    ("kill rank 1 at saving 1", "'saving' takes no number"),
     ("kill rank 1 for 3 s at clock 3", "only a freeze lasts"),
     ("ctl dance at clock 3", "ctl dance is not one of status, add-server"),
     ("ctl add-server at epoch 3", "a ctl request comes at a clock"),
@@ -53,6 +55,7 @@ def allowed(monkeypatch):
     ("kill rank 5 at clock 3", False, "there is no rank 5 (ranks 0-4)"),
     ("kill rank 1 at epoch 3", False, "rank 1 is a server, which has no epochs"),
     ("kill rank 3 at checkpoint 1", False, "only servers write checkpoints"),
+    ("kill rank 3 at saving", False, "only servers save the model"),
     ("pause rank 0 until /tmp/x at clock 3", False, "only a worker pauses"),
     ("kill rank 1 at iteration 3", False, "iterations are --solver lbfgs's"),
     ("kill rank 1 at clock 3", True, "a full-batch job counts iterations"),
@@ -90,6 +93,14 @@ def test_an_event_fires_once_at_its_point_on_its_own_rank(signalled):
     events.reached("scoring")
     assert signalled[-1] == (os.getpid(), signal.SIGTERM) and not events.pending
     assert events.fired == ["kill rank 1 at clock 30", "term rank 1 at scoring"]
+
+
+def test_a_server_is_killed_as_it_is_about_to_save_the_model(signalled):
+    events = Events(["kill rank 1 at saving"], rank=1, server=True)
+    events.reached("scoring")
+    assert signalled == []
+    events.reached("saving")
+    assert signalled == [(os.getpid(), signal.SIGKILL)] and not events.pending
 
 
 def test_the_driver_signals_another_rank_by_its_process_id(signalled):
