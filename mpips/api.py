@@ -9,16 +9,15 @@
     summary = mpips.train(train="clicks.svm", servers=2, epochs=3)   # under mpiexec
 """
 import glob
-import json
 import os
 
-import h5py
 import numpy as np
 
 from . import models
 from .checkpoint import MANIFEST, read_manifest
 from .data import Rows
-from .evaluate import margins_of, read_rows
+from .evaluate import margins_of, model_config, read_rows
+from .files import open_hdf5
 from .model_io import load_model
 from .optimizer import Optimizer
 
@@ -92,8 +91,7 @@ def load(path) -> Model:
     if not glob.glob(os.path.join(model_dir, "server-*.h5")):
         raise ValueError(f"{path}: no model (server-*.h5 files) and no checkpoint "
                          f"({MANIFEST}) there")
-    with h5py.File(sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))[0], "r") as f:
-        config = json.loads(f.attrs["config"])
+    config = model_config(model_dir)
     _refuse_full_batch(config, model_dir)
     keys, weights = load_model(model_dir)
     return Model(keys, weights, config, model_dir)
@@ -105,7 +103,7 @@ def _from_checkpoint(directory: str) -> Model:
     _refuse_full_batch(config, directory)
     keys, states = [], []
     for shard in manifest["shards"]:
-        with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
+        with open_hdf5(os.path.join(directory, shard["file"])) as f:
             keys.append(f["keys"][:])
             states.append(f["state"][:])
     keys, state = np.concatenate(keys), np.concatenate(states)

@@ -3,11 +3,11 @@ import glob
 import json
 import os
 
-import h5py
 import numpy as np
 
 from . import models
 from .data import BIAS_KEY, Rows, TextShard
+from .files import open_hdf5
 from .kernels.logistic import held_out
 from .model_io import load_model
 from .shards import CsrShard
@@ -49,37 +49,51 @@ def score(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
     return {"logloss": logloss, "auc": None if np.isnan(auc) else auc, "examples": len(rows)}
 
 
-def _config(model_dir: str) -> dict:
-    with h5py.File(sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))[0], "r") as f:
+def model_config(model_dir: str) -> dict:
+    """The configuration of the run that saved the model in `model_dir`."""
+    with open_hdf5(sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))[0]) as f:
         return json.loads(f.attrs["config"])
 
 
 def score_model(model_dir: str, rows: Rows, allow_partial: bool = False) -> dict:
     keys, weights = load_model(model_dir, allow_partial=allow_partial)
-    config = _config(model_dir)
+    config = model_config(model_dir)
     return score(keys, weights, rows, bool(config["bias"]), models.from_config(config))
 
 
-def score_snapshots(run_dir: str, rows: Rows) -> list:
-    """One entry per snapshot in RUN_DIR/snapshots/: seconds into training, logloss, AUC."""
+def score_snapshots(run_dir: str, rows: Rows, skipped: list) -> list:
+    """One entry per snapshot in RUN_DIR/snapshots/: seconds into training, logloss, AUC. A
+    snapshot that cannot be read is passed over, and why is added to `skipped`."""
     out = []
     # Numbered snapshots in order, then "final" (taken when every worker had finished).
     for snap in sorted(glob.glob(os.path.join(run_dir, "snapshots", "*"))):
-        paths = sorted(glob.glob(os.path.join(snap, "server-*.h5")))
-        if not paths:
-            continue    # the run stopped before any server wrote this one
-        with h5py.File(paths[0], "r") as f:
-            n_servers = int(f.attrs["n_servers"])
-        if len(paths) < n_servers:
-            continue    # the run stopped while the servers were writing this one
-        elapsed, slowest, trained = [], [], []
-        for p in paths:
-            with h5py.File(p, "r") as f:
-                elapsed.append(float(f.attrs["elapsed_s"]))
-                slowest.append(int(f.attrs["slowest_clock"]))
-                trained.append(int(f.attrs.get("examples", -1)))   # (older runs: none)
-        out.append({"snapshot": os.path.basename(snap), "elapsed_s": max(elapsed),
-                    "slowest_clock": -1 if -1 in slowest else min(slowest),
-                    "trained_examples": max(trained) if max(trained) >= 0 else None,
-                    **score_model(snap, rows)})
+        try:
+            scored = _score_snapshot(snap, rows)
+        except (ValueError, KeyError) as e:   # DamagedFile; a shard mpips did not write
+            skipped.append(f"snapshot {os.path.basename(snap)} left out: {e}")
+            continue
+        if scored is not None:
+            out.append(scored)
     return out
+
+
+def _score_snapshot(snap: str, rows: Rows) -> dict | None:
+    """A snapshot's entry (see score_snapshots); None if the run stopped before its servers
+    had all written it."""
+    paths = sorted(glob.glob(os.path.join(snap, "server-*.h5")))
+    if not paths:
+        return None    # the run stopped before any server wrote this one
+    with open_hdf5(paths[0]) as f:
+        n_servers = int(f.attrs["n_servers"])
+    if len(paths) < n_servers:
+        return None    # the run stopped while the servers were writing this one
+    elapsed, slowest, trained = [], [], []
+    for p in paths:
+        with open_hdf5(p) as f:
+            elapsed.append(float(f.attrs["elapsed_s"]))
+            slowest.append(int(f.attrs["slowest_clock"]))
+            trained.append(int(f.attrs.get("examples", -1)))   # (older runs: none)
+    return {"snapshot": os.path.basename(snap), "elapsed_s": max(elapsed),
+            "slowest_clock": -1 if -1 in slowest else min(slowest),
+            "trained_examples": max(trained) if max(trained) >= 0 else None,
+            **score_model(snap, rows)}

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from .files import write_hdf5
+from .files import open_hdf5, write_hdf5
 from .placement import describe_ranges
 
 
@@ -48,15 +48,15 @@ def load_model(model_dir: str, allow_partial: bool = False):
     """(keys, weights) of every shard in `model_dir`, merged and sorted by key.
 
     Checks that the shards are all of one run and that none is missing; a model
-    saved after an error is refused unless `allow_partial`.
+    saved after an error is refused unless `allow_partial`. DamagedFile naming a shard
+    that cannot be read.
     """
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     paths = sorted(glob.glob(os.path.join(model_dir, "server-*.h5")))
     if not paths:
         raise FileNotFoundError(f"{model_dir}: no server-*.h5 model files")
     keys, weights, runs, sizes, ranges, cut = [], [], set(), set(), [], set()
     for p in paths:
-        with h5py.File(p, "r") as f:
+        with open_hdf5(p) as f:
             if "keys" not in f or "n_servers" not in f.attrs:
                 raise ValueError(f"{p}: not a model shard written by mpips")
             runs.add(str(f.attrs["run_id"]))

@@ -1,5 +1,6 @@
 """`score`, `report`, `schedule`, `inspect`: the commands that describe, in one process, a
 trained model, its runs, a pipeline's schedule or a directory of checkpoints."""
+import logging
 import os
 import sys
 
@@ -37,7 +38,10 @@ def _run_score(args) -> None:
         check_input(args.test, "--test")
         rows = read_rows(args.test)
         if args.snapshots:
-            result = score_snapshots(args.run_dir, rows)
+            skipped = []
+            result = score_snapshots(args.run_dir, rows, skipped)
+            for note in skipped:
+                logging.getLogger("mpips").warning("%s: %s", args.run_dir, note)
             if not result:
                 fail(f"{args.run_dir}/snapshots: no complete snapshots", 2)
             for r in result:
