@@ -67,7 +67,11 @@ def train(prefix, s, args, test) -> dict:
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
     fast = len(summary["wait_s"]) - 1
-    return {"curve": score_snapshots(out, test), "final_logloss": summary["test_logloss"],
+    skipped = []
+    curve = score_snapshots(out, test, skipped)
+    for note in skipped:
+        print(f"{out}: {note}", file=sys.stderr)
+    return {"curve": curve, "final_logloss": summary["test_logloss"],
             "train_s": summary["train_s"], "max_clock_gap": summary["max_clock_gap"],
             "held_s_straggler": summary["held_s"][0],
             "held_s_others": sum(summary["held_s"][1:]) / fast,

@@ -10,7 +10,6 @@
 """
 import os
 
-import h5py
 import numpy as np
 
 from . import models
@@ -20,6 +19,7 @@ from .densefiles import read_table
 from .evaluate import (full_batch_margins, known_fraction, margins_of, read_rows,
                        warn_if_few_known)
 from .model_io import ModelInfo, load_full_batch, load_model, model_dir_of, model_info
+from .files import open_hdf5
 from .optimizer import Optimizer
 from .shards import format_mismatch
 
@@ -150,7 +150,7 @@ def _from_checkpoint(directory: str) -> Model:
         return FullBatchModel(read_table(files, point).reshape(-1), info, directory)
     keys, states = [], []
     for path in files:
-        with h5py.File(path, "r") as f:
+        with open_hdf5(path) as f:
             keys.append(f["keys"][:])
             states.append(f["state"][:])
     keys, state = np.concatenate(keys), np.concatenate(states)

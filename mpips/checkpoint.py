@@ -23,7 +23,7 @@ import os
 import numpy as np
 
 from .densefiles import read_blocks
-from .files import mismatched, sha256, write_hdf5, write_json
+from .files import mismatched, open_hdf5, sha256, write_hdf5, write_json
 from .rundir import remove_checkpoint
 from .workplan import Death
 
@@ -167,7 +167,6 @@ def load_shards(directory: str, manifest: dict, store, placement, server: int) -
     holds them in the files of the ranges this server holds (the ranges are equal slices of
     the hash: as many, the same); otherwise (re-sharding) every file is read and
     filtered."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     bounds = manifest.get("placement", {}).get("bounds")
     same = (len(bounds) if bounds else manifest["servers"]) == placement.n_ranges
     held = placement.held_ranges(server)
@@ -175,7 +174,7 @@ def load_shards(directory: str, manifest: dict, store, placement, server: int) -
     for shard in manifest["shards"]:
         if same and not any(held[r] for r in shard.get("ranges", [shard["server"]])):
             continue
-        with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
+        with open_hdf5(os.path.join(directory, shard["file"])) as f:
             keys, state = f["keys"][:], f["state"][:]
         mine = placement.holds(keys, server)
         store.load(keys[mine], state[mine])
@@ -199,7 +198,6 @@ def describe(root: str, every: bool = False) -> tuple[str, bool]:
     """A readable account of the checkpoints in `root`, and whether any of them is complete
     and undamaged: all of them, or (by default) the one `--resume` would take and the
     damaged ones newer than it, which a resume passes over."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     found = all_checkpoints(root)
     if not found:
         raise ValueError(f"{root}: no checkpoints (clock-* directories)")
@@ -223,7 +221,7 @@ def describe(root: str, every: bool = False) -> tuple[str, bool]:
                      f"{m['run_id']}, {m['servers']} server(s){copies}, {m['workers']} "
                      f"worker(s), {m['consistency']})")
         for shard in m["shards"]:
-            with h5py.File(os.path.join(directory, shard["file"]), "r") as f:
+            with open_hdf5(os.path.join(directory, shard["file"])) as f:
                 weights = f["state"][:, :int(f.attrs["width"])]
             norm = float(np.linalg.norm(weights)) if weights.size else 0.0
             biggest = float(np.abs(weights).max()) if weights.size else 0.0

@@ -188,21 +188,22 @@ class KVWorker:
         pulled = self._pulled[found[-1]] if found else None
         if found:
             del self._pulled[found[-1]]
+        # The pulled weights: the push filter's, wherever the keys are now.
+        weights = None if pulled is None else pulled[6]
         if pulled is not None and pulled[5] != self._placement.version:
             pulled = None   # a server died since: the rows are elsewhere now
         if flush:
             pushed, values = self.filter.flushing(keys, values)
             if pushed is not keys:   # more keys than the pull's: they go on the wire
-                keys, pulled = pushed, None
+                keys, pulled, weights = pushed, None, None
         if pulled is None:
             perm, offsets, skeys = self._split(keys)
-            flags, ref, weights = 0, 0, None
+            flags, ref = 0, 0
         else:   # the keys of a recent pull: the servers still have them
             ref, _, perm, offsets = pulled[:4]
-            flags, weights = protocol.SAME_KEYS, pulled[6]
+            flags = protocol.SAME_KEYS
             skeys = None
-        out = self.filter.prepare(keys, values, perm, offsets, weights,
-                                  bitmap=pulled is not None, flush=flush)
+        out = self.filter.prepare(keys, values, perm, offsets, weights, flush=flush)
         if skeys is None and self._placement.has_backups:
             skeys = keys if perm is None else keys[perm]
         if skeys is not None and out.skept is not None:   # the keys of the rows sent

@@ -21,17 +21,18 @@ BIAS_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)  # the always-on feature that carries t
 
 @dataclass(frozen=True)
 class TextFormat:
-    """A line-per-example text format: its number for kernels.svmlight.parse_lines and its
-    error texts."""
+    """A line-per-example text format: its name (as --format gives it), its number for
+    kernels.svmlight.parse_lines, its error texts and its name for people."""
     name: str
     code: int
     errors: dict
+    title: str
 
 
-SVMLIGHT = TextFormat("svmlight", svmlight.SVMLIGHT, svmlight.ERROR_TEXT)
-LIBFFM = TextFormat("libffm", svmlight.LIBFFM, svmlight.LIBFFM_ERROR_TEXT)
-CRITEO = TextFormat("criteo", svmlight.CRITEO, criteo.ERROR_TEXT)
-AVAZU = TextFormat("avazu", svmlight.AVAZU, avazu.ERROR_TEXT)
+SVMLIGHT = TextFormat("svmlight", svmlight.SVMLIGHT, svmlight.ERROR_TEXT, "svmlight")
+LIBFFM = TextFormat("libffm", svmlight.LIBFFM, svmlight.LIBFFM_ERROR_TEXT, "libffm")
+CRITEO = TextFormat("criteo", svmlight.CRITEO, criteo.ERROR_TEXT, "Criteo TSV")
+AVAZU = TextFormat("avazu", svmlight.AVAZU, avazu.ERROR_TEXT, "Avazu CSV")
 FORMATS = {f.name: f for f in (SVMLIGHT, LIBFFM, CRITEO, AVAZU)}
 FIELDS = {"criteo": criteo.FIELDS, "avazu": avazu.FEATURES}   # formats of a fixed field count
 
@@ -45,10 +46,28 @@ def sniff(path: str) -> TextFormat:
     first = head.lstrip(b"\r\n").split(b"\n", 1)[0]
     if first.startswith(b"id,click,hour,"):
         return AVAZU
-    if first.count(b"\t") == criteo.FIELDS and b":" not in first:
+    if _criteo_line(first):
         return CRITEO
     tokens = first.split(b"#", 1)[0].split()
     return LIBFFM if len(tokens) > 1 and tokens[1].count(b":") == 2 else SVMLIGHT
+
+
+def _criteo_line(line: bytes) -> bool:
+    return line.count(b"\t") == criteo.FIELDS and b":" not in line
+
+
+def looks_like(line: bytes) -> TextFormat | None:
+    """The format a line of text is plainly in (every feature of svmlight's or libffm's
+    form, Criteo's tabs, Avazu's columns), or None: to name a line of another format than
+    its file's."""
+    if _criteo_line(line):
+        return CRITEO
+    if line.count(b",") == avazu.COLUMNS - 1 and b"\t" not in line:
+        return AVAZU
+    colons = {t.count(b":") for t in line.split(b"#", 1)[0].split()[1:]}
+    if colons == {1}:
+        return SVMLIGHT
+    return LIBFFM if colons == {2} else None
 # Compressed files by their first bytes: (magic, format, how to decompress keeping the file).
 COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"),
               (b"\xfd7zXZ\x00", "xz", "unxz -k"), (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))
@@ -298,8 +317,14 @@ class TextShard:
         nl = np.flatnonzero(data == 10)
         start = 0 if line_idx == 0 else int(nl[line_idx - 1]) + 1
         end = int(nl[line_idx]) if line_idx < nl.shape[0] else data.shape[0]
-        text = data[start:min(end, start + 200)].tobytes().rstrip(b"\r").decode("utf-8", "replace")
+        line = data[start:end].tobytes().rstrip(b"\r")
+        text = line[:200].decode("utf-8", "replace")
         number = self._line_number(pass_start) + lines_before + line_idx
+        other = looks_like(line)
+        if other is not None and other != self.fmt:
+            return (f"{self.path}:{number}: this looks like a line of {other.title}, but the "
+                    f"file is read as {self.fmt.title} (--format {self.fmt.name}, or its first "
+                    f"line): {text!r}")
         return (f"{self.path}:{number}: {self.fmt.errors[code]} (at character {col + 1}): "
                 f"{text!r}")
 

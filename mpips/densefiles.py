@@ -11,6 +11,7 @@ import numpy as np
 
 from .blocks import Layout
 from .errors import ProtocolError
+from .files import open_hdf5
 
 INDEX = "tables.json"   # written last by DenseClient.save: the files and the tables' shapes
 INDEX_FORMAT = "mpips-dense-tables"
@@ -22,10 +23,9 @@ def read_blocks(paths: list, tables) -> int:
     filled. ValueError naming the file for a table whose shape differs from the one the
     servers hold or whose values do not match its blocks, or the table for a block held
     here that no file has."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     filled, seen = {}, {}
     for path in paths:
-        with h5py.File(path, "r") as f:
+        with open_hdf5(path) as f:
             for name in (f["dense"] if "dense" in f else []):
                 n, width, block_rows = (int(x) for x in f[f"dense/{name}/shape"][()])
                 try:

@@ -13,6 +13,12 @@ class InputError(MpipsError):
     """Malformed training or test data, found by one rank while reading."""
 
 
+class DamagedFile(MpipsError, ValueError):
+    """A file mpips reads back (a model, a snapshot, a checkpoint's shard) is cut short or
+    damaged: the message names it and what to do. A ValueError too, as the other errors of
+    reading a model are (mpips.load)."""
+
+
 class ProtocolError(MpipsError):
     """A rank sent something the protocol does not allow (e.g. a clock after FINISH)."""
 

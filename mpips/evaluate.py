@@ -3,12 +3,12 @@ import glob
 import logging
 import os
 
-import h5py
 import numpy as np
 
 from . import models
 from .data import BIAS_KEY, Rows, TextShard
 from .denserows import Part
+from .files import open_hdf5
 from .kernels.logistic import held_out
 from .model_io import load_full_batch, load_model, model_info
 from .shards import CsrShard, format_mismatch
@@ -100,27 +100,40 @@ def score_model(model_dir: str, rows: Rows, allow_partial: bool = False,
             "known_keys": known_fraction(keys, rows)}
 
 
-def score_snapshots(run_dir: str, rows: Rows, test: str | None = None) -> list:
+def score_snapshots(run_dir: str, rows: Rows, skipped: list, test: str | None = None) -> list:
     """One entry per snapshot in RUN_DIR/snapshots/: seconds into training, logloss, AUC
-    (`test`: see score_model)."""
+    (`test`: see score_model). A snapshot that cannot be read is passed over, and why is
+    added to `skipped`."""
     out = []
     # Numbered snapshots in order, then "final" (taken when every worker had finished).
     for snap in sorted(glob.glob(os.path.join(run_dir, "snapshots", "*"))):
-        paths = sorted(glob.glob(os.path.join(snap, "server-*.h5")))
-        if not paths:
-            continue    # the run stopped before any server wrote this one
-        with h5py.File(paths[0], "r") as f:
-            n_servers = int(f.attrs["n_servers"])
-        if len(paths) < n_servers:
-            continue    # the run stopped while the servers were writing this one
-        elapsed, slowest, trained = [], [], []
-        for p in paths:
-            with h5py.File(p, "r") as f:
-                elapsed.append(float(f.attrs["elapsed_s"]))
-                slowest.append(int(f.attrs["slowest_clock"]))
-                trained.append(int(f.attrs.get("examples", -1)))   # (older runs: none)
-        out.append({"snapshot": os.path.basename(snap), "elapsed_s": max(elapsed),
-                    "slowest_clock": -1 if -1 in slowest else min(slowest),
-                    "trained_examples": max(trained) if max(trained) >= 0 else None,
-                    **score_model(snap, rows, test=test)})
+        try:
+            scored = _score_snapshot(snap, rows, test)
+        except (ValueError, KeyError) as e:   # DamagedFile; a shard mpips did not write
+            skipped.append(f"snapshot {os.path.basename(snap)} left out: {e}")
+            continue
+        if scored is not None:
+            out.append(scored)
     return out
+
+
+def _score_snapshot(snap: str, rows: Rows, test: str | None) -> dict | None:
+    """A snapshot's entry (see score_snapshots); None if the run stopped before its servers
+    had all written it."""
+    paths = sorted(glob.glob(os.path.join(snap, "server-*.h5")))
+    if not paths:
+        return None    # the run stopped before any server wrote this one
+    with open_hdf5(paths[0]) as f:
+        n_servers = int(f.attrs["n_servers"])
+    if len(paths) < n_servers:
+        return None    # the run stopped while the servers were writing this one
+    elapsed, slowest, trained = [], [], []
+    for p in paths:
+        with open_hdf5(p) as f:
+            elapsed.append(float(f.attrs["elapsed_s"]))
+            slowest.append(int(f.attrs["slowest_clock"]))
+            trained.append(int(f.attrs.get("examples", -1)))   # (older runs: none)
+    return {"snapshot": os.path.basename(snap), "elapsed_s": max(elapsed),
+            "slowest_clock": -1 if -1 in slowest else min(slowest),
+            "trained_examples": max(trained) if max(trained) >= 0 else None,
+            **score_model(snap, rows, test=test)}

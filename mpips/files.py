@@ -1,4 +1,5 @@
-"""Writing files so that a failure leaves nothing half-written and says why in one line.
+"""Writing files so that a failure leaves nothing half-written and says why in one line, and
+reading HDF5 files back so that a damaged one is named.
 
 Every file goes to a temporary name, is fsynced and renamed: a reader sees the old file or
 the new one. When writing fails (a full disk, a quota, a read-only or vanished directory),
@@ -6,17 +7,19 @@ the temporary file is removed and SaveError names the file, the reason and, for 
 disk, how many bytes were needed and how many are free. `keep_trying` holds what could
 not be written in memory and tries again, for a bounded time, while the user frees space.
 """
+import contextlib
 import errno
 import hashlib
 import io
 import json
 import logging
 import os
+import re
 import time
 
 import numpy as np
 
-from .errors import SaveError
+from .errors import DamagedFile, SaveError
 
 log = logging.getLogger("mpips")
 
@@ -128,6 +131,32 @@ def mismatched(f, digests: dict) -> str | None:
         if sha256(f[name][()]) != digest:
             return f"dataset {name} does not match its checksum"
     return None
+
+
+@contextlib.contextmanager
+def open_hdf5(path: str):
+    """`path` opened for reading (an h5py.File), as a context manager; DamagedFile naming it
+    and what to do if it cannot be read (h5py's own error names no file)."""
+    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
+    try:
+        with h5py.File(path, "r") as f:
+            yield f
+    except OSError as e:
+        raise DamagedFile(_unreadable(path, e)) from None
+
+
+def _unreadable(path: str, e: OSError) -> str:
+    """One line on why HDF5 file `path` could not be read, and what to do."""
+    text = str(e)
+    short = re.search(r"truncated file: eof = (\d+).*stored_eof = (\d+)", text)
+    if short:
+        return (f"{path}: cut short ({int(short[1]):,} of its {int(short[2]):,} bytes; a copy "
+                f"that did not finish?): copy it again from where it was written")
+    if e.errno:
+        return f"{path}: {os.strerror(e.errno)}"
+    why = "not an HDF5 file" if "file signature not found" in text else \
+        f"damaged ({(text.splitlines() or [type(e).__name__])[0][:200]})"
+    return f"{path}: {why}: copy it again from where it was written, or write it anew"
 
 
 def write_json(path: str, value) -> None:

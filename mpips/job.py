@@ -27,7 +27,7 @@ from .faulttolerance import announce
 from .log import setup
 from .placement import Placement, dealt
 from .roles import Roles, split
-from .shards import sample_rows
+from .shards import check_examples, sample_rows
 from .startup import agree, broadcast_text, compile_per_node, run_id
 from .warmup import CompileWatch
 
@@ -56,6 +56,10 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
                  f"concatenated" if cfg.fields else "the sum of a row's embeddings (--fields F "
                  "concatenates F fields' instead: a feature's field is given in libffm text, "
                  "known in Criteo's and Avazu's)")
+    # One rank reads up to the first example (the sampler, a worker: it parses text anyway).
+    agree(comm, lambda: comm.rank == comm.size - 1 and check_examples(
+        cfg.train, "--train", cfg.skip_bad_lines), bound, "the last rank to find an example "
+          "in --train")
     resume = _find_checkpoint(cfg, comm, bound) if cfg.resume else None
     if resume:
         agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.server_ranks,
@@ -335,11 +339,5 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tas
                            f"{stopped_at} after writing a checkpoint; continue with --resume "
                            f"{cfg.checkpoints}")
         error.reported = comm.rank != 0
-        raise error
-    examples = int(records["examples"].sum())
-    if examples == 0:
-        error = ConfigError(f"--train {cfg.train}: no training examples "
-                            f"({int(records['bad_lines'].sum())} bad line(s) skipped)")
-        error.reported = comm.rank == 0
         raise error
     return result

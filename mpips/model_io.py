@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .densefiles import read_table
-from .files import mismatched, sha256, write_hdf5
+from .errors import DamagedFile
+from .files import mismatched, open_hdf5, sha256, write_hdf5
 from .placement import describe_ranges
 
 log = logging.getLogger("mpips")
@@ -93,14 +94,13 @@ def model_dir_of(path: str) -> str | None:
 
 def model_info(model_dir: str) -> ModelInfo:
     """The configuration and training data's format the model in `model_dir` was saved with."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     path = shard_paths(model_dir)[0]
-    try:
-        with h5py.File(path, "r") as f:
+    with open_hdf5(path) as f:
+        try:
             return ModelInfo(json.loads(f.attrs["config"]),
                              str(f.attrs.get("data_format", "")) or None)
-    except (OSError, KeyError, ValueError) as e:
-        raise ValueError(f"{path}: not a readable model file written by mpips ({e})") from None
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"{path}: not a model file written by mpips ({e})") from None
 
 
 def verify_shard(f) -> str | None:
@@ -121,31 +121,26 @@ def checked_paths(model_dir: str, allow_partial: bool = False) -> list:
     of one run and none is missing; ValueError naming the file or what is missing
     otherwise. A model saved after an error is refused unless `allow_partial`; files written
     before models carried checksums are read with a warning."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     paths = shard_paths(model_dir)
     runs, sizes, ranges, cut, unverified = set(), set(), [], set(), []
     for p in paths:
-        try:
-            with h5py.File(p, "r") as f:
-                if "keys" not in f or "n_servers" not in f.attrs:
-                    raise ValueError(f"{p}: not a model shard written by mpips")
-                problem = verify_shard(f)
-                if problem:
-                    raise ValueError(f"{p}: {problem}: the file is damaged; the run's "
-                                     f"checkpoints (mpips inspect) may hold a sound copy")
-                if CHECKSUMS not in f.attrs:
-                    unverified.append(os.path.basename(p))
-                runs.add(str(f.attrs["run_id"]))
-                sizes.add(int(f.attrs["n_servers"]))
-                cut.add(int(f.attrs.get("n_ranges", f.attrs["n_servers"])))
-                if not f.attrs["complete"] and not allow_partial:
-                    raise ValueError(f"{p}: saved after an error ({f.attrs['note']}); "
-                                     f"read it anyway with allow_partial (score "
-                                     f"--allow-partial)")
-                ranges += (f.attrs["ranges"].tolist() if "ranges" in f.attrs
-                           else [int(f.attrs["server"])])
-        except OSError as e:   # not HDF5, truncated: h5py says which
-            raise ValueError(f"{p}: unreadable ({e})") from None
+        with open_hdf5(p) as f:
+            if "keys" not in f or "n_servers" not in f.attrs:
+                raise ValueError(f"{p}: not a model shard written by mpips")
+            problem = verify_shard(f)
+            if problem:
+                raise ValueError(f"{p}: {problem}: the file is damaged; the run's "
+                                 f"checkpoints (mpips inspect) may hold a sound copy")
+            if CHECKSUMS not in f.attrs:
+                unverified.append(os.path.basename(p))
+            runs.add(str(f.attrs["run_id"]))
+            sizes.add(int(f.attrs["n_servers"]))
+            cut.add(int(f.attrs.get("n_ranges", f.attrs["n_servers"])))
+            if not f.attrs["complete"] and not allow_partial:
+                raise ValueError(f"{p}: saved after an error ({f.attrs['note']}); "
+                                 f"read it anyway with allow_partial (score --allow-partial)")
+            ranges += (f.attrs["ranges"].tolist() if "ranges" in f.attrs
+                       else [int(f.attrs["server"])])
     if len(runs) > 1:
         raise ValueError(f"{model_dir}: shards of different runs {sorted(runs)}")
     if len(sizes) != 1 or len(cut) != 1 or sorted(ranges) != list(range(min(cut))):
@@ -165,10 +160,9 @@ def checked_paths(model_dir: str, allow_partial: bool = False) -> list:
 def load_model(model_dir: str, allow_partial: bool = False):
     """(keys, weights) of every shard in `model_dir`, merged and sorted by key, once
     `checked_paths` has checked the files."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     keys, weights = [], []
     for p in checked_paths(model_dir, allow_partial):
-        with h5py.File(p, "r") as f:
+        with open_hdf5(p) as f:
             keys.append(f["keys"][:])
             weights.append(f["weights"][:])
     keys, weights = np.concatenate(keys), np.concatenate(weights)
@@ -205,9 +199,8 @@ def describe(model_dir: str) -> tuple[str, bool]:
 
 def _describe_shard(path: str) -> str:
     """One model file: its checksums, keys and weights, whether it was saved after an error."""
-    import h5py
     try:
-        with h5py.File(path, "r") as f:
+        with open_hdf5(path) as f:
             problem = verify_shard(f)
             if problem:
                 return f"NOT USABLE: {problem}"
@@ -221,5 +214,7 @@ def _describe_shard(path: str) -> str:
             dense = f", dense tables {sorted(f['dense'])}" if "dense" in f else ""
             return (f"{checked}, server {int(f.attrs['server'])}, {f['keys'].shape[0]:,} keys, "
                     f"weights L2 norm {norm:.4g}, largest {biggest:.4g}{dense}{saved}")
-    except (OSError, KeyError) as e:
-        return f"NOT USABLE: unreadable ({e})"
+    except DamagedFile as e:
+        return f"NOT USABLE: {e}"
+    except KeyError as e:
+        return f"NOT USABLE: not a model file written by mpips (no {e})"

@@ -56,7 +56,7 @@ class Plain:
         return keys, values
 
     def prepare(self, keys, values, perm, offsets, weights=None,
-                bitmap: bool = False, flush: bool = False) -> Outgoing:
+                flush: bool = False) -> Outgoing:
         self.rows += keys.shape[0]
         svalues = values if perm is None else values[perm]
         parts = [(0, svalues[offsets[s]:offsets[s + 1]]) for s in range(offsets.shape[0] - 1)]
@@ -151,36 +151,27 @@ class PushFilter:
                 "residual_keys_left": int(np.count_nonzero(left)),
                 "residual_left": float(left.sum())}
 
-    def _rows_sent(self, grads, slots, weights, perm, offsets, bitmap: bool):
-        """(kept, skept) of Outgoing. With `bitmap` (a push of a pull's keys: a server's part
-        names its rows in a bitmap, a bit a key), a part sends every row where the bitmap
-        would cost more than the rows it holds back."""
+    def _rows_sent(self, grads, slots, weights, perm):
+        """(kept, skept) of Outgoing. The push sends every row where a bitmap over its keys
+        (which names the rows a push of a pull's keys sends) would cost more than the rows it
+        holds back: decided for the whole push, not for each server's part, so that what a key
+        sends never depends on which server holds it, nor on how many there are."""
         if not (self.threshold > 0 or self.l1 > 0):
             return None, None
         n = grads.shape[0]
         kept = np.empty(n, np.bool_)
-        if residuals.select_rows(grads, self._none if weights is None else weights,
-                                 self.threshold, self.l1, slots, kept) == n:
+        held = n - residuals.select_rows(grads, self._none if weights is None else weights,
+                                         self.threshold, self.l1, slots, kept)
+        row_bytes = protocol.values_bytes(BLOCK_ROWS, self.width, self.flags) / BLOCK_ROWS
+        if not held or n / 8 >= held * row_bytes:
             return None, None
-        skept = kept if perm is None else kept[perm]
-        if bitmap:
-            row_bytes = protocol.values_bytes(BLOCK_ROWS, self.width, self.flags) / BLOCK_ROWS
-            for s in range(offsets.shape[0] - 1):
-                part = skept[offsets[s]:offsets[s + 1]]
-                held = part.shape[0] - np.count_nonzero(part)
-                if held and protocol.bitmap_bytes(part.shape[0]) >= held * row_bytes:
-                    part[:] = True
-            if skept.all():
-                return None, None
-            if perm is not None:
-                kept[perm] = skept
-        return kept, skept
+        return kept, (kept if perm is None else kept[perm])
 
     def prepare(self, keys, values, perm, offsets, weights=None,
-                bitmap: bool = False, flush: bool = False) -> Outgoing:
+                flush: bool = False) -> Outgoing:
         """What to send of `values` (float32[len(keys), width], key order) for `keys`, grouped
-        by server as (perm, offsets) say; `weights`: those pulled for them, if any; `bitmap`:
-        whether the push names its rows in a bitmap (see _rows_sent). Each key's residual is
+        by server as (perm, offsets) say; `weights`: those pulled for them, if any (see
+        _rows_sent). Each key's residual is
         added first, and what is not sent becomes its residual. With `flush` (the worker's
         last push) every row goes, float32, and no residual is left of these keys."""
         n = keys.shape[0]
@@ -192,7 +183,7 @@ class PushFilter:
             self.flushed_keys += int(np.count_nonzero(delivered))
             self.flushed += float(delivered.sum())
         else:
-            kept, skept = self._rows_sent(grads, slots, weights, perm, offsets, bitmap)
+            kept, skept = self._rows_sent(grads, slots, weights, perm)
         flags = 0 if flush else self.flags
         sent_rows = n if kept is None else int(np.count_nonzero(kept))
         self.rows += sent_rows

@@ -1,5 +1,7 @@
 """`score`, `report`, `schedule`, `inspect`: the commands that describe, in one process, a
 trained model, its runs, a pipeline's schedule or a directory of checkpoints."""
+import logging
+import os
 import sys
 
 from .exits import fail, print_out
@@ -38,7 +40,10 @@ def _run_score(args) -> None:
         check_input(args.test, "--test")
         rows = read_rows(args.test)
         if args.snapshots:
-            result = score_snapshots(args.run_dir, rows, test=args.test)
+            skipped = []
+            result = score_snapshots(args.run_dir, rows, skipped, test=args.test)
+            for note in skipped:
+                logging.getLogger("mpips").warning("%s: %s", args.run_dir, note)
             if not result:
                 fail(f"{args.run_dir}/snapshots: no complete snapshots", 2)
             for r in result:

@@ -89,10 +89,11 @@ def _distinct_labels(runs: list) -> None:
 def _score(path: str, test: str, notes: list) -> list:
     from .evaluate import read_rows, score_snapshots
     try:
-        curve = score_snapshots(path, read_rows(test), test=test)
-    except (OSError, ValueError, KeyError, MpipsError) as e:
+        rows = read_rows(test)
+    except (OSError, ValueError, MpipsError) as e:
         notes.append(f"no learning curve: {test}: {e}")
         return []
+    curve = score_snapshots(path, rows, notes, test=test)
     if not curve:
         notes.append("no learning curve: no complete snapshot in snapshots/")
     return curve
@@ -360,12 +361,14 @@ for(var k=0;k<i.length;k++){if(i[k].complete&&i[k].naturalWidth>0)n++;}
 document.body.setAttribute("data-images-loaded",n+"/"+i.length);});</script>"""
 
 
-def page(runs: list) -> str:
+def page(runs: list, left_out: list = ()) -> str:
+    """The page of `runs`, with a note for each run `left_out`."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     parts = [f"<h1>mpips report: {html.escape(', '.join(r.label for r in runs))}</h1>",
              _table(runs)]
+    parts += [f"<p class=note>{html.escape(note)}</p>" for note in left_out]
     for r in runs:
         for note in r.notes:
             parts.append(f"<p class=note>{html.escape(r.label)}: {html.escape(note)}</p>")
@@ -378,16 +381,35 @@ def page(runs: list) -> str:
             f"<style>{STYLE}</style></head><body>{''.join(parts)}{CHECK}</body></html>\n")
 
 
+def load_runs(run_dirs: list, test: str | None, left_out: list) -> list:
+    """The runs of `run_dirs` that can be reported (see load_run); a run that cannot (one
+    that crashed before its summary) is left out with a note in `left_out`, unless no run
+    can be: InputError naming the first."""
+    runs, errors = [], []
+    for d in run_dirs:
+        try:
+            runs.append(load_run(d, test))
+        except InputError as e:
+            errors.append(e)
+            left_out.append(f"left out: {e}")
+    if not runs:
+        raise errors[0]
+    return runs
+
+
 def report(run_dirs: list, out: str | None = None, test: str | None = None) -> str:
     """Write the page for `run_dirs` to `out` (by default RUN_DIR/report.html for one run,
     ./report.html for several); its path."""
     from .files import write_bytes
-    runs = [load_run(d, test) for d in run_dirs]
+    left_out = []
+    runs = load_runs(run_dirs, test, left_out)
     _distinct_labels(runs)
+    for note in left_out:
+        log.warning("%s", note)
     for r in runs:
         for note in r.notes:
             log.warning("%s: %s", r.path, note)
     out = out or (os.path.join(run_dirs[0], "report.html") if len(run_dirs) == 1
                   else "report.html")
-    write_bytes(out, page(runs).encode())
+    write_bytes(out, page(runs, left_out).encode())
     return out

@@ -453,6 +453,30 @@ def check_input(path: str, flag: str, fmt: str | None = None) -> None:
                           f"text")
 
 
+def check_examples(path: str, flag: str, skip_bad: bool) -> None:
+    """ConfigError unless the data at `path` holds an example: of text, the lines are read up
+    to the first one (all of them if there is none); of a converted dataset, its rows are
+    counted. Of the whole, not of a worker's part, which may hold none."""
+    if os.path.isdir(path):
+        if not sum(p["rows"] for p in read_meta(path)["parts"]):
+            raise ConfigError(f"{flag} {path}: no examples (a dataset of 0 rows): nothing to "
+                              f"train on")
+        return
+    shard = TextShard(path, chunk_bytes=1 << 16, skip_bad=True, log_bad=False)
+    if next(shard.rows(), None) is not None:
+        return
+    if not shard.bad_lines:
+        raise ConfigError(f"{flag} {path}: no examples, only blank lines and comments: nothing "
+                          f"to train on")
+    if skip_bad:
+        raise ConfigError(f"{flag} {path}: no examples: its {shard.bad_lines:,} line(s) are "
+                          f"all bad {shard.fmt.name} lines (--skip-bad-lines skips them)")
+    try:
+        next(TextShard(path, chunk_bytes=1 << 16).rows(), None)
+    except InputError as e:   # the first bad line, as a worker would have said it
+        raise ConfigError(str(e)) from None
+
+
 def fields_of(path: str) -> int:
     """How many fields the data's keys carry in their top byte (0: none, as in svmlight):
     Criteo's and Avazu's; a converted dataset's, as counted when converting. libffm text

@@ -197,6 +197,31 @@ def test_resuming_on_a_shortened_file_if_allowed_goes_on_from_valid_places(small
     assert s["bad_lines"] <= 1
 
 
+@pytest.mark.parametrize("text, extra, says", [
+    ("# nothing\n\n   \n# here\n", (), "no examples, only blank lines and comments"),
+    ("id,click,hour,C1,banner_pos\n", (), "no examples, only blank lines and comments"),
+    ("2 1:1\n\nx\n", ("--skip-bad-lines",), "no examples: its 2 line(s) are all bad"),
+    ("2 1:1\n\nx\n", (), ":1: label must be one of -1, 0, +1, 1"),
+], ids=["comments", "avazu-header", "bad-lines-skipped", "bad-lines"])
+def test_a_file_without_examples_is_refused_before_anything_is_written(tmp_path, text, extra,
+                                                                        says):
+    empty, run = tmp_path / "empty.txt", tmp_path / "run"
+    empty.write_text(text)
+    job = run_job(3, "train", "--train", empty, "--out", run, *extra, timeout=60)
+    assert job.returncode == 2, job.output
+    assert f"{empty}" in job.stderr and says in job.stderr, job.output
+    assert job.stderr.count("mpips train: error:") == 1 and "Traceback" not in job.output
+    assert not run.exists(), "nothing written to --out"
+
+
+def test_workers_whose_parts_hold_no_examples_are_no_error(tmp_path):
+    few = tmp_path / "few.svm"
+    few.write_text("# two examples, for three workers\n1 1:1\n" + "#\n" * 200 + "0 2:1\n")
+    job = run_job(4, "train", "--train", few, "--out", tmp_path / "run", timeout=60)
+    assert job.returncode == 0, job.output
+    assert read_summary(tmp_path / "run")["train_examples"] == 2
+
+
 def test_a_file_that_shrinks_while_read_is_an_error(tmp_path):
     path = tmp_path / "shrinks.svm"
     path.write_text("1 1:1 2:1\n" * 200000)

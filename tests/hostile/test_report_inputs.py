@@ -1,17 +1,23 @@
-"""Careless and damaged inputs to `mpips report`: a directory that is no run, a damaged
-summary or timeline, a test file gone, a page that cannot be written. Either a one-line error
-naming the file, or the page with what can be shown and a note naming what could not."""
+"""Careless and damaged inputs to `mpips report` (and to `score` and `mpips.load`, which read
+the same files): a directory that is no run, a damaged summary or timeline, a model or
+snapshot file cut short, a run that crashed, a test file gone, a page that cannot be
+written. Either a one-line error naming the file, or the page with what can be shown and a
+note naming what could not."""
+import os
 import shutil
 
 import pytest
 from support import run_job, run_mpips
+
+import mpips
+from mpips.report import load_run
 
 
 @pytest.fixture(scope="module")
 def run(small_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("hostile-report") / "run"
     job = run_job(3, "train", "--train", small_data[0], "--test", small_data[1], "--out", out,
-                  "--batch-size", 200, "--snapshot-every", 0.5)
+                  "--batch-size", 200, "--snapshot-every", 0.5, "--checkpoint-every", 20)
     assert job.returncode == 0, job.output
     return out
 
@@ -61,3 +67,68 @@ def test_a_page_that_cannot_be_written_is_one_line_of_error(run, tmp_path):
     job = run_mpips("report", run, "--out", tmp_path / "notes" / "r.html")
     assert job.returncode == 2, job.output
     assert "r.html" in job.stderr and "Traceback" not in job.stderr
+
+
+def cut_short(path) -> str:
+    """Truncate an HDF5 file as an unfinished copy leaves it; its path."""
+    os.truncate(path, 3000)
+    return str(path)
+
+
+def test_a_model_cut_short_is_named_by_score_and_load(run, small_data, tmp_path):
+    target = copy_of(run, tmp_path)
+    shard = cut_short(target / "model" / "server-0000.h5")
+    job = run_mpips("score", target, "--test", small_data[1])
+    assert job.returncode == 2, job.output
+    [line] = job.stderr.splitlines()
+    assert f"{shard}: cut short" in line and "copy it again" in line
+    with pytest.raises(ValueError, match=f"{shard}: cut short"):
+        mpips.load(target)
+
+
+def test_a_checkpoint_shard_cut_short_is_named_by_load(run, tmp_path):
+    target = copy_of(run, tmp_path)
+    checkpoint = sorted((target / "checkpoints").glob("clock-*"))[-1]
+    shard = cut_short(checkpoint / "server-0000.h5")
+    with pytest.raises(ValueError, match=f"{shard}: cut short"):
+        mpips.load(checkpoint)
+
+
+def with_a_cut_short_snapshot(run, tmp_path) -> tuple:
+    """A copy of `run` with two snapshots, 0000 (a copy of the final one) and the final one
+    cut short; (the copy, the damaged file)."""
+    target = copy_of(run, tmp_path)
+    shutil.copytree(target / "snapshots" / "final", target / "snapshots" / "0000")
+    return target, cut_short(target / "snapshots" / "final" / "server-0000.h5")
+
+
+def test_a_snapshot_cut_short_is_left_out_of_the_curve_naming_it(run, tmp_path):
+    target, shard = with_a_cut_short_snapshot(run, tmp_path)
+    job = run_mpips("report", target)
+    assert job.returncode == 0, job.output
+    assert f"{shard}: cut short" in job.stderr and "Traceback" not in job.stderr
+    page = (target / "report.html").read_text()
+    assert "snapshot final left out" in page and "no learning curve" not in page
+    assert [p["snapshot"] for p in load_run(str(target)).curve] == ["0000"]
+
+
+def test_score_of_the_snapshots_passes_over_one_cut_short_naming_it(run, small_data, tmp_path):
+    target, shard = with_a_cut_short_snapshot(run, tmp_path)
+    job = run_mpips("score", target, "--test", small_data[1], "--snapshots")
+    assert job.returncode == 0, job.output
+    assert f"{shard}: cut short" in job.stderr and "Traceback" not in job.stderr
+    assert "snapshot  0000" in job.stdout and "snapshot final" not in job.stdout
+
+
+def test_a_crashed_run_among_several_is_a_note_and_the_others_are_reported(run, small_data,
+                                                                           tmp_path):
+    crashed = tmp_path / "crashed"
+    job = run_job(3, "train", "--train", small_data[0], "--out", crashed, "--batch-size", 200,
+                  "--test-event", "kill rank 1 at clock 10", timeout=120)
+    assert job.returncode != 0 and not (crashed / "summary.json").exists(), job.output
+    page = tmp_path / "both.html"
+    job = run_mpips("report", run, crashed, "--out", page)
+    assert job.returncode == 0, job.output
+    text = page.read_text()
+    assert f"left out: {crashed}: no summary.json" in text
+    assert "<th>run</th>" in text and "<th>crashed</th>" not in text

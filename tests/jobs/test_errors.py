@@ -93,11 +93,3 @@ def test_an_earlier_run_is_kept_unless_overwrite(small_data, tmp_path):
                                                                   "server-0001.h5"]
     keys, _ = load_model(run / "model")
     assert read_summary(run)["servers"] == 2 and keys.shape[0] == read_summary(run)["keys_stored"]
-
-
-def test_a_file_without_examples_is_an_error(tmp_path):
-    only_comments = tmp_path / "c.svm"
-    only_comments.write_text("# nothing\n\n# here\n")
-    job = run_job(3, "train", "--train", only_comments, "--out", tmp_path / "r", timeout=60)
-    assert job.returncode == 2
-    assert f"--train {only_comments}: no training examples" in job.stderr

@@ -130,6 +130,20 @@ def test_a_19_digit_integer_is_an_error(tmp_path):
         rows_of(tmp_path, line(ints=["1" * 19, *[""] * 12]))
 
 
+@pytest.mark.parametrize("read_as, other, name, says", [
+    (CRITEO, "1 3:1 7:0.5\n", "c.tsv", "this looks like a line of svmlight, but the file is "
+                                       "read as Criteo TSV"),
+    (SVMLIGHT, line(), "s.svm", "this looks like a line of Criteo TSV, but the file is read "
+                                "as svmlight"),
+])
+def test_a_line_of_another_format_is_named_as_such(tmp_path, read_as, other, name, says):
+    path = tmp_path / name
+    path.write_text(("1 3:1\n" if read_as is SVMLIGHT else line()) + other)
+    with pytest.raises(InputError) as e:
+        list(TextShard(str(path), fmt=read_as).rows())
+    assert f"{name}:2: {says} (--format {read_as.name}, or its first line)" in str(e.value)
+
+
 def test_capacity_holds_the_densest_text():
     from mpips.kernels import svmlight
     for text, densest in ((("0" + "\t" * 39 + "\n") * 99, True), (line() * 99, False)):

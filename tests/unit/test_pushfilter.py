@@ -110,16 +110,19 @@ def test_a_threshold_sends_rows_whole_and_holds_the_rest_back():
     np.testing.assert_array_equal(again.values[1], 2 * g[1])
 
 
-def test_a_part_sends_every_row_where_its_bitmap_would_cost_more():
+@pytest.mark.parametrize("servers", [1, 2, 3])
+def test_a_push_sends_every_row_where_a_bitmap_would_cost_more_on_any_servers(servers):
     keys = KEYS[:200]
+    perm, offsets = Placement(servers).split(keys)
     g = np.full((200, 1), 1.0, np.float32)
-    g[[3, 150, 160, 170, 180, 190]] = 0.01   # held back: 1 row of part 0, 5 of part 1
-    offsets = np.array([0, 100, 200])
-    assert PushFilter(1, "float32", 0.1).prepare(keys, g, None, offsets).kept.sum() == 194
-    out = PushFilter(1, "float32", 0.1).prepare(keys, g, None, offsets, bitmap=True)
-    # A bitmap over 100 keys is 16 bytes: 1 row of 4 bytes is cheaper sent; 5 rows are not.
-    assert out.kept[:100].all() and out.kept[100:].sum() == 95
-    assert out.offsets.tolist() == [0, 100, 195]
+    g[[3, 150, 160, 170, 180, 190]] = 0.01
+    # A bitmap over 200 keys is 25 bytes: 6 rows of 4 bytes are cheaper sent; 7 are not.
+    out = PushFilter(1, "float32", 0.1).prepare(keys, g, perm, offsets)
+    assert out.kept is None and out.offsets.tolist() == offsets.tolist()
+    g[100] = 0.01
+    out = PushFilter(1, "float32", 0.1).prepare(keys, g, perm, offsets)
+    assert np.flatnonzero(~out.kept).tolist() == [3, 100, 150, 160, 170, 180, 190]
+    assert out.offsets[-1] == 193
 
 
 def test_ftrls_zero_weights_wait_while_the_gradient_stays_within_l1():
@@ -220,7 +223,7 @@ def test_a_row_sent_again_is_no_longer_pending_and_growth_keeps_what_was_held():
 
 
 def test_figures_count_rows_held_and_residuals_dropped():
-    small = PushFilter(1, "int8", threshold=0.5, max_bytes=64 * 13)
+    small = PushFilter(1, "int8", threshold=0.5, max_bytes=1024 * 13)
     push_many(small, 3, 1)
     f = small.figures()
     assert set(f) == set(FIGURES)
