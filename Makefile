@@ -19,8 +19,7 @@ DATA    := data/ctr
 RUN_DIR ?= runs/default
 FT      ?= 0
 FT_TIMEOUT ?= 10
-FT_FLAGS := --with-ft ulfm --mca mpi_ft_detector true --mca mpi_ft_detector_thread true \
-            --mca mpi_ft_detector_period 0.2 \
+FT_FLAGS := --with-ft ulfm --mca mpi_ft_detector true --mca mpi_ft_detector_period 0.2 \
             --mca mpi_ft_detector_timeout $(FT_TIMEOUT)
 LAUNCH_FLAGS := $(if $(filter 1,$(FT)),$(FT_FLAGS))
 

@@ -57,7 +57,7 @@ FAILURES = ("hung", "wrong", "not killed")
 def ulfm(detector_s: float) -> list:
     """mpiexec's options for ULFM, its failure detector declaring a rank silent this long dead."""
     return ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
-            "--mca", "mpi_ft_detector_thread", "true", "--mca", "mpi_ft_detector_period", "0.2",
+            "--mca", "mpi_ft_detector_period", "0.2",
             "--mca", "mpi_ft_detector_timeout", f"{detector_s:g}"]
 
 

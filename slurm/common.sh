@@ -27,8 +27,7 @@ fi
 FT_FLAGS=()
 if [ "${FT:-0}" = 1 ]; then
   if [ "$LAUNCHER" = mpiexec ]; then
-    FT_FLAGS=(--with-ft ulfm --mca mpi_ft_detector true --mca mpi_ft_detector_thread true
-              --mca mpi_ft_detector_period 0.2
+    FT_FLAGS=(--with-ft ulfm --mca mpi_ft_detector true --mca mpi_ft_detector_period 0.2
               --mca mpi_ft_detector_timeout "${FT_TIMEOUT:-10}")
   else
     echo "mpips: FT=1 ignored: a $LAUNCHER launch cannot have ULFM fault tolerance (only Open MPI's mpiexec, LAUNCHER=mpiexec, can); a rank that dies ends the job" >&2

@@ -33,7 +33,7 @@ DETECTOR_S = 6
 def ulfm(detector_s: float = DETECTOR_S) -> tuple:
     """mpiexec's options for hot failover: ULFM and its failure detector (what FT=1 adds)."""
     return ("--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
-            "--mca", "mpi_ft_detector_thread", "true", "--mca", "mpi_ft_detector_period", "0.2",
+            "--mca", "mpi_ft_detector_period", "0.2",
             "--mca", "mpi_ft_detector_timeout", f"{detector_s:g}")
 
 

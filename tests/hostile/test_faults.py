@@ -221,8 +221,8 @@ def test_a_death_before_any_checkpoint_does_not_advise_a_resume(small_data, tmp_
 def test_a_rank_busy_outside_mpi_past_the_detectors_bound_is_not_taken_for_dead(small_data,
                                                                                tmp_path):
     """ULFM's detector declares a rank silent for 2 s dead; a worker computes for 8 s without
-    calling MPI, as a compile or the parse of a big chunk does. The detector's own thread
-    answers for it (mpi_ft_detector_thread, in every FT launch of mpips): no death."""
+    calling MPI, as a compile or the parse of a big chunk does. mpips's own thread answers
+    the detector for it (failover.KeepAlive): no death."""
     run = tmp_path / "run"
     busy = "busy rank 3 for 8 s at clock 30"
     job = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS, "--replicas", 2,

@@ -34,8 +34,7 @@ def test_plain_launch_says_off_and_how_to_turn_it_on(tiny, tmp_path):
     assert len(lines) == 1 and "mpips rank 0 (server 0): INFO" in lines[0], job.stderr
     assert lines[0].endswith("hot failover is off: launched without ULFM (use `make run FT=1`, "
                              "FT=1 in the Slurm templates, or mpiexec --with-ft ulfm --mca "
-                             "mpi_ft_detector true --mca mpi_ft_detector_thread true --mca "
-                             "mpi_ft_detector_period 0.2 --mca "
+                             "mpi_ft_detector true --mca mpi_ft_detector_period 0.2 --mca "
                              "mpi_ft_detector_timeout 10)")
     assert read_summary(tmp_path / "run")["train_examples"] == 3000
 

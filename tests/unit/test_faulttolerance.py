@@ -8,7 +8,6 @@ OPEN_MPI = ("Open MPI v5.0.11, package: Open MPI user@localhost Distribution, id
 MPICH = ("MPICH Version:      4.1.2\nMPICH Release date: Wed Jun  7 15:22:45 CDT 2023\n"
          "MPICH ABI:          15:1:3\nMPICH Device:       ch4:ofi\n")
 ULFM = {"OMPI_MCA_mpi_ft_enable": "1", "OMPI_MCA_mpi_ft_detector": "true",
-        "OMPI_MCA_mpi_ft_detector_thread": "true",
         "OMPI_MCA_mpi_ft_detector_period": "0.2", "OMPI_MCA_mpi_ft_detector_timeout": "1",
         "PMIX_NAMESPACE": "prterun-vm-16253@1"}
 PLAIN = {"PMIX_NAMESPACE": "prterun-vm-16248@1"}
@@ -48,14 +47,6 @@ def test_off_for_a_plain_launch_saying_how_to_turn_it_on():
     assert verdict.sentence.startswith("hot failover is off: launched without ULFM (use `make "
                                        "run FT=1`")
     assert "mpiexec --with-ft ulfm --mca mpi_ft_detector true" in verdict.sentence
-
-
-def test_on_without_the_detectors_thread_warns_that_busy_ranks_count_as_failed():
-    verdict = judge(OPEN_MPI, {k: v for k, v in ULFM.items()
-                               if k != "OMPI_MCA_mpi_ft_detector_thread"})
-    assert verdict.on
-    assert "without its thread: a rank busy outside MPI for 1 s" in verdict.reason
-    assert "--mca mpi_ft_detector_thread true" in verdict.reason
 
 
 def test_off_without_the_failure_detector():
