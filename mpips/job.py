@@ -23,7 +23,7 @@ from .config import TrainConfig, check_resumable
 from .errors import ConfigError, MpipsError
 from .failover import end_together
 from .lbfgs import Step
-from .faulttolerance import announce
+from .faulttolerance import Verdict, hot_failover
 from .log import setup
 from .placement import Placement, dealt
 from .roles import Roles, split
@@ -62,11 +62,11 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
                                             compare_data=comm.rank == 0), bound)
         name = resume[1]["run_id"]   # a resumed run goes on under its own name
     cfg = cfg.with_checkpointing(resume[1]["config"] if resume else None)
-    # Collective: rank 0 says whether hot failover can work, and why.
-    ulfm = announce(comm, bound).on
-    locks = _claim_directories(cfg, comm, name, resume, bound, ulfm and cfg.replicas > 1)
+    # Collective: whether hot failover can work (the lock names every server if it can).
+    verdict = hot_failover(comm, bound)
+    locks = _claim_directories(cfg, comm, name, resume, bound, verdict.on and cfg.replicas > 1)
     try:
-        return _run(cfg, comm, name, resume, started, bound, ulfm, locks)
+        return _run(cfg, comm, name, resume, started, bound, verdict, locks)
     finally:
         locks.stop()
 
@@ -125,7 +125,7 @@ def _average_after(cfg: TrainConfig) -> float | None:
 
 
 def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float,
-         ulfm: bool, locks: rundir.RunLocks):
+         verdict: Verdict, locks: rundir.RunLocks):
     # One worker, the last rank, samples the data (not every rank) to choose what was not
     # given, and to check what was; all use its choice. A worker: it reads the data anyway,
     # and has less to load than server 0, which gets ready meanwhile. Each rank loads its
@@ -156,6 +156,9 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     testevents.arm(cfg.test_events, comm.rank, roles.is_server, roles.pids_on_node(), cfg.out,
                    cfg.timeout, driver=cfg.solver == "lbfgs" and roles.index == 0
                    and not roles.is_server, run_id=name)
+    if comm.rank == 0:   # said once the log names the rank's role
+        log.info("%s", verdict.sentence)
+    ulfm = verdict.on
     failover = ulfm and cfg.replicas > 1
     # A pipeline's stages need each other: a dead worker cannot be stood in for.
     hot = ulfm and cfg.stages == 1
