@@ -29,8 +29,8 @@ The lead server (server 0; after its death under hot failover, the first living 
 which takes over RUN_DIR/mpips.lock) takes requests from RUN_DIR/control/ five times a
 second. A server change happens at a clock every server agrees on: the servers hand over key
 ranges, the workers wait meanwhile, then read from the new owners. Under BSP the model stays
-bitwise that of a run without the change. The answer (what moved, how long it took) is printed, kept
-in RUN_DIR/control/answer-ID.json, and listed in summary.json's "moves".
+bitwise that of a run without the change. The answer (what moved, how long it took) is
+printed, kept in RUN_DIR/control/answer-ID.json, and listed in summary.json's "moves".
 A worker's rows move where it stands, so no row is lost or trained twice in an epoch, but
 the minibatches differ from a run without the change: the model is not bitwise the same.
 MPI cannot add ranks to a running job: keep spare workers by launching more and removing

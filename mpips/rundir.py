@@ -193,7 +193,8 @@ class Process(NamedTuple):
 
 
 def _holder(run_id: str, what: str, job: tuple = ()) -> dict:
-    """What a lock says: its holder, and `job`, the processes that may hold it after it."""
+    """What a lock says: its holder (this process), and `job`, the processes of the job that
+    may hold it (by default, this one)."""
     me = Process.this()
     return {"run_id": run_id, "host": me.host, "pid": me.pid, "started": me.started,
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
@@ -245,6 +246,13 @@ def _describe_job(holder: dict) -> str:
             + (f"; its other servers: pids {rest}" if rest else "") + ")")
 
 
+def _read(path: str) -> dict:
+    """What a lock says ({} if it is not a JSON object)."""
+    with open(path) as f:
+        holder = json.load(f)
+    return holder if isinstance(holder, dict) else {}
+
+
 def running_job(directory: str) -> tuple[dict | None, str | None]:
     """The job holding `directory`'s lock (None if none does), and why it is not running
     (None if it may be)."""
@@ -261,8 +269,8 @@ def running_job(directory: str) -> tuple[dict | None, str | None]:
 
 
 class DirectoryLock:
-    """A lock on a directory for one job. Taken with `acquire`, refreshed by `heartbeat`,
-    dropped by `release`."""
+    """A lock on a directory for one job. Taken with `acquire` (or `take_over` by the job's
+    next lead), refreshed by `refresh`, dropped by `release`."""
 
     def __init__(self, directory: str, run_id: str, what: str, job: tuple = ()):
         """`job`: the processes that may lead the job after this one (Process)."""
@@ -327,11 +335,10 @@ class DirectoryLock:
         """This process leads the job now (`why`): the lock names it, unless it is another
         run's (taken over meanwhile: then left alone, and said)."""
         try:
-            with open(self.path) as f:
-                run = json.load(f).get("run_id")
+            run = _read(self.path).get("run_id")
         except FileNotFoundError:
             run = self.holder["run_id"]
-        except (OSError, ValueError, AttributeError) as e:
+        except (OSError, ValueError) as e:
             run = f"? ({self.path} cannot be read: {e})"
         if run != self.holder["run_id"]:
             log.error("%s: the lock is run %s's, not this run's: it is not taken over (%s)",
@@ -349,8 +356,7 @@ class DirectoryLock:
         """Whether the lock still names this process (a lead taken for dead, that comes
         back, finds it the next lead's)."""
         try:
-            with open(self.path) as f:
-                holder = json.load(f)
+            holder = _read(self.path)
         except (OSError, ValueError):
             return False
         return (holder.get("host"), holder.get("pid")) == (self.holder["host"],
