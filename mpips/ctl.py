@@ -25,11 +25,12 @@ the change is done:
                      first that left) joins again: each of the n workers training keeps n
                      shares of the rows it has left and gives it one
 
-The lead server (server 0) takes requests from RUN_DIR/control/ five times a second. A
-server change happens at a clock every server agrees on: the servers hand over key ranges,
-the workers wait meanwhile, then read from the new owners. Under BSP the model stays bitwise
-that of a run without the change. The answer (what moved, how long it took) is printed, kept
-in RUN_DIR/control/answer-ID.json, and listed in summary.json's "moves".
+The lead server (server 0; after its death under hot failover, the first living server,
+which takes over RUN_DIR/mpips.lock) takes requests from RUN_DIR/control/ five times a
+second. A server change happens at a clock every server agrees on: the servers hand over key
+ranges, the workers wait meanwhile, then read from the new owners. Under BSP the model stays
+bitwise that of a run without the change. The answer (what moved, how long it took) is
+printed, kept in RUN_DIR/control/answer-ID.json, and listed in summary.json's "moves".
 A worker's rows move where it stands, so no row is lost or trained twice in an epoch, but
 the minibatches differ from a run without the change: the model is not bitwise the same.
 MPI cannot add ranks to a running job: keep spare workers by launching more and removing
@@ -92,7 +93,8 @@ def describe(answer: dict) -> str:
     if "servers" in answer and "placement_version" in answer:   # status
         lines = [f"placement version {answer['placement_version']}: {answer['ranges']} key "
                  f"ranges, {answer['replicas']} cop{'y' if answer['replicas'] == 1 else 'ies'} "
-                 f"of each; {answer['moves']} move(s) so far"]
+                 f"of each; {answer['moves']} move(s) so far"
+                 + (f"; server {answer['lead']} leads" if "lead" in answer else "")]
         for s in answer["servers"]:
             lines.append(f"  server {s['server']} (rank {s['rank']}): {s['state']}, "
                          f"{s['ranges']} range(s)")

@@ -143,11 +143,3 @@ def hot_failover(comm: MPI.Intracomm, timeout: float) -> Verdict:
     if result[0] < comm.size and root > 0:
         reason = f"on rank {root}, {reason}"
     return Verdict(result[0] == comm.size, reason)
-
-
-def announce(comm: MPI.Intracomm, timeout: float) -> Verdict:
-    """Collective over `comm`: `hot_failover`, logged on rank 0 at start."""
-    verdict = hot_failover(comm, timeout)
-    if comm.rank == 0:
-        log.info("%s", verdict.sentence)
-    return verdict

@@ -23,12 +23,12 @@ from .config import TrainConfig, check_resumable
 from .errors import ConfigError, MpipsError
 from .failover import CannotFailOver, end_together
 from .lbfgs import Step
-from .faulttolerance import announce
+from .faulttolerance import Verdict, hot_failover
 from .log import setup
 from .placement import Placement, dealt
 from .roles import Roles, split
 from .shards import check_examples, sample_rows
-from .startup import agree, broadcast_text, compile_per_node, run_id
+from .startup import agree, broadcast_text, compile_per_node, gather_text, run_id
 from .warmup import CompileWatch
 
 # A server's, a worker's and a full-batch solver's modules are imported by the ranks that
@@ -66,31 +66,34 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
                                             compare_data=comm.rank == 0), bound)
         name = resume[1]["run_id"]   # a resumed run goes on under its own name
     cfg = cfg.with_checkpointing(resume[1]["config"] if resume else None)
-    locks = _claim_directories(cfg, comm, name, resume, bound)
+    # Collective: whether hot failover can work (the lock names every server if it can).
+    verdict = hot_failover(comm, bound)
+    locks = _claim_directories(cfg, comm, name, resume, bound, verdict.on and cfg.replicas > 1)
     try:
-        return _run(cfg, comm, name, resume, started, bound)
+        return _run(cfg, comm, name, resume, started, bound, verdict, locks)
     finally:
-        if locks:
-            locks.stop()
+        locks.stop()
 
 
-def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float):
+def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float,
+                       outlives_lead: bool) -> rundir.RunLocks:
     """Rank 0 locks --out (and --checkpoint-dir, if checkpoints go elsewhere), makes sure
     nothing of another run is there, and removes what this run replaces: only files mpips
-    wrote. Agreed by every rank. Returns the locks' heartbeat on rank 0."""
-    held = []
+    wrote. Agreed by every rank. Returns the locks, held on rank 0; when the job
+    `outlives_lead` (hot failover), they name every server, and a server that comes to lead
+    takes them over."""
+    job = _servers(comm, cfg.server_ranks, timeout) if outlives_lead else ()
+    directories = [(cfg.out, "--out")]
+    inside = os.path.realpath(cfg.checkpoints).startswith(os.path.realpath(cfg.out) + os.sep)
+    if (cfg.checkpoints_on or resume) and not inside:
+        directories.append((cfg.checkpoints, "--checkpoint-dir"))
+    locks = rundir.RunLocks([rundir.DirectoryLock(directory, name, flag, job)
+                             for directory, flag in directories])
 
     def claim():
         if comm.rank != 0:
             return
-        directories = [(cfg.out, "--out")]
-        inside = os.path.realpath(cfg.checkpoints).startswith(os.path.realpath(cfg.out) + os.sep)
-        if (cfg.checkpoints_on or resume) and not inside:
-            directories.append((cfg.checkpoints, "--checkpoint-dir"))
-        for directory, flag in directories:
-            lock = rundir.DirectoryLock(directory, name, flag)
-            lock.acquire()
-            held.append(lock)
+        locks.acquire()
         rundir.check_outputs(cfg.out, cfg.checkpoints, cfg.overwrite,
                              resume[1]["run_id"] if resume else None)
         try:
@@ -106,10 +109,17 @@ def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float
     try:
         agree(comm, claim, timeout)
     except ConfigError:
-        for lock in held:
-            lock.release()
+        locks.stop()
         raise
-    return rundir.Heartbeat(held) if held else None
+    return locks
+
+
+def _servers(comm, n_servers: int, timeout: float) -> tuple:
+    """Collective: the processes of the first `n_servers` ranks (rundir.Process), on every
+    rank."""
+    me = json.dumps(rundir.Process.this()._asdict())
+    every = gather_text(comm, me, timeout, "every rank to say where it runs")
+    return tuple(rundir.Process(**json.loads(text)) for text in every[:n_servers])
 
 
 def _average_after(cfg: TrainConfig) -> float | None:
@@ -118,7 +128,8 @@ def _average_after(cfg: TrainConfig) -> float | None:
     return None if after < 0 else after
 
 
-def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float):
+def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float,
+         verdict: Verdict, locks: rundir.RunLocks):
     # One worker, the last rank, samples the data (not every rank) to choose what was not
     # given, and to check what was; all use its choice. A worker: it reads the data anyway,
     # and has less to load than server 0, which gets ready meanwhile. Each rank loads its
@@ -149,8 +160,9 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     testevents.arm(cfg.test_events, comm.rank, roles.is_server, roles.pids_on_node(), cfg.out,
                    cfg.timeout, driver=cfg.solver == "lbfgs" and roles.index == 0
                    and not roles.is_server, run_id=name)
-    # Collective: rank 0 says whether hot failover can work, and why.
-    ulfm = announce(comm, bound).on
+    if comm.rank == 0:   # said once the log names the rank's role
+        log.info("%s", verdict.sentence)
+    ulfm = verdict.on
     failover = ulfm and cfg.replicas > 1
     # A pipeline's stages need each other: a dead worker cannot be stood in for.
     hot = ulfm and cfg.stages == 1
@@ -183,8 +195,8 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         with watch.watching():
             if roles.is_server:
                 from .server_side import serve
-                ends = serve(cfg, roles, name, resume, placement, failover, failures, hot=hot,
-                             moves=moves, ulfm=ulfm)
+                ends = serve(cfg, roles, name, resume, placement, failover, failures, locks,
+                             hot=hot, moves=moves, ulfm=ulfm)
             elif cfg.solver == "lbfgs":
                 from .fullbatch import solve
                 ends = solve(cfg, roles, name, resume, placement, failover)

@@ -105,7 +105,7 @@ class Membership:
         p = s.placement
         done = s.clocks.done
         return {"placement_version": p.version, "replicas": p.replicas,
-                "ranges": p.n_ranges,
+                "ranges": p.n_ranges, "lead": s.roles.index,   # this server answers
                 "servers": [{"server": i, "rank": s.roles.servers[i],
                              "ranges": int(sum(1 for o in p.assign if o == i)),
                              "state": ("dead" if i in p.dead else

@@ -3,8 +3,11 @@ a second job out of either.
 
 mpips removes only files whose names it writes, never a whole directory: anything else found
 in its directories is named and left in place. The lock is a file created with O_EXCL (which
-network file systems honour), holding who took it; the holder refreshes its modification
-time while it runs, so a lock left by a job that died is recognised and taken over.
+network file systems honour), holding who took it (the job's lead) and, when the job can
+outlive its lead (hot failover), every process that may lead it: the server that leads next
+takes the lock over. The holder refreshes its modification time while it runs, so a lock left
+by a job that died is recognised and taken over: at once when none of the job's processes on
+this host runs, else once it has not been refreshed for STALE_AFTER_S.
 """
 import json
 import logging
@@ -13,8 +16,10 @@ import re
 import socket
 import threading
 import time
+from typing import NamedTuple
 
-from .errors import ConfigError
+from .errors import ConfigError, SaveError
+from .files import write_json
 
 log = logging.getLogger("mpips")
 
@@ -171,24 +176,81 @@ def _start_time(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else None
 
 
-def _holder(run_id: str, what: str) -> dict:
-    return {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
-            "started": _start_time(os.getpid()), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-            "taken": time.strftime("%Y-%m-%d %H:%M:%S"), "what": what}
+class Process(NamedTuple):
+    """A process of a job, as a lock records it."""
+    host: str
+    pid: int
+    started: str | None   # its start time (see _start_time)
+
+    @classmethod
+    def this(cls) -> "Process":
+        return cls(socket.gethostname(), os.getpid(), _start_time(os.getpid()))
+
+    def running(self) -> bool:
+        """Whether it still runs (on this host only: elsewhere its pid tells nothing)."""
+        now = _start_time(self.pid)
+        return now is not None and now == self.started
+
+
+def _holder(run_id: str, what: str, job: tuple = ()) -> dict:
+    """What a lock says: its holder (this process), and `job`, the processes of the job that
+    may hold it (by default, this one)."""
+    me = Process.this()
+    return {"run_id": run_id, "host": me.host, "pid": me.pid, "started": me.started,
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "taken": time.strftime("%Y-%m-%d %H:%M:%S"), "what": what,
+            "job": [p._asdict() for p in job or (me,)]}
+
+
+def _job(holder: dict) -> list:
+    """The processes of a lock's job (a lock without the list: its holder's only)."""
+    try:
+        return [Process(str(p["host"]), int(p["pid"]), p.get("started"))
+                for p in holder.get("job") or [holder]]
+    except (KeyError, TypeError, ValueError):
+        return []
+
+
+def _pids(processes: list) -> str:
+    return ", ".join(str(p.pid) for p in processes)
 
 
 def _why_stale(holder: dict, age: float) -> str | None:
-    """Why the job that holds a lock is gone, or None if it may be running."""
-    me = _holder("", "")
-    if holder.get("slurm_job_id") and holder.get("slurm_job_id") == me["slurm_job_id"]:
-        return f"an earlier run of Slurm job {me['slurm_job_id']} (requeued)"
-    if holder.get("host") == me["host"] and holder.get("pid") is not None:
-        started = _start_time(int(holder["pid"]))
-        if started is None or started != holder.get("started"):
-            return f"process {holder['pid']} on this host is no longer running"
+    """Why the job that holds a lock is gone, or None if it may be running: it is, while any
+    of its processes on this host runs, and, if it has processes elsewhere, while its lead
+    refreshes the lock."""
+    host = socket.gethostname()
+    slurm = os.environ.get("SLURM_JOB_ID")
+    if holder.get("slurm_job_id") and holder.get("slurm_job_id") == slurm:
+        return f"an earlier run of Slurm job {slurm} (requeued)"
+    job = _job(holder)
+    here = [p for p in job if p.host == host]
+    if here and len(here) == len(job) and not any(p.running() for p in here):
+        return (f"process {here[0].pid} on this host is no longer running" if len(here) == 1
+                else f"its processes on this host ({_pids(here)}) are no longer running")
     if age > STALE_AFTER_S:
         return f"not refreshed for {age:.0f} s"
     return None
+
+
+def _describe_job(holder: dict) -> str:
+    """A lock's job for a person: its run, its lead, the processes it may go on in."""
+    host = socket.gethostname()
+    lead = (holder.get("host"), holder.get("pid"))
+    others = [p for p in _job(holder)
+              if (p.host, p.pid) != lead and (p.host != host or p.running())]
+    hosts = sorted({p.host for p in others})
+    rest = "; ".join(f"{_pids([p for p in others if p.host == h])} on {h}" for h in hosts)
+    return (f"run {holder.get('run_id', '?')} on host {holder.get('host', '?')} (pid "
+            f"{holder.get('pid', '?')}, since {holder.get('taken', '?')}"
+            + (f"; its other servers: pids {rest}" if rest else "") + ")")
+
+
+def _read(path: str) -> dict:
+    """What a lock says ({} if it is not a JSON object)."""
+    with open(path) as f:
+        holder = json.load(f)
+    return holder if isinstance(holder, dict) else {}
 
 
 def running_job(directory: str) -> tuple[dict | None, str | None]:
@@ -207,13 +269,14 @@ def running_job(directory: str) -> tuple[dict | None, str | None]:
 
 
 class DirectoryLock:
-    """A lock on a directory for one job. Taken with `acquire`, refreshed by `heartbeat`,
-    dropped by `release`."""
+    """A lock on a directory for one job. Taken with `acquire` (or `take_over` by the job's
+    next lead), refreshed by `refresh`, dropped by `release`."""
 
-    def __init__(self, directory: str, run_id: str, what: str):
+    def __init__(self, directory: str, run_id: str, what: str, job: tuple = ()):
+        """`job`: the processes that may lead the job after this one (Process)."""
         self.directory = directory
         self.path = os.path.join(directory, LOCK)
-        self.holder = _holder(run_id, what)
+        self.holder = _holder(run_id, what, job)
         self.held = False
 
     def acquire(self) -> None:
@@ -248,7 +311,7 @@ class DirectoryLock:
         except (OSError, ValueError):
             holder, age = {}, time.time() - os.stat(self.path).st_mtime
         why = _why_stale(holder, age)
-        if why is None and holder.get("host") == self.holder["host"]:
+        if why is None and any(p.host == self.holder["host"] for p in _job(holder)):
             # A job killed a moment ago (a resume right after a failed launch) may still be
             # ending its ranks: give its process a bounded while to go.
             deadline = time.monotonic() + LINGER_S
@@ -257,17 +320,47 @@ class DirectoryLock:
                 why = _why_stale(holder, age)
         if why is None:
             raise ConfigError(
-                f"{self.holder['what']} {self.directory} is in use by run "
-                f"{holder.get('run_id', '?')} on host {holder.get('host', '?')} (pid "
-                f"{holder.get('pid', '?')}, since {holder.get('taken', '?')}); wait for it to "
-                f"end or choose another directory. If that job is gone, its lock ({self.path}) "
-                f"is taken over {STALE_AFTER_S:.0f} s after its last refresh")
+                f"{self.holder['what']} {self.directory} is in use by {_describe_job(holder)}; "
+                f"wait for it to end or choose another directory. If that job is gone, its "
+                f"lock ({self.path}) is taken over once none of those processes runs, or "
+                f"{STALE_AFTER_S:.0f} s after its last refresh")
         log.warning("taking over the lock of run %s in %s: %s", holder.get("run_id", "?"),
                     self.directory, why)
         try:
             os.remove(self.path)
         except FileNotFoundError:
             pass
+
+    def take_over(self, why: str) -> None:
+        """This process leads the job now (`why`): the lock names it, unless it is another
+        run's (taken over meanwhile: then left alone, and said)."""
+        try:
+            run = _read(self.path).get("run_id")
+        except FileNotFoundError:
+            run = self.holder["run_id"]
+        except (OSError, ValueError) as e:
+            run = f"? ({self.path} cannot be read: {e})"
+        if run != self.holder["run_id"]:
+            log.error("%s: the lock is run %s's, not this run's: it is not taken over (%s)",
+                      self.path, run, why)
+            return
+        try:
+            write_json(self.path, self.holder)
+        except SaveError as e:
+            log.error("could not take over the lock %s (%s): %s", self.path, why, e)
+            return
+        self.held = True
+        log.warning("took over the lock %s: %s", self.path, why)
+
+    def _mine(self) -> bool:
+        """Whether the lock still names this process (a lead taken for dead, that comes
+        back, finds it the next lead's)."""
+        try:
+            holder = _read(self.path)
+        except (OSError, ValueError):
+            return False
+        return (holder.get("host"), holder.get("pid")) == (self.holder["host"],
+                                                           self.holder["pid"])
 
     def refresh(self) -> None:
         if self.held:
@@ -279,20 +372,42 @@ class DirectoryLock:
     def release(self) -> None:
         if self.held:
             self.held = False
-            try:
-                os.remove(self.path)
-            except OSError:
-                pass
+            if self._mine():
+                try:
+                    os.remove(self.path)
+                except OSError:
+                    pass
 
 
-class Heartbeat:
-    """Refreshes locks every HEARTBEAT_S seconds from a daemon thread (no MPI in it)."""
+class RunLocks:
+    """The locks of one job's directories, held by its lead and refreshed every HEARTBEAT_S
+    from a daemon thread (no MPI in it). Rank 0 takes them; under hot failover, the server
+    that leads after the lead died takes them over."""
 
     def __init__(self, locks: list):
         self.locks = locks
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="mpips-lock", daemon=True)
-        self._thread.start()
+        self._thread = None
+
+    def acquire(self) -> None:
+        """Take every lock, or none (ConfigError naming the job that holds one)."""
+        try:
+            for lock in self.locks:
+                lock.acquire()
+        except ConfigError:
+            self.stop()
+            raise
+        self._refresh()
+
+    def take_over(self, why: str) -> None:
+        for lock in self.locks:
+            lock.take_over(why)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="mpips-lock", daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):

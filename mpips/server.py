@@ -80,6 +80,7 @@ class Hooks:
     failed: Callable[[str], None] = lambda reason: None   # another rank failed: keep the model
     stop_requested: Callable[[], bool] = lambda: False    # polled by every server
     placement_changed: Callable[[Placement], None] = lambda placement: None   # a server died
+    now_leads: Callable[[], None] = lambda: None   # this server leads after the lead died
     # The job reached a point here (testevents): point, value, whether this server leads ->
     # whether a ctl request was made meanwhile.
     reached: Callable[[str, int, bool], bool] = lambda point, value, lead: False
@@ -457,8 +458,9 @@ class Server:
             # It does not wait for the others' BYE at the end: some may have said it to the
             # dead lead. Files of checkpoints they report after it has ended are passed over.
             self._servers_left = set()
-            log.warning("server %d leads from now on (checkpoints, progress, stopping)",
-                        self.roles.index)
+            log.warning("server %d leads from now on (checkpoints, progress, stopping, "
+                        "mpips ctl)", self.roles.index)
+            self.hooks.now_leads()
         self.forget_ranks(ranks)
         for server in gone:
             self.clocks.server_gone(server)

@@ -29,6 +29,7 @@ from .placement import Placement, describe_ranges
 from .progress import Progress
 from .replicas import PrimaryKeys
 from .roles import Roles
+from .rundir import RunLocks
 from .server import Hooks, Server
 from .testscoring import Scoring, core_to_spare, shared
 from .startup import process_age, ready
@@ -97,10 +98,12 @@ def _reserve(store: KVStore, train: str, share: float) -> None:
 
 
 def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
-           failover: bool, failures: list, hot: bool = False, moves: list | None = None,
-           ulfm: bool = False):
+           failover: bool, failures: list, locks: RunLocks, hot: bool = False,
+           moves: list | None = None, ulfm: bool = False):
     """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies;
-    `ulfm`: servers that die as the model is saved are found (see _write_for_the_dead)."""
+    `ulfm`: servers that die as the model is saved are found (see _write_for_the_dead).
+    `locks`: the run's directories' locks, which this server takes over if it comes to
+    lead."""
     budget = Budget(cfg.max_rank_memory, f"server {roles.index}")
     model = cfg.model_spec()
     store = KVStore(width=model.width, optimizer=cfg.optimizer, budget=budget,
@@ -193,6 +196,9 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     def placement_changed(changed: Placement) -> None:
         own.placement = changed
 
+    def now_leads() -> None:
+        locks.take_over(f"server {roles.index} leads the run now")
+
     # A worker's rows are handed on when it dies (hot) or leaves (not a pipeline's or a
     # full-batch solver's).
     elastic = hot or (cfg.stages == 1 and cfg.solver == "minibatch")
@@ -200,7 +206,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                   placement_changed=placement_changed,
                   snapshot=snapshot if cfg.snapshot_every else None,
                   snapshot_every=cfg.snapshot_every or 0.0, failed=another_rank_failed,
-                  stop_requested=signals.stop_requested, reached=testevents.reached)
+                  stop_requested=signals.stop_requested, reached=testevents.reached,
+                  now_leads=now_leads)
     # A full-batch job's checkpoints are by iterations, asked for by its driver (fullbatch).
     by_clocks = cfg.checkpoint_every if cfg.solver == "minibatch" else 0
     checkpoints = Checkpoints(by_clocks, cfg.checkpoint_seconds, roles.index == 0,

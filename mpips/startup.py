@@ -59,6 +59,19 @@ def broadcast_text(comm: MPI.Intracomm, text: str | None, timeout: float,
     return buf.tobytes().rstrip(b"\0").decode()
 
 
+def gather_text(comm: MPI.Intracomm, text: str, timeout: float, what: str,
+                limit: int = 256) -> list:
+    """Every rank's `text` (up to `limit` bytes of UTF-8), on every rank, in rank order."""
+    data = text.encode()
+    if len(data) > limit:
+        raise ValueError(f"{len(data)} bytes of text; at most {limit} can be gathered")
+    mine = np.zeros(limit, np.uint8)
+    mine[:len(data)] = np.frombuffer(data, np.uint8)
+    every = np.empty((comm.size, limit), np.uint8)
+    wait_all([comm.Iallgather(mine, every)], timeout, lambda: what)
+    return [row.tobytes().rstrip(b"\0").decode() for row in every]
+
+
 def run_id(comm: MPI.Intracomm, timeout: float) -> str:
     """A name for this run, the same on every rank: start time and a random suffix."""
     text = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}" if comm.rank == 0 else None

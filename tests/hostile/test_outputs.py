@@ -6,12 +6,13 @@ directory as the careless user would, and assert what must survive and what the 
 """
 import json
 import os
+import signal
 import socket
 
 import h5py
-from support import fired, read_summary, run_job
+from support import ULFM, fired, read_summary, run_job
 from mounts import tmpfs
-from watch import WatchedJob, wait_for_file
+from watch import WatchedJob, rank_pids, wait_for_file
 
 from mpips.model_io import load_model
 
@@ -105,6 +106,29 @@ def test_a_lock_left_by_a_dead_job_is_taken_over(small_data, tmp_path):
     job = train(small_data[0], run)
     assert job.returncode == 0, job.output
     assert "taking over the lock of run gone" in job.output
+
+
+def test_the_lock_of_a_failover_job_killed_whole_is_taken_over(small_data, tmp_path):
+    """Under hot failover (ULFM, --replicas 2) the lock names every server, since the job
+    outlives its lead. Its worker (rank 2) pauses at clock 5 and the test SIGKILLs every rank:
+    no process of the job runs, so the next job takes the lock over at once, saying so."""
+    run, go = tmp_path / "run", tmp_path / "go"
+    first = WatchedJob(3, "train", "--train", small_data[0], "--out", run, *QUICK,
+                       "--servers", 2, "--replicas", 2, "--timeout", 300,
+                       "--test-event", f"pause rank 2 until {go} at clock 5", launcher=ULFM)
+    wait_for_file(first, f"{go}.reached", timeout=120)
+    lock = json.loads((run / "mpips.lock").read_text())
+    ranks = rank_pids(run)
+    for pid in ranks:
+        os.kill(pid, signal.SIGKILL)
+    first.finish(timeout=120)   # (its launcher ends once no rank is left)
+    servers = [p["pid"] for p in lock["job"]]
+    assert len(servers) == 2 and set(servers) <= set(ranks), (lock, ranks)
+    again = train(small_data[0], run, "--overwrite")
+    assert again.returncode == 0, again.output
+    assert (f"taking over the lock of run {lock['run_id']} in {run}: its processes on this "
+            f"host ({servers[0]}, {servers[1]}) are no longer running") in again.output
+    assert run_id_of(run) != lock["run_id"]
 
 
 def test_a_fresh_lock_of_another_host_is_respected_and_a_stale_one_taken_over(small_data,

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 from support import (ASP_LOGLOSS_SLACK, ULFM, close_logloss, fired, read_summary, run_job,
-                     same_model)
+                     run_mpips, same_model)
 from watch import (WatchedJob, complete_checkpoints, frozen_by_event_to_the_end, wait_fired,
                    wait_for_file)
 
@@ -208,6 +208,37 @@ def test_a_killed_lead_is_replaced_by_the_next_server(small_data, uninterrupted,
     assert [f["server"] for f in s["failures"]] == [0] and s["train_examples"] == EPOCHS * ROWS
     assert "training: epoch" in ended.output.split("server 1 leads from now on")[1], \
         "the new lead says the progress"
+
+
+def test_the_run_lock_and_ctl_move_to_the_new_lead(small_data, uninterrupted, tmp_path):
+    """Server 0 took the lock of --out and is killed at clock 60; worker 0 (rank 3) then
+    pauses at clock 70, once server 1 leads: the job certainly trains on. `mpips ctl status`
+    is answered by server 1, and a second job on the same --out is refused (with
+    --overwrite too, which would have removed the first job's files), naming the run.
+    Released, the first job ends on the uninterrupted run's model and writes the summary."""
+    run, go = tmp_path / "run", tmp_path / "go"
+    kill, pause = "kill rank 0 at clock 60", f"pause rank 3 until {go} at clock 70"
+    job = launch(small_data, run, *events(kill, pause))
+    wait_for_file(job, f"{go}.reached")
+    job.wait_for("server 1 leads from now on")
+    status = run_mpips("ctl", run, "status", "--wait", 120, timeout=180)
+    second = run_job(3, "train", "--train", small_data[0], "--out", run, "--overwrite",
+                     "--epochs", 1, timeout=180)
+    go.write_text("")
+    ended = job.finish(timeout=300)
+    assert ended.returncode == 0, ended.output
+    for event in (kill, pause):
+        fired(ended, event)
+    name = read_summary(run)["run_id"]
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "server 0 (rank 0): dead" in status.stdout and "server 1 leads" in status.stdout, \
+        status.stdout
+    assert second.returncode == 2, second.output
+    assert f"--out {run} is in use by run {name}" in second.stderr, second.stderr
+    assert "Traceback" not in second.output
+    assert "rank 1 (server 1): WARNING took over the lock" in ended.output
+    same_model(run, uninterrupted["bsp"])
+    assert not (run / "mpips.lock").exists(), "released by the new lead as the job ended"
 
 
 def test_a_spare_stands_in_for_a_killed_server_and_the_survivors_take_on_no_copies(

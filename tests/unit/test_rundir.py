@@ -2,6 +2,7 @@
 input fingerprints."""
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -109,6 +110,37 @@ def test_the_lock_of_a_job_still_ending_is_taken_once_its_process_is_gone(tmp_pa
     rundir.DirectoryLock(str(tmp_path), "resumed", "--out").acquire()
     assert clock.pauses >= 1, "the lock waited for the holder to go"
     assert json.loads((tmp_path / rundir.LOCK).read_text())["run_id"] == "resumed"
+
+
+def test_a_lock_is_kept_while_a_process_of_its_job_runs_here(tmp_path, monkeypatch, caplog):
+    """Under hot failover a job outlives its lead, and its lock names every server. The lead
+    (the lock's holder) is gone, another server runs: the job runs (`ctl` finds it) and a
+    second job is refused, naming the run and that server; once no process of the job runs
+    on this host, the lock is taken over at once."""
+    monkeypatch.setattr(rundir, "LINGER_S", 0.5)   # (the wait for a job still ending)
+    lead, server = subprocess.Popen(["sleep", "600"]), subprocess.Popen(["sleep", "600"])
+    host = socket.gethostname()
+    job = [{"host": host, "pid": p.pid, "started": rundir._start_time(p.pid)}
+           for p in (lead, server)]
+    (tmp_path / rundir.LOCK).write_text(json.dumps(
+        {"run_id": "failing-over", "taken": "then", "what": "--out", **job[0], "job": job}))
+    try:
+        lead.kill()
+        lead.wait()
+        holder, gone = rundir.running_job(str(tmp_path))
+        assert gone is None and holder["run_id"] == "failing-over"
+        said = (f"in use by run failing-over on host {host} (pid {lead.pid}, since then; its "
+                f"other servers: pids {server.pid} on {host})")
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            rundir.DirectoryLock(str(tmp_path), "second", "--out").acquire()
+    finally:
+        server.kill()
+        server.wait()
+    with caplog.at_level("WARNING", logger="mpips"):
+        rundir.DirectoryLock(str(tmp_path), "third", "--out").acquire()
+    assert (f"its processes on this host ({lead.pid}, {server.pid}) are no longer running"
+            in caplog.text)
+    assert json.loads((tmp_path / rundir.LOCK).read_text())["run_id"] == "third"
 
 
 def test_a_fingerprint_tells_what_changed(tmp_path):
