@@ -63,6 +63,7 @@ class _Pending:
     clock: int = 0                   # the worker's clock when it was sent
     version: int = 0                 # the placement its requests were sent by
     sent_by: int = 0                 # a pull: the placement its first parts were split by
+    lead_op: Op | None = None        # a question to the lead: asked of the next should it die
 
 
 class KVWorker:
@@ -323,7 +324,7 @@ class KVWorker:
         self._pending[self._ts] = _Pending(
             what=f"server rank {self._servers[lead]} to hand out a chunk of the test rows",
             sends=[self._send(lead, Op.CHUNK)], replies=[self._reply_into(out, lead)], out=out,
-            version=self._placement.version)
+            version=self._placement.version, lead_op=Op.CHUNK)
         return self._ts
 
     def notices(self) -> list:
@@ -498,9 +499,19 @@ class KVWorker:
             if r.server not in dead or r.done:   # (a dead server may have answered first)
                 living.append(r)
                 continue
+            if pending.lead_op is not None:
+                living.append(self._ask_lead_again(pending))
+                continue
             living += self._ask_again(pending, np.arange(pending.out.shape[0])[r.rows])
         pending.replies = living
         pending.version = self._placement.version
+
+    def _ask_lead_again(self, pending: _Pending) -> _Reply:
+        """Ask the lead now (the one asked died) what `pending` asked; its reply."""
+        self._ts += 1
+        lead = self._lead()
+        pending.sends.append(self._send(lead, pending.lead_op))
+        return self._reply_into(pending.out, lead)
 
     def _moved_on(self, version: int) -> bool:
         """A read split by placement `version` was refused: whether key ranges moved since

@@ -114,3 +114,25 @@ def test_a_frozen_worker_counts_as_dead_and_its_rows_go_to_the_others(small_data
     ended = frozen_by_event_to_the_end(job, run, 3, freeze)
     fired(ended, freeze)
     check_handed_on(run, ended, uninterrupted)
+
+
+@pytest.mark.parametrize("event", ["kill rank 3 at scoring", "kill rank 3 at chunk 2",
+                                   "freeze rank 3 at scoring"])
+def test_a_worker_dead_while_scoring_leaves_its_chunks_to_the_others(small_data, uninterrupted,
+                                                                     tmp_path, event):
+    """The model is whole: the living workers score the whole test file, the dead worker's
+    chunks too (at chunk 2 it dies holding the scores of two), with the same figures, bit
+    for bit, as the uninterrupted run's."""
+    run = tmp_path / "run"
+    job = launch(small_data, run, "--test-event", event)
+    ended = (frozen_by_event_to_the_end(job, run, 3, event) if event.startswith("freeze")
+             else job.finish(timeout=300))
+    assert ended.returncode == 0, ended.output
+    fired(ended, event)
+    if event.endswith("chunk 2"):
+        assert "worker 1 died holding the scores of 2 chunk(s) of the test file" in ended.output
+    s = read_summary(run)
+    assert s["status"] == "complete" and s["test_examples"] == TEST_ROWS
+    assert s["train_examples"] == EPOCHS * ROWS
+    assert (s["test_logloss"], s["test_auc"]) == (uninterrupted["test_logloss"],
+                                                  uninterrupted["test_auc"])
