@@ -88,10 +88,10 @@ def _run_train(args) -> None:
             if not getattr(e, "reported", False):
                 log.info("%s", e)
             sys.exit(signals.RESUMABLE)
-        except NotScored as e:
+        except NotScored as e:   # after a death: leave as after one (without finalizing)
             if not e.reported:
                 log.error("%s (exit %d)", e, e.exit_status)
-            sys.exit(e.exit_status)
+            leave_after_failure(e.exit_status)
         except CannotFailOver as e:
             log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",
                       e, how_to_go_on(cfg), e.exit_status)

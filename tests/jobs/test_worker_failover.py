@@ -2,14 +2,16 @@
 (SIGSTOP) mid-run, at a clock the test names (--test-event); the servers agree on the clocks
 of it they all hold, its rows left go to the other workers, and the job finishes, exit 0,
 having trained every example once per epoch and scored the whole test file."""
+import json
 import os
 import shutil
 
 import pytest
-from support import ULFM, fired, read_summary, run_job
+from support import ULFM, fired, read_summary, run_job, run_mpips
 from watch import WatchedJob, complete_checkpoints, frozen_by_event_to_the_end
 
 from mpips.checkpoint import read_manifest
+from mpips.exits import NOT_SCORED
 
 # 2 servers + 3 workers (ranks 2, 3, 4); 34 clocks an epoch each, a checkpoint every 25
 # clocks (all kept). Worker 1 (rank 3) dies at its clock 40, in its second epoch: every push
@@ -136,3 +138,26 @@ def test_a_worker_dead_while_scoring_leaves_its_chunks_to_the_others(small_data,
     assert s["train_examples"] == EPOCHS * ROWS
     assert (s["test_logloss"], s["test_auc"]) == (uninterrupted["test_logloss"],
                                                   uninterrupted["test_auc"])
+
+
+def test_scores_lost_with_the_lead_end_the_job_trained_not_scored(small_data, uninterrupted,
+                                                                  tmp_path):
+    """The lead dies as training ends (--replicas 2: its keys live on): the next lead does
+    not know what it handed out, so the job says that the model is whole and how to score it,
+    and exits 76; scoring it so gives the uninterrupted run's figures, bit for bit."""
+    run = tmp_path / "run"
+    kill = "kill rank 0 at scoring"
+    ended = launch(small_data, run, "--replicas", 2, "--test-event", kill).finish(timeout=300)
+    assert ended.returncode == NOT_SCORED, ended.output
+    fired(ended, kill)
+    advice = f"score it with `python -m mpips score {run} --test {small_data[1]}`"
+    assert advice in ended.output and "Traceback" not in ended.output
+    s = read_summary(run)
+    assert s["status"] == "not scored" and s["test_logloss"] is None
+    assert s["train_examples"] == EPOCHS * ROWS
+    scored = run_mpips("score", run, "--test", small_data[1], "--json", tmp_path / "score.json")
+    assert scored.returncode == 0, scored.output
+    with open(tmp_path / "score.json") as f:
+        figures = json.load(f)
+    assert (figures["logloss"], figures["auc"]) == (uninterrupted["test_logloss"],
+                                                    uninterrupted["test_auc"])
