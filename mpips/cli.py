@@ -64,7 +64,7 @@ def _run_train(args) -> None:
                            what_died)
     from .faulttolerance import local_verdict
     from .log import setup
-    from .job import JobStopped, train
+    from .job import JobStopped, NotScored, train
 
     world = MPI.COMM_WORLD
     log = setup(f"rank {world.rank}")
@@ -88,6 +88,10 @@ def _run_train(args) -> None:
             if not getattr(e, "reported", False):
                 log.info("%s", e)
             sys.exit(signals.RESUMABLE)
+        except NotScored as e:   # after a death: leave as after one (without finalizing)
+            if not e.reported:
+                log.error("%s (exit %d)", e, e.exit_status)
+            leave_after_failure(e.exit_status)
         except CannotFailOver as e:
             if not getattr(e, "reported", False):
                 log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",

@@ -63,6 +63,8 @@ class _Pending:
     clock: int = 0                   # the worker's clock when it was sent
     version: int = 0                 # the placement its requests were sent by
     sent_by: int = 0                 # a pull: the placement its first parts were split by
+    lead_op: Op | None = None        # a question to the lead: asked of the next should it die
+    timeout: float | None = None     # if not the worker's
 
 
 class KVWorker:
@@ -307,24 +309,26 @@ class KVWorker:
             del replies[server]
 
     def status(self, timeout: float | None = None) -> dict:
-        """The first server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""
-        self._ts += 1
+        """The lead server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""
         out = np.empty(len(protocol.STATUS_FIELDS), np.int64)
-        lead = self._lead()
-        wait_all([self._send(lead, Op.STATUS).request, self._reply_into(out, lead).request],
-                 timeout or self.timeout,
-                 lambda: f"server rank {self._servers[lead]} to report the workers' clocks")
+        self.wait(self._ask_lead(Op.STATUS, out, "to report the workers' clocks", timeout))
         return dict(zip(protocol.STATUS_FIELDS, out.tolist()))
 
     def test_chunk(self) -> int:
         """Start asking the lead which chunk of the test file to score next (see
         testscoring); wait(ts) gives it, as int64 (start, stop): equal once none is left."""
+        return self._ask_lead(Op.CHUNK, np.empty(2, np.int64), "to hand out a chunk of the "
+                                                               "test rows")
+
+    def _ask_lead(self, op: Op, out: np.ndarray, what: str, timeout: float | None = None) -> int:
+        """Start asking the lead server `op`, its answer into `out`; wait(ts) completes it.
+        Should the lead die meanwhile (under failover), the next lead is asked."""
         self._ts += 1
-        out, lead = np.empty(2, np.int64), self._lead()
+        lead = self._lead()
         self._pending[self._ts] = _Pending(
-            what=f"server rank {self._servers[lead]} to hand out a chunk of the test rows",
-            sends=[self._send(lead, Op.CHUNK)], replies=[self._reply_into(out, lead)], out=out,
-            version=self._placement.version)
+            what=f"server rank {self._servers[lead]} {what}", sends=[self._send(lead, op)],
+            replies=[self._reply_into(out, lead)], out=out, version=self._placement.version,
+            lead_op=op, timeout=timeout)
         return self._ts
 
     def notices(self) -> list:
@@ -411,8 +415,8 @@ class KVWorker:
             except WaitTimeout as e:
                 if not pending.replies:
                     raise
-                raise WaitTimeout(f"{e}; {self._silent(pending)}"
-                                  f"{self._who_is_slow()}") from None
+                slow = self._who_is_slow() if pending.lead_op is None else ""
+                raise WaitTimeout(f"{e}; {self._silent(pending)}{slow}") from None
             if pending.out is not None and any(r.status.Get_count(MPI.FLOAT) == 0
                                                for r in pending.replies):
                 # Refused: key ranges moved (read again from their owners), or the job stopped.
@@ -428,7 +432,8 @@ class KVWorker:
         for r in pending.replies:
             if r.copy:
                 pending.out[r.rows] = r.into
-        self.wait_s += waited
+        if pending.lead_op is None:   # a pull's
+            self.wait_s += waited
         values = pending.out
         if pending.perm is not None:
             values = np.empty_like(pending.out)
@@ -451,9 +456,10 @@ class KVWorker:
         would hide the failure until every other part is done), and the others stay
         pending."""
         parts = [p for p in pending.sends + pending.replies if not p.done]
+        timeout = pending.timeout or self.timeout
         if not self.failover:
             statuses = [p.status if isinstance(p, _Reply) else MPI.Status() for p in parts]
-            waited = wait_all([p.request for p in parts], self.timeout, lambda: pending.what,
+            waited = wait_all([p.request for p in parts], timeout, lambda: pending.what,
                               statuses=statuses)
             for p in parts:
                 p.done = True
@@ -464,7 +470,7 @@ class KVWorker:
                 if not p.done:
                     p.done = p.request.Test(p.status if isinstance(p, _Reply) else None)
             return all(p.done for p in parts)
-        return wait_until(poll, self.timeout, lambda: pending.what)
+        return wait_until(poll, timeout, lambda: pending.what)
 
     def _complete_unless_failed(self, pending: _Pending) -> float | None:
         """`_complete`, or None when a server died meanwhile (under failover: learned, the
@@ -499,9 +505,19 @@ class KVWorker:
             if r.server not in dead or r.done:   # (a dead server may have answered first)
                 living.append(r)
                 continue
+            if pending.lead_op is not None:
+                living.append(self._ask_lead_again(pending))
+                continue
             living += self._ask_again(pending, np.arange(pending.out.shape[0])[r.rows])
         pending.replies = living
         pending.version = self._placement.version
+
+    def _ask_lead_again(self, pending: _Pending) -> _Reply:
+        """Ask the lead now (the one asked died) what `pending` asked; its reply."""
+        self._ts += 1
+        lead = self._lead()
+        pending.sends.append(self._send(lead, pending.lead_op))
+        return self._reply_into(pending.out, lead)
 
     def _moved_on(self, version: int) -> bool:
         """A read split by placement `version` was refused: whether key ranges moved since

@@ -3,6 +3,10 @@ a reader that stopped early without one."""
 import os
 import sys
 
+# A job's exit statuses besides 0, 1 (an error; MPI_Abort) and 2 (a configuration refused):
+# 75 (signals.RESUMABLE, failover.LOST) stopped, to resume from a checkpoint; and this one:
+NOT_SCORED = 76   # trained, the model saved whole, but not all of --test scored: `mpips score`
+
 
 def _launched(names: tuple) -> int | None:
     """What the MPI launcher announced in the first of these variables that it set."""

@@ -21,6 +21,7 @@ from . import checkpoint, defaults, rundir, stagework, summary, testevents, time
 from .schedule import logged_bubbles, theoretical_bubble
 from .config import TrainConfig, check_resumable
 from .errors import ConfigError, MpipsError
+from .exits import NOT_SCORED
 from .failover import CannotFailOver, end_together
 from .lbfgs import Step
 from .faulttolerance import Verdict, hot_failover
@@ -28,6 +29,7 @@ from .log import setup
 from .placement import Placement, dealt
 from .roles import Roles, split
 from .shards import check_examples, sample_rows
+from .testscoring import covered
 from .startup import agree, broadcast_text, compile_per_node, gather_text, run_id
 from .warmup import CompileWatch
 
@@ -39,6 +41,12 @@ log = logging.getLogger("mpips")
 
 class JobStopped(MpipsError):
     """Raised on every rank after a job stopped early with a checkpoint: exit status 75."""
+
+
+class NotScored(MpipsError):
+    """Raised on every rank after a job trained and saved its model but lost the scores of
+    part of --test with a rank that died: exits.NOT_SCORED."""
+    exit_status = NOT_SCORED
 
 
 def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None:
@@ -331,12 +339,14 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tas
     where = (records["stopped_at"][:len(roles.servers)] if cfg.solver == "minibatch" else
              records["stopped_at"][len(roles.servers):])
     stopped_at = int(where.max()) if stopped else -1
+    scored = stopped or covered(cfg, int(records["test_units"].sum()))
     result = None
     if comm.rank == 0:
         result = summary.build(
-            records, len(roles.servers), margins, labels, held, run_id=name,
-            config=cfg.as_dict(), consistency=cfg.consistency, staleness=cfg.max_staleness,
-            status="stopped" if stopped else "complete",
+            records, len(roles.servers), margins if scored else None, labels, held,
+            run_id=name, config=cfg.as_dict(), consistency=cfg.consistency,
+            staleness=cfg.max_staleness,
+            status="stopped" if stopped else "complete" if scored else "not scored",
             stopped_at_clock=stopped_at if stopped else None,
             checkpoints=os.path.abspath(cfg.checkpoints), wall_s=time.monotonic() - started,
             model_dir=os.path.abspath(cfg.model_dir), failures=failures, moves=list(moves),
@@ -350,6 +360,12 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tas
         error = JobStopped(f"stopped at {'clock' if cfg.solver == 'minibatch' else 'iteration'} "
                            f"{stopped_at} after writing a checkpoint; continue with --resume "
                            f"{cfg.checkpoints}")
+        error.reported = comm.rank != 0
+        raise error
+    if not scored:
+        error = NotScored(f"the model is trained and saved whole in {cfg.model_dir}, but the "
+                          f"scores of part of --test {cfg.test} died with a rank (see above): "
+                          f"score it with `python -m mpips score {cfg.out} --test {cfg.test}`")
         error.reported = comm.rank != 0
         raise error
     return result

@@ -1,7 +1,6 @@
 """`score`, `report`, `schedule`, `inspect`: the commands that describe, in one process, a
 trained model, its runs, a pipeline's schedule or a directory of checkpoints."""
 import logging
-import os
 import sys
 
 from .exits import fail, print_out

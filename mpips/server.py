@@ -454,6 +454,8 @@ class Server:
         self.hooks.placement_changed(self.placement)
         ranks = {self.roles.servers[g] for g in gone}
         self._servers_left -= ranks
+        if self.scoring:
+            self.scoring.servers_gone(set(gone), was_lead)
         if self.lead and not was_lead:
             # It does not wait for the others' BYE at the end: some may have said it to the
             # dead lead. Files of checkpoints they report after it has ended are passed over.

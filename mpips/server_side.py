@@ -218,8 +218,9 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
                     epochs=cfg.epochs,
                     parts=spans(cfg.train, len(roles.workers)) if elastic else (),
                     deaths=checkpoint.deaths(resume), run_dir=cfg.out, run_id=name,
-                    scoring=((lambda s: Scoring(s, cfg, core_to_spare(roles)))
-                             if shared(cfg, hot) else None))
+                    scoring=((lambda s: Scoring(s, cfg, core_to_spare(roles) and not hot,
+                                                hot))
+                             if shared(cfg) else None))
     t0 = started[0] = ready(roles.comm, cfg.startup_timeout, load)
     startup_s = process_age()
     if progress:
@@ -302,6 +303,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
         margins, labels = server.scoring.results()
         r["score_s"] = server.scoring.score_s
         r["bad_lines"] = server.scoring.bad_lines
+        r["test_units"] = server.scoring.units
     r["test_rows"] = margins.shape[0]
     return r, margins, labels, server.held_s, NO_STEPS, server.timeline.samples()
 

@@ -28,6 +28,8 @@ Points:
   scoring       the rank starts its part of scoring the test file
   saving        a server: training and scoring are over and it is about to write its part of
                 the final model (no file of it written yet)
+  chunk K       a worker starts scoring the K-th chunk of the test file handed to it (its
+                part, where the file is not handed out in chunks, is its chunk 1)
 
 A rank acts on itself at the point it observes, so the timing is exact. Every event fired
 says so in the log ("test event: ..."), and one that never fired is named at the end: a
@@ -54,7 +56,7 @@ FROM_ENVIRONMENT = "MPIPS_TEST_EVENTS"
 RECORDS = "test-events"   # in the run's directory: the events fired so far
 SIGNALS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "stop": signal.SIGUSR1,
            "term": signal.SIGTERM}
-POINTS = ("clock", "epoch", "checkpoint", "iteration", "scoring", "saving")
+POINTS = ("clock", "epoch", "checkpoint", "iteration", "scoring", "saving", "chunk")
 UNNUMBERED = ("scoring", "saving")   # points reached once, without a number
 
 _EVENT = re.compile(
@@ -62,7 +64,7 @@ _EVENT = re.compile(
     r"|busy rank (?P<busy>\d+) for (?P<busy_s>[\d.]+) ?s"
     r"|pause rank (?P<paused>\d+) until (?P<file>\S+)"
     r"|ctl (?P<command>[a-z-]+)(?: (?P<target>\d+))?)"
-    r" at (?P<point>clock|epoch|checkpoint|iteration|scoring|saving)(?: (?P<value>\d+))?$")
+    r" at (?P<point>clock|epoch|checkpoint|iteration|scoring|saving|chunk)(?: (?P<value>\d+))?$")
 
 
 class EventError(ValueError):
@@ -74,7 +76,7 @@ class Event:
     text: str
     action: str            # kill, freeze, stop, term, busy, pause or ctl
     point: str             # one of POINTS
-    value: int = 0         # the clock, epoch, checkpoint or iteration (0: scoring, saving)
+    value: int = 0         # the clock, epoch, checkpoint, iteration or chunk (0: scoring, saving)
     rank: int | None = None        # the rank acted on (None: ctl, the lead's)
     seconds: float | None = None   # freeze: thawed after this long; busy: this long
     file: str | None = None        # pause: waits until it exists
@@ -146,6 +148,9 @@ def check(texts, n_ranks: int, n_servers: int, full_batch: bool) -> None:
         if e.point == "epoch" and server:
             raise EventError(f"--test-event {text!r}: rank {e.rank} is a server, which has no "
                              f"epochs: name a clock")
+        if e.point == "chunk" and server:
+            raise EventError(f"--test-event {text!r}: rank {e.rank} is a server, which is "
+                             f"handed no chunks under ULFM: name a worker")
         if e.point == "checkpoint" and not server:
             raise EventError(f"--test-event {text!r}: only servers write checkpoints")
         if e.point == "saving" and not server:

@@ -8,25 +8,34 @@ scores its chunks in its loop's idle turns, a small batch a turn, so that it ans
 workers' reads first: the keys it holds are read from its own table, the others asked of
 their servers (READ). Every server answers READs until each has said it is done (SCORED).
 
-Under ULFM (a rank may die while scoring) and for pipelines and full-batch solvers, the
-workers share the file among themselves in fixed parts and the servers score nothing: a
-chunk handed to a rank that dies would be lost.
+Under ULFM a worker may die while scoring, and the scores it holds with it: the servers
+score nothing, a worker asks for a chunk only once it has scored those it was handed, and
+the lead keeps what it handed to whom. A dead worker's chunks go to the next workers that
+ask, and the lead says none is left only once every living worker asks (has scored all it
+was handed). Should the lead itself die meanwhile, the chunks it handed out are not known
+to the next: that one answers that the hand-out was lost (LOST), and the job ends trained,
+not scored (see `covered`). Pipelines and full-batch solvers share the file among the
+workers in fixed parts.
 
 No numeric loops here: keys and margins come from the workers' kernels.
 """
+import logging
 import math
 import os
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
 
-from . import protocol
+from . import protocol, testevents
 from .data import KeyIndexer
 from .errors import InputError, ProtocolError, WaitTimeout
 from .protocol import Op
 from .shards import CsrShard, open_shard, spans
+
+log = logging.getLogger("mpips")
 
 EVAL_BATCH = 10000     # test rows a worker's batch
 SERVER_BATCH = 2000    # a server's: it answers no read while it works on one
@@ -34,10 +43,19 @@ SMALLEST = 8           # the smallest chunk: a rank's share over this many (the 
 AHEAD = 2              # a server's batches whose reads are under way at once
 
 
-def shared(cfg, hot: bool) -> bool:
-    """Whether the lead hands out --test in chunks (see the module's docstring); `hot`:
-    under ULFM."""
-    return bool(cfg.test) and not hot and cfg.stages == 1 and cfg.solver == "minibatch"
+NONE = (0, 0)    # the lead's answer once no chunk is left (any start == stop)
+LOST = (-1, -1)  # a new lead's, once the lead that handed out the chunks died
+
+
+def shared(cfg) -> bool:
+    """Whether the lead hands out --test in chunks (see the module's docstring)."""
+    return bool(cfg.test) and cfg.stages == 1 and cfg.solver == "minibatch"
+
+
+def covered(cfg, units: int) -> bool:
+    """Whether `units` (rows or bytes) scored over the ranks make the whole --test file once,
+    as chunks handed out do unless a rank died with its scores or the hand-out was lost."""
+    return not shared(cfg) or units == spans(cfg.test, 1)[0][1]
 
 
 def core_to_spare(roles) -> bool:
@@ -91,8 +109,13 @@ class HeldOutFile:
         return Chunks(self.total, ranks, EVAL_BATCH if self.binary else 1)
 
     def chunk(self, span, sender: str):
-        """The shard of chunk `span` (start, stop) handed out by `sender`; None for none left."""
+        """The shard of chunk `span` (start, stop) handed out by `sender`; None for none left
+        (or LOST)."""
         start, stop = (int(x) for x in span)
+        if (start, stop) == LOST:
+            log.warning("the lead server that handed out the test file died: this worker "
+                        "scores no more of it")
+            return None
         if not 0 <= start <= stop <= self.total:
             raise ProtocolError(f"{sender} handed out chunk [{start}, {stop}) of the test file "
                                 f"{self.path}, which has {self.total} "
@@ -105,24 +128,36 @@ def _margins(model, kv, pull, batch, cols, bias_col):
     return model.margins(batch, cols, bias_col, kv.wait(pull)), batch.labels
 
 
+@dataclass
+class Share:
+    """What a rank scored of the test file."""
+    margins: np.ndarray
+    labels: np.ndarray
+    bad_lines: int    # skipped
+    units: int        # rows or bytes of the file its chunks or part span (see `covered`)
+
+
 def worker_share(cfg, roles, kv, deaths: tuple = (), part: tuple | None = None, model=None,
-                 hot: bool = False):
-    """A worker's part in scoring (`kv`: its KVWorker): (margins, labels, bad lines skipped)
-    of its share of the test file under the final model: the chunks the lead hands out, or
-    else a part of the file, shared among the workers alive (as far as this one knows) or
-    the `part` (this one's, parts) given. `model`: what gives margins (a pipeline's first
-    stage), if not the job's model; `hot`: under ULFM."""
-    if part is None and shared(cfg, hot):
-        shards = _chunks_handed_out(kv, HeldOutFile(cfg))
+                 hot: bool = False) -> Share:
+    """A worker's part in scoring (`kv`: its KVWorker): its share of the test file under the
+    final model: the chunks the lead hands out, or else a part of the file, shared among the
+    workers alive (as far as this one knows) or the `part` (this one's, parts) given.
+    `model`: what gives margins (a pipeline's first stage), if not the job's model; `hot`:
+    under ULFM (each chunk asked for once the last is scored)."""
+    units = []
+    if part is None and shared(cfg):
+        shards = _chunks_handed_out(kv, HeldOutFile(cfg), units, ahead=not hot)
     else:
         dead = {d.worker for d in deaths if d.dead}
         living = [w for w in range(len(roles.workers)) if w not in dead]
         index, parts = part or (living.index(roles.index), len(living))
         shards = [open_shard(cfg.test, index, parts, skip_bad=cfg.skip_bad_lines)]
+        units.append(spans(cfg.test, parts)[index])
     model = model or cfg.model_spec()
     scored, index, pending, bad_lines = [], KeyIndexer(model.reserved_keys()), None, 0
     # One pull ahead: the servers look up the next batch's keys while this one is scored.
-    for shard in shards:
+    for number, shard in enumerate(shards, 1):
+        testevents.reached("chunk", number)
         for batch in shard.minibatches(EVAL_BATCH):
             keys, cols, bias_col = index(batch, cfg.bias, shard.path)
             pull = kv.pull(keys, read_only=True)
@@ -130,9 +165,12 @@ def worker_share(cfg, roles, kv, deaths: tuple = (), part: tuple | None = None, 
                 scored.append(_margins(model, kv, *pending))
             pending = (pull, batch, cols, bias_col)
         bad_lines += shard.bad_lines
+        if hot and pending is not None:   # scored before the next chunk is asked for
+            scored.append(_margins(model, kv, *pending))
+            pending = None
     if pending is not None:
         scored.append(_margins(model, kv, *pending))
-    return (*_concatenated(scored), bad_lines)
+    return Share(*_concatenated(scored), bad_lines, sum(b - a for a, b in units))
 
 
 def _concatenated(scored: list) -> tuple[np.ndarray, np.ndarray]:
@@ -143,16 +181,65 @@ def _concatenated(scored: list) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(margins), np.concatenate(labels)
 
 
-def _chunks_handed_out(kv, test: HeldOutFile):
-    """The shards of the chunks of the test file the lead hands this worker, the next asked
-    for while one is scored."""
+def _chunks_handed_out(kv, test: HeldOutFile, units: list, ahead: bool = True):
+    """The shards of the chunks of the test file the lead hands this worker, each span added
+    to `units`; `ahead`: the next asked for while one is scored, else once it is."""
     asked = kv.test_chunk()
     while True:
-        shard = test.chunk(kv.wait(asked), "the lead server")
+        span = kv.wait(asked)
+        shard = test.chunk(span, "the lead server")
         if shard is None:
             return
-        asked = kv.test_chunk()
+        units.append(tuple(span))
+        if ahead:
+            asked = kv.test_chunk()
         yield shard
+        if not ahead:
+            asked = kv.test_chunk()
+
+
+class Asked(NamedTuple):
+    """A worker's request for a chunk, not yet answered."""
+    source: int   # its rank
+    ts: int       # the request's
+
+
+class HandOut:
+    """Under ULFM, the lead's chunks and who was handed which (see the module's docstring).
+    Pure."""
+
+    def __init__(self, chunks: Chunks):
+        self.chunks = chunks
+        self.handed = {}     # worker -> the chunks (start, stop) whose scores it holds
+        self.returned = []   # dead workers' chunks, handed out first
+        self.asking = {}     # worker -> Asked
+        self.over = False    # every living worker has been told that none is left
+
+    def worker_died(self, worker: int) -> int:
+        """Its chunks go to the next that ask; how many it held."""
+        lost = self.handed.pop(worker, [])
+        self.returned += lost
+        self.asking.pop(worker, None)
+        return len(lost)
+
+    def answers(self, living: set) -> list:
+        """(Asked, chunk) for each request that can be answered now: a chunk while any is
+        left; NONE to all once every `living` worker asks and none is."""
+        out = []
+        for worker in sorted(self.asking):
+            if not self._left():
+                break
+            span = self.returned.pop(0) if self.returned else self.chunks.take()
+            self.handed.setdefault(worker, []).append(span)
+            out.append((self.asking.pop(worker), span))
+        if not self._left() and (self.over or living <= set(self.asking)):
+            self.over = True
+            out += [(asked, NONE) for asked in self.asking.values()]
+            self.asking.clear()
+        return out
+
+    def _left(self) -> bool:
+        return bool(self.returned) or self.chunks.taken < self.chunks.total
 
 
 @dataclass
@@ -169,16 +256,19 @@ class _Batch:
 
 class Scoring:
     """A server's part in scoring: its own chunks (if `takes_chunks`), the READs of the
-    others, and (the lead) handing out the chunks."""
+    others, and (the lead) handing out the chunks; `hot`: under ULFM (see HandOut)."""
 
-    def __init__(self, server, cfg, takes_chunks: bool = True):
+    def __init__(self, server, cfg, takes_chunks: bool = True, hot: bool = False):
         self.server = server
         self._takes_chunks = takes_chunks
+        self._hot = hot
+        self._hand_out_lost = False  # it came to lead after the lead that handed out died
         self._cfg = cfg
         self._model = cfg.model_spec()
         self._index = KeyIndexer(self._model.reserved_keys())
         self._test = None            # the HeldOutFile, once training is over
         self._chunks = None          # the lead's Chunks, opened at the first CHUNK
+        self._handout = None         # under ULFM, the lead's HandOut of them
         self._chunk = None           # (request or None, int64[2]) of a chunk asked for
         self._chunk_asked = 0.0
         self._shard = None           # the chunk being scored, and its batches
@@ -189,7 +279,7 @@ class Scoring:
         self._scored = []            # (margins, labels) of each batch
         self._scoring = set(range(len(server.roles.servers)))   # servers not done yet
         self._early_reads = []       # (source, ts, keys, when) of READs before training ended
-        self.began, self.score_s, self.bad_lines = None, 0.0, 0
+        self.began, self.score_s, self.bad_lines, self.units = None, 0.0, 0, 0
 
     def handlers(self) -> dict:
         return {Op.READ: self.on_read, Op.SCORED: self.on_scored, Op.CHUNK: self.on_chunk}
@@ -284,17 +374,58 @@ class Scoring:
 
     def on_chunk(self, source: int, request, buf) -> None:
         """A rank asks the lead which chunk of the test file to score."""
-        self.server.reply(self._hand_out(source in self.server.roles.servers), source,
-                          request.header.ts)
+        roles = self.server.roles
+        if self._hand_out_lost:
+            self.server.reply(np.array(LOST, np.int64), source, request.header.ts)
+        elif self._hot and source not in roles.servers:
+            self._opened_chunks()
+            self._handout.asking[roles.worker_index(source)] = Asked(source, request.header.ts)
+            self._answer()
+        else:
+            self.server.reply(self._hand_out(source in roles.servers), source,
+                              request.header.ts)
+
+    def _answer(self) -> None:
+        """Under ULFM: the requests for chunks the lead can answer now (see HandOut)."""
+        gone = self.server.clocks.gone
+        living = {w for w in range(len(self.server.roles.workers)) if w not in gone}
+        for asked, span in self._handout.answers(living):
+            self.server.reply(np.array(span, np.int64), asked.source, asked.ts)
+
+    def worker_gone(self, worker: int) -> None:
+        """The lead: a worker died; the chunks it was handed go to others."""
+        if self._handout is None:
+            return
+        held = self._handout.worker_died(worker)
+        if held:
+            log.warning("worker %d died holding the scores of %d chunk(s) of the test file: "
+                        "they go to the next workers that ask", worker, held)
+        self._answer()
+
+    def servers_gone(self, gone: set, was_lead: bool) -> None:
+        """Servers `gone` (indices) died: they are not waited for. Under ULFM, a server that
+        comes to lead once training is over does not know what the dead lead handed out."""
+        self._scoring -= gone
+        if self._hot and self.server.lead and not was_lead and self.server.clocks.all_finished:
+            self._hand_out_lost = True
+            log.warning("the lead server died after training: the chunks of the test file it "
+                        "handed out are not known here, so the test file is not scored")
+
+    def _opened_chunks(self) -> Chunks:
+        """The lead's Chunks of the test file (and under ULFM its HandOut), at the first
+        CHUNK: under ULFM only the workers take chunks."""
+        if self._chunks is None:
+            self._test = self._test or HeldOutFile(self._cfg)
+            roles = self.server.roles
+            self._chunks = self._test.chunks(len(roles.workers) + (0 if self._hot else
+                                                                   len(roles.servers)))
+            self._handout = HandOut(self._chunks) if self._hot else None
+        return self._chunks
 
     def _hand_out(self, small: bool) -> np.ndarray:
         if self.server.gate.stopped:   # the job stops: a checkpoint holds the model; no scores
             return np.zeros(2, np.int64)
-        if self._chunks is None:
-            self._test = self._test or HeldOutFile(self._cfg)
-            roles = self.server.roles
-            self._chunks = self._test.chunks(len(roles.servers) + len(roles.workers))
-        return np.array(self._chunks.take(small), np.int64)
+        return np.array(self._opened_chunks().take(small), np.int64)
 
     def _done(self, server: int) -> None:
         self._scoring.discard(server)
@@ -327,6 +458,7 @@ class Scoring:
         if self._shard is None:
             return False
         self._batches = self._shard.minibatches(SERVER_BATCH)
+        self.units += int(answer[1] - answer[0])
         self._ask_chunk()
         return True
 

@@ -21,7 +21,7 @@ from .lbfgs import Step
 from .log import log_failure
 from .placement import Placement
 from .roles import Roles
-from .testscoring import worker_share
+from .testscoring import Share, worker_share
 from .shards import open_shard, spans
 from .stagework import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
 from .startup import process_age, ready
@@ -200,7 +200,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     sample(train_s, force=True)
     if front is not None:
         front.end(STOPPED if stopped else FINISHED)
-    margins, labels, bad_test_lines = np.empty(0), np.empty(0, np.float32), 0
+    share = Share(np.empty(0), np.empty(0, np.float32), 0, 0)
     score_s = 0.0
     if not stopped:
         if not finished:
@@ -211,9 +211,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
             # Those that died in this launch (a resume's dead workers live again).
             began = time.monotonic()
             testevents.reached("scoring")
-            margins, labels, bad_test_lines = worker_share(cfg, roles, kv,
-                                                     work.plan.deaths[len(deaths):], part,
-                                                     front, hot)
+            share = worker_share(cfg, roles, kv, work.plan.deaths[len(deaths):], part, front,
+                                 hot)
             score_s = time.monotonic() - began
         if front is not None:
             front.end(SCORED)
@@ -234,12 +233,13 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     r["wait_s"] = kv.wait_s
     r["bytes_sent"] = kv.bytes_sent
     r["train_bytes"] = train_bytes
-    r["bad_lines"] = shard.bad_lines + bad_test_lines
-    r["test_rows"] = margins.shape[0]
+    r["bad_lines"] = shard.bad_lines + share.bad_lines
+    r["test_rows"] = share.margins.shape[0]
+    r["test_units"] = share.units
     r["stopped_at"] = kv.clock if stopped else -1   # a worker: where it was stopped
     for name, value in kv.filter.figures().items():
         r[name] = value
-    return (r, margins, labels, np.zeros(n_workers), np.empty((0, len(Step._fields))),
+    return (r, share.margins, share.labels, np.zeros(n_workers), np.empty((0, len(Step._fields))),
             timeline.samples())
 
 

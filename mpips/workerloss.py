@@ -158,6 +158,8 @@ class WorkerLosses:
         if s.lead:
             self._hand_on(worker, k, place)
             s.members.worker_gone(worker)
+            if s.scoring:
+                s.scoring.worker_gone(worker)
         s.advance()
 
     def _hand_on(self, worker: int, clock: int, place: dict) -> None:

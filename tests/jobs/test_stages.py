@@ -9,7 +9,7 @@ import shutil
 import h5py
 import numpy as np
 import pytest
-from support import read_summary, run_job, run_mpips
+from support import ULFM, fired, read_summary, run_job, run_mpips, same_model
 
 from mpips.model_io import load_model
 from mpips.schedule import POLICIES
@@ -139,3 +139,22 @@ def test_print_schedule_shows_the_stages_and_their_tasks():
     assert "stage 0: layers 0-0" in job.output and "stage 2: layers 2-2" in job.output
     assert "stage 2: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4  U" in job.output
     assert "theory 28.6%" in job.output
+
+
+def test_a_pipeline_goes_on_when_its_lead_server_dies(paired, whole, tmp_path):
+    """Under ULFM, server 0 (the lead) killed at clock 30 of 60, 2 servers, --replicas 2: a
+    stage waiting for stage 0 asks the lead for the workers' clocks, and asks the next lead
+    once it learns that the lead died. One micro-batch: the model is the whole network's,
+    bit for bit, as without the death."""
+    kill = "kill rank 0 at clock 30"
+    run = tmp_path / "run"
+    job = run_job(4, "train", "--train", paired[0], "--test", paired[1], "--out", run, *ARGS,
+                  "--stages", 2, "--micro-batches", 1, "--servers", 2, "--replicas", 2,
+                  "--test-event", kill, launcher=ULFM)
+    assert job.returncode == 0, job.output
+    fired(job, kill)
+    summary = read_summary(run)
+    assert [f["rank"] for f in summary["failures"]] == [0], summary["failures"]
+    same_model(run, whole[0])
+    assert (summary["test_logloss"], summary["test_auc"]) == (whole[1]["test_logloss"],
+                                                              whole[1]["test_auc"])

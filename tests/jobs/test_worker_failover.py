@@ -2,14 +2,16 @@
 (SIGSTOP) mid-run, at a clock the test names (--test-event); the servers agree on the clocks
 of it they all hold, its rows left go to the other workers, and the job finishes, exit 0,
 having trained every example once per epoch and scored the whole test file."""
+import json
 import os
 import shutil
 
 import pytest
-from support import ULFM, fired, read_summary, run_job
+from support import ULFM, fired, read_summary, run_job, run_mpips
 from watch import WatchedJob, complete_checkpoints, frozen_by_event_to_the_end
 
 from mpips.checkpoint import read_manifest
+from mpips.exits import NOT_SCORED
 
 # 2 servers + 3 workers (ranks 2, 3, 4); 34 clocks an epoch each, a checkpoint every 25
 # clocks (all kept). Worker 1 (rank 3) dies at its clock 40, in its second epoch: every push
@@ -114,3 +116,48 @@ def test_a_frozen_worker_counts_as_dead_and_its_rows_go_to_the_others(small_data
     ended = frozen_by_event_to_the_end(job, run, 3, freeze)
     fired(ended, freeze)
     check_handed_on(run, ended, uninterrupted)
+
+
+@pytest.mark.parametrize("event", ["kill rank 3 at scoring", "kill rank 3 at chunk 2",
+                                   "freeze rank 3 at scoring"])
+def test_a_worker_dead_while_scoring_leaves_its_chunks_to_the_others(small_data, uninterrupted,
+                                                                     tmp_path, event):
+    """The model is whole: the living workers score the whole test file, the dead worker's
+    chunks too (at chunk 2 it dies holding the scores of two), with the same figures, bit
+    for bit, as the uninterrupted run's."""
+    run = tmp_path / "run"
+    job = launch(small_data, run, "--test-event", event)
+    ended = (frozen_by_event_to_the_end(job, run, 3, event) if event.startswith("freeze")
+             else job.finish(timeout=300))
+    assert ended.returncode == 0, ended.output
+    fired(ended, event)
+    if event.endswith("chunk 2"):
+        assert "worker 1 died holding the scores of 2 chunk(s) of the test file" in ended.output
+    s = read_summary(run)
+    assert s["status"] == "complete" and s["test_examples"] == TEST_ROWS
+    assert s["train_examples"] == EPOCHS * ROWS
+    assert (s["test_logloss"], s["test_auc"]) == (uninterrupted["test_logloss"],
+                                                  uninterrupted["test_auc"])
+
+
+def test_scores_lost_with_the_lead_end_the_job_trained_not_scored(small_data, uninterrupted,
+                                                                  tmp_path):
+    """The lead dies as training ends (--replicas 2: its keys live on): the next lead does
+    not know what it handed out, so the job says that the model is whole and how to score it,
+    and exits 76; scoring it so gives the uninterrupted run's figures, bit for bit."""
+    run = tmp_path / "run"
+    kill = "kill rank 0 at scoring"
+    ended = launch(small_data, run, "--replicas", 2, "--test-event", kill).finish(timeout=300)
+    assert ended.returncode == NOT_SCORED, ended.output
+    fired(ended, kill)
+    advice = f"score it with `python -m mpips score {run} --test {small_data[1]}`"
+    assert advice in ended.output and "Traceback" not in ended.output
+    s = read_summary(run)
+    assert s["status"] == "not scored" and s["test_logloss"] is None
+    assert s["train_examples"] == EPOCHS * ROWS
+    scored = run_mpips("score", run, "--test", small_data[1], "--json", tmp_path / "score.json")
+    assert scored.returncode == 0, scored.output
+    with open(tmp_path / "score.json") as f:
+        figures = json.load(f)
+    assert (figures["logloss"], figures["auc"]) == (uninterrupted["test_logloss"],
+                                                    uninterrupted["test_auc"])

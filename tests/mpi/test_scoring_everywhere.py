@@ -74,8 +74,9 @@ def test_every_rank_scores_each_row_once_with_the_trained_model():
             kv.wait(kv.push(keys, grad if roles.index == 0 else 0 * grad, clock=True))
             kv.finish()
             wait_all([roles.group.Ibarrier()], 60, lambda: "both workers to finish")
-            margins, labels, bad = worker_share(cfg, roles, kv)
-            assert bad == 0
+            share = worker_share(cfg, roles, kv)
+            margins = share.margins
+            assert share.bad_lines == 0
             kv.close()
         counts = np.array(roles.comm.allgather(margins.shape[0]))
         everything = np.empty(counts.sum())
@@ -145,7 +146,7 @@ def test_scoring_a_chunk_longer_than_the_timeout_is_no_timeout(monkeypatch):
             kv = KVWorker(roles, timeout=60)
             kv.finish()
             wait_all([roles.group.Ibarrier()], 60, lambda: "both workers to finish")
-            margins, _, _ = worker_share(cfg, roles, kv)
+            margins = worker_share(cfg, roles, kv).margins
             kv.close()
         assert roles.comm.allreduce(margins.shape[0]) == rows
     finally:
@@ -193,7 +194,7 @@ def test_a_read_of_test_keys_before_a_workers_finish_waits_for_it():
             wait_all([roles.comm.Irecv(np.zeros(1, np.int64), 0, GO_TAG)], 60,
                      lambda: "server 0's READ to be sent")
             kv.finish()
-            margins, _, _ = worker_share(cfg, roles, kv)   # no rows: the stand-in hands out none
+            margins = worker_share(cfg, roles, kv).margins   # no rows: the stand-in hands out none
             assert margins.shape[0] == 0
             kv.close()
     finally:

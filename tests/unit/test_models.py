@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 from minibatches import batch
 
-from mpips.data import Rows
 from mpips.errors import ConfigError
 from mpips.models import FactorizationMachine, LogisticRegression, model_of
 from mpips.optimizer import Optimizer

@@ -1,11 +1,11 @@
-"""The lead's hand-out of the test file in chunks (testscoring.Chunks, pure) and the checks
-of a chunk handed out (HeldOutFile.chunk)."""
+"""The lead's hand-out of the test file in chunks (testscoring.Chunks, and under ULFM
+HandOut; pure) and the checks of a chunk handed out (HeldOutFile.chunk)."""
 from types import SimpleNamespace
 
 import pytest
 
 from mpips.errors import InputError, ProtocolError
-from mpips.testscoring import SMALLEST, Chunks, HeldOutFile
+from mpips.testscoring import NONE, SMALLEST, Asked, Chunks, HandOut, HeldOutFile
 
 
 def handed_out(chunks: Chunks, small=()) -> list:
@@ -99,3 +99,31 @@ def test_bad_lines_in_chunks_are_numbered_right_and_said_five_times_in_all(tmp_p
     numbers = [int(m.split(f"{path}:")[1].split(":")[0]) for m in said]
     assert set(numbers) <= bad, numbers
 
+
+
+def test_under_ulfm_a_dead_workers_chunks_go_to_others_and_none_is_said_once_all_ask():
+    """Worker 1 dies holding two chunks: they go to the next that ask; "none left" comes
+    only once every living worker asks, so each chunk is scored once by a living one."""
+    hand = HandOut(Chunks(100, 2))
+    scored = {0: [], 1: []}
+
+    def ask(worker, living=frozenset({0, 1})):
+        hand.asking[worker] = Asked(source=10 + worker, ts=0)
+        answers = hand.answers(set(living))
+        for asked, span in answers:
+            if span != NONE:
+                scored[asked.source - 10].append(span)
+        return answers
+
+    while hand.chunks.taken < hand.chunks.total:
+        ask(1 if len(scored[1]) < 2 else 0)
+    assert len(scored[1]) == 2
+    assert ask(0) == [], "worker 1 might still die: worker 0 is not told that none is left"
+    assert hand.worker_died(1) == 2
+    died_with_1 = scored.pop(1)
+    answers = hand.answers({0})
+    assert [span for _, span in answers] == [died_with_1[0]], "worker 0, asking, gets one"
+    scored[0].append(died_with_1[0])
+    assert [span for _, span in ask(0, {0})] == [died_with_1[1]]
+    assert [span for _, span in ask(0, {0})] == [NONE]
+    assert sorted(scored[0])[0][0] == 0 and sum(b - a for a, b in scored[0]) == 100
