@@ -1,14 +1,16 @@
-"""Soak: jobs launched with ULFM, each with one rank killed (SIGKILL) at a random point.
+"""Soak: jobs launched with ULFM, each with one rank killed (SIGKILL) or frozen for good
+(SIGSTOP) at a random point, on a machine loaded by busy processes beside the job.
 
     python bench/soak.py [--trials 20] [--seed 1] [--timeout 240] [--epochs 12] [--detector 6]
-                         [--rank R] [--clock C]
+                         [--load 2] [--actions kill,freeze] [--rank R] [--clock C]
 
 Every trial trains the same small set on 3 servers (each key on 2) + 3 workers, BSP and ASP
-alternating, with a checkpoint every 50 clocks. Each trial draws a random rank and a random
-clock before the end of training (from the uninterrupted run's last clock), and the rank
-kills itself there (`--test-event "kill rank R at clock C"`, see mpips/testevents.py: a
-server once every worker has completed clock C, a worker once its push of clock C is
-acknowledged). Then:
+alternating, with a checkpoint every 50 clocks, while --load processes spin on the CPUs.
+Each trial draws an action (kill or freeze), a random rank and a random clock before the
+end of training (from the uninterrupted run's last clock), and the rank acts on itself
+there (`--test-event "kill rank R at clock C"`, see mpips/testevents.py: a server once
+every worker has completed clock C, a worker once its push of clock C is acknowledged). A
+frozen rank stays frozen: the launch ends only if the survivors end it. Then:
 
   finished  the job went on and ended (exit 0) with a correct model: after a server's
             death under BSP bit for bit the uninterrupted run's; under ASP, or after a
@@ -20,6 +22,9 @@ acknowledged). Then:
             checkpoint (or a rerun, if none was written) ended with a correct model
   hung      a launch that did not end within --timeout seconds (must be 0)
   wrong     a job that ended with a model that is not correct (must be 0)
+  short     a job that ended (exit 0) with a model that lacks keys of the uninterrupted
+            run's, or that `load_model` refuses as incomplete (must be 0)
+  false death  a rank other than the one drawn was counted as dead (must be 0)
   not killed  the drawn event never fired: the rank drawn was not killed at the clock drawn,
             so the trial tested nothing (must be 0)
 
@@ -31,6 +36,7 @@ import glob
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -50,8 +56,8 @@ SERVERS, WORKERS, ROWS, TEST_ROWS, EPOCHS = 3, 3, 20000, 4000, 12
 ARGS = ["--servers", str(SERVERS), "--replicas", "2", "--batch-size", "200",
         "--checkpoint-every", "50", "--log-every", "0.2", "--timeout", "30"]
 ROLES = ["server 0", "server 1", "server 2", "worker 0", "worker 1", "worker 2"]
-OUTCOMES = ("finished", "fell back", "hung", "wrong", "not killed")
-FAILURES = ("hung", "wrong", "not killed")
+OUTCOMES = ("finished", "fell back", "hung", "wrong", "short", "false death", "not killed")
+FAILURES = ("hung", "wrong", "short", "false death", "not killed")
 
 
 def ulfm(detector_s: float) -> list:
@@ -112,6 +118,48 @@ def fired(log: str, event: str) -> bool:
 LOGLOSS_SLACK = {"bsp": 0.005, "asp": 0.15}
 
 
+def short(out: str, reference: dict) -> bool:
+    """Whether the model of `out` is incomplete, or lacks keys of the uninterrupted run's."""
+    try:
+        keys, _ = load_model(os.path.join(out, "model"))
+    except (OSError, ValueError):
+        return True
+    return not np.array_equal(keys, reference["model"][0])
+
+
+def false_deaths(out: str, log: str, rank: int) -> list:
+    """The ranks other than `rank` that the job of `out` (its output in `log`) counted as
+    dead: from its summary's failures and from what its log says died."""
+    dead = set()
+    summary = os.path.join(out, "summary.json")
+    if os.path.exists(summary):
+        with open(summary) as f:
+            dead |= {f["rank"] for f in json.load(f).get("failures", [])}
+    with open(log, errors="replace") as f:
+        text = f.read()
+    dead |= {int(r) for r in re.findall(r"\(rank (\d+)\) died", text)}
+    for listed in re.findall(r"rank\(s\) \[([\d, ]+)\] died", text):
+        dead |= {int(r) for r in listed.split(",")}
+    return sorted(dead - {rank})
+
+
+class Load:
+    """`n` processes spinning on the CPUs for the duration (a machine loaded by others)."""
+
+    def __init__(self, n: int):
+        self.n, self.procs = n, []
+
+    def __enter__(self):
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                      for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *_):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
 def correct(out: str, mode: str, reference: dict, worker_killed: bool, epochs: int) -> bool:
     with open(os.path.join(out, "summary.json")) as f:
         s = json.load(f)
@@ -136,13 +184,21 @@ def main() -> None:
                         help="ULFM's failure detector declares a rank silent S seconds dead "
                              "(default 6: on a loaded machine a live rank may be kept from MPI "
                              "for a second)")
+    parser.add_argument("--load", type=int, default=2, metavar="N",
+                        help="processes spinning on the CPUs during the trials (default 2)")
+    parser.add_argument("--actions", default="kill,freeze",
+                        help="what is drawn to happen to the rank: kill, freeze or both "
+                             "(default kill,freeze)")
     parser.add_argument("--rank", type=int, choices=range(SERVERS + WORKERS),
-                        help="kill this rank in every trial (default: drawn)")
+                        help="act on this rank in every trial (default: drawn)")
     parser.add_argument("--clock", type=int,
-                        help="kill it at this clock in every trial (default: drawn)")
+                        help="act at this clock in every trial (default: drawn)")
     parser.add_argument("--work", default=os.path.join(HERE, "out", "soak"))
     parser.add_argument("--out", default=os.path.join(HERE, "results", "soak.json"))
     args = parser.parse_args()
+    actions = args.actions.split(",")
+    if not set(actions) <= {"kill", "freeze"}:
+        parser.error(f"--actions {args.actions}: name kill, freeze or both")
     os.makedirs(args.work, exist_ok=True)
     prefix = dataset(args.work)
 
@@ -159,59 +215,71 @@ def main() -> None:
         references[mode] = {"model": load_model(os.path.join(out, "model")),
                             "logloss": summary["test_logloss"], "last_clock": last_clock(out)}
     rng = random.Random(args.seed)
-    trials = []
-    for trial in range(args.trials):
-        mode = ("bsp", "asp")[trial % 2]
-        rank = rng.randrange(SERVERS + WORKERS)
-        clock = rng.randint(1, references[mode]["last_clock"] - 1)   # before the end
-        rank = rank if args.rank is None else args.rank
-        clock = clock if args.clock is None else args.clock
-        event = f"kill rank {rank} at clock {clock}"
-        out = os.path.join(args.work, f"trial-{trial:03d}")
-        shutil.rmtree(out, ignore_errors=True)
-        log = out + ".log"
-        began = time.monotonic()
-        status = finish(launch(job(out, mode, "--test-event", event), log), args.timeout)
-        killed = fired(log, event)
-        worker_killed = killed and rank >= SERVERS
-        outcome, detail = None, f"exit {status}"
-        if status is None:
-            outcome = "hung"
-        elif status == 0:
-            outcome = ("finished" if correct(out, mode, references[mode], worker_killed,
-                                             args.epochs) else "wrong")
-        else:
-            ckpt = os.path.join(out, "checkpoints")
-            more = ["--resume", ckpt] if os.path.isdir(ckpt) and os.listdir(ckpt) else \
-                ["--overwrite"]
-            again = finish(launch(job(out, mode, *more), out + ".resume.log"), args.timeout)
-            detail += f", then {'resumed' if more[0] == '--resume' else 'rerun'}: exit {again}"
-            if again is None:
-                outcome = "hung"
-            elif again == 0 and correct(out, mode, references[mode], worker_killed,
-                                        args.epochs):
-                outcome = "fell back"
-            else:
-                outcome = "wrong"
-        if not killed and outcome not in ("hung", "wrong"):
-            outcome = "not killed"   # the trial tested nothing: a failure of the soak
-        record = {"trial": trial, "mode": mode, "rank": rank, "clock": clock,
-                  "drew": ROLES[rank], "killed": ROLES[rank] if killed else None,
-                  "outcome": outcome, "detail": detail,
-                  "seconds": round(time.monotonic() - began, 1)}
-        trials.append(record)
-        print(f"trial {trial:3d}  {mode}  drew {ROLES[rank]:>8} at clock {clock:4d}  "
-              f"{'killed' if killed else 'NOT KILLED':>10}  {outcome:>10}  ({detail})",
-              flush=True)
+    with Load(args.load):
+        trials = [trial_of(trial, rng, args, actions, job, references)
+                  for trial in range(args.trials)]
     table = {o: sum(t["outcome"] == o for t in trials) for o in OUTCOMES}
     print(f"\n{args.trials} trials ({SERVERS} servers with 2 copies, {WORKERS} workers, "
-          f"BSP and ASP alternating, one rank killed in each at a clock drawn):")
+          f"BSP and ASP alternating, one rank {' or '.join(actions)}ed in each at a clock drawn, "
+          f"{args.load} busy processes beside):")
     for outcome, count in table.items():
-        print(f"  {outcome:>10}  {count}")
+        print(f"  {outcome:>11}  {count}")
     save(args.out, "soak", trials=trials, table=table, seed=args.seed, epochs=args.epochs,
-         detector_s=args.detector)
+         detector_s=args.detector, load=args.load, actions=actions)
     if any(table[o] for o in FAILURES):
         sys.exit(1)
+
+
+def trial_of(trial: int, rng: random.Random, args, actions: list, job, references: dict) -> dict:
+    """Run trial `trial`: draw, launch, judge; print its line and return its record."""
+    mode = ("bsp", "asp")[trial % 2]
+    action = rng.choice(actions)
+    rank = rng.randrange(SERVERS + WORKERS)
+    clock = rng.randint(1, references[mode]["last_clock"] - 1)   # before the end
+    rank = rank if args.rank is None else args.rank
+    clock = clock if args.clock is None else args.clock
+    event = f"{action} rank {rank} at clock {clock}"
+    out = os.path.join(args.work, f"trial-{trial:03d}")
+    shutil.rmtree(out, ignore_errors=True)
+    log = out + ".log"
+    began = time.monotonic()
+    status = finish(launch(job(out, mode, "--test-event", event), log), args.timeout)
+    killed = fired(log, event)
+    worker_killed = killed and rank >= SERVERS
+    outcome, detail = None, f"exit {status}"
+    if status is None:
+        outcome = "hung"
+    elif status == 0:
+        outcome = ("finished" if correct(out, mode, references[mode], worker_killed,
+                                         args.epochs) else "wrong")
+    else:
+        ckpt = os.path.join(out, "checkpoints")
+        more = ["--resume", ckpt] if os.path.isdir(ckpt) and os.listdir(ckpt) else \
+            ["--overwrite"]
+        again = finish(launch(job(out, mode, *more), out + ".resume.log"), args.timeout)
+        detail += f", then {'resumed' if more[0] == '--resume' else 'rerun'}: exit {again}"
+        if again is None:
+            outcome = "hung"
+        elif again == 0 and correct(out, mode, references[mode], worker_killed,
+                                    args.epochs):
+            outcome = "fell back"
+        else:
+            outcome = "wrong"
+    if outcome in ("finished", "fell back"):
+        wrongly = false_deaths(out, log, rank)
+        if wrongly:
+            outcome, detail = "false death", detail + f", ranks {wrongly} counted dead"
+        elif short(out, references[mode]):
+            outcome = "short"
+    if not killed and outcome not in ("hung", "wrong"):
+        outcome = "not killed"   # the trial tested nothing: a failure of the soak
+    record = {"trial": trial, "mode": mode, "action": action, "rank": rank, "clock": clock,
+              "drew": ROLES[rank], "acted": killed, "outcome": outcome, "detail": detail,
+              "seconds": round(time.monotonic() - began, 1)}
+    print(f"trial {trial:3d}  {mode}  {action:>6} {ROLES[rank]:>8} at clock {clock:4d}  "
+          f"{'fired' if killed else 'NOT FIRED':>9}  {outcome:>11}  ({detail}, "
+          f"{record['seconds']:.0f} s)", flush=True)
+    return record
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from .densefiles import read_blocks
+from .errors import DamagedFile
 from .files import mismatched, open_hdf5, sha256, write_hdf5, write_json
 from .rundir import remove_checkpoint
 from .workplan import Death
@@ -101,7 +102,6 @@ def read_manifest(directory: str) -> dict:
 
 def verify(directory: str) -> str | None:
     """None if the checkpoint is complete and every dataset matches its checksum, else why not."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     try:
         manifest = read_manifest(directory)
         shards = {s["file"]: dict(s["sha256"]) for s in manifest["shards"]}
@@ -112,11 +112,13 @@ def verify(directory: str) -> str | None:
         return f"no readable manifest ({type(e).__name__}: {e})"
     for file, digests in shards.items():
         try:
-            with h5py.File(os.path.join(directory, file), "r") as f:
+            with open_hdf5(os.path.join(directory, file)) as f:
                 problem = mismatched(f, digests)
             if problem:
                 return f"{file}: {problem}"
-        except Exception as e:   # whatever a damaged file raises, it is not usable
+        except DamagedFile as e:
+            return str(e)
+        except Exception as e:   # whatever else a damaged file raises, it is not usable
             return f"{file}: unreadable ({e})"
     return None
 

@@ -40,9 +40,11 @@ def log_failure(e: Exception) -> str:
     from mpi4py import MPI   # here: importing mpi4py starts MPI, which `inspect` does not want
 
     from .errors import MpipsError
-    from .failover import is_failure, what_died
+    from .failover import CannotFailOver, is_failure, what_died
     if is_failure(e):   # another rank died (under ULFM): the command line says which
         return what_died(MPI.COMM_WORLD, e)
+    if isinstance(e, CannotFailOver):   # the command line says it, with how to go on
+        return str(e)
     text = str(e) if isinstance(e, MpipsError) else f"{type(e).__name__}: {e}"
     logging.getLogger("mpips").error("%s", text if isinstance(e, MpipsError)
                                      else traceback.format_exc())

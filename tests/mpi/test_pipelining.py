@@ -5,6 +5,7 @@ import pytest
 from mpi4py import MPI
 from serving import serve
 
+from mpips.bounded import wait_all
 from mpips.client import KVWorker
 from mpips.roles import split
 
@@ -48,6 +49,8 @@ def test_a_push_reusing_keys_after_the_table_grew_updates_the_right_keys():
         keys = np.arange(me, 200, 2, dtype=np.uint64)       # disjoint between the workers
         grads = np.arange(keys.shape[0], dtype=np.float32).reshape(-1, 1)
         kv.wait(kv.pull(keys))
+        # Both workers' rows are placed before the table grows, so that growing moves both.
+        wait_all([roles.group.Ibarrier()], 60, lambda: "both workers to pull their keys")
         filler = np.arange(10**6 + me * 10**5, 10**6 + me * 10**5 + 5000, dtype=np.uint64)
         kv.wait(kv.pull(filler))                            # inserts: the table grows
         kv.wait(kv.push(keys, grads, clock=True))           # the keys of the first pull
