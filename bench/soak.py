@@ -58,6 +58,7 @@ ARGS = ["--servers", str(SERVERS), "--replicas", "2", "--batch-size", "200",
 ROLES = ["server 0", "server 1", "server 2", "worker 0", "worker 1", "worker 2"]
 OUTCOMES = ("finished", "fell back", "hung", "wrong", "short", "false death", "not killed")
 FAILURES = ("hung", "wrong", "short", "false death", "not killed")
+PAST = {"kill": "killed", "freeze": "frozen"}
 
 
 def ulfm(detector_s: float) -> list:
@@ -220,7 +221,8 @@ def main() -> None:
                   for trial in range(args.trials)]
     table = {o: sum(t["outcome"] == o for t in trials) for o in OUTCOMES}
     print(f"\n{args.trials} trials ({SERVERS} servers with 2 copies, {WORKERS} workers, "
-          f"BSP and ASP alternating, one rank {' or '.join(actions)}ed in each at a clock drawn, "
+          f"BSP and ASP alternating, one rank {' or '.join(PAST[a] for a in actions)} in each at "
+          f"a clock drawn, "
           f"{args.load} busy processes beside):")
     for outcome, count in table.items():
         print(f"  {outcome:>11}  {count}")

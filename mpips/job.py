@@ -322,6 +322,11 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tas
                                "before they were saved (see above)")
         error.reported = comm.rank != 0
         raise error
+    if records["rows_abandoned"].any():
+        error = CannotFailOver("rows of a worker that died or left could go to no living "
+                               "worker (see above): the model lacks them")
+        error.reported = comm.rank != 0
+        raise error
     samples = summary.gather_to_root(comm, samples, records["samples"], cfg.timeout,
                                      "the timelines")
     tasks = summary.gather_to_root(comm, tasks, records["tasks"], cfg.timeout,

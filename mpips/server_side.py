@@ -244,10 +244,14 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     if moves is not None:
         moves += server.members.done
     train_s = time.monotonic() - t0
+    abandoned = server.losses.abandoned if server.losses else []
     if server.stopped and not clocks.all_finished:
         saved = {**attrs, "complete": False,
                  "note": f"stopped at clock {server.stop_at}; continue with --resume "
                          f"{cfg.checkpoints}"}
+    elif abandoned:
+        saved = {**attrs, "complete": False,
+                 "note": f"{abandoned[0]}; continue with --resume {cfg.checkpoints}"}
     else:
         saved = {**attrs, "complete": True}
 
@@ -290,6 +294,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     r["train_bytes"] = stats.train_bytes_sent
     r["push_bytes"] = stats.push_bytes
     r["ranges_lost"] = lost
+    r["rows_abandoned"] = len(abandoned)
     r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
     r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
     r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)

@@ -42,6 +42,7 @@ RECORD = np.dtype([
     ("save_s", "<f8"),        # servers: writing their shard of the model
     ("push_bytes", "<i8"),    # servers: of the workers' pushes received
     ("ranges_lost", "<i8"),   # servers: key ranges in no model file (see server_side)
+    ("rows_abandoned", "<i8"),   # the lead: dead workers' rows no worker could take over
     # Workers: their push filter's work (see pushfilter.FIGURES).
     ("push_rows", "<i8"), ("push_rows_held", "<i8"), ("residual_keys_dropped", "<i8"),
     ("residual_keys_flushed", "<i8"), ("residual_flushed", "<f8"),

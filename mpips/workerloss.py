@@ -21,7 +21,6 @@ import numpy as np
 from . import protocol
 from .clocks import FINISHED
 from .errors import ProtocolError
-from .failover import CannotFailOver
 from .protocol import Op
 from .workplan import Death, WorkPlan
 
@@ -42,6 +41,7 @@ class WorkerLosses:
         self.settled = set()         # dead workers no longer waited for
         self.examples = 0            # examples the dead workers trained (the lead counts them)
         self.failures = []           # what this server saw of workers' deaths
+        self.abandoned = []          # the lead: rows left that no living worker could take
         clocks = server.clocks
         if hot and clocks.staleness == 0:
             clocks.commit([i for i in range(len(server.roles.servers))
@@ -170,12 +170,20 @@ class WorkerLosses:
             return
         survivors = self.training(but=worker)
         if not survivors:
-            raise CannotFailOver(f"worker {worker} died with rows left to train (epoch "
-                                 f"{place['epoch']}) and every other worker had finished")
+            self._abandon(f"worker {worker} died with rows left to train (epoch "
+                          f"{place['epoch']}) and every other worker had finished")
+            return
         self.announce(Death(worker, clock, place["epoch"], place.get("segment", 0),
                              place["offset"], tuple(place.get("taken", ())), survivors))
         log.warning("worker %d's rows left (from epoch %d, clock %d) go to worker(s) %s",
                     worker, place["epoch"], clock, list(survivors))
+
+    def _abandon(self, why: str) -> None:
+        """Rows nobody can train: the job ends as usual (the other servers do not know), and
+        then stops everywhere for a resume (job._finish, from this server's record)."""
+        self.abandoned.append(why)
+        log.error("%s: nobody can train its rows left; the job stops for a resume from its "
+                  "last checkpoint once the others are done", why)
 
     def training(self, but: int) -> tuple:
         """The workers still training, but `but`."""
@@ -218,8 +226,9 @@ class WorkerLosses:
                           .segments(worker, epoch, taken))
         survivors = self.training(but=worker)
         if not survivors:
-            raise CannotFailOver(f"worker {worker} ended with rows left to train (epoch "
-                                 f"{epoch}) and every other worker had finished")
+            self._abandon(f"worker {worker} ended with rows left to train (epoch {epoch}) and "
+                          f"every other worker had finished")
+            return None
         full = tuple(taken) + (epoch,) * (len(given) - len(taken))
         death = Death(worker, clock, epoch, segment, offset, full, survivors, dead=False)
         self.announce(death)

@@ -46,15 +46,6 @@ def lbfgs_run(small_data, tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def criteo(tmp_path_factory):
-    prefix = tmp_path_factory.mktemp("criteo") / "c"
-    job = run_mpips("make-data", "--format", "criteo", "--rows", 2000, "--test-rows", 500,
-                    "--features", 2000, "--seed", 4, prefix)
-    assert job.returncode == 0, job.output
-    return f"{prefix}.train.tsv", f"{prefix}.test.tsv"
-
-
 def overwrite_first_value(path, dataset: str, value: np.ndarray) -> None:
     """Write `value`'s bytes over the first element of `dataset` in the file itself, as a
     bad disk or a stray write would: HDF5 still reads the file."""

@@ -3,21 +3,11 @@ takes it in parallel, a job trains on it (text or converted) to a model that has
 planted one; a job trains on Avazu's CSV; Wide & Deep concatenates the fields each format
 gives (Criteo's 39 known, libffm's counted when converting, --fields on text)."""
 import numpy as np
-import pytest
 from support import read_summary, run_job, run_mpips
 
 from mpips.evaluate import read_rows
 from mpips.model_io import load_model
 from mpips.shards import read_meta
-
-
-@pytest.fixture(scope="module")
-def criteo(tmp_path_factory):
-    prefix = tmp_path_factory.mktemp("criteo") / "c"
-    job = run_mpips("make-data", "--format", "criteo", "--rows", 20000, "--test-rows", 5000,
-                    "--features", 20000, "--seed", 4, prefix)
-    assert job.returncode == 0, job.output
-    return f"{prefix}.train.tsv", f"{prefix}.test.tsv"
 
 
 def test_a_job_learns_from_criteo_text_and_its_conversion_alike(criteo, tmp_path):

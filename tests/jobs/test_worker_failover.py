@@ -161,3 +161,22 @@ def test_scores_lost_with_the_lead_end_the_job_trained_not_scored(small_data, un
         figures = json.load(f)
     assert (figures["logloss"], figures["auc"]) == (uninterrupted["test_logloss"],
                                                     uninterrupted["test_auc"])
+
+
+def test_a_worker_dead_with_rows_nobody_left_can_take_stops_every_rank(small_data, tmp_path):
+    """Under ASP the others finish their rows before a frozen worker counts as dead: its
+    rows left can go to nobody. Only the lead sees that; the job ends as usual, and then
+    every rank stops for a resume (no summary of a model short of those rows)."""
+    run = tmp_path / "run"
+    freeze = f"freeze rank 3 at clock {EPOCHS * 34 - 4}"
+    ended = launch(small_data, run, "--consistency", "asp", "--test-event", freeze)
+    ended = frozen_by_event_to_the_end(ended, run, 3, freeze)
+    assert ended.returncode == 75, ended.output
+    assert "worker 1 died with rows left to train" in ended.output
+    assert "could go to no living worker (see above): the model lacks them" in ended.output
+    assert "continue from its last checkpoint with --resume" in ended.output
+    assert not os.path.exists(run / "summary.json"), "no rank went on to a summary"
+    resumed = run_job(5, "train", "--train", small_data[0], "--test", small_data[1], "--out",
+                      run, *ARGS, "--consistency", "asp", "--resume", run / "checkpoints")
+    assert resumed.returncode == 0, resumed.output
+    assert read_summary(run)["test_examples"] == TEST_ROWS
