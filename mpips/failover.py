@@ -50,8 +50,10 @@ def is_failure(e: BaseException) -> bool:
 def dead_ranks(comm: MPI.Intracomm) -> set:
     """The ranks of `comm` known to have failed, acknowledged (so that receives from any
     source work again). Those on this node that still exist are ended (see end_the_dead)."""
+    global _deaths_seen
     comm.Ack_failed(comm.size)
     failed = comm.Get_failed()
+    _deaths_seen = _deaths_seen or failed.size > 0
     try:
         if _neighbours and failed.size:
             world = MPI.COMM_WORLD.Get_group()
@@ -80,6 +82,7 @@ def process_state(pid: int) -> ProcessState | None:
 
 # The other ranks on this rank's node, by rank of MPI_COMM_WORLD: their pids and start times.
 _neighbours: dict = {}
+_deaths_seen = False   # whether this rank has learned of a dead rank
 
 
 def know_neighbours(pids: dict) -> None:
@@ -215,6 +218,13 @@ class KeepAlive:
             self._thread.join()
         sys.stdout.flush()
         sys.stderr.flush()
+        if _deaths_seen and kind in (None, SystemExit):
+            # After a death ULFM's finalize now and then waits for the dead rank until the
+            # alarm below (30 s of a launch that has done its work): leave without it.
+            code = 0 if error is None else error.code
+            if isinstance(code, str):
+                print(code, file=sys.stderr, flush=True)
+            os._exit(code if isinstance(code, int) else 0 if code is None else 1)
         # MPI_Finalize holds the GIL: no Python thread could end a finalize that hangs, but
         # the kernel can (SIGALRM's default action ends the process).
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
