@@ -89,11 +89,21 @@ def launch(cmd: list, log: str) -> subprocess.Popen:
                                 start_new_session=True, env={**os.environ, "MPIPS_TESTING": "1"})
 
 
-def finish(proc: subprocess.Popen, timeout: float) -> int | None:
-    """The exit status, or None (and the job killed) if it outlived `timeout`."""
+def finish(proc: subprocess.Popen, timeout: float, log: str) -> int | None:
+    """The exit status, or None (and the job killed) if it outlived `timeout`: then the
+    processes still there, and each rank's Python stacks (SIGUSR2), end `log`."""
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
+        left = subprocess.run(["ps", "-o", "pid,stat,etime,args", "-g", str(proc.pid)],
+                              capture_output=True, text=True).stdout
+        with open(log, "a") as f:
+            f.write(f"\n--- soak: still running after {timeout:g} s:\n{left}")
+        os.killpg(proc.pid, signal.SIGUSR2)
+        try:
+            proc.wait(5)   # (SIGUSR2 makes the ranks write their stacks; the launcher ignores it)
+        except subprocess.TimeoutExpired:
+            pass
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         return None
@@ -245,7 +255,7 @@ def trial_of(trial: int, rng: random.Random, args, actions: list, job, reference
     shutil.rmtree(out, ignore_errors=True)
     log = out + ".log"
     began = time.monotonic()
-    status = finish(launch(job(out, mode, "--test-event", event), log), args.timeout)
+    status = finish(launch(job(out, mode, "--test-event", event), log), args.timeout, log)
     killed = fired(log, event)
     worker_killed = killed and rank >= SERVERS
     outcome, detail = None, f"exit {status}"
@@ -258,7 +268,8 @@ def trial_of(trial: int, rng: random.Random, args, actions: list, job, reference
         ckpt = os.path.join(out, "checkpoints")
         more = ["--resume", ckpt] if os.path.isdir(ckpt) and os.listdir(ckpt) else \
             ["--overwrite"]
-        again = finish(launch(job(out, mode, *more), out + ".resume.log"), args.timeout)
+        again = finish(launch(job(out, mode, *more), out + ".resume.log"), args.timeout,
+                       out + ".resume.log")
         detail += f", then {'resumed' if more[0] == '--resume' else 'rerun'}: exit {again}"
         if again is None:
             outcome = "hung"

@@ -13,12 +13,12 @@ import os
 import signal
 import sys
 import threading
-from typing import NamedTuple
 
 from mpi4py import MPI
 
 from .bounded import wait_all
 from .errors import MpipsError
+from .processes import process_state
 
 log = logging.getLogger("mpips")
 
@@ -65,21 +65,6 @@ def dead_ranks(comm: MPI.Intracomm) -> set:
         failed.Free()
 
 
-class ProcessState(NamedTuple):
-    state: str   # as in /proc/PID/stat: R, S, D, T (stopped), Z (a zombie), ...
-    start: int   # clock ticks since boot at which the process started: tells a reused pid
-
-
-def process_state(pid: int) -> ProcessState | None:
-    """The state of process `pid` from /proc (None if there is no such process, or no /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()   # the name, in (), may hold spaces
-    except OSError:
-        return None
-    return ProcessState(fields[0], int(fields[19]))
-
-
 # The other ranks on this rank's node, by rank of MPI_COMM_WORLD: their pids and start times.
 _neighbours: dict = {}
 _deaths_seen = False   # whether this rank has learned of a dead rank
@@ -113,8 +98,9 @@ def end_the_dead(world_ranks) -> None:
         except ProcessLookupError:
             continue
         log.warning("rank %d (pid %d, on this node) was declared dead by the failure detector "
-                    "while %s: ended it (SIGKILL), so that the launch can end", rank, pid,
-                    "frozen (stopped)" if now.state in ("T", "t") else "still running")
+                    "%s: ended it (SIGKILL), so that the launch can end", rank, pid,
+                    "while frozen (stopped)" if now.state in ("T", "t") else
+                    "while its process still existed")
 
 
 def what_died(comm: MPI.Intracomm, e: BaseException) -> str:

@@ -196,6 +196,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
             log.warning("%s", line)
         log.info("numba kernels ready in %.1f s (compiled on the first run on a machine, "
                  "~20 s)", compile_s)
+    ended = False
     try:
         watch = CompileWatch()
         failures = []   # the servers' deaths this rank saw (server 0's go in the summary)
@@ -223,15 +224,20 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         if finishing is not roles:
             _say_who_died_late(roles, finishing, failures)
         try:
-            return _finish(cfg, finishing, name, record, margins, labels, held, steps,
-                           samples, tasks, started, failures, moves)
+            result = _finish(cfg, finishing, name, record, margins, labels, held, steps,
+                             samples, tasks, started, failures, moves)
+            ended = True
+            return result
         finally:
             if ulfm:   # see end_together
                 end_together(finishing.comm, cfg.timeout)
-            if finishing is not roles:
+            if finishing is not roles and ended:
                 finishing.comm.Free()
     finally:
-        roles.free()
+        # A rank failing under ULFM leaves without freeing its communicators: freeing one
+        # that spans a dead rank is not bounded, and the process ends next anyway.
+        if ended or not ulfm:
+            roles.free()
 
 
 def _part(cfg: TrainConfig, role: str) -> str:

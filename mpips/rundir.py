@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from .errors import ConfigError, SaveError
 from .files import write_json
+from .processes import process_state
 
 log = logging.getLogger("mpips")
 
@@ -168,12 +169,8 @@ def check_outputs(out: str, checkpoints: str, overwrite: bool, continuing: str |
 def _start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (tells a reused pid apart); None
     if it is not running (no such process, or one that has exited and not been reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else None
+    found = process_state(pid)
+    return found.start if found and found.state not in ("Z", "X") else None
 
 
 class Process(NamedTuple):

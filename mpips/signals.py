@@ -10,7 +10,11 @@ A second SIGTERM or SIGINT stops at once: each server saves its shard as it is.
 Open MPI's mpiexec forwards SIGUSR1 and lets the ranks finish; it kills them about
 0.1 s after forwarding SIGTERM, so use SIGUSR1 with it. srun leaves Slurm's
 KillWait (30 s by default) between SIGTERM and SIGKILL.
+
+SIGUSR2 asks nothing: the rank writes where each of its threads is (Python's stacks) to its
+standard error and goes on, to see where a rank that seems stuck waits (`kill -USR2 PID`).
 """
+import faulthandler
 import signal
 
 from .errors import Interrupted
@@ -22,6 +26,7 @@ _asked = []
 def install() -> None:
     for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _handle)
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
 
 
 def _handle(signum, frame) -> None:
