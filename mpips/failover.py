@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from .bounded import wait_all
 from .errors import MpipsError
-from .processes import process_state
+from .processes import Process, process_state
 
 log = logging.getLogger("mpips")
 
@@ -65,8 +65,8 @@ def dead_ranks(comm: MPI.Intracomm) -> set:
         failed.Free()
 
 
-# The other ranks on this rank's node, by rank of MPI_COMM_WORLD: their pids and start times.
-_neighbours: dict = {}
+# The other ranks on this rank's node, by rank of MPI_COMM_WORLD.
+_neighbours: dict = {}   # rank -> processes.Process
 _deaths_seen = False   # whether this rank has learned of a dead rank
 
 
@@ -75,9 +75,8 @@ def know_neighbours(pids: dict) -> None:
     here once the failure detector declares them dead."""
     _neighbours.clear()
     for rank, pid in pids.items():
-        found = process_state(pid) if pid != os.getpid() else None
-        if found is not None:
-            _neighbours[rank] = (pid, found.start)
+        if pid != os.getpid():
+            _neighbours[rank] = Process.here(pid)
 
 
 def end_the_dead(world_ranks) -> None:
@@ -87,19 +86,16 @@ def end_the_dead(world_ranks) -> None:
     that was only slow is ended too, since ULFM has already cut it off from the job."""
     for rank in world_ranks:
         known = _neighbours.pop(rank, None)
-        if known is None:
-            continue
-        pid, start = known
-        now = process_state(pid)
-        if now is None or now.start != start or now.state in ("Z", "X"):
+        if known is None or not known.running():
             continue   # gone already, or the pid is another process's now
+        pid, now = known.pid, process_state(known.pid)
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             continue
         log.warning("rank %d (pid %d, on this node) was declared dead by the failure detector "
                     "%s: ended it (SIGKILL), so that the launch can end", rank, pid,
-                    "while frozen (stopped)" if now.state in ("T", "t") else
+                    "while frozen (stopped)" if now and now.state in ("T", "t") else
                     "while its process still existed")
 
 

@@ -27,6 +27,7 @@ from .lbfgs import Step
 from .faulttolerance import Verdict, hot_failover
 from .log import setup
 from .placement import Placement, dealt
+from .processes import Process
 from .roles import Roles, split
 from .shards import check_examples, sample_rows
 from .testscoring import covered
@@ -123,11 +124,11 @@ def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float
 
 
 def _servers(comm, n_servers: int, timeout: float) -> tuple:
-    """Collective: the processes of the first `n_servers` ranks (rundir.Process), on every
+    """Collective: the processes of the first `n_servers` ranks (Process), on every
     rank."""
-    me = json.dumps(rundir.Process.this()._asdict())
+    me = json.dumps(Process.this()._asdict())
     every = gather_text(comm, me, timeout, "every rank to say where it runs")
-    return tuple(rundir.Process(**json.loads(text)) for text in every[:n_servers])
+    return tuple(Process(**json.loads(text)) for text in every[:n_servers])
 
 
 def _average_after(cfg: TrainConfig) -> float | None:

@@ -1,5 +1,8 @@
 """What /proc says of a process of this node: its state and its start time (which tells a
-reused pid apart). Linux only: elsewhere nothing is known of any process."""
+reused pid apart), and a process of a job as others on its host can check it. Linux only:
+elsewhere nothing is known of any process."""
+import os
+import socket
 from typing import NamedTuple
 
 
@@ -16,3 +19,31 @@ def process_state(pid: int) -> ProcessState | None:
     except OSError:
         return None
     return ProcessState(fields[0], fields[19]) if len(fields) > 19 else None
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time; None if it is not running (no such process, or one that
+    has exited and not been reaped)."""
+    found = process_state(pid)
+    return found.start if found and found.state not in ("Z", "X") else None
+
+
+class Process(NamedTuple):
+    """A process of a job, by host, pid and start time."""
+    host: str
+    pid: int
+    started: str | None   # its start time (see start_time)
+
+    @classmethod
+    def this(cls) -> "Process":
+        return cls(socket.gethostname(), os.getpid(), start_time(os.getpid()))
+
+    @classmethod
+    def here(cls, pid: int) -> "Process":
+        """Process `pid` of this host as it is now."""
+        return cls(socket.gethostname(), pid, start_time(pid))
+
+    def running(self) -> bool:
+        """Whether it still runs (on this host only: elsewhere its pid tells nothing)."""
+        now = start_time(self.pid)
+        return now is not None and now == self.started

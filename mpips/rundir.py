@@ -16,11 +16,10 @@ import re
 import socket
 import threading
 import time
-from typing import NamedTuple
 
 from .errors import ConfigError, SaveError
 from .files import write_json
-from .processes import process_state
+from .processes import Process
 
 log = logging.getLogger("mpips")
 
@@ -164,29 +163,6 @@ def check_outputs(out: str, checkpoints: str, overwrite: bool, continuing: str |
     raise ConfigError(f"--checkpoint-dir {checkpoints} already holds checkpoints; continue them "
                       f"with --resume {checkpoints}, choose another directory, or pass "
                       f"--overwrite to remove them")
-
-
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (tells a reused pid apart); None
-    if it is not running (no such process, or one that has exited and not been reaped)."""
-    found = process_state(pid)
-    return found.start if found and found.state not in ("Z", "X") else None
-
-
-class Process(NamedTuple):
-    """A process of a job, as a lock records it."""
-    host: str
-    pid: int
-    started: str | None   # its start time (see _start_time)
-
-    @classmethod
-    def this(cls) -> "Process":
-        return cls(socket.gethostname(), os.getpid(), _start_time(os.getpid()))
-
-    def running(self) -> bool:
-        """Whether it still runs (on this host only: elsewhere its pid tells nothing)."""
-        now = _start_time(self.pid)
-        return now is not None and now == self.started
 
 
 def _holder(run_id: str, what: str, job: tuple = ()) -> dict:

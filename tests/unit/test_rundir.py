@@ -11,6 +11,7 @@ import pytest
 
 from mpips import fingerprint, rundir
 from mpips.errors import ConfigError
+from mpips.processes import start_time
 
 MPIPS_FILES = ["summary.json", "model/server-0000.h5", "model/server-0001.h5.tmp-123",
                "pulls/server-0000.h5", "snapshots/0003/server-0000.h5",
@@ -88,7 +89,7 @@ def test_the_lock_of_a_job_still_ending_is_taken_once_its_process_is_gone(tmp_pa
     ending = subprocess.Popen(["sleep", "600"])
     (tmp_path / rundir.LOCK).write_text(json.dumps(
         {"run_id": "killed", "host": socket.gethostname(), "pid": ending.pid,
-         "started": rundir._start_time(ending.pid)}))
+         "started": start_time(ending.pid)}))
 
     class EndsAsTheLockWaits:
         """rundir's clock, whose first pause ends the holder (and reaps it, as its launcher
@@ -120,7 +121,7 @@ def test_a_lock_is_kept_while_a_process_of_its_job_runs_here(tmp_path, monkeypat
     monkeypatch.setattr(rundir, "LINGER_S", 0.5)   # (the wait for a job still ending)
     lead, server = subprocess.Popen(["sleep", "600"]), subprocess.Popen(["sleep", "600"])
     host = socket.gethostname()
-    job = [{"host": host, "pid": p.pid, "started": rundir._start_time(p.pid)}
+    job = [{"host": host, "pid": p.pid, "started": start_time(p.pid)}
            for p in (lead, server)]
     (tmp_path / rundir.LOCK).write_text(json.dumps(
         {"run_id": "failing-over", "taken": "then", "what": "--out", **job[0], "job": job}))
