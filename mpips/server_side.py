@@ -41,13 +41,13 @@ log = logging.getLogger("mpips")
 NO_STEPS = np.empty((0, len(Step._fields)))   # a full-batch solver's, which only its driver has
 
 
-def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str,
-                        own: PrimaryKeys) -> dict:
-    """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest."""
+def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys,
+                        trained_on: str | None) -> dict:
+    """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest
+    (`trained_on`: the training data's format)."""
     root = cfg.checkpoints
     # What the workers read, as it was when this launch started: a resume compares it.
     inputs = {"train": fingerprint.of_input(cfg.train)}   # any server may come to lead
-    trained_on = data_format(cfg.train)
     written = []
 
     def write_shard(clock: int) -> dict:
@@ -149,7 +149,8 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
                 if cfg.solver == "minibatch" else None)   # a full-batch driver says its own
     # The training data's format, that of the data the model can score ("": not known).
-    attrs = {"run_id": name, "config": cfg.as_dict(), "data_format": data_format(cfg.train) or ""}
+    trained_on = data_format(cfg.train)
+    attrs = {"run_id": name, "config": cfg.as_dict(), "data_format": trained_on or ""}
     started = [time.monotonic()]
     taken = []
 
@@ -202,7 +203,7 @@ def serve(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placemen
     # A worker's rows are handed on when it dies (hot) or leaves (not a pipeline's or a
     # full-batch solver's).
     elastic = hot or (cfg.stages == 1 and cfg.solver == "minibatch")
-    hooks = Hooks(**_checkpoint_writers(cfg, roles, name, own),
+    hooks = Hooks(**_checkpoint_writers(cfg, roles, name, own, trained_on),
                   placement_changed=placement_changed,
                   snapshot=snapshot if cfg.snapshot_every else None,
                   snapshot_every=cfg.snapshot_every or 0.0, failed=another_rank_failed,
