@@ -58,7 +58,7 @@ $(VENV)/.installed-test: pyproject.toml
 # numba's kernels compiled into their cache (~20 s on one core, once per change of the kernels'
 # sources): made beside the MPICH venv's install, which leaves the other core free.
 kernels: $(VENV)/.installed-test
-	$(PY) -c "from mpips.warmup import compile_kernels; compile_kernels()"
+	$(PY) -c "from mpips.run.warmup import compile_kernels; compile_kernels()"
 
 install: $(VENV)/.installed
 

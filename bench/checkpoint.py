@@ -14,10 +14,10 @@ import time
 
 import numpy as np
 
-from mpips import checkpoint
-from mpips.optimizer import NAMES, Optimizer
-from mpips.placement import Placement
-from mpips.store import KVStore
+from mpips.storage import checkpoint
+from mpips.models.optimizer import NAMES, Optimizer
+from mpips.wire.placement import Placement
+from mpips.server.store import KVStore
 from report import save
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -25,13 +25,13 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from mpips.client import KVWorker
-from mpips.clocks import ClockTable
-from mpips.optimizer import Optimizer
-from mpips.protocol import HEADER_BYTES
-from mpips.roles import split
-from mpips.server import Server
-from mpips.store import KVStore
+from mpips.worker.kvworker import KVWorker
+from mpips.wire.clocks import ClockTable
+from mpips.models.optimizer import Optimizer
+from mpips.wire.protocol import HEADER_BYTES
+from mpips.ranks.roles import split
+from mpips.server.loop import Server
+from mpips.server.store import KVStore
 from report import save
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "comm.json")

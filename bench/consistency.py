@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from workers import dataset, mpiexec, run  # noqa: E402
 
-from mpips.evaluate import read_rows, score_snapshots  # noqa: E402
+from mpips.models.evaluate import read_rows, score_snapshots  # noqa: E402
 from report import save  # noqa: E402
 
 STALENESS = [0, 1, 3, 10, None]   # None: ASP

@@ -34,9 +34,9 @@ sys.path.insert(0, HERE)
 from report import save  # noqa: E402
 from workers import mpiexec, run  # noqa: E402
 
-from mpips.evaluate import read_rows  # noqa: E402
+from mpips.models.evaluate import read_rows  # noqa: E402
 from mpips.kernels.logistic import mean_logloss  # noqa: E402
-from mpips.shards import features_per_row  # noqa: E402
+from mpips.data.shards import features_per_row  # noqa: E402
 
 SETS = {   # name: make-data arguments
     "census": ["--kind", "census", "--rows", "30000", "--test-rows", "15000"],

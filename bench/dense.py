@@ -45,13 +45,13 @@ def on_ranks(n: int, repeats: int, out: str) -> None:
     """Part 1, on every rank of a 3-rank job."""
     from mpi4py import MPI
 
-    from mpips.client import KVWorker
-    from mpips.clocks import ClockTable
-    from mpips.dense import DenseClient
-    from mpips.optimizer import Optimizer
-    from mpips.roles import split
-    from mpips.server import Server
-    from mpips.store import KVStore
+    from mpips.worker.kvworker import KVWorker
+    from mpips.wire.clocks import ClockTable
+    from mpips.worker.dense_client import DenseClient
+    from mpips.models.optimizer import Optimizer
+    from mpips.ranks.roles import split
+    from mpips.server.loop import Server
+    from mpips.server.store import KVStore
     roles = split(2, MPI.COMM_WORLD)
     # The servers measure their memory at once, as they will run the operations; the worker
     # waits.
@@ -94,7 +94,7 @@ def lbfgs_vs_sklearn(rows: int) -> dict:
     import scipy.sparse as sp
     from sklearn.linear_model import LogisticRegression
 
-    from mpips.evaluate import read_rows
+    from mpips.models.evaluate import read_rows
     prefix = os.path.join(HERE, "data", f"census{rows}")
     if not os.path.exists(prefix + ".train.svm"):
         subprocess.run([sys.executable, "-m", "mpips", "make-data", "--kind", "census",

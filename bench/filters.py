@@ -22,8 +22,8 @@ import sys
 
 import numpy as np
 
-from mpips.model_io import load_model
-from mpips.pushfilter import FIGURES
+from mpips.storage.model_files import load_model
+from mpips.worker.pushfilter import FIGURES
 from report import save
 from workers import dataset, mpiexec, run
 

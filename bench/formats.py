@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from report import save  # noqa: E402
 
-from mpips.data import TextParser, TextShard, sniff  # noqa: E402
+from mpips.data.textfile import TextParser, TextShard, sniff  # noqa: E402
 
 
 def dataset(fmt: str, rows: int) -> str:

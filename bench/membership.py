@@ -29,7 +29,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
-from mpips import control  # noqa: E402
+from mpips.membership import channel as control  # noqa: E402
 
 BATCH = 20_000
 STEADY_S = 2.0
@@ -100,13 +100,13 @@ class Trainer:
 def in_mpi(args) -> None:
     from mpi4py import MPI
 
-    from mpips.client import KVWorker
-    from mpips.clocks import ClockTable
-    from mpips.optimizer import Optimizer
-    from mpips.placement import Placement, dealt
-    from mpips.roles import split
-    from mpips.server import Server
-    from mpips.store import KVStore
+    from mpips.worker.kvworker import KVWorker
+    from mpips.wire.clocks import ClockTable
+    from mpips.models.optimizer import Optimizer
+    from mpips.wire.placement import Placement, dealt
+    from mpips.ranks.roles import split
+    from mpips.server.loop import Server
+    from mpips.server.store import KVStore
     roles = split(3, MPI.COMM_WORLD)
     placement = Placement(3, assign=dealt(2, args.vnodes))   # server 2: a spare
     if roles.is_server:

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from mpips.optimizer import NAMES, Optimizer
-from mpips.store import KVStore
+from mpips.models.optimizer import NAMES, Optimizer
+from mpips.server.store import KVStore
 from report import save
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -26,16 +26,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from report import save  # noqa: E402
 
-from mpips.schedule import theoretical_bubble  # noqa: E402
+from mpips.pipeline.schedule import theoretical_bubble  # noqa: E402
 
 
 def as_rank(args) -> None:
     """One rank of a launch: its stage, the steps, its records in args.work."""
     from mpi4py import MPI
 
-    from mpips.network import init, measured_costs, mlp, partition, stages_of
-    from mpips.pipeline import StageRank
-    from mpips.schedule import POLICIES
+    from mpips.models.network import init, measured_costs, mlp, partition, stages_of
+    from mpips.pipeline.stage_rank import StageRank
+    from mpips.pipeline.schedule import POLICIES
 
     comm = MPI.COMM_WORLD
     layers = mlp(args.inputs, [int(h) for h in args.hidden.split(",")])

@@ -19,8 +19,8 @@ from report import save
 from workers import dataset
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from mpips.data import KeyIndexer, TextShard  # noqa: E402
-from mpips.placement import Placement, dealt, with_server, without_server  # noqa: E402
+from mpips.data.textfile import KeyIndexer, TextShard  # noqa: E402
+from mpips.wire.placement import Placement, dealt, with_server, without_server  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VNODES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -52,7 +52,7 @@ sys.path.insert(0, HERE)
 from report import save  # noqa: E402
 from workers import mpiexec, run  # noqa: E402
 
-from mpips.protocol import HEADER_BYTES, REPORT_BYTES  # noqa: E402
+from mpips.wire.protocol import HEADER_BYTES, REPORT_BYTES  # noqa: E402
 
 OUT = os.path.join(HERE, "results", "scale_model.json")
 PLOT = os.path.join(HERE, "results", "scale_model.png")
@@ -272,8 +272,8 @@ def dataset() -> str:
 
 def minibatch_keys(path: str) -> list:
     """Each minibatch's sorted unique keys (the bias key among them), one epoch."""
-    from mpips.data import KeyIndexer
-    from mpips.shards import CsrShard
+    from mpips.data.textfile import KeyIndexer
+    from mpips.data.shards import CsrShard
     index = KeyIndexer()
     return [index(rows, True)[0].copy() for rows in CsrShard(path).minibatches(BATCH)]
 
@@ -290,10 +290,10 @@ def split_and_back(placement, keys: np.ndarray, values: np.ndarray) -> tuple:
 def time_kernels(path: str) -> dict:
     """A worker's numeric work per example over EPOCHS passes (reading and finding keys;
     the gradient) and the split of each minibatch's keys over SPLIT_SERVERS servers."""
-    from mpips.data import KeyIndexer
-    from mpips.models import LogisticRegression
-    from mpips.placement import Placement
-    from mpips.shards import CsrShard
+    from mpips.data.textfile import KeyIndexer
+    from mpips.models.catalog import LogisticRegression
+    from mpips.wire.placement import Placement
+    from mpips.data.shards import CsrShard
     index, model, placement = KeyIndexer(), LogisticRegression(), Placement(SPLIT_SERVERS)
     weights = np.random.default_rng(0).normal(0, 0.3, (1 << 16, 1)).astype(np.float32)
     keys_s = gradient_s = split_s = 0.0
@@ -324,7 +324,7 @@ def time_kernels(path: str) -> dict:
 
 def share_of(batches: list, k: int) -> list:
     """Server 0's part of each minibatch's keys when k servers hold them (none empty)."""
-    from mpips.placement import Placement
+    from mpips.wire.placement import Placement
     placement = Placement(k)
     parts = []
     for keys in batches:
@@ -338,7 +338,7 @@ def share_of(batches: list, k: int) -> list:
 def probe_worker(roles, parts: list) -> tuple:
     """One session of the training loop's messages over `parts` EPOCHS times (the next
     clock's pull sent ahead, then the push): (seconds, seconds waited, clocks)."""
-    from mpips.client import KVWorker
+    from mpips.worker.kvworker import KVWorker
     kv = KVWorker(roles, width=1, timeout=TIMEOUT)
     grads = np.full((max(p.shape[0] for p in parts), 1), 1e-4, np.float32)
     order = parts * EPOCHS
@@ -360,10 +360,10 @@ def probe_worker(roles, parts: list) -> tuple:
 
 def probe_server(roles) -> float:
     """Serve one worker session under BSP on a new table; seconds spent handling it."""
-    from mpips.clocks import ClockTable
-    from mpips.optimizer import Optimizer
-    from mpips.server import Server
-    from mpips.store import KVStore
+    from mpips.wire.clocks import ClockTable
+    from mpips.models.optimizer import Optimizer
+    from mpips.server.loop import Server
+    from mpips.server.store import KVStore
     store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.05))
     return Server(roles, store, ClockTable(1, staleness=0), timeout=TIMEOUT).run().busy_s
 
@@ -374,7 +374,7 @@ def probe(out: str) -> None:
     from mpi4py import MPI
 
     from comm import raw_rounds, raw_server, wire
-    from mpips.roles import split
+    from mpips.ranks.roles import split
     roles = split(1, MPI.COMM_WORLD)
     comm = MPI.COMM_WORLD.Dup()
     sizes = (10, 1000, 10_000, 100_000)

@@ -5,7 +5,7 @@ the same scoring done in one process.
 
 The data of bench/throughput.py (2,000,000 training rows, 400,000 test rows of 40 hashed
 features, binary shards). For each layout, `--repeats` jobs train one epoch and score the test
-file: the lead hands it out in chunks to whichever rank asks (mpips/testscoring.py); servers
+file: the lead hands it out in chunks to whichever rank asks (mpips/job/scoring.py); servers
 take chunks only with a core of their own (here, 2 cores: in the 1 + 1 layout, not when 4
 ranks share them). Each job's `score_s` (the slowest rank's), its rows per rank and rows per
 second; the median job counts.
@@ -46,13 +46,13 @@ def job(servers: int, workers: int, repeat: int) -> dict:
 
 def one_process(model_dir: str) -> float:
     """Seconds to score the test rows in one process with the saved model (see docstring)."""
-    from mpips.data import KeyIndexer
-    from mpips.model_io import load_model
-    from mpips.models import LogisticRegression
-    from mpips.optimizer import Optimizer
-    from mpips.shards import open_shard
-    from mpips.store import KVStore
-    from mpips.testscoring import EVAL_BATCH
+    from mpips.data.textfile import KeyIndexer
+    from mpips.storage.model_files import load_model
+    from mpips.models.catalog import LogisticRegression
+    from mpips.models.optimizer import Optimizer
+    from mpips.data.shards import open_shard
+    from mpips.server.store import KVStore
+    from mpips.job.scoring import EVAL_BATCH
 
     keys, weights = load_model(model_dir)
     store = KVStore(width=1, optimizer=Optimizer("sgd"), capacity=int(keys.shape[0] * 1.3))

@@ -8,7 +8,7 @@ Every trial trains the same small set on 3 servers (each key on 2) + 3 workers, 
 alternating, with a checkpoint every 50 clocks, while --load processes spin on the CPUs.
 Each trial draws an action (kill or freeze), a random rank and a random clock before the
 end of training (from the uninterrupted run's last clock), and the rank acts on itself
-there (`--test-event "kill rank R at clock C"`, see mpips/testevents.py: a server once
+there (`--test-event "kill rank R at clock C"`, see mpips/run/testevents.py: a server once
 every worker has completed clock C, a worker once its push of clock C is acknowledged). A
 frozen rank stays frozen: the launch ends only if the survivors end it. Then:
 
@@ -50,7 +50,7 @@ sys.path.insert(0, HERE)
 from report import save  # noqa: E402
 from workers import mpiexec, run  # noqa: E402
 
-from mpips.model_io import load_model  # noqa: E402
+from mpips.storage.model_files import load_model  # noqa: E402
 
 SERVERS, WORKERS, ROWS, TEST_ROWS, EPOCHS = 3, 3, 20000, 4000, 12
 ARGS = ["--servers", str(SERVERS), "--replicas", "2", "--batch-size", "200",

@@ -21,14 +21,14 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from mpips.bounded import wait_all
-from mpips.client import KVWorker
-from mpips.clocks import ClockTable
-from mpips.models import WideDeep
-from mpips.optimizer import Optimizer
-from mpips.roles import split
-from mpips.server import Server
-from mpips.store import KVStore
+from mpips.ranks.bounded import wait_all
+from mpips.worker.kvworker import KVWorker
+from mpips.wire.clocks import ClockTable
+from mpips.models.catalog import WideDeep
+from mpips.models.optimizer import Optimizer
+from mpips.ranks.roles import split
+from mpips.server.loop import Server
+from mpips.server.store import KVStore
 from report import save
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "stagesync.json")

@@ -59,7 +59,7 @@ def prepare() -> None:
         run([sys.executable, "-m", "mpips", "make-data", "--rows", str(ROWS), "--test-rows",
              str(TEST_ROWS), "--nnz", str(NNZ), "--features", str(1 << BITS), "--seed", "7",
              PREFIX])
-    from mpips.shards import distinct_keys
+    from mpips.data.shards import distinct_keys
     for part in ("train", "test"):
         if distinct_keys(f"{PREFIX}.{part}.bin") is None:   # absent, or converted before it
             # kept the estimate of distinct keys that servers size their tables by
@@ -78,7 +78,7 @@ def write_vw(src: str, dst: str) -> None:
     """VW text: '1 |f key:value ...' (-1 for negatives; ':value' left out when it is 1)."""
     from baselines import format_vw
 
-    from mpips.shards import CsrShard
+    from mpips.data.shards import CsrShard
     tmp = dst + ".tmp"
     with open(tmp, "wb") as f:
         for part in CsrShard(src).parts:
@@ -98,7 +98,7 @@ def vw_args() -> str:
 
 def child(name: str) -> dict:
     """Train one system once; return its figures (run in a fresh process)."""
-    from mpips.evaluate import read_rows
+    from mpips.models.evaluate import read_rows
     if name.startswith("VW"):
         return vw_run(cache=name.endswith("cache"))
     if name == "sklearn":
@@ -160,7 +160,7 @@ def sklearn_run(train, test) -> dict:
 def numba_run(train_path, test) -> dict:
     from baselines import adagrad_pass, hashed_margins
 
-    from mpips.shards import CsrShard
+    from mpips.data.shards import CsrShard
     mask = np.uint64((1 << BITS) - 1)
     shard = CsrShard(train_path)
     lr = 2.0 / (NNZ + 1)          # mpips' default rule for AdaGrad
@@ -183,15 +183,15 @@ def kernel_run(train_path) -> dict:
     computes its gradient; a server checks the pull as it arrives (admission: keys sorted
     and its own), finds the keys' rows in its table and reads their weights, checks the push
     (values finite) and applies AdaGrad to them."""
-    from mpips import protocol
-    from mpips.admission import admit
-    from mpips.data import KeyIndexer
-    from mpips.models import LogisticRegression
-    from mpips.optimizer import Optimizer
-    from mpips.placement import Placement
-    from mpips.shards import CsrShard
-    from mpips.shards import distinct_keys
-    from mpips.store import KVStore
+    from mpips.wire import protocol
+    from mpips.server.admission import admit
+    from mpips.data.textfile import KeyIndexer
+    from mpips.models.catalog import LogisticRegression
+    from mpips.models.optimizer import Optimizer
+    from mpips.wire.placement import Placement
+    from mpips.data.shards import CsrShard
+    from mpips.data.shards import distinct_keys
+    from mpips.server.store import KVStore
     index = KeyIndexer()
     store = KVStore(1, Optimizer("adagrad", lr=2.0 / (NNZ + 1), eps=1e-3))
     store.reserve(int(distinct_keys(train_path) * 1.1))   # as a server does (server_side)

@@ -1,19 +1,47 @@
 """mpips: parameter-server training for HPC clusters, on MPI.
 
-`mpips.load(path)` opens a trained model or a checkpoint in one process; `mpips.train(...)`
-runs a training job from a script under mpiexec (see mpips.api).
+What a user imports comes from here:
+- a job from a script: `mpips.train(**options)` (the options of `python -m mpips train`);
+- a trained model: `mpips.load(path)`;
+- the parameter server by hand, after ps-lite: `mpips.split` (roles), `mpips.serve` (a
+  server's loop), `mpips.KVWorker` (pull, push, wait), `mpips.DenseClient` (dense tables),
+  `mpips.Optimizer`;
+- the errors: `mpips.MpipsError` and its kinds.
+
+Names are imported on first use, so that `import mpips` stays cheap for every rank; the
+packages below (`mpips.worker`, `mpips.server`, ...) are the implementation and may move.
 """
 __version__ = "0.1.0"
 
+_PUBLIC = {
+    "KVWorker": "worker.kvworker",
+    "DenseClient": "worker.dense_client",
+    "serve": "server.loop",
+    "split": "ranks.roles",
+    "Roles": "ranks.roles",
+    "Optimizer": "models.optimizer",
+    "load": "api",
+    "train": "api",
+    "Model": "api",
+    "FullBatchModel": "api",
+    **{name: "base.errors" for name in (
+        "MpipsError", "ConfigError", "InputError", "DamagedFile", "ProtocolError",
+        "WaitTimeout", "Interrupted", "Stopped", "SaveError", "CheckpointsFailing",
+        "Diverged")},
+}
 
-def load(path):
-    """A trained model (a run, its model directory, or a checkpoint), its checksums verified:
-    see mpips.api.Model (mpips.api.FullBatchModel for --solver lbfgs)."""
-    from .api import load as load_model
-    return load_model(path)
+__all__ = sorted(_PUBLIC) + ["__version__"]
 
 
-def train(**options):
-    """A training job from a script under mpiexec: see mpips.api.train."""
-    from .api import train as run
-    return run(**options)
+def __getattr__(name: str):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mpips' has no attribute {name!r}")
+    from importlib import import_module
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

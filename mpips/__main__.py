@@ -22,6 +22,6 @@ if sys.argv[1:2] == ["train"]:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
         os.environ["OPENBLAS_NUM_THREADS"] = str(max(1, cores // max(int(local), 1)))
 
-from .cli import main  # noqa: E402
+from .cli.main import main  # noqa: E402
 
 main()

@@ -12,16 +12,15 @@ import os
 
 import numpy as np
 
-from . import models
-from .checkpoint import MANIFEST, read_manifest, verify
-from .data import Rows
-from .densefiles import read_table
-from .evaluate import (full_batch_margins, known_fraction, margins_of, read_rows,
-                       warn_if_few_known)
-from .model_io import ModelInfo, load_full_batch, load_model, model_dir_of, model_info
-from .files import open_hdf5
-from .optimizer import Optimizer
-from .shards import format_mismatch
+from .models import catalog as models
+from .storage.checkpoint import MANIFEST, read_manifest, verify
+from .data.textfile import Rows
+from .storage.dense_files import read_table
+from .models.evaluate import full_batch_margins, known_fraction, margins_of, read_rows, warn_if_few_known
+from .storage.model_files import ModelInfo, load_full_batch, load_model, model_dir_of, model_info
+from .base.files import open_hdf5
+from .models.optimizer import Optimizer
+from .data.shards import format_mismatch
 
 
 class Model:
@@ -168,9 +167,9 @@ def train(**options) -> dict | None:
     ConfigError for a bad option, on every rank."""
     from mpi4py import MPI
 
-    from .cli import build_parser, config_of
-    from .errors import ConfigError
-    from .job import train as run
+    from .cli.main import build_parser, config_of
+    from .base.errors import ConfigError
+    from .job.training import train as run
     if options.get("print_schedule"):
         raise ConfigError("print_schedule is the command line's (`python -m mpips train ... "
                           "--print-schedule` prints a pipeline's schedule and trains nothing); "

@@ -1,7 +1,7 @@
 """Small CSR minibatches for the models' unit tests."""
 import numpy as np
 
-from mpips.data import Rows
+from mpips.data.textfile import Rows
 
 
 def batch(seed: int = 0, rows: int = 6, keys: int = 5):

@@ -1,8 +1,8 @@
 """The server side of the MPI tests: one mpips server over a split communicator."""
-from mpips.clocks import ClockTable
-from mpips.optimizer import Optimizer
-from mpips.server import Server
-from mpips.store import KVStore
+from mpips.wire.clocks import ClockTable
+from mpips.models.optimizer import Optimizer
+from mpips.server.loop import Server
+from mpips.server.store import KVStore
 
 
 def server_for(roles, optimizer=None, staleness=0, capacity=1 << 10, timeout=60,

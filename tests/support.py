@@ -2,7 +2,7 @@
 a run wrote, the model compared bit for bit, and the rule for tests that need the system.
 
 Jobs are launched with MPIPS_TESTING=1, so that they may carry `--test-event`s (see
-mpips/testevents.py): a test names the point of the job where a rank dies, freezes, is
+mpips/run/testevents.py): a test names the point of the job where a rank dies, freezes, is
 signalled or pauses, or where a `ctl` request comes, instead of racing the clock.
 """
 import glob
@@ -106,7 +106,7 @@ def read_summary(run_dir) -> dict:
 
 def same_model(a, b) -> None:
     """The models of runs `a` and `b` are the same, bit for bit."""
-    from mpips.model_io import load_model
+    from mpips.storage.model_files import load_model
     ours, theirs = load_model(os.path.join(a, "model")), load_model(os.path.join(b, "model"))
     np.testing.assert_array_equal(ours[0], theirs[0])
     np.testing.assert_array_equal(ours[1].view(np.uint32), theirs[1].view(np.uint32))

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from support import read_summary, run_job, run_mpips
 
-from mpips import data
-from mpips.checkpoint import read_manifest
-from mpips.shards import spans
-from mpips.data import TextShard
-from mpips.errors import InputError
+from mpips.data import textfile as data
+from mpips.storage.checkpoint import read_manifest
+from mpips.data.shards import spans
+from mpips.data.textfile import TextShard
+from mpips.base.errors import InputError
 
 ARGS = ("--batch-size", 200, "--epochs", 4, "--checkpoint-every", 15, "--servers", 2)
 

@@ -13,7 +13,7 @@ from support import read_summary, run_job
 from mounts import fill, tmpfs
 from watch import WatchedJob, complete_checkpoints, wait_for_lines
 
-from mpips.model_io import load_model
+from mpips.storage.model_files import load_model
 
 ARGS = ("--servers", 2, "--batch-size", 200, "--epochs", 2)
 

@@ -3,7 +3,7 @@ is asked to stop stops the job cleanly, nothing waits without a bound, and the f
 resumed run reports are of what it did.
 
 To add a case: name the point where a rank is signalled, frozen or killed with
-`--test-event` (see mpips/testevents.py), assert with `fired` that it happened, and assert how
+`--test-event` (see mpips/run/testevents.py), assert with `fired` that it happened, and assert how
 the job ends. A frozen rank stays frozen to the end of the job (the launcher ends it).
 """
 import os
@@ -13,7 +13,7 @@ import pytest
 from support import ULFM, fired, read_summary, run_job, ulfm
 from watch import WatchedJob, complete_checkpoints, ended_with_a_frozen_rank
 
-from mpips.model_io import load_model
+from mpips.storage.model_files import load_model
 
 # 2 servers + 2 workers (ranks 2, 3): 100 clocks an epoch each, a checkpoint every 25.
 EPOCHS = 3

@@ -8,13 +8,13 @@ the refusal must say.
 import numpy as np
 import pytest
 
-from mpips import protocol
-from mpips.admission import admit
-from mpips.blocks import Layout, name_id, name_words
-from mpips.densetables import DenseTables
-from mpips.errors import ProtocolError
-from mpips.placement import Placement
-from mpips.protocol import HEADER_BYTES, Header, Op, Report
+from mpips.wire import protocol
+from mpips.server.admission import admit
+from mpips.wire.dense_layout import Layout, name_id, name_words
+from mpips.server.dense_tables import DenseTables
+from mpips.base.errors import ProtocolError
+from mpips.wire.placement import Placement
+from mpips.wire.protocol import HEADER_BYTES, Header, Op, Report
 
 PLACEMENT = Placement(3, replicas=2)   # server 0 backs up server 2's ranges
 SERVER = 0
@@ -464,7 +464,7 @@ def lead_membership():
     """The lead's membership, no move under way (its server: what the handlers read)."""
     from types import SimpleNamespace
 
-    from mpips.membership import Membership
+    from mpips.membership.requests import Membership
     server = SimpleNamespace(placement=Placement(2), copies=SimpleNamespace(on_whole=[]),
                              lead=True, roles=SimpleNamespace(servers=[0, 1], index=0),
                              sender=lambda source: f"server 1 (rank {source})")
@@ -493,7 +493,7 @@ def test_a_switch_with_no_copies_made_is_refused():
 
 
 def split_of(worker: int = 0, joiner: int = 1):
-    from mpips.workplan import Death
+    from mpips.data.workplan import Death
     fields = protocol.death_fields(Death(worker, 3, 0, 0, -1, (), (worker, joiner), False,
                                          (2, 1)))
     return protocol.pack(Header(Op.SPLIT, nkeys=fields.shape[0]), fields)

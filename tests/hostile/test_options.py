@@ -100,8 +100,8 @@ LAUNCHED = [case for case in REFUSED if " ".join(case[0]) in (
 def refusal(argv: list, capsys) -> str:
     """What `mpips train ARGV` says, in this process, when it refuses before any work: the
     parser's message, or the configuration's check as every rank runs it (4 ranks)."""
-    from mpips import cli
-    from mpips.errors import ConfigError
+    from mpips.cli import main as cli
+    from mpips.base.errors import ConfigError
     try:
         args = cli.build_parser().parse_args(["train", *map(str, argv)])
         cli.config_of(args).check(4)

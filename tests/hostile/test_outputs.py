@@ -14,7 +14,7 @@ from support import ULFM, fired, read_summary, run_job
 from mounts import tmpfs
 from watch import WatchedJob, rank_pids, wait_for_file
 
-from mpips.model_io import load_model
+from mpips.storage.model_files import load_model
 
 QUICK = ("--batch-size", 200)
 

@@ -17,8 +17,8 @@ import pytest
 from support import read_summary, run_job, run_mpips
 
 import mpips
-from mpips.checkpoint import all_checkpoints
-from mpips.evaluate import read_rows
+from mpips.storage.checkpoint import all_checkpoints
+from mpips.models.evaluate import read_rows
 from mpips.kernels.logistic import mean_logloss
 
 QUICK = ("--batch-size", 200, "--epochs", 1)

@@ -10,7 +10,7 @@ import pytest
 from support import run_job, run_mpips
 
 import mpips
-from mpips.report import load_run
+from mpips.cli.report import load_run
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import scipy.sparse as sp
 from support import mpiexec_path, read_summary, run_job
 
 import mpips
-from mpips.checkpoint import all_checkpoints
-from mpips.evaluate import read_rows
+from mpips.storage.checkpoint import all_checkpoints
+from mpips.models.evaluate import read_rows
 from mpips.kernels.logistic import mean_logloss
 
 ARGS = ("--servers", 2, "--epochs", 2, "--batch-size", 200, "--checkpoint-every", 40)
@@ -66,7 +66,7 @@ def test_load_names_what_is_missing(tmp_path):
 
 SCRIPT = """
 import mpips
-from mpips.errors import ConfigError
+from mpips import ConfigError
 try:
     mpips.train(train={train!r}, servers=1, epochs=0)
 except ConfigError as e:

@@ -2,7 +2,7 @@
 re-sharding, damaged checkpoints, and a rank killed outright.
 
 Signals and kills come from the ranks themselves at a named point (`--test-event`, see
-mpips/testevents.py), so the clock a job stops at, and its newest checkpoint, are known."""
+mpips/run/testevents.py), so the clock a job stops at, and its newest checkpoint, are known."""
 import glob
 import os
 import shutil
@@ -15,11 +15,12 @@ from support import ASP_LOGLOSS_SLACK, close_logloss, fired, read_summary, run_j
 from debian import ensure
 from watch import complete_checkpoints, rank_pids
 
-from mpips import checkpoint, models
-from mpips.checkpoint import read_manifest
-from mpips.config import TrainConfig
-from mpips.model_io import load_model
-from mpips.placement import Placement
+from mpips.storage import checkpoint
+from mpips.models import catalog as models
+from mpips.storage.checkpoint import read_manifest
+from mpips.run.config import TrainConfig
+from mpips.storage.model_files import load_model
+from mpips.wire.placement import Placement
 
 EPOCHS = 5
 TRAIN = ("--epochs", EPOCHS, "--batch-size", 200, "--checkpoint-every", 15)

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from support import cannot, read_summary, run_job, run_mpips
 from sklearn.linear_model import LogisticRegression
 
-from mpips.evaluate import read_rows
+from mpips.models.evaluate import read_rows
 from mpips.kernels.logistic import mean_logloss
 
 SETS = {"census": ("--rows", 30000, "--test-rows", 15000),

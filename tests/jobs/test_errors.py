@@ -5,7 +5,7 @@ import h5py
 import pytest
 from support import read_summary, run_job, run_mpips
 
-from mpips.model_io import load_model
+from mpips.storage.model_files import load_model
 
 
 def no_processes_mention(marker: str) -> bool:

@@ -13,9 +13,9 @@ from support import (ASP_LOGLOSS_SLACK, ULFM, close_logloss, fired, read_summary
 from watch import (WatchedJob, complete_checkpoints, frozen_by_event_to_the_end, wait_fired,
                    wait_for_file)
 
-from mpips.checkpoint import read_manifest
-from mpips.config import TrainConfig
-from mpips.placement import Placement, describe_ranges
+from mpips.storage.checkpoint import read_manifest
+from mpips.run.config import TrainConfig
+from mpips.wire.placement import Placement, describe_ranges
 
 # 3 servers + 2 workers, every key on 2 servers; about 50 clocks an epoch, a checkpoint every
 # 50 clocks (all kept). The deaths come at clock 60: a checkpoint before (50), several after.

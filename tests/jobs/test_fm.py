@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from support import read_summary, run_job, run_mpips
 
-from mpips.evaluate import read_rows, score_model
-from mpips.model_io import load_model
+from mpips.models.evaluate import read_rows, score_model
+from mpips.storage.model_files import load_model
 
 ARGS = ("--servers", 2, "--epochs", 3)
 

@@ -5,9 +5,9 @@ gives (Criteo's 39 known, libffm's counted when converting, --fields on text).""
 import numpy as np
 from support import read_summary, run_job, run_mpips
 
-from mpips.evaluate import read_rows
-from mpips.model_io import load_model
-from mpips.shards import read_meta
+from mpips.models.evaluate import read_rows
+from mpips.storage.model_files import load_model
+from mpips.data.shards import read_meta
 
 
 def test_a_job_learns_from_criteo_text_and_its_conversion_alike(criteo, tmp_path):

@@ -12,9 +12,9 @@ import scipy.sparse as sp
 from support import ULFM, fired, read_summary, run_job, run_mpips
 from sklearn.linear_model import LogisticRegression
 
-from mpips.config import TrainConfig
-from mpips.evaluate import read_rows
-from mpips.placement import Placement
+from mpips.run.config import TrainConfig
+from mpips.models.evaluate import read_rows
+from mpips.wire.placement import Placement
 
 L2, L1, DIM = 1e-3, 3e-3, 4096
 
@@ -133,7 +133,7 @@ def test_no_rank_holds_the_model(data, tmp_path):
 
 
 def lbfgs_tables():
-    from mpips.lbfgs import tables
+    from mpips.models.lbfgs import tables
     return tables(10, 0.0)
 
 

@@ -4,7 +4,7 @@ bit that of an uninterrupted run; under SSP its held-out logloss is within 0.5%,
 (whose model depends on when each worker ran) no push is lost.
 
 Each change comes at a point of the job the test names (`--test-event`, see
-mpips/testevents.py), never after the test saw a progress line: either the lead itself makes
+mpips/run/testevents.py), never after the test saw a progress line: either the lead itself makes
 the request at a clock ("ctl add-server at clock 10"), or a worker pauses at a clock
 ("pause rank 3 until FILE at clock 10") while the test runs the real `mpips ctl` command
 line, whose printed answers, `--json` and refusals are then checked end to end.
@@ -22,7 +22,7 @@ from support import (ASP_LOGLOSS_SLACK, ULFM, close_logloss, ctl_answers, fired,
 from watch import (WatchedJob, ended_with_a_frozen_rank, frozen_by_event_to_the_end,
                    wait_for_file)
 
-from mpips.ctl import describe
+from mpips.cli.ctl import describe
 
 # 2 servers, a spare (server 2) and 2 workers; 50 clocks an epoch per worker. A change is
 # done about 5-10 clocks after it is taken; the last one here is taken by clock 20, and a job

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from support import ULFM, close_logloss, fired, read_summary, run_job, same_model
 
-from mpips.model_io import load_model
-from mpips.pushfilter import FIGURES
+from mpips.storage.model_files import load_model
+from mpips.worker.pushfilter import FIGURES
 
 ARGS = ("--servers", 2, "--epochs", 3, "--batch-size", 100)
 FTRL = ("--optimizer", "ftrl", "--l1", 0.01)

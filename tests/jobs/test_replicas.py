@@ -9,10 +9,10 @@ import pytest
 from support import read_summary, run_job, run_mpips
 from watch import complete_checkpoints
 
-from mpips.checkpoint import read_manifest
-from mpips.config import TrainConfig
-from mpips.model_io import load_model
-from mpips.placement import Placement
+from mpips.storage.checkpoint import read_manifest
+from mpips.run.config import TrainConfig
+from mpips.storage.model_files import load_model
+from mpips.wire.placement import Placement
 
 TRAIN = ("--epochs", 3, "--batch-size", 200, "--checkpoint-every", 40)
 

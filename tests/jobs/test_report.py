@@ -8,7 +8,7 @@ import pytest
 from support import read_summary, run_job, run_mpips
 from debian import ensure
 
-from mpips import timeline
+from mpips.base import timeline
 
 ARGS = ("--servers", 2, "--epochs", 1, "--snapshot-every", 0.3)
 

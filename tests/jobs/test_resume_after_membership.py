@@ -17,7 +17,7 @@ Jobs: 2 servers + 3 workers on the 20,000 rows of `small_data`, 3 epochs of mini
 200 rows (34 clocks an epoch per worker), a checkpoint at every clock, so that the
 checkpoints right after a change, where the bookkeeping is the most delicate, exist whatever
 the clock at which the change landed. The lead itself asks for each change at a clock the
-test names (`--test-event "ctl remove-worker 1 at clock 10"`, see mpips/testevents.py), and a
+test names (`--test-event "ctl remove-worker 1 at clock 10"`, see mpips/run/testevents.py), and a
 stop comes the same way ("stop rank 2 at clock 40"), never after the test saw a progress
 line; the clocks the changes were made at, and those the tests resume from, are read from
 the answers and the checkpoints, never assumed.
@@ -31,7 +31,7 @@ import pytest
 from support import ctl_answers, fired, read_summary, run_job, same_model
 from watch import complete_checkpoints
 
-from mpips.checkpoint import clock_dir, read_manifest
+from mpips.storage.checkpoint import clock_dir, read_manifest
 
 EPOCHS, ROWS = 3, 20000
 ARGS = ("--servers", 2, "--epochs", EPOCHS, "--batch-size", 200, "--timeout", 60,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from support import ctl_answers, fired, read_summary, run_job, run_mpips
 
-from mpips.testscoring import core_to_spare
+from mpips.job.scoring import core_to_spare
 
 ARGS = ("--batch-size", 100, "--epochs", 2)
 

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from support import read_summary, run_job
 
-from mpips.evaluate import read_rows
-from mpips.model_io import load_model
-from mpips.shards import CsrShard, features_per_row
+from mpips.models.evaluate import read_rows
+from mpips.storage.model_files import load_model
+from mpips.data.shards import CsrShard, features_per_row
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from support import ULFM, fired, read_summary, run_job, run_mpips, same_model
 
-from mpips.model_io import load_model
-from mpips.schedule import POLICIES
-from mpips.timeline import read_tasks
+from mpips.storage.model_files import load_model
+from mpips.pipeline.schedule import POLICIES
+from mpips.base.timeline import read_tasks
 
 ROWS = 6000
 ARGS = ("--servers", 1, "--model", "widedeep", "--embedding-dim", 4, "--hidden", "16,8",

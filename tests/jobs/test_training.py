@@ -7,9 +7,9 @@ import scipy.sparse as sp
 from support import read_summary, run_job, run_mpips
 from sklearn.linear_model import LogisticRegression
 
-from mpips.evaluate import read_rows
+from mpips.models.evaluate import read_rows
 from mpips.kernels.logistic import mean_logloss
-from mpips.model_io import load_model
+from mpips.storage.model_files import load_model
 
 L2 = 1e-4
 TRAIN_ARGS = ("--epochs", 10, "--batch-size", 100, "--lr", 0.05, "--l2", L2)

@@ -10,8 +10,8 @@ import pytest
 from support import ULFM, fired, read_summary, run_job, run_mpips
 from watch import WatchedJob, complete_checkpoints, frozen_by_event_to_the_end
 
-from mpips.checkpoint import read_manifest
-from mpips.exits import NOT_SCORED
+from mpips.storage.checkpoint import read_manifest
+from mpips.ranks.exits import NOT_SCORED
 
 # 2 servers + 3 workers (ranks 2, 3, 4); 34 clocks an epoch each, a checkpoint every 25
 # clocks (all kept). Worker 1 (rank 3) dies at its clock 40, in its second epoch: every push

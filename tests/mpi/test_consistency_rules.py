@@ -7,10 +7,10 @@ import pytest
 from mpi4py import MPI
 from serving import serve
 
-from mpips.bounded import wait_all
-from mpips.client import KVWorker
-from mpips.errors import WaitTimeout
-from mpips.roles import split
+from mpips.ranks.bounded import wait_all
+from mpips.worker.kvworker import KVWorker
+from mpips.base.errors import WaitTimeout
+from mpips.ranks.roles import split
 
 pytestmark = pytest.mark.mpi(min_size=4)
 

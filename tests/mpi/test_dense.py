@@ -10,10 +10,10 @@ import pytest
 from mpi4py import MPI
 from serving import serve
 
-from mpips.client import KVWorker
-from mpips.dense import DenseClient
-from mpips.errors import InputError
-from mpips.roles import split
+from mpips.worker.kvworker import KVWorker
+from mpips.worker.dense_client import DenseClient
+from mpips.base.errors import InputError
+from mpips.ranks.roles import split
 
 pytestmark = pytest.mark.mpi(min_size=4)
 

@@ -9,13 +9,13 @@ import pytest
 from mpi4py import MPI
 from serving import server_for
 
-from mpips import protocol
-from mpips.bounded import wait_all
-from mpips.client import KVWorker
-from mpips.errors import ProtocolError
-from mpips.placement import Placement
-from mpips.protocol import Header, Op
-from mpips.roles import split
+from mpips.wire import protocol
+from mpips.ranks.bounded import wait_all
+from mpips.worker.kvworker import KVWorker
+from mpips.base.errors import ProtocolError
+from mpips.wire.placement import Placement
+from mpips.wire.protocol import Header, Op
+from mpips.ranks.roles import split
 
 pytestmark = pytest.mark.mpi(min_size=4)
 

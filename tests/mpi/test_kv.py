@@ -8,12 +8,12 @@ from mpi4py import MPI
 from reference import weights_after_each_step
 from serving import serve, server_for
 
-from mpips.bounded import wait_all
-from mpips.client import KVWorker
-from mpips.errors import WaitTimeout
-from mpips.optimizer import Optimizer
-from mpips.placement import Placement
-from mpips.roles import split
+from mpips.ranks.bounded import wait_all
+from mpips.worker.kvworker import KVWorker
+from mpips.base.errors import WaitTimeout
+from mpips.models.optimizer import Optimizer
+from mpips.wire.placement import Placement
+from mpips.ranks.roles import split
 
 pytestmark = pytest.mark.mpi(min_size=4)
 

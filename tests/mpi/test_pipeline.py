@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpips.network import init, mlp, partition, run_step, stages_of
-from mpips.pipeline import BadStageMessage, StageRank
-from mpips.schedule import POLICIES
+from mpips.models.network import init, mlp, partition, run_step, stages_of
+from mpips.pipeline.stage_rank import BadStageMessage, StageRank
+from mpips.pipeline.schedule import POLICIES
 
 pytestmark = pytest.mark.mpi(min_size=3)
 STEPS = 3

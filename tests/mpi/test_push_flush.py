@@ -6,9 +6,9 @@ import pytest
 from mpi4py import MPI
 from serving import server_for
 
-from mpips.client import KVWorker
-from mpips.pushfilter import PushFilter
-from mpips.roles import split
+from mpips.worker.kvworker import KVWorker
+from mpips.worker.pushfilter import PushFilter
+from mpips.ranks.roles import split
 
 pytestmark = pytest.mark.mpi(min_size=4)
 

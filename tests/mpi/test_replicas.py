@@ -10,14 +10,14 @@ import pytest
 from mpi4py import MPI
 from serving import server_for
 
-from mpips.bounded import wait_all
-from mpips.checkpointing import Checkpoints
-from mpips.client import KVWorker
-from mpips.optimizer import Optimizer
-from mpips.placement import Placement
-from mpips.pushfilter import PushFilter
-from mpips.roles import split
-from mpips.server import Hooks
+from mpips.ranks.bounded import wait_all
+from mpips.server.checkpoint_rounds import Checkpoints
+from mpips.worker.kvworker import KVWorker
+from mpips.models.optimizer import Optimizer
+from mpips.wire.placement import Placement
+from mpips.worker.pushfilter import PushFilter
+from mpips.ranks.roles import split
+from mpips.server.loop import Hooks
 
 pytestmark = pytest.mark.mpi(min_size=4)
 

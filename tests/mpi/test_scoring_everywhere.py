@@ -14,16 +14,16 @@ import pytest
 from mpi4py import MPI
 from serving import server_for
 
-from mpips import protocol
-from mpips.bounded import wait_all
-from mpips.client import KVWorker
-from mpips.config import TrainConfig
-from mpips.errors import WaitTimeout
-from mpips.evaluate import read_rows
-from mpips.roles import split
-from mpips.protocol import Header, Op
-from mpips.testscoring import Scoring
-from mpips.testscoring import worker_share
+from mpips.wire import protocol
+from mpips.ranks.bounded import wait_all
+from mpips.worker.kvworker import KVWorker
+from mpips.run.config import TrainConfig
+from mpips.base.errors import WaitTimeout
+from mpips.models.evaluate import read_rows
+from mpips.ranks.roles import split
+from mpips.wire.protocol import Header, Op
+from mpips.job.scoring import Scoring
+from mpips.job.scoring import worker_share
 
 pytestmark = pytest.mark.mpi(min_size=4)
 

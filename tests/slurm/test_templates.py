@@ -1,6 +1,6 @@
 """The job templates in slurm/, submitted with sbatch to the real Slurm of the `slurm` fixture.
 
-Kills and pauses come from the ranks at a named point (mpips/testevents.py), given to the
+Kills and pauses come from the ranks at a named point (mpips/run/testevents.py), given to the
 job in MPIPS_TEST_EVENTS with MPIPS_TESTING=1 in its environment: the templates pass EXTRA
 on as words, and an event is several."""
 import json
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from support import DETECTOR_S, LAUNCHER_DID_NOT_START, run_job
 
-from mpips.model_io import load_model
+from mpips.storage.model_files import load_model
 from slurm_cluster import TERMINAL, slurm_fixture  # noqa: F401  (provides `slurm`)
 
 pytestmark = pytest.mark.slurm

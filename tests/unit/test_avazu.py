@@ -4,8 +4,8 @@ bad lines named by file and line. The sample lines follow the published column l
 import numpy as np
 import pytest
 
-from mpips.data import AVAZU, TextShard, sniff
-from mpips.errors import InputError
+from mpips.data.textfile import AVAZU, TextShard, sniff
+from mpips.base.errors import InputError
 from mpips.kernels.avazu import feature_key, weekday
 
 HEADER = ("id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,"

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpips.bounded import wait_all
-from mpips.errors import WaitTimeout
+from mpips.ranks.bounded import wait_all
+from mpips.base.errors import WaitTimeout
 
 
 def test_a_wait_that_never_completes_fails_and_says_what_it_waited_for():

@@ -1,5 +1,5 @@
 """Server-side vector clocks."""
-from mpips.clocks import FINISHED, ClockTable
+from mpips.wire.clocks import FINISHED, ClockTable
 
 
 def test_bsp_waits_for_the_slowest_worker():
@@ -58,7 +58,7 @@ def test_max_gap_is_to_the_slowest_unfinished_worker():
 def test_a_clock_after_finish_is_a_protocol_error():
     import pytest
 
-    from mpips.errors import ProtocolError
+    from mpips.base.errors import ProtocolError
     c = ClockTable(2, staleness=0)
     c.finish(0)
     with pytest.raises(ProtocolError, match="worker 0 completed a clock after it said FINISH"):

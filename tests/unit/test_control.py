@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from mpips import control
-from mpips.errors import ConfigError, InputError
+from mpips.membership import channel as control
+from mpips.base.errors import ConfigError, InputError
 
 RUN = "20261127-030000-abc123"
 
@@ -74,7 +74,7 @@ def test_an_answer_is_waited_for_with_a_bound_and_the_jobs_end_noticed(tmp_path)
 
 
 def test_ctl_prints_what_moved_and_what_was_refused():
-    from mpips.ctl import describe
+    from mpips.cli.ctl import describe
     moved = {"ok": True, "command": "remove-server", "target": 0, "clock": 300, "version": 2,
              "ranges_moved": 5, "fraction_moved": 0.3125, "keys_moved": 608, "seconds": 0.01,
              "copy_s": 0.006, "paused_s": 0.004, "ranges_before": {"0": 5, "1": 6, "2": 5},

@@ -3,10 +3,10 @@ layout: keys per field, empty fields, log buckets, bad lines named by file and l
 import numpy as np
 import pytest
 
-from mpips.data import CRITEO, SVMLIGHT, TextShard, sniff
-from mpips.errors import InputError
+from mpips.data.textfile import CRITEO, SVMLIGHT, TextShard, sniff
+from mpips.base.errors import InputError
 from mpips.kernels.criteo import bucket, feature_key
-from mpips.makedata import make_data
+from mpips.data.synthetic import make_data
 
 
 def line(label="1", ints=None, cats=None) -> str:

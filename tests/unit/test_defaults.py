@@ -2,12 +2,12 @@
 import numpy as np
 import pytest
 
-from mpips import defaults
-from mpips.data import Rows, TextShard
-from mpips.evaluate import read_rows
-from mpips.makedata import make_data
-from mpips.optimizer import Optimizer
-from mpips.shards import sample_rows
+from mpips.models import defaults
+from mpips.data.textfile import Rows, TextShard
+from mpips.models.evaluate import read_rows
+from mpips.data.synthetic import make_data
+from mpips.models.optimizer import Optimizer
+from mpips.data.shards import sample_rows
 
 
 def csr(dense: np.ndarray, labels=None) -> Rows:

@@ -9,14 +9,14 @@ import h5py
 import numpy as np
 import pytest
 
-from mpips import protocol
-from mpips.blocks import Layout, name_id, name_of, name_words
-from mpips.densefiles import read_blocks
-from mpips.densetables import DenseTables
-from mpips.files import write_hdf5
+from mpips.wire import protocol
+from mpips.wire.dense_layout import Layout, name_id, name_of, name_words
+from mpips.storage.dense_files import read_blocks
+from mpips.server.dense_tables import DenseTables
+from mpips.base.files import write_hdf5
 from mpips.kernels import elementwise
-from mpips.placement import Placement
-from mpips.protocol import Header, Op
+from mpips.wire.placement import Placement
+from mpips.wire.protocol import Header, Op
 
 SERVERS = 3
 PLACEMENT = Placement(SERVERS)

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpips.budget import Budget
+from mpips.base.budget import Budget
 from mpips.kernels import distinct
-from mpips.optimizer import Optimizer
-from mpips.server_side import _reserve
-from mpips.shards import convert, distinct_keys
-from mpips.store import KVStore
+from mpips.models.optimizer import Optimizer
+from mpips.job.server_part import _reserve
+from mpips.data.shards import convert, distinct_keys
+from mpips.server.store import KVStore
 
 
 @pytest.mark.parametrize("n", [0, 1, 100, 5000, 40000, 300000])

@@ -1,7 +1,7 @@
 """Whether hot failover can work: the MPI library's version text and the launcher's environment."""
 import pytest
 
-from mpips.faulttolerance import judge, mca_true, parse_library
+from mpips.ranks.ulfm_launch import judge, mca_true, parse_library
 
 OPEN_MPI = ("Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11, "
             "repo rev: v5.0.11rc1, Sep 16, 2026")

@@ -4,11 +4,11 @@ and line, and make-data writes the same rows as its svmlight with their fields."
 import numpy as np
 import pytest
 
-from mpips.data import LIBFFM, SVMLIGHT, TextShard, sniff
-from mpips.errors import InputError
+from mpips.data.textfile import LIBFFM, SVMLIGHT, TextShard, sniff
+from mpips.base.errors import InputError
 from mpips.kernels import svmlight
-from mpips.makedata import make_data
-from mpips.shards import fields_of
+from mpips.data.synthetic import make_data
+from mpips.data.shards import fields_of
 
 
 def rows_of(tmp_path, text: str, **options):

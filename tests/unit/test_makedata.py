@@ -4,9 +4,9 @@ import filecmp
 import numpy as np
 import pytest
 
-from mpips.data import TextShard
-from mpips.errors import ConfigError
-from mpips.makedata import make_data
+from mpips.data.textfile import TextShard
+from mpips.base.errors import ConfigError
+from mpips.data.synthetic import make_data
 
 
 def test_same_arguments_same_files(tmp_path):

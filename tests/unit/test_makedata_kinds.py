@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from support import run_mpips
 
-from mpips.errors import ConfigError
-from mpips.evaluate import read_rows
-from mpips.makedata import make_data
+from mpips.base.errors import ConfigError
+from mpips.models.evaluate import read_rows
+from mpips.data.synthetic import make_data
 
 
 @pytest.mark.parametrize("kind", ["census", "dense"])

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from minibatches import batch
 
-from mpips.errors import ConfigError
-from mpips.models import FactorizationMachine, LogisticRegression, model_of
-from mpips.optimizer import Optimizer
-from mpips.store import KVStore
+from mpips.base.errors import ConfigError
+from mpips.models.catalog import FactorizationMachine, LogisticRegression, model_of
+from mpips.models.optimizer import Optimizer
+from mpips.server.store import KVStore
 
 
 def pairwise(b, cols, bias_col, w) -> np.ndarray:

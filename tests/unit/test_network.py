@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 
 from mpips.kernels.mlp import dense_backward, dense_forward, logistic_loss
-from mpips.network import (Dense, Stage, init, measured_costs, mlp, partition, run_step,
-                           stages_of)
-from mpips.schedule import POLICIES
+from mpips.models.network import Dense, Stage, init, measured_costs, mlp, partition, run_step, stages_of
+from mpips.pipeline.schedule import POLICIES
 
 
 def reference_step(layers, weights, x, labels, lr):
@@ -112,7 +111,7 @@ def test_a_last_stage_with_offsets_is_wide_and_deeps_network_gradient():
     """Wide & Deep split in stages: the wide margins added to the last stage's logits, the
     loss's gradient divided by the minibatch's rows before it goes back: one micro-batch
     gives the bits of WideDeep.gradient's network part, two give them to 1e-12."""
-    from mpips.models import WideDeep
+    from mpips.models.catalog import WideDeep
     model = WideDeep(4, (6, 5))
     x, labels = data(40, 4, 3, np.float64)
     weights = model.unpack(model.pack(init(model.layers, 2)))
@@ -169,7 +168,7 @@ def test_gradients_add_in_micro_batch_order_whatever_order_the_backwards_come():
 def test_one_layers_first_weights_are_those_of_the_whole_network():
     """init_layer skips the other layers' draws: a server or a stage makes one layer's
     first weights without holding the whole network's."""
-    from mpips.network import init_layer
+    from mpips.models.network import init_layer
     layers = mlp(7, [9, 5, 3])
     whole = init(layers, 11)
     seq = np.random.default_rng(11)   # the stream written out: layer after layer

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from reference import weights_after_each_step
 
-from mpips.optimizer import Optimizer
+from mpips.models.optimizer import Optimizer
 
 
 @pytest.mark.parametrize("name, l1", [("sgd", 0.0), ("adagrad", 0.0), ("ftrl", 0.0), ("ftrl", 0.05),

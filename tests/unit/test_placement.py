@@ -3,10 +3,7 @@ ring (vnodes); a join or leave moves about 1/n of them and keeps the shares even
 import numpy as np
 import pytest
 
-from mpips.placement import (Placement, by_range, dealt, describe_ranges, load_spread, moved,
-                             rebalanced,
-                             ring_holders,
-                             with_server, without_server)
+from mpips.wire.placement import Placement, by_range, dealt, describe_ranges, load_spread, moved, rebalanced, ring_holders, with_server, without_server
 
 
 @pytest.mark.parametrize("n_servers", [2, 3, 4, 7])

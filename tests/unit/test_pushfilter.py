@@ -5,10 +5,11 @@ figures a filter reports."""
 import numpy as np
 import pytest
 
-from mpips import protocol, summary
+from mpips.wire import protocol
+from mpips.run import summary
 from mpips.kernels.quantize import BLOCK
-from mpips.placement import Placement
-from mpips.pushfilter import FIGURES, Plain, PushFilter, merged
+from mpips.wire.placement import Placement
+from mpips.worker.pushfilter import FIGURES, Plain, PushFilter, merged
 
 RNG = np.random.default_rng(11)
 KEYS = np.unique(RNG.integers(0, 2**64, 3000, dtype=np.uint64))

@@ -9,9 +9,9 @@ import pytest
 from mpi4py import MPI
 from support import cannot
 
-from mpips import shards
-from mpips.bounded import wait_until
-from mpips.shards import CsrShard, convert
+from mpips.data import shards
+from mpips.ranks.bounded import wait_until
+from mpips.data.shards import CsrShard, convert
 
 PAGE = mmap.PAGESIZE
 

@@ -1,8 +1,8 @@
 """Rebuilding a lost copy, as a state machine: what a server sends, keeps and replays."""
 import numpy as np
 
-from mpips.placement import Placement
-from mpips.rebuild import Rebuilds
+from mpips.wire.placement import Placement
+from mpips.recovery.rebuild import Rebuilds
 
 BEFORE = Placement(3, replicas=2)          # range r on servers r and r+1
 AFTER = BEFORE.without({1})                # range 0 -> (0, 2), range 1 -> (2, 0)
@@ -67,7 +67,7 @@ def test_a_push_that_arrives_after_a_copy_holding_it_is_not_applied_twice():
     is passed over (the copy says each worker's last push it holds), the rest kept."""
     from types import SimpleNamespace
 
-    from mpips.rangecopies import RangeCopies
+    from mpips.recovery.rangecopies import RangeCopies
     placement = Placement(2, vnodes=4)
     copies = RangeCopies(SimpleNamespace(roles=SimpleNamespace(index=1, workers=[2, 3]),
                                          placement=placement))

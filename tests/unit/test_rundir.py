@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from mpips import fingerprint, rundir
-from mpips.errors import ConfigError
-from mpips.processes import start_time
+from mpips.data import fingerprint
+from mpips.storage import rundir
+from mpips.base.errors import ConfigError
+from mpips.base.processes import start_time
 
 MPIPS_FILES = ["summary.json", "model/server-0000.h5", "model/server-0001.h5.tmp-123",
                "pulls/server-0000.h5", "snapshots/0003/server-0000.h5",

@@ -2,8 +2,7 @@
 deadlock under the task DAG, with the textbook bubble; 1F1B holds fewer activations."""
 import pytest
 
-from mpips.schedule import (BACKWARD, FORWARD, POLICIES, Task, bubble, gpipe, needs,
-                            one_f_one_b, peak_in_flight, render, simulate)
+from mpips.pipeline.schedule import BACKWARD, FORWARD, POLICIES, Task, bubble, gpipe, needs, one_f_one_b, peak_in_flight, render, simulate
 
 SHAPES = [(1, 1), (1, 4), (2, 1), (2, 4), (3, 2), (3, 8), (4, 3), (4, 16)]
 

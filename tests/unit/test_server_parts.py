@@ -3,13 +3,13 @@ push buffer and checkpoint coordination."""
 import numpy as np
 import pytest
 
-from mpips.checkpointing import FAILURES_IN_A_ROW, Checkpoints
-from mpips.clockpushes import ClockPushes
-from mpips.clocks import ClockTable
-from mpips.errors import CheckpointsFailing, ProtocolError
-from mpips.protocol import Report
-from mpips.readgate import HOLD, REFUSE, SERVE, Pull, ReadGate
-from mpips.rowcache import KEEP, RowCache
+from mpips.server.checkpoint_rounds import FAILURES_IN_A_ROW, Checkpoints
+from mpips.server.clockpushes import ClockPushes
+from mpips.wire.clocks import ClockTable
+from mpips.base.errors import CheckpointsFailing, ProtocolError
+from mpips.wire.protocol import Report
+from mpips.server.readgate import HOLD, REFUSE, SERVE, Pull, ReadGate
+from mpips.server.rowcache import KEEP, RowCache
 
 KEYS = np.arange(4, dtype=np.uint64)
 
@@ -29,7 +29,7 @@ class Clock:
 
 def test_the_gate_holds_a_bsp_read_until_every_worker_has_completed_the_clock(monkeypatch):
     now = Clock()
-    monkeypatch.setattr("mpips.readgate.time.monotonic", now)
+    monkeypatch.setattr("mpips.server.readgate.time.monotonic", now)
     clocks = ClockTable(2, staleness=0)
     gate = ReadGate(clocks, record=True)
     clocks.tick(0)

@@ -3,11 +3,11 @@ tasks, the bubble measured from it, what --print-schedule says."""
 import numpy as np
 import pytest
 
-from mpips.config import TrainConfig
-from mpips.errors import ConfigError
-from mpips.pipeline import TASK_RECORD
-from mpips.schedule import logged_bubbles
-from mpips.stagework import TaskLog, describe_pipeline, micro_rows
+from mpips.run.config import TrainConfig
+from mpips.base.errors import ConfigError
+from mpips.pipeline.stage_rank import TASK_RECORD
+from mpips.pipeline.schedule import logged_bubbles
+from mpips.job.stage_part import TaskLog, describe_pipeline, micro_rows
 
 
 def test_micro_batches_split_a_minibatch_evenly_and_never_empty():

@@ -8,7 +8,7 @@ import pytest
 
 IMPORTED = """
 import json, sys
-import mpips.cli, mpips.job
+import mpips.cli.main, mpips.job.training
 if sys.argv[1]:
     __import__(sys.argv[1])
 print(json.dumps(sorted(m for m in sys.modules if m.startswith(("mpips", "h5py")))))
@@ -17,11 +17,11 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith(("mpips", "h5py")
 # What no rank of a plain job (minibatches, no checkpoint, no pipeline) imports before its
 # first minibatch (HDF5: servers save their shards at the end, rank 0 the timelines), and
 # what only one role's ranks import.
-NOWHERE = {"h5py", "mpips.fullbatch", "mpips.densetables", "mpips.dense", "mpips.denserows",
-           "mpips.report", "mpips.evaluate", "mpips.api", "mpips.makedata"}
-SERVERS_ONLY = {"mpips.server_side", "mpips.server", "mpips.store", "mpips.membership",
-                "mpips.rangemoves", "mpips.workermoves"}
-WORKERS_ONLY = {"mpips.worker_side", "mpips.client"}
+NOWHERE = {"h5py", "mpips.job.fullbatch_part", "mpips.server.dense_tables", "mpips.worker.dense_client", "mpips.data.dense_rows",
+           "mpips.cli.report", "mpips.models.evaluate", "mpips.api", "mpips.data.synthetic"}
+SERVERS_ONLY = {"mpips.job.server_part", "mpips.server.loop", "mpips.server.store", "mpips.membership.requests",
+                "mpips.membership.rangemoves", "mpips.membership.workermoves"}
+WORKERS_ONLY = {"mpips.job.worker_part", "mpips.worker.kvworker"}
 
 
 def imported(part: str) -> set:
@@ -33,8 +33,8 @@ def imported(part: str) -> set:
 
 @pytest.mark.parametrize("part, unused", [
     ("", NOWHERE | SERVERS_ONLY | WORKERS_ONLY),
-    ("mpips.worker_side", NOWHERE | SERVERS_ONLY),
-    ("mpips.server_side", (NOWHERE - {"mpips.densetables"}) | {"mpips.worker_side"}),
+    ("mpips.job.worker_part", NOWHERE | SERVERS_ONLY),
+    ("mpips.job.server_part", (NOWHERE - {"mpips.server.dense_tables"}) | {"mpips.job.worker_part"}),
 ])
 def test_a_rank_imports_no_module_its_part_does_not_use(part, unused):
     assert imported(part) & unused == set()

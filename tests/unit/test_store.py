@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from mpips.kernels.table import EMPTY
-from mpips.optimizer import Optimizer
-from mpips.store import KVStore
+from mpips.models.optimizer import Optimizer
+from mpips.server.store import KVStore
 
 
 def test_matches_a_dict_through_growth():

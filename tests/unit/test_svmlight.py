@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from mpips.data import KeyIndexer, Rows, TextShard, byte_range
-from mpips.errors import InputError
+from mpips.data.textfile import KeyIndexer, Rows, TextShard, byte_range
+from mpips.base.errors import InputError
 from mpips.kernels import svmlight
 
 
@@ -271,7 +271,7 @@ def test_skipped_lines_are_named_and_counted_per_pass(tmp_path, caplog):
 
 
 def test_features_per_row_samples_the_whole_file(tmp_path, caplog):
-    from mpips.shards import features_per_row
+    from mpips.data.shards import features_per_row
     sparse_head = ["0"] * 500 + ["1 " + " ".join(f"{k}:1" for k in range(30))] * 500
     path = _write(tmp_path, sparse_head + ["oops"])
     assert 12 < features_per_row(path) < 18, "about half the rows have 30 features"
@@ -282,7 +282,7 @@ def test_features_per_row_samples_the_whole_file(tmp_path, caplog):
 def test_minibatches_resume_from_where_a_minibatch_starts(tmp_path, binary):
     from mpi4py import MPI
 
-    from mpips.shards import CsrShard, convert
+    from mpips.data.shards import CsrShard, convert
     lines = [f"{i % 2} {i}:1 {i + 1}:0.5" for i in range(1000)]
     path = _write(tmp_path, lines)
     if binary:

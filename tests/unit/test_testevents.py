@@ -1,4 +1,4 @@
-"""Events at a point of a job (mpips.testevents), the testing aid the job tests use: what is
+"""Events at a point of a job (mpips.run.testevents), the testing aid the job tests use: what is
 accepted, what is refused and why, and that each event fires once, at its point, on the rank
 it names."""
 import os
@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from mpips import testevents
-from mpips.testevents import Event, EventError, Events, check, parse
+from mpips.run import testevents
+from mpips.run.testevents import Event, EventError, Events, check, parse
 
 
 @pytest.mark.parametrize("text, event", [

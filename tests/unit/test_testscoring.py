@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mpips.errors import InputError, ProtocolError
-from mpips.testscoring import NONE, SMALLEST, Asked, Chunks, HandOut, HeldOutFile
+from mpips.base.errors import InputError, ProtocolError
+from mpips.job.scoring import NONE, SMALLEST, Asked, Chunks, HandOut, HeldOutFile
 
 
 def handed_out(chunks: Chunks, small=()) -> list:

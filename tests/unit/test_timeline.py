@@ -3,9 +3,9 @@ import h5py
 import numpy as np
 import pytest
 
-from mpips import timeline
-from mpips.errors import InputError
-from mpips.timeline import SAMPLE, Timeline
+from mpips.base import timeline
+from mpips.base.errors import InputError
+from mpips.base.timeline import SAMPLE, Timeline
 
 
 def test_samples_are_taken_when_due_and_the_last_one_always():

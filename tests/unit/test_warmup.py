@@ -9,8 +9,8 @@ import pytest
 
 LOADED = """
 import json, sys
-from mpips import models
-from mpips.warmup import compile_kernels
+from mpips.models import catalog as models
+from mpips.run.warmup import compile_kernels
 from mpips.kernels import keys, logistic, optim, svmlight, table
 role = None if sys.argv[1] == "both" else sys.argv[1]
 compile_kernels(model=models.LogisticRegression(), optimizer="adagrad", full_batch=False,
@@ -41,8 +41,8 @@ def test_a_rank_loads_its_roles_kernels(role, expected):
 
 
 def test_a_server_warms_its_table_with_the_keys_a_worker_would_pull():
-    from mpips.data import KeyIndexer
-    from mpips.warmup import _TINY_ROWS, _tiny_batch
+    from mpips.data.textfile import KeyIndexer
+    from mpips.run.warmup import _TINY_ROWS, _tiny_batch
     parsed = _tiny_batch()
     for field in ("labels", "indptr", "indices", "values", "origins"):
         a, b = getattr(parsed, field), getattr(_TINY_ROWS, field)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from minibatches import batch
 
-from mpips.data import BIAS_KEY, KeyIndexer, Rows
-from mpips.errors import ConfigError, InputError
-from mpips.models import WideDeep, model_of
+from mpips.data.textfile import BIAS_KEY, KeyIndexer, Rows
+from mpips.base.errors import ConfigError, InputError
+from mpips.models.catalog import WideDeep, model_of
 
 MODEL = WideDeep(3, (4, 3))
 BY_FIELD = WideDeep(3, (4, 3), fields=3)   # three fields' embeddings concatenated: 9 inputs
@@ -158,7 +158,7 @@ def test_a_feature_beyond_the_fields_is_named():
 def test_a_saved_model_scores_rows_as_the_training_path_does(bias):
     """evaluate.margins_of looks keys up in a whole model (unknown keys count as zero): with
     or without the bias key, the MLP's rows must be found where training put them."""
-    from mpips.evaluate import margins_of
+    from mpips.models.evaluate import margins_of
     b, drawn = batch(seed=5, rows=9, keys=6)
     ids, w = rows_for(MODEL, 6, seed=6)
     b.indices[:] = np.where(drawn < 4, ids[drawn], np.uint64(123457))   # 123457: unknown

@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from mpips.workplan import Death, WorkPlan
+from mpips.data.workplan import Death, WorkPlan
 
 PARTS = [(0, 100), (100, 200), (200, 307), (307, 400)]
 EPOCHS = 3
@@ -121,7 +121,7 @@ def test_a_worker_that_left_and_joins_again_takes_a_piece_of_every_workers_rest(
 
 
 def test_a_split_round_trips_through_the_wire_and_json():
-    from mpips import protocol
+    from mpips.wire import protocol
     d = Death(2, 30, 1, 1, 250, taken=(0, 1), survivors=(2, 1), shares=(3, 1), dead=False)
     assert protocol.death_of(protocol.death_fields(d)) == d
     assert Death.from_dict(d.as_dict()) == d

@@ -1,0 +1,526 @@
+"""Binary CSR shards: svmlight converted once, then memory-mapped by every worker.
+
+A dataset is a directory:
+
+    meta.json                     rows, nnz, parts, distinct_keys (an estimate); written last:
+                                  its presence means complete
+    part-NNNN.labels.npy          float32[rows]      0 or 1
+    part-NNNN.indptr.npy          int64[rows + 1]    row starts within the part, from 0
+    part-NNNN.indices.npy         uint64[nnz]        feature keys
+    part-NNNN.values.npy          float32[nnz]
+
+`convert` writes one part per converting rank, each from its own byte range of
+the text; `CsrShard` gives worker w of W the rows [N*w/W, N*(w+1)/W) without
+reading anything else.
+"""
+import contextlib
+import copy
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ranks.bounded import wait_all
+from .textfile import FIELDS, LIBFFM, Rows, TextShard, byte_range, check_file, sniff
+from ..base.errors import ConfigError, InputError
+from ..kernels import distinct
+from ..kernels.csr import first_bad_label, first_bad_pointer
+from ..kernels.hashing import FIELD_SHIFT
+from ..run.startup import agree
+
+log = logging.getLogger("mpips")
+
+FORMAT = "mpips-csr"
+READAHEAD_BYTES = 64 << 20   # of the shard's files asked for ahead of the rows being read
+ARRAYS = (("labels", np.float32), ("indptr", np.int64), ("indices", np.uint64),
+          ("values", np.float32))
+
+
+def is_dataset(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "meta.json"))
+
+
+def read_meta(path: str) -> dict:
+    try:
+        with open(os.path.join(path, "meta.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: not a converted dataset ({e})") from None
+    if meta.get("format") != FORMAT:
+        raise ConfigError(f"{path}/meta.json: format is {meta.get('format')!r}, not {FORMAT!r}")
+    try:
+        for p in meta["parts"]:
+            if not (isinstance(p["name"], str) and p["rows"] >= 0 and p["nnz"] >= 0):
+                raise ValueError(p)
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"{path}/meta.json: its list of parts is damaged") from None
+    return meta
+
+
+def distinct_keys(path: str) -> int | None:
+    """The distinct keys `convert` estimated a dataset holds, at most its parts' keys on disk
+    (a damaged meta.json cannot ask for more memory than the data could fill); None for
+    text, a dataset converted before the estimate was kept, or an unreadable one (the
+    workers that read it say why)."""
+    try:
+        meta = read_meta(path) if is_dataset(path) else {}
+        n = meta.get("distinct_keys")
+        if not (isinstance(n, int) and n >= 0):
+            return None
+        on_disk = sum(np.load(_part_file(path, p["name"], "indices"), mmap_mode="r").shape[0]
+                      for p in meta["parts"])
+    except (ConfigError, OSError, ValueError, KeyError, TypeError):
+        return None
+    return min(n, on_disk)
+
+
+def _array_lengths(part: dict) -> dict:
+    return {"labels": part["rows"], "indptr": part["rows"] + 1, "indices": part["nnz"],
+            "values": part["nnz"]}
+
+
+def check_parts(path: str, meta: dict) -> None:
+    """ConfigError unless every part's arrays are there, of the type and length meta.json
+    says, and whole: from the .npy headers and the file sizes, without reading the data."""
+    for part in meta["parts"]:
+        for array, dtype in ARRAYS:
+            name = _part_file(path, part["name"], array)
+            want = (_array_lengths(part)[array],)
+            try:
+                with open(name, "rb") as f:
+                    version = np.lib.format.read_magic(f)
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)
+                    shape, fortran, found = read(f)
+                    start = f.tell()
+                size = os.path.getsize(name)
+            except FileNotFoundError:
+                raise ConfigError(f"{name}: missing from the dataset") from None
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"{name}: not a readable .npy file ({e})") from None
+            if found != np.dtype(dtype) or shape != want or fortran:
+                raise ConfigError(f"{name}: holds {found}{list(shape)}, where meta.json makes it "
+                                  f"{np.dtype(dtype)}{list(want)}")
+            expected = start + want[0] * np.dtype(dtype).itemsize
+            if size != expected:
+                raise ConfigError(f"{name}: {size:,} bytes, where its header makes it "
+                                  f"{expected:,} ({'truncated' if size < expected else 'too long'})")
+
+
+def _part_file(path: str, part: str, array: str) -> str:
+    return os.path.join(path, f"{part}.{array}.npy")
+
+
+def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict:
+    """Convert byte range `rank` of `size` of the svmlight file `src` into part `rank`."""
+    name = f"part-{rank:04d}"
+    shard = TextShard(src, rank, size, skip_bad=skip_bad)
+    raw = {array: open(_part_file(dst, name, array) + ".raw", "wb") for array, _ in ARRAYS}
+    rows = nnz = 0
+    top = -1   # libffm: the largest field seen
+    keys = distinct.sketch()
+    raw["indptr"].write(np.zeros(1, np.int64).tobytes())
+    try:
+        for chunk in shard.rows():
+            distinct.add(keys, chunk.indices)
+            raw["labels"].write(chunk.labels.tobytes())
+            raw["indptr"].write((chunk.indptr[1:] + nnz).tobytes())
+            raw["indices"].write(chunk.indices.tobytes())
+            raw["values"].write(chunk.values.tobytes())
+            rows += len(chunk)
+            nnz += int(chunk.indptr[-1])
+            if shard.fmt is LIBFFM and chunk.indices.size:
+                top = max(top, int((chunk.indices >> FIELD_SHIFT).max()))
+    finally:
+        for f in raw.values():
+            f.close()
+    for array, dtype in ARRAYS:   # .npy needs the length up front: copy the raw bytes behind it
+        tmp = _part_file(dst, name, array) + ".raw"
+        count = os.path.getsize(tmp) // np.dtype(dtype).itemsize
+        out = np.lib.format.open_memmap(_part_file(dst, name, array), "w+", dtype, (count,))
+        with open(tmp, "rb") as f:
+            done, block = 0, (64 << 20) // np.dtype(dtype).itemsize
+            while done < count:
+                n = min(block, count - done)
+                out[done:done + n] = np.frombuffer(f.read(n * out.itemsize), dtype)
+                done += n
+        out.flush()
+        del out
+        os.remove(tmp)
+    return {"name": name, "rows": rows, "nnz": nnz, "bad_lines": shard.bad_lines,
+            "fields": FIELDS.get(shard.fmt.name, top + 1), "keys": keys}
+
+
+# What `convert` writes in its output directory (and the temporary files on the way): only
+# these are removed when --overwrite replaces a converted dataset.
+WRITTEN = re.compile(r"meta\.json(\.tmp)?|part-\d{4,}\.(labels|indptr|indices|values)"
+                     r"\.npy(\.raw)?")
+
+
+def remove_dataset(dst: str) -> list:
+    """Remove the files `convert` wrote in `dst` (not the directory); returns what else is
+    there, which stays."""
+    kept = []
+    for name in sorted(os.listdir(dst)):
+        if WRITTEN.fullmatch(name) and os.path.isfile(os.path.join(dst, name)):
+            os.remove(os.path.join(dst, name))
+        else:
+            kept.append(name)
+    return kept
+
+
+def check_output(dst: str, overwrite: bool) -> None:
+    """ConfigError unless `dst` may be written: absent, or (with overwrite) an empty directory
+    or a converted dataset. Nothing else is ever deleted."""
+    if not os.path.exists(dst):
+        return
+    if not overwrite:
+        raise ConfigError(f"{dst} exists; choose another output, or pass --overwrite")
+    if not os.path.isdir(dst) or (os.listdir(dst) and not is_dataset(dst)):
+        raise ConfigError(f"{dst} is not a converted dataset: --overwrite replaces only those "
+                          f"(a directory with meta.json) or an empty directory")
+
+
+def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = False,
+            timeout: float = 3600.0) -> dict | None:
+    """Collective over `comm`: every rank converts its byte range of `src`; rank 0 writes
+    meta.json once all parts exist. Returns the metadata on rank 0."""
+    agree(comm, lambda: (check_file(src, "IN"), check_output(dst, overwrite)), timeout)
+    if comm.rank == 0:
+        if os.path.isdir(dst):
+            kept = remove_dataset(dst)
+            if kept:
+                log.warning("left in place in %s, not written by mpips: %s", dst,
+                            ", ".join(kept))
+        else:
+            os.makedirs(dst)
+    wait_all([comm.Ibarrier()], timeout, lambda: "rank 0 to create the output directory")
+    part = write_part(src, dst, comm.rank, comm.size, skip_bad)
+    counts = np.array([part["rows"], part["nnz"], part["bad_lines"], part["fields"]], np.int64)
+    every = np.empty((comm.size, 4), np.int64)
+    sketches = np.empty((comm.size, distinct.REGISTERS), np.uint8)
+    wait_all([comm.Iallgather(counts, every), comm.Iallgather(part["keys"], sketches)], timeout,
+             lambda: "every rank to finish its part")
+    if comm.rank != 0:
+        return None
+    meta = {"format": FORMAT, "version": 1, "source": os.path.abspath(src),
+            "text_format": sniff(src).name,
+            "rows": int(every[:, 0].sum()), "nnz": int(every[:, 1].sum()),
+            "distinct_keys": distinct.estimate(sketches.max(axis=0)),
+            "bad_lines": int(every[:, 2].sum()), "fields": int(every[:, 3].max()),
+            "parts": [{"name": f"part-{r:04d}", "rows": int(every[r, 0]), "nnz": int(every[r, 1])}
+                      for r in range(comm.size)]}
+    with open(os.path.join(dst, "meta.json.tmp"), "w") as f:
+        json.dump(meta, f, indent=2)
+    os.replace(os.path.join(dst, "meta.json.tmp"), os.path.join(dst, "meta.json"))
+    return meta
+
+
+class CsrShard:
+    """Rows [N*part/nparts, N*(part+1)/nparts) of a converted dataset, memory-mapped. The row
+    pointers and labels of those rows are checked when it is opened: the kernels index with
+    them unchecked, and a damaged file must not send them outside the arrays."""
+
+    bad_lines = 0   # bad lines were handled when converting
+
+    def __init__(self, path: str, part: int = 0, nparts: int = 1, check: bool = True):
+        """`check`: its rows now (else each `over` checks its own)."""
+        self.path = path
+        meta = read_meta(path)
+        check_parts(path, meta)
+        self.parts = []
+        for p in meta["parts"]:
+            # Copy-on-write maps: writable array types, so the same compiled kernels apply.
+            arrays = {a: np.load(_part_file(path, p["name"], a), mmap_mode="c")
+                      for a, _ in ARRAYS}
+            self.parts.append(Rows(arrays["labels"], arrays["indptr"], arrays["indices"],
+                                   arrays["values"]))
+        self.part_starts = np.cumsum([0] + [len(p) for p in self.parts])
+        n = int(self.part_starts[-1])
+        nnz = sum(p.indices.shape[0] for p in self.parts)
+        bytes_per_row = (nnz * 12 + n * 12) / n if n else 1.0
+        self.readahead_rows = max(int(READAHEAD_BYTES / bytes_per_row), 1)
+        self.start, self.stop = n * part // nparts, n * (part + 1) // nparts
+        self.position = self.start
+        self._meta = meta
+        if check:
+            self._check_rows(meta)
+
+    def over(self, start: int, stop: int) -> "CsrShard":
+        """The same dataset's rows [start, stop), checked (the files are mapped once)."""
+        other = copy.copy(self)
+        other.start, other.stop = start, stop
+        other.position = start
+        other._check_rows(self._meta)
+        return other
+
+    def _check_rows(self, meta: dict) -> None:
+        """InputError naming the file and row if the rows this shard serves are damaged."""
+        for p, rows in enumerate(self.parts):
+            lo = max(self.start - int(self.part_starts[p]), 0)
+            hi = min(self.stop - int(self.part_starts[p]), len(rows))
+            if lo >= hi and not (lo == 0 and len(rows) == 0):
+                continue
+            name = meta["parts"][p]["name"]
+            ends = (rows.indptr[0], rows.indptr[-1])
+            if ends != (0, rows.indices.shape[0]):
+                raise InputError(f"{_part_file(self.path, name, 'indptr')}: starts at {ends[0]} "
+                                 f"and ends at {ends[1]}, not 0 and {rows.indices.shape[0]} "
+                                 f"(the number of values): the file is damaged")
+            bad = first_bad_pointer(rows.indptr[lo:hi + 1], rows.indices.shape[0])
+            if bad >= 0:
+                raise InputError(f"{_part_file(self.path, name, 'indptr')}: row pointer "
+                                 f"{lo + bad} is {int(rows.indptr[lo + bad])}, out of order or "
+                                 f"outside 0..{rows.indices.shape[0]}: the file is damaged")
+            bad = first_bad_label(rows.labels[lo:hi])
+            if bad >= 0:
+                raise InputError(f"{_part_file(self.path, name, 'labels')}: label of row "
+                                 f"{lo + bad} is {rows.labels[lo + bad]}, not 0 or 1: the file "
+                                 f"is damaged")
+
+    def next_row_at(self, row: int) -> int | None:
+        """The first of this shard's rows at or after `row` (None if there is none)."""
+        if row >= self.stop:
+            return None
+        return max(row, self.start)
+
+    @property
+    def fraction_done(self) -> float:
+        span = self.stop - self.start
+        return 1.0 if span <= 0 else (self.position - self.start) / span
+
+    def _rows(self, a: int, b: int) -> Rows:
+        """Global rows [a, b), as views unless they span parts."""
+        pieces = []
+        first = a
+        while a < b:
+            p = int(np.searchsorted(self.part_starts, a, side="right")) - 1
+            end = min(b, int(self.part_starts[p + 1]))
+            lo = a - int(self.part_starts[p])
+            pieces.append(self.parts[p].slice(lo, lo + end - a))
+            a = end
+        rows = pieces[0] if len(pieces) == 1 else Rows.concat(pieces)
+        rows.origins = np.arange(first, b, dtype=np.int64)
+        return rows
+
+    def minibatches(self, batch_size: int, start: int | None = None):
+        """Yield Rows of `batch_size` rows (the last may be smaller), from row `start`."""
+        if start is not None and not self.start <= start <= self.stop:
+            raise ValueError(f"{self.path}: row {start} is outside this part "
+                             f"[{self.start}, {self.stop})")
+        asked = self.start if start is None else start   # rows asked for ahead up to here
+        for a in range(self.start if start is None else start, self.stop, batch_size):
+            b = min(a + batch_size, self.stop)
+            if b > asked - self.readahead_rows // 2 and asked < self.stop:
+                until = min(max(asked, b) + self.readahead_rows, self.stop)
+                self._read_ahead(max(asked, a), until)
+                asked = until
+            self.position = b
+            yield self._rows(a, b)
+
+    def _read_ahead(self, a: int, b: int) -> None:
+        """Ask the kernel to read global rows [a, b) into the page cache, in the background
+        (posix_fadvise WILLNEED): shards not yet cached are then read while the rows before
+        them train, instead of a page at a time as the kernels reach them."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        for p, rows in enumerate(self.parts):
+            lo = min(max(a - int(self.part_starts[p]), 0), len(rows))
+            hi = min(max(b - int(self.part_starts[p]), 0), len(rows))
+            if lo >= hi:
+                continue
+            entries = int(rows.indptr[lo]), int(rows.indptr[hi])
+            for array, (first, last) in ((rows.labels, (lo, hi)), (rows.indptr, (lo, hi + 1)),
+                                         (rows.indices, entries), (rows.values, entries)):
+                _will_need(array, first, last)
+
+
+def _will_need(array: np.memmap, first: int, last: int) -> None:
+    """posix_fadvise WILLNEED for elements [first, last) of a memory-mapped .npy array."""
+    size = array.dtype.itemsize
+    if last <= first or getattr(array, "filename", None) is None:   # length 0: the whole file
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(array.filename, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, array.offset + first * size, (last - first) * size,
+                             os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
+
+
+def features_per_row(path: str, samples: int = 8, sample_bytes: int = 1 << 17) -> float:
+    """Mean non-zeros per row: exact for a converted dataset; for text, from the first
+    `sample_bytes` of each of `samples` evenly spaced parts of the file (a sorted file, or
+    one whose first rows are unusual, is still measured fairly)."""
+    if os.path.isdir(path):
+        meta = read_meta(path)
+        return meta["nnz"] / max(meta["rows"], 1)
+    rows = nnz = 0
+    for part in range(samples):
+        shard = TextShard(path, part, samples, chunk_bytes=sample_bytes, skip_bad=True,
+                              log_bad=False)
+        chunk = next(shard.rows(), None)
+        if chunk is not None:
+            rows += len(chunk)
+            nnz += int(chunk.indptr[-1])
+    return nnz / rows if rows else 0.0
+
+
+@dataclass
+class Sample:
+    """Rows read from a training set to choose defaults, and how many rows each of the
+    workers will read (exact for a converted dataset or a file read whole, else estimated)."""
+    rows: Rows
+    per_part: list
+    exact: bool
+
+
+def _empty_rows() -> Rows:
+    return Rows(np.empty(0, np.float32), np.zeros(1, np.int64), np.empty(0, np.uint64),
+                np.empty(0, np.float32))
+
+
+def _checked_rows(path: str, part: str, a: int, b: int) -> Rows | None:
+    """Rows [a, b) of a part of a converted dataset, or None if their pointers are damaged
+    (the checks every rank agrees on report that; a sample only passes it by)."""
+    arrays = {name: np.load(_part_file(path, part, name), mmap_mode="r") for name, _ in ARRAYS}
+    indptr = np.asarray(arrays["indptr"][a:b + 1])
+    if indptr.shape[0] < 2 or first_bad_pointer(indptr, arrays["indices"].shape[0]) >= 0:
+        return None
+    lo, hi = int(indptr[0]), int(indptr[-1])
+    return Rows(np.asarray(arrays["labels"][a:b]), indptr - lo,
+                np.asarray(arrays["indices"][lo:hi]), np.asarray(arrays["values"][lo:hi]))
+
+
+def sample_rows(path: str, parts: int, whole_bytes: int = 64 << 20, samples: int = 8,
+                sample_rows_each: int = 4000, sample_bytes: int = 1 << 19) -> Sample:
+    """Rows to measure `path` by, for `parts` workers: a text file up to `whole_bytes` is read
+    whole (every worker's row count is then exact); beyond that, the first `sample_bytes` of
+    `samples` evenly spaced parts of it. From a converted dataset, `samples` evenly spaced
+    runs of `sample_rows_each` rows."""
+    if os.path.isdir(path):
+        meta = read_meta(path)
+        n = sum(p["rows"] for p in meta["parts"])
+        pieces = []
+        for p in meta["parts"]:
+            share = -(-p["rows"] * samples // max(n, 1))   # runs, spread as the rows are
+            for i in range(share):
+                a = p["rows"] * i // share
+                rows = _checked_rows(path, p["name"], a, min(a + sample_rows_each, p["rows"]))
+                if rows is not None:
+                    pieces.append(rows)
+        return Sample(Rows.concat(pieces) if pieces else _empty_rows(),
+                      [n * (w + 1) // parts - n * w // parts for w in range(parts)], True)
+    size = os.path.getsize(path)
+    try:
+        if size <= whole_bytes:
+            chunks = list(TextShard(path, skip_bad=True, log_bad=False).rows())
+            rows = Rows.concat(chunks) if chunks else _empty_rows()
+            bounds = [byte_range(size, w, parts)[0] for w in range(parts)] + [size]
+            at = np.searchsorted(rows.origins if chunks else np.empty(0, np.int64), bounds)
+            return Sample(rows, np.diff(at).tolist(), True)
+        chunks, spanned = [], 0
+        for part in range(samples):
+            shard = TextShard(path, part, samples, chunk_bytes=sample_bytes, skip_bad=True,
+                                  log_bad=False)
+            chunk = next(shard.rows(), None)
+            if chunk is not None and len(chunk) > 1:
+                chunks.append(chunk)
+                spanned += int(chunk.origins[-1] - chunk.origins[0])
+    except InputError:   # the workers' reading reports it; the sample passes it by
+        return Sample(_empty_rows(), [], False)
+    if not chunks:
+        return Sample(_empty_rows(), [0] * parts, False)
+    rows = Rows.concat(chunks)
+    total = size * (len(rows) - len(chunks)) / max(spanned, 1)   # from bytes per line
+    return Sample(rows, [int(total / parts)] * parts, False)
+
+
+def check_input(path: str, flag: str, fmt: str | None = None) -> None:
+    """ConfigError unless `path` is a readable non-empty text file (of format `fmt`, if
+    given: svmlight, criteo or avazu) or a whole converted dataset."""
+    if os.path.isdir(path):
+        check_parts(path, read_meta(path))
+        return
+    check_file(path, flag)
+    found = sniff(path).name
+    if fmt is not None and found != fmt:
+        raise ConfigError(f"{flag} {path}: --format {fmt}, but its first line is {found} "
+                          f"text")
+
+
+def check_examples(path: str, flag: str, skip_bad: bool) -> None:
+    """ConfigError unless the data at `path` holds an example: of text, the lines are read up
+    to the first one (all of them if there is none); of a converted dataset, its rows are
+    counted. Of the whole, not of a worker's part, which may hold none."""
+    if os.path.isdir(path):
+        if not sum(p["rows"] for p in read_meta(path)["parts"]):
+            raise ConfigError(f"{flag} {path}: no examples (a dataset of 0 rows): nothing to "
+                              f"train on")
+        return
+    shard = TextShard(path, chunk_bytes=1 << 16, skip_bad=True, log_bad=False)
+    if next(shard.rows(), None) is not None:
+        return
+    if not shard.bad_lines:
+        raise ConfigError(f"{flag} {path}: no examples, only blank lines and comments: nothing "
+                          f"to train on")
+    if skip_bad:
+        raise ConfigError(f"{flag} {path}: no examples: its {shard.bad_lines:,} line(s) are "
+                          f"all bad {shard.fmt.name} lines (--skip-bad-lines skips them)")
+    try:
+        next(TextShard(path, chunk_bytes=1 << 16).rows(), None)
+    except InputError as e:   # the first bad line, as a worker would have said it
+        raise ConfigError(str(e)) from None
+
+
+def fields_of(path: str) -> int:
+    """How many fields the data's keys carry in their top byte (0: none, as in svmlight):
+    Criteo's and Avazu's; a converted dataset's, as counted when converting. libffm text
+    says its fields line by line only: 0 here (give --fields)."""
+    try:
+        if os.path.isdir(path):
+            return int(read_meta(path).get("fields", 0))
+        return FIELDS.get(sniff(path).name, 0)
+    except (OSError, ConfigError):
+        return 0   # the checks of the input say what is wrong with it
+
+
+def data_format(path: str) -> str | None:
+    """The format of the data at `path`: a text file's (from its first line), or the text a
+    dataset was converted from (None if `convert` did not record it: an older dataset)."""
+    if os.path.isdir(path):
+        return read_meta(path).get("text_format")
+    return sniff(path).name
+
+
+def format_mismatch(test: str, trained: str | None, model: str) -> str | None:
+    """Why the data at `test` cannot be scored by `model` (its description), trained on data
+    of format `trained`: the formats make different keys of the same features. None if they
+    agree or either is not known."""
+    found = data_format(test)
+    if not (found and trained) or found == trained:
+        return None
+    return (f"{test} is {found} data, but {model} was trained on {trained} data: their keys "
+            f"do not match, and every row would score as if the model knew none of its "
+            f"features; give test data in the {trained} format")
+
+
+def open_shard(path: str, part: int, nparts: int, skip_bad: bool = False):
+    """Part `part` of `nparts` of a dataset: svmlight text, or a directory from `convert`."""
+    if os.path.isdir(path):
+        return CsrShard(path, part, nparts)
+    return TextShard(path, part, nparts, skip_bad=skip_bad)
+
+
+def spans(path: str, nparts: int) -> list:
+    """(start, stop) of each of the `nparts` parts of a dataset: bytes of text (a reader
+    takes the lines that start in them) or rows of binary shards."""
+    if os.path.isdir(path):
+        n = sum(int(p["rows"]) for p in read_meta(path)["parts"])
+    else:
+        n = os.path.getsize(path)
+    return [(n * k // nparts, n * (k + 1) // nparts) for k in range(nparts)]

@@ -1,0 +1,232 @@
+"""The worker side of a full-batch job (--solver lbfgs): each worker holds its part of the
+training data in memory, its features mapped to the coordinates of a dense weight vector
+(key mod --dim; the bias is coordinate --dim). Worker 0 drives the solver (lbfgs); every
+evaluation of the objective is every worker's gather of the point at its coordinates, its
+part of the logistic gradient, and a scatter_add of it into the gradient table, started by
+the driver's word on the workers' communicator. No rank holds the weight vector.
+"""
+import logging
+import math
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from ..storage import checkpoint
+from ..data import fingerprint
+from ..models import lbfgs
+from ..run import signals
+from ..run import summary
+from ..run import testevents
+from ..base import timeline
+from ..ranks.bounded import wait_all
+from ..base.budget import Budget
+from ..worker.kvworker import KVWorker
+from ..run.config import TrainConfig
+from ..data.textfile import Rows
+from ..worker.dense_client import DenseClient
+from ..data.dense_rows import Part
+from ..base.errors import InputError, SaveError
+from ..base.log import say
+from ..ranks.roles import Roles
+from ..data.shards import data_format, open_shard
+from ..run.startup import process_age, ready
+from .worker_part import saving_on_failure
+
+log = logging.getLogger("mpips")
+
+DONE, EVALUATE = 0, 1
+READ_ROWS = 1 << 16
+
+
+def read_part(path: str, part: int, parts: int, dim: int, bias: bool, skip_bad: bool):
+    """(Part, bad lines) of part `part` of `parts` of a dataset."""
+    try:
+        shard = open_shard(path, part, parts, skip_bad=skip_bad)
+        batches = list(shard.minibatches(READ_ROWS))
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror or e}") from None
+    rows = Rows.concat(batches) if batches else Rows(
+        np.empty(0, np.float32), np.zeros(1, np.int64), np.empty(0, np.uint64),
+        np.empty(0, np.float32))
+    return Part(rows, dim, bias), shard.bad_lines
+
+
+def solve(cfg: TrainConfig, roles: Roles, name: str, resume, placement, failover: bool):
+    """This worker's part of a full-batch job (run `name`, from checkpoint `resume`: its
+    directory and manifest); (record, test margins, labels, hold times, the solver's steps:
+    float64[k, 6] on the driver)."""
+    kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
+    with saving_on_failure(roles, kv, cfg.timeout):
+        return _solve(cfg, roles, kv, name, resume)
+
+
+def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
+    ps = DenseClient(kv)
+    group, n_workers = roles.group, len(roles.workers)
+    driver = roles.index == 0
+    loaded = []
+    ready(roles.comm, cfg.startup_timeout, lambda: loaded.append(read_part(
+        cfg.train, roles.index, n_workers, cfg.dim, cfg.bias, cfg.skip_bad_lines)))
+    startup_s = process_age()
+    part, bad_lines = loaded[0]
+    budget = Budget(cfg.max_rank_memory, f"worker {roles.index}")
+    budget.take(part.nbytes(), f"its {part.n_rows:,} rows of {cfg.train} in memory")
+    counts = np.zeros(n_workers, np.int64)
+    wait_all([group.Iallgather(np.array([part.n_rows], np.int64), counts)], cfg.timeout,
+             lambda: "every worker's count of rows")
+    n_total = int(counts.sum())
+    names = lbfgs.tables(cfg.history, cfg.optimizer.l1)
+    tables = {table: ps.dense(table, cfg.dim + 1) for table in names}
+    start = MPI.Wtime()
+
+    stop_asked = [False]   # a stop signal (Slurm's warning, SIGUSR1) reached some worker
+
+    def share(point, gradient) -> float:
+        budget.take(16 * part.coords.shape[0], "the weights and gradient of its coordinates")
+        loss, grad = part.loss_and_gradient(point.gather(part.coords))
+        budget.release(16 * part.coords.shape[0])
+        gradient.scatter_add(part.coords, grad / n_total, workers=n_workers)
+        total, asked = _sum_at_driver(group, loss, cfg.timeout)
+        stop_asked[0] |= asked
+        return total / n_total
+
+    def word(*fields) -> np.ndarray:
+        """The driver's word to the others: DONE, or EVALUATE a point into a gradient."""
+        buf = np.array(fields if driver else (0, 0, 0), np.int64)
+        wait_all([group.Ibcast(buf, root=0)], cfg.timeout,
+                 lambda: "worker 0 (the solver's driver) to say what comes next")
+        return buf
+
+    def evaluate(point, gradient) -> float:
+        gradient.fill(0.0)
+        word(EVALUATE, names.index(point.name), names.index(gradient.name))
+        f = share(point, gradient)
+        ps.restore_copies()   # (after servers died) no worker writes now
+        if cfg.optimizer.l2:
+            f += 0.5 * cfg.optimizer.l2 * point.dot(point)
+            gradient.axpy(cfg.optimizer.l2, point)
+        return f
+
+    steps = []
+    if driver:
+        settings = lbfgs.Settings(memory=cfg.history, l1=cfg.optimizer.l1,
+                                  max_iter=cfg.max_iter, tol=cfg.tol)
+        roles_now = dict(tables)   # minimize swaps the roles of w and w_trial, g and g_trial
+        steps = lbfgs.minimize(
+            roles_now, evaluate, settings, report=_say,
+            resume=_from_json(resume[1]["solver"]) if resume else None,
+            checkpoint=lambda it, state: _checkpoint(cfg, ps, name, n_workers, it, state),
+            every=cfg.checkpoint_every, stop=lambda: stop_asked[0])
+        weights = roles_now["w"]
+        stopped = int(steps[-1].iteration) if stop_asked[0] else -1
+        mean_loss = math.nan
+        if stopped < 0:
+            mean_loss = evaluate(weights, roles_now["g_trial"])
+            if cfg.optimizer.l2:
+                mean_loss -= 0.5 * cfg.optimizer.l2 * weights.dot(weights)
+        if weights is not tables["w"]:   # the model is table w
+            weights = tables["w"].copy(weights)
+        for table in names[1:]:
+            tables[table].free()
+        word(DONE, 0, stopped)
+    else:
+        while True:   # EVALUATE point, gradient (tables' numbers) or DONE 0, stopped
+            command, first, second = (int(x) for x in word())
+            if command == DONE:
+                stopped = second
+                break
+            share(tables[names[first]], tables[names[second]])
+        weights, mean_loss = tables["w"], math.nan
+    if stopped >= 0 and driver:
+        log.info("the job is stopping: a checkpoint holds the model at iteration %d", stopped)
+    train_s = MPI.Wtime() - start
+    kv.finish()
+    wait_all([group.Ibarrier()], cfg.timeout, lambda: "the other workers to finish")
+    margins, labels, bad_test = (np.empty(0), np.empty(0, np.float32), 0)
+    if cfg.test and stopped < 0:
+        test, bad_test = read_part(cfg.test, roles.index, n_workers, cfg.dim, cfg.bias,
+                                   cfg.skip_bad_lines)
+        margins, labels = test.margins(weights.gather(test.coords)), test.labels
+    kv.close()
+    r = summary.new_record()
+    r["examples"] = part.n_rows
+    r["train_loss"] = mean_loss * n_total if driver and stopped < 0 else 0.0
+    r["train_s"] = train_s
+    r["startup_s"] = startup_s
+    r["wait_s"] = kv.wait_s
+    r["bytes_sent"] = r["train_bytes"] = kv.bytes_sent
+    r["bad_lines"] = bad_lines + bad_test
+    r["test_rows"] = margins.shape[0]
+    r["stopped_at"] = stopped   # a worker: the iteration it stopped at
+    r["solver_steps"] = len(steps)
+    r["held_peak"] = budget.peak
+    trace = np.array([list(s) for s in steps], np.float64).reshape(-1, len(lbfgs.Step._fields))
+    return r, margins, labels, np.zeros(n_workers), trace, timeline.empty()
+
+
+LOSS_TAG = 7
+
+
+def _checkpoint(cfg: TrainConfig, ps: DenseClient, name: str, n_workers: int,
+                iteration: int, state: dict) -> None:
+    """The driver's part of a checkpoint: every server writes its blocks; then the manifest,
+    with the solver's state, makes it complete."""
+    servers = ps.checkpoint(iteration)
+    if not servers:
+        log.warning("checkpoint at iteration %d not written (a server could not: see its "
+                    "error); training goes on", iteration)
+        return
+    n_servers = len(servers)
+    try:
+        shards = checkpoint.dense_entries(cfg.checkpoints, iteration, servers)
+        directory = checkpoint.write_manifest(
+            cfg.checkpoints, iteration, shards, run_id=name, config=cfg.as_dict(),
+            servers=n_servers, workers=n_workers, consistency="bsp",
+            inputs={"train": fingerprint.of_input(cfg.train)},
+            data_format=data_format(cfg.train),
+            placement=ps.kv.placement.describe(), positions={}, deaths=[],
+            solver=_to_json(state), worker_random_state=None,
+            written=time.strftime("%Y-%m-%d %H:%M:%S"))
+    except (OSError, SaveError) as e:
+        log.warning("checkpoint at iteration %d not written: %s", iteration, e)
+        return
+    checkpoint.prune(cfg.checkpoints, cfg.keep_checkpoints, directory)
+    say(f"checkpoint at iteration {iteration}: {directory}")
+
+
+def _to_json(state: dict) -> dict:
+    """NaN (a gradient norm not yet measured) as null: manifests are strict JSON."""
+    steps = [[None if isinstance(v, float) and math.isnan(v) else v for v in step]
+             for step in state["steps"]]
+    return {**state, "steps": steps}
+
+
+def _from_json(state: dict) -> dict:
+    steps = [[math.nan if v is None else v for v in step] for step in state["steps"]]
+    return {**state, "steps": steps}
+
+
+def _sum_at_driver(group, value: float, timeout: float) -> tuple:
+    """(the sum over workers of `value`, in worker order; whether any worker was asked to
+    stop) on worker 0 (nan, False elsewhere); a worker that does not send its part in time
+    is named."""
+    mine = np.array([value, float(signals.stop_requested())])
+    if group.rank != 0:
+        wait_all([group.Isend(mine, 0, LOSS_TAG)], timeout,
+                 lambda: "worker 0 (the solver's driver) to take this worker's loss")
+        return math.nan, False
+    parts = np.empty((group.size, 2))
+    parts[0] = mine
+    requests = [group.Irecv(parts[w], w, LOSS_TAG) for w in range(1, group.size)]
+    wait_all(requests, timeout, lambda: f"the losses of worker(s) "
+             f"{[w for w, r in enumerate(requests, 1) if not r.Test()]} at this point: "
+             f"they said nothing for --timeout {timeout:g} s")
+    return float(parts[:, 0].sum()), bool(parts[:, 1].any())
+
+
+def _say(step: lbfgs.Step) -> None:
+    log.info("iteration %d: objective %.10g, gradient norm %.3g, step %.3g, %d evaluations, "
+             "%.2f s", step.iteration, step.objective, step.gradient_norm, step.step,
+             step.evaluations, step.seconds)
+    testevents.reached("iteration", int(step.iteration))

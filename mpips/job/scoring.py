@@ -1,0 +1,514 @@
+"""Scoring the test rows on every rank once training is over, servers included.
+
+The lead server hands out the test file in chunks (spans of rows, or of bytes of text), to
+whichever rank asks (CHUNK): large ones first, smaller as the rows run out (guided
+self-scheduling), so that a rank busy answering reads, or slow for any reason, takes less
+and the ranks finish together. A worker scores its chunks with pulls (`worker_share`). A server
+scores its chunks in its loop's idle turns, a small batch a turn, so that it answers the
+workers' reads first: the keys it holds are read from its own table, the others asked of
+their servers (READ). Every server answers READs until each has said it is done (SCORED).
+
+Under ULFM a worker may die while scoring, and the scores it holds with it: the servers
+score nothing, a worker asks for a chunk only once it has scored those it was handed, and
+the lead keeps what it handed to whom. A dead worker's chunks go to the next workers that
+ask, and the lead says none is left only once every living worker asks (has scored all it
+was handed). Should the lead itself die meanwhile, the chunks it handed out are not known
+to the next: that one answers that the hand-out was lost (LOST), and the job ends trained,
+not scored (see `covered`). Pipelines and full-batch solvers share the file among the
+workers in fixed parts.
+
+No numeric loops here: keys and margins come from the workers' kernels.
+"""
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+from mpi4py import MPI
+
+from ..wire import protocol
+from ..run import testevents
+from ..data.textfile import KeyIndexer
+from ..base.errors import InputError, ProtocolError, WaitTimeout
+from ..wire.protocol import Op
+from ..data.shards import CsrShard, open_shard, spans
+
+log = logging.getLogger("mpips")
+
+EVAL_BATCH = 10000     # test rows a worker's batch
+SERVER_BATCH = 2000    # a server's: it answers no read while it works on one
+SMALLEST = 8           # the smallest chunk: a rank's share over this many (the last ones)
+AHEAD = 2              # a server's batches whose reads are under way at once
+
+
+NONE = (0, 0)    # the lead's answer once no chunk is left (any start == stop)
+LOST = (-1, -1)  # a new lead's, once the lead that handed out the chunks died
+
+
+def shared(cfg) -> bool:
+    """Whether the lead hands out --test in chunks (see the module's docstring)."""
+    return bool(cfg.test) and cfg.stages == 1 and cfg.solver == "minibatch"
+
+
+def covered(cfg, units: int) -> bool:
+    """Whether `units` (rows or bytes) scored over the ranks make the whole --test file once,
+    as chunks handed out do unless a rank died with its scores or the hand-out was lost."""
+    return not shared(cfg) or units == spans(cfg.test, 1)[0][1]
+
+
+def core_to_spare(roles) -> bool:
+    """Whether this server has a core of its own, whose idle time it can score with. On a
+    node with more ranks than cores, a server scoring takes the core from a worker, and its
+    rows cost more than a worker's (reads between servers, smaller batches): measured here,
+    2 servers + 2 workers on 2 cores scored 15% slower with the servers taking chunks; 1 + 1
+    14% faster."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+    if cores <= 1:   # bound to one core (or not known): are there as many as ranks?
+        cores = os.cpu_count() or 1
+    return roles.ranks_on_node() <= cores
+
+
+class Chunks:
+    """The lead's hand-out of [0, total): each chunk half of an even share of what is left
+    among `ranks`, at least `smallest`, in whole `multiple`s (a batch's rows) but the last.
+    Pure."""
+
+    def __init__(self, total: int, ranks: int, multiple: int = 1):
+        self.total, self.ranks, self.multiple = total, max(ranks, 1), max(multiple, 1)
+        self.smallest = max(1, math.ceil(total / (SMALLEST * self.ranks)))
+        self.taken = 0
+
+    def take(self, small: bool = False) -> tuple[int, int]:
+        """(start, stop) of the next chunk (`small`: of the smallest size); start == stop
+        once all are handed out."""
+        left = self.total - self.taken
+        size = self.smallest if small else max(self.smallest, math.ceil(left / (2 * self.ranks)))
+        size = math.ceil(size / self.multiple) * self.multiple
+        start, self.taken = self.taken, min(self.total, self.taken + size)
+        return start, self.taken
+
+
+class HeldOutFile:
+    """--test, opened once; its chunks as shards."""
+
+    def __init__(self, cfg):
+        self.path = cfg.test
+        self.binary = os.path.isdir(cfg.test)   # spans of rows; else of bytes
+        try:
+            # A chunk's rows are checked as it is opened (`chunk`), not the whole file on
+            # every rank.
+            self._whole = (CsrShard(cfg.test, check=False) if self.binary else
+                           open_shard(cfg.test, 0, 1, skip_bad=cfg.skip_bad_lines))
+            self.total = spans(cfg.test, 1)[0][1]
+        except OSError as e:
+            raise InputError(f"--test {cfg.test}: {e.strerror or e}") from None
+
+    def chunks(self, ranks: int) -> Chunks:
+        return Chunks(self.total, ranks, EVAL_BATCH if self.binary else 1)
+
+    def chunk(self, span, sender: str):
+        """The shard of chunk `span` (start, stop) handed out by `sender`; None for none left
+        (or LOST)."""
+        start, stop = (int(x) for x in span)
+        if (start, stop) == LOST:
+            log.warning("the lead server that handed out the test file died: this worker "
+                        "scores no more of it")
+            return None
+        if not 0 <= start <= stop <= self.total:
+            raise ProtocolError(f"{sender} handed out chunk [{start}, {stop}) of the test file "
+                                f"{self.path}, which has {self.total} "
+                                f"{'rows' if self.binary else 'bytes'}")
+        return self._whole.over(start, stop) if start < stop else None
+
+
+def _margins(model, kv, pull, batch, cols, bias_col):
+    """(margins, labels) of a test batch, once its pull is answered."""
+    return model.margins(batch, cols, bias_col, kv.wait(pull)), batch.labels
+
+
+@dataclass
+class Share:
+    """What a rank scored of the test file."""
+    margins: np.ndarray
+    labels: np.ndarray
+    bad_lines: int    # skipped
+    units: int        # rows or bytes of the file its chunks or part span (see `covered`)
+
+
+def worker_share(cfg, roles, kv, deaths: tuple = (), part: tuple | None = None, model=None,
+                 hot: bool = False) -> Share:
+    """A worker's part in scoring (`kv`: its KVWorker): its share of the test file under the
+    final model: the chunks the lead hands out, or else a part of the file, shared among the
+    workers alive (as far as this one knows) or the `part` (this one's, parts) given.
+    `model`: what gives margins (a pipeline's first stage), if not the job's model; `hot`:
+    under ULFM (each chunk asked for once the last is scored)."""
+    units = []
+    if part is None and shared(cfg):
+        shards = _chunks_handed_out(kv, HeldOutFile(cfg), units, ahead=not hot)
+    else:
+        dead = {d.worker for d in deaths if d.dead}
+        living = [w for w in range(len(roles.workers)) if w not in dead]
+        index, parts = part or (living.index(roles.index), len(living))
+        shards = [open_shard(cfg.test, index, parts, skip_bad=cfg.skip_bad_lines)]
+        units.append(spans(cfg.test, parts)[index])
+    model = model or cfg.model_spec()
+    scored, index, pending, bad_lines = [], KeyIndexer(model.reserved_keys()), None, 0
+    # One pull ahead: the servers look up the next batch's keys while this one is scored.
+    for number, shard in enumerate(shards, 1):
+        testevents.reached("chunk", number)
+        for batch in shard.minibatches(EVAL_BATCH):
+            keys, cols, bias_col = index(batch, cfg.bias, shard.path)
+            pull = kv.pull(keys, read_only=True)
+            if pending is not None:
+                scored.append(_margins(model, kv, *pending))
+            pending = (pull, batch, cols, bias_col)
+        bad_lines += shard.bad_lines
+        if hot and pending is not None:   # scored before the next chunk is asked for
+            scored.append(_margins(model, kv, *pending))
+            pending = None
+    if pending is not None:
+        scored.append(_margins(model, kv, *pending))
+    return Share(*_concatenated(scored), bad_lines, sum(b - a for a, b in units))
+
+
+def _concatenated(scored: list) -> tuple[np.ndarray, np.ndarray]:
+    """(margins, labels) of batches scored, as (margins, labels) each."""
+    if not scored:
+        return np.empty(0), np.empty(0, np.float32)
+    margins, labels = zip(*scored)
+    return np.concatenate(margins), np.concatenate(labels)
+
+
+def _chunks_handed_out(kv, test: HeldOutFile, units: list, ahead: bool = True):
+    """The shards of the chunks of the test file the lead hands this worker, each span added
+    to `units`; `ahead`: the next asked for while one is scored, else once it is."""
+    asked = kv.test_chunk()
+    while True:
+        span = kv.wait(asked)
+        shard = test.chunk(span, "the lead server")
+        if shard is None:
+            return
+        units.append(tuple(span))
+        if ahead:
+            asked = kv.test_chunk()
+        yield shard
+        if not ahead:
+            asked = kv.test_chunk()
+
+
+class Asked(NamedTuple):
+    """A worker's request for a chunk, not yet answered."""
+    source: int   # its rank
+    ts: int       # the request's
+
+
+class HandOut:
+    """Under ULFM, the lead's chunks and who was handed which (see the module's docstring).
+    Pure."""
+
+    def __init__(self, chunks: Chunks):
+        self.chunks = chunks
+        self.handed = {}     # worker -> the chunks (start, stop) whose scores it holds
+        self.returned = []   # dead workers' chunks, handed out first
+        self.asking = {}     # worker -> Asked
+        self.over = False    # every living worker has been told that none is left
+
+    def worker_died(self, worker: int) -> int:
+        """Its chunks go to the next that ask; how many it held."""
+        lost = self.handed.pop(worker, [])
+        self.returned += lost
+        self.asking.pop(worker, None)
+        return len(lost)
+
+    def answers(self, living: set) -> list:
+        """(Asked, chunk) for each request that can be answered now: a chunk while any is
+        left; NONE to all once every `living` worker asks and none is."""
+        out = []
+        for worker in sorted(self.asking):
+            if not self._left():
+                break
+            span = self.returned.pop(0) if self.returned else self.chunks.take()
+            self.handed.setdefault(worker, []).append(span)
+            out.append((self.asking.pop(worker), span))
+        if not self._left() and (self.over or living <= set(self.asking)):
+            self.over = True
+            out += [(asked, NONE) for asked in self.asking.values()]
+            self.asking.clear()
+        return out
+
+    def _left(self) -> bool:
+        return bool(self.returned) or self.chunks.taken < self.chunks.total
+
+
+@dataclass
+class _Batch:
+    rows: object               # data.Rows
+    cols: np.ndarray
+    bias_col: int
+    out: np.ndarray            # weights, grouped by server
+    perm: np.ndarray | None    # out[i] is of key perm[i] (None: in key order)
+    replies: list = field(default_factory=list)   # MPI.Request of each remote part
+    asked: list = field(default_factory=list)     # the server ranks asked
+    sent: float = 0.0
+
+
+class Scoring:
+    """A server's part in scoring: its own chunks (if `takes_chunks`), the READs of the
+    others, and (the lead) handing out the chunks; `hot`: under ULFM (see HandOut)."""
+
+    def __init__(self, server, cfg, takes_chunks: bool = True, hot: bool = False):
+        self.server = server
+        self._takes_chunks = takes_chunks
+        self._hot = hot
+        self._hand_out_lost = False  # it came to lead after the lead that handed out died
+        self._cfg = cfg
+        self._model = cfg.model_spec()
+        self._index = KeyIndexer(self._model.reserved_keys())
+        self._test = None            # the HeldOutFile, once training is over
+        self._chunks = None          # the lead's Chunks, opened at the first CHUNK
+        self._handout = None         # under ULFM, the lead's HandOut of them
+        self._chunk = None           # (request or None, int64[2]) of a chunk asked for
+        self._chunk_asked = 0.0
+        self._shard = None           # the chunk being scored, and its batches
+        self._batches = None
+        self._in_flight: list[_Batch] = []
+        self._ts = 0
+        self._reply_tags = protocol.reply_tags(server.roles.comm.Get_attr(MPI.TAG_UB))
+        self._scored = []            # (margins, labels) of each batch
+        self._scoring = set(range(len(server.roles.servers)))   # servers not done yet
+        self._early_reads = []       # (source, ts, keys, when) of READs before training ended
+        self.began, self.score_s, self.bad_lines, self.units = None, 0.0, 0, 0
+
+    def handlers(self) -> dict:
+        return {Op.READ: self.on_read, Op.SCORED: self.on_scored, Op.CHUNK: self.on_chunk}
+
+    @property
+    def busy(self) -> bool:
+        """Whether this server or another still scores (so reads may still come)."""
+        return bool(self._scoring) and not self.server.gate.stopped
+
+    @property
+    def scoring_here(self) -> bool:
+        """Whether this server has started scoring and not finished."""
+        return self.began is not None and self.server.roles.index in self._scoring
+
+    @property
+    def waiting_for(self) -> list:
+        """The servers (ranks) not yet done scoring."""
+        return [self.server.roles.servers[s] for s in sorted(self._scoring)]
+
+    def results(self) -> tuple[np.ndarray, np.ndarray]:
+        """(margins, labels) of the rows this server scored."""
+        return _concatenated(self._scored)
+
+    def poll(self) -> bool:
+        """An idle turn of the loop: once training is over, score a batch whose weights are
+        in, or ask for the next one's. Whether it did either (if not, it waits on others)."""
+        me = self.server.roles.index
+        self._answer_early_reads()
+        if me not in self._scoring or not self.busy:
+            return False
+        if self.began is None:
+            if not self.server.clocks.all_finished:
+                return False
+            self.began = time.monotonic()
+            self._test = self._test or HeldOutFile(self._cfg)
+            if self._takes_chunks:
+                self._ask_chunk()
+        worked = self._step()
+        if not self._in_flight and self._chunk is None and self._batches is None:
+            self._done(me)
+            self.score_s = time.monotonic() - self.began
+            for index, rank in enumerate(self.server.roles.servers):
+                if index != me:
+                    self.server.send(protocol.pack(protocol.Header(Op.SCORED)), rank)
+            return True
+        self._check_time()
+        return worked
+
+    def _step(self) -> bool:
+        """A batch's work at most (the reads of others are answered between): score the
+        oldest batch if its weights are in, else ask for the next batch's."""
+        if self._in_flight and self._answered(self._in_flight[0]):
+            self._score(self._in_flight.pop(0))
+            return True
+        if len(self._in_flight) >= AHEAD:
+            return False
+        rows = next(self._batches, None) if self._batches is not None else None
+        if rows is None and self._next_chunk():
+            rows = next(self._batches, None)
+        if rows is None:
+            return False
+        self._in_flight.append(self._ask(rows))
+        return True
+
+    def on_read(self, source: int, request, buf) -> None:
+        """Another server's READ of test keys: this server's final weights of them, once
+        every worker's FINISH is in here too (it may come after the READ: they come from
+        different ranks)."""
+        if self.server.clocks.all_finished:
+            self.server.reply(self.server.final_weights(request.keys), source,
+                              request.header.ts)
+            return
+        self._early_reads.append((source, request.header.ts, request.keys.copy(),
+                                  time.monotonic()))
+
+    def _answer_early_reads(self) -> None:
+        if not self._early_reads:
+            return
+        if self.server.clocks.all_finished:
+            for source, ts, keys, _ in self._early_reads:
+                self.server.reply(self.server.final_weights(keys), source, ts)
+            self._early_reads.clear()
+            return
+        source, _, _, when = self._early_reads[0]
+        if time.monotonic() - when > self.server.timeout:
+            raise WaitTimeout(f"{self.server.sender(source)} read test keys while workers were "
+                              f"training, and they had not all finished here within --timeout "
+                              f"{self.server.timeout:g} s")
+
+    def on_scored(self, source: int, request, buf) -> None:
+        self._done(self.server.roles.servers.index(source))
+
+    def on_chunk(self, source: int, request, buf) -> None:
+        """A rank asks the lead which chunk of the test file to score."""
+        roles = self.server.roles
+        if self._hand_out_lost:
+            self.server.reply(np.array(LOST, np.int64), source, request.header.ts)
+        elif self._hot and source not in roles.servers:
+            self._opened_chunks()
+            self._handout.asking[roles.worker_index(source)] = Asked(source, request.header.ts)
+            self._answer()
+        else:
+            self.server.reply(self._hand_out(source in roles.servers), source,
+                              request.header.ts)
+
+    def _answer(self) -> None:
+        """Under ULFM: the requests for chunks the lead can answer now (see HandOut)."""
+        gone = self.server.clocks.gone
+        living = {w for w in range(len(self.server.roles.workers)) if w not in gone}
+        for asked, span in self._handout.answers(living):
+            self.server.reply(np.array(span, np.int64), asked.source, asked.ts)
+
+    def worker_gone(self, worker: int) -> None:
+        """The lead: a worker died; the chunks it was handed go to others."""
+        if self._handout is None:
+            return
+        held = self._handout.worker_died(worker)
+        if held:
+            log.warning("worker %d died holding the scores of %d chunk(s) of the test file: "
+                        "they go to the next workers that ask", worker, held)
+        self._answer()
+
+    def servers_gone(self, gone: set, was_lead: bool) -> None:
+        """Servers `gone` (indices) died: they are not waited for. Under ULFM, a server that
+        comes to lead once training is over does not know what the dead lead handed out."""
+        self._scoring -= gone
+        if self._hot and self.server.lead and not was_lead and self.server.clocks.all_finished:
+            self._hand_out_lost = True
+            log.warning("the lead server died after training: the chunks of the test file it "
+                        "handed out are not known here, so the test file is not scored")
+
+    def _opened_chunks(self) -> Chunks:
+        """The lead's Chunks of the test file (and under ULFM its HandOut), at the first
+        CHUNK: under ULFM only the workers take chunks."""
+        if self._chunks is None:
+            self._test = self._test or HeldOutFile(self._cfg)
+            roles = self.server.roles
+            self._chunks = self._test.chunks(len(roles.workers) + (0 if self._hot else
+                                                                   len(roles.servers)))
+            self._handout = HandOut(self._chunks) if self._hot else None
+        return self._chunks
+
+    def _hand_out(self, small: bool) -> np.ndarray:
+        if self.server.gate.stopped:   # the job stops: a checkpoint holds the model; no scores
+            return np.zeros(2, np.int64)
+        return np.array(self._opened_chunks().take(small), np.int64)
+
+    def _done(self, server: int) -> None:
+        self._scoring.discard(server)
+
+    def _ask_chunk(self) -> None:
+        """Ask the lead for the next chunk (the lead takes it from its own hand-out)."""
+        if self.server.lead:
+            self._chunk = (None, self._hand_out(True))
+            return
+        self._ts += 1
+        answer, lead = np.empty(2, np.int64), self.server.lead_rank
+        self.server.send(protocol.pack(protocol.Header(Op.CHUNK, ts=self._ts)), lead)
+        tag = protocol.reply_tag(self._ts, self._reply_tags)
+        self._chunk = (self.server.roles.comm.Irecv(answer, lead, tag), answer)
+        self._chunk_asked = time.monotonic()
+
+    def _next_chunk(self) -> bool:
+        """Move on to the chunk asked for, if the lead has answered: whether there is one
+        (and its batches) now. The next one is asked for at once."""
+        if self._shard is not None:
+            self.bad_lines += self._shard.bad_lines
+            self._shard = self._batches = None
+        if self._chunk is None:
+            return False
+        request, answer = self._chunk
+        if request is not None and not request.Test():
+            return False
+        self._chunk = None
+        self._shard = self._test.chunk(answer, "the lead server")
+        if self._shard is None:
+            return False
+        self._batches = self._shard.minibatches(SERVER_BATCH)
+        self.units += int(answer[1] - answer[0])
+        self._ask_chunk()
+        return True
+
+    def _ask(self, rows) -> _Batch:
+        """Read a batch's weights: this server's keys from its table, the others' by READ."""
+        server = self.server
+        keys, cols, bias_col = self._index(rows, self._cfg.bias, self._shard.path)
+        perm, offsets = server.placement.split(keys)
+        grouped = keys if perm is None else keys[perm]
+        batch = _Batch(rows, cols, bias_col,
+                       np.empty((keys.shape[0], server.store.width), np.float32), perm,
+                       sent=time.monotonic())
+        self._ts += 1
+        for s, rank in enumerate(server.roles.servers):
+            a, b = int(offsets[s]), int(offsets[s + 1])
+            if a == b:
+                continue
+            if s == server.roles.index:
+                batch.out[a:b] = server.final_weights(grouped[a:b])
+                continue
+            h = protocol.Header(Op.READ, ts=self._ts, nkeys=b - a,
+                                placement=server.placement.version)
+            server.send(protocol.pack(h, grouped[a:b]), rank)
+            tag = protocol.reply_tag(self._ts, self._reply_tags)
+            batch.replies.append(server.roles.comm.Irecv(batch.out[a:b], rank, tag))
+            batch.asked.append(rank)
+        return batch
+
+    @staticmethod
+    def _answered(batch: _Batch) -> bool:
+        return MPI.Request.Testall(batch.replies) if batch.replies else True
+
+    def _score(self, batch: _Batch) -> None:
+        weights = batch.out
+        if batch.perm is not None:
+            weights = np.empty_like(batch.out)
+            weights[batch.perm] = batch.out
+        self._scored.append((self._model.margins(batch.rows, batch.cols, batch.bias_col,
+                                                 weights), batch.rows.labels))
+
+    def _check_time(self) -> None:
+        """Every wait has a bound: the oldest batch's reads, the chunk asked of the lead (each
+        only while unanswered: scoring a large chunk may take longer)."""
+        now, timeout = time.monotonic(), self.server.timeout
+        batch = self._in_flight[0] if self._in_flight else None
+        if batch and now - batch.sent > timeout and not self._answered(batch):
+            raise WaitTimeout(f"server rank(s) {batch.asked} did not answer this "
+                              f"server's reads of test keys within --timeout {timeout:g} s")
+        request = self._chunk[0] if self._chunk else None
+        if request is not None and now - self._chunk_asked > timeout and not request.Test():
+            raise WaitTimeout(f"the lead server did not hand out a chunk of the test rows "
+                              f"within --timeout {timeout:g} s")

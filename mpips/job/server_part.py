@@ -1,0 +1,359 @@
+"""The server side of a training job: a store of the keys this server holds, loaded from a
+checkpoint when resuming; the hooks that write its checkpoint files, snapshots and (server
+0) manifests; serving until the workers are done; the model it saves at the end or after an
+error.
+"""
+import contextlib
+import logging
+import os
+import time
+from typing import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+from ..storage import checkpoint
+from ..data import fingerprint
+from ..run import signals
+from ..run import summary
+from ..run import testevents
+from ..server.checkpoint_rounds import Checkpoints
+from ..worker.kvworker import tell_servers_to_save
+from ..wire.clocks import FINISHED, ClockTable
+from ..base.budget import Budget, OverBudget
+from ..run.config import TrainConfig
+from ..server.dense_tables import DenseTables
+from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError
+from ..ranks.ulfm import CannotFailOver, agreed_dead
+from ..base.files import keep_trying, write_hdf5
+from ..models.lbfgs import Step
+from ..base.log import log_failure, say
+from ..storage.model_files import save_shard, shard_path
+from ..wire.placement import Placement, describe_ranges
+from ..server.progress import Progress
+from ..server.replicas import PrimaryKeys
+from ..ranks.roles import Roles
+from ..storage.rundir import RunLocks
+from ..server.loop import Hooks, Server
+from .scoring import Scoring, core_to_spare, shared
+from ..run.startup import process_age, ready
+from ..data.shards import data_format, distinct_keys, spans
+from ..server.store import KVStore
+
+log = logging.getLogger("mpips")
+
+NO_STEPS = np.empty((0, len(Step._fields)))   # a full-batch solver's, which only its driver has
+
+
+def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys,
+                        trained_on: str | None) -> dict:
+    """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest
+    (`trained_on`: the training data's format)."""
+    root = cfg.checkpoints
+    # What the workers read, as it was when this launch started: a resume compares it.
+    inputs = {"train": fingerprint.of_input(cfg.train)}   # any server may come to lead
+    written = []
+
+    def write_shard(clock: int) -> dict:
+        start = time.monotonic()
+        try:
+            entry = checkpoint.write_shard(root, clock, roles.index, own, {"run_id": name},
+                                           ranges=own.ranges())
+        except SaveError as e:
+            log.error("checkpoint at clock %d: %s", clock, e)
+            return {"server": roles.index, "error": str(e)}
+        log.info("wrote %d keys of checkpoint clock %d in %.2f s", entry["keys"], clock,
+                 time.monotonic() - start)
+        written.append(clock)
+        testevents.reached("checkpoint", len(written))
+        return entry
+
+    def write_manifest(clock: int, shards: list, positions: dict,
+                       deaths: list) -> str | None:
+        try:
+            directory = checkpoint.write_manifest(
+                root, clock, shards, run_id=name, config=cfg.as_dict(),
+                servers=len(roles.servers), workers=len(roles.workers),
+                consistency=cfg.consistency, inputs=inputs, data_format=trained_on,
+                placement=own.placement.describe(),
+                positions={str(w): p for w, p in sorted(positions.items())}, deaths=deaths,
+                worker_random_state=None,   # workers draw no random numbers (file order)
+                written=time.strftime("%Y-%m-%d %H:%M:%S"))
+        except SaveError as e:
+            return str(e)
+        checkpoint.prune(root, cfg.keep_checkpoints, directory)
+        say(f"checkpoint at clock {clock}: {directory}")
+        return None
+
+    return {"write_shard": write_shard, "write_manifest": write_manifest}
+
+
+def _reserve(store: KVStore, train: str, share: float) -> None:
+    """Room in the table, before training, for this server's share of the keys a converted
+    dataset holds (its estimate, with a tenth more): growing a large table as keys arrive
+    costs more than finding them. Within --max-rank-memory only; else it grows as before."""
+    expected = distinct_keys(train)
+    if not expected:
+        return
+    try:
+        store.reserve(int(expected * share * 1.1))
+    except (OverBudget, MemoryError) as e:
+        log.info("the table is not sized ahead for the data's keys: %s", e)
+
+
+def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
+           failover: bool, failures: list, locks: RunLocks, hot: bool = False,
+           moves: list | None = None, ulfm: bool = False):
+    """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies;
+    `ulfm`: servers that die as the model is saved are found (see _write_for_the_dead).
+    `locks`: the run's directories' locks, which this server takes over if it comes to
+    lead."""
+    budget = Budget(cfg.max_rank_memory, f"server {roles.index}")
+    model = cfg.model_spec()
+    store = KVStore(width=model.width, optimizer=cfg.optimizer, budget=budget,
+                    init=None if model.starts_at_zero else model.init)
+    dense = DenseTables(roles.index, placement, len(roles.workers), budget)
+    own = PrimaryKeys(store, placement, roles.index)   # what this server writes
+    clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
+    positions = checkpoint.positions(resume)
+    for worker, p in positions.items():
+        clocks.resume(worker, p["clock"])
+
+    def load() -> None:
+        if cfg.solver == "minibatch":   # a full-batch solver's servers hold dense tables
+            _reserve(store, cfg.train, placement.held_ranges(roles.index).mean())
+        if not resume:
+            return
+        full_batch = "solver" in resume[1]
+        try:
+            loaded = (checkpoint.load_dense(resume[0], resume[1], dense) if full_batch else
+                      checkpoint.load_shards(resume[0], resume[1], store, placement,
+                                             roles.index))
+        except (OSError, KeyError, ValueError) as e:
+            raise ConfigError(f"--resume: cannot read the checkpoint {resume[0]}: {e}") from None
+        log.info("resumed from checkpoint %s %d (%s): loaded %d %s",
+                 "iteration" if full_batch else "clock", resume[1]["clock"], resume[0],
+                 loaded, "blocks" if full_batch else "keys")
+
+    dense_written = []
+
+    def write_dense(iteration: int) -> bool:
+        """A full-batch job's checkpoint: this server's blocks of the dense tables."""
+        try:
+            checkpoint.write_dense_shard(cfg.checkpoints, iteration, roles.index,
+                                         dense.datasets(), {"run_id": name})
+            dense_written.append(iteration)
+            testevents.reached("checkpoint", len(dense_written))
+            return True
+        except SaveError as e:
+            log.error("checkpoint at iteration %d: %s", iteration, e)
+            return False
+    dense.checkpointer = write_dense
+    # Every server keeps the figures; the lead says them.
+    progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
+                if cfg.solver == "minibatch" else None)   # a full-batch driver says its own
+    # The training data's format, that of the data the model can score ("": not known).
+    trained_on = data_format(cfg.train)
+    attrs = {"run_id": name, "config": cfg.as_dict(), "data_format": trained_on or ""}
+    started = [time.monotonic()]
+    taken = []
+
+    def snapshot(final: bool) -> None:
+        """The model as it is now, for learning curves (--snapshot-every); the last one
+        when every worker has finished training."""
+        taken.append(time.monotonic() - started[0])
+        slowest = clocks.slowest()
+        label = "final" if final else f"{len(taken) - 1:04d}"
+        try:
+            save_shard(os.path.join(cfg.out, "snapshots", label), roles.index,
+                       len(roles.servers), own,
+                       {**attrs, "complete": True, "elapsed_s": taken[-1],
+                        "slowest_clock": -1 if slowest == FINISHED else slowest,
+                        "examples": int(progress.examples.sum()) if progress else -1},
+                       clocks.longest, weights_only=True, ranges=own.ranges(),
+                       n_ranges=own.placement.n_ranges)
+        except SaveError as e:
+            log.warning("snapshot %s not written: %s", label, e)
+
+    reasons = []
+
+    def save_partial(reason: str, wait_s: float) -> None:
+        """After an error: on a full disk, tried again for `wait_s`. A rank that told this one
+        to save waits for its word within --timeout (a frozen server never gives it)."""
+        reasons.append(reason)   # the first reason stays first: later ones are often echoes
+        try:
+            path = keep_trying(
+                lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
+                                   {**attrs, "complete": False, "note": "; then ".join(reasons)},
+                                   clocks.longest, ranges=own.ranges(),
+                                   n_ranges=own.placement.n_ranges, dense=dense.datasets()),
+                wait_s, "the model trained so far")
+        except SaveError as e:
+            log.error("could not save the %d keys trained so far: %s%s", len(own), e,
+                      _checkpoints_hint(cfg))
+            return
+        log.error("saved the %d keys trained so far to %s", len(own), path)
+
+    def another_rank_failed(reason: str) -> None:
+        log.error("stopping: %s", reason)
+        save_partial(reason, cfg.disk_wait)
+
+    def placement_changed(changed: Placement) -> None:
+        own.placement = changed
+
+    def now_leads() -> None:
+        locks.take_over(f"server {roles.index} leads the run now")
+
+    # A worker's rows are handed on when it dies (hot) or leaves (not a pipeline's or a
+    # full-batch solver's).
+    elastic = hot or (cfg.stages == 1 and cfg.solver == "minibatch")
+    hooks = Hooks(**_checkpoint_writers(cfg, roles, name, own, trained_on),
+                  placement_changed=placement_changed,
+                  snapshot=snapshot if cfg.snapshot_every else None,
+                  snapshot_every=cfg.snapshot_every or 0.0, failed=another_rank_failed,
+                  stop_requested=signals.stop_requested, reached=testevents.reached,
+                  now_leads=now_leads)
+    # A full-batch job's checkpoints are by iterations, asked for by its driver (fullbatch).
+    by_clocks = cfg.checkpoint_every if cfg.solver == "minibatch" else 0
+    checkpoints = Checkpoints(by_clocks, cfg.checkpoint_seconds, roles.index == 0,
+                              len(roles.servers), cfg.max_staleness == 0, positions)
+    server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
+                    dense=dense, record_pulls=cfg.record_pulls, checkpoints=checkpoints,
+                    placement=placement, failover=failover, workers_fail_over=hot,
+                    epochs=cfg.epochs,
+                    parts=spans(cfg.train, len(roles.workers)) if elastic else (),
+                    deaths=checkpoint.deaths(resume), run_dir=cfg.out, run_id=name,
+                    scoring=((lambda s: Scoring(s, cfg, core_to_spare(roles) and not hot,
+                                                hot))
+                             if shared(cfg) else None))
+    t0 = started[0] = ready(roles.comm, cfg.startup_timeout, load)
+    startup_s = process_age()
+    if progress:
+        progress.start(positions)
+    try:
+        stats = server.run()
+    except Exception as e:
+        reason = f"server {roles.index}: {log_failure(e)}"
+        # A second signal stops at once: no wait for space.
+        save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.disk_wait)
+        others = [r for i, r in enumerate(roles.servers)
+                  if r != roles.comm.rank and i not in server.placement.dead]
+        # A death nobody takes over: every server learns of it and saves by itself.
+        if others and not isinstance(e, (Interrupted, CannotFailOver)):
+            try:
+                tell_servers_to_save(roles.comm, others, reason, cfg.timeout, answering=True)
+            except (MpipsError, MPI.Exception) as again:
+                log.error("the other servers did not confirm saving their shards: %s", again)
+        raise
+    failures += server.failures
+    if moves is not None:
+        moves += server.members.done
+    train_s = time.monotonic() - t0
+    abandoned = server.losses.abandoned if server.losses else []
+    if server.stopped and not clocks.all_finished:
+        saved = {**attrs, "complete": False,
+                 "note": f"stopped at clock {server.stop_at}; continue with --resume "
+                         f"{cfg.checkpoints}"}
+    elif abandoned:
+        saved = {**attrs, "complete": False,
+                 "note": f"{abandoned[0]}; continue with --resume {cfg.checkpoints}"}
+    else:
+        saved = {**attrs, "complete": True}
+
+    def save_model() -> None:
+        keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
+                                       saved, clocks.longest, ranges=own.ranges(),
+                                       n_ranges=own.placement.n_ranges,
+                                       dense=dense.datasets()),
+                    cfg.disk_wait, "the trained model")
+
+    testevents.reached("saving")
+    began = time.monotonic()
+    try:
+        save_model()
+        lost = _write_for_the_dead(roles, own, dense, cfg.model_dir, save_model) if ulfm else 0
+    except SaveError as e:
+        raise SaveError(f"the model of server {roles.index} ({len(own):,} keys) could not be "
+                        f"saved: {e}{_checkpoints_hint(cfg)}") from None
+    save_s = time.monotonic() - began
+    if cfg.record_pulls:
+        pulls = server.pull_records()
+        try:
+            write_hdf5(os.path.join(cfg.out, "pulls", f"server-{roles.index:04d}.h5"),
+                       {field: pulls[field] for field in pulls.dtype.names},
+                       {"run_id": name, "consistency": cfg.consistency,
+                        "staleness": -1 if cfg.max_staleness is None else cfg.max_staleness})
+        except SaveError as e:
+            log.warning("the record of pulls (--record-pulls) was not written: %s", e)
+    r = summary.new_record()
+    r["train_s"] = train_s
+    r["startup_s"] = startup_s
+    r["save_s"] = save_s
+    r["bytes_sent"] = stats.bytes_sent
+    r["keys"] = len(own)
+    r["copies"] = len(store)   # with backups' keys
+    r["table_bytes"] = store.nbytes + dense.nbytes()
+    r["pulls_held"] = stats.pulls_held
+    r["max_gap"] = clocks.max_gap
+    r["busy_s"] = stats.busy_s
+    r["train_bytes"] = stats.train_bytes_sent
+    r["push_bytes"] = stats.push_bytes
+    r["ranges_lost"] = lost
+    r["rows_abandoned"] = len(abandoned)
+    r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
+    r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
+    r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)
+    r["pushes"] = stats.pushes_applied
+    r["keys_served"] = stats.keys_served
+    r["test_keys"] = stats.test_keys
+    r["test_keys_known"] = stats.test_keys_known
+    r["held_peak"] = budget.peak
+    margins, labels = np.empty(0), np.empty(0, np.float32)
+    if server.scoring:
+        margins, labels = server.scoring.results()
+        r["score_s"] = server.scoring.score_s
+        r["bad_lines"] = server.scoring.bad_lines
+        r["test_units"] = server.scoring.units
+    r["test_rows"] = margins.shape[0]
+    return r, margins, labels, server.held_s, NO_STEPS, server.timeline.samples()
+
+
+def _write_for_the_dead(roles: Roles, own: PrimaryKeys, dense: DenseTables, model_dir: str,
+                        save: Callable[[], None]) -> int:
+    """Under ULFM, once every living server has written its part of the model: the key ranges
+    of the servers that died meanwhile (their file written or not), written again by their
+    new primaries from their copies, as a failover places them (each writes its own file again,
+    with them); a dead server's file, if any, goes. Returns how many key ranges no living
+    server has a copy of (the model is short of them: the job must not end as if whole)."""
+    dead = agreed_dead(roles.group)
+    if not dead:
+        return 0
+    before = own.placement
+    after = before.without(dead)
+    lost = set(after.lost) | {r for r, h in enumerate(after.holders)
+                              if h and not before.held_ranges(h[0])[r]}
+    first = roles.index == min(set(range(before.n_servers)) - dead)
+    if lost:
+        if first:
+            log.error("every copy of key range(s) %s died with server(s) %s before it was "
+                      "written to the model", describe_ranges(lost), sorted(dead))
+        return len(lost)
+    took = np.flatnonzero(after.primary_ranges(roles.index) & ~before.primary_ranges(roles.index))
+    if took.shape[0]:
+        own.placement = after
+        dense.placement_changed(after)
+        save()
+        log.warning("server(s) %s died before writing their part of the model: key range(s) %s "
+                    "are written from the living copies here", sorted(dead), describe_ranges(took))
+    if first:   # a file one wrote before it died holds ranges the survivors' files hold now
+        for server in dead:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(shard_path(model_dir, server))
+    return 0
+
+
+def _checkpoints_hint(cfg: TrainConfig) -> str:
+    """Where the model is kept as of an earlier clock, if anywhere."""
+    found = checkpoint.complete_checkpoints(cfg.checkpoints)
+    return (f"; the newest checkpoint, {found[0]}, holds it as of its clock" if found else
+            "; there is no checkpoint of it")

@@ -1,0 +1,389 @@
+"""A training job: every rank's part, from the checks they agree on to the summary rank 0
+writes. The servers' part is in server_side, the workers' in worker_side.
+
+One minibatch on a worker: rows from its share of the data -> sorted unique keys
+-> pull -> logistic-regression gradient (numba) -> push, which also completes the
+worker's clock. After the last epoch every worker scores its share of the test
+file with the final model, and rank 0 gathers the scores. With --resume, servers
+first load the checkpoint's keys they hold and workers start where it says.
+"""
+import importlib
+import json
+import logging
+import os
+import time
+from dataclasses import replace
+
+import numpy as np
+from mpi4py import MPI
+
+from ..storage import checkpoint
+from ..models import defaults
+from ..storage import rundir
+from . import stage_part as stagework
+from ..run import summary
+from ..run import testevents
+from ..base import timeline
+from ..pipeline.schedule import logged_bubbles, theoretical_bubble
+from ..run.config import TrainConfig, check_resumable
+from ..base.errors import ConfigError, MpipsError
+from ..ranks.exits import NOT_SCORED
+from ..ranks.ulfm import CannotFailOver, end_together
+from ..models.lbfgs import Step
+from ..ranks.ulfm_launch import Verdict, hot_failover
+from ..base.log import setup
+from ..wire.placement import Placement, dealt
+from ..base.processes import Process
+from ..ranks.roles import Roles, split
+from ..data.shards import check_examples, sample_rows
+from .scoring import covered
+from ..run.startup import agree, broadcast_text, compile_per_node, gather_text, run_id
+from ..run.warmup import CompileWatch
+
+# A server's, a worker's and a full-batch solver's modules are imported by the ranks that
+# run them (see _part): every rank would pay for all three before its first minibatch.
+
+log = logging.getLogger("mpips")
+
+
+class JobStopped(MpipsError):
+    """Raised on every rank after a job stopped early with a checkpoint: exit status 75."""
+
+
+class NotScored(MpipsError):
+    """Raised on every rank after a job trained and saved its model but lost the scores of
+    part of --test with a rank that died: exits.NOT_SCORED."""
+    exit_status = NOT_SCORED
+
+
+def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None:
+    """Collective over `comm`. Returns the summary on rank 0, None elsewhere."""
+    started = time.monotonic()
+    # Every rank waits this long at most before training, even before the configuration is
+    # checked.
+    bound = cfg.startup_timeout
+    name = run_id(comm, bound)
+    cfg = replace(cfg, out=cfg.out or os.path.join("runs", name))
+    agree(comm, lambda: cfg.check(comm.size), bound)
+    cfg = cfg.with_data_fields()
+    if comm.rank == 0 and cfg.model == "widedeep":
+        log.info("Wide & Deep's network reads %s", f"the {cfg.fields} fields' embeddings "
+                 f"concatenated" if cfg.fields else "the sum of a row's embeddings (--fields F "
+                 "concatenates F fields' instead: a feature's field is given in libffm text, "
+                 "known in Criteo's and Avazu's)")
+    # One rank reads up to the first example (the sampler, a worker: it parses text anyway).
+    agree(comm, lambda: comm.rank == comm.size - 1 and check_examples(
+        cfg.train, "--train", cfg.skip_bad_lines), bound, "the last rank to find an example "
+          "in --train")
+    resume = _find_checkpoint(cfg, comm, bound) if cfg.resume else None
+    if resume:
+        agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.server_ranks,
+                                            compare_data=comm.rank == 0), bound)
+        name = resume[1]["run_id"]   # a resumed run goes on under its own name
+    cfg = cfg.with_checkpointing(resume[1]["config"] if resume else None)
+    # Collective: whether hot failover can work (the lock names every server if it can).
+    verdict = hot_failover(comm, bound)
+    locks = _claim_directories(cfg, comm, name, resume, bound, verdict.on and cfg.replicas > 1)
+    try:
+        return _run(cfg, comm, name, resume, started, bound, verdict, locks)
+    finally:
+        locks.stop()
+
+
+def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float,
+                       outlives_lead: bool) -> rundir.RunLocks:
+    """Rank 0 locks --out (and --checkpoint-dir, if checkpoints go elsewhere), makes sure
+    nothing of another run is there, and removes what this run replaces: only files mpips
+    wrote. Agreed by every rank. Returns the locks, held on rank 0; when the job
+    `outlives_lead` (hot failover), they name every server, and a server that comes to lead
+    takes them over."""
+    job = _servers(comm, cfg.server_ranks, timeout) if outlives_lead else ()
+    directories = [(cfg.out, "--out")]
+    inside = os.path.realpath(cfg.checkpoints).startswith(os.path.realpath(cfg.out) + os.sep)
+    if (cfg.checkpoints_on or resume) and not inside:
+        directories.append((cfg.checkpoints, "--checkpoint-dir"))
+    locks = rundir.RunLocks([rundir.DirectoryLock(directory, name, flag, job)
+                             for directory, flag in directories])
+
+    def claim():
+        if comm.rank != 0:
+            return
+        locks.acquire()
+        rundir.check_outputs(cfg.out, cfg.checkpoints, cfg.overwrite,
+                             resume[1]["run_id"] if resume else None)
+        try:
+            foreign = [os.path.join(cfg.out, p) for p in rundir.remove_run_outputs(cfg.out)]
+            if cfg.overwrite and not resume:   # the checkpoints of the run replaced go too
+                foreign += [os.path.join(cfg.checkpoints, p)
+                            for p in rundir.remove_checkpoints(cfg.checkpoints)]
+        except OSError as e:
+            raise ConfigError(f"cannot remove the earlier run's {e.filename}: {e.strerror}")
+        if foreign:
+            log.warning("left in place, not written by mpips: %s", ", ".join(foreign))
+
+    try:
+        agree(comm, claim, timeout)
+    except ConfigError:
+        locks.stop()
+        raise
+    return locks
+
+
+def _servers(comm, n_servers: int, timeout: float) -> tuple:
+    """Collective: the processes of the first `n_servers` ranks (Process), on every
+    rank."""
+    me = json.dumps(Process.this()._asdict())
+    every = gather_text(comm, me, timeout, "every rank to say where it runs")
+    return tuple(Process(**json.loads(text)) for text in every[:n_servers])
+
+
+def _average_after(cfg: TrainConfig) -> float | None:
+    """Epochs before SGD averages: defaults.AVERAGE_AFTER unless given; None: never."""
+    after = defaults.AVERAGE_AFTER if cfg.average_after is None else cfg.average_after
+    return None if after < 0 else after
+
+
+def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float,
+         verdict: Verdict, locks: rundir.RunLocks):
+    # One worker, the last rank, samples the data (not every rank) to choose what was not
+    # given, and to check what was; all use its choice. A worker: it reads the data anyway,
+    # and has less to load than server 0, which gets ready meanwhile. Each rank loads its
+    # role's kernels only (a worker's parse the sample).
+    sampler = comm.size - 1
+    role = "server" if comm.rank < cfg.server_ranks else "worker"
+    compile_s = compile_per_node(comm, bound, role, model=cfg.model_spec(),
+                                 optimizer=cfg.optimizer.name,
+                                 full_batch=cfg.solver != "minibatch",
+                                 push_filter=cfg.filters_pushes)
+    chosen, workers = None, comm.size - cfg.server_ranks
+    if comm.rank == sampler:   # with --stages, a pipeline reads as one worker does
+        chosen = json.dumps(_choose(cfg, workers // cfg.stages, resume))
+    # The other ranks import their part's modules while the sampler samples.
+    importlib.import_module(_part(cfg, role), __package__)
+    chosen = json.loads(broadcast_text(comm, chosen, bound, root=sampler))
+    if cfg.solver == "minibatch":
+        cfg = replace(cfg, batch_size=chosen["batch_size"],
+                      optimizer=replace(cfg.optimizer, lr=chosen["lr"], beta=chosen["beta"],
+                                        eps=chosen["eps"], average_from=chosen["average_from"]))
+    # Collective: nobody writes before the old run is gone.
+    roles = split(cfg.server_ranks, comm)
+    # The one key placement every part uses: the key ranges dealt to the servers, none to
+    # the spares.
+    placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)],
+                          assign=dealt(cfg.servers, cfg.vnodes))
+    setup(f"rank {comm.rank} ({roles.name})")
+    testevents.arm(cfg.test_events, comm.rank, roles.is_server, roles.pids_on_node(), cfg.out,
+                   cfg.timeout, driver=cfg.solver == "lbfgs" and roles.index == 0
+                   and not roles.is_server, run_id=name)
+    if comm.rank == 0:   # said once the log names the rank's role
+        log.info("%s", verdict.sentence)
+    ulfm = verdict.on
+    failover = ulfm and cfg.replicas > 1
+    # A pipeline's stages need each other: a dead worker cannot be stood in for.
+    hot = ulfm and cfg.stages == 1
+    if ulfm and not hot and comm.rank == 0:
+        log.warning("--stages %d: a dead worker stops the job (exit 75, to resume from the "
+                    "last checkpoint); dead servers are still stood in for", cfg.stages)
+    if comm.rank == 0:
+        log.info("run %s: %d server(s)%s, %d worker(s), writing to %s", name, cfg.servers,
+                 f" and {cfg.spares} spare(s) (server(s) {cfg.servers}-{cfg.server_ranks - 1})"
+                 if cfg.spares else "", len(roles.workers), cfg.out)
+        if resume:
+            if cfg.solver == "minibatch":
+                _say_what_is_left(cfg, resume)
+            steps = "clocks" if cfg.solver == "minibatch" else "iterations"
+            every = (f"every {cfg.checkpoint_every} {steps}" if cfg.checkpoint_every else
+                     f"every {cfg.checkpoint_seconds:g} s" if cfg.checkpoint_seconds else
+                     "only when asked to stop")
+            log.info("checkpoints %s, keeping the newest %d (as the run resumed, unless given "
+                     "again)", every, cfg.keep_checkpoints)
+        for line in chosen["notes"]:
+            log.info("%s", line)
+        for line in chosen["warnings"]:
+            log.warning("%s", line)
+        log.info("numba kernels ready in %.1f s (compiled on the first run on a machine, "
+                 "~20 s)", compile_s)
+    ended = False
+    try:
+        watch = CompileWatch()
+        failures = []   # the servers' deaths this rank saw (server 0's go in the summary)
+        moves = []      # the lead's key range moves (mpips ctl), for the summary
+        with watch.watching():
+            if roles.is_server:
+                from .server_part import serve_job
+                ends = serve_job(cfg, roles, name, resume, placement, failover, failures, locks,
+                                 hot=hot, moves=moves, ulfm=ulfm)
+            elif cfg.solver == "lbfgs":
+                from .fullbatch_part import solve
+                ends = solve(cfg, roles, name, resume, placement, failover)
+            else:
+                from .worker_part import work
+                ends = work(cfg, roles, resume, placement, failover, hot=hot)
+            record, margins, labels, held, steps, samples, *tasks = ends   # tasks: stages'
+            tasks = tasks[0] if tasks else stagework.no_tasks()
+        testevents.unfired()
+        if watch.compiled:
+            log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
+        record["compile_s"] = compile_s
+        record["late_compiles"] = len(watch.compiled)
+        # Collectives cannot span a dead rank: the survivors finish on their own.
+        finishing = roles.survived() if ulfm else roles
+        if finishing is not roles:
+            _say_who_died_late(roles, finishing, failures)
+        try:
+            result = _finish(cfg, finishing, name, record, margins, labels, held, steps,
+                             samples, tasks, started, failures, moves)
+            ended = True
+            return result
+        finally:
+            if ulfm:   # see end_together
+                end_together(finishing.comm, cfg.timeout)
+            if finishing is not roles and ended:
+                finishing.comm.Free()
+    finally:
+        # A rank failing under ULFM leaves without freeing its communicators: freeing one
+        # that spans a dead rank is not bounded, and the process ends next anyway.
+        if ended or not ulfm:
+            roles.free()
+
+
+def _part(cfg: TrainConfig, role: str) -> str:
+    """The module of this rank's part of the job: a server's, a full-batch solver's (a
+    worker's under --solver lbfgs) or a worker's."""
+    return (".server_part" if role == "server" else
+            ".fullbatch_part" if cfg.solver == "lbfgs" else ".worker_part")
+
+
+def _say_who_died_late(roles: Roles, survivors: Roles, failures: list) -> None:
+    """Ranks found dead only as the job finished (after their part was done): in the
+    summary's failures, and said, since the summary lacks their figures."""
+    living = set(survivors.comm.Get_group().Translate_ranks(
+        list(range(survivors.comm.size)), roles.comm.Get_group()))
+    known = {f["rank"] for f in failures}
+    for rank in sorted(set(range(roles.comm.size)) - living - known):
+        role = (f"server {rank}" if rank < len(roles.servers)
+                else f"worker {roles.worker_index(rank)}")
+        failures.append({"rank": rank, "role": role, "learned_at": time.time(),
+                         "when": "as the job finished"})
+        if survivors.comm.rank == 0:
+            log.warning("%s (rank %d) died as the job finished: the summary lacks its figures "
+                        "(a worker's: its test rows are not scored)", role, rank)
+
+
+def _say_what_is_left(cfg: TrainConfig, resume) -> None:
+    """When a checkpoint has no training left under --epochs, say so (the model is saved and
+    scored all the same)."""
+    directory, manifest = resume
+    epochs = [p["epoch"] for p in manifest["positions"].values()]
+    if min(epochs) < cfg.epochs:
+        return
+    beyond = max(epochs) > cfg.epochs
+    log.warning("the checkpoint at clock %d (%s) has %s --epochs %d (its workers are at epoch "
+                "%d): nothing is left to train; its model is saved%s. Pass a larger --epochs "
+                "to train on", manifest["clock"], directory,
+                "gone beyond" if beyond else "finished", cfg.epochs, max(epochs),
+                " and scored" if cfg.test else "")
+
+
+def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
+    """(directory, manifest) of the newest valid checkpoint in --resume, the same on every
+    rank: rank 0 verifies the checksums (and says which newer ones it passed over)."""
+    found = checkpoint.latest_valid(cfg.resume) if comm.rank == 0 else None
+    directory = broadcast_text(comm, found[0] if found else "", timeout)
+    if not directory:
+        error = ConfigError(f"--resume {cfg.resume}: no complete, undamaged checkpoint in it")
+        error.reported = comm.rank == 0
+        raise error
+    return directory, checkpoint.read_manifest(directory)
+
+
+def _choose(cfg: TrainConfig, workers: int, resume) -> dict:
+    """The sampler (the last rank, a worker): what was not given, from a sample of the data
+    (see defaults.choose)."""
+    if cfg.solver != "minibatch":
+        return {"notes": [], "warnings": []}
+    sample = sample_rows(cfg.train, workers)
+    return defaults.choose(
+        sample.rows, sample.per_part, sample.exact, workers=workers, bias=cfg.bias,
+        optimizer=cfg.optimizer.name, lr=cfg.optimizer.lr, batch=cfg.batch_size,
+        beta=cfg.optimizer.beta, average_after=_average_after(cfg),
+        resumed_batch=resume[1]["config"]["batch_size"] if resume else None,
+        resumed=resume[1]["config"]["optimizer"] if resume else None, epochs=cfg.epochs)
+
+
+def _pipeline_figures(cfg, tasks: np.ndarray) -> dict:
+    """What summary.json says of a pipelined run: its shape, and the bubble measured on the
+    minibatches whose tasks were logged, beside the schedule's (S-1)/(M+S-1)."""
+    bubbles = logged_bubbles(tasks["worker"], tasks["clock"], tasks["start"], tasks["end"],
+                             cfg.stages)
+    return {"stages": cfg.stages, "copies": None if not tasks.shape[0] else
+            int(tasks["worker"].max()) // cfg.stages + 1, "micro_batches": cfg.micro_batches,
+            "schedule": cfg.pipeline, "steps_logged": len(bubbles),
+            "bubble_measured": float(np.median(bubbles)) if bubbles else None,
+            "bubble_theory": theoretical_bubble(cfg.stages, cfg.micro_batches)}
+
+
+def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tasks, started,
+            failures: list, moves: list = ()) -> dict | None:
+    """Gather every rank's figures, the test scores, a full-batch solver's steps, the
+    timelines and a pipeline's tasks; rank 0 writes the summary and RUN_DIR/timeline.h5."""
+    comm = roles.comm
+    record["samples"], record["tasks"] = samples.shape[0], tasks.shape[0]
+    records = summary.allgather(comm, record, cfg.timeout)
+    if records["ranges_lost"].any():   # every rank sees the same records: all end alike
+        error = CannotFailOver("the model written lacks key ranges whose every copy died "
+                               "before they were saved (see above)")
+        error.reported = comm.rank != 0
+        raise error
+    if records["rows_abandoned"].any():
+        error = CannotFailOver("rows of a worker that died or left could go to no living "
+                               "worker (see above): the model lacks them")
+        error.reported = comm.rank != 0
+        raise error
+    samples = summary.gather_to_root(comm, samples, records["samples"], cfg.timeout,
+                                     "the timelines")
+    tasks = summary.gather_to_root(comm, tasks, records["tasks"], cfg.timeout,
+                                   "the pipeline's tasks")
+    held = summary.max_over_ranks(comm, held, cfg.timeout, "the servers' hold times")
+    counts = records["test_rows"]
+    margins = summary.gather_to_root(comm, margins, counts, cfg.timeout, "the test scores")
+    labels = summary.gather_to_root(comm, labels, counts, cfg.timeout, "the test labels")
+    width = len(Step._fields)
+    steps = summary.gather_to_root(comm, steps.reshape(-1), records["solver_steps"] * width,
+                                   cfg.timeout, "the solver's steps")
+    # The job stopped if any worker was stopped (one that had finished its data was not).
+    stopped = bool((records["stopped_at"][len(roles.servers):] >= 0).any())
+    # Where: a checkpoint's clock (servers), or a full-batch solver's iteration (workers).
+    where = (records["stopped_at"][:len(roles.servers)] if cfg.solver == "minibatch" else
+             records["stopped_at"][len(roles.servers):])
+    stopped_at = int(where.max()) if stopped else -1
+    scored = stopped or covered(cfg, int(records["test_units"].sum()))
+    result = None
+    if comm.rank == 0:
+        result = summary.build(
+            records, len(roles.servers), margins if scored else None, labels, held,
+            run_id=name, config=cfg.as_dict(), consistency=cfg.consistency,
+            staleness=cfg.max_staleness,
+            status="stopped" if stopped else "complete" if scored else "not scored",
+            stopped_at_clock=stopped_at if stopped else None,
+            checkpoints=os.path.abspath(cfg.checkpoints), wall_s=time.monotonic() - started,
+            model_dir=os.path.abspath(cfg.model_dir), failures=failures, moves=list(moves),
+            **({"solver": summary.solver_steps(steps.reshape(-1, width))}
+               if cfg.solver != "minibatch" else {}))
+        if cfg.stages > 1:
+            result["pipeline"] = _pipeline_figures(cfg, tasks)
+        timeline.write(cfg.out, samples, records["samples"], len(roles.servers), name, tasks)
+        summary.print_lines(result, summary.write(cfg.out, result))
+    if stopped:   # every rank sees the same records, so all end alike
+        error = JobStopped(f"stopped at {'clock' if cfg.solver == 'minibatch' else 'iteration'} "
+                           f"{stopped_at} after writing a checkpoint; continue with --resume "
+                           f"{cfg.checkpoints}")
+        error.reported = comm.rank != 0
+        raise error
+    if not scored:
+        error = NotScored(f"the model is trained and saved whole in {cfg.model_dir}, but the "
+                          f"scores of part of --test {cfg.test} died with a rank (see above): "
+                          f"score it with `python -m mpips score {cfg.out} --test {cfg.test}`")
+        error.reported = comm.rank != 0
+        raise error
+    return result

@@ -1,0 +1,231 @@
+"""Workers joining and leaving a running job (`mpips ctl add-worker / remove-worker`): rows
+move, not keys, and the placement stays.
+
+Leaving: the lead tells the worker (LEAVE); it ends with the minibatch it is at and says
+FINISH with where its rows left start, and the lead hands them on as a dead worker's
+(`workerloss`). The worker stays, idle, and may join again.
+Joining (an idle worker): each of the n workers training cuts its rows left, keeps n shares
+and gives one (GIVE), and tells the lead (SPLIT, numbered as a death). Every worker asked
+split, the servers agree a clock C as for a move of key ranges (`rangemoves`); the joiner's
+clock becomes C - 1 on every server (JOIN_AT) and it trains from there (JOIN). Until then
+the lead counts it as training, so that no worker ends (and scores) before it.
+"""
+import logging
+import time
+
+import numpy as np
+
+from ..wire import protocol
+from ..wire.clocks import FINISHED
+from ..base.errors import ProtocolError
+from ..wire.protocol import Op
+
+log = logging.getLogger("mpips")
+
+
+class WorkerMoves:
+    """The lead's part in a worker leaving or joining, and every server's in a join."""
+    def __init__(self, members):
+        self.members = members   # the front: its answers to `ctl`, the clock agreed
+        self.server = members.server
+        self.leaving = {}       # worker -> (the request it leaves for, when asked)
+        self.left = []          # workers that left, in order (the first joins again first)
+        self.joining = None     # a worker joining: its request, the workers yet to split,...
+
+    def handlers(self) -> dict:
+        return {Op.SPLIT: self.on_split, Op.JOIN_AT: self.on_join_at}
+
+    def _worker_refusal(self, verb: str, worker) -> str | None:
+        """What refuses any worker change: a job whose rows are not handed on, a worker
+        (if named) that does not exist or died."""
+        s = self.server
+        n = len(s.roles.workers)
+        if not s.losses or s.dense.tables:
+            return (f"a worker {verb} only a job of minibatch training without --stages: a "
+                    f"pipeline's stages and a full-batch solver's rows are not handed on")
+        if worker is not None and not 0 <= worker < n:
+            return f"there is no worker {worker}: the job has {n} (0-{n - 1})"
+        if worker is not None and worker in s.clocks.gone:
+            return f"worker {worker} died"
+        return None
+
+    def leave_refusal(self, worker) -> str | None:
+        s = self.server
+        problem = self._worker_refusal("leaves", worker)
+        if problem:
+            return problem
+        if worker is None:
+            return "remove-worker needs the number of the worker to remove"
+        if s.clocks.done[worker] == FINISHED:
+            return f"worker {worker} has finished training"
+        if worker in self.leaving:
+            return f"worker {worker} is leaving already"
+        if not set(s.losses.training(but=worker)) - set(self.leaving):
+            return "no other worker is still training to take its rows"
+        return None
+
+    def _idle_workers(self) -> list:
+        """Living workers not training (they left, or finished their rows): those that left
+        first, in order."""
+        s = self.server
+        idle = [w for w in range(len(s.roles.workers))
+                if s.clocks.done[w] == FINISHED and w not in s.clocks.gone]
+        return sorted(idle, key=lambda w: self.left.index(w) if w in self.left else len(idle))
+
+    def _donors(self) -> list:
+        return [w for w in self.server.losses.training(but=-1) if w not in self.leaving]
+
+    def join_refusal(self, worker) -> str | None:
+        problem = self._worker_refusal("joins", worker)
+        if problem:
+            return problem
+        if worker is not None and worker not in self._idle_workers():
+            return f"worker {worker} is training"
+        if not self._idle_workers():
+            return ("no worker is idle to join: one that left (ctl remove-worker) or finished "
+                    "its rows can")
+        if not self._donors():
+            return "no worker is training to share its rows"
+        return None
+
+    def ask_to_give(self, request: dict) -> None:
+        """A worker joins: every worker training splits its rows left, keeping n shares for
+        the one it gives (n: the workers training), and tells the lead (SPLIT); then the
+        servers agree on the clock it joins at (see `_join`)."""
+        s = self.server
+        worker = request.get("target")
+        worker = self._idle_workers()[0] if worker is None else worker
+        donors = self._donors()
+        self.joining = {"request": request, "worker": worker, "waiting": set(donors),
+                        "given": [], "began": time.monotonic()}
+        for w in donors:
+            s.send(np.array([protocol.GIVE_NOTICE, worker, len(donors)], np.int64),
+                   s.roles.workers[w], protocol.NOTICE_TAG)
+
+    def on_split(self, source: int, r, buf) -> None:
+        """The lead: a worker split its rows with the one joining; number it, as a death."""
+        s, j = self.server, self.joining
+        sender = s.roles.worker_index(source)
+        try:
+            death = protocol.death_of(protocol.int64_fields(buf))
+        except ValueError as e:
+            raise ProtocolError(f"{s.sender(source)} sent a bad request: SPLIT: {e}") from None
+        if (j is None or sender not in j["waiting"] or death.worker != sender or death.dead
+                or death.survivors != (sender, j["worker"]) or len(death.shares) != 2):
+            raise ProtocolError(f"{s.sender(source)} sent a bad request: SPLIT of its rows "
+                                f"with worker(s) {list(death.survivors)}, which no join asked "
+                                f"of it")
+        j["waiting"].discard(sender)
+        j["given"].append(sender)
+        s.losses.announce(death)
+        self._split_done()
+
+    def _split_done(self) -> None:
+        """Once every worker asked has split its rows (or finished instead), the clock."""
+        j = self.joining
+        if j["waiting"]:
+            return
+        if not j["given"]:
+            error = "every worker finished its rows before sharing them"
+            self.members.answer(j["request"], {"ok": False, "error": error})
+            self.joining = None
+            return
+        self.members.ranges.agree(j["request"], self._join)
+
+    def _join(self, clock: int) -> None:
+        """The lead, the clock agreed: the worker trains again from it, on every server."""
+        s, j = self.server, self.joining
+        worker = j["worker"]
+        for server in self.members.ranges.others():
+            s.send(protocol.pack(protocol.Header(Op.JOIN_AT, clock=clock, ref=worker)),
+                   s.roles.servers[server])
+        self._joined(worker, clock)
+        if worker in s.clocks.gone:
+            error = f"worker {worker} died before it joined"
+            self.members.answer(j["request"], {"ok": False, "error": error})
+            self.joining = None
+            return
+        s.send(np.array([protocol.JOIN_NOTICE, clock - 1], np.int64), s.roles.workers[worker],
+               protocol.NOTICE_TAG)
+        result = {"ok": True, "command": "add-worker", "target": worker, "clock": clock,
+                  "seconds": round(time.monotonic() - j["began"], 4), "from": j["given"]}
+        self.members.done.append(result)
+        log.warning("ctl add-worker %d done: it trains again from clock %d, with a share of "
+                    "the rows left of worker(s) %s", worker, clock, j["given"])
+        if worker in self.left:
+            self.left.remove(worker)
+        self.members.answer(j["request"], result)
+        self.joining = None
+
+    def on_join_at(self, source: int, r, buf) -> None:
+        s = self.server
+        worker = r.header.ref
+        if not 0 <= worker < len(s.roles.workers):
+            raise ProtocolError(f"{s.sender(source)} sent JOIN_AT of worker {worker}; the job "
+                                f"has {len(s.roles.workers)}")
+        self._joined(worker, r.header.clock)
+
+    def _joined(self, worker: int, clock: int) -> None:
+        """`worker` trains again from `clock` (unless it died meanwhile); reads held for the
+        agreement go on."""
+        s = self.server
+        if worker not in s.clocks.gone:
+            s.clocks.resume(worker, clock - 1)
+            s.heard(worker)
+            # Checkpoints from now on have it training, from where it left (its shares of the
+            # splits follow its own rows: see workplan), not finished at the clock it left at.
+            place = s.ckpt.positions.get(worker)
+            if place is not None:
+                s.ckpt.positions[worker] = dict(place, clock=clock - 1, finished=False)
+        self.members.ranges.agreed()
+        s.release()
+
+    def idle_joining(self) -> int:
+        """1 if a worker is joining but not training yet (the lead counts it as training:
+        the others must not end before it has trained its share), else 0."""
+        j = self.joining
+        return int(j is not None and self.server.clocks.done[j["worker"]] == FINISHED)
+
+    def ask_to_leave(self, request: dict) -> None:
+        """Tell the worker to leave after the minibatch it is at; its FINISH says where its
+        rows left start, and the lead hands them on (see workerloss)."""
+        s = self.server
+        worker = request["target"]
+        self.leaving[worker] = (request, time.monotonic())
+        s.send(np.array([protocol.LEAVE_NOTICE], np.int64), s.roles.workers[worker],
+               protocol.NOTICE_TAG)
+
+    def worker_gone(self, worker: int) -> None:
+        """The lead: `worker` died (its rows handed on); a change waiting for it goes on."""
+        if worker in self.leaving:
+            request, _ = self.leaving.pop(worker)
+            error = f"worker {worker} died before it left; its rows were handed on"
+            self.members.answer(request, {"ok": False, "error": error})
+        j = self.joining
+        if j is not None and worker == j["worker"] and j["given"]:
+            # The shares given to it go on as a finished worker's would (see workerloss).
+            losses, place = self.server.losses, self.server.ckpt.positions.get(worker, {})
+            losses.finished(worker, 0, {"epoch": losses.epochs, "taken": place.get("taken", [])})
+        if j is not None and worker in j["waiting"]:
+            j["waiting"].discard(worker)
+            self._split_done()
+
+    def worker_finished(self, worker: int, clock: int, handed) -> None:
+        """The lead: `worker` said FINISH (`handed`: the workplan.Death its rows left went on
+        by, if any); if it was asked to leave, the answer."""
+        if self.joining is not None and worker in self.joining["waiting"]:
+            self.joining["waiting"].discard(worker)
+            self._split_done()
+        if worker not in self.leaving:
+            return
+        self.left.append(worker)
+        request, began = self.leaving.pop(worker)
+        result = {"ok": True, "command": "remove-worker", "target": worker, "clock": clock,
+                  "seconds": round(time.monotonic() - began, 4),
+                  "from_epoch": handed.epoch if handed else None,
+                  "handed_to": list(handed.survivors) if handed else []}
+        self.members.done.append(result)
+        log.warning("ctl remove-worker %d done: it left at clock %d%s", worker, clock,
+                    f"; its rows left from epoch {handed.epoch} go to worker(s) "
+                    f"{list(handed.survivors)}" if handed else ", having trained all its rows")
+        self.members.answer(request, result)

@@ -1,0 +1,76 @@
+"""Bounded waits: poll MPI requests with backoff, and fail loudly when time runs out.
+
+Open MPI and MPICH busy-poll inside blocking calls. Polling here first yields the
+core between polls (another rank on the same core runs; an idle core answers at
+once), then, once a wait has lasted a while, sleeps a little longer each round,
+which leaves the cores to computation when ranks outnumber them.
+"""
+import os
+import time
+from typing import Callable, Sequence
+
+from mpi4py import MPI
+
+from ..base.errors import WaitTimeout
+
+
+class Backoff:
+    """Yield between polls for the first `spin` seconds of a wait, then sleep from `first`
+    up to `longest` seconds, doubling."""
+
+    def __init__(self, spin: float = 2e-3, first: float = 5e-5, longest: float = 1e-3):
+        self.spin, self.first, self.longest = spin, first, longest
+        self.reset()
+
+    def reset(self) -> None:
+        self._since = None
+        self._delay = self.first
+
+    def idle(self) -> None:
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        if now - self._since < self.spin:
+            os.sched_yield()
+            return
+        time.sleep(self._delay)
+        self._delay = min(self._delay * 2, self.longest)
+
+
+def wait_all(requests: Sequence[MPI.Request], timeout: float, what: Callable[[], str],
+             progress: Callable[[], object] | None = None, check_every: float = 1.0,
+             statuses: list | None = None) -> float:
+    """Complete all requests or raise WaitTimeout naming `what()`. Returns seconds waited.
+    `progress` and `check_every` as for wait_until. With `statuses` (MPI.Status objects, one
+    per request), they are filled in."""
+    return wait_until(lambda: MPI.Request.Testall(requests, statuses), timeout, what,
+                      progress, check_every)
+
+
+def wait_until(done: Callable[[], bool], timeout: float, what: Callable[[], str],
+               progress: Callable[[], object] | None = None, check_every: float = 1.0,
+               backoff: Backoff | None = None) -> float:
+    """Poll done() with backoff until it is true, or raise WaitTimeout naming `what()`.
+    Returns seconds waited.
+
+    With `progress`, the bound is on time without progress: about every `check_every`
+    seconds progress() is called, and the deadline restarts whenever its value changes.
+    """
+    start = time.monotonic()
+    if done():
+        return 0.0
+    backoff = backoff or Backoff()
+    since = last_check = start
+    seen = progress() if progress else None
+    while not done():
+        now = time.monotonic()
+        if progress and now - last_check >= check_every:
+            last_check, value = now, progress()
+            if value != seen:
+                since, seen = now, value
+        if now - since > timeout:
+            stalled = " without progress" if progress else ""
+            raise WaitTimeout(f"waited {now - since:.0f} s{stalled} (--timeout {timeout:g}) "
+                              f"for {what()}")
+        backoff.idle()
+    return time.monotonic() - start

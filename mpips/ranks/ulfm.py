@@ -1,0 +1,218 @@
+"""Hot failover on ULFM: the survivors of a dead rank learn who died and go on.
+
+Survivors keep the job's communicator. ULFM fails only the operations that involve a dead
+rank (and receives from any source, until the failure is acknowledged), so point-to-point
+traffic between living ranks goes on and nothing in flight between them is lost. Nothing
+needs resending either: every copy of a key range received each push straight from its
+worker. What changes is the placement (each dead primary's first living backup answers its
+reads) and, at the end of the job, the communicator: collectives cannot span a dead rank,
+so the survivors agree that there were failures and shrink to a communicator of their own.
+"""
+import logging
+import os
+import signal
+import sys
+import threading
+
+from mpi4py import MPI
+
+from .bounded import wait_all
+from ..base.errors import MpipsError
+from ..base.processes import Process, process_state
+
+log = logging.getLogger("mpips")
+
+_FAILURES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
+LOST = 75   # exit status of a job that lost every copy of some keys: resume from a checkpoint
+
+
+class CannotFailOver(MpipsError):
+    """A failure the survivors cannot go on from (every copy of some keys died, or a rank
+    whose part no other rank takes over): the job stops, to resume from a checkpoint."""
+    exit_status = LOST
+
+
+def is_failure(e: BaseException) -> bool:
+    """Whether `e` is MPI telling of a dead rank (directly, or as the error of one request
+    of several: then only if MPI knows of a dead rank)."""
+    if not isinstance(e, MPI.Exception):
+        return False
+    if e.Get_error_class() in _FAILURES:
+        return True
+    if e.Get_error_class() != MPI.ERR_IN_STATUS:
+        return False
+    try:
+        return bool(dead_ranks(MPI.COMM_WORLD))
+    except (MPI.Exception, NotImplementedError):
+        return False
+
+
+def dead_ranks(comm: MPI.Intracomm) -> set:
+    """The ranks of `comm` known to have failed, acknowledged (so that receives from any
+    source work again). Those on this node that still exist are ended (see end_the_dead)."""
+    global _deaths_seen
+    comm.Ack_failed(comm.size)
+    failed = comm.Get_failed()
+    _deaths_seen = _deaths_seen or failed.size > 0
+    try:
+        if _neighbours and failed.size:
+            world = MPI.COMM_WORLD.Get_group()
+            end_the_dead(MPI.Group.Translate_ranks(failed, list(range(failed.size)), world))
+            world.Free()
+        return set(MPI.Group.Translate_ranks(failed, list(range(failed.size)),
+                                             comm.Get_group()))
+    finally:
+        failed.Free()
+
+
+# The other ranks on this rank's node, by rank of MPI_COMM_WORLD.
+_neighbours: dict = {}   # rank -> processes.Process
+_deaths_seen = False   # whether this rank has learned of a dead rank
+
+
+def know_neighbours(pids: dict) -> None:
+    """Remember the other ranks on this node (world rank -> pid), so that they can be ended
+    here once the failure detector declares them dead."""
+    _neighbours.clear()
+    for rank, pid in pids.items():
+        if pid != os.getpid():
+            _neighbours[rank] = Process.here(pid)
+
+
+def end_the_dead(world_ranks) -> None:
+    """SIGKILL the ranks of this node among `world_ranks` (declared dead) that still exist.
+    A frozen rank (SIGSTOP, a hung node process) would otherwise stay, and the launcher waits
+    for every process it started: the launch, and a Slurm allocation, would never end. A rank
+    that was only slow is ended too, since ULFM has already cut it off from the job."""
+    for rank in world_ranks:
+        known = _neighbours.pop(rank, None)
+        if known is None or not known.running():
+            continue   # gone already, or the pid is another process's now
+        pid, now = known.pid, process_state(known.pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        log.warning("rank %d (pid %d, on this node) was declared dead by the failure detector "
+                    "%s: ended it (SIGKILL), so that the launch can end", rank, pid,
+                    "while frozen (stopped)" if now and now.state in ("T", "t") else
+                    "while its process still existed")
+
+
+def what_died(comm: MPI.Intracomm, e: BaseException) -> str:
+    """A sentence on a failure MPI reported as `e`: which ranks of `comm` died."""
+    try:
+        dead = sorted(dead_ranks(comm))
+    except MPI.Exception:
+        dead = []
+    who = f"rank(s) {dead} died" if dead else "a rank died"
+    return f"{who} (MPI: {e.Get_error_string()})"
+
+
+def survivors(comm: MPI.Intracomm) -> MPI.Intracomm | None:
+    """Collective over the living ranks of `comm`: their own communicator (ranks in the same
+    order) if any rank has died, else None. Every survivor gets the same answer."""
+    while True:
+        none_dead = not dead_ranks(comm)
+        try:
+            agreed = comm.Agree(int(none_dead))   # a bitwise AND over the survivors
+            break
+        except MPI.Exception as e:   # a death not yet acknowledged: acknowledge, agree again
+            if not is_failure(e):
+                raise
+    if agreed:
+        return None
+    while True:
+        try:
+            return comm.Shrink()
+        except MPI.Exception as e:   # another death during the shrink
+            if not is_failure(e):
+                raise
+            dead_ranks(comm)
+
+
+def agreed_dead(comm: MPI.Intracomm) -> set:
+    """Collective over the living ranks of `comm`: the ranks of `comm` that have died, the same
+    set on every survivor (empty if none)."""
+    living = survivors(comm)
+    if living is None:
+        return set()
+    try:
+        kept = living.Get_group().Translate_ranks(list(range(living.size)), comm.Get_group())
+    finally:
+        living.Free()
+    return set(range(comm.size)) - set(kept)
+
+
+def leave_after_failure(status: int) -> None:
+    """End this rank after a death the job cannot go on from. Under ULFM each rank leaves on
+    its own, without MPI_Abort (several ranks aborting at once left Open MPI's launcher
+    waiting with no rank left) and without finalizing (which can wait on the dead rank);
+    the others learn of it as of any death and leave too."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def end_together(comm: MPI.Intracomm, timeout: float) -> None:
+    """Under ULFM, the last wait before finalizing, so that the ranks finalize together: a
+    rank that finalizes stops answering the failure detector, and ranks still at work then
+    take it for dead. A death found here changes nothing: the job's work is done."""
+    try:
+        wait_all([comm.Ibarrier()], timeout, lambda: "every rank to finish")
+    except MPI.Exception as e:
+        if not is_failure(e):
+            raise
+
+
+class KeepAlive:
+    """ULFM's failure detector has no thread of its own here: a rank that makes no MPI call
+    for the detector's timeout (compiling kernels, reading a sample, writing a file) counts
+    as dead. A thread that calls MPI every `every` seconds keeps such a rank heard; the
+    numba kernels release the GIL (nogil) so that it runs during them too.
+
+    On leaving, it finalizes MPI at once: left to the end of the interpreter, finalizing
+    comes after a silence (Python's own teardown) long enough to be taken for a death, and
+    the rank so accused aborts while the others wait for it. Finalizing is bounded too:
+    after `finalize_s` the rank is ended (ULFM's finalize can wait on a dead rank)."""
+
+    def __init__(self, every: float = 0.05, finalize_s: float = 30.0):
+        self._every = every
+        self._finalize_s = finalize_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpips-keepalive", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, _KEEPALIVE_TAG)
+            except MPI.Exception:
+                pass   # a dead rank, which the job's own calls deal with
+
+    def __enter__(self):
+        if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
+            self._thread.start()
+        return self
+
+    def __exit__(self, kind, error, _):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if _deaths_seen and kind in (None, SystemExit):
+            # After a death ULFM's finalize now and then waits for the dead rank until the
+            # alarm below (30 s of a launch that has done its work): leave without it.
+            code = 0 if error is None else error.code
+            if isinstance(code, str):
+                print(code, file=sys.stderr, flush=True)
+            os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+        # MPI_Finalize holds the GIL: no Python thread could end a finalize that hangs, but
+        # the kernel can (SIGALRM's default action ends the process).
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(max(1, int(self._finalize_s)))
+        MPI.Finalize()
+        signal.alarm(0)
+
+
+_KEEPALIVE_TAG = 32000   # never sent on

@@ -1,0 +1,347 @@
+"""`train`'s options: their groups, help and checks, and the TrainConfig they make (for the
+command line and for `mpips.train`)."""
+import argparse
+import math
+
+from ..models import catalog as models
+from . import testevents
+from ..models.optimizer import NAMES
+
+TRAIN_EPILOG = """\
+Input is svmlight/libsvm text: `label idx:val idx:val ...`, one example per
+line, label 0/1 or -1/+1, idx any integer from 0 to 2^64-1 (hashed features are
+fine: servers store only the keys that occur). Each worker reads only its own
+byte range of the file.
+
+The job writes RUN_DIR/summary.json (test logloss and AUC, throughput, bytes
+sent, keys and bytes per key on the servers) and RUN_DIR/model/server-NNNN.h5
+(one HDF5 file per server: keys, weights, optimizer state).
+
+Waits are bounded: a rank that waits longer than --timeout for another stops
+the job with a message that says what it waited for.
+"""
+
+
+def widths(text: str) -> tuple:
+    """'64,32' -> (64, 32)."""
+    try:
+        return tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not layer widths such as 64,32") from None
+
+
+def finite_float(text: str) -> float:
+    """A number option: inf and nan are refused here, before any rank starts work."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number")
+    return value
+
+
+def _epochs_or_off(text: str) -> float:
+    """--average-after: a number of epochs >= 0, or "off" (-1)."""
+    if text.strip().lower() == "off":
+        return -1.0
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give epochs >= 0, or off")
+    return value
+
+
+def checkpoint_interval(text: str) -> tuple[int, float]:
+    """--checkpoint-every: "500" is (500 clocks, 0 s); "30s", "10m", "2h" are (0, seconds)."""
+    scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:].lower())
+    try:
+        value = float(text[:-1]) if scale else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a number of clocks (500) or of seconds, minutes or hours "
+            f"(30s, 10m, 2h)") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number, not negative")
+    return (0, value * scale) if scale else (value, 0.0)
+
+
+def _size(text: str) -> int:
+    from ..base.budget import parse_bytes
+    try:
+        return parse_bytes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _straggler(text: str):
+    worker, sep, factor = text.partition(":")
+    try:
+        return int(worker), finite_float(factor)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"expected W:FACTOR such as 0:3, got {text!r}") from None
+
+
+def train_parser(sub) -> argparse.ArgumentParser:
+    """The `train` parser; how it runs is the caller's to set."""
+    p = sub.add_parser(
+        "train", help="train a model with a parameter server (run under mpiexec/srun)",
+        description="Train sparse logistic regression, a factorization machine or Wide & Deep "
+                    "with a parameter server (or logistic regression by full-batch L-BFGS "
+                    "over dense tables on the servers).",
+        epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    io = p.add_argument_group("data and output")
+    io.add_argument("--train", required=True, metavar="FILE",
+                    help="training data: svmlight or libffm text, Criteo TSV, Avazu CSV, "
+                         "or a directory from convert")
+    io.add_argument("--format", choices=("svmlight", "libffm", "criteo", "avazu"),
+                    help="the text's format: svmlight (label idx:val ...); libffm (label "
+                         "field:idx:val ..., field 0 to 254, idx below 2^56); criteo (label, 13 "
+                         "integer and 26 hexadecimal fields, tab separated, empty fields "
+                         "allowed: integers are log-bucketed and every value hashed with its "
+                         "field to a 64-bit key); avazu (its CSV with the header: the id "
+                         "ignored, the hour as hour of day and weekday, every other value "
+                         "hashed with its column) (default: as the file's first line shows)")
+    io.add_argument("--test", metavar="FILE",
+                    help="held-out data scored after training (logloss, AUC in the summary)")
+    io.add_argument("--out", metavar="RUN_DIR",
+                    help="where summary.json and the model go (default: runs/<date-time-id>)")
+    io.add_argument("--overwrite", action="store_true",
+                    help="replace the run already in RUN_DIR (by default that is an error)")
+    io.add_argument("--skip-bad-lines", action="store_true",
+                    help="count and skip malformed lines instead of stopping at the first one")
+    job = p.add_argument_group("job layout")
+    job.add_argument("--servers", type=int, default=1, metavar="N",
+                     help="ranks that hold the model; the other ranks are workers (default: 1)")
+    job.add_argument("--replicas", type=int, default=1, metavar="R",
+                     help="keep every key on R servers: a primary, which answers reads, and R-1 "
+                          "backups on the next servers (other nodes first), which apply the "
+                          "same pushes (default: 1, no copies)")
+    job.add_argument("--spares", type=int, default=0, metavar="K",
+                     help="K more server ranks (after the --servers ones) that hold nothing and "
+                          "wait: when a server dies (under ULFM, with --replicas 2 or more), a "
+                          "spare stands in for it and receives copies of every key range it "
+                          "held, instead of the survivors taking them on; `mpips ctl RUN_DIR "
+                          "add-server` gives key ranges to one while the job trains "
+                          "(default: 0)")
+    job.add_argument("--vnodes", type=int, default=16, metavar="V",
+                     help="key ranges per server: the hash of the keys is cut into servers x V "
+                          "equal ranges dealt round the ring: the shares are equal at any V; "
+                          "more ranges per server are what keeps them even once servers join "
+                          "or leave (mpips ctl): 16 keeps the largest within 2.1%% of the mean "
+                          "after a join on the built-in data, 64 within 1.1%% (see "
+                          "bench/ring.py) (default: %(default)s)")
+    job.add_argument("--consistency", choices=["bsp", "ssp", "asp"], default="bsp",
+                     help="when a worker may read: bsp, only once every worker has finished the "
+                          "previous clock (default); ssp, while at most --staleness clocks ahead "
+                          "of the slowest worker; asp, always (never waits)")
+    job.add_argument("--staleness", type=int, metavar="S",
+                     help="for --consistency ssp: how many clocks the fastest worker may be ahead "
+                          "of the slowest (0 behaves as bsp)")
+    job.add_argument("--timeout", type=finite_float, default=600.0, metavar="SECONDS",
+                     help="longest any rank waits for another before failing the job "
+                          "(default: %(default)g)")
+    job.add_argument("--log-every", type=finite_float, default=5.0, metavar="SECONDS",
+                     help="progress line interval on rank 0 (default: %(default)g)")
+    job.add_argument("--disk-wait", type=finite_float, default=600.0, metavar="SECONDS",
+                     help="when the model cannot be saved because the disk is full, keep it in "
+                          "memory and try again for this long, saying how much space it needs "
+                          "(default: %(default)g)")
+    backup = p.add_argument_group(
+        "checkpoints (cold backup)",
+        "The first SIGUSR1, SIGTERM or SIGINT asks the job to stop: it writes a checkpoint at "
+        "the next clock every rank reaches and exits with status 75; a second SIGTERM or "
+        "SIGINT stops at once. With Open MPI's mpiexec, send SIGUSR1 (Slurm: "
+        "#SBATCH --signal=B:USR1@120 and a script that forwards it, as in slurm/).")
+    backup.add_argument("--checkpoint-every", type=checkpoint_interval, default=(None, None),
+                        metavar="N|Ts",
+                        help="write a checkpoint every N clocks (one clock = one minibatch per "
+                             "worker), or every T seconds with a suffix s, m or h (30s, 10m), "
+                             "and when training ends (default: with --resume, as the run "
+                             "resumed did; else 0, only when asked to stop)")
+    backup.add_argument("--checkpoint-dir", metavar="DIR",
+                        help="where checkpoints go (default: RUN_DIR/checkpoints)")
+    backup.add_argument("--keep-checkpoints", type=int, metavar="K",
+                        help="keep the newest K complete checkpoints (default: with --resume, "
+                             "as the run resumed did; else 3)")
+    backup.add_argument("--resume", metavar="DIR",
+                        help="continue from the newest complete, undamaged checkpoint in DIR "
+                             "(the same workers and data; the number of servers may change). "
+                             "It replaces the outputs in RUN_DIR of the run that wrote the "
+                             "checkpoint, and nothing else")
+    backup.add_argument("--allow-changed-data", action="store_true",
+                        help="resume even though --train changed since the checkpoint (its "
+                             "size, modification time or first and last MiB differ); each "
+                             "worker goes on at the first row at or after its recorded place")
+    diag = p.add_argument_group("diagnostics and testing aids")
+    diag.add_argument("--snapshot-every", type=finite_float, metavar="SECONDS",
+                      help="also save the model every SECONDS of training to "
+                           "RUN_DIR/snapshots/NNNN/ (learning curves: `python -m mpips score "
+                           "RUN_DIR --snapshots`)")
+    diag.add_argument("--record-pulls", action="store_true",
+                      help="each server writes every pull it served to RUN_DIR/pulls/ (worker, "
+                           "its clock, the slowest worker's clock, time held), to check the "
+                           "consistency model from outside")
+    diag.add_argument("--straggler", action="append", default=[], metavar="W:FACTOR",
+                      type=_straggler,
+                      help="make worker W (0-based among workers) take FACTOR times as long per "
+                           "minibatch (at least 1 ms), by sleeping; to test and measure the "
+                           "consistency models (repeatable)")
+    diag.add_argument("--test-event", action="append", default=[], metavar="EVENT",
+                      help="a testing aid for mpips's own tests, refused unless MPIPS_TESTING=1: "
+                           "fire EVENT when the job reaches a point, e.g. 'kill rank 1 at clock "
+                           "30', 'freeze rank 3 at epoch 2', 'stop rank 2 at checkpoint 1', "
+                           "'ctl add-server at clock 40' (`python -m mpips.run.testevents` lists "
+                           "them; repeatable)")
+    opt = p.add_argument_group("model and optimizer")
+    opt.add_argument("--model", choices=models.NAMES, default="lr",
+                     help="lr: logistic regression; fm: a factorization machine (Rendle 2010): "
+                          "each key's row on the servers holds its weight and a latent vector, "
+                          "and pairs of features interact through their vectors' dot product; "
+                          "widedeep: Wide & Deep (Cheng et al. 2016): each key's row holds its "
+                          "weight and an embedding, and an MLP on the sum of a row's "
+                          "embeddings adds to the linear margin; the MLP's weights are rows "
+                          "on the servers too (default: lr)")
+    opt.add_argument("--factors", type=int, default=8, metavar="K",
+                     help="fm: the latent vectors' length (default: 8)")
+    opt.add_argument("--embedding-dim", type=int, default=8, metavar="K",
+                     help="widedeep: each key's embedding length (default: 8)")
+    opt.add_argument("--hidden", type=widths, default=(64, 32), metavar="W1,W2,...",
+                     help="widedeep: the widths of the MLP's hidden ReLU layers, on the "
+                          "row's embeddings (default: 64,32)")
+    opt.add_argument("--fields", type=int, metavar="F",
+                     help="widedeep: the network's input is the embeddings of a row's F fields "
+                          "concatenated (each field's: the sum of its features' embeddings); "
+                          "0 sums all of a row's embeddings. A feature's field is in its key: "
+                          "Criteo's 39 and Avazu's 23 are known, libffm text (label "
+                          "field:idx:val ...) needs F given, svmlight has none (default: the "
+                          "data's, else 0)")
+    pipe = p.add_argument_group(
+        "pipeline (Wide & Deep's network split across workers: realm 4)")
+    pipe.add_argument("--stages", type=int, default=1, metavar="S",
+                      help="widedeep: cut the network into S stages of balanced measured cost, "
+                           "one per worker; the workers form (workers / S) data-parallel "
+                           "copies of the pipeline, and every stage's weights stay rows on the "
+                           "servers (default: 1, the whole network on each worker)")
+    pipe.add_argument("--micro-batches", type=int, default=4, metavar="M",
+                      help="cut each minibatch into M micro-batches that flow through the "
+                           "stages (default: 4)")
+    pipe.add_argument("--pipeline", choices=("gpipe", "1f1b"), default="1f1b",
+                      help="the schedule: gpipe (all forwards, then all backwards) or 1f1b "
+                           "(one forward, one backward: fewer activations held; default)")
+    pipe.add_argument("--print-schedule", action="store_true",
+                      help="print the network's layers, each stage's share of them and every "
+                           "stage's tasks in order, then exit without training")
+    opt.add_argument("--epochs", type=int, default=1, help="passes over the data (default: 1)")
+    opt.add_argument("--batch-size", type=int, metavar="B",
+                     help="rows per minibatch per worker; one pull and one push each (default: "
+                          "about 1000 minibatches per epoch for the worker with the fewest rows, "
+                          "at most 1000 rows; a resumed run keeps its own)")
+    opt.add_argument("--optimizer", choices=NAMES, default="adagrad",
+                     help="server-side update rule: sgd, adagrad, ftrl (McMahan et al. 2013) or "
+                          "adam (Kingma and Ba 2015; a key's moments move when it is pushed); "
+                          "the state lives in the key's row and is checkpointed (default: "
+                          "adagrad)")
+    opt.add_argument("--lr", type=finite_float, metavar="RATE",
+                     help="learning rate; FTRL's alpha (default: chosen from a sample of the "
+                          "training data. sgd: 1 / L, L = (workers x top eigenvalue of "
+                          "X'X/n + mean |x|^2 / batch size) / 4, a bound on the curvature of "
+                          "one clock's updates; adagrad and ftrl: 2 / (features per row x "
+                          "median |value|); adam: a tenth of that; the job's log says what it "
+                          "chose)")
+    opt.add_argument("--average-after", type=_epochs_or_off, metavar="EPOCHS|off",
+                     help="sgd only: the model is the mean of the weights from this many epochs "
+                          "on to the end (averaged SGD: the mean is closer to the optimum than "
+                          "the last, noisy weights; the first steps are left out), or the last "
+                          "weights with 'off' (default: 0.5)")
+    opt.add_argument("--l2", type=finite_float, default=0.0,
+                     help="L2 penalty: the objective is mean logloss + l2/2 * |w|^2, applied "
+                          "to the keys each minibatch touches (default: 0)")
+    opt.add_argument("--l1", type=finite_float, default=0.0,
+                     help="L1 penalty (FTRL, or --solver lbfgs, which is then OWL-QN; gives "
+                          "sparse models) (default: 0)")
+    opt.add_argument("--ftrl-beta", type=finite_float, metavar="BETA",
+                     help="FTRL's beta in the per-key rate alpha / (beta + sqrt(n)); workers push "
+                          "mean minibatch gradients, so it is smaller than the paper's per-example "
+                          "1 (default: 1 / batch size)")
+    opt.add_argument("--no-bias", dest="bias", action="store_false",
+                     help="no intercept (by default key 2^64-1 is an always-on bias feature)")
+    comm = p.add_argument_group(
+        "push filters",
+        "What a worker's pushes send of its gradients. What a push does not deliver (the "
+        "rounding, a row held back) the worker keeps by key and adds to that key's next "
+        "gradient (error feedback): it arrives late, not never, if the key comes back. Worth it "
+        "when the network limits the job (many workers on many nodes, wide rows, slow links); "
+        "on one machine the servers' tables, not the wire, are the cost, and a filter's own "
+        "work takes 5-25% of examples/s. Pulls are not filtered")
+    comm.add_argument("--push-values", choices=("float32", "float16", "int8"),
+                      default="float32",
+                      help="how pushed values travel: float16 halves their bytes, int8 (a float32 "
+                           "scale per 256 values) quarters them (default: float32, exact)")
+    comm.add_argument("--push-threshold", type=finite_float, default=0.0, metavar="T",
+                      help="hold a key's row back while every entry of its gradient (plus what "
+                           "was held back) is below T in magnitude: rare keys' small updates "
+                           "wait until they add up; pushes then name their rows in a bitmap "
+                           "(1 bit a pulled key) (default: 0, every row)")
+    comm.add_argument("--push-skip-zeros", action="store_true",
+                      help="ftrl with --l1: hold a key's row back while its pulled weights are 0 "
+                           "and every entry of its gradient (plus what was held back) is at "
+                           "most --l1 in magnitude (such a push, to a key whose z is 0, leaves "
+                           "its weight 0)")
+    full = p.add_argument_group(
+        "full batch (--solver lbfgs)",
+        "The whole objective, mean logloss + l2/2 |w|^2 (+ l1 |w|_1), minimized by L-BFGS "
+        "(OWL-QN with --l1). The weights, the gradient and the solver's history are dense "
+        "vectors cut in blocks across the servers, and the solver's vector steps run there: no "
+        "rank holds the model. Each worker keeps its rows in memory; a feature is coordinate "
+        "key mod --dim, the bias coordinate --dim. Worker 0 drives; the job's log has one line "
+        "per iteration and summary.json the objective over time")
+    job.add_argument("--max-rank-memory", type=_size, metavar="SIZE",
+                     help="bytes each rank may hold in its tables (servers) and rows (a "
+                          "full-batch worker), such as 512M or 4G: an allocation past it stops "
+                          "the job naming what asked; summary.json reports each rank's peak "
+                          "(default: no limit)")
+    full.add_argument("--solver", choices=("minibatch", "lbfgs"), default="minibatch",
+                      help="minibatch: the servers' optimizers, a push per minibatch "
+                           "(default); lbfgs: full batch over dense tables")
+    full.add_argument("--dim", type=int, default=1 << 20, metavar="N",
+                      help="coordinates of the weight vector (default: 2^20)")
+    full.add_argument("--history", type=int, default=10, metavar="M",
+                      help="pairs of past steps L-BFGS keeps (default: 10)")
+    full.add_argument("--max-iter", type=int, default=500,
+                      help="iterations at most (default: 500)")
+    full.add_argument("--tol", type=finite_float, default=1e-10,
+                      help="stop when an iteration lowers the objective by less than this, "
+                           "relatively (default: 1e-10)")
+    return p
+
+
+def config_of(args):
+    """The TrainConfig of parsed `train` arguments."""
+    from .config import TrainConfig
+    from ..models.optimizer import Optimizer
+    optimizer = Optimizer(name=args.optimizer, lr=args.lr,
+                          l1=args.l1, l2=args.l2, beta=args.ftrl_beta)
+    return TrainConfig(train=args.train, test=args.test, out=args.out, servers=args.servers,
+                      replicas=args.replicas, spares=args.spares, vnodes=args.vnodes,
+                      epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
+                      average_after=args.average_after,
+                      bias=args.bias, consistency=args.consistency,
+                      staleness=args.staleness, stragglers=tuple(args.straggler),
+                      test_events=tuple(args.test_event) + testevents.from_environment(),
+                      record_pulls=args.record_pulls, snapshot_every=args.snapshot_every,
+                      skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
+                      checkpoint_dir=args.checkpoint_dir,
+                      checkpoint_every=args.checkpoint_every[0],
+                      checkpoint_seconds=args.checkpoint_every[1],
+                      keep_checkpoints=args.keep_checkpoints, resume=args.resume,
+                      allow_changed_data=args.allow_changed_data, timeout=args.timeout,
+                      disk_wait=args.disk_wait, log_every=args.log_every,
+                      solver=args.solver, dim=args.dim, history=args.history,
+                      max_iter=args.max_iter, tol=args.tol,
+                      max_rank_memory=args.max_rank_memory, model=args.model,
+                      factors=args.factors, embedding_dim=args.embedding_dim,
+                      hidden=args.hidden, fields=args.fields, format=args.format,
+                      stages=args.stages,
+                      micro_batches=args.micro_batches, pipeline=args.pipeline,
+                      push_values=args.push_values, push_threshold=args.push_threshold,
+                      push_skip_zeros=args.push_skip_zeros)

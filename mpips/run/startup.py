@@ -1,0 +1,184 @@
+"""What every rank must share before a job starts: the verdict on the configuration,
+the run id, and numba kernels compiled once per node."""
+import contextlib
+import gc
+import glob
+import hashlib
+import logging
+import os
+import secrets
+import sys
+import time
+
+import numba
+import numpy as np
+from mpi4py import MPI
+
+from .. import kernels
+from ..ranks.bounded import wait_all
+from ..base.errors import ConfigError, MpipsError
+from .warmup import CompileWatch, compile_kernels
+
+log = logging.getLogger("mpips")
+
+
+def agree(comm: MPI.Intracomm, check, timeout: float,
+          what: str = "every rank to check the configuration") -> None:
+    """Run `check()` on every rank; if it raises MpipsError anywhere, raise ConfigError
+    everywhere, so that all ranks stop together before any waits for another.
+
+    The lowest failing rank keeps its message and `reported = True`; the others
+    raise with `reported = False`, so the message is printed once.
+    """
+    error = None
+    try:
+        check()
+    except MpipsError as e:
+        error = e if isinstance(e, ConfigError) else ConfigError(str(e))
+    first = np.array([comm.rank if error else comm.size], np.int64)
+    result = np.empty(1, np.int64)
+    req = comm.Iallreduce(first, result, op=MPI.MIN)
+    wait_all([req], timeout, lambda: what)
+    if result[0] < comm.size:
+        if error is None:
+            error = ConfigError(f"rank {result[0]} could not go on")
+        error.reported = comm.rank == result[0]
+        raise error
+
+
+def broadcast_text(comm: MPI.Intracomm, text: str | None, timeout: float,
+                   limit: int = 4096, root: int = 0) -> str:
+    """Rank `root`'s `text` (up to `limit` bytes of UTF-8), on every rank."""
+    buf = np.zeros(limit, np.uint8)
+    if comm.rank == root:
+        data = text.encode()
+        if len(data) > limit:
+            raise ValueError(f"{len(data)} bytes of text; at most {limit} can be broadcast")
+        buf[:len(data)] = np.frombuffer(data, np.uint8)
+    wait_all([comm.Ibcast(buf, root=root)], timeout, lambda: f"rank {root} to broadcast")
+    return buf.tobytes().rstrip(b"\0").decode()
+
+
+def gather_text(comm: MPI.Intracomm, text: str, timeout: float, what: str,
+                limit: int = 256) -> list:
+    """Every rank's `text` (up to `limit` bytes of UTF-8), on every rank, in rank order."""
+    data = text.encode()
+    if len(data) > limit:
+        raise ValueError(f"{len(data)} bytes of text; at most {limit} can be gathered")
+    mine = np.zeros(limit, np.uint8)
+    mine[:len(data)] = np.frombuffer(data, np.uint8)
+    every = np.empty((comm.size, limit), np.uint8)
+    wait_all([comm.Iallgather(mine, every)], timeout, lambda: what)
+    return [row.tobytes().rstrip(b"\0").decode() for row in every]
+
+
+def run_id(comm: MPI.Intracomm, timeout: float) -> str:
+    """A name for this run, the same on every rank: start time and a random suffix."""
+    text = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}" if comm.rank == 0 else None
+    return broadcast_text(comm, text, timeout)
+
+
+def compile_per_node(comm: MPI.Intracomm, timeout: float, role: str | None = None,
+                     **needs) -> float:
+    """Compile the kernels (those `needs` names: see warmup.compile_kernels) on one rank per
+    node first, every role's; the others then load numba's cache instead of compiling the
+    same code at the same time on the same cores. Once a node has compiled them, every rank
+    loads its `role`'s at once (see `warm_marker`). Returns seconds."""
+    start = time.monotonic()
+    marker = warm_marker(needs)
+    if marker and os.path.exists(marker):
+        _load_kernels(needs, role)
+        return time.monotonic() - start
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        if node.rank == 0:
+            if comm.rank == 0:
+                log.info("loading the numba kernels (compiled on the first run of these "
+                         "sources on a machine, ~20 s)")
+            _compile_all(needs)
+            if marker:
+                with contextlib.suppress(OSError):
+                    open(marker, "w").close()
+        wait_all([node.Ibarrier()], timeout,
+                 lambda: "the first rank on this node to compile the numba kernels")
+        if node.rank != 0:
+            _load_kernels(needs, role)
+    finally:
+        node.Free()
+    return time.monotonic() - start
+
+
+def _compile_all(needs: dict) -> None:
+    """Every role's kernels, compiled with the cyclic collector on and a collection after,
+    if start-up holds it off (see _load_kernels)."""
+    held = not gc.isenabled()
+    gc.enable()
+    try:
+        compile_kernels(**needs)
+    finally:
+        if held:
+            gc.collect()
+            gc.disable()
+
+
+def _load_kernels(needs: dict, role: str | None) -> None:
+    """compile_kernels from numba's cache, or collect what numba left if it compiled some
+    anyway (a cache it found stale): start-up holds the cyclic collector off (see __main__),
+    and compiling makes garbage by the hundred MB (loading the cache almost none), which
+    `ready` would keep for good."""
+    watch = CompileWatch()
+    with watch.watching():
+        compile_kernels(**needs, role=role)
+    if watch.compiled and not gc.isenabled():
+        gc.collect()
+
+
+def warm_marker(needs: dict) -> str | None:
+    """A file beside numba's cache of the kernels, there once this set of kernels has been
+    compiled from these very sources (numba's cache goes stale by the same stamps: each
+    source's modification time and size), by this numba and Python."""
+    directory = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.path.dirname(kernels.__file__), "__pycache__")
+    if not os.access(directory, os.W_OK):
+        return None
+    named = sorted((k, getattr(v, "name", v)) for k, v in needs.items())   # a model by name
+    stamp = hashlib.sha256(f"{numba.__version__} {sys.version} {named!r}".encode())
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(kernels.__file__), "*.py"))):
+        st = os.stat(path)
+        stamp.update(f"{os.path.basename(path)} {st.st_mtime_ns} {st.st_size}".encode())
+    return os.path.join(directory, f"mpips-warm-{stamp.hexdigest()[:16]}")
+
+
+def process_age() -> float:
+    """Seconds since this process started (Linux's /proc: the interpreter's start-up and
+    imports count), or since mpips was imported where /proc is not there."""
+    try:
+        with open("/proc/self/stat") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19])   # field 22: starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(uptime - started / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
+
+
+_IMPORTED = time.monotonic()
+
+
+def ready(comm: MPI.Intracomm, timeout: float, prepare) -> float:
+    """Every rank prepares (opens its data, loads its part of a checkpoint); if any fails,
+    all stop together with its message instead of waiting for it. Returns the start time."""
+    agree(comm, prepare, timeout, "every rank to be ready to train")
+    if _gc_held():
+        # What start-up made lives on (modules, kernels, tables): no later collection goes
+        # over it. Not collected first: a full collection costs as much as the ones saved,
+        # and start-up leaves under 1 MB of garbage.
+        gc.freeze()
+        gc.enable()
+    return time.monotonic()
+
+
+def _gc_held() -> bool:
+    """Whether `python -m mpips train` holds the cyclic garbage collector off (__main__)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return not gc.isenabled() and getattr(spec, "name", None) == "mpips.__main__"

@@ -1,0 +1,211 @@
+"""What a server accepts: every request is checked before anything in it is used.
+
+A server trusts no message: the operation must be one the sender's role may send, the payload
+must be as long as the header says, a push's width must be the table's, keys must be sorted,
+unique and this server's, values and the sender's figures finite. A request that fails is not
+applied; the server stops the job with a message naming the sender and what was wrong (the
+numba kernels do no bounds checks, so nothing unchecked may reach them).
+"""
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from ..wire import protocol
+from ..base.errors import ProtocolError
+from ..wire.protocol import HEADER_BYTES, Op
+
+# Who may send what: workers talk to every server; servers to server 0 (their checkpoint files,
+# their end, a stop they were asked for) and server 0 to the others (clocks to checkpoint at).
+FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STOP,
+                Op.DENSE}
+WORKERS_TO_LEAD = {Op.PLACEMENT, Op.SPLIT, Op.CHUNK}
+FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP, Op.MOVE_CLOCK, Op.MOVED,
+                        Op.CHUNK}
+FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH, Op.MOVE_ASK, Op.MOVE_TO, Op.MOVE_AT,
+             Op.JOIN_AT}
+FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE, Op.READ, Op.SCORED}   # any to any
+FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
+         Op.PUSH: (protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT | protocol.BACKUP
+                   | protocol.HALF | protocol.INT8 | protocol.MASK),
+         Op.FINISH: protocol.REPORT}
+TEXT_PAYLOAD = {Op.ERROR, Op.SHARD_SAVED, Op.MOVED}   # UTF-8 text of any length
+TEXT_LIMIT = 1 << 20
+
+
+_NO_KEYS = np.empty(0, np.uint64)
+_NO_VALUES = np.empty((0, 0), np.float32)
+
+
+class Request(NamedTuple):
+    op: Op
+    header: protocol.Header
+    keys: np.ndarray
+    values: np.ndarray
+    report: protocol.Report | None
+    backup_keys: np.ndarray = _NO_KEYS        # a BACKUP push's part for ranges backed up here
+    backup_values: np.ndarray = _NO_VALUES
+    rows_sent: np.ndarray | None = None       # a MASK push: the pulled keys its values are of
+
+
+def _expected_bytes(op: Op, h, n_workers: int, backup: int, rows: int | None) -> int:
+    if op is Op.COPY:
+        return HEADER_BYTES + h.nkeys * (8 + 4 * h.width) + 8 * n_workers
+    report = protocol.REPORT_BYTES if h.flags & protocol.REPORT else 0
+    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):
+        return HEADER_BYTES + 8 * h.nkeys
+    if op in (Op.PULL, Op.PUSH, Op.READ):
+        return HEADER_BYTES + protocol.payload_bytes(h, backup, rows) + report
+    return HEADER_BYTES + report
+
+
+def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, width: int,
+           placement, server: int, columns: int, n_workers: int, load=None):
+    """The request, or raise ProtocolError(what is wrong)."""
+    if buf.shape[0] < HEADER_BYTES:
+        raise ProtocolError(f"a message of {buf.shape[0]} bytes, shorter than the "
+                            f"{HEADER_BYTES}-byte header")
+    h = protocol.header(buf)
+    try:
+        op = Op(h.op)
+    except ValueError:
+        raise ProtocolError(f"unknown operation {h.op}") from None
+    allowed = (FROM_WORKERS | (WORKERS_TO_LEAD if to_lead else set()) if from_worker else
+               (FROM_SERVERS_TO_LEAD if to_lead else set()) | (FROM_LEAD if from_lead else set())
+               | FROM_SERVERS)
+    if op not in allowed:
+        raise ProtocolError(f"{op.name}, which {'a worker' if from_worker else 'this server'} "
+                            f"may not send {'' if from_worker else 'to this one'}".rstrip())
+    if h.flags & ~FLAGS.get(op, 0):
+        raise ProtocolError(f"{op.name} with unknown flags {h.flags:#x}")
+    if h.flags & protocol.HALF and h.flags & protocol.INT8:
+        raise ProtocolError(f"{op.name} of values both float16 and int8")
+    if h.nkeys < 0 or h.width < 0:
+        raise ProtocolError(f"{op.name} with {h.nkeys} keys of width {h.width}")
+    if op is Op.PUSH and h.width != width:
+        raise ProtocolError(f"PUSH of width {h.width}; this table's width is {width}")
+    if op is Op.COPY and (h.width != columns or not 0 <= h.ref < placement.n_ranges):
+        raise ProtocolError(f"{op.name} of range {h.ref} with {h.width} columns; this table "
+                            f"keeps {columns}, over {placement.n_ranges} ranges")
+    if op in (Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK) and h.nkeys != placement.n_ranges:
+        raise ProtocolError(f"{op.name} with a figure for each of {h.nkeys} ranges; there "
+                            f"are {placement.n_ranges}")
+    backup = 0
+    if h.flags & protocol.BACKUP:
+        if buf.shape[0] < HEADER_BYTES + 8:
+            raise ProtocolError(f"{op.name} with a backup part of no length")
+        backup = protocol.backup_count(buf)
+        if not 0 <= backup <= buf.shape[0]:
+            raise ProtocolError(f"{op.name} with a backup part of {backup} keys")
+    rows_sent = _rows_sent(buf, h) if op is Op.PUSH and h.flags & protocol.MASK else None
+    rows = None if rows_sent is None else rows_sent.shape[0]
+    if op is Op.DENSE:   # fields the header counts, then float64 values
+        fixed = protocol.dense_fixed_bytes(h)
+        if h.ref < 0 or buf.shape[0] < fixed or (buf.shape[0] - fixed) % 8:
+            raise ProtocolError(f"DENSE of {buf.shape[0]} bytes, where its header ({h.nkeys} "
+                                f"integers, {h.width} scalars, {h.ref} rows) makes it "
+                                f"{fixed} and whole float64 values after")
+    elif op in TEXT_PAYLOAD:
+        if buf.shape[0] > HEADER_BYTES + TEXT_LIMIT:
+            raise ProtocolError(f"{op.name} with {buf.shape[0] - HEADER_BYTES} bytes of text")
+    elif buf.shape[0] != _expected_bytes(op, h, n_workers, backup, rows):
+        raise ProtocolError(f"{op.name} of {buf.shape[0]} bytes, where its header "
+                            f"({h.nkeys} keys{'' if rows is None else f', {rows} sent'}, "
+                            f"width {h.width}{f', {backup} backed-up keys' if backup else ''}"
+                            f"{_encoding(h)}) makes it "
+                            f"{_expected_bytes(op, h, n_workers, backup, rows)}")
+    if op is Op.PUSH and h.flags & protocol.INT8:
+        _check_scales(buf, h, rows)
+    if h.ts < 0 or h.clock < 0:
+        raise ProtocolError(f"{op.name} with a negative ts {h.ts} or clock {h.clock}")
+    # Placements only move keys to servers that held them already (a dead primary's backup
+    # answers for it), so keys split by an earlier one are checked against this one.
+    if (op in (Op.PULL, Op.PUSH, Op.COPY, Op.READ)
+            and not 0 <= h.placement <= placement.version):
+        raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
+                            f"this server's is {placement.version}")
+    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):   # int64, read by handlers
+        return Request(op, h, _NO_KEYS, _NO_VALUES, None)
+    if op is Op.DENSE:   # what its fields mean is the function's to check (densetables)
+        _, scalars, _, values = protocol.dense_fields(buf, h)
+        for these in (scalars, values):
+            if these.size and not np.isfinite(these).all():
+                raise ProtocolError("DENSE with a value that is not finite")
+        return Request(op, h, _NO_KEYS, _NO_VALUES, None)
+    _, keys, values, report = protocol.unpack(buf, rows)
+    backup_keys, backup_values = (protocol.backup_of(buf, h) if h.flags & protocol.BACKUP
+                                  else (_NO_KEYS, _NO_VALUES))
+    if report is not None:
+        for name in ("loss", "progress"):
+            value = getattr(report, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ProtocolError(f"{op.name} reporting {name} {value}")
+        if min(report.epoch, report.examples, report.segment, report.taken,
+               report.taken_epoch) < 0 or report.offset < -1:
+            raise ProtocolError(f"{op.name} reporting a negative figure (epoch {report.epoch}, "
+                                f"segment {report.segment}, offset {report.offset}, examples "
+                                f"{report.examples}, shares taken {report.taken} at epoch "
+                                f"{report.taken_epoch})")
+    # Reads go to a key's primary, writes to every server holding it.
+    read = op in (Op.PULL, Op.READ)
+    for part, these in (("", keys), ("backed-up ", backup_keys)):
+        if these.shape[0]:
+            i, why = placement.first_misplaced(these, server, as_primary=read,
+                                               counts=load if op is Op.PULL else None)
+            if i >= 0:
+                raise ProtocolError(f"{op.name} of {these.shape[0]} {part}keys whose key "
+                                    f"#{i} ({int(these[i])}) is {why}")
+    if op is Op.COPY and keys.shape[0]:
+        if (placement.ranges_of(keys) != h.ref).any():
+            raise ProtocolError(f"COPY of range {h.ref} with keys of another range")
+    for these in (values, backup_values):
+        if these.size and not np.isfinite(these).all():
+            bad = int(np.flatnonzero(~np.isfinite(these.reshape(-1)))[0])
+            raise ProtocolError(f"{op.name} with a value that is not finite "
+                                f"({these.reshape(-1)[bad]} at position {bad})")
+    return Request(op, h, keys, values, report, backup_keys, backup_values, rows_sent)
+
+
+def _encoding(h) -> str:
+    return (", float16 values" if h.flags & protocol.HALF else
+            ", int8 values" if h.flags & protocol.INT8 else "")
+
+
+def _rows_sent(buf: np.ndarray, h) -> np.ndarray:
+    """The pulled keys a MASK push carries values for, from its bitmap, checked."""
+    if not h.flags & protocol.SAME_KEYS:
+        raise ProtocolError("PUSH with a bitmap (MASK) over keys it carries (no SAME_KEYS)")
+    bits = protocol.bitmap_of(buf, h)
+    if bits.shape[0] < protocol.bitmap_bytes(h.nkeys):
+        raise ProtocolError(f"PUSH of {buf.shape[0]} bytes, too short for its bitmap over "
+                            f"{h.nkeys} keys")
+    rows = protocol.set_bits(bits)   # the bitmap's one unpacking (see unpack's `sent`)
+    if rows.shape[0] and rows[-1] >= h.nkeys:
+        raise ProtocolError(f"PUSH whose bitmap sets bits past its {h.nkeys} keys")
+    return rows
+
+
+def _check_scales(buf: np.ndarray, h, sent: int | None) -> None:
+    """An int8 push's block scales must be finite and not negative. `sent`: a MASK push's
+    rows."""
+    start, rows = protocol.own_values_at(buf, h, sent)
+    scales = protocol.int8_scales(buf[start:], rows, h.width)
+    bad = np.flatnonzero(~(np.isfinite(scales) & (scales >= 0)))
+    if bad.shape[0]:
+        raise ProtocolError(f"PUSH of int8 values whose block #{bad[0]} has scale "
+                            f"{scales[bad[0]]}")
+
+
+def admit(buf: np.ndarray, sender: str, from_worker: bool, to_lead: bool, from_lead: bool,
+          width: int, placement, server: int, columns: int = 0, n_workers: int = 0,
+          load: np.ndarray | None = None) -> Request:
+    """The request in `buf` from `sender` (e.g. "worker 1 (rank 3)"), checked; raises
+    ProtocolError naming the sender and the fault otherwise. `columns`: of the table's state
+    rows; `n_workers`: of the job (for COPY); `load` (int64 per key range): a read's keys
+    counted by range."""
+    try:
+        return _check(buf, from_worker, to_lead, from_lead, width, placement, server, columns,
+                      n_workers, load)
+    except ProtocolError as e:
+        raise ProtocolError(f"{sender} sent a bad request: {e}; it was not applied, and the job "
+                            f"stops") from None

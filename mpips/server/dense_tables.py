@@ -1,0 +1,504 @@
+"""A server's dense tables and the operations it runs on them, by name.
+
+Each table is a set of float64 blocks (see `blocks.Layout`): the blocks this server keeps a
+copy of, as their primary or (with --replicas) as a backup. An operation (a DENSE request)
+names a registered function and the tables it works on; it runs on this server's blocks
+only. Writes (fill, axpy, scatter_add, ...) run on every copy, so that the copies keep the
+same bits; reads answer for the blocks this server is primary of: one partial per block (a
+reduction: the client adds them in a fixed way, so the sum's bits do not depend on how
+many servers there are), the rows asked for (gather), or nothing. A read's reply starts
+with the server's placement version: one split by an older placement is asked again.
+
+When a server dies, its backups answer for its blocks at once; a server that holds a range
+anew gets its blocks from the range's primary when a worker asks for `restore` (at a moment
+no worker writes), and drops writes to them until then.
+
+Functions are registered here by name, in the spirit of Angel's PS functions: a request
+carries the name's number (`blocks.name_id`), never code. To add an operation: write
+`def f(tables, call) -> np.ndarray` and `@register` it with the numbers of tables,
+integers and scalars it takes, and whether it reads.
+
+No MPI here: the server's loop hands requests to `DenseTables.handlers()`, and lends it a
+link to other servers for `restore`.
+"""
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..wire import protocol
+from ..wire.dense_layout import MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
+from ..base.budget import Budget
+from ..storage.dense_files import index_of, read_blocks
+from ..base.errors import ProtocolError, SaveError
+from ..base.files import write_hdf5
+from ..kernels import dense, elementwise
+from ..wire.placement import describe_ranges
+from ..wire.protocol import Op
+
+log = logging.getLogger("mpips")
+
+
+@dataclass
+class Table:
+    name: str
+    layout: Layout
+    blocks: dict   # block number -> float64[rows * width] (a flat view of its rows)
+
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.blocks.values())
+
+
+@dataclass
+class Call:
+    """One DENSE request, as read from the wire."""
+    worker: int
+    version: int        # the placement the worker split the request by
+    ids: list           # the tables' numbers
+    tables: list        # Table objects named (create: None)
+    ints: np.ndarray    # the function's integer arguments
+    scalars: np.ndarray
+    indices: np.ndarray  # rows (gather, scatter_add), sorted
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    tables: int      # how many tables it names
+    ints: int        # integer arguments (-1: any number)
+    scalars: int
+    run: Callable
+    reads: bool      # answers for the blocks this server is primary of (see module doc)
+
+
+FUNCTIONS: dict = {}
+MAP_IDS = {name_id(n): f for n, f in elementwise.MAPS.items()}
+ZIP_IDS = {name_id(n): f for n, f in elementwise.ZIPS.items()}
+
+
+def register(name: str, tables: int, ints: int = 0, scalars: int = 0, reads: bool = False):
+    def add(run):
+        FUNCTIONS[name_id(name)] = Function(name, tables, ints, scalars, run, reads)
+        return run
+    return add
+
+
+
+class DenseTables:
+    """This server's dense tables, and the DENSE operation for the server's loop."""
+
+    def __init__(self, server_index: int, placement, n_workers: int,
+                 budget: Budget | None = None):
+        """`budget`: counts the blocks' bytes (--max-rank-memory)."""
+        self.index = server_index
+        self.budget = budget or Budget()
+        self.placement = placement
+        self.n_workers = n_workers
+        self.tables: dict = {}    # table id -> Table
+        self.checkpointer = None  # writes this server's blocks at an iteration (server_side)
+        self.link = None          # the server: send_copy, receive_copy to other servers
+        self.rounds: dict = {}    # (table id, round) -> {worker: (rows, values)}
+        self.incoming: set = set()   # ranges held anew, their blocks not copied here yet
+        self.outgoing: list = []     # (range, server): copies this server owes
+        self.restored = lambda ranges, blocks, seconds: None   # told of the copies received
+        self._changed_at = 0.0
+
+    def answers(self, table: Table) -> list:
+        """The blocks of `table` this server answers reads for, in order."""
+        primary = self.placement.primary_ranges(self.index)
+        n_ranges = self.placement.n_ranges
+        return [b for b in sorted(table.blocks) if primary[b % n_ranges]]
+
+    def placement_changed(self, after, now: float | None = None) -> None:
+        """Servers died: the copies this server now owes, and the ranges it holds anew (it
+        waits for their blocks; see restore)."""
+        before, self.placement = self.placement, after
+        self._changed_at = time.monotonic() if now is None else now
+        for r, holders in enumerate(after.holders):
+            new = [s for s in holders if s not in before.holders[r]]
+            if holders and holders[0] == self.index:
+                self.outgoing += [(r, s) for s in new if s != self.index]
+            if self.index in new:
+                self.incoming.add(r)
+        self.outgoing = [(r, s) for r, s in self.outgoing if s in after.holders[r]]
+
+    def nbytes(self) -> int:
+        return sum(t.nbytes() for t in self.tables.values())
+
+    def datasets(self, only=None) -> dict:
+        """The blocks of every table this server answers for (the servers' files together
+        hold each block once), as HDF5 datasets: dense/NAME/shape (rows, width, block
+        rows), dense/NAME/blocks (their numbers), dense/NAME/values (their rows, one block
+        after another). `only`: the numbers of the tables wanted (default every one)."""
+        out = {}
+        for tid, table in sorted(self.tables.items(), key=lambda t: t[1].name):
+            if only is not None and tid not in only:
+                continue
+            layout, numbers = table.layout, self.answers(table)
+            out[f"dense/{table.name}/shape"] = np.array(
+                [layout.n, layout.width, layout.block_rows], np.int64)
+            out[f"dense/{table.name}/blocks"] = np.array(numbers, np.int64)
+            out[f"dense/{table.name}/values"] = (np.concatenate([table.blocks[b] for b in numbers])
+                                                 if numbers else np.empty(0))
+        return out
+
+    def create(self, name: str, layout: Layout) -> Table:
+        tid = name_id(name)
+        held = self.tables.get(tid)
+        if held is not None:
+            if held.layout != layout:
+                raise ProtocolError(f"table {name!r} of {layout.n} rows of width "
+                                    f"{layout.width}, which exists with {held.layout.n} rows "
+                                    f"of width {held.layout.width}")
+            return held
+        numbers = [b for b in layout.blocks_held(self.placement, self.index).tolist()
+                   if b % self.placement.n_ranges not in self.incoming]
+        self.budget.take(8 * layout.width * sum(layout.rows(b) for b in numbers),
+                         f"table {name!r} ({len(numbers)} blocks of its {layout.n:,} rows)")
+        # Written now, not on first use: the memory is the rank's from the start.
+        blocks = {b: np.full(layout.rows(b) * layout.width, 0.0) for b in numbers}
+        self.tables[tid] = table = Table(name, layout, blocks)
+        return table
+
+    def handlers(self, server) -> dict:
+        """The operation dense tables bring to `server`'s loop."""
+        self.link = server
+
+        def restored(ranges: list, blocks: int, seconds: float) -> None:
+            log.warning("key range(s) %s of the dense tables have their copies again: %d "
+                        "blocks copied here %.2f s after the failure", describe_ranges(ranges),
+                        blocks, seconds)
+            if server.takeover and server.takeover.failures:
+                server.takeover.failures[-1].setdefault("rebuilt", []).append(
+                    {"ranges": ranges, "blocks": blocks, "seconds": round(seconds, 4)})
+        self.restored = restored
+
+        def on_dense(source: int, r, buf) -> None:
+            try:
+                out = self.call(server.roles.worker_index(source), r.header, buf)
+            except ProtocolError as e:
+                raise ProtocolError(f"{server.sender(source)} sent a bad request: {e}; it was "
+                                    f"not applied, and the job stops") from None
+            server.reply(out, source, r.header.ts)
+        return {Op.DENSE: on_dense}
+
+    def call(self, worker: int, header, buf: np.ndarray) -> np.ndarray:
+        """Run one admitted DENSE request of `worker`; its reply (float64)."""
+        ints, scalars, indices, values = protocol.dense_fields(buf, header)
+        function = FUNCTIONS.get(int(ints[0])) if ints.shape[0] else None
+        if function is None:
+            raise ProtocolError(f"DENSE naming no registered function "
+                                f"({int(ints[0]) if ints.shape[0] else 'none'})")
+        named = ints[1:1 + function.tables]
+        args = ints[1 + function.tables:]
+        if named.shape[0] != function.tables or (function.ints >= 0
+                                                 and args.shape[0] != function.ints) \
+                or scalars.shape[0] != function.scalars:
+            raise ProtocolError(f"DENSE {function.name} with {named.shape[0]} table(s), "
+                                f"{args.shape[0]} integer(s) and {scalars.shape[0]} "
+                                f"scalar(s); it takes {function.tables}, {function.ints} and "
+                                f"{function.scalars}")
+        tables = []
+        for tid in named.tolist():
+            if tid not in self.tables and function.name != "create":
+                raise ProtocolError(f"DENSE {function.name} of table {tid}, which does not "
+                                    f"exist on this server")
+            tables.append(self.tables.get(tid))
+        if indices.shape[0] and not (np.diff(indices.astype(np.int64)) > 0).all():
+            raise ProtocolError(f"DENSE {function.name} of rows not in strictly increasing "
+                                f"order")
+        call = Call(worker, int(header.placement), named.tolist(), tables, args, scalars,
+                    indices, values)
+        if function.reads and call.version != self.placement.version:
+            return np.array([float(self.placement.version)])   # the worker asks again
+        return function.run(self, call)
+
+    def rows_here(self, table: Table, indices: np.ndarray, what: str,
+                  drop_incoming: bool = False) -> list:
+        """[(block, first, end, offsets in the block)] for the runs of sorted `indices` in
+        each block; refuses rows this server lacks (or, `drop_incoming`, passes over those
+        of ranges whose copy it waits for)."""
+        layout = table.layout
+        if indices.shape[0] and int(indices[-1]) >= layout.n:
+            raise ProtocolError(f"DENSE {what} of row {int(indices[-1])} of table "
+                                f"{table.name!r}, which has {layout.n}")
+        rows = indices.astype(np.int64)
+        blocks = rows // layout.block_rows
+        starts = np.flatnonzero(np.diff(blocks, prepend=-1)) if rows.shape[0] else []
+        runs = []
+        for first, end in zip(list(starts), list(starts[1:]) + [rows.shape[0]]):
+            b = int(blocks[first])
+            if b % self.placement.n_ranges in self.incoming:
+                if drop_incoming:
+                    continue
+                raise ProtocolError(f"DENSE {what} of rows of table {table.name!r} in block "
+                                    f"{b}, whose copy this server waits for")
+            if b not in table.blocks:
+                raise ProtocolError(f"DENSE {what} of rows of table {table.name!r} in block "
+                                    f"{b}, which another server holds")
+            runs.append((b, first, end, rows[first:end] - b * layout.block_rows))
+        return runs
+
+
+def _same_shape(call: Call, what: str) -> None:
+    first = call.tables[0].layout
+    for t in call.tables[1:]:
+        if (t.layout.n, t.layout.width) != (first.n, first.width):
+            raise ProtocolError(f"DENSE {what} of tables {call.tables[0].name!r} "
+                                f"({first.n} x {first.width}) and {t.name!r} "
+                                f"({t.layout.n} x {t.layout.width})")
+
+
+_NOTHING = np.empty(0)
+
+
+@register("create", tables=1, ints=-1)
+def _create(tables: DenseTables, call: Call) -> np.ndarray:
+    if call.ints.shape[0] < 3:
+        raise ProtocolError("DENSE create without rows, width and block rows")
+    n, width, block_rows = (int(x) for x in call.ints[:3])
+    name = name_of(call.ints[3:])
+    if not (0 < n <= MAX_ROWS and 0 < width <= 1 << 20 and 0 < block_rows <= 1 << 30
+            and 0 < len(name.encode()) <= NAME_LIMIT):
+        raise ProtocolError(f"DENSE create of {n} rows of width {width} in blocks of "
+                            f"{block_rows} named {name!r}")
+    tid = call.ids[0]
+    if tid != name_id(name):
+        raise ProtocolError(f"DENSE create of table {tid} named {name!r}, whose number is "
+                            f"{name_id(name)}")
+    tables.create(name, Layout(n, width, block_rows))
+    return _NOTHING
+
+
+@register("checkpoint", tables=0, ints=1, reads=True)
+def _checkpoint(tables: DenseTables, call: Call) -> np.ndarray:
+    """Write the blocks this server answers for, of every table, as checkpoint `ints[0]`
+    (see checkpoint.write_dense_shard); answers [version, 1] if written, [version, 0] if
+    not (the server says why)."""
+    if tables.checkpointer is None:
+        raise ProtocolError("DENSE checkpoint to a server that writes no checkpoints")
+    written = tables.checkpointer(int(call.ints[0]))
+    return np.array([float(tables.placement.version), 1.0 if written else 0.0])
+
+
+@register("restore", tables=0, reads=True)
+def _restore(tables: DenseTables, call: Call) -> np.ndarray:
+    """After servers died: send the copies this server owes, then wait for those owed to
+    it (a range's primary sends each table's blocks of the range, tables in order of
+    their numbers). Asked for by a worker at a moment no worker writes; answers [version,
+    blocks received]."""
+    placement = tables.placement
+    ordered = sorted(tables.tables.items())
+    for r, to in tables.outgoing:
+        for _, table in ordered:
+            numbers = table.layout.blocks_in(r, placement.n_ranges).tolist()
+            tables.link.send_copy(np.concatenate([table.blocks[b] for b in numbers])
+                             if numbers else np.empty(0), to)
+    tables.outgoing = []
+    received = 0
+    for r in sorted(tables.incoming):
+        source = placement.holders[r][0]
+        for _, table in ordered:
+            layout = table.layout
+            numbers = layout.blocks_in(r, placement.n_ranges).tolist()
+            sizes = [layout.rows(b) * layout.width for b in numbers]
+            tables.budget.take(8 * sum(sizes), f"the copy of table {table.name!r}'s blocks "
+                                               f"of range {r}")
+            values = np.empty(sum(sizes))
+            tables.link.receive_copy(values, source, f"server {source} to send its copy of table "
+                                                f"{table.name!r}'s blocks of range {r}")
+            for b, at, size in zip(numbers, np.cumsum([0] + sizes).tolist(), sizes):
+                table.blocks[b] = values[at:at + size]
+            received += len(numbers)
+    if tables.incoming:
+        tables.restored(sorted(tables.incoming), received,
+                        time.monotonic() - tables._changed_at)
+    tables.incoming = set()
+    return np.array([float(placement.version), float(received)])
+
+
+@register("free", tables=1)
+def _free(tables: DenseTables, call: Call) -> np.ndarray:
+    tables.budget.release(tables.tables.pop(call.ids[0]).nbytes())
+    return _NOTHING
+
+
+@register("fill", tables=1, scalars=1)
+def _fill(tables: DenseTables, call: Call) -> np.ndarray:
+    for block in call.tables[0].blocks.values():
+        block.fill(call.scalars[0])
+    return _NOTHING
+
+
+@register("copy", tables=2)
+def _copy(tables: DenseTables, call: Call) -> np.ndarray:
+    """tables[0] = tables[1]."""
+    _same_shape(call, "copy")
+    out, src = call.tables
+    for b, block in out.blocks.items():
+        np.copyto(block, src.blocks[b])
+    return _NOTHING
+
+
+@register("scale", tables=1, scalars=1)
+def _scale(tables: DenseTables, call: Call) -> np.ndarray:
+    for block in call.tables[0].blocks.values():
+        dense.scale(call.scalars[0], block)
+    return _NOTHING
+
+
+@register("axpy", tables=2, scalars=1)
+def _axpy(tables: DenseTables, call: Call) -> np.ndarray:
+    """tables[0] += a * tables[1]."""
+    _same_shape(call, "axpy")
+    y, x = call.tables
+    for b, block in y.blocks.items():
+        dense.axpy(call.scalars[0], x.blocks[b], block)
+    return _NOTHING
+
+
+def _partials(tables: DenseTables, table: Table, per_block) -> np.ndarray:
+    """[placement version, one partial per block this server answers for, in order]."""
+    return np.array([float(tables.placement.version),
+                     *(per_block(b) for b in tables.answers(table))])
+
+
+@register("dot", tables=2, reads=True)
+def _dot(tables: DenseTables, call: Call) -> np.ndarray:
+    _same_shape(call, "dot")
+    x, y = call.tables
+    return _partials(tables, x, lambda b: dense.dot(x.blocks[b], y.blocks[b]))
+
+
+@register("nrm2", tables=1, reads=True)
+def _nrm2(tables: DenseTables, call: Call) -> np.ndarray:
+    """Sums of squares (the client takes the root of the total)."""
+    x = call.tables[0]
+    return _partials(tables, x, lambda b: dense.dot(x.blocks[b], x.blocks[b]))
+
+
+@register("sum", tables=1, reads=True)
+def _sum(tables: DenseTables, call: Call) -> np.ndarray:
+    x = call.tables[0]
+    return _partials(tables, x, lambda b: dense.total(x.blocks[b]))
+
+
+def _elementwise(call: Call, kernels: dict, what: str) -> np.ndarray:
+    """tables[0] = f(tables[1:], a), block by block, f the kernel `ints[0]` names."""
+    kernel = kernels.get(int(call.ints[0]))
+    if kernel is None:
+        raise ProtocolError(f"DENSE {what} with no function numbered {int(call.ints[0])}")
+    _same_shape(call, what)
+    out, *inputs = call.tables
+    for b, block in out.blocks.items():
+        kernel(*(t.blocks[b] for t in inputs), block, call.scalars[0])
+    return _NOTHING
+
+
+@register("map", tables=2, ints=1, scalars=1)
+def _map(tables: DenseTables, call: Call) -> np.ndarray:
+    """tables[0] = f(tables[1], a) for a function of elementwise.MAPS."""
+    return _elementwise(call, MAP_IDS, "map")
+
+
+@register("zip", tables=3, ints=1, scalars=1)
+def _zip(tables: DenseTables, call: Call) -> np.ndarray:
+    """tables[0] = f(tables[1], tables[2], a) for a function of elementwise.ZIPS."""
+    return _elementwise(call, ZIP_IDS, "zip")
+
+
+@register("gather", tables=1, reads=True)
+def _gather(tables: DenseTables, call: Call) -> np.ndarray:
+    """[placement version, the rows asked for]."""
+    table = call.tables[0]
+    width = table.layout.width
+    out = np.empty(1 + call.indices.shape[0] * width)
+    out[0] = tables.placement.version
+    rows = out[1:].reshape(-1, width)
+    for b, first, end, offsets in tables.rows_here(table, call.indices, "gather"):
+        rows[first:end] = table.blocks[b].reshape(-1, width)[offsets]
+    return out
+
+
+@register("scatter_add", tables=1, ints=2)
+def _scatter_add(tables: DenseTables, call: Call) -> np.ndarray:
+    """tables[0][rows] += values. Integers: the round and how many workers add to it; a
+    round's additions apply once all have arrived, in worker order, so that the sum has
+    the same bits whatever order they arrived in."""
+    table = call.tables[0]
+    round_, contributors = (int(x) for x in call.ints)
+    if not 0 < contributors <= tables.n_workers:
+        raise ProtocolError(f"DENSE scatter_add awaiting {contributors} workers; the job has "
+                            f"{tables.n_workers}")
+    if call.values.shape[0] != call.indices.shape[0] * table.layout.width:
+        raise ProtocolError(f"DENSE scatter_add of {call.indices.shape[0]} rows with "
+                            f"{call.values.shape[0]} values; table {table.name!r} has width "
+                            f"{table.layout.width}")
+    runs = tables.rows_here(table, call.indices, "scatter_add", drop_incoming=True)
+    key = (name_id(table.name), round_)
+    pending = tables.rounds.setdefault(key, {})
+    if call.worker in pending:
+        raise ProtocolError(f"DENSE scatter_add to round {round_} of table {table.name!r} "
+                            f"twice")
+    pending[call.worker] = (runs, call.values.copy())
+    if len(pending) == contributors:
+        width = table.layout.width
+        for worker in sorted(pending):
+            runs, values = pending[worker]
+            values = values.reshape(-1, width)
+            for b, first, end, offsets in runs:
+                table.blocks[b].reshape(-1, width)[offsets] += values[first:end]
+        del tables.rounds[key]
+    return _NOTHING
+
+
+PATH_LIMIT = 4096   # bytes of a directory's path in a request
+
+
+def _directory(words: np.ndarray, what: str) -> str:
+    path = name_of(words)
+    if not (0 < len(path.encode()) <= PATH_LIMIT and os.path.isabs(path) and "\0" not in path):
+        raise ProtocolError(f"DENSE {what} to {path!r}, which is not an absolute path")
+    return path
+
+
+@register("save", tables=0, ints=-1, reads=True)
+def _save(tables: DenseTables, call: Call) -> np.ndarray:
+    """Integers: k, the numbers of k tables, a directory's path (words). Writes the blocks
+    of those tables this server answers for to DIRECTORY/server-NNNN.h5 (see densefiles);
+    answers [version, 1], or [version, 0] if it could not (the server says why)."""
+    k = int(call.ints[0]) if call.ints.shape[0] else 0
+    if not 0 < k < call.ints.shape[0]:
+        raise ProtocolError(f"DENSE save of {k} tables in {call.ints.shape[0]} integers")
+    ids = call.ints[1:1 + k].tolist()
+    for tid in ids:
+        if tid not in tables.tables:
+            raise ProtocolError(f"DENSE save of table {tid}, which does not exist on this "
+                                f"server")
+    directory = _directory(call.ints[1 + k:], "save")
+    path = os.path.join(directory, f"server-{tables.index:04d}.h5")
+    try:
+        write_hdf5(path, tables.datasets(only=set(ids)), {"server": tables.index})
+    except SaveError as e:
+        log.error("could not save dense tables: %s", e)
+        return np.array([float(tables.placement.version), 0.0])
+    return np.array([float(tables.placement.version), 1.0])
+
+
+@register("load", tables=0, ints=-1)
+def _load(tables: DenseTables, call: Call) -> np.ndarray:
+    """Integers: a directory's path (words) that DenseClient.save wrote: every table of it,
+    created unless it exists (with that shape), on every block this server holds; answers
+    [1], or [0] if it could not (the server says why)."""
+    directory = _directory(call.ints, "load")
+    try:
+        files = index_of(directory)["files"]
+        read_blocks([os.path.join(directory, str(f)) for f in files], tables)
+    except (OSError, ValueError, KeyError) as e:
+        log.error("could not load dense tables from %s: %s", directory, e)
+        return np.array([0.0])
+    return np.array([1.0])

@@ -1,0 +1,61 @@
+"""Job-wide training progress, as seen by the lead server from the workers' messages."""
+import time
+
+import numpy as np
+
+from ..base.log import say
+
+
+class Progress:
+    """Latest figures per worker; logs a line every `every` seconds, and at each tenth of
+    an epoch (at most twice a second) so short runs show progress too."""
+
+    def __init__(self, n_workers: int, epochs: int, every: float):
+        self.epochs = epochs
+        self.every = every
+        self.examples = np.zeros(n_workers, np.int64)
+        self.loss = np.zeros(n_workers)
+        self.done = np.zeros(n_workers)   # fractional epochs per worker
+        self.start()
+
+    def start(self, positions: dict | None = None) -> None:
+        """Start the clock (when training starts, after set-up), from where each worker
+        stands (a resume: its examples and loss so far, which rates leave out)."""
+        for w, p in (positions or {}).items():
+            self.examples[w], self.loss[w] = p["examples"], p["loss"]
+        self._start = time.monotonic()
+        self._first = self._last = (self._start, int(self.examples.sum()),
+                                    float(self.loss.sum()))
+        self._tenth = 0
+
+    def update(self, worker: int, header, say: bool = True) -> None:
+        """A worker's latest figures; a line if one is due and `say` (on the lead server:
+        every server keeps the figures, to lead if the lead dies)."""
+        self.examples[worker] = header.examples
+        self.loss[worker] = header.loss
+        self.done[worker] = header.progress
+        if not say:
+            return
+        since = time.monotonic() - self._last[0]
+        if since < min(self.every, 0.5) or self.done.min() >= self.epochs:
+            return   # too soon for another line, or all done: the final line follows
+        tenth = int(self.done.mean() * 10)
+        if since >= self.every or (tenth > self._tenth and since >= 0.5):
+            self._tenth = tenth
+            self.log()
+
+    def log(self, final: bool = False) -> None:
+        now = time.monotonic()
+        t0, ex0, loss0 = self._last
+        examples, loss = int(self.examples.sum()), float(self.loss.sum())
+        if examples == ex0 and not final:
+            return
+        recent = (loss - loss0) / max(examples - ex0, 1)
+        rate = (examples - ex0) / max(now - t0, 1e-9)
+        if final:
+            recent = loss / max(examples, 1)
+            rate = (examples - self._first[1]) / max(now - self._start, 1e-9)
+        say(f"{'trained' if final else 'training'}: epoch {self.done.mean():.2f}/{self.epochs}"
+            f"  {examples:,} examples  {rate / 1e3:,.1f}k examples/s"
+            f"  train logloss {recent:.4f}{' (whole run)' if final else ''}")
+        self._last = (now, examples, loss)

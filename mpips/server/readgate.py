@@ -1,0 +1,114 @@
+"""When a server answers a read: the clocks' rule applied to each pull as it arrives, the
+pulls it holds until the rule lets them through, and the record of what was served.
+
+No MPI here: the gate says which pulls to serve or refuse, and the server sends.
+"""
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..wire.clocks import FINISHED, ClockTable
+
+SERVE, REFUSE, HOLD = "serve", "refuse", "hold"
+
+# One pull served to a worker still training, recorded with --record-pulls: who read, at which
+# clock, how far the slowest worker had got (-1 once all others have finished), how long the
+# pull was held for the clocks, and when (seconds since the server started serving).
+PULL_RECORD = np.dtype([("worker", "<i4"), ("clock", "<i8"), ("slowest", "<i8"),
+                        ("held_s", "<f8"), ("t", "<f8")])
+
+
+@dataclass
+class Pull:
+    worker: int
+    source: int            # its rank
+    ts: int                # its request number: the reply's tag
+    keys: np.ndarray
+    insert: bool           # store unknown keys (a training read), or read them as zero
+    clock: int = 0         # the clock it reads for
+    since: float | None = None   # when it started waiting for other workers' clocks
+    owned: bool = False    # `keys` is a copy, not a view of the receive buffer
+    version: int = 0       # the placement its keys were split by
+
+
+class ReadGate:
+    def __init__(self, clocks: ClockTable, record: bool = False):
+        self.clocks = clocks
+        self.held: deque[Pull] = deque()
+        self.stopped = False      # the job stopped after a checkpoint: training reads refused
+        self.highest = -1         # the highest clock a training read was served for
+        self.ceiling = None       # a move is being agreed: reads past this clock wait
+        self.moving = None        # (clock, version): reads of that clock or later, of keys
+                                  # split by an earlier placement, are refused (see rangemoves)
+        self.pulls_held = 0       # pulls that had to wait for other workers' clocks
+        self.held_s = np.zeros(clocks.done.shape[0])   # per worker: time its pulls were held
+        self.records = [] if record else None
+        self.start = time.monotonic()
+
+    def _verdict(self, pull: Pull) -> str:
+        finished = self.clocks.done[pull.worker] == FINISHED
+        if self.stopped and not finished:
+            return REFUSE
+        if (self.moving and not finished and pull.clock >= self.moving[0]
+                and pull.version < self.moving[1]):
+            return REFUSE
+        if self.ceiling is not None and pull.clock > self.ceiling and not finished:
+            return HOLD
+        # Once stopped, the clocks will not move again: a finished worker (scoring) reads the
+        # model as it stands.
+        if self.clocks.may_read(pull.worker, pull.clock) or (self.stopped and finished):
+            return SERVE
+        return HOLD
+
+    def _start_waiting(self, pull: Pull) -> None:
+        """A pull starts waiting for other workers once its own worker has completed the
+        clocks before it; until then (a pull sent ahead, with NEXT_CLOCK) it waits for that
+        worker's own push: pipelining, not a consistency wait."""
+        if pull.since is None and self.clocks.done[pull.worker] >= pull.clock:
+            self.pulls_held += 1
+            pull.since = time.monotonic()
+
+    def arrive(self, pull: Pull, next_clock: bool) -> str:
+        """SERVE, REFUSE, or HOLD (the gate keeps it) for a pull just received."""
+        pull.clock = self.clocks.read_clock(pull.worker, next_clock)
+        verdict = self._verdict(pull)
+        if verdict == HOLD:
+            pull.keys, pull.owned = pull.keys.copy(), True   # the receive buffer is reused
+            self._start_waiting(pull)
+            self.held.append(pull)
+        return verdict
+
+    def release(self) -> tuple[list, list]:
+        """(pulls to serve, pulls to refuse) now, oldest first; the others stay held."""
+        serve, refuse, still = [], [], deque()
+        for pull in self.held:
+            verdict = self._verdict(pull)
+            if verdict == SERVE:
+                serve.append(pull)
+            elif verdict == REFUSE:
+                refuse.append(pull)
+            else:
+                self._start_waiting(pull)
+                still.append(pull)
+        self.held = still
+        return serve, refuse
+
+    def served(self, pull: Pull) -> None:
+        """Account for a pull being served: time held, the largest clock gap, the record."""
+        slowest = self.clocks.record_read(pull.worker)
+        if self.clocks.done[pull.worker] != FINISHED:
+            self.highest = max(self.highest, pull.clock)
+        now = time.monotonic()
+        held = 0.0 if pull.since is None else now - pull.since
+        self.held_s[pull.worker] += held
+        if self.records is not None and self.clocks.done[pull.worker] != FINISHED:
+            self.records.append((pull.worker, self.clocks.done[pull.worker],
+                                 -1 if slowest == FINISHED else slowest, held, now - self.start))
+
+    def held_ranks(self) -> set:
+        return {pull.source for pull in self.held}
+
+    def pull_records(self) -> np.ndarray:
+        return np.array(self.records or [], PULL_RECORD)

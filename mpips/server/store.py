@@ -1,0 +1,154 @@
+"""One server's shard of the model: keys and their state in an open-addressing table.
+
+Only keys that were pushed or pulled are stored; a new key starts at zero, or where the
+model's `init` puts its weights (factorization machines' latent vectors). A key,
+its weights and its optimizer state share one row, so a lookup and an update
+touch one cache line. A large table grows by 25% when 90% full, so it stays
+72-90% full: 12 bytes a key for SGD with width 1 use 13.3-16.7 bytes of table.
+"""
+import numpy as np
+
+from ..kernels import table
+from ..base.budget import Budget
+from ..models.optimizer import Optimizer
+
+
+class KVStore:
+    def __init__(self, width: int, optimizer: Optimizer, capacity: int = 1 << 10,
+                 max_load: float = 0.9, growth: float = 1.25, budget: Budget | None = None,
+                 init=None):
+        """`budget`: counts the table's bytes (--max-rank-memory); `init(keys, out)`: the
+        first weights of new keys (default zero), as `models` give them."""
+        self.width = width
+        self.init = init
+        self.budget = budget or Budget()
+        self.optimizer = optimizer
+        self.max_load = max_load
+        self.growth = growth
+        self.columns = optimizer.state_columns(width)
+        self.generation = 0          # rows are renumbered when this changes (the table grew)
+        self._meta = np.zeros(2, np.int64)
+        self._allocate(max(int(capacity), 16))
+
+    def _allocate(self, cap: int) -> None:
+        shape = (cap + 1, table.KEY_WORDS + self.columns)
+        self._rows = self.budget.allocate(shape[0] * shape[1] * 4,
+                                          f"the key-value table of {cap:,} rows",
+                                          lambda: np.zeros(shape, np.uint32))
+        self._rows[:, :table.KEY_WORDS] = 0xFFFFFFFF
+        self._state = self._rows.view(np.float32)[:, table.KEY_WORDS:]
+
+    def __len__(self) -> int:
+        return int(self._meta[0])
+
+    @property
+    def capacity(self) -> int:
+        return self._rows.shape[0] - 1
+
+    @property
+    def nbytes(self) -> int:
+        return self._rows.nbytes
+
+    def find(self, keys: np.ndarray, insert: bool = True, out: np.ndarray | None = None):
+        """Row of each key (new array); unknown keys are stored if `insert`, else -1. Rows stay
+        valid while `generation` is unchanged. With `out`, also reads the keys' weights into
+        out[len(keys), width] in the same pass (zeros for keys not found)."""
+        slots = np.empty(keys.shape[0], np.int64)
+        fresh = np.empty(keys.shape[0], np.uint8)
+        inserted = np.zeros(keys.shape[0], np.uint8)   # over the passes a growth restarts
+        if out is None:
+            out = np.empty((keys.shape[0], 0), np.float32)
+        while True:
+            limit = int(self.max_load * self.capacity)
+            done = table.find_and_read(self._rows, self._meta, keys, insert, limit, slots, out,
+                                       fresh)
+            inserted[:done] |= fresh[:done]
+            if done == keys.shape[0]:
+                if self.init is not None and inserted.any():
+                    new = np.flatnonzero(inserted)
+                    first = np.empty((new.shape[0], self.width), np.float32)
+                    self.init(keys[new], first)
+                    self._state[slots[new], :self.width] = first
+                    out[new] = first[:, :out.shape[1]]
+                return slots
+            # Rows found so far have moved: look them up again, with room for all the keys
+            # not yet looked at, so that a large batch (a resume) rebuilds the table once.
+            self._grow(at_least=len(self) + keys.shape[0] - done)
+
+    def _grow(self, at_least: int) -> None:
+        cap = self.capacity
+        # Small tables double (fewer rebuilds); large ones grow by `growth` (less memory).
+        grown = int(cap * (2.0 if cap < 1 << 20 else self.growth)) + 1
+        old = self._rows
+        self._allocate(max(grown, int(at_least / self.max_load) + 1))
+        table.rehash(old, self._rows)
+        self.budget.release(old.nbytes)
+        self.generation += 1
+
+    def reserve(self, keys: int) -> None:
+        """Room for `keys` keys without growing on the way (rows renumbered if it grows)."""
+        if keys > self.max_load * self.capacity:
+            self._grow(at_least=keys)
+
+    def update(self, slots: np.ndarray, grads: np.ndarray, clock: int) -> None:
+        """Apply the optimizer to the rows with gradients grads[len(slots), width], pushed
+        at a worker's `clock`."""
+        self.optimizer.update(self._state, slots, grads, clock)
+
+    def pull(self, keys: np.ndarray, out: np.ndarray, insert: bool = True) -> np.ndarray:
+        """Weights of `keys` into out[len(keys), width]. Unknown keys are stored (at zero)
+        if `insert`, else read as zero."""
+        self.find(keys, insert, out)
+        return out
+
+    def push(self, keys: np.ndarray, grads: np.ndarray, clock: int) -> None:
+        """Apply the optimizer to `keys` with gradients grads[len(keys), width], pushed at a
+        worker's `clock`."""
+        self.update(self.find(keys), grads, clock)
+
+    def model_weights(self, slots: np.ndarray, clocks: int) -> np.ndarray:
+        """The model's weights of these rows (-1: zeros) once `clocks` clocks are done (see
+        `Optimizer.weights`)."""
+        weights = self.optimizer.weights(self._state[slots], self.width, clocks)
+        weights[slots < 0] = 0   # keys not stored (a read that does not insert)
+        return weights
+
+    def load(self, keys: np.ndarray, state: np.ndarray) -> None:
+        """Store keys with these state rows (weights first), as a checkpoint saved them."""
+        if state.shape != (keys.shape[0], self.columns):
+            raise ValueError(f"state of shape {state.shape} for {keys.shape[0]} keys; this "
+                             f"{self.optimizer.name} store keeps {self.columns} columns a key")
+        slots = self.find(keys)   # may grow the table: look up before touching _state
+        self._state[slots] = state
+
+    def keep(self, kept: np.ndarray) -> None:
+        """Keep only the rows whose `kept` (bool, in the order of `items`) is set: the table is
+        rebuilt, its rows renumbered."""
+        keys, state = self.items()
+        old = self._rows
+        self._meta[:] = 0
+        self._allocate(max(16, int(int(kept.sum()) / self.max_load) + 1))
+        self.budget.release(old.nbytes)
+        self.generation += 1
+        slots = self.find(keys[kept])
+        self._state[slots] = state[kept]
+
+    def remove(self, keys: np.ndarray) -> None:
+        """Delete these keys (those stored) in place: rows renumbered, the table's size
+        kept. Cheaper than `keep` when few keys go."""
+        if keys.shape[0]:
+            table.remove(self._rows, self._meta, np.ascontiguousarray(keys, np.uint64))
+            self.generation += 1
+
+    def stored(self):
+        """(rows, keys) of everything stored; `state(rows)` reads their state while
+        `generation` is unchanged."""
+        return table.stored(self._rows, self._meta)
+
+    def state(self, rows: np.ndarray) -> np.ndarray:
+        return self._state[rows]
+
+    def items(self):
+        """(keys, state rows) of everything stored; state columns start with the weights."""
+        slots, keys = self.stored()
+        return keys, self._state[slots]

@@ -1,0 +1,248 @@
+"""Cold backup: the servers' shards and the workers' places in their data, at one clock.
+
+    CKPT_DIR/clock-000000001200/server-0000.h5   keys (uint64), state (float32: weights, then
+                                                 optimizer state), one file per server
+    CKPT_DIR/clock-000000001200/manifest.json    clock, configuration, key placement, where
+                                                 each worker stands, a SHA-256 per dataset
+
+One HDF5 file per server, because each server writes its own shard at its own pace
+(no parallel HDF5 needed, no server waits for another to write), and a resume with
+a different number of servers can read any subset of the files. A checkpoint exists
+only once server 0 has written its manifest (to a temporary name, fsynced, renamed)
+after every server reported its file: a half-written checkpoint has no manifest.
+
+Workers draw no random numbers (they read their rows in file order, every epoch), so a
+worker's epoch and offset are its whole state; the manifest records that as
+"worker_random_state": null.
+"""
+import glob
+import json
+import logging
+import os
+
+import numpy as np
+
+from .dense_files import read_blocks
+from ..base.errors import DamagedFile
+from ..base.files import mismatched, open_hdf5, sha256, write_hdf5, write_json
+from .rundir import remove_checkpoint
+from ..data.workplan import Death
+
+log = logging.getLogger("mpips")
+MANIFEST = "manifest.json"
+FORMAT = "mpips-checkpoint"
+
+
+def clock_dir(root: str, clock: int) -> str:
+    return os.path.join(root, f"clock-{clock:012d}")
+
+
+def write_shard(root: str, clock: int, server: int, store, attrs: dict,
+                ranges: list | None = None) -> dict:
+    """Write one server's shard of checkpoint `clock` (the key `ranges` it is primary for);
+    returns its entry for the manifest."""
+    keys, state = store.items()
+    name = f"server-{server:04d}.h5"
+    write_hdf5(os.path.join(clock_dir(root, clock), name), {"keys": keys, "state": state},
+               {"clock": clock, "server": server, "width": store.width,
+                "optimizer": store.optimizer.name, **attrs})
+    return {"file": name, "server": server, "keys": int(keys.shape[0]),
+            "ranges": [server] if ranges is None else ranges,
+            "sha256": {"keys": sha256(keys), "state": sha256(state)}}
+
+
+def write_dense_shard(root: str, clock: int, server: int, datasets: dict, attrs: dict) -> dict:
+    """A full-batch job's checkpoint at iteration `clock`: one server's blocks of the dense
+    tables (DenseTables.datasets), and beside it its manifest entry as JSON, for the solver's
+    driver (a worker) to gather; returns the entry."""
+    name = f"server-{server:04d}.h5"
+    directory = clock_dir(root, clock)
+    write_hdf5(os.path.join(directory, name), datasets,
+               {"clock": clock, "server": server, **attrs})
+    entry = {"file": name, "server": server, "keys": 0, "ranges": [],
+             "sha256": {k: sha256(v) for k, v in datasets.items()}}
+    write_json(os.path.join(directory, f"server-{server:04d}.json"), entry)
+    return entry
+
+
+def dense_entries(root: str, clock: int, servers: list) -> list:
+    """The manifest entries servers `servers` (indices) wrote beside their files of
+    checkpoint `clock`."""
+    entries = []
+    for server in servers:
+        with open(os.path.join(clock_dir(root, clock), f"server-{server:04d}.json")) as f:
+            entries.append(json.load(f))
+    return entries
+
+
+def load_dense(directory: str, manifest: dict, tables) -> int:
+    """Create in `tables` (a server's DenseTables) every table of the checkpoint, with the
+    blocks the server holds now read from whichever file has them; returns the blocks
+    loaded. The checkpoint may have been written by another number of servers."""
+    return read_blocks([os.path.join(directory, shard["file"]) for shard in manifest["shards"]],
+                       tables)
+
+
+def write_manifest(root: str, clock: int, shards: list, **fields) -> str:
+    """Make checkpoint `clock` complete: its manifest, written last and atomically."""
+    directory = clock_dir(root, clock)
+    manifest = {"format": FORMAT, "version": 1, "clock": clock,
+                "shards": sorted(shards, key=lambda s: s["server"]), **fields}
+    write_json(os.path.join(directory, MANIFEST), manifest)
+    return directory
+
+
+def read_manifest(directory: str) -> dict:
+    with open(os.path.join(directory, MANIFEST)) as f:
+        manifest = json.load(f)
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"format is {manifest.get('format')!r}, not {FORMAT!r}")
+    return manifest
+
+
+def verify(directory: str) -> str | None:
+    """None if the checkpoint is complete and every dataset matches its checksum, else why not."""
+    try:
+        manifest = read_manifest(directory)
+        shards = {s["file"]: dict(s["sha256"]) for s in manifest["shards"]}
+        missing = [f for f in ("clock", "positions", "config") if f not in manifest]
+        if missing:
+            return f"manifest lacks {', '.join(missing)}"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"no readable manifest ({type(e).__name__}: {e})"
+    for file, digests in shards.items():
+        try:
+            with open_hdf5(os.path.join(directory, file)) as f:
+                problem = mismatched(f, digests)
+            if problem:
+                return f"{file}: {problem}"
+        except DamagedFile as e:
+            return str(e)
+        except Exception as e:   # whatever else a damaged file raises, it is not usable
+            return f"{file}: unreadable ({e})"
+    return None
+
+
+def all_checkpoints(root: str) -> list:
+    """Checkpoint directories under `root`, newest first (complete or not)."""
+    return sorted(glob.glob(os.path.join(root, "clock-*")), reverse=True)
+
+
+def complete_checkpoints(root: str) -> list:
+    """The checkpoints under `root` whose manifest was written (the last step of a
+    checkpoint), newest first, without reading their shards: for advice and pruning, not for
+    loading (see latest_valid)."""
+    return [d for d in all_checkpoints(root) if os.path.exists(os.path.join(d, MANIFEST))]
+
+
+def latest_valid(root: str) -> tuple[str, dict] | None:
+    """The newest checkpoint that verifies, saying which newer ones were passed over and why."""
+    for directory in all_checkpoints(root):
+        problem = verify(directory)
+        if problem is None:
+            return directory, read_manifest(directory)
+        log.warning("checkpoint %s is damaged or incomplete (%s); trying the one before it",
+                    directory, problem)
+    return None
+
+
+def prune(root: str, keep: int, newest: str) -> None:
+    """Keep `newest` (just written) and the complete checkpoints before it, `keep` in all;
+    remove older ones, complete or not. Later ones are left alone: they can only be damaged
+    checkpoints that a resume passed over."""
+    before = [d for d in all_checkpoints(root) if d <= newest]
+    complete = [d for d in complete_checkpoints(root) if d <= newest]
+    if len(complete) <= keep:
+        return
+    oldest_kept = complete[keep - 1]
+    for directory in before:
+        if directory < oldest_kept:
+            foreign = remove_checkpoint(directory)
+            if foreign:
+                log.warning("left in %s what mpips did not write there: %s", directory,
+                            ", ".join(foreign))
+
+
+def load_shards(directory: str, manifest: dict, store, placement, server: int) -> int:
+    """Put into `store` every key of the checkpoint that `placement` gives to `server` (as
+    primary or backup); returns how many. Written with as many key ranges, the checkpoint
+    holds them in the files of the ranges this server holds (the ranges are equal slices of
+    the hash: as many, the same); otherwise (re-sharding) every file is read and
+    filtered."""
+    bounds = manifest.get("placement", {}).get("bounds")
+    same = (len(bounds) if bounds else manifest["servers"]) == placement.n_ranges
+    held = placement.held_ranges(server)
+    loaded = 0
+    for shard in manifest["shards"]:
+        if same and not any(held[r] for r in shard.get("ranges", [shard["server"]])):
+            continue
+        with open_hdf5(os.path.join(directory, shard["file"])) as f:
+            keys, state = f["keys"][:], f["state"][:]
+        mine = placement.holds(keys, server)
+        store.load(keys[mine], state[mine])
+        loaded += int(mine.sum())
+    return loaded
+
+
+def positions(resume) -> dict:
+    """Worker -> where it stood in a checkpoint (clock, epoch, offset, examples, loss), from
+    (directory, manifest), or {} when not resuming."""
+    return {int(w): p for w, p in resume[1]["positions"].items()} if resume else {}
+
+
+def deaths(resume) -> tuple:
+    """The workers' deaths a checkpoint records (workplan.Death, in order), from (directory,
+    manifest); () when not resuming or none died."""
+    return tuple(Death.from_dict(d) for d in resume[1].get("deaths", [])) if resume else ()
+
+
+def describe(root: str, every: bool = False) -> tuple[str, bool]:
+    """A readable account of the checkpoints in `root`, and whether any of them is complete
+    and undamaged: all of them, or (by default) the one `--resume` would take and the
+    damaged ones newer than it, which a resume passes over."""
+    found = all_checkpoints(root)
+    if not found:
+        raise ValueError(f"{root}: no checkpoints (clock-* directories)")
+    lines, any_valid = [f"{root}: {len(found)} checkpoint(s), newest first"], False
+    for directory in found:
+        if any_valid and not every:
+            break
+        problem = verify(directory)
+        name = os.path.basename(directory)
+        if problem:
+            lines.append(f"{name}  NOT USABLE: {problem}")
+            continue
+        if not any_valid and not every:
+            lines.append(f"--resume {root} takes:")
+        any_valid = True
+        m = read_manifest(directory)
+        c = m["config"]
+        replicas = m["placement"].get("replicas", 1)
+        copies = f", each key on {replicas} servers (written once)" if replicas > 1 else ""
+        lines.append(f"{name}  complete, checksums match  (written {m['written']}, run "
+                     f"{m['run_id']}, {m['servers']} server(s){copies}, {m['workers']} "
+                     f"worker(s), {m['consistency']})")
+        for shard in m["shards"]:
+            with open_hdf5(os.path.join(directory, shard["file"])) as f:
+                weights = f["state"][:, :int(f.attrs["width"])]
+            norm = float(np.linalg.norm(weights)) if weights.size else 0.0
+            biggest = float(np.abs(weights).max()) if weights.size else 0.0
+            held = m["placement"].get("holders")
+            ranges = shard.get("ranges", [shard["server"]])
+            backups = sorted({s for r in ranges for s in held[r][1:]}) if held else []
+            copied = f", backed up on server(s) {backups}" if backups else ""
+            lines.append(f"  server {shard['server']}: {shard['keys']:,} keys, weights L2 norm "
+                         f"{norm:.4g}, largest {biggest:.4g}{copied}  ({shard['file']})")
+        for worker, p in sorted(m["positions"].items(), key=lambda kv: int(kv[0])):
+            where = ("done" if p["epoch"] >= c["epochs"] else
+                     f"epoch {p['epoch']}, next minibatch at "
+                     f"{'its start' if p['offset'] < 0 else p['offset']}")
+            lines.append(f"  worker {worker}: clock {p['clock']}, {p['examples']:,} examples, "
+                         f"{where}")
+        o = c["optimizer"]
+        lines.append(f"  config: --train {c['train']} --epochs {c['epochs']} --batch-size "
+                     f"{c['batch_size']} --optimizer {o['name']} --lr {o['lr']:.4g} "
+                     f"--l1 {o['l1']} --l2 {o['l2']} --consistency {c['consistency']}")
+    if not any_valid:
+        lines.append(f"none of them can be resumed: --resume {root} would stop with an error")
+    return "\n".join(lines), any_valid

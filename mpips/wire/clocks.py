@@ -1,0 +1,105 @@
+"""Vector clocks on a server: how far each worker has got, and which reads may proceed.
+
+A worker's clock counts the clocks it has completed, as this server has seen
+them (its CLOCK pushes), never as the worker claims. A read by a worker at
+clock c may proceed once every worker has completed c - staleness clocks:
+staleness 0 is bulk-synchronous (BSP), s > 0 is stale-synchronous (SSP, Ho et
+al. 2013), and None never waits (ASP). A finished worker counts as infinitely
+far ahead. What it reads after FINISH (scoring the test file) is the final model:
+its reads wait until every worker has finished, so that the last pushes of all,
+which may still be on their way to this server, are in.
+"""
+import numpy as np
+
+from ..base.errors import ProtocolError
+
+FINISHED = np.iinfo(np.int64).max
+
+
+class ClockTable:
+    def __init__(self, n_workers: int, staleness: int | None = 0):
+        self.done = np.zeros(n_workers, np.int64)
+        self.staleness = staleness
+        self.max_gap = 0
+        self.longest = 0   # the most clocks any worker has completed, FINISH or not
+        self.gone = set()  # dead workers: counted as finished
+        # Under BSP with hot failover, each other server's `here()` (see `commit`); a clock is
+        # complete once complete on every living server.
+        self.elsewhere = {}
+
+    def commit(self, servers) -> None:
+        """Complete a clock only once every one of `servers` (indices) says it holds every
+        worker's pushes of it (BSP under ULFM: a worker that dies between its pushes to two
+        servers then never has a clock applied on one and not on the other)."""
+        self.elsewhere = {s: self.here() for s in servers}   # all start where this one does
+
+    def have(self, server: int, clock: int) -> None:
+        """`server` holds every living worker's pushes of its first `clock` clocks."""
+        if server in self.elsewhere:
+            self.elsewhere[server] = max(self.elsewhere[server], clock)
+
+    def server_gone(self, server: int) -> None:
+        self.elsewhere.pop(server, None)
+
+    def worker_gone(self, worker: int) -> None:
+        """A dead worker: no longer waited for."""
+        self.gone.add(worker)
+        self.done[worker] = FINISHED
+
+    def resume(self, worker: int, clock: int) -> None:
+        """`worker` has completed `clock` clocks (a checkpoint's record)."""
+        self.done[worker] = clock
+        self.longest = max(self.longest, clock)
+
+    def tick(self, worker: int) -> None:
+        if self.done[worker] == FINISHED:
+            raise ProtocolError(f"worker {worker} completed a clock after it said FINISH")
+        self.done[worker] += 1
+        self.longest = max(self.longest, int(self.done[worker]))
+
+    def finish(self, worker: int) -> None:
+        self.done[worker] = FINISHED
+
+    def here(self) -> int:
+        """The smallest clock among workers still training on this server (FINISHED if none
+        is)."""
+        return int(self.done.min())
+
+    def gap(self) -> int:
+        """How many clocks the fastest worker still training is ahead of the slowest."""
+        training = self.done[self.done != FINISHED]
+        return int(training.max() - training.min()) if training.shape[0] else 0
+
+    def slowest(self) -> int:
+        """The smallest clock among workers still training, on every server (FINISHED if none
+        is)."""
+        return min([self.here(), *self.elsewhere.values()])
+
+    def read_clock(self, worker: int, next_clock: bool = False) -> int:
+        """The clock a read by `worker` is for: its own, or the next one (a read sent ahead of
+        the push that completes its current clock)."""
+        clock = int(self.done[worker])
+        return clock if clock == FINISHED or not next_clock else clock + 1
+
+    def may_read(self, worker: int, clock: int) -> bool:
+        """Whether `worker` may now read for `clock`: once it has itself completed the clocks
+        before, and every worker has completed clock - staleness of them; after FINISH, once
+        every worker has finished (the final model)."""
+        done = self.done[worker]
+        if done == FINISHED:
+            return self.all_finished
+        return done >= clock and (self.staleness is None
+                                  or self.slowest() >= clock - self.staleness)
+
+    def record_read(self, worker: int) -> int:
+        """Note a read served to `worker`; returns the slowest clock at that moment, and keeps
+        the largest gap between a reader's clock and the slowest for the summary."""
+        slowest = self.slowest()
+        clock = self.done[worker]
+        if clock != FINISHED:
+            self.max_gap = max(self.max_gap, int(clock) - slowest)
+        return slowest
+
+    @property
+    def all_finished(self) -> bool:
+        return bool((self.done == FINISHED).all())

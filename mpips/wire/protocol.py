@@ -1,0 +1,394 @@
+"""Messages between workers and servers: one contiguous numpy buffer each, no pickle.
+
+A request is a 48-byte header followed by its payload: for PULL the keys
+(uint64), for PUSH the keys then the values (float32, `width` per key), for
+ERROR the UTF-8 text of the error. With replicas, a push to a server can carry,
+besides the server's own part, the part for the ranges it backs up (flag BACKUP):
+so that replicas do not multiply the messages. A push of the same keys as an earlier pull
+(flag SAME_KEYS) carries only the values, in that pull's order, and names the
+pull in `ref`: keys cross the wire once per minibatch, and the server reuses the
+rows it found for the pull. A worker's figures (where its next minibatch starts,
+examples and loss so far: what checkpoints and progress lines need) travel as a
+64-byte Report after the payload, on the messages that complete a clock and on
+FINISH (flag REPORT). A pull's reply is the bare values, sent with a tag derived
+from the request's timestamp so replies can be matched out of order.
+
+A worker's push filter (see pushfilter) may send a push's own values as float16 (flag HALF)
+or int8 with a float32 scale per block of 256 (INT8), and a SAME_KEYS push only some of its
+pull's keys' rows (MASK: a bitmap over them); a backed-up part stays float32, the values the
+primary applies.
+"""
+import struct
+from enum import IntEnum
+from typing import NamedTuple
+
+import numpy as np
+
+from ..kernels.quantize import BLOCK, dequantize_int8, quantize_int8
+
+
+class Header(NamedTuple):
+    op: int
+    flags: int = 0
+    ts: int = 0          # the sender's request number
+    clock: int = 0       # clocks the sender has completed
+    nkeys: int = 0
+    width: int = 0
+    placement: int = 0   # the version of the placement the sender split its keys by
+    ref: int = 0         # SAME_KEYS: the ts of the pull whose keys this push reuses
+
+
+class Report(NamedTuple):
+    """A worker's figures: where its next minibatch starts, and what it has done."""
+    epoch: int = 0       # this epoch, ...
+    offset: int = 0      # ... at this byte offset (text) or row (binary shards); -1: its start
+    examples: int = 0    # examples the sender has trained on so far
+    loss: float = 0.0    # their summed training logloss
+    progress: float = 0.0  # epochs done, fractional
+    segment: int = 0     # the range of the epoch's work plan `offset` is in (see workplan)
+    taken: int = 0       # shares of dead workers' rows taken so far, ...
+    taken_epoch: int = 0  # ... the latest of them at this epoch
+
+
+# Little-endian, multiples of 8 bytes so the payload after the header stays aligned.
+_LAYOUT = struct.Struct("<iiqqqiiq")
+HEADER_BYTES = _LAYOUT.size
+assert HEADER_BYTES == 48
+_REPORT = struct.Struct("<qqqddqqq")
+REPORT_BYTES = _REPORT.size
+
+
+class Op(IntEnum):
+    PULL = 1
+    PUSH = 2
+    FINISH = 3   # the sender will advance no more clocks (it counts as infinitely far ahead)
+    BYE = 4      # the sender will send nothing more
+    ERROR = 5    # the sender (worker or server) failed; servers save what they hold, then ack
+    STATUS = 6   # reply: STATUS_FIELDS, the server's view of the workers' clocks
+    STOP_AT = 7  # server 0 to the others: write a checkpoint at `clock`, then stop the workers
+    SHARD_SAVED = 8  # a server to server 0: its file of checkpoint `clock` (JSON payload)
+    CHECKPOINT_AT = 9  # server 0 to the others: write a checkpoint at `clock` (a timed one)
+    STOP = 10    # any rank to server 0: this rank was asked to stop (a signal); stop the job
+    COPY = 11    # a range's primary to its new holder: the range's keys (sorted) and state
+                 # rows (`width` columns), then the last push applied per worker (int64);
+                 # `ref` names the range
+    GONE = 12    # a server to the others: worker `ref` died; this server holds its pushes of
+                 # its first `clock` clocks
+    HAVE = 13    # a server to the others (BSP under ULFM): every living worker has completed
+                 # `clock` clocks here, so clocks before it may be applied everywhere
+    DEATH = 14   # the lead to the others: a dead worker's rows went to the survivors
+                 # (`nkeys` int64: see `death_fields`); `ref` numbers the deaths
+    DENSE = 15   # an operation on dense tables (see densetables): `nkeys` int64 fields (the
+                 # function's number, its tables', its integers), `width` float64 scalars,
+                 # `ref` uint64 rows, then float64 values; reply: float64 (see dense_fields)
+    # Servers joining and leaving (see rangemoves):
+    MOVE_ASK = 16    # the lead to the others: say your keys read per range; with `ref` 1, also
+                     # hold reads past the clocks let through so far
+    MOVE_CLOCK = 17  # a server to the lead: the highest clock it let a read through for, then
+                     # its keys read per range (`nkeys` int64)
+    MOVE_AT = 18     # the lead to the others: the new owners (named by MOVE_TO, the `nkeys` int64
+                     # that follow) own their ranges from `clock` (placement version `ref`)
+    MOVE_TO = 19     # the lead to the others: the ranges' new owners, the `nkeys` int64 that
+                     # follow (placement version `ref`): copy the ranges to them now
+    MOVED = 20       # a server to the lead: JSON {"step": "took" | "whole" | "moved", figures}
+    PLACEMENT = 21   # a worker to the lead, a read refused: what now? Reply: int64 kind (0:
+                     # the job stopped, 1: moved), version, clock, each range's owner, then
+                     # its extra holders (a move under way), `replicas` a range, -1 for none
+    # Workers joining (see workermoves):
+    SPLIT = 22       # a worker to the lead: it split its rows left with the worker joining
+                     # (`nkeys` int64: a death_fields record whose worker is a survivor)
+    JOIN_AT = 23     # the lead to the others: worker `ref` trains again from clock `clock`
+    # Every rank scoring chunks of the test rows (see testscoring):
+    CHUNK = 24       # any rank to the lead: which chunk of the test file to score next?
+                     # Reply: int64 start and stop (rows, or bytes of text), equal for none left
+    READ = 25        # a server to another, once training is over: the final weights of the
+                     # `nkeys` sorted keys that follow (reply: float32, as to a PULL)
+    SCORED = 26      # a server to the others: it has scored its chunks; it reads no more
+
+
+CLOCK = 1        # PUSH flag: this push completes the sender's current clock
+READ_ONLY = 2    # PULL flag: do not store unknown keys (evaluation)
+NEXT_CLOCK = 8   # PULL flag: a read for the sender's next clock, sent before the push that
+                 # completes its current one (prefetching); served once that push has arrived
+SAME_KEYS = 4    # PUSH flag: no keys in the message; they are those of pull `ref`
+REPORT = 16      # PUSH or FINISH flag: a Report follows the payload
+BACKUP = 32      # PUSH flag: the message also carries the part of the push for ranges this
+                 # server keeps a backup copy of, applied before its own part (see unpack)
+HALF = 64        # PUSH flag: the own part's values are float16
+INT8 = 128       # PUSH flag: the own part's values are int8, a float32 scale per BLOCK of them
+                 # first (see values_bytes)
+MASK = 256       # PUSH flag, with SAME_KEYS: a bitmap over the pull's `nkeys` keys (bit i % 8
+                 # of byte i // 8: key i) precedes the values, which are those of its set bits
+ENCODINGS = {"float32": 0, "float16": HALF, "int8": INT8}
+HALF_MAX = 65504.0   # float16's largest finite value
+
+# Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished;
+# `slowest_silent_ms` is how long server 0 has heard nothing from it; `deaths`: how many dead
+# workers' rows it has handed on; `stopping`: 1 once the job stops (a checkpoint is its end).
+STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished", "slowest_silent_ms", "deaths",
+                 "stopping")
+
+REQUEST_TAG = 1
+ERROR_ACK_TAG = 2
+NOTICE_TAG = 3   # the lead to a worker: a death whose rows it shares (int64: its number,
+                 # then DEATH's payload), or LEAVE_NOTICE alone
+LEAVE_NOTICE = -1   # the lead to a worker (mpips ctl remove-worker): leave after this clock
+GIVE_NOTICE = -2    # ..., joiner, weight: keep `weight` shares of the rows left, give it one
+JOIN_NOTICE = -3    # ..., clock: train again (shares handed to it), from clock + 1
+DENSE_COPY_TAG = 4   # a server to one that holds a range anew: its blocks of one dense table
+_REPLY_TAG0 = 16
+
+
+def reply_tags(tag_ub: int) -> int:
+    """How many distinct reply tags to cycle through, given the MPI's largest tag."""
+    return min(1 << 20, tag_ub - _REPLY_TAG0 + 1)
+
+
+def reply_tag(ts: int, n_tags: int) -> int:
+    """The tag of the reply to request `ts`; it is reused only after n_tags newer requests."""
+    return _REPLY_TAG0 + ts % n_tags
+
+
+def pack(header: Header, *payload: np.ndarray, report: Report | None = None) -> np.ndarray:
+    """One uint8 buffer holding the header, the payload arrays' bytes and the report."""
+    if report is not None:
+        header = header._replace(flags=header.flags | REPORT)
+    size = HEADER_BYTES + sum(p.nbytes for p in payload) + (REPORT_BYTES if report else 0)
+    buf = np.empty(size, np.uint8)
+    _LAYOUT.pack_into(buf, 0, *header)
+    pos = HEADER_BYTES
+    for p in payload:
+        buf[pos:pos + p.nbytes] = np.ascontiguousarray(p).reshape(-1).view(np.uint8)
+        pos += p.nbytes
+    if report is not None:
+        _REPORT.pack_into(buf, pos, *report)
+    return buf
+
+
+def header(buf: np.ndarray) -> Header:
+    return Header._make(_LAYOUT.unpack_from(buf, 0))
+
+
+def backup_count(buf: np.ndarray) -> int:
+    """The number of keys in a BACKUP push's backup part (its first payload field)."""
+    return int(buf[HEADER_BYTES:HEADER_BYTES + 8].view(np.int64)[0])
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def values_bytes(rows: int, width: int, flags: int) -> int:
+    """The bytes of a push's own values, `rows` of `width` encoded as `flags` say: float32;
+    float16 (HALF), padded to 8 bytes; or int8 (INT8): the blocks' float32 scales, then the
+    values, each padded to 8 bytes."""
+    n = rows * width
+    if flags & HALF:
+        return _pad8(2 * n)
+    if flags & INT8:
+        return _pad8(4 * -(-n // BLOCK)) + _pad8(n)
+    return 4 * n
+
+
+def bitmap_bytes(nkeys: int) -> int:
+    """The bytes of a MASK push's bitmap over `nkeys` keys (padded to 8)."""
+    return _pad8(-(-nkeys // 8))
+
+
+def payload_bytes(h: Header, backup: int = 0, rows: int | None = None) -> int:
+    """The bytes after the header of a PUSH or PULL with header `h` (report excluded), given
+    the backup part's key count and the rows of own values (default `nkeys`; MASK: its bits
+    set)."""
+    n_keys = 0 if h.flags & SAME_KEYS else h.nkeys
+    size = 8 * n_keys
+    if h.op == Op.PUSH:
+        size += values_bytes(h.nkeys if rows is None else rows, h.width, h.flags)
+        if h.flags & MASK:
+            size += bitmap_bytes(h.nkeys)
+        if h.flags & BACKUP:
+            size += 8 + backup * (8 + 4 * h.width)
+    return size
+
+
+def bitmap(sent: np.ndarray) -> np.ndarray:
+    """A MASK push's bitmap (uint8, padded to 8 bytes) of `sent` (bool per pulled key)."""
+    out = np.zeros(bitmap_bytes(sent.shape[0]), np.uint8)
+    packed = np.packbits(sent, bitorder="little")
+    out[:packed.shape[0]] = packed
+    return out
+
+
+def bitmap_of(buf: np.ndarray, h: Header) -> np.ndarray:
+    """A MASK push's bitmap: a view of `buf` (its own keys are absent: SAME_KEYS)."""
+    start = HEADER_BYTES + (8 + 8 * backup_count(buf) if h.flags & BACKUP else 0)
+    return buf[start:start + bitmap_bytes(h.nkeys)]
+
+
+def set_bits(bits: np.ndarray) -> np.ndarray:
+    """The indices (int64) of every bit set in a bitmap, its padding included: a MASK push's
+    rows sent, and any bit past its keys, from one unpacking."""
+    return np.flatnonzero(np.unpackbits(bits, bitorder="little"))
+
+
+def encode_values(rows: np.ndarray, flags: int):
+    """(the bytes of rows[m, width] (float32) encoded as `flags` say (HALF, INT8 or neither),
+    float32 values the server will decode them to)."""
+    if not flags & (HALF | INT8):
+        return rows, rows
+    n = rows.size
+    out = np.zeros(values_bytes(rows.shape[0], rows.shape[1], flags), np.uint8)
+    if flags & HALF:
+        half = np.clip(rows, -HALF_MAX, HALF_MAX).astype(np.float16)
+        out[:2 * n] = half.reshape(-1).view(np.uint8)
+        return out, half.astype(np.float32)
+    scales, q = _int8_fields(out, n)
+    applied = np.empty(rows.shape, np.float32)
+    quantize_int8(rows.reshape(-1), scales, q, applied.reshape(-1))
+    return out, applied
+
+
+def _int8_fields(data: np.ndarray, n: int):
+    """(scales, int8 values) of INT8 values' bytes for n values: views."""
+    blocks = -(-n // BLOCK)
+    at = _pad8(4 * blocks)
+    return data[:4 * blocks].view(np.float32), data[at:at + n].view(np.int8)
+
+
+def int8_scales(data: np.ndarray, rows: int, width: int) -> np.ndarray:
+    """The block scales of INT8 values' bytes (a view)."""
+    return _int8_fields(data, rows * width)[0]
+
+
+def decode_values(data: np.ndarray, rows: int, width: int, flags: int) -> np.ndarray:
+    """A push's own values[rows, width] (float32) from their bytes: a view when float32."""
+    if flags & HALF:
+        return data[:2 * rows * width].view(np.float16).astype(np.float32).reshape(rows, width)
+    if flags & INT8:
+        scales, q = _int8_fields(data, rows * width)
+        out = np.empty(rows * width, np.float32)
+        dequantize_int8(scales, q, out)
+        return out.reshape(rows, width)
+    return data.view(np.float32).reshape(rows, width)
+
+
+def own_values_at(buf: np.ndarray, h: Header, sent: int | None = None) -> tuple[int, int]:
+    """(where a PUSH's own values start, their rows): after the backup part's count and keys,
+    the own keys or MASK's bitmap, and the backup part's values. `sent`: a MASK push's bits
+    set, if counted already."""
+    backup = backup_count(buf) if h.flags & BACKUP else 0
+    start = HEADER_BYTES + (8 + 8 * backup if h.flags & BACKUP else 0)
+    rows = h.nkeys
+    if h.flags & MASK:
+        rows = int(np.unpackbits(bitmap_of(buf, h)).sum()) if sent is None else sent
+        start += bitmap_bytes(h.nkeys)
+    elif not h.flags & SAME_KEYS:
+        start += 8 * h.nkeys
+    return start + 4 * backup * h.width, rows
+
+
+def unpack(buf: np.ndarray, sent: int | None = None):
+    """(header, keys, values, report) of a received buffer: views of it, keys and values
+    empty when absent, report None. `sent`: a MASK push's bits set, if counted already.
+
+    A BACKUP push's payload is: the backup part's key count (int64), its keys, the own
+    part's keys (absent with SAME_KEYS; MASK's bitmap in their place), the backup part's
+    values, the own part's values (decoded: HALF, INT8): keys before values keeps both
+    aligned. Its backup part is read by `backup_of`."""
+    h = header(buf)
+    n_keys = 0 if h.flags & SAME_KEYS else h.nkeys
+    backup = backup_count(buf) if h.flags & BACKUP else 0
+    start = HEADER_BYTES + (8 + 8 * backup if h.flags & BACKUP else 0)
+    keys = buf[start:start + 8 * n_keys].view(np.uint64)
+    end = start + 8 * n_keys
+    values = _NO_VALUES
+    if h.op == Op.PUSH:
+        start, rows = own_values_at(buf, h, sent)
+        end = start + values_bytes(rows, h.width, h.flags)
+        values = decode_values(buf[start:end], rows, h.width, h.flags)
+    elif h.op == Op.COPY:
+        start = end
+        end = start + 4 * h.nkeys * h.width
+        values = buf[start:end].view(np.float32).reshape(h.nkeys, h.width)
+    report = Report._make(_REPORT.unpack_from(buf, end)) if h.flags & REPORT else None
+    return h, keys, values, report
+
+
+def backup_of(buf: np.ndarray, h: Header):
+    """(keys, values) of a BACKUP push's backup part, views of `buf`."""
+    n = backup_count(buf)
+    start = HEADER_BYTES + 8
+    keys = buf[start:start + 8 * n].view(np.uint64)
+    start += 8 * n + (bitmap_bytes(h.nkeys) if h.flags & MASK else
+                      0 if h.flags & SAME_KEYS else 8 * h.nkeys)
+    values = buf[start:start + 4 * n * h.width].view(np.float32).reshape(n, h.width)
+    return keys, values
+
+
+_NO_VALUES = np.empty((0, 0), np.float32)
+
+
+def dense_payload(ints, scalars=(), rows=None, values=None) -> tuple:
+    """(header fields, payload arrays) of a DENSE request."""
+    ints = np.asarray(ints, np.int64)
+    scalars = np.asarray(scalars, np.float64)
+    rows = np.empty(0, np.uint64) if rows is None else np.asarray(rows, np.uint64)
+    values = np.empty(0) if values is None else np.asarray(values, np.float64).reshape(-1)
+    return (dict(nkeys=ints.shape[0], width=scalars.shape[0], ref=rows.shape[0]),
+            (ints, scalars, rows, values))
+
+
+def dense_fixed_bytes(h: Header) -> int:
+    """A DENSE request's bytes before its values."""
+    return HEADER_BYTES + 8 * (h.nkeys + h.width + h.ref)
+
+
+def dense_fields(buf: np.ndarray, h: Header):
+    """(ints, scalars, rows, values) of a DENSE request: views of `buf`."""
+    pos = HEADER_BYTES
+    ints = buf[pos:pos + 8 * h.nkeys].view(np.int64)
+    pos += 8 * h.nkeys
+    scalars = buf[pos:pos + 8 * h.width].view(np.float64)
+    pos += 8 * h.width
+    rows = buf[pos:pos + 8 * h.ref].view(np.uint64)
+    return ints, scalars, rows, buf[pos + 8 * h.ref:].view(np.float64)
+
+
+def copied_positions(buf: np.ndarray, h: Header) -> np.ndarray:
+    """A COPY's last field: the last push applied per worker (int64)."""
+    return buf[HEADER_BYTES + h.nkeys * (8 + 4 * h.width):].view(np.int64)
+
+
+def int64_fields(buf: np.ndarray) -> np.ndarray:
+    """The int64 payload of DEATH, SPLIT, MOVE_AT or MOVE_CLOCK (a view of `buf`)."""
+    return buf[HEADER_BYTES:].view(np.int64)
+
+
+def error_text(buf: np.ndarray) -> str:
+    return buf[HEADER_BYTES:].tobytes().decode("utf-8", "replace")
+
+
+def death_fields(death) -> np.ndarray:
+    """A workplan.Death as int64: worker, clock, epoch, segment, offset, dead (1 or 0), the
+    number of epochs it had taken shares at, those epochs, the number of survivors, the
+    survivors, then (if weighed) each survivor's share."""
+    return np.array([death.worker, death.clock, death.epoch, death.segment, death.offset,
+                     int(death.dead), len(death.taken), *death.taken, len(death.survivors),
+                     *death.survivors, *death.shares], np.int64)
+
+
+def death_of(fields: np.ndarray):
+    """The workplan.Death in `fields` (see death_fields); ValueError if they do not hold
+    one."""
+    from ..data.workplan import Death
+    f = [int(x) for x in fields]
+    if len(f) < 8 or f[6] < 0 or len(f) < 8 + f[6] or f[5] not in (0, 1):
+        raise ValueError(f"{len(f)} fields do not hold a death")
+    taken = tuple(f[7:7 + f[6]])
+    rest = f[7 + f[6]:]
+    n = rest[0] if rest else -1
+    if n < 0 or len(rest) - 1 not in (n, 2 * n) or min(f[:4] + list(taken) + rest) < 0:
+        raise ValueError(f"{len(f)} fields do not hold a death")
+    survivors, shares = tuple(rest[1:1 + n]), tuple(rest[1 + n:])
+    if len(set(survivors)) < n or (shares and min(shares) < 1):
+        raise ValueError(f"{len(f)} fields do not hold a death")
+    return Death(f[0], f[1], f[2], f[3], f[4], taken, survivors, bool(f[5]), shares)
