@@ -11,7 +11,7 @@ What a user imports comes from here:
 Names are imported on first use, so that `import mpips` stays cheap for every rank; the
 packages below (`mpips.worker`, `mpips.server`, ...) are the implementation and may move.
 """
-__version__ = "0.1.0"
+from .base.version import __version__
 
 _PUBLIC = {
     "KVWorker": "worker.kvworker",

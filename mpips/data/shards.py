@@ -29,7 +29,7 @@ from ..base.errors import ConfigError, InputError
 from ..kernels import distinct
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import FIELD_SHIFT
-from ..run.startup import agree
+from ..ranks.collectives import agree
 
 log = logging.getLogger("mpips")
 

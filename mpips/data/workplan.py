@@ -18,10 +18,19 @@ survivors, with `shares` weighing the pieces), cutting itself where it stands, a
 with its own piece.
 """
 from dataclasses import asdict, dataclass
+from enum import Enum
+
+import numpy as np
+
+
+class HandoverKind(Enum):
+    DEATH = "death"     # the worker died; its rows go to the survivors
+    LEAVE = "leave"     # it finished or left (`ctl remove-worker`), and may take shares later
+    SPLIT = "split"     # it gives a joiner a share of its rows and keeps the rest
 
 
 @dataclass(frozen=True)
-class Death:
+class Handover:
     """A worker that died, and where it stood on every server: its pushes after `clock`
     clocks were dropped, and its next minibatch started at `offset` (-1: the start) of
     segment `segment` of epoch `epoch`. `taken`: the epochs at which it had itself taken its
@@ -43,6 +52,35 @@ class Death:
     def split(self) -> bool:
         return self.worker in self.survivors
 
+    @property
+    def kind(self) -> HandoverKind:
+        return (HandoverKind.SPLIT if self.split else
+                HandoverKind.DEATH if self.dead else HandoverKind.LEAVE)
+
+    def fields(self) -> np.ndarray:
+        """This hand-over as int64, as it travels: worker, clock, epoch, segment, offset, dead
+        (1 or 0), the number of epochs it had taken shares at, those epochs, the number of
+        survivors, the survivors, then (if weighed) each survivor's share."""
+        return np.array([self.worker, self.clock, self.epoch, self.segment, self.offset,
+                         int(self.dead), len(self.taken), *self.taken, len(self.survivors),
+                         *self.survivors, *self.shares], np.int64)
+
+    @classmethod
+    def of_fields(cls, fields: np.ndarray) -> "Handover":
+        """The hand-over in `fields` (see `fields`); ValueError if they do not hold one."""
+        f = [int(x) for x in fields]
+        if len(f) < 8 or f[6] < 0 or len(f) < 8 + f[6] or f[5] not in (0, 1):
+            raise ValueError(f"{len(f)} fields do not hold a hand-over")
+        taken = tuple(f[7:7 + f[6]])
+        rest = f[7 + f[6]:]
+        n = rest[0] if rest else -1
+        if n < 0 or len(rest) - 1 not in (n, 2 * n) or min(f[:4] + list(taken) + rest) < 0:
+            raise ValueError(f"{len(f)} fields do not hold a hand-over")
+        survivors, shares = tuple(rest[1:1 + n]), tuple(rest[1 + n:])
+        if len(set(survivors)) < n or (shares and min(shares) < 1):
+            raise ValueError(f"{len(f)} fields do not hold a hand-over")
+        return cls(f[0], f[1], f[2], f[3], f[4], taken, survivors, bool(f[5]), shares)
+
     def piece(self, start: int, stop: int, survivor: int) -> tuple[int, int]:
         """The piece of [start, stop) that goes to `survivor`."""
         weights = self.shares or (1,) * len(self.survivors)
@@ -56,14 +94,14 @@ class Death:
                 "shares": list(self.shares)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Death":
+    def from_dict(cls, d: dict) -> "Handover":
         return cls(int(d["worker"]), int(d["clock"]), int(d["epoch"]), int(d["segment"]),
                    int(d["offset"]), tuple(int(e) for e in d.get("taken", ())),
                    tuple(int(w) for w in d["survivors"]), bool(d.get("dead", True)),
                    tuple(int(x) for x in d.get("shares", ())))
 
 
-def remainder(plan: list, death: Death) -> list:
+def remainder(plan: list, death: Handover) -> list:
     """The ranges of `plan` (a list per epoch) not yet trained at the death's place, per
     epoch (empty lists for the epochs before it)."""
     rest = [[] for _ in plan]
@@ -78,7 +116,7 @@ def remainder(plan: list, death: Death) -> list:
     return rest
 
 
-def trained(plan: list, death: Death) -> list:
+def trained(plan: list, death: Handover) -> list:
     """`plan` cut at the death's place: what the dead worker trained."""
     cut = [list(ranges) if e < death.epoch else [] for e, ranges in enumerate(plan)]
     if death.epoch < len(plan):
@@ -99,7 +137,7 @@ class WorkPlan:
         self.epochs = epochs
         self.deaths = tuple(deaths)
 
-    def with_death(self, death: Death) -> "WorkPlan":
+    def with_death(self, death: Handover) -> "WorkPlan":
         return WorkPlan(self.parts, self.epochs, self.deaths + (death,))
 
     def shares(self, worker: int) -> list:

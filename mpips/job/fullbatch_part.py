@@ -31,7 +31,8 @@ from ..base.log import say
 from ..ranks.roles import Roles
 from ..data.shards import data_format, open_shard
 from ..run.startup import process_age, ready
-from .worker_part import saving_on_failure
+from .failing import saving_on_failure
+from ..wire.tags import LOSS_TAG
 
 log = logging.getLogger("mpips")
 
@@ -57,7 +58,7 @@ def solve(cfg: TrainConfig, roles: Roles, name: str, resume, placement, failover
     directory and manifest); (record, test margins, labels, hold times, the solver's steps:
     float64[k, 6] on the driver)."""
     kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
-    with saving_on_failure(roles, kv, cfg.timeout):
+    with saving_on_failure(roles, kv.placement, cfg.timeout):
         return _solve(cfg, roles, kv, name, resume)
 
 
@@ -165,7 +166,6 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
     return r, margins, labels, np.zeros(n_workers), trace, timeline.empty()
 
 
-LOSS_TAG = 7
 
 
 def _checkpoint(cfg: TrainConfig, ps: DenseClient, name: str, n_workers: int,

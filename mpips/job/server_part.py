@@ -18,7 +18,7 @@ from ..run import signals
 from ..run import summary
 from ..run import testevents
 from ..server.checkpoint_rounds import Checkpoints
-from ..worker.kvworker import tell_servers_to_save
+from .failing import log_failure, tell_servers_to_save
 from ..wire.clocks import FINISHED, ClockTable
 from ..base.budget import Budget, OverBudget
 from ..run.config import TrainConfig
@@ -27,7 +27,7 @@ from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError
 from ..ranks.ulfm import CannotFailOver, agreed_dead
 from ..base.files import keep_trying, write_hdf5
 from ..models.lbfgs import Step
-from ..base.log import log_failure, say
+from ..base.log import say
 from ..storage.model_files import save_shard, shard_path
 from ..wire.placement import Placement, describe_ranges
 from ..server.progress import Progress

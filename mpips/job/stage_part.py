@@ -32,12 +32,11 @@ from ..pipeline.stage_rank import StageRank, receive
 from ..pipeline.schedule import POLICIES, describe
 from ..run.startup import process_age, ready
 from ..base.timeline import Timeline
+from ..wire.tags import (STAGE_HEADER, STAGE_LABELS, STAGE_RESULT, STAGE_SCORE, STAGE_SCORE_LOGITS,
+                         STAGE_SCORE_WIDE, STAGE_SCORE_X)
 
 log = logging.getLogger("mpips")
 
-MAX_MICROS = 4096            # micro-batch tags (pipeline._tag) stay below the tags here
-_HEADER, _LABELS, _RESULT = 9001, 9002, 9003
-_SCORE, _SCORE_X, _SCORE_WIDE, _SCORE_LOGITS = 9004, 9005, 9006, 9007   # scoring's own
 # What a header's first number says besides a minibatch's row count.
 FINISHED, STOPPED, FAILED, SCORED = -1.0, -2.0, -3.0, -4.0
 
@@ -164,7 +163,7 @@ def _score(pipe: Pipe, kv, model, keys: np.ndarray) -> None:
     this stage's layers, with the final model's rows (pulled once)."""
     layers, weights = pipe.stage_layers(model), None
     while True:
-        header = pipe.receive(3, 0, _SCORE, f"{pipe.name(0)} to send the "
+        header = pipe.receive(3, 0, STAGE_SCORE, f"{pipe.name(0)} to send the "
                                             f"next rows to score")
         if header[0] == FAILED:
             raise StageFailed(f"{pipe.name(0)} failed while scoring (its "
@@ -175,13 +174,13 @@ def _score(pipe: Pipe, kv, model, keys: np.ndarray) -> None:
         if weights is None:
             weights = model.unpack(kv.wait(kv.pull(keys, read_only=True)), pipe.layers)
         x = pipe.receive((n, layers[0].inputs), pipe.stage - 1,
-                         _SCORE_X, f"the activations to score from stage {pipe.stage - 1}")
+                         STAGE_SCORE_X, f"the activations to score from stage {pipe.stage - 1}")
         y = forward(layers, weights, x)
         if pipe.last:
-            wide = pipe.receive(n, 0, _SCORE_WIDE, "the wide margins to score from stage 0")
-            out = pipe.send(wide + y[:, 0], 0, _SCORE_LOGITS)
+            wide = pipe.receive(n, 0, STAGE_SCORE_WIDE, "the wide margins to score from stage 0")
+            out = pipe.send(wide + y[:, 0], 0, STAGE_SCORE_LOGITS)
         else:
-            out = pipe.send(y, pipe.stage + 1, _SCORE_X)
+            out = pipe.send(y, pipe.stage + 1, STAGE_SCORE_X)
         wait_all([out], pipe.timeout, lambda: "the next stage to take the rows to score")
 
 
@@ -230,12 +229,12 @@ class Front:
         pipe, n, k = self.pipe, len(batch), self.model.deep_inputs
         report = self.kv.reported   # its progress and epoch: what the other stages report
         sends = [pipe.send(np.array([n, report.progress if report else 0.0,
-                                     report.epoch if report else 0]), s, _HEADER)
+                                     report.epoch if report else 0]), s, STAGE_HEADER)
                  for s in range(1, pipe.stages)]
         model = self.model
         wide, pooled = model.sparse_forward(batch, cols, bias_col, weights)
         sends.append(pipe.send(np.stack([batch.labels.astype(np.float64), wide], axis=1),
-                               pipe.stages - 1, _LABELS))
+                               pipe.stages - 1, STAGE_LABELS))
         own = model.own_rows(bias_col, weights.shape[0], self._rows.shape[0])
         stage = Stage(self.layers, model.unpack(weights[own], pipe.layers),
                       len(micro_rows(n, pipe.micros)), last=False)
@@ -245,7 +244,7 @@ class Front:
                                apply=lambda s: grads.append(s.summed()))
         self.tasks.add(self.kv.clock, began, records)
         dpooled = np.concatenate([rank.input_grads[m] for m in range(len(rank.input_grads))])
-        result = pipe.receive(n + 1, pipe.stages - 1, _RESULT,
+        result = pipe.receive(n + 1, pipe.stages - 1, STAGE_RESULT,
                               f"the loss's gradient from the last stage, "
                               f"{pipe.name(pipe.stages - 1)}")
         grad = model.sparse_gradient(batch, cols, bias_col, result[:n], dpooled, weights.shape)
@@ -257,14 +256,14 @@ class Front:
         """Scoring after training: the rows' margins, the network's forward run stage by
         stage (no rank pulls the whole network)."""
         pipe, n = self.pipe, len(batch)
-        sends = [pipe.send(np.array([n, 0.0, 0.0]), s, _SCORE) for s in range(1, pipe.stages)]
+        sends = [pipe.send(np.array([n, 0.0, 0.0]), s, STAGE_SCORE) for s in range(1, pipe.stages)]
         model = self.model
         wide, pooled = model.sparse_forward(batch, cols, bias_col, weights)
-        sends.append(pipe.send(wide, pipe.stages - 1, _SCORE_WIDE))
+        sends.append(pipe.send(wide, pipe.stages - 1, STAGE_SCORE_WIDE))
         own = model.own_rows(bias_col, weights.shape[0], self._rows.shape[0])
         sends.append(pipe.send(forward(self.layers, model.unpack(weights[own], pipe.layers),
-                                       pooled), 1, _SCORE_X))
-        margins = pipe.receive(n, pipe.stages - 1, _SCORE_LOGITS,
+                                       pooled), 1, STAGE_SCORE_X))
+        margins = pipe.receive(n, pipe.stages - 1, STAGE_SCORE_LOGITS,
                                f"the margins from the last stage, {pipe.name(pipe.stages - 1)}")
         wait_all(sends, pipe.timeout, lambda: "the other stages to take stage 0's messages")
         return margins
@@ -273,7 +272,7 @@ class Front:
         """Tell the other stages training is over (finished, stopped), scoring is
         (SCORED), or this stage failed (FAILED: said where they wait between minibatches,
         training or scoring; within one they find out from their bounded waits)."""
-        tags = {SCORED: (_SCORE,), FAILED: (_HEADER, _SCORE)}.get(how, (_HEADER,))
+        tags = {SCORED: (STAGE_SCORE,), FAILED: (STAGE_HEADER, STAGE_SCORE)}.get(how, (STAGE_HEADER,))
         sends = [self.pipe.send(np.array([how, 0.0, 0.0]), s, tag)
                  for s in range(1, self.pipe.stages) for tag in tags]
         wait_all(sends, self.pipe.timeout, lambda: "the other stages to hear that training "
@@ -302,7 +301,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
     while how is None:
         if signals.stop_requested() and not kv.stop_sent:
             kv.ask_to_stop()   # a stop signal to this rank: server 0 stops the job
-        header = pipe.receive(3, 0, _HEADER,
+        header = pipe.receive(3, 0, STAGE_HEADER,
                               f"{pipe.name(0)} to announce its minibatch of "
                               f"clock {kv.clock} (the slowest worker is at clock "
                               f"{status.get('slowest_clock')})", progress=progress)
@@ -322,7 +321,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
                       last=pipe.last, mean_over=n)
         labels = offsets = None
         if pipe.last:
-            given = pipe.receive((n, 2), 0, _LABELS, f"the labels of clock {kv.clock} from "
+            given = pipe.receive((n, 2), 0, STAGE_LABELS, f"the labels of clock {kv.clock} from "
                                                      f"{pipe.name(0)}")
             labels, offsets = given[:, 0].copy(), given[:, 1].copy()
         grads, began = [], time.time()
@@ -332,7 +331,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
         tasks.add(kv.clock, began, records)
         if pipe.last:
             dlogits = np.concatenate([stage.dlogits[m] for m in range(len(stage.dlogits))])
-            wait_all([pipe.send(np.append(dlogits, loss), 0, _RESULT)], pipe.timeout,
+            wait_all([pipe.send(np.append(dlogits, loss), 0, STAGE_RESULT)], pipe.timeout,
                      lambda: f"{pipe.name(0)} to take the loss's gradient")
         rows = model.pack(grads[0], pipe.layers)
         if stopped or not np.isfinite(rows).all():

@@ -37,7 +37,8 @@ from ..base.processes import Process
 from ..ranks.roles import Roles, split
 from ..data.shards import check_examples, sample_rows
 from .scoring import covered
-from ..run.startup import agree, broadcast_text, compile_per_node, gather_text, run_id
+from ..ranks.collectives import agree, broadcast_text, gather_text
+from ..run.startup import compile_per_node, run_id
 from ..run.warmup import CompileWatch
 
 # A server's, a worker's and a full-batch solver's modules are imported by the ranks that

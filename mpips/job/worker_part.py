@@ -11,19 +11,17 @@ import numpy as np
 from mpi4py import MPI
 
 from ..storage import checkpoint
-from ..wire import protocol
-from ..worker import pushfilter
+from ..worker.pushfilter import Plain, PushFilter
 from ..run import signals
 from ..run import summary
 from ..run import testevents
 from ..ranks.bounded import Backoff, wait_all, wait_until
-from ..worker.kvworker import KVWorker, tell_servers_to_save
+from ..worker.kvworker import KVWorker
+from .failing import saving_on_failure
 from ..run.config import TrainConfig
 from ..data.textfile import KeyIndexer, TextShard
-from ..base.errors import ConfigError, Diverged, InputError, Interrupted, MpipsError, Stopped
-from ..ranks.ulfm import CannotFailOver
+from ..base.errors import Diverged, InputError, MpipsError, Stopped
 from ..models.lbfgs import Step
-from ..base.log import log_failure
 from ..wire.placement import Placement
 from ..ranks.roles import Roles
 from .scoring import Share, worker_share
@@ -31,7 +29,7 @@ from ..data.shards import open_shard, spans
 from .stage_part import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
 from ..run.startup import process_age, ready
 from ..base.timeline import Timeline
-from ..data.workplan import Death, WorkPlan
+from ..data.workplan import Handover, WorkPlan
 
 log = logging.getLogger("mpips")
 
@@ -43,9 +41,9 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
     """`failover`: a dead server's requests go to its keys' living copies; `hot` (under
     ULFM): workers may die, so none waits for the others in a barrier."""
     kv = KVWorker(roles, width=cfg.model_spec().width, timeout=cfg.timeout,
-                  placement=placement, failover=failover, push_filter=pushfilter.of(cfg))
+                  placement=placement, failover=failover, push_filter=_push_filter(cfg))
     position = checkpoint.positions(resume).get(roles.index)
-    with saving_on_failure(roles, kv, cfg.timeout):
+    with saving_on_failure(roles, kv.placement, cfg.timeout):
         if cfg.stages == 1:
             return _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume), hot)
         return _work_in_pipeline(cfg, roles, kv, position, resume)
@@ -71,22 +69,12 @@ def _work_in_pipeline(cfg: TrainConfig, roles: Roles, kv: KVWorker, position, re
     return (*out, front.tasks.rows())
 
 
-@contextlib.contextmanager
-def saving_on_failure(roles: Roles, kv: KVWorker, timeout: float):
-    """When this worker fails, the servers save what they hold before the job stops."""
-    try:
-        yield
-    except Exception as e:
-        if isinstance(e, ConfigError):
-            raise   # every rank stops with it, before training
-        reason = f"worker {roles.index}: {log_failure(e)}"
-        if not isinstance(e, (Interrupted, CannotFailOver)):
-            living = [r for i, r in enumerate(roles.servers) if i not in kv.placement.dead]
-            try:
-                tell_servers_to_save(roles.comm, living, reason, timeout)
-            except (MpipsError, MPI.Exception) as again:
-                log.error("could not reach the servers to save the model: %s", again)
-        raise
+def _push_filter(cfg: TrainConfig) -> Plain | PushFilter:
+    """The push filter a TrainConfig asks for."""
+    if not cfg.filters_pushes:
+        return Plain()
+    return PushFilter(cfg.model_spec().width, cfg.push_values, cfg.push_threshold,
+                      cfg.optimizer.l1 if cfg.push_skip_zeros else 0.0)
 
 
 def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
@@ -298,7 +286,7 @@ class Work:
         self.taken = list(taken)   # the epochs at which it took its shares
         self.epoch = 0             # the epoch and segment of the latest minibatch handed out
         self.segment = 0
-        self._told = {}            # deaths told of out of order: number -> Death
+        self._told = {}            # deaths told of out of order: number -> Handover
         self._rejoin_at = (0, 0)   # where shares given after it left begin (see leave)
 
     def catch_up(self, kv: KVWorker, deaths: int, timeout: float) -> None:
@@ -310,7 +298,7 @@ class Work:
         wait_until(told, timeout, lambda: f"the lead server's word of {deaths} dead worker(s)")
 
     def learn(self, notices: list) -> None:
-        """Deaths the lead told of, (number, Death): each joins the plan in order, and this
+        """Deaths the lead told of, (number, Handover): each joins the plan in order, and this
         worker takes its share at the epoch it is in."""
         for number, death in notices:
             self._told[number] = death
@@ -352,10 +340,10 @@ class Work:
         the split (every worker learns it in order), and return the minibatches of the rows
         it keeps, from there."""
         epoch, segment, offset = upcoming[5], upcoming[6], upcoming[0].start
-        death = Death(self.worker, kv.clock, epoch, segment, offset, tuple(self.taken),
+        death = Handover(self.worker, kv.clock, epoch, segment, offset, tuple(self.taken),
                       (self.worker, joiner), dead=False, shares=(weight, 1))
         resume = self._after(epoch, segment, offset)
-        kv.split(protocol.death_fields(death))
+        kv.split(death.fields())
 
         def numbered() -> bool:
             self.learn(kv.notices())

@@ -15,7 +15,9 @@ import time
 
 import numpy as np
 
+from ..data.workplan import Handover
 from ..wire import protocol
+from ..wire import tags
 from ..wire.clocks import FINISHED
 from ..base.errors import ProtocolError
 from ..wire.protocol import Op
@@ -100,14 +102,14 @@ class WorkerMoves:
                         "given": [], "began": time.monotonic()}
         for w in donors:
             s.send(np.array([protocol.GIVE_NOTICE, worker, len(donors)], np.int64),
-                   s.roles.workers[w], protocol.NOTICE_TAG)
+                   s.roles.workers[w], tags.NOTICE_TAG)
 
     def on_split(self, source: int, r, buf) -> None:
         """The lead: a worker split its rows with the one joining; number it, as a death."""
         s, j = self.server, self.joining
         sender = s.roles.worker_index(source)
         try:
-            death = protocol.death_of(protocol.int64_fields(buf))
+            death = Handover.of_fields(protocol.int64_fields(buf))
         except ValueError as e:
             raise ProtocolError(f"{s.sender(source)} sent a bad request: SPLIT: {e}") from None
         if (j is None or sender not in j["waiting"] or death.worker != sender or death.dead
@@ -146,7 +148,7 @@ class WorkerMoves:
             self.joining = None
             return
         s.send(np.array([protocol.JOIN_NOTICE, clock - 1], np.int64), s.roles.workers[worker],
-               protocol.NOTICE_TAG)
+               tags.NOTICE_TAG)
         result = {"ok": True, "command": "add-worker", "target": worker, "clock": clock,
                   "seconds": round(time.monotonic() - j["began"], 4), "from": j["given"]}
         self.members.done.append(result)
@@ -193,7 +195,7 @@ class WorkerMoves:
         worker = request["target"]
         self.leaving[worker] = (request, time.monotonic())
         s.send(np.array([protocol.LEAVE_NOTICE], np.int64), s.roles.workers[worker],
-               protocol.NOTICE_TAG)
+               tags.NOTICE_TAG)
 
     def worker_gone(self, worker: int) -> None:
         """The lead: `worker` died (its rows handed on); a change waiting for it goes on."""
@@ -211,7 +213,7 @@ class WorkerMoves:
             self._split_done()
 
     def worker_finished(self, worker: int, clock: int, handed) -> None:
-        """The lead: `worker` said FINISH (`handed`: the workplan.Death its rows left went on
+        """The lead: `worker` said FINISH (`handed`: the workplan.Handover its rows left went on
         by, if any); if it was asked to leave, the answer."""
         if self.joining is not None and worker in self.joining["waiting"]:
             self.joining["waiting"].discard(worker)

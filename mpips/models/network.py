@@ -1,20 +1,17 @@
-"""A network as data, cut into pipeline stages, and run through a pipeline schedule in one
-process.
+"""A network as data, cut into pipeline stages.
 
 A network is a list of dense layers (the deep part; its input comes from the embeddings
 pulled from the servers). `partition` cuts it into S contiguous stages of balanced cost;
 `Stage` runs its layers' forward and backward one micro-batch at a time, holding each
 micro-batch's activations until its backward, and adds the micro-batches' gradients in
-micro-batch order (so every schedule gives the same bits). `run_step` plays one schedule's
-tasks in dependency order: the reference for the ranks that run stages over MPI, and what
-the tests compare with a whole-batch numpy step. No MPI here."""
+micro-batch order (so every schedule gives the same bits). No MPI here; a schedule played
+in one process is pipeline.inprocess.run_step."""
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..kernels.mlp import ACTIVATIONS, dense_backward, dense_forward, logistic_loss
-from ..pipeline.schedule import BACKWARD, FORWARD, UPDATE, Task, simulate
 
 
 @dataclass(frozen=True)
@@ -205,28 +202,3 @@ class Stage:
 def stages_of(layers: list, weights: list, cuts: list, micros: int) -> list:
     return [Stage(layers[c.start:c.stop], weights[c.start:c.stop], micros,
                   last=i == len(cuts) - 1) for i, c in enumerate(cuts)]
-
-
-def run_step(stages: list, schedule: list, x: np.ndarray, labels: np.ndarray,
-             lr: float) -> float:
-    """One training step of the pipeline in one process: the micro-batches (x cut in
-    len(schedule[0]) // 2 equal parts, in order) through the schedule's tasks in an order
-    the DAG allows. The step's summed loss."""
-    micros = stages[0].micros
-    stages[-1].loss = 0.0
-    parts = np.array_split(np.arange(x.shape[0]), micros)
-    times = simulate(schedule)
-    outputs, grads = {}, {}
-    for task in sorted(times, key=lambda t: (times[t][0], t.stage)):
-        s, m = task.stage, task.micro
-        if task.kind == FORWARD:
-            given = x[parts[m]] if s == 0 else outputs.pop(Task(s - 1, FORWARD, m))
-            out = stages[s].forward(m, given, labels[parts[m]])
-            if not stages[s].last:
-                outputs[task] = out
-        elif task.kind == BACKWARD:
-            dout = None if stages[s].last else grads.pop(Task(s + 1, BACKWARD, m))
-            grads[task] = stages[s].backward(m, dout)
-        elif task.kind == UPDATE:
-            stages[s].update(lr, x.shape[0])
-    return stages[-1].loss

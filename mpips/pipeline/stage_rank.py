@@ -12,6 +12,7 @@ from mpi4py.util.dtlib import from_numpy_dtype
 from ..ranks.bounded import wait_all
 from ..base.errors import MpipsError
 from ..models.network import Stage
+from ..wire.tags import micro_tag
 from .schedule import BACKWARD, FORWARD, UPDATE
 
 _ACTIVATION, _GRADIENT = 0, 1
@@ -19,10 +20,6 @@ _ACTIVATION, _GRADIENT = 0, 1
 # One row per task this rank ran: seconds from the step's start.
 TASK_RECORD = np.dtype([("stage", "<i4"), ("kind", "S1"), ("micro", "<i4"),
                         ("start", "<f8"), ("end", "<f8")])
-
-
-def _tag(micro: int, direction: int) -> int:
-    return 2 * micro + direction
 
 
 class StageRank:
@@ -96,12 +93,12 @@ class StageRank:
 
     def _send(self, values: np.ndarray, micro: int, direction: int) -> MPI.Request:
         to = self.index + 1 if direction == _ACTIVATION else self.index - 1
-        return self.comm.Isend(np.ascontiguousarray(values), to, _tag(micro, direction))
+        return self.comm.Isend(np.ascontiguousarray(values), to, micro_tag(micro, direction))
 
     def _receive(self, micro: int, direction: int, shape: tuple, dtype) -> np.ndarray:
         source = self.index - 1 if direction == _ACTIVATION else self.index + 1
         what = "activations" if direction == _ACTIVATION else "gradients"
-        return receive(self.comm, shape, dtype, source, _tag(micro, direction), self.timeout,
+        return receive(self.comm, shape, dtype, source, micro_tag(micro, direction), self.timeout,
                        f"the {what} of micro-batch {micro} from stage {source}")
 
 

@@ -17,6 +17,7 @@ import threading
 from mpi4py import MPI
 
 from .bounded import wait_all
+from ..wire.tags import KEEPALIVE_TAG
 from ..base.errors import MpipsError
 from ..base.processes import Process, process_state
 
@@ -185,7 +186,7 @@ class KeepAlive:
     def _run(self) -> None:
         while not self._stop.wait(self._every):
             try:
-                MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, _KEEPALIVE_TAG)
+                MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, KEEPALIVE_TAG)
             except MPI.Exception:
                 pass   # a dead rank, which the job's own calls deal with
 
@@ -215,4 +216,3 @@ class KeepAlive:
         signal.alarm(0)
 
 
-_KEEPALIVE_TAG = 32000   # never sent on

@@ -10,7 +10,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..wire import protocol
+
+from ..wire import tags
 from ..ranks.bounded import wait_until
 from ..ranks.ulfm import CannotFailOver, dead_ranks, is_failure
 from ..wire.placement import describe_ranges
@@ -71,7 +72,7 @@ class Takeover:
         s = self.server
 
         def learned() -> bool:
-            s.roles.comm.Iprobe(MPI.ANY_SOURCE, protocol.REQUEST_TAG)   # MPI progress
+            s.roles.comm.Iprobe(MPI.ANY_SOURCE, tags.REQUEST_TAG)   # MPI progress
             self.learn()
             return s.placement.version >= version
         try:

@@ -19,10 +19,12 @@ import time
 import numpy as np
 
 from ..wire import protocol
+
+from ..wire import tags
 from ..wire.clocks import FINISHED
 from ..base.errors import ProtocolError
 from ..wire.protocol import Op
-from ..data.workplan import Death, WorkPlan
+from ..data.workplan import Handover, WorkPlan
 
 log = logging.getLogger("mpips")
 
@@ -66,7 +68,7 @@ class WorkerLosses:
 
     def _on_death(self, source: int, r, buf) -> None:
         try:
-            death = protocol.death_of(buf[protocol.HEADER_BYTES:].view(np.int64))
+            death = Handover.of_fields(buf[protocol.HEADER_BYTES:].view(np.int64))
         except ValueError as e:
             raise ProtocolError(f"{self.server.sender(source)} sent a bad request: DEATH: "
                                 f"{e}") from None
@@ -173,7 +175,7 @@ class WorkerLosses:
             self._abandon(f"worker {worker} died with rows left to train (epoch "
                           f"{place['epoch']}) and every other worker had finished")
             return
-        self.announce(Death(worker, clock, place["epoch"], place.get("segment", 0),
+        self.announce(Handover(worker, clock, place["epoch"], place.get("segment", 0),
                              place["offset"], tuple(place.get("taken", ())), survivors))
         log.warning("worker %d's rows left (from epoch %d, clock %d) go to worker(s) %s",
                     worker, place["epoch"], clock, list(survivors))
@@ -191,22 +193,22 @@ class WorkerLosses:
         return tuple(w for w in range(len(s.roles.workers))
                      if w != but and w not in s.clocks.gone and s.clocks.done[w] != FINISHED)
 
-    def announce(self, death: Death) -> None:
+    def announce(self, death: Handover) -> None:
         """Number the death, and tell the other servers and every living worker of it (all
         workers share the test file among the living ones)."""
         s = self.server
         index = len(self.deaths)
         self.deaths.append(death)
-        fields = protocol.death_fields(death)
+        fields = death.fields()
         for i in self._other_servers():
             s.send(protocol.pack(protocol.Header(Op.DEATH, nkeys=fields.shape[0], ref=index),
                                  fields), s.roles.servers[i])
         notice = np.concatenate([np.array([index], np.int64), fields])
         for w in range(len(s.roles.workers)):
             if w not in s.clocks.gone:
-                s.send(notice, s.roles.workers[w], protocol.NOTICE_TAG)
+                s.send(notice, s.roles.workers[w], tags.NOTICE_TAG)
 
-    def finished(self, worker: int, clock: int, place: dict) -> Death | None:
+    def finished(self, worker: int, clock: int, place: dict) -> Handover | None:
         """The lead: `worker` said FINISH, its next minibatch at `place` (a checkpoint's
         position). The rows it has not trained go on to the workers still training, as a
         dead worker's would: those from `place` if it left before its end (`mpips ctl
@@ -230,14 +232,14 @@ class WorkerLosses:
                           f"every other worker had finished")
             return None
         full = tuple(taken) + (epoch,) * (len(given) - len(taken))
-        death = Death(worker, clock, epoch, segment, offset, full, survivors, dead=False)
+        death = Handover(worker, clock, epoch, segment, offset, full, survivors, dead=False)
         self.announce(death)
         log.warning("worker %d %s: its rows left go to worker(s) %s", worker,
                     "left" if leaving else "finished before its share of a dead worker's rows "
                     "reached it", list(survivors))
         return death
 
-    def on_death(self, index: int, death: Death) -> None:
+    def on_death(self, index: int, death: Handover) -> None:
         """The lead numbered a death: kept, for checkpoints (and should this server lead)."""
         if index == len(self.deaths):
             self.deaths.append(death)

@@ -160,7 +160,8 @@ class TrainConfig:
             raise ConfigError("--allow-changed-data applies to --resume only")
 
     def _check_stages(self, workers: int) -> None:
-        from ..job.stage_part import MAX_MICROS, POLICIES
+        from ..pipeline.schedule import POLICIES
+        from ..wire.tags import MAX_MICROS
         if self.pipeline not in POLICIES:
             raise ConfigError(f"--pipeline must be one of {', '.join(POLICIES)}, got "
                               f"{self.pipeline!r}")

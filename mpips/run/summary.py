@@ -7,7 +7,7 @@ import resource
 import numpy as np
 from mpi4py import MPI
 
-from .. import __version__
+from ..base.version import __version__
 from ..ranks.bounded import wait_all
 from ..base.files import keep_trying, write_json
 from ..kernels.logistic import held_out

@@ -26,6 +26,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..wire import protocol
+
+from ..wire import tags
 from .admission import admit
 from ..ranks.bounded import Backoff, wait_all
 from .checkpoint_rounds import Checkpoints
@@ -253,7 +255,7 @@ class Server:
             self._next_timed = time.monotonic() + self.ckpt.seconds
         if self.copies.sending:   # a few ranges a turn
             self.copies.send_copies()
-        msg = self.roles.comm.Improbe(MPI.ANY_SOURCE, protocol.REQUEST_TAG, self._probed)
+        msg = self.roles.comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, self._probed)
         if msg is None and self.scoring and self.scoring.poll():   # test rows when idle
             self._backoff.reset()
             self._quiet_since = now
@@ -413,7 +415,7 @@ class Server:
 
     def _on_error(self, source: int, r, buf) -> None:
         self.hooks.failed(f"{self.sender(source).split(' (')[0]}: {protocol.error_text(buf)}")
-        self.send(np.ones(1, np.int64), source, protocol.ERROR_ACK_TAG)
+        self.send(np.ones(1, np.int64), source, tags.ERROR_ACK_TAG)
 
     def _on_stop(self, source: int, r, buf) -> None:
         self._stop_asked = True   # only the lead receives it
@@ -727,7 +729,7 @@ class Server:
         """`worker` trains again (it joins): its silence counts from now."""
         self._heard[worker] = time.monotonic()
 
-    def send(self, buf: np.ndarray, dest: int, tag: int = protocol.REQUEST_TAG) -> None:
+    def send(self, buf: np.ndarray, dest: int, tag: int = tags.REQUEST_TAG) -> None:
         self.stats.bytes_sent += buf.nbytes
         self._replies.append((self.roles.comm.Isend(buf, dest, tag), buf, dest))
         if len(self._replies) > 256:
@@ -735,12 +737,12 @@ class Server:
 
     def send_copy(self, buf: np.ndarray, server: int) -> None:
         """Blocks of a dense table to server `server` (index), on a tag of their own."""
-        self.send(buf, self.roles.servers[server], protocol.DENSE_COPY_TAG)
+        self.send(buf, self.roles.servers[server], tags.DENSE_COPY_TAG)
 
     def receive_copy(self, into: np.ndarray, server: int, what: str) -> None:
         """Blocks of a dense table from server `server`, waited for within --timeout."""
         wait_all([self.roles.comm.Irecv(into, self.roles.servers[server],
-                                        protocol.DENSE_COPY_TAG)], self.timeout, lambda: what)
+                                        tags.DENSE_COPY_TAG)], self.timeout, lambda: what)
 
     def reply(self, buf: np.ndarray, dest: int, ts: int) -> None:
         """Answer request `ts` of rank `dest`."""

@@ -26,7 +26,7 @@ from .dense_files import read_blocks
 from ..base.errors import DamagedFile
 from ..base.files import mismatched, open_hdf5, sha256, write_hdf5, write_json
 from .rundir import remove_checkpoint
-from ..data.workplan import Death
+from ..data.workplan import Handover
 
 log = logging.getLogger("mpips")
 MANIFEST = "manifest.json"
@@ -191,9 +191,9 @@ def positions(resume) -> dict:
 
 
 def deaths(resume) -> tuple:
-    """The workers' deaths a checkpoint records (workplan.Death, in order), from (directory,
+    """The workers' deaths a checkpoint records (workplan.Handover, in order), from (directory,
     manifest); () when not resuming or none died."""
-    return tuple(Death.from_dict(d) for d in resume[1].get("deaths", [])) if resume else ()
+    return tuple(Handover.from_dict(d) for d in resume[1].get("deaths", [])) if resume else ()
 
 
 def describe(root: str, every: bool = False) -> tuple[str, bool]:

@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..kernels.quantize import BLOCK, dequantize_int8, quantize_int8
+from .tags import REPLY_TAG0
 
 
 class Header(NamedTuple):
@@ -77,7 +78,7 @@ class Op(IntEnum):
     HAVE = 13    # a server to the others (BSP under ULFM): every living worker has completed
                  # `clock` clocks here, so clocks before it may be applied everywhere
     DEATH = 14   # the lead to the others: a dead worker's rows went to the survivors
-                 # (`nkeys` int64: see `death_fields`); `ref` numbers the deaths
+                 # (`nkeys` int64: see `workplan.Handover.fields`); `ref` numbers the deaths
     DENSE = 15   # an operation on dense tables (see densetables): `nkeys` int64 fields (the
                  # function's number, its tables', its integers), `width` float64 scalars,
                  # `ref` uint64 rows, then float64 values; reply: float64 (see dense_fields)
@@ -96,7 +97,7 @@ class Op(IntEnum):
                      # its extra holders (a move under way), `replicas` a range, -1 for none
     # Workers joining (see workermoves):
     SPLIT = 22       # a worker to the lead: it split its rows left with the worker joining
-                     # (`nkeys` int64: a death_fields record whose worker is a survivor)
+                     # (`nkeys` int64: a Handover.fields() record whose worker is a survivor)
     JOIN_AT = 23     # the lead to the others: worker `ref` trains again from clock `clock`
     # Every rank scoring chunks of the test rows (see testscoring):
     CHUNK = 24       # any rank to the lead: which chunk of the test file to score next?
@@ -128,25 +129,21 @@ HALF_MAX = 65504.0   # float16's largest finite value
 STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished", "slowest_silent_ms", "deaths",
                  "stopping")
 
-REQUEST_TAG = 1
-ERROR_ACK_TAG = 2
-NOTICE_TAG = 3   # the lead to a worker: a death whose rows it shares (int64: its number,
-                 # then DEATH's payload), or LEAVE_NOTICE alone
+# On tags.NOTICE_TAG, the lead to a worker: a hand-over whose rows it shares (int64: its
+# number, then DEATH's payload), or one of these notices:
 LEAVE_NOTICE = -1   # the lead to a worker (mpips ctl remove-worker): leave after this clock
 GIVE_NOTICE = -2    # ..., joiner, weight: keep `weight` shares of the rows left, give it one
 JOIN_NOTICE = -3    # ..., clock: train again (shares handed to it), from clock + 1
-DENSE_COPY_TAG = 4   # a server to one that holds a range anew: its blocks of one dense table
-_REPLY_TAG0 = 16
 
 
 def reply_tags(tag_ub: int) -> int:
     """How many distinct reply tags to cycle through, given the MPI's largest tag."""
-    return min(1 << 20, tag_ub - _REPLY_TAG0 + 1)
+    return min(1 << 20, tag_ub - REPLY_TAG0 + 1)
 
 
 def reply_tag(ts: int, n_tags: int) -> int:
     """The tag of the reply to request `ts`; it is reused only after n_tags newer requests."""
-    return _REPLY_TAG0 + ts % n_tags
+    return REPLY_TAG0 + ts % n_tags
 
 
 def pack(header: Header, *payload: np.ndarray, report: Report | None = None) -> np.ndarray:
@@ -365,30 +362,3 @@ def int64_fields(buf: np.ndarray) -> np.ndarray:
 
 def error_text(buf: np.ndarray) -> str:
     return buf[HEADER_BYTES:].tobytes().decode("utf-8", "replace")
-
-
-def death_fields(death) -> np.ndarray:
-    """A workplan.Death as int64: worker, clock, epoch, segment, offset, dead (1 or 0), the
-    number of epochs it had taken shares at, those epochs, the number of survivors, the
-    survivors, then (if weighed) each survivor's share."""
-    return np.array([death.worker, death.clock, death.epoch, death.segment, death.offset,
-                     int(death.dead), len(death.taken), *death.taken, len(death.survivors),
-                     *death.survivors, *death.shares], np.int64)
-
-
-def death_of(fields: np.ndarray):
-    """The workplan.Death in `fields` (see death_fields); ValueError if they do not hold
-    one."""
-    from ..data.workplan import Death
-    f = [int(x) for x in fields]
-    if len(f) < 8 or f[6] < 0 or len(f) < 8 + f[6] or f[5] not in (0, 1):
-        raise ValueError(f"{len(f)} fields do not hold a death")
-    taken = tuple(f[7:7 + f[6]])
-    rest = f[7 + f[6]:]
-    n = rest[0] if rest else -1
-    if n < 0 or len(rest) - 1 not in (n, 2 * n) or min(f[:4] + list(taken) + rest) < 0:
-        raise ValueError(f"{len(f)} fields do not hold a death")
-    survivors, shares = tuple(rest[1:1 + n]), tuple(rest[1 + n:])
-    if len(set(survivors)) < n or (shares and min(shares) < 1):
-        raise ValueError(f"{len(f)} fields do not hold a death")
-    return Death(f[0], f[1], f[2], f[3], f[4], taken, survivors, bool(f[5]), shares)

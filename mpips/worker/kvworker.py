@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
+from ..data.workplan import Handover
 from ..wire import protocol
+from ..wire import tags
 from ..ranks.bounded import wait_all, wait_until
 from ..base.errors import ProtocolError, Stopped, WaitTimeout
 from ..ranks.ulfm import CannotFailOver, dead_ranks, is_failure
@@ -129,7 +131,7 @@ class KVWorker:
                             placement=self._placement.version, **fields)
         buf = protocol.pack(h, *payload, report=self._report if report else None)
         self.bytes_sent += buf.nbytes
-        req = self._comm.Isend(buf, self._servers[server_index], protocol.REQUEST_TAG)
+        req = self._comm.Isend(buf, self._servers[server_index], tags.REQUEST_TAG)
         return _Send(req, buf, server_index)
 
     def _reply_into(self, into: np.ndarray, server_index: int, rows=None,
@@ -333,13 +335,13 @@ class KVWorker:
 
     def notices(self) -> list:
         """The deaths the lead server has told this worker of since the last call: (number,
-        workplan.Death), in the order they arrived. A notice to leave, to give rows to a worker
+        workplan.Handover), in the order they arrived. A notice to leave, to give rows to a worker
         that joins or to join sets `asked_to_leave`, `asked_to_give` or `join_clock`."""
         out = []
         status = MPI.Status()
         while True:
             try:
-                if not self._comm.Iprobe(MPI.ANY_SOURCE, protocol.NOTICE_TAG, status):
+                if not self._comm.Iprobe(MPI.ANY_SOURCE, tags.NOTICE_TAG, status):
                     return out
             except MPI.Exception as e:   # under ULFM: a death not yet acknowledged
                 if not is_failure(e):
@@ -347,7 +349,7 @@ class KVWorker:
                 dead_ranks(self._comm)
                 continue
             fields = np.empty(status.Get_count(MPI.BYTE) // 8, np.int64)
-            self._comm.Recv(fields, status.Get_source(), protocol.NOTICE_TAG)
+            self._comm.Recv(fields, status.Get_source(), tags.NOTICE_TAG)
             if status.Get_source() not in self._servers:
                 raise ProtocolError(f"rank {status.Get_source()}, not a server, sent this worker "
                                     f"a notice")
@@ -362,7 +364,7 @@ class KVWorker:
                 self.join_clock = int(fields[1])
                 continue
             try:
-                out.append((int(fields[0]), protocol.death_of(fields[1:])))
+                out.append((int(fields[0]), Handover.of_fields(fields[1:])))
             except (ValueError, IndexError) as e:
                 raise ProtocolError(f"rank {status.Get_source()} sent a notice that holds no "
                                     f"death: {e}") from None
@@ -384,7 +386,7 @@ class KVWorker:
 
     def split(self, fields: np.ndarray) -> None:
         """Tell the lead this worker split its rows left with the worker joining (a
-        workplan.Death as death_fields): it numbers the split and tells every worker."""
+        Handover.fields()): it numbers the split and tells every worker."""
         self.asked_to_give = None
         self._ts += 1
         self._pending[self._ts] = _Pending(
@@ -603,38 +605,3 @@ class KVWorker:
             except Stopped:
                 pass   # a read sent ahead, refused because the job is stopping
         self._broadcast(Op.BYE)
-
-
-def tell_servers_to_save(comm: MPI.Intracomm, servers, reason: str, timeout: float,
-                         answering: bool = False) -> None:
-    """Tell each server in `servers` (ranks) that the job is failing, and wait until each has
-    saved its shard and acknowledged. Used by a failing worker, or server for the others: a
-    failing server is `answering` meanwhile, acknowledging the others' word, since they may
-    be failing at once and waiting for it (it has saved already)."""
-    text = np.frombuffer(reason.encode("utf-8"), np.uint8)
-    header = protocol.Header(Op.ERROR)
-    message = protocol.pack(header, text)
-    acks = np.zeros(len(servers), np.int64)
-    requests = []
-    for i, server in enumerate(servers):
-        requests.append(comm.Isend(message, server, protocol.REQUEST_TAG))
-        requests.append(comm.Irecv(acks[i:i + 1], server, protocol.ERROR_ACK_TAG))
-    answers = []
-
-    def done() -> bool:
-        if answering:
-            for server in servers:
-                probed = MPI.Status()
-                found = comm.Improbe(server, protocol.REQUEST_TAG, probed)
-                if found is None:
-                    continue
-                buf = np.empty(probed.Get_count(MPI.BYTE), np.uint8)
-                found.Recv(buf)   # the job is failing: anything but its word is moot
-                if buf.shape[0] >= protocol.HEADER_BYTES and \
-                        protocol.header(buf).op == Op.ERROR:
-                    answers.append(comm.Isend(np.ones(1, np.int64), server,
-                                              protocol.ERROR_ACK_TAG))
-        return MPI.Request.Testall(requests) and MPI.Request.Testall(answers)
-
-    wait_until(done, timeout,
-               lambda: f"server rank(s) {list(servers)} to save their shards after an error")

@@ -216,11 +216,3 @@ class PushFilter:
                         "the rounding of keys not in it is lost", int(self._meta[0]))
         self.lost += lost
         return Outgoing(kept, skept, sent, svalues, offsets, parts)
-
-
-def of(cfg) -> Plain | PushFilter:
-    """The push filter a TrainConfig asks for."""
-    if not cfg.filters_pushes:
-        return Plain()
-    return PushFilter(cfg.model_spec().width, cfg.push_values, cfg.push_threshold,
-                      cfg.optimizer.l1 if cfg.push_skip_zeros else 0.0)

@@ -8,6 +8,7 @@ the refusal must say.
 import numpy as np
 import pytest
 
+from mpips.data.workplan import Handover
 from mpips.wire import protocol
 from mpips.server.admission import admit
 from mpips.wire.dense_layout import Layout, name_id, name_words
@@ -234,9 +235,9 @@ def test_what_a_worker_sends_is_admitted(buf):
                                     [1, 7, 0, 0, -1, 1, 5, 0, 1, 2], [-1, 7, 0, 0, -1, 1, 0, 1, 2]],
                          ids=["empty", "survivors cut short", "dead neither 0 nor 1",
                               "taken epochs past the end", "a negative worker"])
-def test_fields_that_hold_no_death_are_refused(fields):
-    with pytest.raises(ValueError, match="do not hold a death"):
-        protocol.death_of(np.array(fields, np.int64))
+def test_fields_that_hold_no_handover_are_refused(fields):
+    with pytest.raises(ValueError, match="do not hold a hand-over"):
+        Handover.of_fields(np.array(fields, np.int64))
 
 
 @pytest.mark.parametrize("same_keys", [False, True])
@@ -493,9 +494,7 @@ def test_a_switch_with_no_copies_made_is_refused():
 
 
 def split_of(worker: int = 0, joiner: int = 1):
-    from mpips.data.workplan import Death
-    fields = protocol.death_fields(Death(worker, 3, 0, 0, -1, (), (worker, joiner), False,
-                                         (2, 1)))
+    fields = Handover(worker, 3, 0, 0, -1, (), (worker, joiner), False, (2, 1)).fields()
     return protocol.pack(Header(Op.SPLIT, nkeys=fields.shape[0]), fields)
 
 
@@ -521,7 +520,7 @@ def test_a_split_to_the_lead_and_a_join_from_it_are_admitted():
     split = admit(split_of(), "worker 0 (rank 3)", True, to_lead=True, from_lead=False,
                   width=1, placement=REPLICATED, server=0)
     assert split.op is Op.SPLIT
-    assert protocol.death_of(protocol.int64_fields(split_of())).shares == (2, 1)
+    assert Handover.of_fields(protocol.int64_fields(split_of())).shares == (2, 1)
     joined = admit(protocol.pack(Header(Op.JOIN_AT, clock=5, ref=1)), "server 0 (rank 0)",
                    False, to_lead=False, from_lead=True, width=1, placement=REPLICATED,
                    server=1)

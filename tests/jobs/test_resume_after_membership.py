@@ -8,7 +8,7 @@ A worker change is not itself reproducible (the clock at which the worker reads 
 word depends on timing, and the minibatches then differ from a run without the change), so
 the uninterrupted run compared with is the very run that wrote the checkpoint: it had the
 change, and it went on to its end. A checkpoint records the change (its `deaths`: a leave is
-a `workplan.Death` that is not `dead`, a join one split per donor) and every worker's place
+a `workplan.Handover` that is not `dead`, a join one split per donor) and every worker's place
 (`positions`, with `taken`: the epochs at which it took its shares of the rows handed on), so
 a resume from a clock after the change must end on that run's bits and train exactly its rows
 (`train_examples`, and each worker's `worker_examples`).

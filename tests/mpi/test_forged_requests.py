@@ -10,6 +10,8 @@ from mpi4py import MPI
 from serving import server_for
 
 from mpips.wire import protocol
+
+from mpips.wire import tags
 from mpips.ranks.bounded import wait_all
 from mpips.worker.kvworker import KVWorker
 from mpips.base.errors import ProtocolError
@@ -68,7 +70,7 @@ def test_a_forged_request_stops_the_server_and_changes_nothing(kind, says):
                 np.testing.assert_array_equal(kv.wait(kv.pull(KEYS)), -GRADS)   # applied
             wait_all([roles.group.Ibarrier()], 60, lambda: "worker 0's push to be applied")
             if roles.index == 1:
-                sends = [roles.comm.Isend(forged(kind, s), s, protocol.REQUEST_TAG)
+                sends = [roles.comm.Isend(forged(kind, s), s, tags.REQUEST_TAG)
                          for s in roles.servers]
                 wait_all(sends, 60, lambda: "the forged requests to be sent")
         wait_all([roles.comm.Ibarrier()], 60, lambda: "every rank")

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpips.models.network import init, mlp, partition, run_step, stages_of
+from mpips.models.network import init, mlp, partition, stages_of
 from mpips.pipeline.stage_rank import BadStageMessage, StageRank
+from mpips.pipeline.inprocess import run_step
 from mpips.pipeline.schedule import POLICIES
 
 pytestmark = pytest.mark.mpi(min_size=3)

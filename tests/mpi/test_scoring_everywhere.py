@@ -15,6 +15,7 @@ from mpi4py import MPI
 from serving import server_for
 
 from mpips.wire import protocol
+from mpips.wire import tags
 from mpips.ranks.bounded import wait_all
 from mpips.worker.kvworker import KVWorker
 from mpips.run.config import TrainConfig
@@ -169,15 +170,15 @@ def test_a_read_of_test_keys_before_a_workers_finish_waits_for_it():
             server.run()
         elif roles.is_server:
             out = np.empty((mine.shape[0], 1), np.float32)
-            tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
-            reply = roles.comm.Irecv(out, 1, protocol.reply_tag(7, tags))
+            n_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
+            reply = roles.comm.Irecv(out, 1, protocol.reply_tag(7, n_tags))
             roles.comm.Send(protocol.pack(Header(Op.READ, ts=7, nkeys=mine.shape[0]), mine), 1,
-                            protocol.REQUEST_TAG)
+                            tags.REQUEST_TAG)
             for worker in roles.workers:   # only now may they say FINISH
                 roles.comm.Send(np.zeros(1, np.int64), worker, GO_TAG)
             wait_all([reply], 60, lambda: "server 1's answer")
             np.testing.assert_array_equal(out, 0)   # nothing trained: the final weights
-            roles.comm.Send(protocol.pack(Header(Op.SCORED)), 1, protocol.REQUEST_TAG)
+            roles.comm.Send(protocol.pack(Header(Op.SCORED)), 1, tags.REQUEST_TAG)
             # The workers' messages to this stand-in (FINISH, CHUNK, BYE) and server 1's
             # SCORED: taken, so that none is left unreceived.
             taken, status = 0, MPI.Status()

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from mpips.kernels.mlp import dense_backward, dense_forward, logistic_loss
-from mpips.models.network import Dense, Stage, init, measured_costs, mlp, partition, run_step, stages_of
+from mpips.models.network import Dense, Stage, init, measured_costs, mlp, partition, stages_of
+from mpips.pipeline.inprocess import run_step
 from mpips.pipeline.schedule import POLICIES
 
 

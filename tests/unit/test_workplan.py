@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from mpips.data.workplan import Death, WorkPlan
+from mpips.data.workplan import Handover, WorkPlan
 
 PARTS = [(0, 100), (100, 200), (200, 307), (307, 400)]
 EPOCHS = 3
@@ -30,7 +30,7 @@ def test_without_deaths_each_worker_trains_its_own_part():
 @pytest.mark.parametrize("epoch, segment, offset", [(0, 0, 150), (1, 0, -1), (2, 0, 199),
                                                      (0, 0, 100)])
 def test_a_death_hands_the_rest_to_the_survivors_once(epoch, segment, offset):
-    plan = WorkPlan(PARTS, EPOCHS).with_death(Death(1, 7, epoch, segment, offset,
+    plan = WorkPlan(PARTS, EPOCHS).with_death(Handover(1, 7, epoch, segment, offset,
                                                     survivors=(0, 2, 3)))
     takes = {w: [epoch] for w in (0, 2, 3)}
     assert (counts(plan, takes) == 1).all()
@@ -44,7 +44,7 @@ def test_a_death_hands_the_rest_to_the_survivors_once(epoch, segment, offset):
 def test_a_survivor_ahead_takes_the_rest_into_its_current_epoch():
     """Worker 3 was already in epoch 2 when worker 1 died in epoch 0: what worker 1 had left
     of epochs 0 and 1 goes to worker 3's epoch 2; nothing goes to an epoch it has passed."""
-    plan = WorkPlan(PARTS, EPOCHS).with_death(Death(1, 7, 0, 0, 150, survivors=(0, 3)))
+    plan = WorkPlan(PARTS, EPOCHS).with_death(Handover(1, 7, 0, 0, 150, survivors=(0, 3)))
     takes = {0: [0], 3: [2]}
     assert (counts(plan, takes).sum(axis=0) == EPOCHS).all(), "every row once per epoch"
     assert len(plan.segments(3, 0, [2])) == len(plan.segments(3, 1, [2])) == 1
@@ -53,9 +53,9 @@ def test_a_survivor_ahead_takes_the_rest_into_its_current_epoch():
 
 
 def test_a_second_death_hands_on_the_share_of_the_first():
-    first = Death(1, 7, 0, 0, 150, survivors=(0, 2, 3))
+    first = Handover(1, 7, 0, 0, 150, survivors=(0, 2, 3))
     # Worker 2 took its share in epoch 0 and died in epoch 1, in its second segment.
-    second = Death(2, 40, 1, 1, first.piece(100, 200, 2)[0] + 5, taken=(0,), survivors=(0, 3))
+    second = Handover(2, 40, 1, 1, first.piece(100, 200, 2)[0] + 5, taken=(0,), survivors=(0, 3))
     plan = WorkPlan(PARTS, EPOCHS).with_death(first).with_death(second)
     takes = {0: [0, 1], 3: [0, 1]}
     assert (counts(plan, takes) == 1).all()
@@ -65,14 +65,14 @@ def test_a_second_death_hands_on_the_share_of_the_first():
 
 
 def test_a_death_after_its_last_epoch_moves_nothing():
-    plan = WorkPlan(PARTS, EPOCHS).with_death(Death(1, 70, EPOCHS, 0, -1, survivors=(0,)))
+    plan = WorkPlan(PARTS, EPOCHS).with_death(Handover(1, 70, EPOCHS, 0, -1, survivors=(0,)))
     assert (counts(plan, {0: [EPOCHS - 1]}) == 1).all()
     assert plan.segments(0, EPOCHS - 1, [EPOCHS - 1]) == [PARTS[0]]
 
 
 def test_deaths_round_trip_through_json_fields():
-    d = Death(1, 7, 0, 2, 150, taken=(0, 1), survivors=(0, 3))
-    assert Death.from_dict(d.as_dict()) == d
+    d = Handover(1, 7, 0, 2, 150, taken=(0, 1), survivors=(0, 3))
+    assert Handover.from_dict(d.as_dict()) == d
 
 
 def test_random_deaths_keep_every_row_once_per_epoch():
@@ -88,7 +88,7 @@ def test_random_deaths_keep_every_row_once_per_epoch():
             ranges = mine[epoch] if epoch < EPOCHS else []
             offset = (int(rng.integers(ranges[segment][0], ranges[segment][1] + 1))
                       if ranges else -1)
-            plan = plan.with_death(Death(dead, 0, epoch, segment, offset, tuple(takes[dead]),
+            plan = plan.with_death(Handover(dead, 0, epoch, segment, offset, tuple(takes[dead]),
                                          tuple(living)))
             for w in living:
                 takes[w].append(max(epoch if epoch < EPOCHS else EPOCHS - 1,
@@ -101,13 +101,13 @@ def test_random_deaths_keep_every_row_once_per_epoch():
 def test_a_worker_that_left_and_joins_again_takes_a_piece_of_every_workers_rest():
     """Worker 1 leaves in epoch 0; in epoch 1 it joins again: workers 0, 2 and 3 each keep
     three quarters of what they have left and give it the last quarter."""
-    left = Death(1, 7, 0, 0, 150, survivors=(0, 2, 3), dead=False)
+    left = Handover(1, 7, 0, 0, 150, survivors=(0, 2, 3), dead=False)
     plan = WorkPlan(PARTS, EPOCHS).with_death(left)
     takes = {0: [0], 2: [0], 3: [0]}
     assert (counts(plan, takes).sum(axis=0) == EPOCHS).all()
     for donor in (0, 2, 3):   # each cuts where it stands: its own part, 40 rows in
         start = PARTS[donor][0]
-        plan = plan.with_death(Death(donor, 30, 1, 0, start + 40, tuple(takes[donor]),
+        plan = plan.with_death(Handover(donor, 30, 1, 0, start + 40, tuple(takes[donor]),
                                      survivors=(donor, 1), shares=(3, 1), dead=False))
         takes[donor].append(1)
         takes.setdefault(1, []).append(1)
@@ -121,12 +121,11 @@ def test_a_worker_that_left_and_joins_again_takes_a_piece_of_every_workers_rest(
 
 
 def test_a_split_round_trips_through_the_wire_and_json():
-    from mpips.wire import protocol
-    d = Death(2, 30, 1, 1, 250, taken=(0, 1), survivors=(2, 1), shares=(3, 1), dead=False)
-    assert protocol.death_of(protocol.death_fields(d)) == d
-    assert Death.from_dict(d.as_dict()) == d
+    d = Handover(2, 30, 1, 1, 250, taken=(0, 1), survivors=(2, 1), shares=(3, 1), dead=False)
+    assert Handover.of_fields(d.fields()) == d
+    assert Handover.from_dict(d.as_dict()) == d
     with pytest.raises(ValueError):
-        protocol.death_of(protocol.death_fields(d)[:-1])   # a share missing
+        Handover.of_fields(d.fields()[:-1])   # a share missing
 
 
 def test_random_deaths_leaves_and_joins_keep_every_row_once_per_epoch():
@@ -153,7 +152,7 @@ def test_random_deaths_leaves_and_joins_keep_every_row_once_per_epoch():
                 joiner = gone.pop(0)
                 for donor in list(training):
                     where = place(donor)
-                    plan = plan.with_death(Death(donor, 0, *where, tuple(takes[donor]),
+                    plan = plan.with_death(Handover(donor, 0, *where, tuple(takes[donor]),
                                                  (donor, joiner), False,
                                                  (len(training), 1)))
                     take(donor, where[0])
@@ -165,7 +164,7 @@ def test_random_deaths_leaves_and_joins_keep_every_row_once_per_epoch():
             w = int(rng.choice(training))
             training.remove(w)
             where = place(w)
-            plan = plan.with_death(Death(w, 0, *where, tuple(takes[w]), tuple(training),
+            plan = plan.with_death(Handover(w, 0, *where, tuple(takes[w]), tuple(training),
                                          kind == "die"))
             for s in training:
                 take(s, where[0])
