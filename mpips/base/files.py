@@ -1,7 +1,8 @@
 """Writing files so that a failure leaves nothing half-written and says why in one line, and
 reading HDF5 files back so that a damaged one is named.
 
-Every file goes to a temporary name, is fsynced and renamed: a reader sees the old file or
+Every file goes to a temporary name, is fsynced and renamed (`atomic_file`; `write_bytes`,
+`write_json` and `write_hdf5` for what is whole in memory): a reader sees the old file or
 the new one. When writing fails (a full disk, a quota, a read-only or vanished directory),
 the temporary file is removed and SaveError names the file, the reason and, for a full
 disk, how many bytes were needed and how many are free. `keep_trying` holds what could
@@ -66,13 +67,14 @@ def _reason(e: BaseException) -> tuple[str, bool]:
     return (text.splitlines() or [type(e).__name__])[0][:200], False
 
 
-def save_error(path: str, e: BaseException, needed: int) -> SaveError:
+def save_error(path: str, e: BaseException, needed: int | None) -> SaveError:
+    """`needed`: the file's size, or None when it was written piece by piece (unknown)."""
     why, full = _reason(e)
     directory = os.path.dirname(os.path.abspath(path))
     text = f"cannot write {path}: {why}"
     if full:
         free = free_bytes(directory)
-        text += (f" (it needs about {_mb(needed)}; "
+        text += (f" ({'' if needed is None else f'it needs about {_mb(needed)}; '}"
                  f"{'?' if free is None else _mb(free)} free in {directory})")
     error = SaveError(text)
     error.disk_full = full
@@ -86,20 +88,33 @@ def _remove(path: str) -> None:
         pass
 
 
-def write_bytes(path: str, data, tmp: str | None = None) -> None:
-    """Write `data` (bytes-like) to `path` atomically; SaveError if it cannot be done."""
+@contextlib.contextmanager
+def atomic_file(path: str, mode: str = "wb", tmp: str | None = None, size: int | None = None):
+    """A file opened for writing (`mode`) under a temporary name, fsynced and renamed to
+    `path` when the block ends: for what is written piece by piece. On any error the
+    temporary file is removed; an OSError becomes SaveError naming `path` (`size`: the
+    bytes it needs, if known)."""
     tmp = tmp or f"{path}.tmp-{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(data)
+        with open(tmp, mode) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(os.path.dirname(os.path.abspath(path)))
     except OSError as e:
         _remove(tmp)
-        raise save_error(path, e, len(data)) from None
+        raise save_error(path, e, size) from None
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def write_bytes(path: str, data, tmp: str | None = None) -> None:
+    """Write `data` (bytes-like) to `path` atomically; SaveError if it cannot be done."""
+    with atomic_file(path, "wb", tmp, size=len(data)) as f:
+        f.write(data)
 
 
 def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:

@@ -75,7 +75,7 @@ def make_data_parser(sub):
 
 
 def _run_make_data(args) -> None:
-    from ..base.errors import ConfigError
+    from ..base.errors import ConfigError, SaveError
     from ..base.log import say
     from ..data.synthetic import make_data
     try:
@@ -86,7 +86,7 @@ def _run_make_data(args) -> None:
     except MemoryError as e:
         fail(f"--rows {args.rows:,} with these options needs more memory than this machine "
              f"gives ({e}): make fewer rows, or fewer features per row", 2)
-    except OSError as e:
-        fail(f"cannot write {e.filename or args.prefix}: {e.strerror or e}", 1)
+    except SaveError as e:   # "cannot write PATH: why"
+        fail(str(e), 1)
     for f in files.values():
         say(f"wrote {f['path']}: {f['rows']:,} rows, {f['positive_rate']:.1%} positive")

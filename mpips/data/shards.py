@@ -10,7 +10,8 @@ A dataset is a directory:
     part-NNNN.values.npy          float32[nnz]
 
 `convert` writes one part per converting rank, each from its own byte range of
-the text; `CsrShard` gives worker w of W the rows [N*w/W, N*(w+1)/W) without
+the text (its arrays go to scratch .raw files, then each .npy is written atomically,
+its header ahead of the raw bytes); `CsrShard` gives worker w of W the rows [N*w/W, N*(w+1)/W) without
 reading anything else.
 """
 import contextlib
@@ -19,6 +20,7 @@ import json
 import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +28,7 @@ import numpy as np
 from ..ranks.bounded import wait_all
 from .textfile import FIELDS, LIBFFM, Rows, TextShard, byte_range, check_file, sniff
 from ..base.errors import ConfigError, InputError
+from ..base.files import atomic_file, write_bytes
 from ..kernels import distinct
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import FIELD_SHIFT
@@ -137,19 +140,16 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
     finally:
         for f in raw.values():
             f.close()
-    for array, dtype in ARRAYS:   # .npy needs the length up front: copy the raw bytes behind it
-        tmp = _part_file(dst, name, array) + ".raw"
-        count = os.path.getsize(tmp) // np.dtype(dtype).itemsize
-        out = np.lib.format.open_memmap(_part_file(dst, name, array), "w+", dtype, (count,))
-        with open(tmp, "rb") as f:
-            done, block = 0, (64 << 20) // np.dtype(dtype).itemsize
-            while done < count:
-                n = min(block, count - done)
-                out[done:done + n] = np.frombuffer(f.read(n * out.itemsize), dtype)
-                done += n
-        out.flush()
-        del out
-        os.remove(tmp)
+    for array, dtype in ARRAYS:   # .npy needs the length up front: the raw bytes go behind it
+        npy = _part_file(dst, name, array)
+        size = os.path.getsize(npy + ".raw")
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                  "fortran_order": False, "shape": (size // np.dtype(dtype).itemsize,)}
+        with atomic_file(npy, "wb", tmp=npy + ".tmp", size=size) as out, \
+                open(npy + ".raw", "rb") as f:
+            np.lib.format.write_array_header_1_0(out, header)
+            shutil.copyfileobj(f, out, 64 << 20)
+        os.remove(npy + ".raw")
     return {"name": name, "rows": rows, "nnz": nnz, "bad_lines": shard.bad_lines,
             "fields": FIELDS.get(shard.fmt.name, top + 1), "keys": keys}
 
@@ -157,7 +157,7 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
 # What `convert` writes in its output directory (and the temporary files on the way): only
 # these are removed when --overwrite replaces a converted dataset.
 WRITTEN = re.compile(r"meta\.json(\.tmp)?|part-\d{4,}\.(labels|indptr|indices|values)"
-                     r"\.npy(\.raw)?")
+                     r"\.npy(\.raw|\.tmp)?")
 
 
 def remove_dataset(dst: str) -> list:
@@ -213,9 +213,8 @@ def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = 
             "bad_lines": int(every[:, 2].sum()), "fields": int(every[:, 3].max()),
             "parts": [{"name": f"part-{r:04d}", "rows": int(every[r, 0]), "nnz": int(every[r, 1])}
                       for r in range(comm.size)]}
-    with open(os.path.join(dst, "meta.json.tmp"), "w") as f:
-        json.dump(meta, f, indent=2)
-    os.replace(os.path.join(dst, "meta.json.tmp"), os.path.join(dst, "meta.json"))
+    write_bytes(os.path.join(dst, "meta.json"), json.dumps(meta, indent=2).encode(),
+                tmp=os.path.join(dst, "meta.json.tmp"))
     return meta
 
 

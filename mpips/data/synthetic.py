@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from ..base.errors import ConfigError
+from ..base.files import atomic_file
 from ..kernels.synth import criteo_rows, max_bytes_per_row, write_rows
 
 ZIPF_EXPONENT = 1.1
@@ -44,17 +45,13 @@ def write_svmlight(path: str, seed: int, first_row: int, n_rows: int, n_fields: 
     tau = math.sqrt(MARGIN_STD / math.sqrt(pairs))
     buf = np.empty(max_bytes_per_row(n_fields) * rows_per_chunk, np.uint8)
     positives = 0
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
+    with atomic_file(path, "wb") as f:
         for start in range(first_row, first_row + n_rows, rows_per_chunk):
             count = min(rows_per_chunk, first_row + n_rows - start)
             nbytes, pos = write_rows(seed, start, count, n_fields, n_numeric, cdf, BIAS, sigma,
                                      buf, rank, tau, ffm)
             positives += pos
             f.write(buf[:nbytes].data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return positives
 
 
@@ -70,8 +67,7 @@ def write_criteo(path: str, seed: int, first_row: int, n_rows: int, features: in
     cdf = zipf_cdf(max(features // 26, 1))
     sigma = MARGIN_STD / math.sqrt(39 * (1 - CRITEO_EMPTY))
     positives = 0
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
+    with atomic_file(path, "w") as f:
         for start in range(first_row, first_row + n_rows, CHUNK):
             count = min(CHUNK, first_row + n_rows - start)
             ints = np.empty((count, 13), np.int64)
@@ -83,9 +79,6 @@ def write_criteo(path: str, seed: int, first_row: int, n_rows: int, features: in
                      for y, i, c in zip(labels.tolist(), ints.tolist(), cats.tolist())]
             f.write("\n".join(lines) + "\n")
             positives += int(labels.sum())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return positives
 
 
@@ -248,8 +241,7 @@ def write_tabular(path: str, model, bias: float, seed: int, first_row: int, n_ro
     """Rows [first_row, first_row + n_rows) of a census or dense set to `path`, atomically;
     rows come in blocks of CHUNK, each seeded by (seed, kind, block). Returns positives."""
     positives = 0
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
+    with atomic_file(path, "w") as f:
         for block in range(first_row // CHUNK, -(-(first_row + n_rows) // CHUNK)):
             rng = np.random.default_rng([seed, model.code, 3, block])
             margins, indptr, keys, values = model.rows(rng, CHUNK)
@@ -260,7 +252,4 @@ def write_tabular(path: str, model, bias: float, seed: int, first_row: int, n_ro
             f.write(_svmlight_lines(labels[a:b], indptr[a:b + 1] - lo, keys[lo:hi],
                                     values[lo:hi]))
             positives += int(labels[a:b].sum())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return positives

@@ -1,11 +1,19 @@
-"""A training job: every rank's part, from the checks they agree on to the summary rank 0
-writes. The servers' part is in server_side, the workers' in worker_side.
+"""A training job on every rank, from the checks all ranks agree on to the summary that
+rank 0 writes.
 
-One minibatch on a worker: rows from its share of the data -> sorted unique keys
--> pull -> logistic-regression gradient (numba) -> push, which also completes the
-worker's clock. After the last epoch every worker scores its share of the test
-file with the final model, and rank 0 gathers the scores. With --resume, servers
-first load the checkpoint's keys they hold and workers start where it says.
+`train`: the run id, the configuration checked (every rank stops with the same message),
+the checkpoint to resume from, whether hot failover can work, and the run's directories
+locked and cleared. Then numba kernels are compiled once per node, while the last rank (a
+worker) samples the data to choose the minibatch size and learning rate and every other
+rank imports the module of its own part. Then the roles and the key placement are made.
+Each rank plays one part: a server's (`server_part`), a worker's (`worker_part`, which runs
+`stage_part` under --stages) or, under --solver lbfgs, a full-batch worker's
+(`fullbatch_part`). A worker's minibatch is: rows of its part of the data -> sorted unique
+keys -> pull -> the model's gradient (logistic regression, a factorization machine or Wide
+& Deep: models/catalog) -> push, which also completes the worker's clock. After training,
+the test rows are scored (`scoring`). `_finish` gathers every rank's figures, and rank 0
+writes summary.json and timeline.h5. A job stopped with a checkpoint raises JobStopped
+(exit 75) on every rank.
 """
 import importlib
 import json
