@@ -108,7 +108,7 @@ def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:
     The HDF5 file is built in memory and written with plain writes: the HDF5 library, when a
     write fails under it, leaves objects it can no longer close and crashes at exit. That
     costs a copy of the file in memory for the moment it is written."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
+    import h5py  # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     image = io.BytesIO()
     with h5py.File(image, "w") as f:
         for name, data in datasets.items():
@@ -137,7 +137,7 @@ def mismatched(f, digests: dict) -> str | None:
 def open_hdf5(path: str):
     """`path` opened for reading (an h5py.File), as a context manager; DamagedFile naming it
     and what to do if it cannot be read (h5py's own error names no file)."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
+    import h5py  # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     try:
         with h5py.File(path, "r") as f:
             yield f

@@ -86,7 +86,7 @@ def write(run_dir: str, samples: np.ndarray, counts: np.ndarray, n_servers: int,
 def read(run_dir: str) -> tuple:
     """(samples, rank of each, number of servers) from RUN_DIR/timeline.h5; InputError
     naming the file and what is wrong with it."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
+    import h5py  # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     path = os.path.join(run_dir, FILE)
     try:
         with h5py.File(path, "r") as f:
@@ -109,7 +109,7 @@ def read(run_dir: str) -> tuple:
 def read_tasks(run_dir: str) -> dict | None:
     """A pipeline's logged tasks from RUN_DIR/timeline.h5, field -> array (None: the run had
     no pipeline); InputError naming the file if they cannot be read."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
+    import h5py  # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     path = os.path.join(run_dir, FILE)
     try:
         with h5py.File(path, "r") as f:

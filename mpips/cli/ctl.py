@@ -3,8 +3,8 @@ and wait for the answer (the channel is `control`'s files in RUN_DIR)."""
 import json
 import sys
 
-from ..membership import channel as control
 from ..base.errors import MpipsError
+from ..membership import channel as control
 
 DESCRIPTION = """\
 Ask the job training into RUN_DIR (its --out) to change while it trains, and wait until
@@ -60,7 +60,7 @@ def _fail(text: str) -> None:
 
 
 def run(args) -> None:
-    from ..storage import rundir   # here: every `train` rank builds ctl's parser (start-up time)
+    from ..storage import rundir  # here: every `train` rank builds ctl's parser (start-up time)
     if args.what in ("remove-server", "remove-worker") and args.target is None:
         _fail(f"{args.what} needs the number of the {args.what[7:]} to remove (see ctl status)")
     if args.what in ("status", "rebalance") and args.target is not None:

@@ -30,10 +30,10 @@ def _run_score(args) -> None:
     import json
 
     from ..base.errors import MpipsError
-    from ..models.evaluate import read_rows, score_model, score_snapshots, warn_if_few_known
     from ..base.log import say, setup
-    from ..storage.model_files import model_dir_of
     from ..data.shards import check_input
+    from ..models.evaluate import read_rows, score_model, score_snapshots, warn_if_few_known
+    from ..storage.model_files import model_dir_of
     setup("score")
     try:
         check_input(args.test, "--test")
@@ -138,9 +138,9 @@ def inspect_parser(sub):
 
 
 def _run_inspect(args) -> None:
+    from ..base.errors import MpipsError
     from ..storage import model_files as model_io
     from ..storage.checkpoint import all_checkpoints, describe
-    from ..base.errors import MpipsError
     model = model_io.model_dir_of(args.ckpt_dir)
     try:
         if model and not all_checkpoints(args.ckpt_dir):

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ranks.bounded import wait_all
-from .textfile import FIELDS, LIBFFM, Rows, TextShard, byte_range, check_file, sniff
 from ..base.errors import ConfigError, InputError
 from ..kernels import distinct
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import FIELD_SHIFT
+from ..ranks.bounded import wait_all
 from ..ranks.collectives import agree
+from .textfile import FIELDS, LIBFFM, Rows, TextShard, byte_range, check_file, sniff
 
 log = logging.getLogger("mpips")
 

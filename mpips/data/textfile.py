@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..base.errors import ConfigError, InputError
-from ..kernels.keys import sorted_entries, sorted_unique_inverse
 from ..kernels import avazu, criteo, svmlight
+from ..kernels.keys import sorted_entries, sorted_unique_inverse
 from ..kernels.svmlight import capacity, parse_lines
 
 log = logging.getLogger("mpips")

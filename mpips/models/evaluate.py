@@ -5,13 +5,13 @@ import os
 
 import numpy as np
 
-from . import catalog as models
-from ..data.textfile import BIAS_KEY, Rows, TextShard
-from ..data.dense_rows import Part
 from ..base.files import open_hdf5
+from ..data.dense_rows import Part
+from ..data.shards import CsrShard, format_mismatch
+from ..data.textfile import BIAS_KEY, Rows, TextShard
 from ..kernels.logistic import held_out
 from ..storage.model_files import load_full_batch, load_model, model_info
-from ..data.shards import CsrShard, format_mismatch
+from . import catalog as models
 
 log = logging.getLogger("mpips")
 FEW_KNOWN = 0.05   # of the test's keys known to the model, below which scores are suspect

@@ -9,9 +9,9 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
-from ..ranks.bounded import wait_all
 from ..base.errors import MpipsError
 from ..models.network import Stage
+from ..ranks.bounded import wait_all
 from ..wire.tags import micro_tag
 from .schedule import BACKWARD, FORWARD, UPDATE
 

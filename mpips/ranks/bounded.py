@@ -7,7 +7,7 @@ which leaves the cores to computation when ranks outnumber them.
 """
 import os
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from mpi4py import MPI
 

@@ -16,10 +16,10 @@ import threading
 
 from mpi4py import MPI
 
-from .bounded import wait_all
-from ..wire.tags import KEEPALIVE_TAG
 from ..base.errors import MpipsError
 from ..base.processes import Process, process_state
+from ..wire.tags import KEEPALIVE_TAG
+from .bounded import wait_all
 
 log = logging.getLogger("mpips")
 

@@ -7,11 +7,11 @@ import resource
 import numpy as np
 from mpi4py import MPI
 
-from ..base.version import __version__
-from ..ranks.bounded import wait_all
 from ..base.files import keep_trying, write_json
-from ..kernels.logistic import held_out
 from ..base.log import say
+from ..base.version import __version__
+from ..kernels.logistic import held_out
+from ..ranks.bounded import wait_all
 from ..worker.pushfilter import FIGURES
 
 log = logging.getLogger("mpips")

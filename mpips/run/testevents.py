@@ -176,9 +176,9 @@ class Events:
         events = [parse(t) for t in texts
                   if not (run_dir and os.path.exists(record(run_dir, t)))]   # fired before
         self.pending = [e for e in events
-                        if e.rank == rank and e.point != "iteration"
-                        or server and e.action == "ctl"
-                        or driver and e.point == "iteration"]
+                        if (e.rank == rank and e.point != "iteration")
+                        or (server and e.action == "ctl")
+                        or (driver and e.point == "iteration")]
         self.fired = []
 
     def __bool__(self) -> bool:
@@ -235,8 +235,8 @@ class Events:
         os.kill(pid, SIGNALS[e.action])
 
     def _pause(self, e: Event) -> None:
-        from ..ranks.bounded import wait_until
         from ..base.files import write_bytes
+        from ..ranks.bounded import wait_until
         write_bytes(e.file + ".reached", f"rank {self.rank}: {e.text}\n".encode())
         wait_until(lambda: os.path.exists(e.file), self.timeout,
                    lambda: f"{e.file} (--test-event {e.text!r})")

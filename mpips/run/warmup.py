@@ -10,13 +10,13 @@ import tempfile
 import numpy as np
 from numba.core import event
 
-from ..models import catalog as models
-from ..wire import protocol
 from ..data.textfile import BIAS_KEY, KeyIndexer, Rows, TextShard
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import is_sorted_unique
 from ..kernels.logistic import mean_logloss, roc_auc
+from ..models import catalog as models
 from ..models.optimizer import NAMES, Optimizer
+from ..wire import protocol
 from ..wire.placement import Placement
 from ..wire.protocol import Op
 from ..worker.pushfilter import PushFilter
@@ -140,10 +140,10 @@ def _push_filter() -> None:
 
 def _full_batch(batch) -> None:
     """A full-batch job's steps (fullbatch, densetables) on one tiny table."""
-    from ..wire.dense_layout import Layout, name_id
-    from ..server.dense_tables import FUNCTIONS, DenseTables
     from ..data.dense_rows import Part
     from ..kernels import elementwise
+    from ..server.dense_tables import FUNCTIONS, DenseTables
+    from ..wire.dense_layout import Layout, name_id
     part = Part(batch, dim=4, bias=True)
     w = np.zeros(part.coords.shape[0])
     part.loss_and_gradient(w)

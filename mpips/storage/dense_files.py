@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..wire.dense_layout import Layout
 from ..base.errors import ProtocolError
 from ..base.files import open_hdf5
+from ..wire.dense_layout import Layout
 
 INDEX = "tables.json"   # written last by DenseClient.save: the files and the tables' shapes
 INDEX_FORMAT = "mpips-dense-tables"

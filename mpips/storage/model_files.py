@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dense_files import read_table
 from ..base.errors import DamagedFile
 from ..base.files import mismatched, open_hdf5, sha256, write_hdf5
 from ..wire.placement import describe_ranges
+from .dense_files import read_table
 
 log = logging.getLogger("mpips")
 CHECKSUMS = "sha256"   # the attribute of a shard's checksums

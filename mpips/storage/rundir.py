@@ -108,7 +108,7 @@ def remove_checkpoint(directory: str) -> list:
 def runs_in(out: str, checkpoints: str) -> set:
     """The run ids of the outputs in `out` and the checkpoints in `checkpoints` (None for an
     output whose run cannot be told)."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
+    import h5py  # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     ids = set()
     for rel in run_outputs(out):
         path = os.path.join(out, rel)
