@@ -185,7 +185,8 @@ def keep_trying(write, wait_s: float, what: str, every: float = 5.0):
                 result = write()
             except SaveError as again:
                 if time.monotonic() >= deadline:
-                    raise SaveError(f"{again}; gave up after waiting {wait_s:g} s for space")
+                    raise SaveError(
+                        f"{again}; gave up after waiting {wait_s:g} s for space") from again
                 continue
             log.warning("wrote %s after all", what)
             return result

@@ -297,8 +297,8 @@ def fig_pipeline(runs: list, plt):
 
 
 FIGURES = [("Learning curves", fig_learning), ("Throughput", fig_throughput),
-           ("Pipeline", fig_pipeline), ("Full-batch solver", fig_solver), ("Workers", fig_workers), ("Clocks", fig_clocks),
-           ("Servers", fig_servers)]
+           ("Pipeline", fig_pipeline), ("Full-batch solver", fig_solver), ("Workers", fig_workers),
+           ("Clocks", fig_clocks), ("Servers", fig_servers)]
 
 
 def _png(fig, plt) -> str:

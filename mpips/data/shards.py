@@ -106,8 +106,9 @@ def check_parts(path: str, meta: dict) -> None:
                                   f"{np.dtype(dtype)}{list(want)}")
             expected = start + want[0] * np.dtype(dtype).itemsize
             if size != expected:
+                how = "truncated" if size < expected else "too long"
                 raise ConfigError(f"{name}: {size:,} bytes, where its header makes it "
-                                  f"{expected:,} ({'truncated' if size < expected else 'too long'})")
+                                  f"{expected:,} ({how})")
 
 
 def _part_file(path: str, part: str, array: str) -> str:
@@ -118,12 +119,13 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
     """Convert byte range `rank` of `size` of the svmlight file `src` into part `rank`."""
     name = f"part-{rank:04d}"
     shard = TextShard(src, rank, size, skip_bad=skip_bad)
-    raw = {array: open(_part_file(dst, name, array) + ".raw", "wb") for array, _ in ARRAYS}
     rows = nnz = 0
     top = -1   # libffm: the largest field seen
     keys = distinct.sketch()
-    raw["indptr"].write(np.zeros(1, np.int64).tobytes())
-    try:
+    with contextlib.ExitStack() as opened:
+        raw = {array: opened.enter_context(open(_part_file(dst, name, array) + ".raw", "wb"))
+               for array, _ in ARRAYS}
+        raw["indptr"].write(np.zeros(1, np.int64).tobytes())
         for chunk in shard.rows():
             distinct.add(keys, chunk.indices)
             raw["labels"].write(chunk.labels.tobytes())
@@ -134,9 +136,6 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
             nnz += int(chunk.indptr[-1])
             if shard.fmt is LIBFFM and chunk.indices.size:
                 top = max(top, int((chunk.indices >> FIELD_SHIFT).max()))
-    finally:
-        for f in raw.values():
-            f.close()
     for array, dtype in ARRAYS:   # .npy needs the length up front: copy the raw bytes behind it
         tmp = _part_file(dst, name, array) + ".raw"
         count = os.path.getsize(tmp) // np.dtype(dtype).itemsize

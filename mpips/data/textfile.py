@@ -17,6 +17,7 @@ from ..kernels.svmlight import capacity, parse_lines
 log = logging.getLogger("mpips")
 
 BIAS_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)  # the always-on feature that carries the intercept
+_NO_KEYS = np.empty(0, np.uint64)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class KeyIndexer:
     """Sorted unique keys of minibatches (plus the model's reserved keys and the bias key),
     with scratch space reused from one minibatch to the next."""
 
-    def __init__(self, reserved: np.ndarray = np.empty(0, np.uint64),
+    def __init__(self, reserved: np.ndarray = _NO_KEYS,
                  sort_entries: bool = True):
         """`reserved`: keys every minibatch pulls (a model's own rows, just below the bias
         key, ascending); data may not use them. `sort_entries`: try sorting the entries

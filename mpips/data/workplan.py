@@ -109,7 +109,7 @@ def remainder(plan: list, death: Handover) -> list:
         return rest
     ranges = plan[death.epoch][death.segment:]
     if ranges and death.offset >= 0:
-        ranges = [(max(death.offset, ranges[0][0]), ranges[0][1])] + ranges[1:]
+        ranges = [(max(death.offset, ranges[0][0]), ranges[0][1]), *ranges[1:]]
     rest[death.epoch] = [r for r in ranges if r[0] < r[1]]
     for e in range(death.epoch + 1, len(plan)):
         rest[e] = list(plan[e])
@@ -138,7 +138,7 @@ class WorkPlan:
         self.deaths = tuple(deaths)
 
     def with_death(self, death: Handover) -> "WorkPlan":
-        return WorkPlan(self.parts, self.epochs, self.deaths + (death,))
+        return WorkPlan(self.parts, self.epochs, (*self.deaths, death))
 
     def shares(self, worker: int) -> list:
         """Indices of the deaths whose rows `worker` got a share of, in order."""

@@ -8,6 +8,7 @@ micro-batch order (so every schedule gives the same bits). No MPI here; a schedu
 in one process is pipeline.inprocess.run_step."""
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class Dense:
 def mlp(inputs: int, hidden: list) -> list:
     """Hidden ReLU layers of the given widths, then one logit."""
     widths = [inputs, *hidden]
-    return ([Dense(a, b) for a, b in zip(widths, widths[1:])] +
+    return ([Dense(a, b) for a, b in pairwise(widths)] +
             [Dense(widths[-1], 1, "identity")])
 
 

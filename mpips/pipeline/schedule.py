@@ -62,7 +62,7 @@ def one_f_one_b(stages: int, micros: int) -> list:
         for m in range(micros - warm):
             order += [Task(s, BACKWARD, m), Task(s, FORWARD, warm + m)]
         order += [Task(s, BACKWARD, m) for m in range(micros - warm, micros)]
-        out.append(order + [Task(s, UPDATE)])
+        out.append([*order, Task(s, UPDATE)])
     return out
 
 

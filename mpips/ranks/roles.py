@@ -81,8 +81,9 @@ def check_servers(n_servers: int, n_ranks: int, spares: int = 0) -> None:
                  f"--servers {n_servers}")
         raise ConfigError(
             f"{named} {'leave' if spares else 'leaves'} no worker: the job has {n_ranks} "
-            f"rank(s), and needs at least {n_servers + 1} ({n_servers} server(s) + 1 worker). Launch more ranks, e.g. "
-            f"mpiexec -n {n_servers + 1} python -m mpips train ..., or lower --servers.")
+            f"rank(s), and needs at least {n_servers + 1} ({n_servers} server(s) + 1 worker). "
+            f"Launch more ranks, e.g. mpiexec -n {n_servers + 1} python -m mpips train ..., or "
+            f"lower --servers.")
 
 
 def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD) -> Roles:

@@ -70,7 +70,8 @@ def _tiny_batch() -> Rows:
     try:
         with os.fdopen(fd, "w") as f:
             f.write("1 1:1 2:0.5\n0 3:1 18446744073709551614:2\n1 2:1\n")
-        return list(TextShard(path, chunk_bytes=16).minibatches(2))[0]
+        batches = list(TextShard(path, chunk_bytes=16).minibatches(2))   # to the end of the file
+        return batches[0]
     finally:
         os.unlink(path)
 

@@ -118,7 +118,7 @@ def verify(directory: str) -> str | None:
                 return f"{file}: {problem}"
         except DamagedFile as e:
             return str(e)
-        except Exception as e:   # whatever else a damaged file raises, it is not usable
+        except Exception as e:   # noqa: BLE001 -- whatever else a damaged file raises, it is unusable
             return f"{file}: unreadable ({e})"
     return None
 

@@ -26,7 +26,7 @@ def read_blocks(paths: list, tables) -> int:
     filled, seen = {}, {}
     for path in paths:
         with open_hdf5(path) as f:
-            for name in (f["dense"] if "dense" in f else []):
+            for name in f.get("dense", []):
                 n, width, block_rows = (int(x) for x in f[f"dense/{name}/shape"][()])
                 try:
                     layout = Layout(n, width, block_rows)

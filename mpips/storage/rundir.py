@@ -47,7 +47,7 @@ def _walk(root: str, dirs: re.Pattern):
         path = os.path.join(root, top)
         if not (dirs.fullmatch(top) and os.path.isdir(path)):
             continue
-        for here, subdirs, files in os.walk(path, topdown=False):
+        for here, _subdirs, files in os.walk(path, topdown=False):
             rel = os.path.relpath(here, root)
             found += [(os.path.join(rel, f), False) for f in sorted(files)]
             found.append((rel, True))

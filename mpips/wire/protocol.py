@@ -330,7 +330,7 @@ def dense_payload(ints, scalars=(), rows=None, values=None) -> tuple:
     scalars = np.asarray(scalars, np.float64)
     rows = np.empty(0, np.uint64) if rows is None else np.asarray(rows, np.uint64)
     values = np.empty(0) if values is None else np.asarray(values, np.float64).reshape(-1)
-    return (dict(nkeys=ints.shape[0], width=scalars.shape[0], ref=rows.shape[0]),
+    return ({"nkeys": ints.shape[0], "width": scalars.shape[0], "ref": rows.shape[0]},
             (ints, scalars, rows, values))
 
 
