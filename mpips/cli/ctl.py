@@ -2,6 +2,7 @@
 and wait for the answer (the channel is `control`'s files in RUN_DIR)."""
 import json
 import sys
+from typing import NoReturn
 
 from ..base.errors import MpipsError
 from ..membership import channel as control
@@ -54,7 +55,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _fail(text: str) -> None:
+def _fail(text: str) -> NoReturn:
     print(f"mpips ctl: error: {text}", file=sys.stderr, flush=True)
     sys.exit(2)
 
@@ -66,7 +67,7 @@ def run(args) -> None:
     if args.what in ("status", "rebalance") and args.target is not None:
         _fail(f"{args.what} takes no N (it was given {args.target})")
     holder, not_running = rundir.running_job(args.run_dir)
-    if not_running:
+    if holder is None or not_running:   # no holder comes with a reason
         _fail(f"no job is training into {args.run_dir}: {not_running}")
     try:
         ident = control.submit(args.run_dir, args.what, args.target, holder.get("run_id"))

@@ -187,7 +187,11 @@ def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = 
             timeout: float = 3600.0) -> dict | None:
     """Collective over `comm`: every rank converts its byte range of `src`; rank 0 writes
     meta.json once all parts exist. Returns the metadata on rank 0."""
-    agree(comm, lambda: (check_file(src, "IN"), check_output(dst, overwrite)), timeout)
+    def check() -> None:
+        check_file(src, "IN")
+        check_output(dst, overwrite)
+
+    agree(comm, check, timeout)
     if comm.rank == 0:
         if os.path.isdir(dst):
             kept = remove_dataset(dst)
@@ -337,11 +341,11 @@ class CsrShard:
                 _will_need(array, first, last)
 
 
-def _will_need(array: np.memmap, first: int, last: int) -> None:
+def _will_need(array: np.ndarray, first: int, last: int) -> None:
     """posix_fadvise WILLNEED for elements [first, last) of a memory-mapped .npy array."""
     size = array.dtype.itemsize
-    if last <= first or getattr(array, "filename", None) is None:   # length 0: the whole file
-        return
+    if last <= first or not isinstance(array, np.memmap) or array.filename is None:
+        return   # last <= first: posix_fadvise would take length 0 for the whole file
     with contextlib.suppress(OSError):
         fd = os.open(array.filename, os.O_RDONLY)
         try:
@@ -420,7 +424,9 @@ def sample_rows(path: str, parts: int, whole_bytes: int = 64 << 20, samples: int
             chunks = list(TextShard(path, skip_bad=True, log_bad=False).rows())
             rows = Rows.concat(chunks) if chunks else _empty_rows()
             bounds = [byte_range(size, w, parts)[0] for w in range(parts)] + [size]
-            at = np.searchsorted(rows.origins if chunks else np.empty(0, np.int64), bounds)
+            origins = rows.origins if chunks else np.empty(0, np.int64)
+            assert origins is not None, "text rows carry their lines' byte offsets"
+            at = np.searchsorted(origins, bounds)
             return Sample(rows, np.diff(at).tolist(), True)
         chunks, spanned = [], 0
         for part in range(samples):

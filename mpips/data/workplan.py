@@ -104,7 +104,7 @@ class Handover:
 def remainder(plan: list, death: Handover) -> list:
     """The ranges of `plan` (a list per epoch) not yet trained at the death's place, per
     epoch (empty lists for the epochs before it)."""
-    rest = [[] for _ in plan]
+    rest: list[list] = [[] for _ in plan]
     if death.epoch >= len(plan):
         return rest
     ranges = plan[death.epoch][death.segment:]

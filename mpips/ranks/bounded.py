@@ -23,7 +23,7 @@ class Backoff:
         self.reset()
 
     def reset(self) -> None:
-        self._since = None
+        self._since: float | None = None
         self._delay = self.first
 
     def idle(self) -> None:

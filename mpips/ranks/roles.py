@@ -7,6 +7,7 @@ that share a role (servers with servers, workers with workers).
 """
 import os
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from mpi4py import MPI
@@ -91,7 +92,8 @@ def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD) -> Roles:
     check_servers(n_servers, comm.size)
     ps = comm.Dup()
     is_server = ps.rank < n_servers
-    group = ps.Split(color=0 if is_server else 1, key=ps.rank)
+    # An intracommunicator split gives intracommunicators; mpi4py types it as any Comm.
+    group = cast(MPI.Intracomm, ps.Split(color=0 if is_server else 1, key=ps.rank))
     nodes, pids = whereabouts(ps)
     roles = Roles(comm=ps, group=group, servers=tuple(range(n_servers)),
                   workers=tuple(range(n_servers, ps.size)), nodes=nodes, pids=pids)

@@ -211,7 +211,7 @@ def _finite(value, where: str, bad: list):
 def write(out_dir: str, summary: dict, wait_s: float = 0.0) -> str:
     """RUN_DIR/summary.json, replaced atomically; on a full disk tried again for `wait_s`."""
     path = os.path.join(out_dir, "summary.json")
-    bad = []
+    bad: list[str] = []
     clean = _finite(summary, "", bad)
     if bad:
         log.warning("summary.json: not finite, written as null: %s", ", ".join(bad))

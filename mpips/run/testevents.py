@@ -179,7 +179,7 @@ class Events:
                         if (e.rank == rank and e.point != "iteration")
                         or (server and e.action == "ctl")
                         or (driver and e.point == "iteration")]
-        self.fired = []
+        self.fired: list[str] = []
 
     def __bool__(self) -> bool:
         return bool(self.pending)
@@ -218,6 +218,7 @@ class Events:
             self._pause(e)
             return
         if e.action == "busy":
+            assert e.seconds is not None, "parse gives busy its seconds"
             end = time.monotonic() + e.seconds
             while time.monotonic() < end:
                 sum(range(10_000))
@@ -237,13 +238,17 @@ class Events:
     def _pause(self, e: Event) -> None:
         from ..base.files import write_bytes
         from ..ranks.bounded import wait_until
-        write_bytes(e.file + ".reached", f"rank {self.rank}: {e.text}\n".encode())
-        wait_until(lambda: os.path.exists(e.file), self.timeout,
-                   lambda: f"{e.file} (--test-event {e.text!r})")
+        file = e.file
+        assert file is not None, "parse gives pause its file"
+        write_bytes(file + ".reached", f"rank {self.rank}: {e.text}\n".encode())
+        wait_until(lambda: os.path.exists(file), self.timeout,
+                   lambda: f"{file} (--test-event {e.text!r})")
 
     def _ctl(self, e: Event, value: int) -> None:
         from ..membership import channel as control
         self._say(e, value)
+        assert e.command is not None, "parse gives ctl its command"
+        assert self.run_dir is not None, "ctl events are armed with the run's directory"
         control.submit(self.run_dir, e.command, e.target, self.run_id)
 
     def unfired(self) -> None:

@@ -360,7 +360,7 @@ class RunLocks:
     def __init__(self, locks: list):
         self.locks = locks
         self._stop = threading.Event()
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     def acquire(self) -> None:
         """Take every lock, or none (ConfigError naming the job that holds one)."""
