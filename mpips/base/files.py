@@ -119,7 +119,7 @@ def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:
 
 
 def sha256(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).data).hexdigest()
+    return hashlib.sha256(np.ascontiguousarray(array).view(np.uint8).data).hexdigest()
 
 
 def mismatched(f, digests: dict) -> str | None:
