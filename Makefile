@@ -38,7 +38,7 @@ export OMPI_MCA_btl := ^ofi
 
 help:
 	@echo "make run    install into $(VENV), make the built-in dataset, train it with $(NP) ranks"
-	@echo "make test   install with test dependencies and run the unit, job, Slurm and MPI tests"
+	@echo "make test   install with test dependencies, check style (ruff, mypy), run every test"
 	@echo "make bench  run the benchmarks in bench/ (results in bench/results/*.json)"
 	@echo "make clean  remove generated data and runs (keeps $(VENV))"
 
@@ -74,10 +74,11 @@ run: $(VENV)/.installed $(DATA).train.svm
 	    --snapshot-every 0.5
 	$(PY) -m mpips report $(RUN_DIR)
 
-# Each test has a time limit (pytest-timeout); tests/run-all runs the sessions (plain tests,
-# MPI tests under mpiexec, a smoke run under MPICH) whatever the others' results, each within
-# a bound, and names those that failed. tests/slurm starts a real Slurm on this machine
-# (installing it with apt-get as root), and skips, saying why, where it cannot.
+# Each test has a time limit (pytest-timeout); tests/run-all runs the sessions (ruff and mypy
+# on mpips/, plain tests, MPI tests under mpiexec, a smoke run under MPICH) whatever the
+# others' results, each within a bound, and names those that failed. tests/slurm starts a
+# real Slurm on this machine (installing it with apt-get as root), and skips, saying why,
+# where it cannot.
 # The test venv first, then the kernels' compile beside the MPICH venv's install (two jobs:
 # this machine's two cores).
 test:

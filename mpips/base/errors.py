@@ -4,6 +4,10 @@
 class MpipsError(Exception):
     """An error with a message meant for the user (no traceback needed)."""
 
+    # Set where ranks agree which of them prints the error (True: printed or to be printed
+    # there, not again by the command line); left unset, the handler decides.
+    reported: bool
+
 
 class ConfigError(MpipsError):
     """Bad command line or input files, detected identically on every rank before work starts."""
@@ -31,6 +35,8 @@ class Interrupted(MpipsError):
     """The job was told to stop (SIGTERM, SIGINT). Every rank gets the signal, so no rank
     waits for the others: each server saves its own shard and exits."""
 
+    exit_status: int   # 128 + the signal's number
+
 
 class Stopped(MpipsError):
     """The job was asked to stop (Slurm's warning, SIGUSR1, a first SIGTERM or SIGINT): the
@@ -40,6 +46,8 @@ class Stopped(MpipsError):
 class SaveError(MpipsError):
     """A file could not be written (a full disk, a read-only or vanished directory). The
     message is one line: the file, why, and for a full disk the bytes needed and free."""
+
+    disk_full = False   # no space left: waiting for space may help
 
 
 class CheckpointsFailing(MpipsError):

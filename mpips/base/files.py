@@ -123,7 +123,7 @@ def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:
     The HDF5 file is built in memory and written with plain writes: the HDF5 library, when a
     write fails under it, leaves objects it can no longer close and crashes at exit. That
     costs a copy of the file in memory for the moment it is written."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
+    import h5py  # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     image = io.BytesIO()
     with h5py.File(image, "w") as f:
         for name, data in datasets.items():
@@ -134,7 +134,7 @@ def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:
 
 
 def sha256(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).view(np.uint8)).hexdigest()
+    return hashlib.sha256(np.ascontiguousarray(array).view(np.uint8).data).hexdigest()
 
 
 def mismatched(f, digests: dict) -> str | None:
@@ -152,7 +152,7 @@ def mismatched(f, digests: dict) -> str | None:
 def open_hdf5(path: str):
     """`path` opened for reading (an h5py.File), as a context manager; DamagedFile naming it
     and what to do if it cannot be read (h5py's own error names no file)."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
+    import h5py  # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     try:
         with h5py.File(path, "r") as f:
             yield f
@@ -200,7 +200,8 @@ def keep_trying(write, wait_s: float, what: str, every: float = 5.0):
                 result = write()
             except SaveError as again:
                 if time.monotonic() >= deadline:
-                    raise SaveError(f"{again}; gave up after waiting {wait_s:g} s for space")
+                    raise SaveError(
+                        f"{again}; gave up after waiting {wait_s:g} s for space") from again
                 continue
             log.warning("wrote %s after all", what)
             return result

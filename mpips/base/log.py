@@ -13,7 +13,8 @@ class _Elapsed(logging.Formatter):
 
 
 def setup(who: str, level: str = "INFO") -> logging.Logger:
-    """Configure the 'mpips' logger to prefix lines with elapsed time and `who` (e.g. 'worker 2')."""
+    """Configure the 'mpips' logger to prefix lines with elapsed time and `who` (e.g.
+    'worker 2')."""
     logger = logging.getLogger("mpips")
     logger.handlers.clear()
     handler = logging.StreamHandler(sys.stderr)

@@ -15,11 +15,13 @@ from .files import write_hdf5
 
 log = logging.getLogger("mpips")
 
-SAMPLE = np.dtype([
+_FIELDS = [
     ("t", "<f8"), ("examples", "<i8"), ("train_loss", "<f8"), ("wait_s", "<f8"),
     ("busy_s", "<f8"), ("bytes_sent", "<i8"), ("held_s", "<f8"), ("pulls_held", "<i8"),
     ("pushes", "<i8"), ("clock", "<i8"), ("gap", "<i8"),
-])
+]
+SAMPLE = np.dtype(_FIELDS)
+NAMES = tuple(name for name, _ in _FIELDS)   # SAMPLE's fields, in order
 
 
 class Timeline:
@@ -74,10 +76,10 @@ def write(run_dir: str, samples: np.ndarray, counts: np.ndarray, n_servers: int,
     in the group `tasks`. A timeline that cannot be written is only a warning."""
     ranks = np.repeat(np.arange(counts.shape[0]), counts)
     logged = {} if tasks is None or not tasks.shape[0] else {
-        f"tasks/{name}": tasks[name] for name in tasks.dtype.names}
+        f"tasks/{name}": tasks[name] for name in tasks.dtype.names or ()}
     try:
         write_hdf5(os.path.join(run_dir, FILE),
-                   {"rank": ranks, **{name: samples[name] for name in SAMPLE.names}, **logged},
+                   {"rank": ranks, **{name: samples[name] for name in NAMES}, **logged},
                    {"run_id": run_id, "servers": n_servers, "ranks": counts.shape[0]})
     except SaveError as e:
         log.warning("%s not written (the report will lack its plots over time): %s", FILE, e)
@@ -86,16 +88,16 @@ def write(run_dir: str, samples: np.ndarray, counts: np.ndarray, n_servers: int,
 def read(run_dir: str) -> tuple:
     """(samples, rank of each, number of servers) from RUN_DIR/timeline.h5; InputError
     naming the file and what is wrong with it."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
+    import h5py  # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     path = os.path.join(run_dir, FILE)
     try:
         with h5py.File(path, "r") as f:
-            missing = [n for n in ("rank", *SAMPLE.names) if n not in f]
+            missing = [n for n in ("rank", *NAMES) if n not in f]
             if missing:
                 raise InputError(f"{path}: no dataset {missing[0]!r}")
             ranks = f["rank"][()]
             samples = np.zeros(ranks.shape[0], SAMPLE)
-            for name in SAMPLE.names:
+            for name in NAMES:
                 column = f[name][()]
                 if column.shape != ranks.shape:
                     raise InputError(f"{path}: {name!r} holds {column.shape[0]} values, "
@@ -109,7 +111,7 @@ def read(run_dir: str) -> tuple:
 def read_tasks(run_dir: str) -> dict | None:
     """A pipeline's logged tasks from RUN_DIR/timeline.h5, field -> array (None: the run had
     no pipeline); InputError naming the file if they cannot be read."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
+    import h5py  # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     path = os.path.join(run_dir, FILE)
     try:
         with h5py.File(path, "r") as f:

@@ -2,9 +2,10 @@
 and wait for the answer (the channel is `control`'s files in RUN_DIR)."""
 import json
 import sys
+from typing import NoReturn
 
-from ..membership import channel as control
 from ..base.errors import MpipsError
+from ..membership import channel as control
 
 DESCRIPTION = """\
 Ask the job training into RUN_DIR (its --out) to change while it trains, and wait until
@@ -54,19 +55,19 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _fail(text: str) -> None:
+def _fail(text: str) -> NoReturn:
     print(f"mpips ctl: error: {text}", file=sys.stderr, flush=True)
     sys.exit(2)
 
 
 def run(args) -> None:
-    from ..storage import rundir   # here: every `train` rank builds ctl's parser (start-up time)
+    from ..storage import rundir  # here: every `train` rank builds ctl's parser (start-up time)
     if args.what in ("remove-server", "remove-worker") and args.target is None:
         _fail(f"{args.what} needs the number of the {args.what[7:]} to remove (see ctl status)")
     if args.what in ("status", "rebalance") and args.target is not None:
         _fail(f"{args.what} takes no N (it was given {args.target})")
     holder, not_running = rundir.running_job(args.run_dir)
-    if not_running:
+    if holder is None or not_running:   # no holder comes with a reason
         _fail(f"no job is training into {args.run_dir}: {not_running}")
     try:
         ident = control.submit(args.run_dir, args.what, args.target, holder.get("run_id"))

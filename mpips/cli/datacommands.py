@@ -61,10 +61,11 @@ def make_data_parser(sub):
     p.add_argument("--nnz", type=int, help="features per row (ctr only; default: 20)")
     p.add_argument("--format", choices=("svmlight", "libffm", "criteo"), default="svmlight",
                    help="svmlight (PREFIX.train.svm); libffm (PREFIX.train.ffm: the same rows, "
-                        "each feature as field:value:x, for Wide & Deep's --fields); criteo: the Criteo display-advertising "
-                        "layout (PREFIX.train.tsv: label, 13 integer and 26 hexadecimal "
-                        "categorical fields, tab separated, some empty), labels from a planted "
-                        "model over the keys mpips makes of them (default: svmlight)")
+                        "each feature as field:value:x, for Wide & Deep's --fields); criteo: "
+                        "the Criteo display-advertising layout (PREFIX.train.tsv: label, 13 "
+                        "integer and 26 hexadecimal categorical fields, tab separated, some "
+                        "empty), labels from a planted model over the keys mpips makes of them "
+                        "(default: svmlight)")
     p.add_argument("--interactions", type=int, default=0, metavar="R",
                    help="ctr only: each key also gets a planted latent vector of R values, and "
                         "each pair of a row's features adds their dot product to the margin, "

@@ -30,22 +30,22 @@ def _run_score(args) -> None:
     import json
 
     from ..base.errors import MpipsError
-    from ..models.evaluate import read_rows, score_model, score_snapshots, warn_if_few_known
     from ..base.log import say, setup
-    from ..storage.model_files import model_dir_of
     from ..data.shards import check_input
+    from ..models.evaluate import read_rows, score_model, score_snapshots, warn_if_few_known
+    from ..storage.model_files import model_dir_of
     setup("score")
     try:
         check_input(args.test, "--test")
         rows = read_rows(args.test)
         if args.snapshots:
-            skipped = []
-            result = score_snapshots(args.run_dir, rows, skipped, test=args.test)
+            skipped: list[str] = []
+            curve = score_snapshots(args.run_dir, rows, skipped, test=args.test)
             for note in skipped:
                 logging.getLogger("mpips").warning("%s: %s", args.run_dir, note)
-            if not result:
+            if not curve:
                 fail(f"{args.run_dir}/snapshots: no complete snapshots", 2)
-            for r in result:
+            for r in curve:
                 clock = "done" if r["slowest_clock"] < 0 else r["slowest_clock"]
                 say(f"snapshot {r['snapshot']:>5}  {r['elapsed_s']:7.2f} s  slowest clock "
                     f"{clock:>6}  logloss {r['logloss']:.4f}  AUC {_auc(r)}")
@@ -58,7 +58,7 @@ def _run_score(args) -> None:
                 f"{result['examples']:,} examples")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(result, f, indent=2)
+                json.dump(curve if args.snapshots else result, f, indent=2)
     except (OSError, ValueError, MpipsError) as e:
         fail(str(e), 2)
 
@@ -138,9 +138,9 @@ def inspect_parser(sub):
 
 
 def _run_inspect(args) -> None:
+    from ..base.errors import MpipsError
     from ..storage import model_files as model_io
     from ..storage.checkpoint import all_checkpoints, describe
-    from ..base.errors import MpipsError
     model = model_io.model_dir_of(args.ckpt_dir)
     try:
         if model and not all_checkpoints(args.ckpt_dir):

@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +35,7 @@ class Run:
     notes: list = field(default_factory=list)   # what is missing, and why
 
     def of(self, rank: int) -> np.ndarray:
+        assert self.samples is not None, "asked only of a run with a timeline"
         return self.samples[self.ranks == rank]
 
     @property
@@ -297,8 +299,8 @@ def fig_pipeline(runs: list, plt):
 
 
 FIGURES = [("Learning curves", fig_learning), ("Throughput", fig_throughput),
-           ("Pipeline", fig_pipeline), ("Full-batch solver", fig_solver), ("Workers", fig_workers), ("Clocks", fig_clocks),
-           ("Servers", fig_servers)]
+           ("Pipeline", fig_pipeline), ("Full-batch solver", fig_solver), ("Workers", fig_workers),
+           ("Clocks", fig_clocks), ("Servers", fig_servers)]
 
 
 def _png(fig, plt) -> str:
@@ -361,7 +363,7 @@ for(var k=0;k<i.length;k++){if(i[k].complete&&i[k].naturalWidth>0)n++;}
 document.body.setAttribute("data-images-loaded",n+"/"+i.length);});</script>"""
 
 
-def page(runs: list, left_out: list = ()) -> str:
+def page(runs: list, left_out: Sequence[str] = ()) -> str:
     """The page of `runs`, with a note for each run `left_out`."""
     import matplotlib
     matplotlib.use("Agg")
@@ -401,7 +403,7 @@ def report(run_dirs: list, out: str | None = None, test: str | None = None) -> s
     """Write the page for `run_dirs` to `out` (by default RUN_DIR/report.html for one run,
     ./report.html for several); its path."""
     from ..base.files import write_bytes
-    left_out = []
+    left_out: list[str] = []
     runs = load_runs(run_dirs, test, left_out)
     _distinct_labels(runs)
     for note in left_out:

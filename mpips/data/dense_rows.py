@@ -2,8 +2,8 @@
 that they touch (a feature is coordinate key mod dim; the bias, coordinate dim). No MPI."""
 import numpy as np
 
-from .textfile import Rows
 from ..kernels.logistic import logistic_gradient, logistic_margins
+from .textfile import Rows
 
 
 class Part:

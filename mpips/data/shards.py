@@ -11,8 +11,8 @@ A dataset is a directory:
 
 `convert` writes one part per converting rank, each from its own byte range of
 the text (its arrays go to scratch .raw files, then each .npy is written atomically,
-its header ahead of the raw bytes); `CsrShard` gives worker w of W the rows [N*w/W, N*(w+1)/W) without
-reading anything else.
+its header ahead of the raw bytes); `CsrShard` gives worker w of W the rows
+[N*w/W, N*(w+1)/W) without reading anything else.
 """
 import contextlib
 import copy
@@ -25,14 +25,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ranks.bounded import wait_all
-from .textfile import FIELDS, LIBFFM, Rows, TextShard, byte_range, check_file, sniff
 from ..base.errors import ConfigError, InputError
 from ..base.files import atomic_file, write_bytes
 from ..kernels import distinct
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import FIELD_SHIFT
+from ..ranks.bounded import wait_all
 from ..ranks.collectives import agree
+from .textfile import FIELDS, LIBFFM, Rows, TextShard, byte_range, check_file, sniff
 
 log = logging.getLogger("mpips")
 
@@ -109,8 +109,9 @@ def check_parts(path: str, meta: dict) -> None:
                                   f"{np.dtype(dtype)}{list(want)}")
             expected = start + want[0] * np.dtype(dtype).itemsize
             if size != expected:
+                how = "truncated" if size < expected else "too long"
                 raise ConfigError(f"{name}: {size:,} bytes, where its header makes it "
-                                  f"{expected:,} ({'truncated' if size < expected else 'too long'})")
+                                  f"{expected:,} ({how})")
 
 
 def _part_file(path: str, part: str, array: str) -> str:
@@ -121,12 +122,13 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
     """Convert byte range `rank` of `size` of the svmlight file `src` into part `rank`."""
     name = f"part-{rank:04d}"
     shard = TextShard(src, rank, size, skip_bad=skip_bad)
-    raw = {array: open(_part_file(dst, name, array) + ".raw", "wb") for array, _ in ARRAYS}
     rows = nnz = 0
     top = -1   # libffm: the largest field seen
     keys = distinct.sketch()
-    raw["indptr"].write(np.zeros(1, np.int64).tobytes())
-    try:
+    with contextlib.ExitStack() as opened:
+        raw = {array: opened.enter_context(open(_part_file(dst, name, array) + ".raw", "wb"))
+               for array, _ in ARRAYS}
+        raw["indptr"].write(np.zeros(1, np.int64).tobytes())
         for chunk in shard.rows():
             distinct.add(keys, chunk.indices)
             raw["labels"].write(chunk.labels.tobytes())
@@ -137,9 +139,6 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
             nnz += int(chunk.indptr[-1])
             if shard.fmt is LIBFFM and chunk.indices.size:
                 top = max(top, int((chunk.indices >> FIELD_SHIFT).max()))
-    finally:
-        for f in raw.values():
-            f.close()
     for array, dtype in ARRAYS:   # .npy needs the length up front: the raw bytes go behind it
         npy = _part_file(dst, name, array)
         size = os.path.getsize(npy + ".raw")
@@ -188,7 +187,11 @@ def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = 
             timeout: float = 3600.0) -> dict | None:
     """Collective over `comm`: every rank converts its byte range of `src`; rank 0 writes
     meta.json once all parts exist. Returns the metadata on rank 0."""
-    agree(comm, lambda: (check_file(src, "IN"), check_output(dst, overwrite)), timeout)
+    def check() -> None:
+        check_file(src, "IN")
+        check_output(dst, overwrite)
+
+    agree(comm, check, timeout)
     if comm.rank == 0:
         if os.path.isdir(dst):
             kept = remove_dataset(dst)
@@ -337,11 +340,11 @@ class CsrShard:
                 _will_need(array, first, last)
 
 
-def _will_need(array: np.memmap, first: int, last: int) -> None:
+def _will_need(array: np.ndarray, first: int, last: int) -> None:
     """posix_fadvise WILLNEED for elements [first, last) of a memory-mapped .npy array."""
     size = array.dtype.itemsize
-    if last <= first or getattr(array, "filename", None) is None:   # length 0: the whole file
-        return
+    if last <= first or not isinstance(array, np.memmap) or array.filename is None:
+        return   # last <= first: posix_fadvise would take length 0 for the whole file
     with contextlib.suppress(OSError):
         fd = os.open(array.filename, os.O_RDONLY)
         try:
@@ -420,7 +423,9 @@ def sample_rows(path: str, parts: int, whole_bytes: int = 64 << 20, samples: int
             chunks = list(TextShard(path, skip_bad=True, log_bad=False).rows())
             rows = Rows.concat(chunks) if chunks else _empty_rows()
             bounds = [byte_range(size, w, parts)[0] for w in range(parts)] + [size]
-            at = np.searchsorted(rows.origins if chunks else np.empty(0, np.int64), bounds)
+            origins = rows.origins if chunks else np.empty(0, np.int64)
+            assert origins is not None, "text rows carry their lines' byte offsets"
+            at = np.searchsorted(origins, bounds)
             return Sample(rows, np.diff(at).tolist(), True)
         chunks, spanned = [], 0
         for part in range(samples):

@@ -180,15 +180,15 @@ class Census:
         """(margins without the intercept, indptr, keys, values) of n rows."""
         hidden = rng.normal(size=(n, 2))
         margin = hidden[:, 0].copy()
-        keys, offset = [], 0
+        columns, offset = [], 0
         for (logp, loadings, weights), missing in zip(self.fields, CENSUS_MISSING):
             value = np.argmax(logp + hidden @ loadings.T + rng.gumbel(size=(n, logp.shape[0])),
                               axis=1)
             present = rng.random(n) >= missing
             margin += np.where(present, weights[value], 0.0)
-            keys.append(np.where(present, offset + value + 1, 0))
+            columns.append(np.where(present, offset + value + 1, 0))
             offset += logp.shape[0]
-        keys = np.stack(keys, axis=1)
+        keys = np.stack(columns, axis=1)
         present = keys > 0
         indptr = np.concatenate([[0], np.cumsum(present.sum(axis=1))])
         return margin, indptr, keys[present], np.ones(int(present.sum()))

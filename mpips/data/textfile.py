@@ -10,13 +10,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..base.errors import ConfigError, InputError
-from ..kernels.keys import sorted_entries, sorted_unique_inverse
 from ..kernels import avazu, criteo, svmlight
+from ..kernels.keys import sorted_entries, sorted_unique_inverse
 from ..kernels.svmlight import capacity, parse_lines
 
 log = logging.getLogger("mpips")
 
 BIAS_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)  # the always-on feature that carries the intercept
+_NO_KEYS = np.empty(0, np.uint64)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class Rows:
     @property
     def start(self) -> int:
         """Where the first row came from: a byte offset in text, a row in binary shards."""
+        assert self.origins is not None, "rows read from a file know where they came from"
         return int(self.origins[0])
 
     def slice(self, a: int, b: int) -> "Rows":
@@ -114,7 +116,7 @@ class KeyIndexer:
     """Sorted unique keys of minibatches (plus the model's reserved keys and the bias key),
     with scratch space reused from one minibatch to the next."""
 
-    def __init__(self, reserved: np.ndarray = np.empty(0, np.uint64),
+    def __init__(self, reserved: np.ndarray = _NO_KEYS,
                  sort_entries: bool = True):
         """`reserved`: keys every minibatch pulls (a model's own rows, just below the bias
         key, ascending); data may not use them. `sort_entries`: try sorting the entries
@@ -220,7 +222,7 @@ class TextParser:
     def __init__(self, fmt: TextFormat, skip_bad: bool):
         self.fmt = fmt
         self.skip_bad = skip_bad
-        self._scratch = ()
+        self._scratch: tuple[np.ndarray, ...] = ()
         self._room = -1   # the bytes of text the scratch arrays hold the rows of
 
     def __call__(self, data: np.ndarray, final: bool) -> tuple:
@@ -236,7 +238,7 @@ class TextParser:
             self._room = data.shape[0]
         labels, indptr, indices, values, starts = self._scratch
         n, nnz, used, lines, n_bad, bad_idx, code, col = parse_lines(
-            data, final, self.skip_bad, *self._scratch, self.fmt.code)
+            data, final, self.skip_bad, labels, indptr, indices, values, starts, self.fmt.code)
         rows = None
         if n:
             rows = Rows(labels[:n].copy(), indptr[:n + 1].copy(), indices[:nnz].copy(),
@@ -346,7 +348,7 @@ class TextShard:
             while self.position < self.stop:
                 want = min(buf.shape[0], self.stop - self.position) - filled
                 if want > 0:
-                    got = f.readinto(memoryview(buf)[filled:filled + want])
+                    got = f.readinto(buf.data[filled:filled + want])
                     if got == 0:
                         raise InputError(
                             f"{self.path}: ends at byte {self.position + filled:,}, but was "

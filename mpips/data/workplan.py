@@ -23,12 +23,12 @@ from ..wire.handover import Handover
 def remainder(plan: list, death: Handover) -> list:
     """The ranges of `plan` (a list per epoch) not yet trained at the death's place, per
     epoch (empty lists for the epochs before it)."""
-    rest = [[] for _ in plan]
+    rest: list[list] = [[] for _ in plan]
     if death.epoch >= len(plan):
         return rest
     ranges = plan[death.epoch][death.segment:]
     if ranges and death.offset >= 0:
-        ranges = [(max(death.offset, ranges[0][0]), ranges[0][1])] + ranges[1:]
+        ranges = [(max(death.offset, ranges[0][0]), ranges[0][1]), *ranges[1:]]
     rest[death.epoch] = [r for r in ranges if r[0] < r[1]]
     for e in range(death.epoch + 1, len(plan)):
         rest[e] = list(plan[e])
@@ -57,7 +57,7 @@ class WorkPlan:
         self.deaths = tuple(deaths)
 
     def with_death(self, death: Handover) -> "WorkPlan":
-        return WorkPlan(self.parts, self.epochs, self.deaths + (death,))
+        return WorkPlan(self.parts, self.epochs, (*self.deaths, death))
 
     def shares(self, worker: int) -> list:
         """Indices of the deaths whose rows `worker` got a share of, in order."""

@@ -13,8 +13,16 @@ import numpy as np
 from numba import njit
 
 from .hashing import field_key, mix64
-from .text import (ZEROS, ends_line, first_set_byte, hex_digits, hex_value, leading_digits,
-                   load8, non_digits)
+from .text import (
+    ZEROS,
+    ends_line,
+    first_set_byte,
+    hex_digits,
+    hex_value,
+    leading_digits,
+    load8,
+    non_digits,
+)
 
 INTEGER_FIELDS, CATEGORICAL_FIELDS = 13, 26
 FIELDS = INTEGER_FIELDS + CATEGORICAL_FIELDS

@@ -30,7 +30,8 @@ def _draw(seed, row, slot):
 
 @njit(cache=True, nogil=True)
 def feature_key(seed, field, value):
-    """The hashed 64-bit key of categorical `value` in `field` (distinct pairs give distinct keys)."""
+    """The hashed 64-bit key of categorical `value` in `field` (distinct pairs give distinct
+    keys)."""
     return mix64((np.uint64(field) << _S40 | np.uint64(value)) ^ mix64(seed ^ np.uint64(0x5EED)))
 
 

@@ -5,16 +5,17 @@ import os
 
 import numpy as np
 
-from . import catalog as models
-from ..data.textfile import BIAS_KEY, Rows, TextShard
-from ..data.dense_rows import Part
 from ..base.files import open_hdf5
+from ..data.dense_rows import Part
+from ..data.shards import CsrShard, format_mismatch
+from ..data.textfile import BIAS_KEY, Rows, TextShard
 from ..kernels.logistic import held_out
 from ..storage.model_files import load_full_batch, load_model, model_info
-from ..data.shards import CsrShard, format_mismatch
+from . import catalog as models
 
 log = logging.getLogger("mpips")
 FEW_KNOWN = 0.05   # of the test's keys known to the model, below which scores are suspect
+_LR = models.LogisticRegression()   # the default model (it holds no state)
 
 
 def read_rows(path: str) -> Rows:
@@ -29,7 +30,7 @@ def read_rows(path: str) -> Rows:
 
 
 def margins_of(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
-               model=models.LogisticRegression()) -> np.ndarray:
+               model=_LR) -> np.ndarray:
     """The model's margin (float64) of each row: sorted keys -> weights[n, width]; keys the
     model lacks count as zero."""
     n = keys.shape[0]
@@ -72,7 +73,7 @@ def warn_if_few_known(fraction: float, test: str, model: str) -> None:
 
 
 def score(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
-          model=models.LogisticRegression()) -> dict:
+          model=_LR) -> dict:
     """Held-out logloss and AUC of the model (sorted keys -> weights[n, width]) on `rows`."""
     return scores(margins_of(keys, weights, rows, bias, model), rows)
 

@@ -10,8 +10,9 @@ them too.
 """
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 ARMIJO = 1e-4        # sufficient decrease, as a fraction of the step's predicted one
 MAX_TRIALS = 40      # halvings of the step before the line search gives up

@@ -8,6 +8,7 @@ micro-batch order (so every schedule gives the same bits). No MPI here; a schedu
 in one process is pipeline.inprocess.run_step."""
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class Dense:
 def mlp(inputs: int, hidden: list) -> list:
     """Hidden ReLU layers of the given widths, then one logit."""
     widths = [inputs, *hidden]
-    return ([Dense(a, b) for a, b in zip(widths, widths[1:])] +
+    return ([Dense(a, b) for a, b in pairwise(widths)] +
             [Dense(widths[-1], 1, "identity")])
 
 
@@ -50,8 +51,9 @@ def init(layers: list, seed: int, dtype=np.float64) -> list:
 def init_layer(layers: list, i: int, seed: int, dtype=np.float64) -> tuple:
     """Layer i's (w, b) of init(layers, seed), made without the other layers': the stream
     is advanced past theirs (one 64-bit draw per uniform double)."""
-    rng = np.random.Generator(np.random.PCG64(seed))
-    rng.bit_generator.advance(sum(a.inputs * a.outputs for a in layers[:i]))
+    bits = np.random.PCG64(seed)
+    bits.advance(sum(a.inputs * a.outputs for a in layers[:i]))
+    rng = np.random.Generator(bits)
     layer = layers[i]
     bound = np.sqrt(6.0 / layer.inputs)
     return (rng.uniform(-bound, bound, (layer.inputs, layer.outputs)).astype(dtype),
@@ -120,12 +122,15 @@ class Stage:
         back through the layers, as a whole minibatch's mean gradient is."""
         self.layers, self.weights, self.last = layers, weights, last
         self.micros, self.mean_over = micros, mean_over
-        self._held = {}     # micro-batch -> the input of each layer, and the last output
-        self._sum = None    # the weights' gradients of micro-batches 0 .. _next - 1, added
+        # micro-batch -> the input of each layer, the last output, labels and offsets
+        self._held: dict[int, tuple] = {}
+        # the weights' gradients of micro-batches 0 .. _next - 1, added
+        self._sum: list | None = None
         self._next = 0
-        self._early = {}    # a micro-batch's gradients that came before its turn
+        self._early: dict[int, list] = {}   # a micro-batch's gradients that came before its turn
         self.loss = 0.0
-        self.dlogits = {}   # the last stage: micro-batch -> the loss's gradient by logit
+        # the last stage: micro-batch -> the loss's gradient by logit
+        self.dlogits: dict[int, np.ndarray] = {}
         self.held_bytes = self.peak_held_bytes = 0   # activations kept for backwards
 
     def forward(self, micro: int, x: np.ndarray, labels: np.ndarray | None = None,
@@ -140,6 +145,7 @@ class Stage:
         self.held_bytes += x.nbytes + sum(a.nbytes for a in inputs)
         self.peak_held_bytes = max(self.peak_held_bytes, self.held_bytes)
         if self.last:
+            assert labels is not None, "the last stage is given the labels"
             loss, _ = logistic_loss(self._logits(x, offsets), labels)
             return loss
         return x
@@ -159,6 +165,7 @@ class Stage:
                 dout /= self.mean_over
             self.loss += loss
             self.dlogits[micro] = dout[:, 0]
+        assert dout is not None, "a stage before the last is given the gradient by its output"
         grads = []
         for layer, (w, _), x in zip(reversed(self.layers), reversed(self.weights),
                                     reversed(inputs)):
@@ -193,7 +200,7 @@ class Stage:
     def summed(self) -> list:
         """[(dw, db)] per layer: every micro-batch's gradients added in micro-batch order;
         then the stage starts a new step."""
-        if self._next < self.micros or self._held:
+        if self._next < self.micros or self._held or self._sum is None:
             raise RuntimeError("update before every micro-batch's backward")
         out, self._sum, self._next = self._sum, None, 0
         return out

@@ -15,7 +15,8 @@ def run_step(stages: list, schedule: list, x: np.ndarray, labels: np.ndarray,
     stages[-1].loss = 0.0
     parts = np.array_split(np.arange(x.shape[0]), micros)
     times = simulate(schedule)
-    outputs, grads = {}, {}
+    outputs: dict[Task, np.ndarray] = {}
+    grads: dict[Task, np.ndarray] = {}
     for task in sorted(times, key=lambda t: (times[t][0], t.stage)):
         s, m = task.stage, task.micro
         if task.kind == FORWARD:

@@ -62,7 +62,7 @@ def one_f_one_b(stages: int, micros: int) -> list:
         for m in range(micros - warm):
             order += [Task(s, BACKWARD, m), Task(s, FORWARD, warm + m)]
         order += [Task(s, BACKWARD, m) for m in range(micros - warm, micros)]
-        out.append(order + [Task(s, UPDATE)])
+        out.append([*order, Task(s, UPDATE)])
     return out
 
 
@@ -86,7 +86,8 @@ def simulate(schedule: list, cost=lambda task: 0.0 if task.kind == UPDATE else 1
                     {Task(s, UPDATE)})
         if len(order) != len(expected) or set(order) != expected:
             raise ValueError(f"stage {s}: its list is not each of its tasks once")
-    times, nxt, clock = {}, [0] * stages, [0.0] * stages
+    times: dict[Task, tuple[float, float]] = {}
+    nxt, clock = [0] * stages, [0.0] * stages
     while len(times) < sum(map(len, schedule)):
         moved = False
         for s, order in enumerate(schedule):

@@ -9,9 +9,9 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
-from ..ranks.bounded import wait_all
 from ..base.errors import MpipsError
 from ..models.network import Stage
+from ..ranks.bounded import wait_all
 from ..wire.tags import micro_tag
 from .schedule import BACKWARD, FORWARD, UPDATE
 
@@ -51,6 +51,7 @@ class StageRank:
             m, began = task.micro, None   # a task starts once what it needs has arrived
             if task.kind == FORWARD:
                 if self.index == 0:
+                    assert x is not None, "the first stage is given x"
                     given = x[starts[m]:starts[m + 1]]
                 else:
                     given = self._receive(m, _ACTIVATION, (rows[m], self.inputs), dtype)
@@ -86,8 +87,10 @@ class StageRank:
     def _sum_over_copies(self, mine: np.ndarray) -> np.ndarray:
         """Every copy's gradients, added in copy order (the same bits on every copy; an
         allreduce's order is the library's to choose)."""
-        every = np.empty((self.copies.size, mine.shape[0]), mine.dtype)
-        wait_all([self.copies.Iallgather(mine, every)], self.timeout,
+        copies = self.copies
+        assert copies is not None, "only a pipeline with copies sums over them"
+        every = np.empty((copies.size, mine.shape[0]), mine.dtype)
+        wait_all([copies.Iallgather(mine, every)], self.timeout,
                  lambda: f"the gradients of stage {self.index} from every copy of the pipeline")
         return every.sum(axis=0)
 

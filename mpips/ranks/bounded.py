@@ -7,7 +7,7 @@ which leaves the cores to computation when ranks outnumber them.
 """
 import os
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from mpi4py import MPI
 
@@ -23,7 +23,7 @@ class Backoff:
         self.reset()
 
     def reset(self) -> None:
-        self._since = None
+        self._since: float | None = None
         self._delay = self.first
 
     def idle(self) -> None:

@@ -36,6 +36,7 @@ def broadcast_text(comm: MPI.Intracomm, text: str | None, timeout: float,
     """Rank `root`'s `text` (up to `limit` bytes of UTF-8), on every rank."""
     buf = np.zeros(limit, np.uint8)
     if comm.rank == root:
+        assert text is not None, "the root rank broadcasts a text"
         data = text.encode()
         if len(data) > limit:
             raise ValueError(f"{len(data)} bytes of text; at most {limit} can be broadcast")

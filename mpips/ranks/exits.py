@@ -30,8 +30,8 @@ def exit_together(code: int, message: str | None = None) -> None:
     if (_launched(("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")) or 1) > 1:
         from mpi4py import MPI
 
-        from .bounded import wait_all
         from ..base.errors import WaitTimeout
+        from .bounded import wait_all
         try:
             wait_all([MPI.COMM_WORLD.Ibarrier()], 10.0, lambda: "the other ranks to exit")
         except WaitTimeout:

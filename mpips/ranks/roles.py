@@ -7,6 +7,7 @@ that share a role (servers with servers, workers with workers).
 """
 import os
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from mpi4py import MPI
@@ -81,8 +82,9 @@ def check_servers(n_servers: int, n_ranks: int, spares: int = 0) -> None:
                  f"--servers {n_servers}")
         raise ConfigError(
             f"{named} {'leave' if spares else 'leaves'} no worker: the job has {n_ranks} "
-            f"rank(s), and needs at least {n_servers + 1} ({n_servers} server(s) + 1 worker). Launch more ranks, e.g. "
-            f"mpiexec -n {n_servers + 1} python -m mpips train ..., or lower --servers.")
+            f"rank(s), and needs at least {n_servers + 1} ({n_servers} server(s) + 1 worker). "
+            f"Launch more ranks, e.g. mpiexec -n {n_servers + 1} python -m mpips train ..., or "
+            f"lower --servers.")
 
 
 def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD) -> Roles:
@@ -90,7 +92,8 @@ def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD) -> Roles:
     check_servers(n_servers, comm.size)
     ps = comm.Dup()
     is_server = ps.rank < n_servers
-    group = ps.Split(color=0 if is_server else 1, key=ps.rank)
+    # An intracommunicator split gives intracommunicators; mpi4py types it as any Comm.
+    group = cast(MPI.Intracomm, ps.Split(color=0 if is_server else 1, key=ps.rank))
     nodes, pids = whereabouts(ps)
     roles = Roles(comm=ps, group=group, servers=tuple(range(n_servers)),
                   workers=tuple(range(n_servers, ps.size)), nodes=nodes, pids=pids)

@@ -13,13 +13,14 @@ import os
 import signal
 import sys
 import threading
+from typing import TypeGuard, cast
 
 from mpi4py import MPI
 
-from .bounded import wait_all
-from ..wire.tags import KEEPALIVE_TAG
 from ..base.errors import MpipsError
 from ..base.processes import Process, process_state
+from ..wire.tags import KEEPALIVE_TAG
+from .bounded import wait_all
 
 log = logging.getLogger("mpips")
 
@@ -33,7 +34,7 @@ class CannotFailOver(MpipsError):
     exit_status = LOST
 
 
-def is_failure(e: BaseException) -> bool:
+def is_failure(e: BaseException) -> TypeGuard[MPI.Exception]:
     """Whether `e` is MPI telling of a dead rank (directly, or as the error of one request
     of several: then only if MPI knows of a dead rank)."""
     if not isinstance(e, MPI.Exception):
@@ -100,7 +101,7 @@ def end_the_dead(world_ranks) -> None:
                     "while its process still existed")
 
 
-def what_died(comm: MPI.Intracomm, e: BaseException) -> str:
+def what_died(comm: MPI.Intracomm, e: MPI.Exception) -> str:
     """A sentence on a failure MPI reported as `e`: which ranks of `comm` died."""
     try:
         dead = sorted(dead_ranks(comm))
@@ -125,7 +126,7 @@ def survivors(comm: MPI.Intracomm) -> MPI.Intracomm | None:
         return None
     while True:
         try:
-            return comm.Shrink()
+            return cast(MPI.Intracomm, comm.Shrink())   # mpi4py types it as any Comm
         except MPI.Exception as e:   # another death during the shrink
             if not is_failure(e):
                 raise

@@ -17,8 +17,8 @@ when a rank dies.
 import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import mpi4py
 import numpy as np

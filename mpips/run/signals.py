@@ -20,7 +20,7 @@ import signal
 from ..base.errors import Interrupted
 
 RESUMABLE = 75          # exit status of a job that stopped after writing a checkpoint
-_asked = []
+_asked: list[int] = []   # the signals asking to stop, in order
 
 
 def install() -> None:

@@ -7,11 +7,11 @@ import resource
 import numpy as np
 from mpi4py import MPI
 
-from ..base.version import __version__
-from ..ranks.bounded import wait_all
 from ..base.files import keep_trying, write_json
-from ..kernels.logistic import held_out
 from ..base.log import say
+from ..base.version import __version__
+from ..kernels.logistic import held_out
+from ..ranks.bounded import wait_all
 from ..worker.pushfilter import FIGURES
 
 log = logging.getLogger("mpips")
@@ -211,7 +211,7 @@ def _finite(value, where: str, bad: list):
 def write(out_dir: str, summary: dict, wait_s: float = 0.0) -> str:
     """RUN_DIR/summary.json, replaced atomically; on a full disk tried again for `wait_s`."""
     path = os.path.join(out_dir, "summary.json")
-    bad = []
+    bad: list[str] = []
     clean = _finite(summary, "", bad)
     if bad:
         log.warning("summary.json: not finite, written as null: %s", ", ".join(bad))

@@ -176,10 +176,10 @@ class Events:
         events = [parse(t) for t in texts
                   if not (run_dir and os.path.exists(record(run_dir, t)))]   # fired before
         self.pending = [e for e in events
-                        if e.rank == rank and e.point != "iteration"
-                        or server and e.action == "ctl"
-                        or driver and e.point == "iteration"]
-        self.fired = []
+                        if (e.rank == rank and e.point != "iteration")
+                        or (server and e.action == "ctl")
+                        or (driver and e.point == "iteration")]
+        self.fired: list[str] = []
 
     def __bool__(self) -> bool:
         return bool(self.pending)
@@ -218,6 +218,7 @@ class Events:
             self._pause(e)
             return
         if e.action == "busy":
+            assert e.seconds is not None, "parse gives busy its seconds"
             end = time.monotonic() + e.seconds
             while time.monotonic() < end:
                 sum(range(10_000))
@@ -235,15 +236,19 @@ class Events:
         os.kill(pid, SIGNALS[e.action])
 
     def _pause(self, e: Event) -> None:
-        from ..ranks.bounded import wait_until
         from ..base.files import write_bytes
-        write_bytes(e.file + ".reached", f"rank {self.rank}: {e.text}\n".encode())
-        wait_until(lambda: os.path.exists(e.file), self.timeout,
-                   lambda: f"{e.file} (--test-event {e.text!r})")
+        from ..ranks.bounded import wait_until
+        file = e.file
+        assert file is not None, "parse gives pause its file"
+        write_bytes(file + ".reached", f"rank {self.rank}: {e.text}\n".encode())
+        wait_until(lambda: os.path.exists(file), self.timeout,
+                   lambda: f"{file} (--test-event {e.text!r})")
 
     def _ctl(self, e: Event, value: int) -> None:
         from ..membership import channel as control
         self._say(e, value)
+        assert e.command is not None, "parse gives ctl its command"
+        assert self.run_dir is not None, "ctl events are armed with the run's directory"
         control.submit(self.run_dir, e.command, e.target, self.run_id)
 
     def unfired(self) -> None:

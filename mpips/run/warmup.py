@@ -10,13 +10,13 @@ import tempfile
 import numpy as np
 from numba.core import event
 
-from ..models import catalog as models
-from ..wire import protocol
 from ..data.textfile import BIAS_KEY, KeyIndexer, Rows, TextShard
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import is_sorted_unique
 from ..kernels.logistic import mean_logloss, roc_auc
+from ..models import catalog as models
 from ..models.optimizer import NAMES, Optimizer
+from ..wire import protocol
 from ..wire.placement import Placement
 from ..wire.protocol import Op
 from ..worker.pushfilter import PushFilter
@@ -70,7 +70,8 @@ def _tiny_batch() -> Rows:
     try:
         with os.fdopen(fd, "w") as f:
             f.write("1 1:1 2:0.5\n0 3:1 18446744073709551614:2\n1 2:1\n")
-        return list(TextShard(path, chunk_bytes=16).minibatches(2))[0]
+        batches = list(TextShard(path, chunk_bytes=16).minibatches(2))   # to the end of the file
+        return batches[0]
     finally:
         os.unlink(path)
 
@@ -140,10 +141,10 @@ def _push_filter() -> None:
 
 def _full_batch(batch) -> None:
     """A full-batch job's steps (fullbatch, densetables) on one tiny table."""
-    from ..wire.dense_layout import Layout, name_id
-    from ..server.dense_tables import FUNCTIONS, DenseTables
     from ..data.dense_rows import Part
     from ..kernels import elementwise
+    from ..server.dense_tables import FUNCTIONS, DenseTables
+    from ..wire.dense_layout import Layout, name_id
     part = Part(batch, dim=4, bias=True)
     w = np.zeros(part.coords.shape[0])
     part.loss_and_gradient(w)

@@ -22,11 +22,11 @@ import os
 
 import numpy as np
 
-from .dense_files import read_blocks
 from ..base.errors import DamagedFile
 from ..base.files import mismatched, open_hdf5, sha256, write_hdf5, write_json
-from .rundir import remove_checkpoint
 from ..data.workplan import Handover
+from .dense_files import read_blocks
+from .rundir import remove_checkpoint
 
 log = logging.getLogger("mpips")
 MANIFEST = "manifest.json"
@@ -118,7 +118,7 @@ def verify(directory: str) -> str | None:
                 return f"{file}: {problem}"
         except DamagedFile as e:
             return str(e)
-        except Exception as e:   # whatever else a damaged file raises, it is not usable
+        except Exception as e:   # noqa: BLE001 -- whatever else a damaged file raises, it is unusable
             return f"{file}: unreadable ({e})"
     return None
 

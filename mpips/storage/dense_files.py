@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..wire.dense_layout import Layout
 from ..base.errors import ProtocolError
 from ..base.files import open_hdf5
+from ..wire.dense_layout import Layout
 
 INDEX = "tables.json"   # written last by DenseClient.save: the files and the tables' shapes
 INDEX_FORMAT = "mpips-dense-tables"
@@ -23,10 +23,11 @@ def read_blocks(paths: list, tables) -> int:
     filled. ValueError naming the file for a table whose shape differs from the one the
     servers hold or whose values do not match its blocks, or the table for a block held
     here that no file has."""
-    filled, seen = {}, {}
+    filled: dict[str, set[int]] = {}
+    seen: dict = {}   # table name -> the table in `tables`
     for path in paths:
         with open_hdf5(path) as f:
-            for name in (f["dense"] if "dense" in f else []):
+            for name in f.get("dense", []):
                 n, width, block_rows = (int(x) for x in f[f"dense/{name}/shape"][()])
                 try:
                     layout = Layout(n, width, block_rows)
@@ -68,7 +69,8 @@ class _OneTable:
     other tables, none."""
 
     def __init__(self, name: str):
-        self.name, self.tables = name, {}
+        self.name = name
+        self.tables: dict[str, _Whole] = {}
 
     def create(self, name: str, layout: Layout) -> _Whole:
         if name != self.name:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dense_files import read_table
 from ..base.errors import DamagedFile
 from ..base.files import mismatched, open_hdf5, sha256, write_hdf5
 from ..wire.placement import describe_ranges
+from .dense_files import read_table
 
 log = logging.getLogger("mpips")
 CHECKSUMS = "sha256"   # the attribute of a shard's checksums
@@ -122,7 +122,9 @@ def checked_paths(model_dir: str, allow_partial: bool = False) -> list:
     otherwise. A model saved after an error is refused unless `allow_partial`; files written
     before models carried checksums are read with a warning."""
     paths = shard_paths(model_dir)
-    runs, sizes, ranges, cut, unverified = set(), set(), [], set(), []
+    runs, sizes, cut = set(), set(), set()
+    ranges: list[int] = []
+    unverified: list[str] = []
     for p in paths:
         with open_hdf5(p) as f:
             if "keys" not in f or "n_servers" not in f.attrs:
@@ -160,12 +162,12 @@ def checked_paths(model_dir: str, allow_partial: bool = False) -> list:
 def load_model(model_dir: str, allow_partial: bool = False):
     """(keys, weights) of every shard in `model_dir`, merged and sorted by key, once
     `checked_paths` has checked the files."""
-    keys, weights = [], []
+    key_parts, weight_parts = [], []
     for p in checked_paths(model_dir, allow_partial):
         with open_hdf5(p) as f:
-            keys.append(f["keys"][:])
-            weights.append(f["weights"][:])
-    keys, weights = np.concatenate(keys), np.concatenate(weights)
+            key_parts.append(f["keys"][:])
+            weight_parts.append(f["weights"][:])
+    keys, weights = np.concatenate(key_parts), np.concatenate(weight_parts)
     order = np.argsort(keys, kind="stable")
     return keys[order], weights[order]
 

@@ -47,7 +47,7 @@ def _walk(root: str, dirs: re.Pattern):
         path = os.path.join(root, top)
         if not (dirs.fullmatch(top) and os.path.isdir(path)):
             continue
-        for here, subdirs, files in os.walk(path, topdown=False):
+        for here, _subdirs, files in os.walk(path, topdown=False):
             rel = os.path.relpath(here, root)
             found += [(os.path.join(rel, f), False) for f in sorted(files)]
             found.append((rel, True))
@@ -108,7 +108,7 @@ def remove_checkpoint(directory: str) -> list:
 def runs_in(out: str, checkpoints: str) -> set:
     """The run ids of the outputs in `out` and the checkpoints in `checkpoints` (None for an
     output whose run cannot be told)."""
-    import h5py   # not at the top: ranks that open no HDF5 file skip its import (start-up time)
+    import h5py  # not at the top: ranks that open no HDF5 file skip its import (start-up time)
     ids = set()
     for rel in run_outputs(out):
         path = os.path.join(out, rel)
@@ -360,7 +360,7 @@ class RunLocks:
     def __init__(self, locks: list):
         self.locks = locks
         self._stop = threading.Event()
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     def acquire(self) -> None:
         """Take every lock, or none (ConfigError naming the job that holds one)."""

@@ -22,10 +22,10 @@ class ClockTable:
         self.staleness = staleness
         self.max_gap = 0
         self.longest = 0   # the most clocks any worker has completed, FINISH or not
-        self.gone = set()  # dead workers: counted as finished
+        self.gone: set[int] = set()  # dead workers: counted as finished
         # Under BSP with hot failover, each other server's `here()` (see `commit`); a clock is
         # complete once complete on every living server.
-        self.elsewhere = {}
+        self.elsewhere: dict[int, int] = {}
 
     def commit(self, servers) -> None:
         """Complete a clock only once every one of `servers` (indices) says it holds every

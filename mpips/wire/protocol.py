@@ -152,18 +152,18 @@ def pack(header: Header, *payload: np.ndarray, report: Report | None = None) -> 
         header = header._replace(flags=header.flags | REPORT)
     size = HEADER_BYTES + sum(p.nbytes for p in payload) + (REPORT_BYTES if report else 0)
     buf = np.empty(size, np.uint8)
-    _LAYOUT.pack_into(buf, 0, *header)
+    _LAYOUT.pack_into(buf.data, 0, *header)
     pos = HEADER_BYTES
     for p in payload:
         buf[pos:pos + p.nbytes] = np.ascontiguousarray(p).reshape(-1).view(np.uint8)
         pos += p.nbytes
     if report is not None:
-        _REPORT.pack_into(buf, pos, *report)
+        _REPORT.pack_into(buf.data, pos, *report)
     return buf
 
 
 def header(buf: np.ndarray) -> Header:
-    return Header._make(_LAYOUT.unpack_from(buf, 0))
+    return Header._make(_LAYOUT.unpack_from(buf.data, 0))
 
 
 def backup_count(buf: np.ndarray) -> int:
@@ -306,7 +306,7 @@ def unpack(buf: np.ndarray, sent: int | None = None):
         start = end
         end = start + 4 * h.nkeys * h.width
         values = buf[start:end].view(np.float32).reshape(h.nkeys, h.width)
-    report = Report._make(_REPORT.unpack_from(buf, end)) if h.flags & REPORT else None
+    report = Report._make(_REPORT.unpack_from(buf.data, end)) if h.flags & REPORT else None
     return h, keys, values, report
 
 
@@ -330,7 +330,7 @@ def dense_payload(ints, scalars=(), rows=None, values=None) -> tuple:
     scalars = np.asarray(scalars, np.float64)
     rows = np.empty(0, np.uint64) if rows is None else np.asarray(rows, np.uint64)
     values = np.empty(0) if values is None else np.asarray(values, np.float64).reshape(-1)
-    return (dict(nkeys=ints.shape[0], width=scalars.shape[0], ref=rows.shape[0]),
+    return ({"nkeys": ints.shape[0], "width": scalars.shape[0], "ref": rows.shape[0]},
             (ints, scalars, rows, values))
 
 
