@@ -55,102 +55,191 @@ def minimize(t: dict, evaluate: Callable, settings: Settings,
     state (plain data) being what `resume` takes to go on from there: the tables must then
     hold what they held when it was called. Once stop() is true, at the end of an iteration,
     it checkpoints there (if it can) and returns."""
-    l1, m = settings.l1, settings.memory
-    start = time.monotonic()
-    by_name = {table.name: table for table in t.values()}
+    solver = _Solver(t, evaluate, settings.l1, report, time.monotonic())
     if resume:
-        for role, name in resume["roles"].items():
-            t[role] = by_name[name]
-        history = [(by_name[s], by_name[y], rho) for s, y, rho in resume["history"]]
-        spare = [(by_name[s], by_name[y]) for s, y in resume["spare"]]
-        steps = [Step(*step) for step in resume["steps"]]
-        f, evaluations, first = resume["objective"], resume["evaluations"], resume["iteration"]
-        start -= steps[-1].seconds
+        progress = _Progress.restore(resume, t)
+        solver.start -= progress.steps[-1].seconds
     else:
-        history = []   # (s, y, rho), oldest first
-        spare = [(t[f"s{i}"], t[f"y{i}"]) for i in range(m)]
-    w, g, wt, gt = t["w"], t["g"], t["w_trial"], t["g_trial"]
-    d, q = t["direction"], t["scratch"]
-    if not resume:
-        f = _objective(w, g, evaluate, l1, q)
-        evaluations, first = 1, 0
-        steps = [Step(0, time.monotonic() - start, f, math.nan, 0.0, evaluations)]
-
-    def state(iteration: int) -> dict:
-        return {"iteration": iteration, "objective": f, "evaluations": evaluations,
-                "roles": {role: t[role].name for role in ("w", "g", "w_trial", "g_trial")},
-                "history": [(s.name, y.name, rho) for s, y, rho in history],
-                "spare": [(s.name, y.name) for s, y in spare],
-                "steps": [list(step) for step in steps]}
-
-    for it in range(first + 1, settings.max_iter + 1):
-        descent = g
-        if l1 > 0:
-            descent = t["pseudo_gradient"].zip("l1_pseudo_gradient", w, g, l1)
-        gnorm = descent.nrm2()
-        steps[-1] = steps[-1]._replace(gradient_norm=gnorm)
-        report(steps[-1])
-        if gnorm == 0.0:
-            break
-        _two_loop(q, descent, history)
-        d.copy(q).scale(-1.0)
-        if l1 > 0:   # keep to the directions the pseudo-gradient allows, and its orthant
-            q.copy(descent).scale(-1.0)
-            d.zip("keep_sign", d, q)
-            t["orthant"].zip("orthant", w, descent)
-        slope = descent.dot(d)
-        if slope >= 0:   # no descent along the history's direction: start it afresh
-            spare += [(s, y) for s, y, _ in history]
-            history.clear()
-            d.copy(descent).scale(-1.0)
-            slope = -gnorm * gnorm
-        step = 1.0 if history else min(1.0, 1.0 / gnorm)
-        s_new, y_new = spare.pop(0) if spare else history.pop(0)[:2]
-        for _ in range(MAX_TRIALS):
-            wt.copy(w).axpy(step, d)
-            if l1 > 0:
-                wt.zip("keep_sign", wt, t["orthant"])
-            ft = _objective(wt, gt, evaluate, l1, q)
-            evaluations += 1
-            s_new.copy(wt).axpy(-1.0, w)
-            predicted = descent.dot(s_new) if l1 > 0 else step * slope
-            if ft <= f + ARMIJO * predicted:
-                break
-            step *= 0.5
-        else:
-            spare.append((s_new, y_new))
-            steps.append(Step(it, time.monotonic() - start, f, gnorm, 0.0, evaluations))
-            break   # no decrease along a descent direction: as far as float64 goes
-        y_new.copy(gt).axpy(-1.0, g)
-        sy = s_new.dot(y_new)
-        if sy > 1e-12 * s_new.nrm2() * y_new.nrm2():
-            history.append((s_new, y_new, 1.0 / sy))
-        else:
-            spare.append((s_new, y_new))
-        w, wt, g, gt = wt, w, gt, g
-        t["w"], t["w_trial"], t["g"], t["g_trial"] = w, wt, g, gt
-        decrease = (f - ft) / max(abs(f), abs(ft), 1.0)
-        f = ft
-        steps.append(Step(it, time.monotonic() - start, f, math.nan, step, evaluations))
-        if decrease <= settings.tol:
+        progress = solver.begin(settings.memory)
+    for it in range(progress.iteration + 1, settings.max_iter + 1):
+        decrease = solver.iterate(progress, it)
+        if decrease is None or decrease <= settings.tol:
             break
         asked = stop()
         if checkpoint and ((every and it % every == 0) or asked):
-            checkpoint(it, state(it))
+            checkpoint(it, progress.plain(t))
         if asked:
             break
-    if math.isnan(steps[-1].gradient_norm):
-        final = (t["pseudo_gradient"].zip("l1_pseudo_gradient", w, g, l1) if l1 > 0 else g)
-        steps[-1] = steps[-1]._replace(gradient_norm=final.nrm2())
-        report(steps[-1])
-    return steps
+    solver.finish(progress)
+    return progress.steps
 
 
-def _objective(point, gradient, evaluate, l1: float, scratch) -> float:
-    f = evaluate(point, gradient)
-    if l1 > 0:
-        f += l1 * scratch.map("abs", point).sum()
-    return f
+class _Pair(NamedTuple):
+    """One pair of the history: a step, the change of gradient along it, 1 / s'y."""
+    s: object
+    y: object
+    rho: float
+
+
+class _Trial(NamedTuple):
+    """The point the line search accepted: its objective, and the step that reached it."""
+    objective: float
+    step: float
+
+
+@dataclass
+class _Progress:
+    """The solver between iterations (which table plays w, which the trial, is in t). Its
+    plain form is what a checkpoint keeps and `resume` takes."""
+    iteration: int
+    objective: float
+    evaluations: int
+    history: list      # _Pair, oldest first
+    spare: list        # (s, y): the tables for pairs not in the history
+    steps: list        # Step
+
+    def plain(self, t: dict) -> dict:
+        return {"iteration": self.iteration, "objective": self.objective,
+                "evaluations": self.evaluations,
+                "roles": {role: t[role].name for role in ("w", "g", "w_trial", "g_trial")},
+                "history": [(s.name, y.name, rho) for s, y, rho in self.history],
+                "spare": [(s.name, y.name) for s, y in self.spare],
+                "steps": [list(step) for step in self.steps]}
+
+    @classmethod
+    def restore(cls, state: dict, t: dict) -> "_Progress":
+        """From a plain form, giving t's roles back to the tables that held them."""
+        by_name = {table.name: table for table in t.values()}
+        for role, name in state["roles"].items():
+            t[role] = by_name[name]
+        return cls(iteration=state["iteration"], objective=state["objective"],
+                   evaluations=state["evaluations"],
+                   history=[_Pair(by_name[s], by_name[y], rho) for s, y, rho in state["history"]],
+                   spare=[(by_name[s], by_name[y]) for s, y in state["spare"]],
+                   steps=[Step(*step) for step in state["steps"]])
+
+
+class _Solver:
+    """The steps of an iteration, on the tables t (by the names `tables` gives)."""
+
+    def __init__(self, t: dict, evaluate: Callable, l1: float, report: Callable,
+                 start: float):
+        self.t, self.evaluate, self.l1, self.report = t, evaluate, l1, report
+        self.start = start   # time.monotonic() when the solver (as resumed) began
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.start
+
+    def objective(self, point, gradient) -> float:
+        """The objective at `point` (with the L1 term), its smooth part's gradient left in
+        `gradient`."""
+        f = self.evaluate(point, gradient)
+        if self.l1 > 0:
+            f += self.l1 * self.t["scratch"].map("abs", point).sum()
+        return f
+
+    def descent(self):
+        """The gradient at w; with L1 the pseudo-gradient."""
+        t = self.t
+        if self.l1 > 0:
+            return t["pseudo_gradient"].zip("l1_pseudo_gradient", t["w"], t["g"], self.l1)
+        return t["g"]
+
+    def begin(self, memory: int) -> _Progress:
+        """Progress at iteration 0: the objective at w as it is, every pair spare."""
+        t = self.t
+        spare = [(t[f"s{i}"], t[f"y{i}"]) for i in range(memory)]
+        f = self.objective(t["w"], t["g"])
+        return _Progress(iteration=0, objective=f, evaluations=1, history=[], spare=spare,
+                         steps=[Step(0, self.seconds(), f, math.nan, 0.0, 1)])
+
+    def iterate(self, p: _Progress, it: int) -> float | None:
+        """Iteration `it`: reports the last step with its gradient norm, then moves w to a
+        point of lower objective. Returns the relative decrease of the objective, or None
+        where the solver ends (a zero gradient, or no decrease along a descent direction)."""
+        descent = self.descent()
+        gnorm = descent.nrm2()
+        p.steps[-1] = p.steps[-1]._replace(gradient_norm=gnorm)
+        self.report(p.steps[-1])
+        if gnorm == 0.0:
+            return None
+        slope = self.direction(p, descent, gnorm)
+        step = 1.0 if p.history else min(1.0, 1.0 / gnorm)
+        if p.spare:
+            s_new, y_new = p.spare.pop(0)
+        else:
+            oldest = p.history.pop(0)
+            s_new, y_new = oldest.s, oldest.y
+        trial = self.line_search(p, descent, slope, step, s_new)
+        if trial is None:   # as far as float64 goes
+            p.spare.append((s_new, y_new))
+            p.steps.append(Step(it, self.seconds(), p.objective, gnorm, 0.0, p.evaluations))
+            return None
+        return self.accept(p, it, trial, s_new, y_new)
+
+    def direction(self, p: _Progress, descent, gnorm: float) -> float:
+        """Sets t["direction"] to minus the history's inverse Hessian times `descent` (with
+        L1, kept to the directions the pseudo-gradient allows, and sets its orthant); returns
+        the slope along it. Where that is no descent, the history is dropped and the
+        direction is minus `descent`."""
+        t, d, q = self.t, self.t["direction"], self.t["scratch"]
+        _two_loop(q, descent, p.history)
+        d.copy(q).scale(-1.0)
+        if self.l1 > 0:
+            q.copy(descent).scale(-1.0)
+            d.zip("keep_sign", d, q)
+            t["orthant"].zip("orthant", t["w"], descent)
+        slope = descent.dot(d)
+        if slope >= 0:
+            p.spare += [(s, y) for s, y, _ in p.history]
+            p.history.clear()
+            d.copy(descent).scale(-1.0)
+            slope = -gnorm * gnorm
+        return slope
+
+    def line_search(self, p: _Progress, descent, slope: float, step: float,
+                    s_new) -> _Trial | None:
+        """Backtracking from `step` along the direction until the decrease is sufficient
+        (Armijo): then w_trial and g_trial hold the point and its gradient, s_new the move
+        from w. None after MAX_TRIALS halvings."""
+        t = self.t
+        w, wt, gt, d = t["w"], t["w_trial"], t["g_trial"], t["direction"]
+        for _ in range(MAX_TRIALS):
+            wt.copy(w).axpy(step, d)
+            if self.l1 > 0:
+                wt.zip("keep_sign", wt, t["orthant"])
+            ft = self.objective(wt, gt)
+            p.evaluations += 1
+            s_new.copy(wt).axpy(-1.0, w)
+            predicted = descent.dot(s_new) if self.l1 > 0 else step * slope
+            if ft <= p.objective + ARMIJO * predicted:
+                return _Trial(ft, step)
+            step *= 0.5
+        return None
+
+    def accept(self, p: _Progress, it: int, trial: _Trial, s_new, y_new) -> float:
+        """Moves to the trial point: the pair (s_new, y_new) joins the history if its
+        curvature is positive, the trial's tables become w and g. Returns the relative
+        decrease of the objective."""
+        t = self.t
+        y_new.copy(t["g_trial"]).axpy(-1.0, t["g"])
+        sy = s_new.dot(y_new)
+        if sy > 1e-12 * s_new.nrm2() * y_new.nrm2():
+            p.history.append(_Pair(s_new, y_new, 1.0 / sy))
+        else:
+            p.spare.append((s_new, y_new))
+        t["w"], t["w_trial"], t["g"], t["g_trial"] = t["w_trial"], t["w"], t["g_trial"], t["g"]
+        f, ft = p.objective, trial.objective
+        decrease = (f - ft) / max(abs(f), abs(ft), 1.0)
+        p.iteration, p.objective = it, ft
+        p.steps.append(Step(it, self.seconds(), ft, math.nan, trial.step, p.evaluations))
+        return decrease
+
+    def finish(self, p: _Progress) -> None:
+        """Gives the last step its gradient norm, if it has none yet, and reports it."""
+        if math.isnan(p.steps[-1].gradient_norm):
+            p.steps[-1] = p.steps[-1]._replace(gradient_norm=self.descent().nrm2())
+            self.report(p.steps[-1])
 
 
 def _two_loop(q, descent, history: list) -> None:

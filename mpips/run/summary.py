@@ -103,15 +103,25 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
     # Rates are of this launch: a resumed run trained the examples before it in others.
     now = examples - int(workers["examples_before"].sum())
     train_s = float(workers["train_s"].max())
-    keys = int(servers["keys"].sum())
-    bytes_sent = int(records["bytes_sent"].sum())
-    tested = margins is not None and margins.shape[0] > 0
-    logloss, auc = held_out(margins, labels) if tested else (None, float("nan"))
     return {
         "mpips_version": __version__,
         "servers": n_servers,
         "workers": len(workers),
         **extra,
+        **_examples(records, servers, workers, examples, now, train_s, margins, labels),
+        **_times(records, servers, train_s),
+        **_keys_and_bytes(records, servers, now),
+        **_pushes_and_waits(servers, workers, held_s),
+        **_ranks(records, servers, workers),
+    }
+
+
+def _examples(records: np.ndarray, servers: np.ndarray, workers: np.ndarray, examples: int,
+              now: int, train_s: float, margins, labels) -> dict:
+    """Examples trained and tested, their losses, the test's AUC, the training rate."""
+    tested = margins is not None and margins.shape[0] > 0
+    logloss, auc = held_out(margins, labels) if tested else (None, float("nan"))
+    return {
         "train_examples": examples,
         "train_examples_this_launch": now,
         "train_logloss": float(workers["train_loss"].sum()) / examples if examples else None,
@@ -125,14 +135,26 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "test_keys_known": (float(servers["test_keys_known"].sum() / servers["test_keys"].sum())
                             if servers["test_keys"].sum() else None),
         "examples_per_s": now / train_s if train_s > 0 and now else None,
-        # Where the time went (the slowest rank of each): process start to the first
-        # minibatch, training, scoring the test file, writing the model.
+    }
+
+
+def _times(records: np.ndarray, servers: np.ndarray, train_s: float) -> dict:
+    """Where the time went (the slowest rank of each): process start to the first
+    minibatch, training, scoring the test file, writing the model; compiling."""
+    return {
         "startup_s": float(records["startup_s"].max()),
         "train_s": train_s,
         "score_s": float(records["score_s"].max()),
         "save_s": float(servers["save_s"].max()),
         "compile_s": float(records["compile_s"].max()),
         "late_compiles": int(records["late_compiles"].sum()),
+    }
+
+
+def _keys_and_bytes(records: np.ndarray, servers: np.ndarray, now: int) -> dict:
+    """The keys the servers store, the bytes they take, and the bytes sent."""
+    keys = int(servers["keys"].sum())
+    return {
         "keys_stored": keys,
         # Keys each server answers for, and the largest share over the mean of those that
         # hold any (a dead server holds none): how evenly the key ranges spread them.
@@ -141,13 +163,18 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "key_copies_stored": int(servers["copies"].sum()),
         "server_bytes": int(servers["table_bytes"].sum()),
         "server_bytes_per_key": float(servers["table_bytes"].sum()) / keys if keys else None,
-        "bytes_sent": bytes_sent,   # all parameter-server traffic, scoring the test file included
+        # All parameter-server traffic, scoring the test file included.
+        "bytes_sent": int(records["bytes_sent"].sum()),
         "bytes_per_example": (float(records["train_bytes"].sum()) / now
                               if now else None),   # training traffic only
         "push_bytes_per_example": (float(servers["push_bytes"].sum()) / now
                                    if now else None),   # of it, the pushes (see pushfilter)
-        # Per worker: time blocked on pulls (round trips and waiting for the clocks), and of
-        # that, time its pulls were held for the clocks (on the server that held them longest).
+    }
+
+
+def _pushes_and_waits(servers: np.ndarray, workers: np.ndarray, held_s) -> dict:
+    """Pushes sent and applied, reads served, and the workers' time blocked on pulls."""
+    return {
         # Every push a worker sent was acknowledged; each server applied each one (its part,
         # possibly empty: every push completes a clock on every server) unless a worker died.
         "pushes_sent": int(workers["pushes"].sum()),
@@ -155,6 +182,8 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         "pushes_applied": [int(x) for x in servers["pushes"]],
         # The read load each server carried: keys of the reads it answered.
         "server_keys_served": [int(x) for x in servers["keys_served"]],
+        # Per worker: time blocked on pulls (round trips and waiting for the clocks), and of
+        # that, time its pulls were held for the clocks (on the server that held them longest).
         "wait_s": [float(x) for x in workers["wait_s"]],
         "worker_examples": [int(x) for x in workers["examples"]],   # each, resumes included
         "held_s": [float(x) for x in held_s],
@@ -164,6 +193,12 @@ def build(records: np.ndarray, n_servers: int, margins, labels, held_s, **extra)
         # Fraction of training time each server spent handling requests (not waiting for them).
         "server_busy": [float(b / t) if t > 0 else None
                         for b, t in zip(servers["busy_s"], servers["train_s"])],
+    }
+
+
+def _ranks(records: np.ndarray, servers: np.ndarray, workers: np.ndarray) -> dict:
+    """Where each rank ran, the bad lines it skipped, the memory it took."""
+    return {
         "nodes": {"servers": [n.decode() for n in servers["node"]],
                   "workers": [n.decode() for n in workers["node"]]},
         "bad_lines": int(records["bad_lines"].sum()),
