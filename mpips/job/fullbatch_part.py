@@ -32,6 +32,7 @@ from ..ranks.roles import Roles
 from ..data.shards import data_format, open_shard
 from ..run.startup import process_age, ready
 from .failing import saving_on_failure
+from .part_result import PartResult
 from ..wire.tags import LOSS_TAG
 
 log = logging.getLogger("mpips")
@@ -163,7 +164,7 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
     r["solver_steps"] = len(steps)
     r["held_peak"] = budget.peak
     trace = np.array([list(s) for s in steps], np.float64).reshape(-1, len(lbfgs.Step._fields))
-    return r, margins, labels, np.zeros(n_workers), trace, timeline.empty()
+    return PartResult(r, margins, labels, np.zeros(n_workers), trace, timeline.empty())
 
 
 

@@ -26,12 +26,12 @@ from ..run import summary
 from ..run import testevents
 from ..ranks.bounded import wait_all
 from ..base.errors import MpipsError, Stopped
-from ..models.lbfgs import Step
 from ..models.network import Stage, forward, measured_costs, partition
 from ..pipeline.stage_rank import StageRank, receive
 from ..pipeline.schedule import POLICIES, describe
 from ..run.startup import process_age, ready
 from ..base.timeline import Timeline
+from .part_result import TASK_LOG, PartResult
 from ..wire.tags import (STAGE_HEADER, STAGE_LABELS, STAGE_RESULT, STAGE_SCORE, STAGE_SCORE_LOGITS,
                          STAGE_SCORE_WIDE, STAGE_SCORE_X)
 
@@ -39,12 +39,6 @@ log = logging.getLogger("mpips")
 
 # What a header's first number says besides a minibatch's row count.
 FINISHED, STOPPED, FAILED, SCORED = -1.0, -2.0, -3.0, -4.0
-
-
-# One row per task a stage ran, for the run's record (timeline.h5, the report's plot of a
-# step): wall-clock seconds, comparable across ranks and nodes to NTP's precision.
-TASK_LOG = np.dtype([("worker", "<i4"), ("clock", "<i8"), ("stage", "<i4"), ("kind", "S1"),
-                     ("micro", "<i4"), ("start", "<f8"), ("end", "<f8")])
 
 
 class TaskLog:
@@ -67,10 +61,6 @@ class TaskLog:
     def rows(self) -> np.ndarray:
         kept = [*self._first, *self._last]
         return np.concatenate(kept) if kept else np.zeros(0, TASK_LOG)
-
-
-def no_tasks() -> np.ndarray:
-    return np.zeros(0, TASK_LOG)
 
 
 class StageFailed(MpipsError):
@@ -282,7 +272,7 @@ class Front:
 def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_others):
     """A stage after the first: for each minibatch stage 0 announces, pull this stage's rows,
     run its tasks, push their gradients; then finish with the other workers. Returns what
-    worker_side.work returns."""
+    worker_part.work returns."""
     if position:
         kv.clock = position["clock"]
     clock_before = kv.clock
@@ -295,12 +285,11 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
     status = {}
 
     def progress():
-        status.update(kv.status())
+        status.update(kv.lead.status())
         return status["slowest_clock"], status["finished"]
 
     while how is None:
-        if signals.stop_requested() and not kv.stop_sent:
-            kv.ask_to_stop()   # a stop signal to this rank: server 0 stops the job
+        kv.lead.pass_on_stop(signals.stop_requested())   # server 0 stops the job
         header = pipe.receive(3, 0, STAGE_HEADER,
                               f"{pipe.name(0)} to announce its minibatch of "
                               f"clock {kv.clock} (the slowest worker is at clock "
@@ -359,5 +348,5 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_ot
     r["wait_s"] = kv.wait_s
     r["bytes_sent"], r["train_bytes"] = kv.bytes_sent, train_bytes
     r["stopped_at"] = kv.clock if how == STOPPED else -1
-    return (r, np.empty(0), np.empty(0, np.float32), np.zeros(len(roles.workers)),
-            np.empty((0, len(Step._fields))), Timeline().samples(), tasks.rows())
+    return PartResult(r, np.empty(0), np.empty(0, np.float32), np.zeros(len(roles.workers)),
+                      samples=Timeline().samples(), tasks=tasks.rows())

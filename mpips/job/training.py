@@ -20,7 +20,6 @@ from mpi4py import MPI
 from ..storage import checkpoint
 from ..models import defaults
 from ..storage import rundir
-from . import stage_part as stagework
 from ..run import summary
 from ..run import testevents
 from ..base import timeline
@@ -36,6 +35,7 @@ from ..wire.placement import Placement, dealt
 from ..base.processes import Process
 from ..ranks.roles import Roles, split
 from ..data.shards import check_examples, sample_rows
+from .part_result import PartResult
 from .scoring import covered
 from ..ranks.collectives import agree, broadcast_text, gather_text
 from ..run.startup import compile_per_node, run_id
@@ -212,28 +212,25 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         with watch.watching():
             if roles.is_server:
                 from .server_part import serve_job
-                ends = serve_job(cfg, roles, name, resume, placement, failover, failures, locks,
+                part = serve_job(cfg, roles, name, resume, placement, failover, failures, locks,
                                  hot=hot, moves=moves, ulfm=ulfm)
             elif cfg.solver == "lbfgs":
                 from .fullbatch_part import solve
-                ends = solve(cfg, roles, name, resume, placement, failover)
+                part = solve(cfg, roles, name, resume, placement, failover)
             else:
                 from .worker_part import work
-                ends = work(cfg, roles, resume, placement, failover, hot=hot)
-            record, margins, labels, held, steps, samples, *tasks = ends   # tasks: stages'
-            tasks = tasks[0] if tasks else stagework.no_tasks()
+                part = work(cfg, roles, resume, placement, failover, hot=hot)
         testevents.unfired()
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
-        record["compile_s"] = compile_s
-        record["late_compiles"] = len(watch.compiled)
+        part.record["compile_s"] = compile_s
+        part.record["late_compiles"] = len(watch.compiled)
         # Collectives cannot span a dead rank: the survivors finish on their own.
         finishing = roles.survived() if ulfm else roles
         if finishing is not roles:
             _say_who_died_late(roles, finishing, failures)
         try:
-            result = _finish(cfg, finishing, name, record, margins, labels, held, steps,
-                             samples, tasks, started, failures, moves)
+            result = _finish(cfg, finishing, name, part, started, failures, moves)
             ended = True
             return result
         finally:
@@ -324,11 +321,14 @@ def _pipeline_figures(cfg, tasks: np.ndarray) -> dict:
             "bubble_theory": theoretical_bubble(cfg.stages, cfg.micro_batches)}
 
 
-def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tasks, started,
-            failures: list, moves: list = ()) -> dict | None:
+def _finish(cfg, roles, name, part: PartResult, started, failures: list,
+            moves: list = ()) -> dict | None:
     """Gather every rank's figures, the test scores, a full-batch solver's steps, the
-    timelines and a pipeline's tasks; rank 0 writes the summary and RUN_DIR/timeline.h5."""
+    timelines and a pipeline's tasks (`part`: this rank's); rank 0 writes the summary and
+    RUN_DIR/timeline.h5."""
     comm = roles.comm
+    record, margins, labels, held = part.record, part.margins, part.labels, part.held
+    steps, samples, tasks = part.steps, part.samples, part.tasks
     record["samples"], record["tasks"] = samples.shape[0], tasks.shape[0]
     records = summary.allgather(comm, record, cfg.timeout)
     if records["ranges_lost"].any():   # every rank sees the same records: all end alike
