@@ -24,21 +24,21 @@ from mpi4py import MPI
 
 from ..base.errors import Stopped, WaitTimeout
 from ..kernels.hashing import is_sorted_unique
-from ..ranks.bounded import wait_all, wait_until
-from ..ranks.ulfm import CannotFailOver, dead_ranks, is_failure
-from ..wire import protocol, tags
-from ..wire.placement import Placement, describe_ranges
+from ..ranks.bounded import wait_all
+from ..wire import protocol
+from ..wire.placement import Placement
 from ..wire.protocol import Op
 from ..wire.worker_messages import PlacementAnswer, placement_question, same_keys_push
 from .backups import BackupParts
 from .lead_channel import LeadChannel
+from .link import Link
 from .pushfilter import Outgoing, Plain
-from .requests import Pending, Pulled, Reply, Send
+from .requests import Pending, Pulled
 
 log = logging.getLogger("mpips")
 
 
-class KVWorker:
+class KVWorker(Link):
     def __init__(self, roles, width: int = 1, timeout: float = 600.0,
                  placement: Placement | None = None, failover: bool = False,
                  push_filter=None):
@@ -46,77 +46,13 @@ class KVWorker:
         `failover` (under ULFM): a dead server's requests go to the living copies of its keys
         instead of failing the job. `push_filter`: what pushes send (a pushfilter.PushFilter;
         by default every value, float32)."""
+        super().__init__(roles, timeout, placement, failover)
         self.width = width
         self.filter = push_filter or Plain()
-        self.timeout = timeout
-        self.failover = failover
-        self.clock = 0            # clocks this worker has completed
-        self.bytes_sent = 0
         self.wait_s = 0.0         # time spent blocked in wait() on pulls
-        self.comm = roles.comm
-        self.servers = roles.servers
-        self._placement = placement or Placement(len(roles.servers))
-        self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
-        self._pending: dict[int, Pending] = {}
-        self._ts = 0
-        self._report = None
         self._pulled = deque(maxlen=2)   # Pulled: the recent pulls
         self._backups = BackupParts()
         self.lead = LeadChannel(self)
-
-    @property
-    def placement(self) -> Placement:
-        return self._placement
-
-    def report(self, examples: int, loss: float, progress: float, epoch: int = 0,
-               offset: int = 0, segment: int = 0, taken: tuple = ()) -> None:
-        """Figures carried by this worker's next clock push and its FINISH: examples trained
-        on, their summed loss, epochs done (fractional), for the servers' progress lines; and
-        where the next minibatch starts (epoch, segment of the work plan, byte offset or
-        row) and the epochs at which it took shares of dead workers' rows, which checkpoints
-        record."""
-        self._report = protocol.Report(epoch, offset, examples, loss, progress, segment,
-                                       len(taken), taken[-1] if taken else 0)
-
-    @property
-    def reported(self):
-        """The figures last given to `report` (a protocol.Report; None before any)."""
-        return self._report
-
-    def living(self) -> list:
-        """The servers alive (indices), as this worker knows."""
-        return [s for s in range(len(self.servers)) if s not in self._placement.dead]
-
-    def rank_of(self, server: int) -> int:
-        return self.servers[server]
-
-    # Requests: a timestamp each, their messages, and their replies (also for the lead
-    # channel and dense tables, on this worker's link).
-
-    def new_ts(self) -> int:
-        """The next request's timestamp (its messages carry it; its replies' tag comes from
-        it)."""
-        self._ts += 1
-        return self._ts
-
-    def track(self, ts: int, pending: Pending) -> None:
-        """Keep request `ts` until wait(ts)."""
-        self._pending[ts] = pending
-
-    def send(self, server_index: int, op: Op, payload=(), report: bool = False,
-             **fields) -> Send:
-        h = protocol.Header(op, ts=self._ts, clock=self.clock,
-                            placement=self._placement.version, **fields)
-        buf = protocol.pack(h, *payload, report=self._report if report else None)
-        self.bytes_sent += buf.nbytes
-        req = self.comm.Isend(buf, self.servers[server_index], tags.REQUEST_TAG)
-        return Send(req, buf, server_index)
-
-    def reply_into(self, into: np.ndarray, server_index: int, rows=None,
-                   copy: bool = False) -> Reply:
-        tag = protocol.reply_tag(self._ts, self._reply_tags)
-        return Reply(self.comm.Irecv(into, self.servers[server_index], tag), server_index,
-                     into, rows, copy)
 
     def _split(self, keys):
         if keys.dtype != np.uint64 or keys.ndim != 1:
@@ -233,31 +169,6 @@ class KVWorker:
                                flags=flags,
                                **({} if pulled is None else same_keys_push(pulled.ts))))
         return sends
-
-    def call(self, op: Op, requests: dict, replies: dict, what: str) -> None:
-        """One request of `op` (one timestamp) to each server in `requests`
-        ({server: (header fields, payload arrays)}), then wait until each answered into
-        `replies[server]`, an array the caller sized. For tables other than the key-value
-        one (see dense). Under failover, a server that dies meanwhile is passed over (its
-        entry left out of `replies`) and the placement moves on: the caller sees it."""
-        self.new_ts()
-        pending = Pending(what=what, version=self._placement.version)
-        for s, (fields, payload) in requests.items():
-            pending.sends.append(self.send(s, op, payload, **fields))
-        for s, into in replies.items():
-            pending.replies.append(self.reply_into(into, s))
-        while True:
-            try:
-                if self._complete_unless_failed(pending) is not None:
-                    break
-            except WaitTimeout as e:
-                raise WaitTimeout(f"{e}; {self._silent(pending)}") from None
-            dead = self._placement.dead
-            pending.sends = [p for p in pending.sends if p.server not in dead]
-            pending.replies = [p for p in pending.replies if p.server not in dead or p.done]
-        for server in set(replies) - {p.server for p in pending.replies}:
-            del replies[server]
-
     def wait(self, ts: int) -> np.ndarray | None:
         """Complete request `ts`; for a pull, return the values in the order of its keys."""
         pending = self._pending[ts]
@@ -303,60 +214,7 @@ class KVWorker:
             if p.ts == ts:
                 p.completed, p.values = True, values
         return values
-
-    def _silent(self, pending: Pending) -> str:
-        """Which servers have not answered a request, for a message about a wait."""
-        for r in pending.replies:
-            r.done = r.done or r.request.Test(r.status)
-        silent = [self.servers[r.server] for r in pending.replies if not r.done]
-        return f"no reply yet from server rank(s) {silent}"
-
-    def _complete(self, pending: Pending) -> float:
-        """Wait until every part of a request is done; seconds waited. Under ULFM each part
-        is polled on its own: a part that involves a dead server raises at once (a Testall
-        would hide the failure until every other part is done), and the others stay
-        pending."""
-        parts = [p for p in pending.sends + pending.replies if not p.done]
-        timeout = pending.timeout or self.timeout
-        if not self.failover:
-            statuses = [p.status if isinstance(p, Reply) else MPI.Status() for p in parts]
-            waited = wait_all([p.request for p in parts], timeout, lambda: pending.what,
-                              statuses=statuses)
-            for p in parts:
-                p.done = True
-            return waited
-
-        def poll() -> bool:
-            for p in parts:
-                if not p.done:
-                    p.done = p.request.Test(p.status if isinstance(p, Reply) else None)
-            return all(p.done for p in parts)
-        return wait_until(poll, timeout, lambda: pending.what)
-
     # Failover: servers that died, and key ranges that moved.
-
-    def _complete_unless_failed(self, pending: Pending) -> float | None:
-        """`_complete`, or None when a server died meanwhile (under failover: learned, the
-        placement moved on, for the caller to repair the request)."""
-        try:
-            return self._complete(pending)
-        except MPI.Exception as e:
-            if not (self.failover and is_failure(e) and self._learn_failures()):
-                raise
-            return None
-
-    def _learn_failures(self) -> bool:
-        """After MPI told of a failure: which servers died; their keys' living copies take
-        over (a new placement), or the job cannot go on. Whether a server died."""
-        dead = dead_ranks(self.comm)
-        gone = {s for s, rank in enumerate(self.servers) if rank in dead} - self._placement.dead
-        if not gone:
-            return False
-        placement = self._placement = self._placement.without(gone)
-        if placement.lost:
-            raise CannotFailOver(f"every copy of key range(s) {describe_ranges(placement.lost)} "
-                                 f"died with server(s) {sorted(placement.dead)}")
-        return True
 
     def _repair(self, pending: Pending) -> None:
         """Drop a request's parts that went to servers that died since it was sent, and ask
