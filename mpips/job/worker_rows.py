@@ -152,8 +152,9 @@ class Work:
         return epoch, segment, point
 
     def minibatches(self, first_epoch: int = 0, first_segment: int = 0, offset: int = -1):
-        """Each Minibatch from `first_epoch` on, starting at `offset` of `first_segment` (a byte or row; -1: its
-        beginning). Shares taken meanwhile join the epoch being trained."""
+        """Each Minibatch from `first_epoch` on, starting at `offset` of `first_segment` (a
+        byte or row; -1: its beginning). Shares taken meanwhile join the epoch being
+        trained."""
         index = KeyIndexer(self.reserved)
         for epoch in range(first_epoch, self.cfg.epochs):
             self.epoch = epoch
