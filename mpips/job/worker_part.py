@@ -105,11 +105,9 @@ class WorkerLoop:
         self.timeline = Timeline()
         self.work = self.stream = None
         self.t0 = self.mark = self.startup_s = 0.0
-        self._resume_at = (0, 0, -1, [])   # epoch, segment, offset, taken
+        self.position = position      # where a checkpoint says this worker stood
         if position:
             kv.clock = position["clock"]
-            self._resume_at = (position["epoch"], position.get("segment", 0),
-                               position["offset"], list(position.get("taken", [])))
             self.examples, self.loss = position["examples"], position["loss"]
         self.examples_before, self.clock_before = self.examples, kv.clock
 
@@ -131,7 +129,11 @@ class WorkerLoop:
         def open_data() -> None:
             cfg, (index, parts) = self.cfg, self.part or (self.roles.index,
                                                           len(self.roles.workers))
-            epoch, segment, offset, taken = self._resume_at
+            epoch, segment, offset, taken = 0, 0, -1, []
+            if self.position:
+                p = self.position
+                epoch, segment, offset = p["epoch"], p.get("segment", 0), p["offset"]
+                taken = list(p.get("taken", []))
             try:
                 shard = open_shard(cfg.train, index, parts, skip_bad=cfg.skip_bad_lines)
                 plan = WorkPlan(spans(cfg.train, parts), cfg.epochs, self.deaths)
