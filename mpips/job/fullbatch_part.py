@@ -8,6 +8,7 @@ the driver's word on the workers' communicator. No rank holds the weight vector.
 import logging
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
@@ -32,6 +33,7 @@ from ..ranks.roles import Roles
 from ..data.shards import data_format, open_shard
 from ..run.startup import process_age, ready
 from .failing import saving_on_failure
+from .part_result import PartResult
 from ..wire.tags import LOSS_TAG
 
 log = logging.getLogger("mpips")
@@ -53,119 +55,171 @@ def read_part(path: str, part: int, parts: int, dim: int, bias: bool, skip_bad: 
     return Part(rows, dim, bias), shard.bad_lines
 
 
-def solve(cfg: TrainConfig, roles: Roles, name: str, resume, placement, failover: bool):
+def solve(cfg: TrainConfig, roles: Roles, name: str, resume, placement,
+          failover: bool) -> PartResult:
     """This worker's part of a full-batch job (run `name`, from checkpoint `resume`: its
-    directory and manifest); (record, test margins, labels, hold times, the solver's steps:
-    float64[k, 6] on the driver)."""
+    directory and manifest); its steps: float64[k, 6] on the driver."""
     kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
     with saving_on_failure(roles, kv.placement, cfg.timeout):
-        return _solve(cfg, roles, kv, name, resume)
+        return FullBatchWorker(cfg, roles, kv, name, resume).run()
 
 
-def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
-    ps = DenseClient(kv)
-    group, n_workers = roles.group, len(roles.workers)
-    driver = roles.index == 0
-    loaded = []
-    ready(roles.comm, cfg.startup_timeout, lambda: loaded.append(read_part(
-        cfg.train, roles.index, n_workers, cfg.dim, cfg.bias, cfg.skip_bad_lines)))
-    startup_s = process_age()
-    part, bad_lines = loaded[0]
-    budget = Budget(cfg.max_rank_memory, f"worker {roles.index}")
-    budget.take(part.nbytes(), f"its {part.n_rows:,} rows of {cfg.train} in memory")
-    counts = np.zeros(n_workers, np.int64)
-    wait_all([group.Iallgather(np.array([part.n_rows], np.int64), counts)], cfg.timeout,
-             lambda: "every worker's count of rows")
-    n_total = int(counts.sum())
-    names = lbfgs.tables(cfg.history, cfg.optimizer.l1)
-    tables = {table: ps.dense(table, cfg.dim + 1) for table in names}
-    start = MPI.Wtime()
+class Word(NamedTuple):
+    """The driver's word to the other workers (int64 on the wire, in this order): EVALUATE
+    point, gradient (tables' numbers, in lbfgs.tables' order) or DONE 0, stopped."""
+    command: int      # DONE or EVALUATE
+    first: int
+    second: int
 
-    stop_asked = [False]   # a stop signal (Slurm's warning, SIGUSR1) reached some worker
+    @property
+    def point(self) -> int:
+        return self.first
 
-    def share(point, gradient) -> float:
+    @property
+    def gradient(self) -> int:
+        return self.second
+
+    @property
+    def stopped(self) -> int:
+        """DONE: the iteration the job stopped at, or -1."""
+        return self.second
+
+
+class FullBatchWorker:
+    """A worker of `--solver lbfgs`: its rows in memory; worker 0 drives the solver, the
+    others evaluate their share of the loss and gradient at its word."""
+
+    def __init__(self, cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
+        self.cfg, self.roles, self.kv, self.name, self.resume = cfg, roles, kv, name, resume
+        self.ps = DenseClient(kv)
+        self.group, self.n_workers = roles.group, len(roles.workers)
+        self.driver = roles.index == 0
+        self.stop_asked = False   # a stop signal (Slurm's warning, SIGUSR1) reached some worker
+        self.budget = Budget(cfg.max_rank_memory, f"worker {roles.index}")
+        self.names = lbfgs.tables(cfg.history, cfg.optimizer.l1)
+        self.part = self.tables = None
+        self.bad_lines = self.n_total = 0
+        self.startup_s = 0.0
+
+    def run(self) -> PartResult:
+        cfg, kv = self.cfg, self.kv
+        self._load()
+        start = MPI.Wtime()
+        if self.driver:
+            steps, weights, stopped, mean_loss = self._drive()
+        else:
+            steps, mean_loss = [], math.nan
+            weights, stopped = self.tables["w"], self._follow()
+        if stopped >= 0 and self.driver:
+            log.info("the job is stopping: a checkpoint holds the model at iteration %d", stopped)
+        train_s = MPI.Wtime() - start
+        kv.finish()
+        wait_all([self.group.Ibarrier()], cfg.timeout, lambda: "the other workers to finish")
+        margins, labels, bad_test = (np.empty(0), np.empty(0, np.float32), 0)
+        if cfg.test and stopped < 0:
+            test, bad_test = read_part(cfg.test, self.roles.index, self.n_workers, cfg.dim,
+                                       cfg.bias, cfg.skip_bad_lines)
+            margins, labels = test.margins(weights.gather(test.coords)), test.labels
+        kv.close()
+        r = summary.new_record()
+        r["examples"] = self.part.n_rows
+        r["train_loss"] = mean_loss * self.n_total if self.driver and stopped < 0 else 0.0
+        r["train_s"] = train_s
+        r["startup_s"] = self.startup_s
+        r["wait_s"] = kv.wait_s
+        r["bytes_sent"] = r["train_bytes"] = kv.bytes_sent
+        r["bad_lines"] = self.bad_lines + bad_test
+        r["test_rows"] = margins.shape[0]
+        r["stopped_at"] = stopped   # a worker: the iteration it stopped at
+        r["solver_steps"] = len(steps)
+        r["held_peak"] = self.budget.peak
+        trace = np.array([list(s) for s in steps], np.float64).reshape(-1, len(lbfgs.Step._fields))
+        return PartResult(r, margins, labels, np.zeros(self.n_workers), trace, timeline.empty())
+
+    def _load(self) -> None:
+        """This worker's rows in memory (once every rank is ready), every worker's count of
+        rows, and the solver's dense tables."""
+        cfg, roles = self.cfg, self.roles
+        loaded = []
+        ready(roles.comm, cfg.startup_timeout, lambda: loaded.append(read_part(
+            cfg.train, roles.index, self.n_workers, cfg.dim, cfg.bias, cfg.skip_bad_lines)))
+        self.startup_s = process_age()
+        (self.part, self.bad_lines), = loaded
+        part = self.part
+        self.budget.take(part.nbytes(), f"its {part.n_rows:,} rows of {cfg.train} in memory")
+        counts = np.zeros(self.n_workers, np.int64)
+        wait_all([self.group.Iallgather(np.array([part.n_rows], np.int64), counts)],
+                 cfg.timeout, lambda: "every worker's count of rows")
+        self.n_total = int(counts.sum())
+        self.tables = {table: self.ps.dense(table, cfg.dim + 1) for table in self.names}
+
+    def _share(self, point, gradient) -> float:
+        """Add this worker's share of the gradient at `point` into `gradient`; the mean loss
+        (on the driver: summed over the workers)."""
+        part, budget = self.part, self.budget
         budget.take(16 * part.coords.shape[0], "the weights and gradient of its coordinates")
         loss, grad = part.loss_and_gradient(point.gather(part.coords))
         budget.release(16 * part.coords.shape[0])
-        gradient.scatter_add(part.coords, grad / n_total, workers=n_workers)
-        total, asked = _sum_at_driver(group, loss, cfg.timeout)
-        stop_asked[0] |= asked
-        return total / n_total
+        gradient.scatter_add(part.coords, grad / self.n_total, workers=self.n_workers)
+        total, asked = _sum_at_driver(self.group, loss, self.cfg.timeout)
+        self.stop_asked |= asked
+        return total / self.n_total
 
-    def word(*fields) -> np.ndarray:
+    def _word(self, *fields) -> Word:
         """The driver's word to the others: DONE, or EVALUATE a point into a gradient."""
-        buf = np.array(fields if driver else (0, 0, 0), np.int64)
-        wait_all([group.Ibcast(buf, root=0)], cfg.timeout,
+        buf = np.array(fields if self.driver else (0, 0, 0), np.int64)
+        wait_all([self.group.Ibcast(buf, root=0)], self.cfg.timeout,
                  lambda: "worker 0 (the solver's driver) to say what comes next")
-        return buf
+        return Word(*(int(x) for x in buf))
 
-    def evaluate(point, gradient) -> float:
+    def _evaluate(self, point, gradient) -> float:
+        """The objective at `point`, its gradient into `gradient` (the driver's, for lbfgs)."""
         gradient.fill(0.0)
-        word(EVALUATE, names.index(point.name), names.index(gradient.name))
-        f = share(point, gradient)
-        ps.restore_copies()   # (after servers died) no worker writes now
-        if cfg.optimizer.l2:
-            f += 0.5 * cfg.optimizer.l2 * point.dot(point)
-            gradient.axpy(cfg.optimizer.l2, point)
+        self._word(EVALUATE, self.names.index(point.name), self.names.index(gradient.name))
+        f = self._share(point, gradient)
+        self.ps.restore_copies()   # (after servers died) no worker writes now
+        l2 = self.cfg.optimizer.l2
+        if l2:
+            f += 0.5 * l2 * point.dot(point)
+            gradient.axpy(l2, point)
         return f
 
-    steps = []
-    if driver:
+    def _drive(self) -> tuple:
+        """Worker 0: run the solver; (its steps, the model's table, the iteration it stopped
+        at or -1, the mean training loss)."""
+        cfg, tables, names = self.cfg, self.tables, self.names
         settings = lbfgs.Settings(memory=cfg.history, l1=cfg.optimizer.l1,
                                   max_iter=cfg.max_iter, tol=cfg.tol)
         roles_now = dict(tables)   # minimize swaps the roles of w and w_trial, g and g_trial
         steps = lbfgs.minimize(
-            roles_now, evaluate, settings, report=_say,
-            resume=_from_json(resume[1]["solver"]) if resume else None,
-            checkpoint=lambda it, state: _checkpoint(cfg, ps, name, n_workers, it, state),
-            every=cfg.checkpoint_every, stop=lambda: stop_asked[0])
+            roles_now, self._evaluate, settings, report=_say,
+            resume=_from_json(self.resume[1]["solver"]) if self.resume else None,
+            checkpoint=lambda it, state: _checkpoint(cfg, self.ps, self.name, self.n_workers,
+                                                     it, state),
+            every=cfg.checkpoint_every, stop=lambda: self.stop_asked)
         weights = roles_now["w"]
-        stopped = int(steps[-1].iteration) if stop_asked[0] else -1
+        stopped = int(steps[-1].iteration) if self.stop_asked else -1
         mean_loss = math.nan
         if stopped < 0:
-            mean_loss = evaluate(weights, roles_now["g_trial"])
+            mean_loss = self._evaluate(weights, roles_now["g_trial"])
             if cfg.optimizer.l2:
                 mean_loss -= 0.5 * cfg.optimizer.l2 * weights.dot(weights)
         if weights is not tables["w"]:   # the model is table w
             weights = tables["w"].copy(weights)
         for table in names[1:]:
             tables[table].free()
-        word(DONE, 0, stopped)
-    else:
-        while True:   # EVALUATE point, gradient (tables' numbers) or DONE 0, stopped
-            command, first, second = (int(x) for x in word())
-            if command == DONE:
-                stopped = second
-                break
-            share(tables[names[first]], tables[names[second]])
-        weights, mean_loss = tables["w"], math.nan
-    if stopped >= 0 and driver:
-        log.info("the job is stopping: a checkpoint holds the model at iteration %d", stopped)
-    train_s = MPI.Wtime() - start
-    kv.finish()
-    wait_all([group.Ibarrier()], cfg.timeout, lambda: "the other workers to finish")
-    margins, labels, bad_test = (np.empty(0), np.empty(0, np.float32), 0)
-    if cfg.test and stopped < 0:
-        test, bad_test = read_part(cfg.test, roles.index, n_workers, cfg.dim, cfg.bias,
-                                   cfg.skip_bad_lines)
-        margins, labels = test.margins(weights.gather(test.coords)), test.labels
-    kv.close()
-    r = summary.new_record()
-    r["examples"] = part.n_rows
-    r["train_loss"] = mean_loss * n_total if driver and stopped < 0 else 0.0
-    r["train_s"] = train_s
-    r["startup_s"] = startup_s
-    r["wait_s"] = kv.wait_s
-    r["bytes_sent"] = r["train_bytes"] = kv.bytes_sent
-    r["bad_lines"] = bad_lines + bad_test
-    r["test_rows"] = margins.shape[0]
-    r["stopped_at"] = stopped   # a worker: the iteration it stopped at
-    r["solver_steps"] = len(steps)
-    r["held_peak"] = budget.peak
-    trace = np.array([list(s) for s in steps], np.float64).reshape(-1, len(lbfgs.Step._fields))
-    return r, margins, labels, np.zeros(n_workers), trace, timeline.empty()
+        self._word(DONE, 0, stopped)
+        return steps, weights, stopped, mean_loss
 
-
+    def _follow(self) -> int:
+        """The other workers: evaluate at the driver's word until it says DONE; the iteration
+        the job stopped at, or -1."""
+        while True:
+            word = self._word()
+            if word.command == DONE:
+                return word.stopped
+            self._share(self.tables[self.names[word.point]],
+                        self.tables[self.names[word.gradient]])
 
 
 def _checkpoint(cfg: TrainConfig, ps: DenseClient, name: str, n_workers: int,

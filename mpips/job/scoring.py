@@ -185,7 +185,7 @@ def _concatenated(scored: list) -> tuple[np.ndarray, np.ndarray]:
 def _chunks_handed_out(kv, test: HeldOutFile, units: list, ahead: bool = True):
     """The shards of the chunks of the test file the lead hands this worker, each span added
     to `units`; `ahead`: the next asked for while one is scored, else once it is."""
-    asked = kv.test_chunk()
+    asked = kv.lead.test_chunk()
     while True:
         span = kv.wait(asked)
         shard = test.chunk(span, "the lead server")
@@ -193,10 +193,10 @@ def _chunks_handed_out(kv, test: HeldOutFile, units: list, ahead: bool = True):
             return
         units.append(tuple(span))
         if ahead:
-            asked = kv.test_chunk()
+            asked = kv.lead.test_chunk()
         yield shard
         if not ahead:
-            asked = kv.test_chunk()
+            asked = kv.lead.test_chunk()
 
 
 class Asked(NamedTuple):

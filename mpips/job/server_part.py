@@ -19,6 +19,7 @@ from ..run import summary
 from ..run import testevents
 from ..server.checkpoint_rounds import Checkpoints
 from .failing import log_failure, tell_servers_to_save
+from .part_result import PartResult
 from ..wire.clocks import FINISHED, ClockTable
 from ..base.budget import Budget, OverBudget
 from ..run.config import TrainConfig
@@ -315,7 +316,7 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
         r["bad_lines"] = server.scoring.bad_lines
         r["test_units"] = server.scoring.units
     r["test_rows"] = margins.shape[0]
-    return r, margins, labels, server.held_s, NO_STEPS, server.timeline.samples()
+    return PartResult(r, margins, labels, server.held_s, NO_STEPS, server.timeline.samples())
 
 
 def _write_for_the_dead(roles: Roles, own: PrimaryKeys, dense: DenseTables, model_dir: str,

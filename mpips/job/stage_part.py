@@ -26,12 +26,12 @@ from ..run import summary
 from ..run import testevents
 from ..ranks.bounded import wait_all
 from ..base.errors import MpipsError, Stopped
-from ..models.lbfgs import Step
 from ..models.network import Stage, forward, measured_costs, partition
 from ..pipeline.stage_rank import StageRank, receive
 from ..pipeline.schedule import POLICIES, describe
 from ..run.startup import process_age, ready
 from ..base.timeline import Timeline
+from .part_result import TASK_LOG, PartResult
 from ..wire.tags import (STAGE_HEADER, STAGE_LABELS, STAGE_RESULT, STAGE_SCORE, STAGE_SCORE_LOGITS,
                          STAGE_SCORE_WIDE, STAGE_SCORE_X)
 
@@ -39,12 +39,6 @@ log = logging.getLogger("mpips")
 
 # What a header's first number says besides a minibatch's row count.
 FINISHED, STOPPED, FAILED, SCORED = -1.0, -2.0, -3.0, -4.0
-
-
-# One row per task a stage ran, for the run's record (timeline.h5, the report's plot of a
-# step): wall-clock seconds, comparable across ranks and nodes to NTP's precision.
-TASK_LOG = np.dtype([("worker", "<i4"), ("clock", "<i8"), ("stage", "<i4"), ("kind", "S1"),
-                     ("micro", "<i4"), ("start", "<f8"), ("end", "<f8")])
 
 
 class TaskLog:
@@ -67,10 +61,6 @@ class TaskLog:
     def rows(self) -> np.ndarray:
         kept = [*self._first, *self._last]
         return np.concatenate(kept) if kept else np.zeros(0, TASK_LOG)
-
-
-def no_tasks() -> np.ndarray:
-    return np.zeros(0, TASK_LOG)
 
 
 class StageFailed(MpipsError):
@@ -279,85 +269,106 @@ class Front:
                                                    "is over")
 
 
-def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None, wait_for_others):
+def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None,
+           wait_for_others) -> PartResult:
     """A stage after the first: for each minibatch stage 0 announces, pull this stage's rows,
     run its tasks, push their gradients; then finish with the other workers. Returns what
-    worker_side.work returns."""
-    if position:
-        kv.clock = position["clock"]
-    clock_before = kv.clock
-    t0 = ready(roles.comm, cfg.startup_timeout, lambda: None)
-    startup_s = process_age()
-    keys = model.reserved_keys(pipe.layers)
-    layers = pipe.stage_layers(model)
-    inputs = layers[0].inputs
-    push, how, tasks, weights = None, None, TaskLog(roles.index), None
-    status = {}
+    worker_part.work returns."""
+    return Follower(cfg, roles, kv, pipe, model, position).run(wait_for_others)
 
-    def progress():
-        status.update(kv.status())
-        return status["slowest_clock"], status["finished"]
 
-    while how is None:
-        if signals.stop_requested() and not kv.stop_sent:
-            kv.ask_to_stop()   # a stop signal to this rank: server 0 stops the job
+class Follower:
+    """A stage after the first of a pipeline, minibatch by minibatch at stage 0's word."""
+
+    def __init__(self, cfg, roles, kv, pipe: Pipe, model, position: dict | None):
+        self.cfg, self.roles, self.kv, self.pipe, self.model = cfg, roles, kv, pipe, model
+        if position:
+            kv.clock = position["clock"]
+        self.clock_before = kv.clock
+        self.keys = model.reserved_keys(pipe.layers)
+        self.layers = pipe.stage_layers(model)
+        self.push, self.tasks, self.weights = None, TaskLog(roles.index), None
+        self.status = {}
+
+    def run(self, wait_for_others) -> PartResult:
+        cfg, kv, pipe = self.cfg, self.kv, self.pipe
+        t0 = ready(self.roles.comm, cfg.startup_timeout, lambda: None)
+        startup_s = process_age()
+        how = None
+        while how is None:
+            how = self._step()
+        if how == FAILED:
+            raise StageFailed(f"{pipe.name(0)} failed (its log says why)")
+        if how == FINISHED:
+            kv.report(0, 0.0, cfg.epochs, cfg.epochs, -1)
+            kv.finish()
+        train_s, train_bytes = time.monotonic() - t0, kv.bytes_sent
+        wait_for_others()
+        if how == FINISHED:
+            _score(pipe, kv, self.model, self.keys)
+        kv.close()
+        pipe.comm.Free()
+        r = summary.new_record()
+        r["pushes"] = kv.clock - self.clock_before
+        r["train_s"] = train_s
+        r["startup_s"] = startup_s
+        r["wait_s"] = kv.wait_s
+        r["bytes_sent"], r["train_bytes"] = kv.bytes_sent, train_bytes
+        r["stopped_at"] = kv.clock if how == STOPPED else -1
+        return PartResult(r, np.empty(0), np.empty(0, np.float32),
+                          np.zeros(len(self.roles.workers)), samples=Timeline().samples(), tasks=self.tasks.rows())
+
+    def _progress(self):
+        self.status.update(self.kv.lead.status())
+        return self.status["slowest_clock"], self.status["finished"]
+
+    def _step(self) -> float | None:
+        """One minibatch of stage 0's, announced: this stage's tasks, and its push. None, or
+        how training ended (FINISHED, STOPPED, FAILED) if stage 0 said so instead."""
+        kv, pipe, model = self.kv, self.pipe, self.model
+        kv.lead.pass_on_stop(signals.stop_requested())   # server 0 stops the job
         header = pipe.receive(3, 0, STAGE_HEADER,
                               f"{pipe.name(0)} to announce its minibatch of "
                               f"clock {kv.clock} (the slowest worker is at clock "
-                              f"{status.get('slowest_clock')})", progress=progress)
+                              f"{self.status.get('slowest_clock')})", progress=self._progress)
         if header[0] < 0:
-            how = header[0]
-            break
+            return header[0]
         n = int(header[0])
-        try:
-            weights, stopped = kv.wait(kv.pull(keys)), False
-        except Stopped:
-            # Under SSP or ASP the job may stop between stage 0's read and this one: run
-            # the step on the rows at hand (stage 0 is in it) and push nothing.
-            stopped = True
-            weights = weights if weights is not None else np.zeros((keys.shape[0], model.width),
-                                                                   np.float32)
-        stage = Stage(layers, model.unpack(weights, pipe.layers), len(micro_rows(n, pipe.micros)),
-                      last=pipe.last, mean_over=n)
+        weights, stopped = self._pull()
+        stage = Stage(self.layers, model.unpack(weights, pipe.layers),
+                      len(micro_rows(n, pipe.micros)), last=pipe.last, mean_over=n)
         labels = offsets = None
         if pipe.last:
             given = pipe.receive((n, 2), 0, STAGE_LABELS, f"the labels of clock {kv.clock} from "
                                                      f"{pipe.name(0)}")
             labels, offsets = given[:, 0].copy(), given[:, 1].copy()
         grads, began = [], time.time()
-        loss, records = StageRank(pipe.comm, stage, inputs, pipe.timeout).step(
+        loss, records = StageRank(pipe.comm, stage, self.layers[0].inputs, pipe.timeout).step(
             pipe.tasks(n), micro_rows(n, pipe.micros), None, labels,
             apply=lambda s: grads.append(s.summed()), offsets=offsets)
-        tasks.add(kv.clock, began, records)
+        self.tasks.add(kv.clock, began, records)
         if pipe.last:
             dlogits = np.concatenate([stage.dlogits[m] for m in range(len(stage.dlogits))])
             wait_all([pipe.send(np.append(dlogits, loss), 0, STAGE_RESULT)], pipe.timeout,
                      lambda: f"{pipe.name(0)} to take the loss's gradient")
         rows = model.pack(grads[0], pipe.layers)
         if stopped or not np.isfinite(rows).all():
-            continue   # stopping, or diverged: stage 0 says which, and nothing is pushed
+            return None   # stopping, or diverged: stage 0 says which, and nothing is pushed
         kv.report(0, 0.0, float(header[1]), int(header[2]), -1)
-        if push is not None:
-            kv.wait(push)
+        if self.push is not None:
+            kv.wait(self.push)
             testevents.reached("clock", kv.clock)
-        push = kv.push(keys, rows, clock=True)
-    if how == FAILED:
-        raise StageFailed(f"{pipe.name(0)} failed (its log says why)")
-    if how == FINISHED:
-        kv.report(0, 0.0, cfg.epochs, cfg.epochs, -1)
-        kv.finish()
-    train_s, train_bytes = time.monotonic() - t0, kv.bytes_sent
-    wait_for_others()
-    if how == FINISHED:
-        _score(pipe, kv, model, keys)
-    kv.close()
-    pipe.comm.Free()
-    r = summary.new_record()
-    r["pushes"] = kv.clock - clock_before
-    r["train_s"] = train_s
-    r["startup_s"] = startup_s
-    r["wait_s"] = kv.wait_s
-    r["bytes_sent"], r["train_bytes"] = kv.bytes_sent, train_bytes
-    r["stopped_at"] = kv.clock if how == STOPPED else -1
-    return (r, np.empty(0), np.empty(0, np.float32), np.zeros(len(roles.workers)),
-            np.empty((0, len(Step._fields))), Timeline().samples(), tasks.rows())
+        self.push = kv.push(self.keys, rows, clock=True)
+        return None
+
+    def _pull(self) -> tuple:
+        """(this stage's rows, whether the job stopped). Under SSP or ASP the job may stop
+        between stage 0's read and this one: the step runs on the rows at hand (stage 0 is in
+        it) and pushes nothing."""
+        try:
+            self.weights = self.kv.wait(self.kv.pull(self.keys))
+            return self.weights, False
+        except Stopped:
+            if self.weights is None:
+                self.weights = np.zeros((self.keys.shape[0], self.model.width), np.float32)
+            return self.weights, True

@@ -28,7 +28,6 @@ from mpi4py import MPI
 from ..storage import checkpoint
 from ..models import defaults
 from ..storage import rundir
-from . import stage_part as stagework
 from ..run import summary
 from ..run import testevents
 from ..base import timeline
@@ -44,6 +43,7 @@ from ..wire.placement import Placement, dealt
 from ..base.processes import Process
 from ..ranks.roles import Roles, split
 from ..data.shards import check_examples, sample_rows
+from .part_result import PartResult
 from .scoring import covered
 from ..ranks.collectives import agree, broadcast_text, gather_text
 from ..run.startup import compile_per_node, run_id
@@ -154,10 +154,62 @@ def _average_after(cfg: TrainConfig) -> float | None:
 
 def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float,
          verdict: Verdict, locks: rundir.RunLocks):
-    # One worker, the last rank, samples the data (not every rank) to choose what was not
-    # given, and to check what was; all use its choice. A worker: it reads the data anyway,
-    # and has less to load than server 0, which gets ready meanwhile. Each rank loads its
-    # role's kernels only (a worker's parse the sample).
+    cfg, chosen, compile_s = _agree_on_choices(cfg, comm, resume, bound)
+    # Collective: nobody writes before the old run is gone.
+    roles = split(cfg.server_ranks, comm)
+    # The one key placement every part uses: the key ranges dealt to the servers, none to
+    # the spares.
+    placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)],
+                          assign=dealt(cfg.servers, cfg.vnodes))
+    setup(f"rank {comm.rank} ({roles.name})")
+    testevents.arm(cfg.test_events, comm.rank, roles.is_server, roles.pids_on_node(), cfg.out,
+                   cfg.timeout, driver=cfg.solver == "lbfgs" and roles.index == 0
+                   and not roles.is_server, run_id=name)
+    ulfm = verdict.on
+    failover = ulfm and cfg.replicas > 1
+    # A pipeline's stages need each other: a dead worker cannot be stood in for.
+    hot = ulfm and cfg.stages == 1
+    if comm.rank == 0:   # said once the log names the rank's role
+        _say_how_it_runs(cfg, roles, name, resume, verdict, hot, chosen, compile_s)
+    ended = False
+    try:
+        watch = CompileWatch()
+        failures = []   # the servers' deaths this rank saw (server 0's go in the summary)
+        moves = []      # the lead's key range moves (mpips ctl), for the summary
+        with watch.watching():
+            part = _play_part(cfg, roles, name, resume, placement, failover, failures, locks,
+                              hot, moves, ulfm)
+        testevents.unfired()
+        if watch.compiled:
+            log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
+        part.record["compile_s"] = compile_s
+        part.record["late_compiles"] = len(watch.compiled)
+        # Collectives cannot span a dead rank: the survivors finish on their own.
+        finishing = roles.survived() if ulfm else roles
+        if finishing is not roles:
+            _say_who_died_late(roles, finishing, failures)
+        try:
+            result = _finish(cfg, finishing, name, part, started, failures, moves)
+            ended = True
+            return result
+        finally:
+            if ulfm:   # see end_together
+                end_together(finishing.comm, cfg.timeout)
+            if finishing is not roles and ended:
+                finishing.comm.Free()
+    finally:
+        # A rank failing under ULFM leaves without freeing its communicators: freeing one
+        # that spans a dead rank is not bounded, and the process ends next anyway.
+        if ended or not ulfm:
+            roles.free()
+
+
+def _agree_on_choices(cfg: TrainConfig, comm, resume, bound: float) -> tuple:
+    """(the TrainConfig with what was not given chosen, the choices and what was said of
+    them, seconds compiling kernels). One worker, the last rank, samples the data (not every
+    rank) to choose what was not given, and to check what was; all use its choice. A worker:
+    it reads the data anyway, and has less to load than server 0, which gets ready
+    meanwhile. Each rank loads its role's kernels only (a worker's parse the sample)."""
     sampler = comm.size - 1
     role = "server" if comm.rank < cfg.server_ranks else "worker"
     compile_s = compile_per_node(comm, bound, role, model=cfg.model_spec(),
@@ -174,86 +226,50 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
         cfg = replace(cfg, batch_size=chosen["batch_size"],
                       optimizer=replace(cfg.optimizer, lr=chosen["lr"], beta=chosen["beta"],
                                         eps=chosen["eps"], average_from=chosen["average_from"]))
-    # Collective: nobody writes before the old run is gone.
-    roles = split(cfg.server_ranks, comm)
-    # The one key placement every part uses: the key ranges dealt to the servers, none to
-    # the spares.
-    placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)],
-                          assign=dealt(cfg.servers, cfg.vnodes))
-    setup(f"rank {comm.rank} ({roles.name})")
-    testevents.arm(cfg.test_events, comm.rank, roles.is_server, roles.pids_on_node(), cfg.out,
-                   cfg.timeout, driver=cfg.solver == "lbfgs" and roles.index == 0
-                   and not roles.is_server, run_id=name)
-    if comm.rank == 0:   # said once the log names the rank's role
-        log.info("%s", verdict.sentence)
-    ulfm = verdict.on
-    failover = ulfm and cfg.replicas > 1
-    # A pipeline's stages need each other: a dead worker cannot be stood in for.
-    hot = ulfm and cfg.stages == 1
-    if ulfm and not hot and comm.rank == 0:
+    return cfg, chosen, compile_s
+
+
+def _say_how_it_runs(cfg: TrainConfig, roles: Roles, name: str, resume, verdict: Verdict,
+                     hot: bool, chosen: dict, compile_s: float) -> None:
+    """Rank 0's lines on the job at its start: fault tolerance, the layout, what a resumed
+    run has left, the choices made for it, the kernels."""
+    log.info("%s", verdict.sentence)
+    if verdict.on and not hot:
         log.warning("--stages %d: a dead worker stops the job (exit 75, to resume from the "
                     "last checkpoint); dead servers are still stood in for", cfg.stages)
-    if comm.rank == 0:
-        log.info("run %s: %d server(s)%s, %d worker(s), writing to %s", name, cfg.servers,
-                 f" and {cfg.spares} spare(s) (server(s) {cfg.servers}-{cfg.server_ranks - 1})"
-                 if cfg.spares else "", len(roles.workers), cfg.out)
-        if resume:
-            if cfg.solver == "minibatch":
-                _say_what_is_left(cfg, resume)
-            steps = "clocks" if cfg.solver == "minibatch" else "iterations"
-            every = (f"every {cfg.checkpoint_every} {steps}" if cfg.checkpoint_every else
-                     f"every {cfg.checkpoint_seconds:g} s" if cfg.checkpoint_seconds else
-                     "only when asked to stop")
-            log.info("checkpoints %s, keeping the newest %d (as the run resumed, unless given "
-                     "again)", every, cfg.keep_checkpoints)
-        for line in chosen["notes"]:
-            log.info("%s", line)
-        for line in chosen["warnings"]:
-            log.warning("%s", line)
-        log.info("numba kernels ready in %.1f s (compiled on the first run on a machine, "
-                 "~20 s)", compile_s)
-    ended = False
-    try:
-        watch = CompileWatch()
-        failures = []   # the servers' deaths this rank saw (server 0's go in the summary)
-        moves = []      # the lead's key range moves (mpips ctl), for the summary
-        with watch.watching():
-            if roles.is_server:
-                from .server_part import serve_job
-                ends = serve_job(cfg, roles, name, resume, placement, failover, failures, locks,
-                                 hot=hot, moves=moves, ulfm=ulfm)
-            elif cfg.solver == "lbfgs":
-                from .fullbatch_part import solve
-                ends = solve(cfg, roles, name, resume, placement, failover)
-            else:
-                from .worker_part import work
-                ends = work(cfg, roles, resume, placement, failover, hot=hot)
-            record, margins, labels, held, steps, samples, *tasks = ends   # tasks: stages'
-            tasks = tasks[0] if tasks else stagework.no_tasks()
-        testevents.unfired()
-        if watch.compiled:
-            log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
-        record["compile_s"] = compile_s
-        record["late_compiles"] = len(watch.compiled)
-        # Collectives cannot span a dead rank: the survivors finish on their own.
-        finishing = roles.survived() if ulfm else roles
-        if finishing is not roles:
-            _say_who_died_late(roles, finishing, failures)
-        try:
-            result = _finish(cfg, finishing, name, record, margins, labels, held, steps,
-                             samples, tasks, started, failures, moves)
-            ended = True
-            return result
-        finally:
-            if ulfm:   # see end_together
-                end_together(finishing.comm, cfg.timeout)
-            if finishing is not roles and ended:
-                finishing.comm.Free()
-    finally:
-        # A rank failing under ULFM leaves without freeing its communicators: freeing one
-        # that spans a dead rank is not bounded, and the process ends next anyway.
-        if ended or not ulfm:
-            roles.free()
+    log.info("run %s: %d server(s)%s, %d worker(s), writing to %s", name, cfg.servers,
+             f" and {cfg.spares} spare(s) (server(s) {cfg.servers}-{cfg.server_ranks - 1})"
+             if cfg.spares else "", len(roles.workers), cfg.out)
+    if resume:
+        if cfg.solver == "minibatch":
+            _say_what_is_left(cfg, resume)
+        steps = "clocks" if cfg.solver == "minibatch" else "iterations"
+        every = (f"every {cfg.checkpoint_every} {steps}" if cfg.checkpoint_every else
+                 f"every {cfg.checkpoint_seconds:g} s" if cfg.checkpoint_seconds else
+                 "only when asked to stop")
+        log.info("checkpoints %s, keeping the newest %d (as the run resumed, unless given "
+                 "again)", every, cfg.keep_checkpoints)
+    for line in chosen["notes"]:
+        log.info("%s", line)
+    for line in chosen["warnings"]:
+        log.warning("%s", line)
+    log.info("numba kernels ready in %.1f s (compiled on the first run on a machine, "
+             "~20 s)", compile_s)
+
+
+def _play_part(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
+               failover: bool, failures: list, locks: rundir.RunLocks, hot: bool,
+               moves: list, ulfm: bool) -> PartResult:
+    """This rank's part of the job: a server's, a full-batch solver's or a worker's."""
+    if roles.is_server:
+        from .server_part import serve_job
+        return serve_job(cfg, roles, name, resume, placement, failover, failures, locks,
+                         hot=hot, moves=moves, ulfm=ulfm)
+    if cfg.solver == "lbfgs":
+        from .fullbatch_part import solve
+        return solve(cfg, roles, name, resume, placement, failover)
+    from .worker_part import work
+    return work(cfg, roles, resume, placement, failover, hot=hot)
 
 
 def _part(cfg: TrainConfig, role: str) -> str:
@@ -332,14 +348,10 @@ def _pipeline_figures(cfg, tasks: np.ndarray) -> dict:
             "bubble_theory": theoretical_bubble(cfg.stages, cfg.micro_batches)}
 
 
-def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tasks, started,
-            failures: list, moves: list = ()) -> dict | None:
-    """Gather every rank's figures, the test scores, a full-batch solver's steps, the
-    timelines and a pipeline's tasks; rank 0 writes the summary and RUN_DIR/timeline.h5."""
-    comm = roles.comm
-    record["samples"], record["tasks"] = samples.shape[0], tasks.shape[0]
-    records = summary.allgather(comm, record, cfg.timeout)
-    if records["ranges_lost"].any():   # every rank sees the same records: all end alike
+def _refuse_a_model_that_lacks_some(records, comm) -> None:
+    """CannotFailOver if the model lacks key ranges or rows that died with ranks (every rank
+    sees the same records: all end alike)."""
+    if records["ranges_lost"].any():
         error = CannotFailOver("the model written lacks key ranges whose every copy died "
                                "before they were saved (see above)")
         error.reported = comm.rank != 0
@@ -349,6 +361,19 @@ def _finish(cfg, roles, name, record, margins, labels, held, steps, samples, tas
                                "worker (see above): the model lacks them")
         error.reported = comm.rank != 0
         raise error
+
+
+def _finish(cfg, roles, name, part: PartResult, started, failures: list,
+            moves: list = ()) -> dict | None:
+    """Gather every rank's figures, the test scores, a full-batch solver's steps, the
+    timelines and a pipeline's tasks (`part`: this rank's); rank 0 writes the summary and
+    RUN_DIR/timeline.h5."""
+    comm = roles.comm
+    record, margins, labels, held = part.record, part.margins, part.labels, part.held
+    steps, samples, tasks = part.steps, part.samples, part.tasks
+    record["samples"], record["tasks"] = samples.shape[0], tasks.shape[0]
+    records = summary.allgather(comm, record, cfg.timeout)
+    _refuse_a_model_that_lacks_some(records, comm)
     samples = summary.gather_to_root(comm, samples, records["samples"], cfg.timeout,
                                      "the timelines")
     tasks = summary.gather_to_root(comm, tasks, records["tasks"], cfg.timeout,

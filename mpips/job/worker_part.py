@@ -10,26 +10,25 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..storage import checkpoint
-from ..worker.pushfilter import Plain, PushFilter
-from ..run import signals
-from ..run import summary
-from ..run import testevents
-from ..ranks.bounded import Backoff, wait_all, wait_until
-from ..worker.kvworker import KVWorker
-from .failing import saving_on_failure
-from ..run.config import TrainConfig
-from ..data.textfile import KeyIndexer, TextShard
 from ..base.errors import Diverged, InputError, MpipsError, Stopped
-from ..models.lbfgs import Step
-from ..wire.placement import Placement
-from ..ranks.roles import Roles
-from .scoring import Share, worker_share
-from ..data.shards import open_shard, spans
-from .stage_part import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
-from ..run.startup import process_age, ready
 from ..base.timeline import Timeline
-from ..data.workplan import Handover, WorkPlan
+from ..data.shards import open_shard, spans
+from ..data.textfile import TextShard
+from ..data.workplan import WorkPlan
+from ..ranks.bounded import Backoff, wait_all, wait_until
+from ..ranks.roles import Roles
+from ..run import signals, summary, testevents
+from ..run.config import TrainConfig
+from ..run.startup import process_age, ready
+from ..storage import checkpoint
+from ..wire.placement import Placement
+from ..worker.kvworker import KVWorker
+from ..worker.pushfilter import Plain, PushFilter
+from .failing import saving_on_failure
+from .part_result import PartResult
+from .scoring import Share, worker_share
+from .stage_part import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
+from .worker_rows import Minibatch, Work
 
 log = logging.getLogger("mpips")
 
@@ -37,7 +36,7 @@ STRAGGLER_LEAST_BUSY_S = 1e-3
 
 
 def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover: bool,
-         hot: bool = False):
+         hot: bool = False) -> PartResult:
     """`failover`: a dead server's requests go to its keys' living copies; `hot` (under
     ULFM): workers may die, so none waits for the others in a barrier."""
     kv = KVWorker(roles, width=cfg.model_spec().width, timeout=cfg.timeout,
@@ -45,12 +44,13 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
     position = checkpoint.positions(resume).get(roles.index)
     with saving_on_failure(roles, kv.placement, cfg.timeout):
         if cfg.stages == 1:
-            return _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume), hot)
+            return WorkerLoop(cfg, roles, kv, position, checkpoint.deaths(resume), hot).run()
         return _work_in_pipeline(cfg, roles, kv, position, resume)
 
 
-def _work_in_pipeline(cfg: TrainConfig, roles: Roles, kv: KVWorker, position, resume):
-    """--stages S: this worker is one stage of a pipeline (see stagework); stage 0 runs the
+def _work_in_pipeline(cfg: TrainConfig, roles: Roles, kv: KVWorker, position,
+                      resume) -> PartResult:
+    """--stages S: this worker is one stage of a pipeline (see stage_part); stage 0 runs the
     worker loop over its copy's part of the data, the others follow it."""
     model = cfg.model_spec()
     pipe = pipe_of(cfg, roles, model)
@@ -59,14 +59,15 @@ def _work_in_pipeline(cfg: TrainConfig, roles: Roles, kv: KVWorker, position, re
                       lambda: _wait_for_other_workers(roles, kv, cfg.timeout))
     front = Front(model, pipe, kv, roles.index)
     try:
-        out = _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume),
-                               part=(pipe.copy, pipe.copies), front=front)
+        out = WorkerLoop(cfg, roles, kv, position, checkpoint.deaths(resume),
+                         part=(pipe.copy, pipe.copies), front=front).run()
     except BaseException:
         with contextlib.suppress(MpipsError, MPI.Exception):
             front.end(FAILED)   # the other stages stop at once, not after --timeout
         raise
     pipe.comm.Free()
-    return (*out, front.tasks.rows())
+    out.tasks = front.tasks.rows()
+    return out
 
 
 def _push_filter(cfg: TrainConfig) -> Plain | PushFilter:
@@ -77,362 +78,288 @@ def _push_filter(cfg: TrainConfig) -> Plain | PushFilter:
                       cfg.optimizer.l1 if cfg.push_skip_zeros else 0.0)
 
 
-def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
-                     deaths: tuple = (), hot: bool = False, part: tuple = None,
-                     front: Front | None = None):
-    """`part`: (this worker's part of the data, parts) if not (its index, the workers);
-    `front`: this worker is stage 0 of a pipeline, which computes the gradients and scores
-    (told when training and scoring are over). Otherwise the worker takes shares of the rows
-    of workers that died or left when the lead hands them on, and leaves when asked."""
-    n_workers = len(roles.workers)
-    index, parts = part or (roles.index, n_workers)
-    model = front or cfg.model_spec()
-    slowdown = cfg.slowdown(roles.index)
-    examples, loss, push, stopped, left = 0, 0.0, None, False, None
-    handing_on = front is None
-    epoch, segment, offset, taken = 0, 0, -1, []
-    if position:
-        kv.clock, epoch, offset = position["clock"], position["epoch"], position["offset"]
-        segment, taken = position.get("segment", 0), list(position.get("taken", []))
-        examples, loss = position["examples"], position["loss"]
-    before, clock_before = examples, kv.clock
-    opened = []
+class WorkerLoop:
+    """One worker's training and scoring: for each minibatch of its rows, the next one's
+    pull sent ahead, its weights waited for, the gradient computed and pushed (a clock); a
+    stop or a divergence said in time; rows handed on as the lead says (taken, left, split,
+    joined again); then its share of the test file scored."""
 
-    def open_data() -> None:
-        try:
-            shard = open_shard(cfg.train, index, parts, skip_bad=cfg.skip_bad_lines)
-            plan = WorkPlan(spans(cfg.train, parts), cfg.epochs, deaths)
-        except OSError as e:
-            raise InputError(f"--train {cfg.train}: {e.strerror or e}") from None
-        work = Work(cfg, shard, plan, index, taken, model.reserved_keys())
-        work.take_shares_untold(epoch)
-        opened.append((work, *(work.resume_point(epoch, segment, offset) if offset >= 0
-                               else (epoch, segment, offset))))
+    def __init__(self, cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
+                 deaths: tuple = (), hot: bool = False, part: tuple | None = None,
+                 front: Front | None = None):
+        """`part`: (this worker's part of the data, parts) if not (its index, the workers);
+        `front`: this worker is stage 0 of a pipeline, which computes the gradients and scores
+        (told when training and scoring are over). Otherwise the worker takes shares of the
+        rows of workers that died or left when the lead hands them on, and leaves when
+        asked."""
+        self.cfg, self.roles, self.kv, self.lead = cfg, roles, kv, kv.lead
+        self.deaths, self.hot, self.part, self.front = deaths, hot, part, front
+        self.model = front or cfg.model_spec()
+        self.slowdown = cfg.slowdown(roles.index)
+        self.handing_on = front is None
+        self.examples, self.loss = 0, 0.0
+        self.push_ts = None           # the latest push, not yet waited for
+        self.stopped = False          # the job stopped (a checkpoint holds the model)
+        self.left = None              # the Minibatch from which this worker left its rows
+        self.finished = False         # FINISH said
+        self.timeline = Timeline()
+        self.work = self.stream = None
+        self.t0 = self.mark = self.startup_s = 0.0
+        self.position = position      # where a checkpoint says this worker stood
+        if position:
+            kv.clock = position["clock"]
+            self.examples, self.loss = position["examples"], position["loss"]
+        self.examples_before, self.clock_before = self.examples, kv.clock
 
-    timeline = Timeline()
+    def run(self) -> PartResult:
+        self._start()
+        self._train()
+        train_s = time.monotonic() - self.t0
+        self._sample(train_s, force=True)
+        if self.front is not None:
+            self.front.end(STOPPED if self.stopped else FINISHED)
+        train_bytes, share, score_s = self._score_or_stop()
+        self.kv.close()
+        return self._result(train_s, train_bytes, share, score_s)
 
-    def sample(t: float, force: bool = False) -> None:
-        if force or timeline.due(t):
-            timeline.add(t, force, examples=examples, train_loss=loss, wait_s=kv.wait_s,
-                         bytes_sent=kv.bytes_sent, clock=kv.clock)
+    def _start(self) -> None:
+        """Open this worker's rows (once every rank is ready) and its first minibatches."""
+        opened = []
 
-    t0 = mark = ready(roles.comm, cfg.startup_timeout, open_data)
-    startup_s = process_age()
-    work, epoch, segment, offset = opened[0]
-    shard = work.shard
-    stream = work.minibatches(epoch, segment, offset)
-    finished = False
-    while True:   # once, unless this worker leaves and then joins again
+        def open_data() -> None:
+            cfg, (index, parts) = self.cfg, self.part or (self.roles.index,
+                                                          len(self.roles.workers))
+            epoch, segment, offset, taken = 0, 0, -1, []
+            if self.position:
+                p = self.position
+                epoch, segment, offset = p["epoch"], p.get("segment", 0), p["offset"]
+                taken = list(p.get("taken", []))
+            try:
+                shard = open_shard(cfg.train, index, parts, skip_bad=cfg.skip_bad_lines)
+                plan = WorkPlan(spans(cfg.train, parts), cfg.epochs, self.deaths)
+            except OSError as e:
+                raise InputError(f"--train {cfg.train}: {e.strerror or e}") from None
+            work = Work(cfg, shard, plan, index, taken, self.model.reserved_keys())
+            work.take_shares_untold(epoch)
+            opened.append((work, work.resume_point(epoch, segment, offset) if offset >= 0
+                           else (epoch, segment, offset)))
+
+        self.t0 = self.mark = ready(self.roles.comm, self.cfg.startup_timeout, open_data)
+        self.startup_s = process_age()
+        (self.work, first), = opened
+        self.stream = self.work.minibatches(*first)
+
+    def _sample(self, t: float, force: bool = False) -> None:
+        if force or self.timeline.due(t):
+            kv = self.kv
+            self.timeline.add(t, force, examples=self.examples, train_loss=self.loss,
+                              wait_s=kv.wait_s, bytes_sent=kv.bytes_sent, clock=kv.clock)
+
+    # Training: joins, segments of the work plan, minibatches.
+
+    def _train(self) -> None:
+        """Train on this worker's rows and those handed to it; once done (or having left),
+        say FINISH and wait for the others, unless the lead asks it to join again."""
         while True:
-            current = next(stream, None)
-            pull = kv.pull(current[1]) if current else None
+            self._train_rows()
+            if self.stopped or not self.handing_on:
+                return
+            self._say_finish(self.left)
+            self.finished = True
+            if not _wait_for_other_workers(self.roles, self.kv, self.cfg.timeout, self.work,
+                                           self.hot):
+                return
+            log.warning("joining again at clock %d (mpips ctl add-worker)", self.lead.join_clock)
+            self.stream = self.work.minibatches(*self.work.rejoin(self.lead))
+            self.left, self.push_ts = None, None
+
+    def _train_rows(self) -> None:
+        """Train the stream of minibatches, then those of the segments the lead handed on
+        meanwhile, until none is left, the job stops or this worker leaves."""
+        while True:
+            current = next(self.stream, None)
+            pull = self.kv.pull(current.keys) if current else None
             while current is not None:
-                _pass_on_stop(kv)
-                if handing_on:
-                    work.learn(kv.notices())
-                waited = kv.wait_s
-                # Pipelining: the next minibatch's keys are found and its pull sent now, so
-                # the servers work on it while this one computes (they answer once this push
-                # arrives). Asked to leave, the worker ends with this minibatch: the next is
-                # where its rows left start; asked to give a worker that joins a share of
-                # them, it splits them there.
-                upcoming = next(stream, None)
-                if upcoming and kv.asked_to_give and not kv.asked_to_leave:
-                    stream = work.split(kv, *kv.asked_to_give, upcoming, cfg.timeout)
-                    upcoming = next(stream, None)
-                next_pull = (kv.pull(upcoming[1], next_clock=True)
-                             if upcoming and not kv.asked_to_leave else None)
-                batch, keys, cols, bias_col, progress = current[:5]
-                testevents.reached("epoch", current[5])
-                try:
-                    weights = kv.wait(pull)
-                except Stopped:
-                    stopped = True
-                    break
-                grad, batch_loss = model.gradient(batch, cols, bias_col, weights)
-                if not math.isfinite(batch_loss):
-                    raise Diverged(_diverged(cfg, kv.clock, current, shard, batch_loss))
-                loss += batch_loss
-                examples += len(batch)
-                # Where the next minibatch starts, for checkpoints: the servers note it with
-                # the push.
-                kv.report(examples, loss, progress,
-                          *((upcoming[5], upcoming[0].start, upcoming[6]) if upcoming
-                            else (cfg.epochs, -1, 0)), taken=work.taken)
-                sample(time.monotonic() - t0)
-                if push is not None:
-                    kv.wait(push)
-                    testevents.reached("clock", kv.clock)
-                # The last push of the worker's stream of minibatches delivers what the push
-                # filter still holds back (pushfilter).
-                push = kv.push(keys, grad, clock=True,
-                               flush=upcoming is None or kv.asked_to_leave)
-                if slowdown > 1:   # --straggler, a testing aid: take `slowdown` times as long
-                    # (as if a minibatch took at least 1 ms: a test's slowed job then lasts
-                    # about as long however fast the machine and the code)
-                    busy = time.monotonic() - mark - (kv.wait_s - waited)
-                    time.sleep((slowdown - 1) * max(busy, STRAGGLER_LEAST_BUSY_S))
-                    mark = time.monotonic()
-                if upcoming and kv.asked_to_leave:
-                    left = upcoming
-                    break
-                current, pull = upcoming, next_pull
-            if stopped or left or not handing_on or not _more_to_train(kv, work, cfg.timeout):
-                break
-            stream = work.minibatches(work.epoch, work.segment + 1)
-        if stopped or not handing_on:
-            break
-        _say_finish(kv, examples, loss, cfg.epochs, work, left)
-        finished = True
-        if not _wait_for_other_workers(roles, kv, cfg.timeout, work, hot):
-            break
-        log.warning("joining again at clock %d (mpips ctl add-worker)", kv.join_clock)
-        stream = work.minibatches(*work.rejoin(kv))
-        left, push = None, None
-    train_s = time.monotonic() - t0
-    sample(train_s, force=True)
-    if front is not None:
-        front.end(STOPPED if stopped else FINISHED)
-    share = Share(np.empty(0), np.empty(0, np.float32), 0, 0)
-    score_s = 0.0
-    if not stopped:
-        if not finished:
-            _say_finish(kv, examples, loss, cfg.epochs, work, None)
-            _wait_for_other_workers(roles, kv, cfg.timeout)
+                current, pull = self._step(current, pull)
+            if self.stopped or self.left or not self.handing_on or not self._more_to_train():
+                return
+            self.stream = self.work.minibatches(self.work.epoch, self.work.segment + 1)
+
+    def _step(self, current: Minibatch, pull: int) -> tuple:
+        """Train minibatch `current` (its pull sent); (the next minibatch, its pull), or
+        (None, None) once there is none, the job stopped or this worker leaves."""
+        kv = self.kv
+        self.lead.pass_on_stop(signals.stop_requested())
+        if self.handing_on:
+            self.work.learn(self.lead.notices())
+        waited = kv.wait_s
+        upcoming, next_pull = self._next_minibatch()
+        testevents.reached("epoch", current.epoch)
+        try:
+            weights = kv.wait(pull)
+        except Stopped:
+            self.stopped = True
+            return None, None
+        grad = self._gradient(current, weights)
+        # Where the next minibatch starts, for checkpoints: the servers note it with the push.
+        kv.report(self.examples, self.loss, current.progress,
+                  *((upcoming.epoch, upcoming.start, upcoming.segment) if upcoming
+                    else (self.cfg.epochs, -1, 0)), taken=self.work.taken)
+        self._sample(time.monotonic() - self.t0)
+        self._push(current, grad, last=upcoming is None or self.lead.asked_to_leave)
+        self._straggle(waited)
+        if upcoming and self.lead.asked_to_leave:
+            self.left = upcoming
+            return None, None
+        return upcoming, next_pull
+
+    def _next_minibatch(self) -> tuple:
+        """(the next minibatch, its pull): pipelining, its keys are found and its pull sent
+        now, so the servers work on it while this one computes (they answer once this push
+        arrives). Asked to leave, the worker ends with this minibatch: the next is where its
+        rows left start (not pulled); asked to give a worker that joins a share of them, it
+        splits them there."""
+        lead = self.lead
+        upcoming = next(self.stream, None)
+        if upcoming and lead.asked_to_give and not lead.asked_to_leave:
+            self.stream = self.work.split(lead, self.kv.clock, lead.asked_to_give, upcoming,
+                                          self.cfg.timeout)
+            upcoming = next(self.stream, None)
+        next_pull = (self.kv.pull(upcoming.keys, next_clock=True)
+                     if upcoming and not lead.asked_to_leave else None)
+        return upcoming, next_pull
+
+    def _gradient(self, current: Minibatch, weights: np.ndarray) -> np.ndarray:
+        """The gradient of `current`'s loss at `weights`; a loss that is not finite stops the
+        job (Diverged) before anything of it is pushed."""
+        grad, batch_loss = self.model.gradient(current.rows, current.cols, current.bias_col,
+                                               weights)
+        if not math.isfinite(batch_loss):
+            raise Diverged(_diverged(self.cfg, self.kv.clock, current, self.work.shard,
+                                     batch_loss))
+        self.loss += batch_loss
+        self.examples += len(current.rows)
+        return grad
+
+    def _push(self, current: Minibatch, grad: np.ndarray, last: bool) -> None:
+        """Push the gradient of `current`, a clock, once the previous push is through. The
+        last push of the worker's stream of minibatches delivers what the push filter still
+        holds back (pushfilter)."""
+        if self.push_ts is not None:
+            self.kv.wait(self.push_ts)
+            testevents.reached("clock", self.kv.clock)
+        self.push_ts = self.kv.push(current.keys, grad, clock=True, flush=last)
+
+    def _straggle(self, waited: float) -> None:
+        """--straggler, a testing aid: take `slowdown` times as long (as if a minibatch took
+        at least 1 ms: a test's slowed job then lasts about as long however fast the machine
+        and the code). `waited`: the time waited on pulls before this minibatch."""
+        if self.slowdown > 1:
+            busy = time.monotonic() - self.mark - (self.kv.wait_s - waited)
+            time.sleep((self.slowdown - 1) * max(busy, STRAGGLER_LEAST_BUSY_S))
+            self.mark = time.monotonic()
+
+    # Hand-overs: rows handed to this worker, or left by it.
+
+    def _more_to_train(self) -> bool:
+        """Before this worker says FINISH: whether the lead has handed it rows of a dead worker
+        that it has not trained (told of, or on their way)."""
+        self.work.catch_up(self.lead, self.lead.status()["deaths"], self.cfg.timeout)
+        return self.work.segment + 1 < len(self.work.segments(self.work.epoch))
+
+    def _say_finish(self, left: Minibatch | None = None) -> None:
+        """FINISH to every server (completing this worker's requests first), with where the
+        rows it leaves to the others start (`left`: the next minibatch), or its end."""
+        kv, work, epochs = self.kv, self.work, self.cfg.epochs
+        if left:   # the lead hands the rows from the next minibatch on to the others
+            log.warning("leaving at clock %d (mpips ctl remove-worker): the rows left from "
+                        "epoch %d go to the other workers", kv.clock, left.epoch)
+            work.leave(left)
+            kv.report(self.examples, self.loss, left.progress, left.epoch, left.start,
+                      left.segment, taken=work.taken)
+        else:
+            work.end()
+            kv.report(self.examples, self.loss, epochs, epochs, -1, taken=work.taken)
+        kv.finish()
+
+    # After training: the test file, or the stop.
+
+    def _score_or_stop(self) -> tuple:
+        """(bytes sent training, this worker's Share of the test file, seconds scoring it):
+        scored once every worker has finished, or none if the job stops."""
+        cfg, kv = self.cfg, self.kv
+        share = Share(np.empty(0), np.empty(0, np.float32), 0, 0)
+        score_s = 0.0
+        if self.stopped:
+            train_bytes = kv.bytes_sent
+            log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
+            # Every worker stops (none finishes): a barrier, unless one may have died.
+            _wait_for_other_workers(self.roles, kv, cfg.timeout,
+                                    self.work if self.hot else None, self.hot)
+            return train_bytes, share, score_s
+        if not self.finished:
+            self._say_finish(None)
+            _wait_for_other_workers(self.roles, kv, cfg.timeout)
         train_bytes = kv.bytes_sent
         if cfg.test:
-            # Those that died in this launch (a resume's dead workers live again).
             began = time.monotonic()
             testevents.reached("scoring")
-            share = worker_share(cfg, roles, kv, work.plan.deaths[len(deaths):], part, front,
-                                 hot)
+            # Those that died in this launch (a resume's dead workers live again).
+            share = worker_share(cfg, self.roles, kv, self.work.plan.deaths[len(self.deaths):],
+                                 self.part, self.front, self.hot)
             score_s = time.monotonic() - began
-        if front is not None:
-            front.end(SCORED)
-    else:
-        train_bytes = kv.bytes_sent
-        log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
-        # Every worker stops (none finishes): a barrier, unless one may have died.
-        _wait_for_other_workers(roles, kv, cfg.timeout, work if hot else None, hot)
-    kv.close()
-    r = summary.new_record()
-    r["examples"] = examples
-    r["examples_before"] = before
-    r["pushes"] = kv.clock - clock_before   # each acknowledged (waited for) before BYE
-    r["train_loss"] = loss
-    r["train_s"] = train_s
-    r["startup_s"] = startup_s
-    r["score_s"] = score_s
-    r["wait_s"] = kv.wait_s
-    r["bytes_sent"] = kv.bytes_sent
-    r["train_bytes"] = train_bytes
-    r["bad_lines"] = shard.bad_lines + share.bad_lines
-    r["test_rows"] = share.margins.shape[0]
-    r["test_units"] = share.units
-    r["stopped_at"] = kv.clock if stopped else -1   # a worker: where it was stopped
-    for name, value in kv.filter.figures().items():
-        r[name] = value
-    return (r, share.margins, share.labels, np.zeros(n_workers), np.empty((0, len(Step._fields))),
-            timeline.samples())
+        if self.front is not None:
+            self.front.end(SCORED)
+        return train_bytes, share, score_s
+
+    def _result(self, train_s: float, train_bytes: int, share: Share,
+                score_s: float) -> PartResult:
+        kv = self.kv
+        r = summary.new_record()
+        r["examples"] = self.examples
+        r["examples_before"] = self.examples_before
+        r["pushes"] = kv.clock - self.clock_before   # each acknowledged (waited for) before BYE
+        r["train_loss"] = self.loss
+        r["train_s"] = train_s
+        r["startup_s"] = self.startup_s
+        r["score_s"] = score_s
+        r["wait_s"] = kv.wait_s
+        r["bytes_sent"] = kv.bytes_sent
+        r["train_bytes"] = train_bytes
+        r["bad_lines"] = self.work.shard.bad_lines + share.bad_lines
+        r["test_rows"] = share.margins.shape[0]
+        r["test_units"] = share.units
+        r["stopped_at"] = kv.clock if self.stopped else -1   # a worker: where it was stopped
+        for name, value in kv.filter.figures().items():
+            r[name] = value
+        return PartResult(r, share.margins, share.labels, np.zeros(len(self.roles.workers)),
+                          samples=self.timeline.samples())
 
 
-def _say_finish(kv: KVWorker, examples: int, loss: float, epochs: int, work: "Work",
-                left=None) -> None:
-    """FINISH to every server (completing this worker's requests first), with where the rows
-    it leaves to the others start (`left`: the next minibatch), or its end."""
-    if left:   # the lead hands the rows from the next minibatch on to the others
-        log.warning("leaving at clock %d (mpips ctl remove-worker): the rows left from epoch "
-                    "%d go to the other workers", kv.clock, left[5])
-        work.leave(left)
-        kv.report(examples, loss, left[4], left[5], left[0].start, left[6], taken=work.taken)
-    else:
-        work.end()
-        kv.report(examples, loss, epochs, epochs, -1, taken=work.taken)
-    kv.finish()
-
-
-def _more_to_train(kv: KVWorker, work: "Work", timeout: float) -> bool:
-    """Before this worker says FINISH: whether the lead has handed it rows of a dead worker
-    that it has not trained (told of, or on their way)."""
-    work.catch_up(kv, kv.status()["deaths"], timeout)
-    return work.segment + 1 < len(work.segments(work.epoch))
-
-
-def _pass_on_stop(kv: KVWorker) -> None:
-    """A stop asked of this worker (a signal to this rank alone) goes to server 0, once."""
-    if signals.stop_requested() and not kv.stop_sent:
-        kv.ask_to_stop()
-
-
-def _diverged(cfg: TrainConfig, clock: int, current, shard, loss: float) -> str:
-    batch, epoch = current[0], current[5]
+def _diverged(cfg: TrainConfig, clock: int, current: Minibatch, shard, loss: float) -> str:
     where = "byte" if isinstance(shard, TextShard) else "row"
     kept = (f"; the checkpoints in {cfg.checkpoints} are kept" if cfg.checkpoints_on else "")
-    return (f"the training loss became {loss} at clock {clock} (epoch {epoch}, the minibatch "
-            f"at {where} {batch.start} of {shard.path}); nothing of it was pushed. The "
-            f"learning rate ({cfg.optimizer.name} --lr {cfg.optimizer.lr:.4g}) may be too "
+    return (f"the training loss became {loss} at clock {clock} (epoch {current.epoch}, the "
+            f"minibatch at {where} {current.start} of {shard.path}); nothing of it was pushed. "
+            f"The learning rate ({cfg.optimizer.name} --lr {cfg.optimizer.lr:.4g}) may be too "
             f"large, or the data holds values that are not finite{kept}")
-
-
-class Work:
-    """This worker's rows, epoch by epoch, as its work plan says: its own part, then the
-    shares of dead workers' rows it took (see `workplan`)."""
-
-    def __init__(self, cfg: TrainConfig, shard, plan: WorkPlan, worker: int, taken: list,
-                 reserved: np.ndarray):
-        """`reserved`: the model's own rows every minibatch pulls."""
-        self.cfg, self.shard, self.plan, self.worker = cfg, shard, plan, worker
-        self.reserved = reserved
-        self.taken = list(taken)   # the epochs at which it took its shares
-        self.epoch = 0             # the epoch and segment of the latest minibatch handed out
-        self.segment = 0
-        self._told = {}            # deaths told of out of order: number -> Handover
-        self._rejoin_at = (0, 0)   # where shares given after it left begin (see leave)
-
-    def catch_up(self, kv: KVWorker, deaths: int, timeout: float) -> None:
-        """Wait (bounded) until the lead's word of its first `deaths` deaths has reached this
-        worker, and learn them."""
-        def told() -> bool:
-            self.learn(kv.notices())
-            return len(self.plan.deaths) >= deaths
-        wait_until(told, timeout, lambda: f"the lead server's word of {deaths} dead worker(s)")
-
-    def learn(self, notices: list) -> None:
-        """Deaths the lead told of, (number, Handover): each joins the plan in order, and this
-        worker takes its share at the epoch it is in."""
-        for number, death in notices:
-            self._told[number] = death
-        while len(self.plan.deaths) in self._told:
-            death = self._told.pop(len(self.plan.deaths))
-            self.plan = self.plan.with_death(death)
-            if self.worker not in death.survivors:
-                continue
-            self.taken.append(self.epoch)
-            if death.worker == self.worker:
-                log.info("gave worker %d a share of the rows left", death.survivors[1])
-            else:
-                log.warning("worker %d %s: this worker takes its share of the rows it had "
-                            "left, from epoch %d on", death.worker, "died" if death.dead else
-                            "shared its rows" if death.split else "handed its rows on",
-                            death.epoch)
-
-    def take_shares_untold(self, epoch: int) -> None:
-        """Resuming: the checkpoint records deaths whose word had not reached this worker by
-        its clock (the lead's notice comes between minibatches); it takes their shares now, at
-        the epoch it goes on from, as it would have on hearing of them. No notice comes again."""
-        untold = len(self.plan.shares(self.worker)) - len(self.taken)
-        if untold > 0:
-            self.taken += [epoch] * untold
-            log.warning("taking shares of %d worker(s)' rows that the checkpoint records as "
-                        "handed on, from epoch %d on", untold, epoch)
-
-    def segments(self, epoch: int) -> list:
-        return self.plan.segments(self.worker, epoch, self.taken)
-
-    def _after(self, epoch: int, segment: int, offset: int) -> tuple[int, int]:
-        """(epoch, segment) where ranges added at `epoch` begin once the plan is cut at the
-        place given (see workplan.trained)."""
-        return epoch, segment + int(offset > self.segments(epoch)[segment][0])
-
-    def split(self, kv: KVWorker, joiner: int, weight: int, upcoming, timeout: float):
-        """Asked to give a worker that joins one share of its rows left for every `weight`
-        it keeps: cut them where `upcoming` (the next minibatch) starts, have the lead number
-        the split (every worker learns it in order), and return the minibatches of the rows
-        it keeps, from there."""
-        epoch, segment, offset = upcoming[5], upcoming[6], upcoming[0].start
-        death = Handover(self.worker, kv.clock, epoch, segment, offset, tuple(self.taken),
-                      (self.worker, joiner), dead=False, shares=(weight, 1))
-        resume = self._after(epoch, segment, offset)
-        kv.split(death.fields())
-
-        def numbered() -> bool:
-            self.learn(kv.notices())
-            return death in self.plan.deaths
-        wait_until(numbered, timeout, lambda: "the lead server to number this worker's split "
-                                              "of its rows with the worker joining")
-        return self.minibatches(*resume)
-
-    def leave(self, upcoming) -> None:
-        """Leaving where `upcoming` (the next minibatch) starts: where shares given to it,
-        should it join again, begin."""
-        self._rejoin_at = self._after(upcoming[5], upcoming[6], upcoming[0].start)
-
-    def end(self) -> None:
-        """Done with its rows: shares given to it, should it join again, come after them."""
-        last = self.cfg.epochs - 1
-        self._rejoin_at = (last, len(self.segments(last)))
-
-    def rejoin(self, kv: KVWorker) -> tuple[int, int]:
-        """Asked to join again: go on from the clock the lead named; (epoch, segment) where
-        the shares given to it begin."""
-        kv.clock, kv.join_clock, kv.asked_to_leave = kv.join_clock, None, False
-        return self._rejoin_at
-
-    def _reader(self, epoch: int, segment: int):
-        span = self.segments(epoch)[segment]
-        return self.shard if span == self.plan.parts[self.worker] else self.shard.over(*span)
-
-    def resume_point(self, epoch: int, segment: int, offset: int) -> tuple[int, int, int]:
-        """(epoch, segment, offset) to go on from, given where a checkpoint says this worker
-        stood: the same, unless the data changed since (--allow-changed-data) and the place
-        is no longer the start of a row of that part of the data."""
-        if epoch >= self.cfg.epochs or segment >= len(self.segments(epoch)):
-            return epoch, segment, offset
-        reader = self._reader(epoch, segment)
-        point = reader.next_row_at(offset)
-        if point == offset:
-            return epoch, segment, offset
-        if offset == self.segments(epoch)[segment][1]:   # at its end: cut there (a leave)
-            return epoch, segment + 1, -1
-        if point is None:
-            log.warning("%s: byte or row %d of the checkpoint is past this part of the changed "
-                        "data: going on with the next", reader.path, offset)
-            return epoch, segment + 1, -1
-        log.warning("%s: the checkpoint's place %d is not a row start of this part of the "
-                    "changed data: going on at %d", reader.path, offset, point)
-        return epoch, segment, point
-
-    def minibatches(self, first_epoch: int = 0, first_segment: int = 0, offset: int = -1):
-        """(rows, keys, cols, bias_col, epochs done, epoch, segment) for each minibatch from
-        `first_epoch` on, starting at `offset` of `first_segment` (a byte or row; -1: its
-        beginning). Shares taken meanwhile join the epoch being trained."""
-        index = KeyIndexer(self.reserved)
-        for epoch in range(first_epoch, self.cfg.epochs):
-            self.epoch = epoch
-            segment = first_segment if epoch == first_epoch else 0
-            while segment < len(self.segments(epoch)):
-                self.segment = segment
-                reader = self._reader(epoch, segment)
-                start = offset if (epoch, segment) == (first_epoch, first_segment) else -1
-                for batch in reader.minibatches(self.cfg.batch_size,
-                                                start if start >= 0 else None):
-                    keys, cols, bias_col = index(batch, self.cfg.bias, reader.path)
-                    yield (batch, keys, cols, bias_col,
-                           epoch + self._done(epoch, segment, reader), epoch, segment)
-                segment += 1
-
-    def _done(self, epoch: int, segment: int, reader) -> float:
-        """The fraction of the epoch's rows handed out (by bytes or rows)."""
-        sizes = [b - a for a, b in self.segments(epoch)]
-        total = sum(sizes)
-        done = sum(sizes[:segment]) + reader.fraction_done * sizes[segment]
-        return min(done / total, 1.0) if total > 0 else 1.0
 
 
 def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
                             work: "Work | None" = None, hot: bool = False) -> bool:
     """Wait until every worker has finished training, however long that takes, as long as
     the slowest keeps advancing: the bound is --timeout without progress. With `work` (not a
-    pipeline), workers may die or leave meanwhile: the lead server's word, not a barrier,
-    says when, and `work` learns of every death the lead numbered, so that all workers share
+    pipeline), workers may die or leave meanwhile: the lead server, not a barrier, says
+    when, and `work` learns of every death the lead numbered, so that all workers share
     the test file alike; and the lead may ask this worker to join again (returns True). If
     the job stops meanwhile, the others (stopped, not finished) meet in a barrier unless
     workers may die (`hot`): this worker joins them there."""
     latest = {}
+    lead = kv.lead
 
     def progress():
-        _pass_on_stop(kv)
-        latest.update(kv.status())
+        lead.pass_on_stop(signals.stop_requested())
+        latest.update(lead.status())
         return latest["slowest_clock"], latest["finished"], latest["deaths"]
 
     def what() -> str:
@@ -444,17 +371,17 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
         return False
 
     def all_finished() -> bool:
-        work.learn(kv.notices())
-        if kv.join_clock is not None:
+        work.learn(lead.notices())
+        if lead.join_clock is not None:
             return True
         progress()
         return latest["finished"] == len(roles.workers) or (latest["stopping"] and not hot)
     # Each poll asks the lead; progress is judged on its latest answer.
     wait_until(all_finished, timeout, what, check_every=0.0, backoff=Backoff(longest=0.05),
                progress=lambda: (latest["slowest_clock"], latest["finished"], latest["deaths"]))
-    if kv.join_clock is not None:
+    if lead.join_clock is not None:
         return True
     if latest["stopping"] and not hot:
         return _wait_for_other_workers(roles, kv, timeout)
-    work.catch_up(kv, latest["deaths"], timeout)
+    work.catch_up(lead, latest["deaths"], timeout)
     return False

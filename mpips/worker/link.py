@@ -1,0 +1,160 @@
+"""A worker's link to the servers (see Link), beneath its key-value requests (kvworker), its
+conversation with the lead (lead_channel) and its dense tables (dense_client).
+"""
+import numpy as np
+from mpi4py import MPI
+
+from ..base.errors import WaitTimeout
+from ..ranks.bounded import wait_all, wait_until
+from ..ranks.ulfm import CannotFailOver, dead_ranks, is_failure
+from ..wire import protocol, tags
+from ..wire.placement import Placement, describe_ranges
+from ..wire.protocol import Op
+from .requests import Pending, Reply, Send
+
+
+class Link:
+    """A worker's link to the servers: request timestamps, messages and their replies,
+    bounded waits for them, and which servers died (under failover: the placement moves on).
+    Shared by the key-value requests (KVWorker), the conversation with the lead (LeadChannel)
+    and dense tables (DenseClient)."""
+
+    def __init__(self, roles, timeout: float, placement: Placement | None, failover: bool):
+        self.timeout = timeout
+        self.failover = failover
+        self.clock = 0            # clocks this worker has completed
+        self.bytes_sent = 0
+        self.comm = roles.comm
+        self.servers = roles.servers
+        self._placement = placement or Placement(len(roles.servers))
+        self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
+        self._pending: dict[int, Pending] = {}
+        self._ts = 0
+        self._report = None
+
+    @property
+    def placement(self) -> Placement:
+        return self._placement
+
+    def report(self, examples: int, loss: float, progress: float, epoch: int = 0,
+               offset: int = 0, segment: int = 0, taken: tuple = ()) -> None:
+        """Figures carried by this worker's next clock push and its FINISH: examples trained
+        on, their summed loss, epochs done (fractional), for the servers' progress lines; and
+        where the next minibatch starts (epoch, segment of the work plan, byte offset or
+        row) and the epochs at which it took shares of dead workers' rows, which checkpoints
+        record."""
+        self._report = protocol.Report(epoch, offset, examples, loss, progress, segment,
+                                       len(taken), taken[-1] if taken else 0)
+
+    @property
+    def reported(self):
+        """The figures last given to `report` (a protocol.Report; None before any)."""
+        return self._report
+
+    def living(self) -> list:
+        """The servers alive (indices), as this worker knows."""
+        return [s for s in range(len(self.servers)) if s not in self._placement.dead]
+
+    def rank_of(self, server: int) -> int:
+        return self.servers[server]
+
+    # Requests: a timestamp each, their messages, and their replies.
+
+    def new_ts(self) -> int:
+        """The next request's timestamp (its messages carry it; its replies' tag comes from
+        it)."""
+        self._ts += 1
+        return self._ts
+
+    def track(self, ts: int, pending: Pending) -> None:
+        """Keep request `ts` until wait(ts)."""
+        self._pending[ts] = pending
+
+    def send(self, server_index: int, op: Op, payload=(), report: bool = False,
+             **fields) -> Send:
+        h = protocol.Header(op, ts=self._ts, clock=self.clock,
+                            placement=self._placement.version, **fields)
+        buf = protocol.pack(h, *payload, report=self._report if report else None)
+        self.bytes_sent += buf.nbytes
+        req = self.comm.Isend(buf, self.servers[server_index], tags.REQUEST_TAG)
+        return Send(req, buf, server_index)
+
+    def reply_into(self, into: np.ndarray, server_index: int, rows=None,
+                   copy: bool = False) -> Reply:
+        tag = protocol.reply_tag(self._ts, self._reply_tags)
+        return Reply(self.comm.Irecv(into, self.servers[server_index], tag), server_index,
+                     into, rows, copy)
+
+    def call(self, op: Op, requests: dict, replies: dict, what: str) -> None:
+        """One request of `op` (one timestamp) to each server in `requests`
+        ({server: (header fields, payload arrays)}), then wait until each answered into
+        `replies[server]`, an array the caller sized. For tables other than the key-value
+        one (see dense_client). Under failover, a server that dies meanwhile is passed over (its
+        entry left out of `replies`) and the placement moves on: the caller sees it."""
+        self.new_ts()
+        pending = Pending(what=what, version=self._placement.version)
+        for s, (fields, payload) in requests.items():
+            pending.sends.append(self.send(s, op, payload, **fields))
+        for s, into in replies.items():
+            pending.replies.append(self.reply_into(into, s))
+        while True:
+            try:
+                if self._complete_unless_failed(pending) is not None:
+                    break
+            except WaitTimeout as e:
+                raise WaitTimeout(f"{e}; {self._silent(pending)}") from None
+            dead = self._placement.dead
+            pending.sends = [p for p in pending.sends if p.server not in dead]
+            pending.replies = [p for p in pending.replies if p.server not in dead or p.done]
+        for server in set(replies) - {p.server for p in pending.replies}:
+            del replies[server]
+    def _silent(self, pending: Pending) -> str:
+        """Which servers have not answered a request, for a message about a wait."""
+        for r in pending.replies:
+            r.done = r.done or r.request.Test(r.status)
+        silent = [self.servers[r.server] for r in pending.replies if not r.done]
+        return f"no reply yet from server rank(s) {silent}"
+
+    def _complete(self, pending: Pending) -> float:
+        """Wait until every part of a request is done; seconds waited. Under ULFM each part
+        is polled on its own: a part that involves a dead server raises at once (a Testall
+        would hide the failure until every other part is done), and the others stay
+        pending."""
+        parts = [p for p in pending.sends + pending.replies if not p.done]
+        timeout = pending.timeout or self.timeout
+        if not self.failover:
+            statuses = [p.status if isinstance(p, Reply) else MPI.Status() for p in parts]
+            waited = wait_all([p.request for p in parts], timeout, lambda: pending.what,
+                              statuses=statuses)
+            for p in parts:
+                p.done = True
+            return waited
+
+        def poll() -> bool:
+            for p in parts:
+                if not p.done:
+                    p.done = p.request.Test(p.status if isinstance(p, Reply) else None)
+            return all(p.done for p in parts)
+        return wait_until(poll, timeout, lambda: pending.what)
+    def _complete_unless_failed(self, pending: Pending) -> float | None:
+        """`_complete`, or None when a server died meanwhile (under failover: learned, the
+        placement moved on, for the caller to repair the request)."""
+        try:
+            return self._complete(pending)
+        except MPI.Exception as e:
+            if not (self.failover and is_failure(e) and self._learn_failures()):
+                raise
+            return None
+
+    def _learn_failures(self) -> bool:
+        """After MPI told of a failure: which servers died; their keys' living copies take
+        over (a new placement), or the job cannot go on. Whether a server died."""
+        dead = dead_ranks(self.comm)
+        gone = {s for s, rank in enumerate(self.servers) if rank in dead} - self._placement.dead
+        if not gone:
+            return False
+        placement = self._placement = self._placement.without(gone)
+        if placement.lost:
+            raise CannotFailOver(f"every copy of key range(s) {describe_ranges(placement.lost)} "
+                                 f"died with server(s) {sorted(placement.dead)}")
+        return True
