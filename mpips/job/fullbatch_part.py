@@ -13,28 +13,26 @@ from typing import NamedTuple
 import numpy as np
 from mpi4py import MPI
 
-from ..storage import checkpoint
-from ..data import fingerprint
-from ..models import lbfgs
-from ..run import signals
-from ..run import summary
-from ..run import testevents
 from ..base import timeline
-from ..ranks.bounded import wait_all
 from ..base.budget import Budget
-from ..worker.kvworker import KVWorker
-from ..run.config import TrainConfig
-from ..data.textfile import Rows
-from ..worker.dense_client import DenseClient
-from ..data.dense_rows import Part
 from ..base.errors import InputError, SaveError
 from ..base.log import say
-from ..ranks.roles import Roles
+from ..data import fingerprint
+from ..data.dense_rows import Part
 from ..data.shards import data_format, open_shard
+from ..data.textfile import Rows
+from ..models import lbfgs
+from ..ranks.bounded import wait_all
+from ..ranks.roles import Roles
+from ..run import signals, summary, testevents
+from ..run.config import TrainConfig
 from ..run.startup import process_age, ready
+from ..storage import checkpoint
+from ..wire.tags import LOSS_TAG
+from ..worker.dense_client import DenseClient
+from ..worker.kvworker import KVWorker
 from .failing import saving_on_failure
 from .part_result import PartResult
-from ..wire.tags import LOSS_TAG
 
 log = logging.getLogger("mpips")
 

@@ -29,12 +29,12 @@ from typing import NamedTuple
 import numpy as np
 from mpi4py import MPI
 
-from ..wire import protocol
-from ..run import testevents
-from ..data.textfile import KeyIndexer
 from ..base.errors import InputError, ProtocolError, WaitTimeout
-from ..wire.protocol import Op
 from ..data.shards import CsrShard, open_shard, spans
+from ..data.textfile import KeyIndexer
+from ..run import testevents
+from ..wire import protocol
+from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")
 

@@ -21,19 +21,24 @@ from functools import lru_cache
 import numpy as np
 from mpi4py import MPI
 
-from ..run import signals
-from ..run import summary
-from ..run import testevents
-from ..ranks.bounded import wait_all
 from ..base.errors import MpipsError, Stopped
-from ..models.network import Stage, forward, measured_costs, partition
-from ..pipeline.stage_rank import StageRank, receive
-from ..pipeline.schedule import POLICIES, describe
-from ..run.startup import process_age, ready
 from ..base.timeline import Timeline
+from ..models.network import Stage, forward, measured_costs, partition
+from ..pipeline.schedule import POLICIES, describe
+from ..pipeline.stage_rank import StageRank, receive
+from ..ranks.bounded import wait_all
+from ..run import signals, summary, testevents
+from ..run.startup import process_age, ready
+from ..wire.tags import (
+    STAGE_HEADER,
+    STAGE_LABELS,
+    STAGE_RESULT,
+    STAGE_SCORE,
+    STAGE_SCORE_LOGITS,
+    STAGE_SCORE_WIDE,
+    STAGE_SCORE_X,
+)
 from .part_result import TASK_LOG, PartResult
-from ..wire.tags import (STAGE_HEADER, STAGE_LABELS, STAGE_RESULT, STAGE_SCORE, STAGE_SCORE_LOGITS,
-                         STAGE_SCORE_WIDE, STAGE_SCORE_X)
 
 log = logging.getLogger("mpips")
 

@@ -25,29 +25,27 @@ from dataclasses import replace
 import numpy as np
 from mpi4py import MPI
 
-from ..storage import checkpoint
-from ..models import defaults
-from ..storage import rundir
-from ..run import summary
-from ..run import testevents
 from ..base import timeline
-from ..pipeline.schedule import logged_bubbles, theoretical_bubble
-from ..run.config import TrainConfig, check_resumable
 from ..base.errors import ConfigError, MpipsError
-from ..ranks.exits import NOT_SCORED
-from ..ranks.ulfm import CannotFailOver, end_together
-from ..models.lbfgs import Step
-from ..ranks.ulfm_launch import Verdict, hot_failover
 from ..base.log import setup
-from ..wire.placement import Placement, dealt
 from ..base.processes import Process
-from ..ranks.roles import Roles, split
 from ..data.shards import check_examples, sample_rows
-from .part_result import PartResult
-from .scoring import covered
+from ..models import defaults
+from ..models.lbfgs import Step
+from ..pipeline.schedule import logged_bubbles, theoretical_bubble
 from ..ranks.collectives import agree, broadcast_text, gather_text
+from ..ranks.exits import NOT_SCORED
+from ..ranks.roles import Roles, split
+from ..ranks.ulfm import CannotFailOver, end_together
+from ..ranks.ulfm_launch import Verdict, hot_failover
+from ..run import summary, testevents
+from ..run.config import TrainConfig, check_resumable
 from ..run.startup import compile_per_node, run_id
 from ..run.warmup import CompileWatch
+from ..storage import checkpoint, rundir
+from ..wire.placement import Placement, dealt
+from .part_result import PartResult
+from .scoring import covered
 
 # A server's, a worker's and a full-batch solver's modules are imported by the ranks that
 # run them (see _part): every rank would pay for all three before its first minibatch.

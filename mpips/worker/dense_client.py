@@ -26,12 +26,12 @@ import time
 
 import numpy as np
 
-from ..wire import protocol
-from ..wire.dense_layout import BLOCK_ROWS, MAX_ROWS, NAME_LIMIT, Layout, name_id, name_words
-from ..storage.dense_files import INDEX, INDEX_FORMAT, index_of
 from ..base.errors import InputError, SaveError, WaitTimeout
 from ..base.files import write_json
 from ..kernels import elementwise
+from ..storage.dense_files import INDEX, INDEX_FORMAT, index_of
+from ..wire import protocol
+from ..wire.dense_layout import BLOCK_ROWS, MAX_ROWS, NAME_LIMIT, Layout, name_id, name_words
 from ..wire.protocol import Op
 
 

@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..wire import protocol
 from ..kernels import residuals
+from ..wire import protocol
 
 log = logging.getLogger("mpips")
 
