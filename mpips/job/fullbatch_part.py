@@ -57,8 +57,8 @@ def solve(cfg: TrainConfig, roles: Roles, name: str, resume, placement, failover
     """This worker's part of a full-batch job (run `name`, from checkpoint `resume`: its
     directory and manifest); (record, test margins, labels, hold times, the solver's steps:
     float64[k, 6] on the driver)."""
-    kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
-    with saving_on_failure(roles, kv.placement, cfg.timeout):
+    kv = KVWorker(roles, width=1, timeout=cfg.faults.timeout, placement=placement, failover=failover)
+    with saving_on_failure(roles, kv.placement, cfg.faults.timeout):
         return _solve(cfg, roles, kv, name, resume)
 
 
@@ -67,18 +67,18 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
     group, n_workers = roles.group, len(roles.workers)
     driver = roles.index == 0
     loaded = []
-    ready(roles.comm, cfg.startup_timeout, lambda: loaded.append(read_part(
-        cfg.train, roles.index, n_workers, cfg.dim, cfg.bias, cfg.skip_bad_lines)))
+    ready(roles.comm, cfg.faults.startup_timeout, lambda: loaded.append(read_part(
+        cfg.data.train, roles.index, n_workers, cfg.solver.dim, cfg.model.bias, cfg.data.skip_bad_lines)))
     startup_s = process_age()
     part, bad_lines = loaded[0]
-    budget = Budget(cfg.max_rank_memory, f"worker {roles.index}")
-    budget.take(part.nbytes(), f"its {part.n_rows:,} rows of {cfg.train} in memory")
+    budget = Budget(cfg.layout.max_rank_memory, f"worker {roles.index}")
+    budget.take(part.nbytes(), f"its {part.n_rows:,} rows of {cfg.data.train} in memory")
     counts = np.zeros(n_workers, np.int64)
-    wait_all([group.Iallgather(np.array([part.n_rows], np.int64), counts)], cfg.timeout,
+    wait_all([group.Iallgather(np.array([part.n_rows], np.int64), counts)], cfg.faults.timeout,
              lambda: "every worker's count of rows")
     n_total = int(counts.sum())
-    names = lbfgs.tables(cfg.history, cfg.optimizer.l1)
-    tables = {table: ps.dense(table, cfg.dim + 1) for table in names}
+    names = lbfgs.tables(cfg.solver.history, cfg.optimizer.l1)
+    tables = {table: ps.dense(table, cfg.solver.dim + 1) for table in names}
     start = MPI.Wtime()
 
     stop_asked = [False]   # a stop signal (Slurm's warning, SIGUSR1) reached some worker
@@ -88,14 +88,14 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
         loss, grad = part.loss_and_gradient(point.gather(part.coords))
         budget.release(16 * part.coords.shape[0])
         gradient.scatter_add(part.coords, grad / n_total, workers=n_workers)
-        total, asked = _sum_at_driver(group, loss, cfg.timeout)
+        total, asked = _sum_at_driver(group, loss, cfg.faults.timeout)
         stop_asked[0] |= asked
         return total / n_total
 
     def word(*fields) -> np.ndarray:
         """The driver's word to the others: DONE, or EVALUATE a point into a gradient."""
         buf = np.array(fields if driver else (0, 0, 0), np.int64)
-        wait_all([group.Ibcast(buf, root=0)], cfg.timeout,
+        wait_all([group.Ibcast(buf, root=0)], cfg.faults.timeout,
                  lambda: "worker 0 (the solver's driver) to say what comes next")
         return buf
 
@@ -111,14 +111,14 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
 
     steps = []
     if driver:
-        settings = lbfgs.Settings(memory=cfg.history, l1=cfg.optimizer.l1,
-                                  max_iter=cfg.max_iter, tol=cfg.tol)
+        settings = lbfgs.Settings(memory=cfg.solver.history, l1=cfg.optimizer.l1,
+                                  max_iter=cfg.solver.max_iter, tol=cfg.solver.tol)
         roles_now = dict(tables)   # minimize swaps the roles of w and w_trial, g and g_trial
         steps = lbfgs.minimize(
             roles_now, evaluate, settings, report=_say,
             resume=_from_json(resume[1]["solver"]) if resume else None,
             checkpoint=lambda it, state: _checkpoint(cfg, ps, name, n_workers, it, state),
-            every=cfg.checkpoint_every, stop=lambda: stop_asked[0])
+            every=cfg.checkpointing.every, stop=lambda: stop_asked[0])
         weights = roles_now["w"]
         stopped = int(steps[-1].iteration) if stop_asked[0] else -1
         mean_loss = math.nan
@@ -143,11 +143,11 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
         log.info("the job is stopping: a checkpoint holds the model at iteration %d", stopped)
     train_s = MPI.Wtime() - start
     kv.finish()
-    wait_all([group.Ibarrier()], cfg.timeout, lambda: "the other workers to finish")
+    wait_all([group.Ibarrier()], cfg.faults.timeout, lambda: "the other workers to finish")
     margins, labels, bad_test = (np.empty(0), np.empty(0, np.float32), 0)
-    if cfg.test and stopped < 0:
-        test, bad_test = read_part(cfg.test, roles.index, n_workers, cfg.dim, cfg.bias,
-                                   cfg.skip_bad_lines)
+    if cfg.data.test and stopped < 0:
+        test, bad_test = read_part(cfg.data.test, roles.index, n_workers, cfg.solver.dim, cfg.model.bias,
+                                   cfg.data.skip_bad_lines)
         margins, labels = test.margins(weights.gather(test.coords)), test.labels
     kv.close()
     r = summary.new_record()
@@ -181,17 +181,17 @@ def _checkpoint(cfg: TrainConfig, ps: DenseClient, name: str, n_workers: int,
     try:
         shards = checkpoint.dense_entries(cfg.checkpoints, iteration, servers)
         directory = checkpoint.write_manifest(
-            cfg.checkpoints, iteration, shards, run_id=name, config=cfg.as_dict(),
+            cfg.checkpoints, iteration, shards, run_id=name, config=cfg.to_record(),
             servers=n_servers, workers=n_workers, consistency="bsp",
-            inputs={"train": fingerprint.of_input(cfg.train)},
-            data_format=data_format(cfg.train),
+            inputs={"train": fingerprint.of_input(cfg.data.train)},
+            data_format=data_format(cfg.data.train),
             placement=ps.kv.placement.describe(), positions={}, deaths=[],
             solver=_to_json(state), worker_random_state=None,
             written=time.strftime("%Y-%m-%d %H:%M:%S"))
     except (OSError, SaveError) as e:
         log.warning("checkpoint at iteration %d not written: %s", iteration, e)
         return
-    checkpoint.prune(cfg.checkpoints, cfg.keep_checkpoints, directory)
+    checkpoint.prune(cfg.checkpoints, cfg.checkpointing.keep, directory)
     say(f"checkpoint at iteration {iteration}: {directory}")
 
 

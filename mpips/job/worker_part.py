@@ -40,11 +40,11 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
          hot: bool = False):
     """`failover`: a dead server's requests go to its keys' living copies; `hot` (under
     ULFM): workers may die, so none waits for the others in a barrier."""
-    kv = KVWorker(roles, width=cfg.model_spec().width, timeout=cfg.timeout,
+    kv = KVWorker(roles, width=cfg.model.spec().width, timeout=cfg.faults.timeout,
                   placement=placement, failover=failover, push_filter=_push_filter(cfg))
     position = checkpoint.positions(resume).get(roles.index)
-    with saving_on_failure(roles, kv.placement, cfg.timeout):
-        if cfg.stages == 1:
+    with saving_on_failure(roles, kv.placement, cfg.faults.timeout):
+        if cfg.pipeline.stages == 1:
             return _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume), hot)
         return _work_in_pipeline(cfg, roles, kv, position, resume)
 
@@ -52,11 +52,11 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
 def _work_in_pipeline(cfg: TrainConfig, roles: Roles, kv: KVWorker, position, resume):
     """--stages S: this worker is one stage of a pipeline (see stagework); stage 0 runs the
     worker loop over its copy's part of the data, the others follow it."""
-    model = cfg.model_spec()
+    model = cfg.model.spec()
     pipe = pipe_of(cfg, roles, model)
     if pipe.stage > 0:
         return follow(cfg, roles, kv, pipe, model, position,
-                      lambda: _wait_for_other_workers(roles, kv, cfg.timeout))
+                      lambda: _wait_for_other_workers(roles, kv, cfg.faults.timeout))
     front = Front(model, pipe, kv, roles.index)
     try:
         out = _train_and_score(cfg, roles, kv, position, checkpoint.deaths(resume),
@@ -71,10 +71,10 @@ def _work_in_pipeline(cfg: TrainConfig, roles: Roles, kv: KVWorker, position, re
 
 def _push_filter(cfg: TrainConfig) -> Plain | PushFilter:
     """The push filter a TrainConfig asks for."""
-    if not cfg.filters_pushes:
+    if not cfg.push.filtered:
         return Plain()
-    return PushFilter(cfg.model_spec().width, cfg.push_values, cfg.push_threshold,
-                      cfg.optimizer.l1 if cfg.push_skip_zeros else 0.0)
+    return PushFilter(cfg.model.spec().width, cfg.push.values, cfg.push.threshold,
+                      cfg.optimizer.l1 if cfg.push.skip_zeros else 0.0)
 
 
 def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
@@ -86,8 +86,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     of workers that died or left when the lead hands them on, and leaves when asked."""
     n_workers = len(roles.workers)
     index, parts = part or (roles.index, n_workers)
-    model = front or cfg.model_spec()
-    slowdown = cfg.slowdown(roles.index)
+    model = front or cfg.model.spec()
+    slowdown = cfg.diagnostics.slowdown(roles.index)
     examples, loss, push, stopped, left = 0, 0.0, None, False, None
     handing_on = front is None
     epoch, segment, offset, taken = 0, 0, -1, []
@@ -100,10 +100,10 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
 
     def open_data() -> None:
         try:
-            shard = open_shard(cfg.train, index, parts, skip_bad=cfg.skip_bad_lines)
-            plan = WorkPlan(spans(cfg.train, parts), cfg.epochs, deaths)
+            shard = open_shard(cfg.data.train, index, parts, skip_bad=cfg.data.skip_bad_lines)
+            plan = WorkPlan(spans(cfg.data.train, parts), cfg.solver.epochs, deaths)
         except OSError as e:
-            raise InputError(f"--train {cfg.train}: {e.strerror or e}") from None
+            raise InputError(f"--train {cfg.data.train}: {e.strerror or e}") from None
         work = Work(cfg, shard, plan, index, taken, model.reserved_keys())
         work.take_shares_untold(epoch)
         opened.append((work, *(work.resume_point(epoch, segment, offset) if offset >= 0
@@ -116,7 +116,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
             timeline.add(t, force, examples=examples, train_loss=loss, wait_s=kv.wait_s,
                          bytes_sent=kv.bytes_sent, clock=kv.clock)
 
-    t0 = mark = ready(roles.comm, cfg.startup_timeout, open_data)
+    t0 = mark = ready(roles.comm, cfg.faults.startup_timeout, open_data)
     startup_s = process_age()
     work, epoch, segment, offset = opened[0]
     shard = work.shard
@@ -138,7 +138,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
                 # them, it splits them there.
                 upcoming = next(stream, None)
                 if upcoming and kv.asked_to_give and not kv.asked_to_leave:
-                    stream = work.split(kv, *kv.asked_to_give, upcoming, cfg.timeout)
+                    stream = work.split(kv, *kv.asked_to_give, upcoming, cfg.faults.timeout)
                     upcoming = next(stream, None)
                 next_pull = (kv.pull(upcoming[1], next_clock=True)
                              if upcoming and not kv.asked_to_leave else None)
@@ -158,7 +158,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
                 # the push.
                 kv.report(examples, loss, progress,
                           *((upcoming[5], upcoming[0].start, upcoming[6]) if upcoming
-                            else (cfg.epochs, -1, 0)), taken=work.taken)
+                            else (cfg.solver.epochs, -1, 0)), taken=work.taken)
                 sample(time.monotonic() - t0)
                 if push is not None:
                     kv.wait(push)
@@ -177,14 +177,14 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
                     left = upcoming
                     break
                 current, pull = upcoming, next_pull
-            if stopped or left or not handing_on or not _more_to_train(kv, work, cfg.timeout):
+            if stopped or left or not handing_on or not _more_to_train(kv, work, cfg.faults.timeout):
                 break
             stream = work.minibatches(work.epoch, work.segment + 1)
         if stopped or not handing_on:
             break
-        _say_finish(kv, examples, loss, cfg.epochs, work, left)
+        _say_finish(kv, examples, loss, cfg.solver.epochs, work, left)
         finished = True
-        if not _wait_for_other_workers(roles, kv, cfg.timeout, work, hot):
+        if not _wait_for_other_workers(roles, kv, cfg.faults.timeout, work, hot):
             break
         log.warning("joining again at clock %d (mpips ctl add-worker)", kv.join_clock)
         stream = work.minibatches(*work.rejoin(kv))
@@ -197,10 +197,10 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
     score_s = 0.0
     if not stopped:
         if not finished:
-            _say_finish(kv, examples, loss, cfg.epochs, work, None)
-            _wait_for_other_workers(roles, kv, cfg.timeout)
+            _say_finish(kv, examples, loss, cfg.solver.epochs, work, None)
+            _wait_for_other_workers(roles, kv, cfg.faults.timeout)
         train_bytes = kv.bytes_sent
-        if cfg.test:
+        if cfg.data.test:
             # Those that died in this launch (a resume's dead workers live again).
             began = time.monotonic()
             testevents.reached("scoring")
@@ -213,7 +213,7 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
         train_bytes = kv.bytes_sent
         log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
         # Every worker stops (none finishes): a barrier, unless one may have died.
-        _wait_for_other_workers(roles, kv, cfg.timeout, work if hot else None, hot)
+        _wait_for_other_workers(roles, kv, cfg.faults.timeout, work if hot else None, hot)
     kv.close()
     r = summary.new_record()
     r["examples"] = examples
@@ -267,7 +267,7 @@ def _pass_on_stop(kv: KVWorker) -> None:
 def _diverged(cfg: TrainConfig, clock: int, current, shard, loss: float) -> str:
     batch, epoch = current[0], current[5]
     where = "byte" if isinstance(shard, TextShard) else "row"
-    kept = (f"; the checkpoints in {cfg.checkpoints} are kept" if cfg.checkpoints_on else "")
+    kept = (f"; the checkpoints in {cfg.checkpoints} are kept" if cfg.checkpointing.on else "")
     return (f"the training loss became {loss} at clock {clock} (epoch {epoch}, the minibatch "
             f"at {where} {batch.start} of {shard.path}); nothing of it was pushed. The "
             f"learning rate ({cfg.optimizer.name} --lr {cfg.optimizer.lr:.4g}) may be too "
@@ -359,7 +359,7 @@ class Work:
 
     def end(self) -> None:
         """Done with its rows: shares given to it, should it join again, come after them."""
-        last = self.cfg.epochs - 1
+        last = self.cfg.solver.epochs - 1
         self._rejoin_at = (last, len(self.segments(last)))
 
     def rejoin(self, kv: KVWorker) -> tuple[int, int]:
@@ -376,7 +376,7 @@ class Work:
         """(epoch, segment, offset) to go on from, given where a checkpoint says this worker
         stood: the same, unless the data changed since (--allow-changed-data) and the place
         is no longer the start of a row of that part of the data."""
-        if epoch >= self.cfg.epochs or segment >= len(self.segments(epoch)):
+        if epoch >= self.cfg.solver.epochs or segment >= len(self.segments(epoch)):
             return epoch, segment, offset
         reader = self._reader(epoch, segment)
         point = reader.next_row_at(offset)
@@ -397,16 +397,16 @@ class Work:
         `first_epoch` on, starting at `offset` of `first_segment` (a byte or row; -1: its
         beginning). Shares taken meanwhile join the epoch being trained."""
         index = KeyIndexer(self.reserved)
-        for epoch in range(first_epoch, self.cfg.epochs):
+        for epoch in range(first_epoch, self.cfg.solver.epochs):
             self.epoch = epoch
             segment = first_segment if epoch == first_epoch else 0
             while segment < len(self.segments(epoch)):
                 self.segment = segment
                 reader = self._reader(epoch, segment)
                 start = offset if (epoch, segment) == (first_epoch, first_segment) else -1
-                for batch in reader.minibatches(self.cfg.batch_size,
+                for batch in reader.minibatches(self.cfg.solver.batch_size,
                                                 start if start >= 0 else None):
-                    keys, cols, bias_col = index(batch, self.cfg.bias, reader.path)
+                    keys, cols, bias_col = index(batch, self.cfg.model.bias, reader.path)
                     yield (batch, keys, cols, bias_col,
                            epoch + self._done(epoch, segment, reader), epoch, segment)
                 segment += 1
