@@ -40,7 +40,8 @@ def register(name: str, *parameters: str):
 
 @dataclass(frozen=True)
 class Optimizer:
-    """A server-side update rule. `lr` is FTRL's alpha (None: not yet chosen, see
+    """The settings of a server-side update rule (RULES[name]), the optimizer part of a
+    job's configuration. `lr` is FTRL's alpha (None: not yet chosen, see
     `with_default_lr`); `beta` is used by FTRL only and `eps` by AdaGrad and Adam only (a
     job sets both to `defaults.damping`; beta None: not yet chosen); Adam's moment decays
     are the paper's, 0.9 and 0.999. `average_from`, SGD only: the
