@@ -23,8 +23,8 @@ from ..kernels.widedeep import scatter_sparse, wide_and_pooled
 from .network import init_layer, mlp
 
 
-
 class ModelName(StrEnum):
+    """--model: the models there are (MODELS)."""
     LR = "lr"
     FM = "fm"
     WIDEDEEP = "widedeep"
