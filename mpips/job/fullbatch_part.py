@@ -57,7 +57,8 @@ def solve(cfg: TrainConfig, roles: Roles, name: str, resume, placement, failover
     """This worker's part of a full-batch job (run `name`, from checkpoint `resume`: its
     directory and manifest); (record, test margins, labels, hold times, the solver's steps:
     float64[k, 6] on the driver)."""
-    kv = KVWorker(roles, width=1, timeout=cfg.faults.timeout, placement=placement, failover=failover)
+    kv = KVWorker(roles, width=1, timeout=cfg.faults.timeout, placement=placement,
+                  failover=failover)
     with saving_on_failure(roles, kv.placement, cfg.faults.timeout):
         return _solve(cfg, roles, kv, name, resume)
 
@@ -68,7 +69,8 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
     driver = roles.index == 0
     loaded = []
     ready(roles.comm, cfg.faults.startup_timeout, lambda: loaded.append(read_part(
-        cfg.data.train, roles.index, n_workers, cfg.solver.dim, cfg.model.bias, cfg.data.skip_bad_lines)))
+        cfg.data.train, roles.index, n_workers, cfg.solver.dim, cfg.model.bias,
+        cfg.data.skip_bad_lines)))
     startup_s = process_age()
     part, bad_lines = loaded[0]
     budget = Budget(cfg.layout.max_rank_memory, f"worker {roles.index}")
@@ -146,7 +148,8 @@ def _solve(cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
     wait_all([group.Ibarrier()], cfg.faults.timeout, lambda: "the other workers to finish")
     margins, labels, bad_test = (np.empty(0), np.empty(0, np.float32), 0)
     if cfg.data.test and stopped < 0:
-        test, bad_test = read_part(cfg.data.test, roles.index, n_workers, cfg.solver.dim, cfg.model.bias,
+        test, bad_test = read_part(cfg.data.test, roles.index, n_workers, cfg.solver.dim,
+                                   cfg.model.bias,
                                    cfg.data.skip_bad_lines)
         margins, labels = test.margins(weights.gather(test.coords)), test.labels
     kv.close()

@@ -153,7 +153,8 @@ def pipe_of(cfg, roles, model) -> Pipe:
                  " | ".join(f"{c.start}-{c.stop - 1}" for c in cuts), cfg.pipeline.schedule,
                  cfg.pipeline.micro_batches)
     first = copy * cfg.pipeline.stages
-    return Pipe(comm, copy, len(roles.workers) // cfg.pipeline.stages, stage, cfg.pipeline.stages, cuts,
+    return Pipe(comm, copy, len(roles.workers) // cfg.pipeline.stages, stage, cfg.pipeline.stages,
+                cuts,
                 cfg.pipeline.schedule, cfg.pipeline.micro_batches, cfg.faults.timeout,
                 tuple(roles.workers[first:first + cfg.pipeline.stages]))
 
@@ -207,7 +208,8 @@ def describe_pipeline(cfg) -> str:
                      f"forward+backward per micro-batch of {rows} rows "
                      f"({share / sum(costs):.0%})" + (", and the embeddings" if s == 0 else ""))
     lines += [f"{cfg.pipeline.schedule} schedule of {cfg.pipeline.micro_batches} micro-batches:",
-              describe(POLICIES[cfg.pipeline.schedule](cfg.pipeline.stages, cfg.pipeline.micro_batches))]
+              describe(POLICIES[cfg.pipeline.schedule](cfg.pipeline.stages,
+                                                       cfg.pipeline.micro_batches))]
     return "\n".join(lines)
 
 

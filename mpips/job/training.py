@@ -74,7 +74,8 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
                  "known in Criteo's and Avazu's)")
     # One rank reads up to the first example (the sampler, a worker: it parses text anyway).
     agree(comm, lambda: comm.rank == comm.size - 1 and check_examples(
-        cfg.data.train, "--train", cfg.data.skip_bad_lines), bound, "the last rank to find an example "
+        cfg.data.train, "--train", cfg.data.skip_bad_lines), bound,
+          "the last rank to find an example "
           "in --train")
     resume = _find_checkpoint(cfg, comm, bound) if cfg.checkpointing.resume else None
     if resume:
@@ -84,7 +85,8 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     cfg = cfg.with_checkpointing(resume[1]["config"] if resume else None)
     # Collective: whether hot failover can work (the lock names every server if it can).
     verdict = hot_failover(comm, bound)
-    locks = _claim_directories(cfg, comm, name, resume, bound, verdict.on and cfg.faults.replicas > 1)
+    locks = _claim_directories(cfg, comm, name, resume, bound,
+                               verdict.on and cfg.faults.replicas > 1)
     try:
         return _run(cfg, comm, name, resume, started, bound, verdict, locks)
     finally:
@@ -113,7 +115,8 @@ def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float
         rundir.check_outputs(cfg.data.out, cfg.checkpoints, cfg.data.overwrite,
                              resume[1]["run_id"] if resume else None)
         try:
-            foreign = [os.path.join(cfg.data.out, p) for p in rundir.remove_run_outputs(cfg.data.out)]
+            foreign = [os.path.join(cfg.data.out,
+                                    p) for p in rundir.remove_run_outputs(cfg.data.out)]
             if cfg.data.overwrite and not resume:   # the checkpoints of the run replaced go too
                 foreign += [os.path.join(cfg.checkpoints, p)
                             for p in rundir.remove_checkpoints(cfg.checkpoints)]
@@ -173,7 +176,8 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     placement = Placement(len(roles.servers), cfg.faults.replicas, roles.nodes[:len(roles.servers)],
                           assign=dealt(cfg.layout.servers, cfg.layout.vnodes))
     setup(f"rank {comm.rank} ({roles.name})")
-    testevents.arm(cfg.diagnostics.test_events, comm.rank, roles.is_server, roles.pids_on_node(), cfg.data.out,
+    testevents.arm(cfg.diagnostics.test_events, comm.rank, roles.is_server, roles.pids_on_node(),
+                   cfg.data.out,
                    cfg.faults.timeout, driver=cfg.solver.name == "lbfgs" and roles.index == 0
                    and not roles.is_server, run_id=name)
     if comm.rank == 0:   # said once the log names the rank's role
@@ -318,7 +322,8 @@ def _pipeline_figures(cfg, tasks: np.ndarray) -> dict:
     bubbles = logged_bubbles(tasks["worker"], tasks["clock"], tasks["start"], tasks["end"],
                              cfg.pipeline.stages)
     return {"stages": cfg.pipeline.stages, "copies": None if not tasks.shape[0] else
-            int(tasks["worker"].max()) // cfg.pipeline.stages + 1, "micro_batches": cfg.pipeline.micro_batches,
+            int(tasks["worker"].max()) // cfg.pipeline.stages + 1,
+            "micro_batches": cfg.pipeline.micro_batches,
             "schedule": cfg.pipeline.schedule, "steps_logged": len(bubbles),
             "bubble_measured": float(np.median(bubbles)) if bubbles else None,
             "bubble_theory": theoretical_bubble(cfg.pipeline.stages, cfg.pipeline.micro_batches)}

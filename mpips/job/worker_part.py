@@ -177,7 +177,8 @@ def _train_and_score(cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dic
                     left = upcoming
                     break
                 current, pull = upcoming, next_pull
-            if stopped or left or not handing_on or not _more_to_train(kv, work, cfg.faults.timeout):
+            if stopped or left or not handing_on or not _more_to_train(kv, work,
+                                                                       cfg.faults.timeout):
                 break
             stream = work.minibatches(work.epoch, work.segment + 1)
         if stopped or not handing_on:
