@@ -134,6 +134,17 @@ class ConsistencyConfig:
     def __post_init__(self):
         _set_choice(self, "mode", Consistency, "--consistency")
 
+    def check(self) -> None:
+        """ConfigError for a staleness SSP lacks, or that is not SSP's."""
+        mode, staleness = self.mode, self.staleness
+        if mode == Consistency.SSP and not 0 <= (staleness or 0) < 2**31:
+            raise ConfigError(f"--staleness must be a number of clocks from 0 to 2^31-1, "
+                              f"got {staleness}")
+        if mode == Consistency.SSP and staleness is None:
+            raise ConfigError("--consistency ssp needs --staleness S, a number of clocks >= 0")
+        if mode != Consistency.SSP and staleness is not None:
+            raise ConfigError(f"--staleness applies to --consistency ssp, not {mode}")
+
     @property
     def max_staleness(self) -> int | None:
         """Clocks a reader may be ahead of the slowest worker: 0 for BSP, None (any) for ASP."""
@@ -147,6 +158,15 @@ class FaultToleranceConfig:
     spares: int = 0                 # server ranks holding nothing, standing in for dead ones
     timeout: float = 600.0
     disk_wait: float = 600.0        # how long a model that cannot be saved waits for space
+
+    def check(self) -> None:
+        """ConfigError for waits that are not a number of seconds."""
+        if not 0 < self.timeout < float("inf"):
+            raise ConfigError(f"--timeout must be a positive number of seconds, got "
+                              f"{self.timeout}")
+        if not 0 <= self.disk_wait < float("inf"):
+            raise ConfigError(f"--disk-wait must be a number of seconds >= 0, got "
+                              f"{self.disk_wait}")
 
     @property
     def startup_timeout(self) -> float:
@@ -169,6 +189,17 @@ class CheckpointConfig:
     keep: int | None = None
     resume: str | None = None       # a checkpoint directory to continue from
     allow_changed_data: bool = False   # resume even if --train changed since the checkpoint
+
+    def check(self) -> None:
+        """ConfigError for intervals or counts out of range, a --resume that is no directory."""
+        if (self.every or 0) < 0 or (self.seconds or 0) < 0:
+            raise ConfigError("--checkpoint-every must not be negative")
+        if self.keep is not None and self.keep < 1:
+            raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep}")
+        if self.resume is not None and not os.path.isdir(self.resume):
+            raise ConfigError(f"--resume {self.resume}: no such directory")
+        if self.allow_changed_data and self.resume is None:
+            raise ConfigError("--allow-changed-data applies to --resume only")
 
     @property
     def on(self) -> bool:
@@ -211,6 +242,21 @@ class DiagnosticsConfig:
     record_pulls: bool = False
     stragglers: tuple = ()          # ((worker, slowdown factor), ...): a testing aid
     test_events: tuple = ()         # events at a point of the job: a testing aid (testevents)
+
+    def check(self, workers: int) -> None:
+        """ConfigError for a straggler that is no worker of `workers`, or named twice, or a
+        snapshot interval not positive."""
+        slowed = [worker for worker, _ in self.stragglers]
+        if len(set(slowed)) < len(slowed):
+            raise ConfigError(f"--straggler names a worker more than once: {sorted(slowed)}")
+        for worker, factor in self.stragglers:
+            if not 0 <= worker < workers:
+                raise ConfigError(f"--straggler {worker}:{factor}: worker {worker} does not exist "
+                                  f"(workers are 0..{workers - 1})")
+            if not 1 <= factor < float("inf"):
+                raise ConfigError(f"--straggler {worker}:{factor}: the factor must be >= 1")
+        if self.snapshot_every is not None and not self.snapshot_every > 0:
+            raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
 
     def slowdown(self, worker: int) -> float:
         return dict(self.stragglers).get(worker, 1.0)
@@ -319,19 +365,12 @@ class TrainConfig:
         for flag, value in (("--epochs", solver.epochs), ("--batch-size", batch)):
             if value < 1:
                 raise ConfigError(f"{flag} must be at least 1, got {value}")
-        if not 0 < faults.timeout < float("inf"):
-            raise ConfigError(f"--timeout must be a positive number of seconds, got "
-                              f"{faults.timeout}")
-        if not 0 <= faults.disk_wait < float("inf"):
-            raise ConfigError(f"--disk-wait must be a number of seconds >= 0, got "
-                              f"{faults.disk_wait}")
+        faults.check()
         if solver.average_after is not None and self.optimizer.name != "sgd":
             raise ConfigError(f"--average-after needs --optimizer sgd (got --optimizer "
                               f"{self.optimizer.name})")
-        self._check_consistency(n_ranks)
-        if self.diagnostics.snapshot_every is not None and not self.diagnostics.snapshot_every > 0:
-            raise ConfigError(f"--snapshot-every must be positive, got "
-                              f"{self.diagnostics.snapshot_every}")
+        self.consistency.check()
+        self.diagnostics.check(n_ranks - self.server_ranks)
         try:
             testevents.check(self.diagnostics.test_events, n_ranks, self.server_ranks,
                              solver.name == Solver.LBFGS)
@@ -345,28 +384,7 @@ class TrainConfig:
             raise ConfigError(f"--max-rank-memory must be at least 1M, got "
                               f"{layout.max_rank_memory} bytes")
         self._check_data()
-        self._check_checkpoints()
-
-    def _check_consistency(self, n_ranks: int) -> None:
-        mode, staleness = self.consistency.mode, self.consistency.staleness
-        if mode == Consistency.SSP and not 0 <= (staleness or 0) < 2**31:
-            raise ConfigError(f"--staleness must be a number of clocks from 0 to 2^31-1, "
-                              f"got {staleness}")
-        if mode == Consistency.SSP and staleness is None:
-            raise ConfigError("--consistency ssp needs --staleness S, a number of clocks >= 0")
-        if mode != Consistency.SSP and staleness is not None:
-            raise ConfigError(f"--staleness applies to --consistency ssp, not {mode}")
-        stragglers = self.diagnostics.stragglers
-        slowed = [worker for worker, _ in stragglers]
-        if len(set(slowed)) < len(slowed):
-            raise ConfigError(f"--straggler names a worker more than once: {sorted(slowed)}")
-        workers = n_ranks - self.server_ranks
-        for worker, factor in stragglers:
-            if not 0 <= worker < workers:
-                raise ConfigError(f"--straggler {worker}:{factor}: worker {worker} does not exist "
-                                  f"(workers are 0..{workers - 1})")
-            if not 1 <= factor < float("inf"):
-                raise ConfigError(f"--straggler {worker}:{factor}: the factor must be >= 1")
+        self.checkpointing.check()
 
     def _check_data(self) -> None:
         data = self.data
@@ -378,17 +396,6 @@ class TrainConfig:
             if mismatch:
                 raise ConfigError(f"--test {mismatch}")
         self._check_fields()
-
-    def _check_checkpoints(self) -> None:
-        ckpt = self.checkpointing
-        if (ckpt.every or 0) < 0 or (ckpt.seconds or 0) < 0:
-            raise ConfigError("--checkpoint-every must not be negative")
-        if ckpt.keep is not None and ckpt.keep < 1:
-            raise ConfigError(f"--keep-checkpoints must be at least 1, got {ckpt.keep}")
-        if ckpt.resume is not None and not os.path.isdir(ckpt.resume):
-            raise ConfigError(f"--resume {ckpt.resume}: no such directory")
-        if ckpt.allow_changed_data and ckpt.resume is None:
-            raise ConfigError("--allow-changed-data applies to --resume only")
 
     def _check_stages(self, workers: int) -> None:
         from ..wire.tags import MAX_MICROS
