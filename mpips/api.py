@@ -161,32 +161,13 @@ def _from_checkpoint(directory: str) -> Model:
 
 
 def train(**options) -> dict | None:
-    """Run `python -m mpips train` with these options (names as the command line's, with _
-    for -: train="x.svm", servers=2, checkpoint_every=100, no flags for False) on
-    MPI.COMM_WORLD; collective. Returns the summary on rank 0, None on the others;
+    """Train on MPI.COMM_WORLD with these options, as `python -m mpips train` does: the
+    command line's names with _ for - (train="x.svm", servers=2, checkpoint_every=100,
+    bias=False), each a value of its type or the command line's text for it (see
+    run.options.config_from); collective. Returns the summary on rank 0, None on the others;
     ConfigError for a bad option, on every rank."""
     from mpi4py import MPI
 
-    from .cli.main import build_parser, config_of
-    from .base.errors import ConfigError
     from .job.training import train as run
-    if options.get("print_schedule"):
-        raise ConfigError("print_schedule is the command line's (`python -m mpips train ... "
-                          "--print-schedule` prints a pipeline's schedule and trains nothing); "
-                          "mpips.train trains: leave it out, or print the schedule with "
-                          "`python -m mpips schedule`")
-    argv = ["train"]
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if key == "bias":
-            argv += [] if value else ["--no-bias"]
-        elif value is True:
-            argv.append(flag)
-        elif value is False or value is None:
-            continue
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                argv += [flag, str(v)]
-        else:
-            argv += [flag, str(value)]
-    return run(config_of(build_parser(raising=True).parse_args(argv)), MPI.COMM_WORLD)
+    from .run.options import config_from
+    return run(config_from(options), MPI.COMM_WORLD)

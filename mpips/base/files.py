@@ -129,7 +129,8 @@ def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:
         for name, data in datasets.items():
             f.create_dataset(name, data=data)
         for name, value in attrs.items():
-            f.attrs[name] = value
+            # A str enum (a configuration's choice) as its plain string: h5py stores only str.
+            f.attrs[name] = str(value) if isinstance(value, str) else value
     write_bytes(path, image.getbuffer())
 
 

@@ -29,17 +29,9 @@ class _Parser(argparse.ArgumentParser):
         exit_together(2, f"{self.prog}: error: {message}" if launch_rank() == 0 else None)
 
 
-class _RaisingParser(argparse.ArgumentParser):
-    """For mpips.train: a bad option is a ConfigError, not an exit."""
-
-    def error(self, message):
-        from ..base.errors import ConfigError
-        raise ConfigError(message)
-
-
-def build_parser(raising: bool = False) -> argparse.ArgumentParser:
-    """The command line's parser; `raising`: errors raise ConfigError (for mpips.train)."""
-    parser = (_RaisingParser if raising else _Parser)(
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser."""
+    parser = _Parser(
         prog="python -m mpips", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -123,11 +115,11 @@ def how_to_go_on(cfg) -> str:
     from ..storage.checkpoint import complete_checkpoints
     if cfg is None:
         return "run it again"
-    for root in (cfg.checkpoints, cfg.resume):
+    for root in (cfg.checkpoints, cfg.checkpointing.resume):
         if root and complete_checkpoints(root):
             return f"continue from its last checkpoint with --resume {root}"
     # The options as given (a resumed run's None is its checkpoint's, found above).
-    if not (cfg.checkpoint_every or cfg.checkpoint_seconds):
+    if not (cfg.checkpointing.every or cfg.checkpointing.seconds):
         return ("checkpoints were off (--checkpoint-every): run it again from the start, "
                 "with checkpoints to keep what a job trains")
     return (f"it died before its first checkpoint was complete (none in {cfg.checkpoints}): "

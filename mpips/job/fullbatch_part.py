@@ -57,8 +57,9 @@ def solve(cfg: TrainConfig, roles: Roles, name: str, resume, placement,
           failover: bool) -> PartResult:
     """This worker's part of a full-batch job (run `name`, from checkpoint `resume`: its
     directory and manifest); its steps: float64[k, 6] on the driver."""
-    kv = KVWorker(roles, width=1, timeout=cfg.timeout, placement=placement, failover=failover)
-    with saving_on_failure(roles, kv.placement, cfg.timeout):
+    kv = KVWorker(roles, width=1, timeout=cfg.faults.timeout, placement=placement,
+                  failover=failover)
+    with saving_on_failure(roles, kv.placement, cfg.faults.timeout):
         return FullBatchWorker(cfg, roles, kv, name, resume).run()
 
 
@@ -93,8 +94,8 @@ class FullBatchWorker:
         self.group, self.n_workers = roles.group, len(roles.workers)
         self.driver = roles.index == 0
         self.stop_asked = False   # a stop signal (Slurm's warning, SIGUSR1) reached some worker
-        self.budget = Budget(cfg.max_rank_memory, f"worker {roles.index}")
-        self.names = lbfgs.tables(cfg.history, cfg.optimizer.l1)
+        self.budget = Budget(cfg.layout.max_rank_memory, f"worker {roles.index}")
+        self.names = lbfgs.tables(cfg.solver.history, cfg.optimizer.l1)
         self.part = self.tables = None
         self.bad_lines = self.n_total = 0
         self.startup_s = 0.0
@@ -112,11 +113,12 @@ class FullBatchWorker:
             log.info("the job is stopping: a checkpoint holds the model at iteration %d", stopped)
         train_s = MPI.Wtime() - start
         kv.finish()
-        wait_all([self.group.Ibarrier()], cfg.timeout, lambda: "the other workers to finish")
+        wait_all([self.group.Ibarrier()], cfg.faults.timeout, lambda: "the other workers to finish")
         margins, labels, bad_test = (np.empty(0), np.empty(0, np.float32), 0)
-        if cfg.test and stopped < 0:
-            test, bad_test = read_part(cfg.test, self.roles.index, self.n_workers, cfg.dim,
-                                       cfg.bias, cfg.skip_bad_lines)
+        if cfg.data.test and stopped < 0:
+            test, bad_test = read_part(cfg.data.test, self.roles.index, self.n_workers,
+                                       cfg.solver.dim,
+                                       cfg.model.bias, cfg.data.skip_bad_lines)
             margins, labels = test.margins(weights.gather(test.coords)), test.labels
         kv.close()
         r = summary.new_record()
@@ -139,17 +141,18 @@ class FullBatchWorker:
         rows, and the solver's dense tables."""
         cfg, roles = self.cfg, self.roles
         loaded = []
-        ready(roles.comm, cfg.startup_timeout, lambda: loaded.append(read_part(
-            cfg.train, roles.index, self.n_workers, cfg.dim, cfg.bias, cfg.skip_bad_lines)))
+        ready(roles.comm, cfg.faults.startup_timeout, lambda: loaded.append(read_part(
+            cfg.data.train, roles.index, self.n_workers, cfg.solver.dim, cfg.model.bias,
+            cfg.data.skip_bad_lines)))
         self.startup_s = process_age()
         (self.part, self.bad_lines), = loaded
         part = self.part
-        self.budget.take(part.nbytes(), f"its {part.n_rows:,} rows of {cfg.train} in memory")
+        self.budget.take(part.nbytes(), f"its {part.n_rows:,} rows of {cfg.data.train} in memory")
         counts = np.zeros(self.n_workers, np.int64)
         wait_all([self.group.Iallgather(np.array([part.n_rows], np.int64), counts)],
-                 cfg.timeout, lambda: "every worker's count of rows")
+                 cfg.faults.timeout, lambda: "every worker's count of rows")
         self.n_total = int(counts.sum())
-        self.tables = {table: self.ps.dense(table, cfg.dim + 1) for table in self.names}
+        self.tables = {table: self.ps.dense(table, cfg.solver.dim + 1) for table in self.names}
 
     def _share(self, point, gradient) -> float:
         """Add this worker's share of the gradient at `point` into `gradient`; the mean loss
@@ -159,14 +162,14 @@ class FullBatchWorker:
         loss, grad = part.loss_and_gradient(point.gather(part.coords))
         budget.release(16 * part.coords.shape[0])
         gradient.scatter_add(part.coords, grad / self.n_total, workers=self.n_workers)
-        total, asked = _sum_at_driver(self.group, loss, self.cfg.timeout)
+        total, asked = _sum_at_driver(self.group, loss, self.cfg.faults.timeout)
         self.stop_asked |= asked
         return total / self.n_total
 
     def _word(self, *fields) -> Word:
         """The driver's word to the others: DONE, or EVALUATE a point into a gradient."""
         buf = np.array(fields if self.driver else (0, 0, 0), np.int64)
-        wait_all([self.group.Ibcast(buf, root=0)], self.cfg.timeout,
+        wait_all([self.group.Ibcast(buf, root=0)], self.cfg.faults.timeout,
                  lambda: "worker 0 (the solver's driver) to say what comes next")
         return Word(*(int(x) for x in buf))
 
@@ -186,15 +189,15 @@ class FullBatchWorker:
         """Worker 0: run the solver; (its steps, the model's table, the iteration it stopped
         at or -1, the mean training loss)."""
         cfg, tables, names = self.cfg, self.tables, self.names
-        settings = lbfgs.Settings(memory=cfg.history, l1=cfg.optimizer.l1,
-                                  max_iter=cfg.max_iter, tol=cfg.tol)
+        settings = lbfgs.Settings(memory=cfg.solver.history, l1=cfg.optimizer.l1,
+                                  max_iter=cfg.solver.max_iter, tol=cfg.solver.tol)
         roles_now = dict(tables)   # minimize swaps the roles of w and w_trial, g and g_trial
         steps = lbfgs.minimize(
             roles_now, self._evaluate, settings, report=_say,
             resume=_from_json(self.resume[1]["solver"]) if self.resume else None,
             checkpoint=lambda it, state: _checkpoint(cfg, self.ps, self.name, self.n_workers,
                                                      it, state),
-            every=cfg.checkpoint_every, stop=lambda: self.stop_asked)
+            every=cfg.checkpointing.every, stop=lambda: self.stop_asked)
         weights = roles_now["w"]
         stopped = int(steps[-1].iteration) if self.stop_asked else -1
         mean_loss = math.nan
@@ -233,17 +236,17 @@ def _checkpoint(cfg: TrainConfig, ps: DenseClient, name: str, n_workers: int,
     try:
         shards = checkpoint.dense_entries(cfg.checkpoints, iteration, servers)
         directory = checkpoint.write_manifest(
-            cfg.checkpoints, iteration, shards, run_id=name, config=cfg.as_dict(),
+            cfg.checkpoints, iteration, shards, run_id=name, config=cfg.to_record(),
             servers=n_servers, workers=n_workers, consistency="bsp",
-            inputs={"train": fingerprint.of_input(cfg.train)},
-            data_format=data_format(cfg.train),
+            inputs={"train": fingerprint.of_input(cfg.data.train)},
+            data_format=data_format(cfg.data.train),
             placement=ps.kv.placement.describe(), positions={}, deaths=[],
             solver=_to_json(state), worker_random_state=None,
             written=time.strftime("%Y-%m-%d %H:%M:%S"))
     except (OSError, SaveError) as e:
         log.warning("checkpoint at iteration %d not written: %s", iteration, e)
         return
-    checkpoint.prune(cfg.checkpoints, cfg.keep_checkpoints, directory)
+    checkpoint.prune(cfg.checkpoints, cfg.checkpointing.keep, directory)
     say(f"checkpoint at iteration {iteration}: {directory}")
 
 

@@ -50,13 +50,13 @@ LOST = (-1, -1)  # a new lead's, once the lead that handed out the chunks died
 
 def shared(cfg) -> bool:
     """Whether the lead hands out --test in chunks (see the module's docstring)."""
-    return bool(cfg.test) and cfg.stages == 1 and cfg.solver == "minibatch"
+    return bool(cfg.data.test) and cfg.pipeline.stages == 1 and cfg.solver.name == "minibatch"
 
 
 def covered(cfg, units: int) -> bool:
     """Whether `units` (rows or bytes) scored over the ranks make the whole --test file once,
     as chunks handed out do unless a rank died with its scores or the hand-out was lost."""
-    return not shared(cfg) or units == spans(cfg.test, 1)[0][1]
+    return not shared(cfg) or units == spans(cfg.data.test, 1)[0][1]
 
 
 def core_to_spare(roles) -> bool:
@@ -95,16 +95,16 @@ class HeldOutFile:
     """--test, opened once; its chunks as shards."""
 
     def __init__(self, cfg):
-        self.path = cfg.test
-        self.binary = os.path.isdir(cfg.test)   # spans of rows; else of bytes
+        self.path = cfg.data.test
+        self.binary = os.path.isdir(cfg.data.test)   # spans of rows; else of bytes
         try:
             # A chunk's rows are checked as it is opened (`chunk`), not the whole file on
             # every rank.
-            self._whole = (CsrShard(cfg.test, check=False) if self.binary else
-                           open_shard(cfg.test, 0, 1, skip_bad=cfg.skip_bad_lines))
-            self.total = spans(cfg.test, 1)[0][1]
+            self._whole = (CsrShard(cfg.data.test, check=False) if self.binary else
+                           open_shard(cfg.data.test, 0, 1, skip_bad=cfg.data.skip_bad_lines))
+            self.total = spans(cfg.data.test, 1)[0][1]
         except OSError as e:
-            raise InputError(f"--test {cfg.test}: {e.strerror or e}") from None
+            raise InputError(f"--test {cfg.data.test}: {e.strerror or e}") from None
 
     def chunks(self, ranks: int) -> Chunks:
         return Chunks(self.total, ranks, EVAL_BATCH if self.binary else 1)
@@ -152,15 +152,15 @@ def worker_share(cfg, roles, kv, deaths: tuple = (), part: tuple | None = None, 
         dead = {d.worker for d in deaths if d.dead}
         living = [w for w in range(len(roles.workers)) if w not in dead]
         index, parts = part or (living.index(roles.index), len(living))
-        shards = [open_shard(cfg.test, index, parts, skip_bad=cfg.skip_bad_lines)]
-        units.append(spans(cfg.test, parts)[index])
-    model = model or cfg.model_spec()
+        shards = [open_shard(cfg.data.test, index, parts, skip_bad=cfg.data.skip_bad_lines)]
+        units.append(spans(cfg.data.test, parts)[index])
+    model = model or cfg.model.spec()
     scored, index, pending, bad_lines = [], KeyIndexer(model.reserved_keys()), None, 0
     # One pull ahead: the servers look up the next batch's keys while this one is scored.
     for number, shard in enumerate(shards, 1):
         testevents.reached("chunk", number)
         for batch in shard.minibatches(EVAL_BATCH):
-            keys, cols, bias_col = index(batch, cfg.bias, shard.path)
+            keys, cols, bias_col = index(batch, cfg.model.bias, shard.path)
             pull = kv.pull(keys, read_only=True)
             if pending is not None:
                 scored.append(_margins(model, kv, *pending))
@@ -265,7 +265,7 @@ class Scoring:
         self._hot = hot
         self._hand_out_lost = False  # it came to lead after the lead that handed out died
         self._cfg = cfg
-        self._model = cfg.model_spec()
+        self._model = cfg.model.spec()
         self._index = KeyIndexer(self._model.reserved_keys())
         self._test = None            # the HeldOutFile, once training is over
         self._chunks = None          # the lead's Chunks, opened at the first CHUNK
@@ -466,7 +466,7 @@ class Scoring:
     def _ask(self, rows) -> _Batch:
         """Read a batch's weights: this server's keys from its table, the others' by READ."""
         server = self.server
-        keys, cols, bias_col = self._index(rows, self._cfg.bias, self._shard.path)
+        keys, cols, bias_col = self._index(rows, self._cfg.model.bias, self._shard.path)
         perm, offsets = server.placement.split(keys)
         grouped = keys if perm is None else keys[perm]
         batch = _Batch(rows, cols, bias_col,

@@ -50,7 +50,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryK
     (`trained_on`: the training data's format)."""
     root = cfg.checkpoints
     # What the workers read, as it was when this launch started: a resume compares it.
-    inputs = {"train": fingerprint.of_input(cfg.train)}   # any server may come to lead
+    inputs = {"train": fingerprint.of_input(cfg.data.train)}   # any server may come to lead
     written = []
 
     def write_shard(clock: int) -> dict:
@@ -71,16 +71,16 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryK
                        deaths: list) -> str | None:
         try:
             directory = checkpoint.write_manifest(
-                root, clock, shards, run_id=name, config=cfg.as_dict(),
+                root, clock, shards, run_id=name, config=cfg.to_record(),
                 servers=len(roles.servers), workers=len(roles.workers),
-                consistency=cfg.consistency, inputs=inputs, data_format=trained_on,
+                consistency=cfg.consistency.mode, inputs=inputs, data_format=trained_on,
                 placement=own.placement.describe(),
                 positions={str(w): p for w, p in sorted(positions.items())}, deaths=deaths,
                 worker_random_state=None,   # workers draw no random numbers (file order)
                 written=time.strftime("%Y-%m-%d %H:%M:%S"))
         except SaveError as e:
             return str(e)
-        checkpoint.prune(root, cfg.keep_checkpoints, directory)
+        checkpoint.prune(root, cfg.checkpointing.keep, directory)
         say(f"checkpoint at clock {clock}: {directory}")
         return None
 
@@ -107,20 +107,20 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
     `ulfm`: servers that die as the model is saved are found (see _write_for_the_dead).
     `locks`: the run's directories' locks, which this server takes over if it comes to
     lead."""
-    budget = Budget(cfg.max_rank_memory, f"server {roles.index}")
-    model = cfg.model_spec()
+    budget = Budget(cfg.layout.max_rank_memory, f"server {roles.index}")
+    model = cfg.model.spec()
     store = KVStore(width=model.width, optimizer=cfg.optimizer, budget=budget,
                     init=None if model.starts_at_zero else model.init)
     dense = DenseTables(roles.index, placement, len(roles.workers), budget)
     own = PrimaryKeys(store, placement, roles.index)   # what this server writes
-    clocks = ClockTable(len(roles.workers), staleness=cfg.max_staleness)
+    clocks = ClockTable(len(roles.workers), staleness=cfg.consistency.max_staleness)
     positions = checkpoint.positions(resume)
     for worker, p in positions.items():
         clocks.resume(worker, p["clock"])
 
     def load() -> None:
-        if cfg.solver == "minibatch":   # a full-batch solver's servers hold dense tables
-            _reserve(store, cfg.train, placement.held_ranges(roles.index).mean())
+        if cfg.solver.name == "minibatch":   # a full-batch solver's servers hold dense tables
+            _reserve(store, cfg.data.train, placement.held_ranges(roles.index).mean())
         if not resume:
             return
         full_batch = "solver" in resume[1]
@@ -149,11 +149,11 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
             return False
     dense.checkpointer = write_dense
     # Every server keeps the figures; the lead says them.
-    progress = (Progress(len(roles.workers), cfg.epochs, cfg.log_every)
-                if cfg.solver == "minibatch" else None)   # a full-batch driver says its own
+    progress = (Progress(len(roles.workers), cfg.solver.epochs, cfg.diagnostics.log_every)
+                if cfg.solver.name == "minibatch" else None)   # a full-batch driver says its own
     # The training data's format, that of the data the model can score ("": not known).
-    trained_on = data_format(cfg.train)
-    attrs = {"run_id": name, "config": cfg.as_dict(), "data_format": trained_on or ""}
+    trained_on = data_format(cfg.data.train)
+    attrs = {"run_id": name, "config": cfg.to_record(), "data_format": trained_on or ""}
     started = [time.monotonic()]
     taken = []
 
@@ -164,7 +164,7 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
         slowest = clocks.slowest()
         label = "final" if final else f"{len(taken) - 1:04d}"
         try:
-            save_shard(os.path.join(cfg.out, "snapshots", label), roles.index,
+            save_shard(os.path.join(cfg.data.out, "snapshots", label), roles.index,
                        len(roles.servers), own,
                        {**attrs, "complete": True, "elapsed_s": taken[-1],
                         "slowest_clock": -1 if slowest == FINISHED else slowest,
@@ -195,7 +195,7 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
 
     def another_rank_failed(reason: str) -> None:
         log.error("stopping: %s", reason)
-        save_partial(reason, cfg.disk_wait)
+        save_partial(reason, cfg.faults.disk_wait)
 
     def placement_changed(changed: Placement) -> None:
         own.placement = changed
@@ -205,27 +205,27 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
 
     # A worker's rows are handed on when it dies (hot) or leaves (not a pipeline's or a
     # full-batch solver's).
-    elastic = hot or (cfg.stages == 1 and cfg.solver == "minibatch")
+    elastic = hot or (cfg.pipeline.stages == 1 and cfg.solver.name == "minibatch")
     hooks = Hooks(**_checkpoint_writers(cfg, roles, name, own, trained_on),
                   placement_changed=placement_changed,
-                  snapshot=snapshot if cfg.snapshot_every else None,
-                  snapshot_every=cfg.snapshot_every or 0.0, failed=another_rank_failed,
+                  snapshot=snapshot if cfg.diagnostics.snapshot_every else None,
+                  snapshot_every=cfg.diagnostics.snapshot_every or 0.0, failed=another_rank_failed,
                   stop_requested=signals.stop_requested, reached=testevents.reached,
                   now_leads=now_leads)
     # A full-batch job's checkpoints are by iterations, asked for by its driver (fullbatch).
-    by_clocks = cfg.checkpoint_every if cfg.solver == "minibatch" else 0
-    checkpoints = Checkpoints(by_clocks, cfg.checkpoint_seconds, roles.index == 0,
-                              len(roles.servers), cfg.max_staleness == 0, positions)
-    server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
-                    dense=dense, record_pulls=cfg.record_pulls, checkpoints=checkpoints,
+    by_clocks = cfg.checkpointing.every if cfg.solver.name == "minibatch" else 0
+    checkpoints = Checkpoints(by_clocks, cfg.checkpointing.seconds, roles.index == 0,
+                              len(roles.servers), cfg.consistency.max_staleness == 0, positions)
+    server = Server(roles, store, clocks, cfg.faults.timeout, hooks=hooks, progress=progress,
+                    dense=dense, record_pulls=cfg.diagnostics.record_pulls, checkpoints=checkpoints,
                     placement=placement, failover=failover, workers_fail_over=hot,
-                    epochs=cfg.epochs,
-                    parts=spans(cfg.train, len(roles.workers)) if elastic else (),
-                    deaths=checkpoint.deaths(resume), run_dir=cfg.out, run_id=name,
+                    epochs=cfg.solver.epochs,
+                    parts=spans(cfg.data.train, len(roles.workers)) if elastic else (),
+                    deaths=checkpoint.deaths(resume), run_dir=cfg.data.out, run_id=name,
                     scoring=((lambda s: Scoring(s, cfg, core_to_spare(roles) and not hot,
                                                 hot))
                              if shared(cfg) else None))
-    t0 = started[0] = ready(roles.comm, cfg.startup_timeout, load)
+    t0 = started[0] = ready(roles.comm, cfg.faults.startup_timeout, load)
     startup_s = process_age()
     if progress:
         progress.start(positions)
@@ -234,13 +234,13 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
     except Exception as e:
         reason = f"server {roles.index}: {log_failure(e)}"
         # A second signal stops at once: no wait for space.
-        save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.disk_wait)
+        save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.faults.disk_wait)
         others = [r for i, r in enumerate(roles.servers)
                   if r != roles.comm.rank and i not in server.placement.dead]
         # A death nobody takes over: every server learns of it and saves by itself.
         if others and not isinstance(e, (Interrupted, CannotFailOver)):
             try:
-                tell_servers_to_save(roles.comm, others, reason, cfg.timeout, answering=True)
+                tell_servers_to_save(roles.comm, others, reason, cfg.faults.timeout, answering=True)
             except (MpipsError, MPI.Exception) as again:
                 log.error("the other servers did not confirm saving their shards: %s", again)
         raise
@@ -264,7 +264,7 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
                                        saved, clocks.longest, ranges=own.ranges(),
                                        n_ranges=own.placement.n_ranges,
                                        dense=dense.datasets()),
-                    cfg.disk_wait, "the trained model")
+                    cfg.faults.disk_wait, "the trained model")
 
     testevents.reached("saving")
     began = time.monotonic()
@@ -275,13 +275,13 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
         raise SaveError(f"the model of server {roles.index} ({len(own):,} keys) could not be "
                         f"saved: {e}{_checkpoints_hint(cfg)}") from None
     save_s = time.monotonic() - began
-    if cfg.record_pulls:
+    if cfg.diagnostics.record_pulls:
         pulls = server.pull_records()
         try:
-            write_hdf5(os.path.join(cfg.out, "pulls", f"server-{roles.index:04d}.h5"),
+            write_hdf5(os.path.join(cfg.data.out, "pulls", f"server-{roles.index:04d}.h5"),
                        {field: pulls[field] for field in pulls.dtype.names},
-                       {"run_id": name, "consistency": cfg.consistency,
-                        "staleness": -1 if cfg.max_staleness is None else cfg.max_staleness})
+                       {"run_id": name, "consistency": cfg.consistency.mode,
+                        "staleness": -1 if cfg.consistency.max_staleness is None else cfg.consistency.max_staleness})
         except SaveError as e:
             log.warning("the record of pulls (--record-pulls) was not written: %s", e)
     r = summary.new_record()

@@ -123,7 +123,7 @@ def _schedule(policy: str, stages: int, micros: int) -> list:
 
 def _micro_rows_of(cfg) -> int:
     """A micro-batch's rows, to measure the layers' costs on."""
-    return max(1, (cfg.batch_size or 1000) // cfg.micro_batches)
+    return max(1, (cfg.solver.batch_size or 1000) // cfg.pipeline.micro_batches)
 
 
 def micro_rows(rows: int, micros: int) -> list:
@@ -134,23 +134,24 @@ def micro_rows(rows: int, micros: int) -> list:
 def pipe_of(cfg, roles, model) -> Pipe:
     """Collective over the workers: this worker's pipeline, its stages' layers cut where the
     costs measured on its copy's stage 0 balance them."""
-    copy, stage = divmod(roles.index, cfg.stages)
+    copy, stage = divmod(roles.index, cfg.pipeline.stages)
     comm = roles.group.Split(copy, stage)
     costs = np.zeros(len(model.layers))
     if roles.index == 0:   # one measure for every copy: all cut the network alike
         costs[:] = measured_costs(model.layers, None, _micro_rows_of(cfg))
-    wait_all([roles.group.Ibcast(costs, root=0)], cfg.timeout,
+    wait_all([roles.group.Ibcast(costs, root=0)], cfg.faults.timeout,
              lambda: "the layers' costs measured by worker 0")
-    cuts = partition(list(costs), cfg.stages)
+    cuts = partition(list(costs), cfg.pipeline.stages)
     if roles.index == 0:
         log.info("%d pipeline(s) of %d stages, layers per stage %s, %s schedule of %d "
-                 "micro-batches", len(roles.workers) // cfg.stages, cfg.stages,
-                 " | ".join(f"{c.start}-{c.stop - 1}" for c in cuts), cfg.pipeline,
-                 cfg.micro_batches)
-    first = copy * cfg.stages
-    return Pipe(comm, copy, len(roles.workers) // cfg.stages, stage, cfg.stages, cuts,
-                cfg.pipeline, cfg.micro_batches, cfg.timeout,
-                tuple(roles.workers[first:first + cfg.stages]))
+                 "micro-batches", len(roles.workers) // cfg.pipeline.stages, cfg.pipeline.stages,
+                 " | ".join(f"{c.start}-{c.stop - 1}" for c in cuts), cfg.pipeline.schedule,
+                 cfg.pipeline.micro_batches)
+    first = copy * cfg.pipeline.stages
+    return Pipe(comm, copy, len(roles.workers) // cfg.pipeline.stages, stage, cfg.pipeline.stages,
+                cuts,
+                cfg.pipeline.schedule, cfg.pipeline.micro_batches, cfg.faults.timeout,
+                tuple(roles.workers[first:first + cfg.pipeline.stages]))
 
 
 def _score(pipe: Pipe, kv, model, keys: np.ndarray) -> None:
@@ -183,14 +184,14 @@ def describe_pipeline(cfg) -> str:
     """What --print-schedule prints: the network, each stage's layers and measured cost, and
     each stage's tasks in order."""
     from ..base.errors import ConfigError
-    if cfg.model != "widedeep":
+    if cfg.model.name != "widedeep":
         raise ConfigError(f"--print-schedule shows Wide & Deep's pipeline: it needs --model "
-                          f"widedeep (got --model {cfg.model})")
-    cfg._check_stages(cfg.stages)
-    model = cfg.with_data_fields().model_spec()   # as the job will train it
+                          f"widedeep (got --model {cfg.model.name})")
+    cfg._check_stages(cfg.pipeline.stages)
+    model = cfg.with_data_fields().model.spec()   # as the job will train it
     rows = _micro_rows_of(cfg)
     costs = measured_costs(model.layers, None, rows)
-    cuts = partition(costs, cfg.stages)
+    cuts = partition(costs, cfg.pipeline.stages)
     pooled = (f"concatenate {model.fields} fields ({model.deep_inputs})" if model.fields else
               f"sum ({model.deep_inputs})")
     lines = [f"network: embeddings of {model.embedding_dim} from the servers -> {pooled} -> " +
@@ -201,8 +202,9 @@ def describe_pipeline(cfg) -> str:
         lines.append(f"stage {s}: layers {cut.start}-{cut.stop - 1}, {share * 1e3:.3f} ms "
                      f"forward+backward per micro-batch of {rows} rows "
                      f"({share / sum(costs):.0%})" + (", and the embeddings" if s == 0 else ""))
-    lines += [f"{cfg.pipeline} schedule of {cfg.micro_batches} micro-batches:",
-              describe(POLICIES[cfg.pipeline](cfg.stages, cfg.micro_batches))]
+    lines += [f"{cfg.pipeline.schedule} schedule of {cfg.pipeline.micro_batches} micro-batches:",
+              describe(POLICIES[cfg.pipeline.schedule](cfg.pipeline.stages,
+                                                       cfg.pipeline.micro_batches))]
     return "\n".join(lines)
 
 
@@ -297,7 +299,7 @@ class Follower:
 
     def run(self, wait_for_others) -> PartResult:
         cfg, kv, pipe = self.cfg, self.kv, self.pipe
-        t0 = ready(self.roles.comm, cfg.startup_timeout, lambda: None)
+        t0 = ready(self.roles.comm, cfg.faults.startup_timeout, lambda: None)
         startup_s = process_age()
         how = None
         while how is None:
@@ -305,7 +307,7 @@ class Follower:
         if how == FAILED:
             raise StageFailed(f"{pipe.name(0)} failed (its log says why)")
         if how == FINISHED:
-            kv.report(0, 0.0, cfg.epochs, cfg.epochs, -1)
+            kv.report(0, 0.0, cfg.solver.epochs, cfg.solver.epochs, -1)
             kv.finish()
         train_s, train_bytes = time.monotonic() - t0, kv.bytes_sent
         wait_for_others()

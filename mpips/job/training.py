@@ -68,21 +68,22 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     started = time.monotonic()
     # Every rank waits this long at most before training, even before the configuration is
     # checked.
-    bound = cfg.startup_timeout
+    bound = cfg.faults.startup_timeout
     name = run_id(comm, bound)
-    cfg = replace(cfg, out=cfg.out or os.path.join("runs", name))
+    cfg = replace(cfg, data=replace(cfg.data, out=cfg.data.out or os.path.join("runs", name)))
     agree(comm, lambda: cfg.check(comm.size), bound)
     cfg = cfg.with_data_fields()
-    if comm.rank == 0 and cfg.model == "widedeep":
-        log.info("Wide & Deep's network reads %s", f"the {cfg.fields} fields' embeddings "
-                 f"concatenated" if cfg.fields else "the sum of a row's embeddings (--fields F "
+    if comm.rank == 0 and cfg.model.name == "widedeep":
+        log.info("Wide & Deep's network reads %s", f"the {cfg.model.fields} fields' embeddings "
+                 f"concatenated" if cfg.model.fields else "the sum of a row's embeddings (--fields F "
                  "concatenates F fields' instead: a feature's field is given in libffm text, "
                  "known in Criteo's and Avazu's)")
     # One rank reads up to the first example (the sampler, a worker: it parses text anyway).
     agree(comm, lambda: comm.rank == comm.size - 1 and check_examples(
-        cfg.train, "--train", cfg.skip_bad_lines), bound, "the last rank to find an example "
+        cfg.data.train, "--train", cfg.data.skip_bad_lines), bound,
+          "the last rank to find an example "
           "in --train")
-    resume = _find_checkpoint(cfg, comm, bound) if cfg.resume else None
+    resume = _find_checkpoint(cfg, comm, bound) if cfg.checkpointing.resume else None
     if resume:
         agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.server_ranks,
                                             compare_data=comm.rank == 0), bound)
@@ -90,7 +91,8 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     cfg = cfg.with_checkpointing(resume[1]["config"] if resume else None)
     # Collective: whether hot failover can work (the lock names every server if it can).
     verdict = hot_failover(comm, bound)
-    locks = _claim_directories(cfg, comm, name, resume, bound, verdict.on and cfg.replicas > 1)
+    locks = _claim_directories(cfg, comm, name, resume, bound,
+                               verdict.on and cfg.faults.replicas > 1)
     try:
         return _run(cfg, comm, name, resume, started, bound, verdict, locks)
     finally:
@@ -105,9 +107,9 @@ def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float
     `outlives_lead` (hot failover), they name every server, and a server that comes to lead
     takes them over."""
     job = _servers(comm, cfg.server_ranks, timeout) if outlives_lead else ()
-    directories = [(cfg.out, "--out")]
-    inside = os.path.realpath(cfg.checkpoints).startswith(os.path.realpath(cfg.out) + os.sep)
-    if (cfg.checkpoints_on or resume) and not inside:
+    directories = [(cfg.data.out, "--out")]
+    inside = os.path.realpath(cfg.checkpoints).startswith(os.path.realpath(cfg.data.out) + os.sep)
+    if (cfg.checkpointing.on or resume) and not inside:
         directories.append((cfg.checkpoints, "--checkpoint-dir"))
     locks = rundir.RunLocks([rundir.DirectoryLock(directory, name, flag, job)
                              for directory, flag in directories])
@@ -116,11 +118,12 @@ def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float
         if comm.rank != 0:
             return
         locks.acquire()
-        rundir.check_outputs(cfg.out, cfg.checkpoints, cfg.overwrite,
+        rundir.check_outputs(cfg.data.out, cfg.checkpoints, cfg.data.overwrite,
                              resume[1]["run_id"] if resume else None)
         try:
-            foreign = [os.path.join(cfg.out, p) for p in rundir.remove_run_outputs(cfg.out)]
-            if cfg.overwrite and not resume:   # the checkpoints of the run replaced go too
+            foreign = [os.path.join(cfg.data.out,
+                                    p) for p in rundir.remove_run_outputs(cfg.data.out)]
+            if cfg.data.overwrite and not resume:   # the checkpoints of the run replaced go too
                 foreign += [os.path.join(cfg.checkpoints, p)
                             for p in rundir.remove_checkpoints(cfg.checkpoints)]
         except OSError as e:
@@ -146,7 +149,7 @@ def _servers(comm, n_servers: int, timeout: float) -> tuple:
 
 def _average_after(cfg: TrainConfig) -> float | None:
     """Epochs before SGD averages: defaults.AVERAGE_AFTER unless given; None: never."""
-    after = defaults.AVERAGE_AFTER if cfg.average_after is None else cfg.average_after
+    after = defaults.AVERAGE_AFTER if cfg.solver.average_after is None else cfg.solver.average_after
     return None if after < 0 else after
 
 
@@ -157,16 +160,17 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     roles = split(cfg.server_ranks, comm)
     # The one key placement every part uses: the key ranges dealt to the servers, none to
     # the spares.
-    placement = Placement(len(roles.servers), cfg.replicas, roles.nodes[:len(roles.servers)],
-                          assign=dealt(cfg.servers, cfg.vnodes))
+    placement = Placement(len(roles.servers), cfg.faults.replicas, roles.nodes[:len(roles.servers)],
+                          assign=dealt(cfg.layout.servers, cfg.layout.vnodes))
     setup(f"rank {comm.rank} ({roles.name})")
-    testevents.arm(cfg.test_events, comm.rank, roles.is_server, roles.pids_on_node(), cfg.out,
-                   cfg.timeout, driver=cfg.solver == "lbfgs" and roles.index == 0
+    testevents.arm(cfg.diagnostics.test_events, comm.rank, roles.is_server, roles.pids_on_node(),
+                   cfg.data.out,
+                   cfg.faults.timeout, driver=cfg.solver.name == "lbfgs" and roles.index == 0
                    and not roles.is_server, run_id=name)
     ulfm = verdict.on
-    failover = ulfm and cfg.replicas > 1
+    failover = ulfm and cfg.faults.replicas > 1
     # A pipeline's stages need each other: a dead worker cannot be stood in for.
-    hot = ulfm and cfg.stages == 1
+    hot = ulfm and cfg.pipeline.stages == 1
     if comm.rank == 0:   # said once the log names the rank's role
         _say_how_it_runs(cfg, roles, name, resume, verdict, hot, chosen, compile_s)
     ended = False
@@ -192,7 +196,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
             return result
         finally:
             if ulfm:   # see end_together
-                end_together(finishing.comm, cfg.timeout)
+                end_together(finishing.comm, cfg.faults.timeout)
             if finishing is not roles and ended:
                 finishing.comm.Free()
     finally:
@@ -210,18 +214,18 @@ def _agree_on_choices(cfg: TrainConfig, comm, resume, bound: float) -> tuple:
     meanwhile. Each rank loads its role's kernels only (a worker's parse the sample)."""
     sampler = comm.size - 1
     role = "server" if comm.rank < cfg.server_ranks else "worker"
-    compile_s = compile_per_node(comm, bound, role, model=cfg.model_spec(),
+    compile_s = compile_per_node(comm, bound, role, model=cfg.model.spec(),
                                  optimizer=cfg.optimizer.name,
-                                 full_batch=cfg.solver != "minibatch",
-                                 push_filter=cfg.filters_pushes)
+                                 full_batch=cfg.solver.name != "minibatch",
+                                 push_filter=cfg.push.filtered)
     chosen, workers = None, comm.size - cfg.server_ranks
     if comm.rank == sampler:   # with --stages, a pipeline reads as one worker does
-        chosen = json.dumps(_choose(cfg, workers // cfg.stages, resume))
+        chosen = json.dumps(_choose(cfg, workers // cfg.pipeline.stages, resume))
     # The other ranks import their part's modules while the sampler samples.
     importlib.import_module(_part(cfg, role), __package__)
     chosen = json.loads(broadcast_text(comm, chosen, bound, root=sampler))
-    if cfg.solver == "minibatch":
-        cfg = replace(cfg, batch_size=chosen["batch_size"],
+    if cfg.solver.name == "minibatch":
+        cfg = replace(cfg, solver=replace(cfg.solver, batch_size=chosen["batch_size"]),
                       optimizer=replace(cfg.optimizer, lr=chosen["lr"], beta=chosen["beta"],
                                         eps=chosen["eps"], average_from=chosen["average_from"]))
     return cfg, chosen, compile_s
@@ -234,19 +238,19 @@ def _say_how_it_runs(cfg: TrainConfig, roles: Roles, name: str, resume, verdict:
     log.info("%s", verdict.sentence)
     if verdict.on and not hot:
         log.warning("--stages %d: a dead worker stops the job (exit 75, to resume from the "
-                    "last checkpoint); dead servers are still stood in for", cfg.stages)
-    log.info("run %s: %d server(s)%s, %d worker(s), writing to %s", name, cfg.servers,
-             f" and {cfg.spares} spare(s) (server(s) {cfg.servers}-{cfg.server_ranks - 1})"
-             if cfg.spares else "", len(roles.workers), cfg.out)
+                    "last checkpoint); dead servers are still stood in for", cfg.pipeline.stages)
+    log.info("run %s: %d server(s)%s, %d worker(s), writing to %s", name, cfg.layout.servers,
+             f" and {cfg.faults.spares} spare(s) (server(s) {cfg.layout.servers}-{cfg.server_ranks - 1})"
+             if cfg.faults.spares else "", len(roles.workers), cfg.data.out)
     if resume:
-        if cfg.solver == "minibatch":
+        if cfg.solver.name == "minibatch":
             _say_what_is_left(cfg, resume)
-        steps = "clocks" if cfg.solver == "minibatch" else "iterations"
-        every = (f"every {cfg.checkpoint_every} {steps}" if cfg.checkpoint_every else
-                 f"every {cfg.checkpoint_seconds:g} s" if cfg.checkpoint_seconds else
+        steps = "clocks" if cfg.solver.name == "minibatch" else "iterations"
+        every = (f"every {cfg.checkpointing.every} {steps}" if cfg.checkpointing.every else
+                 f"every {cfg.checkpointing.seconds:g} s" if cfg.checkpointing.seconds else
                  "only when asked to stop")
         log.info("checkpoints %s, keeping the newest %d (as the run resumed, unless given "
-                 "again)", every, cfg.keep_checkpoints)
+                 "again)", every, cfg.checkpointing.keep)
     for line in chosen["notes"]:
         log.info("%s", line)
     for line in chosen["warnings"]:
@@ -263,7 +267,7 @@ def _play_part(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Pla
         from .server_part import serve_job
         return serve_job(cfg, roles, name, resume, placement, failover, failures, locks,
                          hot=hot, moves=moves, ulfm=ulfm)
-    if cfg.solver == "lbfgs":
+    if cfg.solver.name == "lbfgs":
         from .fullbatch_part import solve
         return solve(cfg, roles, name, resume, placement, failover)
     from .worker_part import work
@@ -274,7 +278,7 @@ def _part(cfg: TrainConfig, role: str) -> str:
     """The module of this rank's part of the job: a server's, a full-batch solver's (a
     worker's under --solver lbfgs) or a worker's."""
     return (".server_part" if role == "server" else
-            ".fullbatch_part" if cfg.solver == "lbfgs" else ".worker_part")
+            ".fullbatch_part" if cfg.solver.name == "lbfgs" else ".worker_part")
 
 
 def _say_who_died_late(roles: Roles, survivors: Roles, failures: list) -> None:
@@ -298,23 +302,23 @@ def _say_what_is_left(cfg: TrainConfig, resume) -> None:
     scored all the same)."""
     directory, manifest = resume
     epochs = [p["epoch"] for p in manifest["positions"].values()]
-    if min(epochs) < cfg.epochs:
+    if min(epochs) < cfg.solver.epochs:
         return
-    beyond = max(epochs) > cfg.epochs
+    beyond = max(epochs) > cfg.solver.epochs
     log.warning("the checkpoint at clock %d (%s) has %s --epochs %d (its workers are at epoch "
                 "%d): nothing is left to train; its model is saved%s. Pass a larger --epochs "
                 "to train on", manifest["clock"], directory,
-                "gone beyond" if beyond else "finished", cfg.epochs, max(epochs),
-                " and scored" if cfg.test else "")
+                "gone beyond" if beyond else "finished", cfg.solver.epochs, max(epochs),
+                " and scored" if cfg.data.test else "")
 
 
 def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
     """(directory, manifest) of the newest valid checkpoint in --resume, the same on every
     rank: rank 0 verifies the checksums (and says which newer ones it passed over)."""
-    found = checkpoint.latest_valid(cfg.resume) if comm.rank == 0 else None
+    found = checkpoint.latest_valid(cfg.checkpointing.resume) if comm.rank == 0 else None
     directory = broadcast_text(comm, found[0] if found else "", timeout)
     if not directory:
-        error = ConfigError(f"--resume {cfg.resume}: no complete, undamaged checkpoint in it")
+        error = ConfigError(f"--resume {cfg.checkpointing.resume}: no complete, undamaged checkpoint in it")
         error.reported = comm.rank == 0
         raise error
     return directory, checkpoint.read_manifest(directory)
@@ -323,27 +327,28 @@ def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
 def _choose(cfg: TrainConfig, workers: int, resume) -> dict:
     """The sampler (the last rank, a worker): what was not given, from a sample of the data
     (see defaults.choose)."""
-    if cfg.solver != "minibatch":
+    if cfg.solver.name != "minibatch":
         return {"notes": [], "warnings": []}
-    sample = sample_rows(cfg.train, workers)
+    sample = sample_rows(cfg.data.train, workers)
     return defaults.choose(
-        sample.rows, sample.per_part, sample.exact, workers=workers, bias=cfg.bias,
-        optimizer=cfg.optimizer.name, lr=cfg.optimizer.lr, batch=cfg.batch_size,
+        sample.rows, sample.per_part, sample.exact, workers=workers, bias=cfg.model.bias,
+        optimizer=cfg.optimizer.name, lr=cfg.optimizer.lr, batch=cfg.solver.batch_size,
         beta=cfg.optimizer.beta, average_after=_average_after(cfg),
         resumed_batch=resume[1]["config"]["batch_size"] if resume else None,
-        resumed=resume[1]["config"]["optimizer"] if resume else None, epochs=cfg.epochs)
+        resumed=resume[1]["config"]["optimizer"] if resume else None, epochs=cfg.solver.epochs)
 
 
 def _pipeline_figures(cfg, tasks: np.ndarray) -> dict:
     """What summary.json says of a pipelined run: its shape, and the bubble measured on the
     minibatches whose tasks were logged, beside the schedule's (S-1)/(M+S-1)."""
     bubbles = logged_bubbles(tasks["worker"], tasks["clock"], tasks["start"], tasks["end"],
-                             cfg.stages)
-    return {"stages": cfg.stages, "copies": None if not tasks.shape[0] else
-            int(tasks["worker"].max()) // cfg.stages + 1, "micro_batches": cfg.micro_batches,
-            "schedule": cfg.pipeline, "steps_logged": len(bubbles),
+                             cfg.pipeline.stages)
+    return {"stages": cfg.pipeline.stages, "copies": None if not tasks.shape[0] else
+            int(tasks["worker"].max()) // cfg.pipeline.stages + 1,
+            "micro_batches": cfg.pipeline.micro_batches,
+            "schedule": cfg.pipeline.schedule, "steps_logged": len(bubbles),
             "bubble_measured": float(np.median(bubbles)) if bubbles else None,
-            "bubble_theory": theoretical_bubble(cfg.stages, cfg.micro_batches)}
+            "bubble_theory": theoretical_bubble(cfg.pipeline.stages, cfg.pipeline.micro_batches)}
 
 
 def _refuse_a_model_that_lacks_some(records, comm) -> None:
@@ -370,23 +375,23 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
     record, margins, labels, held = part.record, part.margins, part.labels, part.held
     steps, samples, tasks = part.steps, part.samples, part.tasks
     record["samples"], record["tasks"] = samples.shape[0], tasks.shape[0]
-    records = summary.allgather(comm, record, cfg.timeout)
+    records = summary.allgather(comm, record, cfg.faults.timeout)
     _refuse_a_model_that_lacks_some(records, comm)
-    samples = summary.gather_to_root(comm, samples, records["samples"], cfg.timeout,
+    samples = summary.gather_to_root(comm, samples, records["samples"], cfg.faults.timeout,
                                      "the timelines")
-    tasks = summary.gather_to_root(comm, tasks, records["tasks"], cfg.timeout,
+    tasks = summary.gather_to_root(comm, tasks, records["tasks"], cfg.faults.timeout,
                                    "the pipeline's tasks")
-    held = summary.max_over_ranks(comm, held, cfg.timeout, "the servers' hold times")
+    held = summary.max_over_ranks(comm, held, cfg.faults.timeout, "the servers' hold times")
     counts = records["test_rows"]
-    margins = summary.gather_to_root(comm, margins, counts, cfg.timeout, "the test scores")
-    labels = summary.gather_to_root(comm, labels, counts, cfg.timeout, "the test labels")
+    margins = summary.gather_to_root(comm, margins, counts, cfg.faults.timeout, "the test scores")
+    labels = summary.gather_to_root(comm, labels, counts, cfg.faults.timeout, "the test labels")
     width = len(Step._fields)
     steps = summary.gather_to_root(comm, steps.reshape(-1), records["solver_steps"] * width,
-                                   cfg.timeout, "the solver's steps")
+                                   cfg.faults.timeout, "the solver's steps")
     # The job stopped if any worker was stopped (one that had finished its data was not).
     stopped = bool((records["stopped_at"][len(roles.servers):] >= 0).any())
     # Where: a checkpoint's clock (servers), or a full-batch solver's iteration (workers).
-    where = (records["stopped_at"][:len(roles.servers)] if cfg.solver == "minibatch" else
+    where = (records["stopped_at"][:len(roles.servers)] if cfg.solver.name == "minibatch" else
              records["stopped_at"][len(roles.servers):])
     stopped_at = int(where.max()) if stopped else -1
     scored = stopped or covered(cfg, int(records["test_units"].sum()))
@@ -394,28 +399,28 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
     if comm.rank == 0:
         result = summary.build(
             records, len(roles.servers), margins if scored else None, labels, held,
-            run_id=name, config=cfg.as_dict(), consistency=cfg.consistency,
-            staleness=cfg.max_staleness,
+            run_id=name, config=cfg.to_record(), consistency=cfg.consistency.mode,
+            staleness=cfg.consistency.max_staleness,
             status="stopped" if stopped else "complete" if scored else "not scored",
             stopped_at_clock=stopped_at if stopped else None,
             checkpoints=os.path.abspath(cfg.checkpoints), wall_s=time.monotonic() - started,
             model_dir=os.path.abspath(cfg.model_dir), failures=failures, moves=list(moves),
             **({"solver": summary.solver_steps(steps.reshape(-1, width))}
-               if cfg.solver != "minibatch" else {}))
-        if cfg.stages > 1:
+               if cfg.solver.name != "minibatch" else {}))
+        if cfg.pipeline.stages > 1:
             result["pipeline"] = _pipeline_figures(cfg, tasks)
-        timeline.write(cfg.out, samples, records["samples"], len(roles.servers), name, tasks)
-        summary.print_lines(result, summary.write(cfg.out, result))
+        timeline.write(cfg.data.out, samples, records["samples"], len(roles.servers), name, tasks)
+        summary.print_lines(result, summary.write(cfg.data.out, result))
     if stopped:   # every rank sees the same records, so all end alike
-        error = JobStopped(f"stopped at {'clock' if cfg.solver == 'minibatch' else 'iteration'} "
+        error = JobStopped(f"stopped at {'clock' if cfg.solver.name == 'minibatch' else 'iteration'} "
                            f"{stopped_at} after writing a checkpoint; continue with --resume "
                            f"{cfg.checkpoints}")
         error.reported = comm.rank != 0
         raise error
     if not scored:
         error = NotScored(f"the model is trained and saved whole in {cfg.model_dir}, but the "
-                          f"scores of part of --test {cfg.test} died with a rank (see above): "
-                          f"score it with `python -m mpips score {cfg.out} --test {cfg.test}`")
+                          f"scores of part of --test {cfg.data.test} died with a rank (see above): "
+                          f"score it with `python -m mpips score {cfg.data.out} --test {cfg.data.test}`")
         error.reported = comm.rank != 0
         raise error
     return result

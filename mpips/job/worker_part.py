@@ -39,11 +39,11 @@ def work(cfg: TrainConfig, roles: Roles, resume, placement: Placement, failover:
          hot: bool = False) -> PartResult:
     """`failover`: a dead server's requests go to its keys' living copies; `hot` (under
     ULFM): workers may die, so none waits for the others in a barrier."""
-    kv = KVWorker(roles, width=cfg.model_spec().width, timeout=cfg.timeout,
+    kv = KVWorker(roles, width=cfg.model.spec().width, timeout=cfg.faults.timeout,
                   placement=placement, failover=failover, push_filter=_push_filter(cfg))
     position = checkpoint.positions(resume).get(roles.index)
-    with saving_on_failure(roles, kv.placement, cfg.timeout):
-        if cfg.stages == 1:
+    with saving_on_failure(roles, kv.placement, cfg.faults.timeout):
+        if cfg.pipeline.stages == 1:
             return WorkerLoop(cfg, roles, kv, position, checkpoint.deaths(resume), hot).run()
         return _work_in_pipeline(cfg, roles, kv, position, resume)
 
@@ -52,11 +52,11 @@ def _work_in_pipeline(cfg: TrainConfig, roles: Roles, kv: KVWorker, position,
                       resume) -> PartResult:
     """--stages S: this worker is one stage of a pipeline (see stage_part); stage 0 runs the
     worker loop over its copy's part of the data, the others follow it."""
-    model = cfg.model_spec()
+    model = cfg.model.spec()
     pipe = pipe_of(cfg, roles, model)
     if pipe.stage > 0:
         return follow(cfg, roles, kv, pipe, model, position,
-                      lambda: _wait_for_other_workers(roles, kv, cfg.timeout))
+                      lambda: _wait_for_other_workers(roles, kv, cfg.faults.timeout))
     front = Front(model, pipe, kv, roles.index)
     try:
         out = WorkerLoop(cfg, roles, kv, position, checkpoint.deaths(resume),
@@ -72,10 +72,10 @@ def _work_in_pipeline(cfg: TrainConfig, roles: Roles, kv: KVWorker, position,
 
 def _push_filter(cfg: TrainConfig) -> Plain | PushFilter:
     """The push filter a TrainConfig asks for."""
-    if not cfg.filters_pushes:
+    if not cfg.push.filtered:
         return Plain()
-    return PushFilter(cfg.model_spec().width, cfg.push_values, cfg.push_threshold,
-                      cfg.optimizer.l1 if cfg.push_skip_zeros else 0.0)
+    return PushFilter(cfg.model.spec().width, cfg.push.values, cfg.push.threshold,
+                      cfg.optimizer.l1 if cfg.push.skip_zeros else 0.0)
 
 
 class WorkerLoop:
@@ -94,8 +94,8 @@ class WorkerLoop:
         asked."""
         self.cfg, self.roles, self.kv, self.lead = cfg, roles, kv, kv.lead
         self.deaths, self.hot, self.part, self.front = deaths, hot, part, front
-        self.model = front or cfg.model_spec()
-        self.slowdown = cfg.slowdown(roles.index)
+        self.model = front or cfg.model.spec()
+        self.slowdown = cfg.diagnostics.slowdown(roles.index)
         self.handing_on = front is None
         self.examples, self.loss = 0, 0.0
         self.push_ts = None           # the latest push, not yet waited for
@@ -135,16 +135,16 @@ class WorkerLoop:
                 epoch, segment, offset = p["epoch"], p.get("segment", 0), p["offset"]
                 taken = list(p.get("taken", []))
             try:
-                shard = open_shard(cfg.train, index, parts, skip_bad=cfg.skip_bad_lines)
-                plan = WorkPlan(spans(cfg.train, parts), cfg.epochs, self.deaths)
+                shard = open_shard(cfg.data.train, index, parts, skip_bad=cfg.data.skip_bad_lines)
+                plan = WorkPlan(spans(cfg.data.train, parts), cfg.solver.epochs, self.deaths)
             except OSError as e:
-                raise InputError(f"--train {cfg.train}: {e.strerror or e}") from None
+                raise InputError(f"--train {cfg.data.train}: {e.strerror or e}") from None
             work = Work(cfg, shard, plan, index, taken, self.model.reserved_keys())
             work.take_shares_untold(epoch)
             opened.append((work, work.resume_point(epoch, segment, offset) if offset >= 0
                            else (epoch, segment, offset)))
 
-        self.t0 = self.mark = ready(self.roles.comm, self.cfg.startup_timeout, open_data)
+        self.t0 = self.mark = ready(self.roles.comm, self.cfg.faults.startup_timeout, open_data)
         self.startup_s = process_age()
         (self.work, first), = opened
         self.stream = self.work.minibatches(*first)
@@ -166,7 +166,7 @@ class WorkerLoop:
                 return
             self._say_finish(self.left)
             self.finished = True
-            if not _wait_for_other_workers(self.roles, self.kv, self.cfg.timeout, self.work,
+            if not _wait_for_other_workers(self.roles, self.kv, self.cfg.faults.timeout, self.work,
                                            self.hot):
                 return
             log.warning("joining again at clock %d (mpips ctl add-worker)", self.lead.join_clock)
@@ -204,7 +204,7 @@ class WorkerLoop:
         # Where the next minibatch starts, for checkpoints: the servers note it with the push.
         kv.report(self.examples, self.loss, current.progress,
                   *((upcoming.epoch, upcoming.start, upcoming.segment) if upcoming
-                    else (self.cfg.epochs, -1, 0)), taken=self.work.taken)
+                    else (self.cfg.solver.epochs, -1, 0)), taken=self.work.taken)
         self._sample(time.monotonic() - self.t0)
         self._push(current, grad, last=upcoming is None or self.lead.asked_to_leave)
         self._straggle(waited)
@@ -223,7 +223,7 @@ class WorkerLoop:
         upcoming = next(self.stream, None)
         if upcoming and lead.asked_to_give and not lead.asked_to_leave:
             self.stream = self.work.split(lead, self.kv.clock, lead.asked_to_give, upcoming,
-                                          self.cfg.timeout)
+                                          self.cfg.faults.timeout)
             upcoming = next(self.stream, None)
         next_pull = (self.kv.pull(upcoming.keys, next_clock=True)
                      if upcoming and not lead.asked_to_leave else None)
@@ -264,13 +264,13 @@ class WorkerLoop:
     def _more_to_train(self) -> bool:
         """Before this worker says FINISH: whether the lead has handed it rows of a dead worker
         that it has not trained (told of, or on their way)."""
-        self.work.catch_up(self.lead, self.lead.status()["deaths"], self.cfg.timeout)
+        self.work.catch_up(self.lead, self.lead.status()["deaths"], self.cfg.faults.timeout)
         return self.work.segment + 1 < len(self.work.segments(self.work.epoch))
 
     def _say_finish(self, left: Minibatch | None = None) -> None:
         """FINISH to every server (completing this worker's requests first), with where the
         rows it leaves to the others start (`left`: the next minibatch), or its end."""
-        kv, work, epochs = self.kv, self.work, self.cfg.epochs
+        kv, work, epochs = self.kv, self.work, self.cfg.solver.epochs
         if left:   # the lead hands the rows from the next minibatch on to the others
             log.warning("leaving at clock %d (mpips ctl remove-worker): the rows left from "
                         "epoch %d go to the other workers", kv.clock, left.epoch)
@@ -294,14 +294,14 @@ class WorkerLoop:
             train_bytes = kv.bytes_sent
             log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
             # Every worker stops (none finishes): a barrier, unless one may have died.
-            _wait_for_other_workers(self.roles, kv, cfg.timeout,
+            _wait_for_other_workers(self.roles, kv, cfg.faults.timeout,
                                     self.work if self.hot else None, self.hot)
             return train_bytes, share, score_s
         if not self.finished:
             self._say_finish(None)
-            _wait_for_other_workers(self.roles, kv, cfg.timeout)
+            _wait_for_other_workers(self.roles, kv, cfg.faults.timeout)
         train_bytes = kv.bytes_sent
-        if cfg.test:
+        if cfg.data.test:
             began = time.monotonic()
             testevents.reached("scoring")
             # Those that died in this launch (a resume's dead workers live again).
@@ -338,7 +338,7 @@ class WorkerLoop:
 
 def _diverged(cfg: TrainConfig, clock: int, current: Minibatch, shard, loss: float) -> str:
     where = "byte" if isinstance(shard, TextShard) else "row"
-    kept = (f"; the checkpoints in {cfg.checkpoints} are kept" if cfg.checkpoints_on else "")
+    kept = (f"; the checkpoints in {cfg.checkpoints} are kept" if cfg.checkpointing.on else "")
     return (f"the training loss became {loss} at clock {clock} (epoch {current.epoch}, the "
             f"minibatch at {where} {current.start} of {shard.path}); nothing of it was pushed. "
             f"The learning rate ({cfg.optimizer.name} --lr {cfg.optimizer.lr:.4g}) may be too "

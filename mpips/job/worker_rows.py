@@ -118,7 +118,7 @@ class Work:
 
     def end(self) -> None:
         """Done with its rows: shares given to it, should it join again, come after them."""
-        last = self.cfg.epochs - 1
+        last = self.cfg.solver.epochs - 1
         self._rejoin_at = (last, len(self.segments(last)))
 
     def rejoin(self, lead: LeadChannel) -> tuple[int, int]:
@@ -135,7 +135,7 @@ class Work:
         """(epoch, segment, offset) to go on from, given where a checkpoint says this worker
         stood: the same, unless the data changed since (--allow-changed-data) and the place
         is no longer the start of a row of that part of the data."""
-        if epoch >= self.cfg.epochs or segment >= len(self.segments(epoch)):
+        if epoch >= self.cfg.solver.epochs or segment >= len(self.segments(epoch)):
             return epoch, segment, offset
         reader = self._reader(epoch, segment)
         point = reader.next_row_at(offset)
@@ -156,16 +156,16 @@ class Work:
         byte or row; -1: its beginning). Shares taken meanwhile join the epoch being
         trained."""
         index = KeyIndexer(self.reserved)
-        for epoch in range(first_epoch, self.cfg.epochs):
+        for epoch in range(first_epoch, self.cfg.solver.epochs):
             self.epoch = epoch
             segment = first_segment if epoch == first_epoch else 0
             while segment < len(self.segments(epoch)):
                 self.segment = segment
                 reader = self._reader(epoch, segment)
                 start = offset if (epoch, segment) == (first_epoch, first_segment) else -1
-                for batch in reader.minibatches(self.cfg.batch_size,
+                for batch in reader.minibatches(self.cfg.solver.batch_size,
                                                 start if start >= 0 else None):
-                    keys, cols, bias_col = index(batch, self.cfg.bias, reader.path)
+                    keys, cols, bias_col = index(batch, self.cfg.model.bias, reader.path)
                     yield Minibatch(batch, keys, cols, bias_col,
                                     epoch + self._done(epoch, segment, reader), epoch, segment)
                 segment += 1

@@ -4,9 +4,12 @@ worker loop, scoring, `evaluate`, the warm-up and the servers' tables use only t
 model is a class here, not a branch there.
 
 Pulled weights are float32[n_keys, width], one row per unique key of the minibatch; a
-minibatch's CSR columns index those rows; `bias_col` is the bias key's row, or -1.
+minibatch's CSR columns index those rows; `bias_col` is the bias key's row, or -1. Every
+model implements the `Model` protocol (tests/unit/test_model_protocol.py checks it).
 """
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -19,7 +22,48 @@ from ..kernels.hashing import FIELD_SHIFT, MAX_FIELDS
 from ..kernels.widedeep import scatter_sparse, wide_and_pooled
 from .network import init_layer, mlp
 
-NAMES = ("lr", "fm", "widedeep")
+
+class ModelName(StrEnum):
+    """--model: the models there are (MODELS)."""
+    LR = "lr"
+    FM = "fm"
+    WIDEDEEP = "widedeep"
+
+
+NAMES = tuple(name.value for name in ModelName)
+
+
+@runtime_checkable
+class Model(Protocol):
+    """What the rest of mpips uses of a model."""
+
+    @property
+    def name(self) -> str:
+        """Its --model name (a ModelName)."""
+
+    @property
+    def width(self) -> int:
+        """float32 columns of a key's row on the servers."""
+
+    @property
+    def starts_at_zero(self) -> bool:
+        """Whether a new key's row is all zeros (else `init` fills it)."""
+
+    def init(self, keys: np.ndarray, out: np.ndarray) -> None:
+        """Fill `out`, the rows of new `keys`, with their first values."""
+
+    def reserved_keys(self) -> np.ndarray:
+        """The keys of the rows the model itself holds (none, or a network's weights)."""
+
+    def gradient(self, batch, cols, bias_col: int, weights: np.ndarray) -> tuple:
+        """(the mean logloss gradient float32[n_keys, width], the summed logloss before the
+        update) of a minibatch."""
+
+    def margins(self, batch, cols, bias_col: int, weights: np.ndarray) -> np.ndarray:
+        """float64[rows]: each row's margin."""
+
+    def describe(self) -> dict:
+        """The model's name and parameters, for the summary and the logs."""
 
 
 @dataclass(frozen=True)
@@ -249,20 +293,24 @@ class WideDeep:
                 "hidden": list(self.hidden), "fields": self.fields, "init_scale": self.init_scale, "seed": self.seed}
 
 
+MODELS = {ModelName.LR: LogisticRegression, ModelName.FM: FactorizationMachine,
+          ModelName.WIDEDEEP: WideDeep}
+
+
 def model_of(name: str = "lr", factors: int = 8, embedding_dim: int = 8,
-             hidden: tuple = (64, 32), fields: int = 0):
+             hidden: tuple = (64, 32), fields: int = 0) -> Model:
     """The model `--model NAME` (with --factors K, or --embedding-dim, --hidden and --fields)
     stands for."""
-    if name == "lr":
+    if name == ModelName.LR:
         return LogisticRegression()
-    if name == "fm":
+    if name == ModelName.FM:
         return FactorizationMachine(factors)
-    if name == "widedeep":
+    if name == ModelName.WIDEDEEP:
         return WideDeep(embedding_dim, tuple(hidden), fields)
     raise ConfigError(f"--model must be one of {', '.join(NAMES)}, got {name!r}")
 
 
-def from_config(config: dict):
+def from_config(config: dict) -> Model:
     """The model of a saved run's configuration (runs before models were chosen: lr)."""
     return model_of(config.get("model", "lr"), int(config.get("factors", 8)),
                     int(config.get("embedding_dim", 8)), tuple(config.get("hidden", (64, 32))),

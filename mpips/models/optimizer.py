@@ -1,5 +1,7 @@
-"""Optimizer settings and their update on a server's state rows."""
+"""Optimizer settings, and the update rules the servers apply to their state rows,
+registered by name (`register`), as the servers' dense operations are."""
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
@@ -7,14 +9,39 @@ from . import defaults
 from ..base.errors import ConfigError
 from ..kernels import optim
 
-NAMES = tuple(optim.STATE_COLUMNS)
 DEFAULT_FTRL_BETA = 1e-3   # for 1000-row minibatches; a job chooses defaults.damping
 ADAM_BETAS = (0.9, 0.999)
 
 
 @dataclass(frozen=True)
+class Rule:
+    """An update rule: `apply(optimizer, state, slots, grads, clock)` updates the state rows
+    in place, reading the `parameters` of the Optimizer it names; a key's row holds
+    `state_columns` float32 columns per weight and `key_columns` more."""
+    name: str
+    apply: Callable
+    parameters: tuple
+    state_columns: int
+    key_columns: int
+
+
+RULES: dict = {}   # name -> Rule, in the order registered
+
+
+def register(name: str, *parameters: str):
+    """Register the decorated function as the update rule `name`, reading `parameters`; its
+    columns are the kernels' (optim.STATE_COLUMNS, optim.KEY_COLUMNS)."""
+    def add(apply):
+        RULES[name] = Rule(name, apply, parameters, optim.STATE_COLUMNS[name],
+                           optim.KEY_COLUMNS.get(name, 0))
+        return apply
+    return add
+
+
+@dataclass(frozen=True)
 class Optimizer:
-    """A server-side update rule. `lr` is FTRL's alpha (None: not yet chosen, see
+    """The settings of a server-side update rule (RULES[name]), the optimizer part of a
+    job's configuration. `lr` is FTRL's alpha (None: not yet chosen, see
     `with_default_lr`); `beta` is used by FTRL only and `eps` by AdaGrad and Adam only (a
     job sets both to `defaults.damping`; beta None: not yet chosen); Adam's moment decays
     are the paper's, 0.9 and 0.999. `average_from`, SGD only: the
@@ -29,8 +56,8 @@ class Optimizer:
     average_from: int | None = None
 
     def __post_init__(self):
-        if self.name not in NAMES:
-            raise ConfigError(f"--optimizer must be one of {', '.join(NAMES)}, got {self.name!r}")
+        if self.name not in RULES:
+            raise ConfigError(f"--optimizer must be one of {', '.join(RULES)}, got {self.name!r}")
         for flag, value in (("--lr", 1.0 if self.lr is None else self.lr),
                             ("--ftrl-beta", 1.0 if self.beta is None else self.beta)):
             if not value > 0:
@@ -61,7 +88,8 @@ class Optimizer:
         """float32 columns per key: the weights plus the optimizer's state."""
         if self.name == "sgd" and self.average_from is None:
             return width
-        return optim.STATE_COLUMNS[self.name] * width + optim.KEY_COLUMNS.get(self.name, 0)
+        rule = RULES[self.name]
+        return rule.state_columns * width + rule.key_columns
 
     def _span(self, clock: int) -> float:
         """Clocks of the average that have passed by `clock` (0 while none is averaged)."""
@@ -75,18 +103,10 @@ class Optimizer:
         `clock`, to the state in place."""
         if self.lr is None:
             raise ValueError("no learning rate: set lr, or call with_default_lr first")
-        if self.name == "ftrl" and self.beta is None:
+        rule = RULES[self.name]
+        if "beta" in rule.parameters and self.beta is None:
             raise ValueError("no FTRL beta: set beta (see defaults.damping)")
-        if self.name == "sgd":
-            optim.sgd_update(state, slots, grads, self.lr, self.l2, self._span(clock),
-                             self.average_from is not None)
-        elif self.name == "adagrad":
-            optim.adagrad_update(state, slots, grads, self.lr, self.l2, self.eps)
-        elif self.name == "adam":
-            optim.adam_update(state, slots, grads, self.lr, self.l2, ADAM_BETAS[0],
-                              ADAM_BETAS[1], self.eps)
-        else:
-            optim.ftrl_update(state, slots, grads, self.lr, self.beta, self.l1, self.l2)
+        rule.apply(self, state, slots, grads, clock)
 
     @property
     def averages(self) -> bool:
@@ -102,3 +122,28 @@ class Optimizer:
         out = np.empty((state.shape[0], width), np.float32)
         optim.sgd_average(state, width, self._span(clocks), out)
         return out
+
+
+@register("sgd", "lr", "l2", "average_from")
+def _sgd(opt: Optimizer, state, slots, grads, clock: int) -> None:
+    optim.sgd_update(state, slots, grads, opt.lr, opt.l2, opt._span(clock),
+                     opt.average_from is not None)
+
+
+@register("adagrad", "lr", "l2", "eps")
+def _adagrad(opt: Optimizer, state, slots, grads, clock: int) -> None:
+    optim.adagrad_update(state, slots, grads, opt.lr, opt.l2, opt.eps)
+
+
+@register("ftrl", "lr", "beta", "l1", "l2")
+def _ftrl(opt: Optimizer, state, slots, grads, clock: int) -> None:
+    optim.ftrl_update(state, slots, grads, opt.lr, opt.beta, opt.l1, opt.l2)
+
+
+@register("adam", "lr", "l2", "eps")
+def _adam(opt: Optimizer, state, slots, grads, clock: int) -> None:
+    optim.adam_update(state, slots, grads, opt.lr, opt.l2, ADAM_BETAS[0], ADAM_BETAS[1],
+                      opt.eps)
+
+
+NAMES = tuple(RULES)

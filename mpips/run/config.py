@@ -1,9 +1,15 @@
-"""The configuration of a training job, and the checks every rank can make the same way."""
+"""The configuration of a training job, in parts (the data, the model, the optimizer, the
+solver, consistency, fault tolerance, checkpoints, the pipeline, push filters, diagnostics),
+enums for its closed choices, the checks every rank can make the same way, and its flat
+record in summary.json, the model files and the checkpoints' manifests."""
 import os
 from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import get_type_hints
 
 from ..data import fingerprint
 from ..models import catalog as models
+from ..models.catalog import ModelName
 from . import testevents
 from ..base.errors import ConfigError
 from ..models.optimizer import Optimizer
@@ -11,351 +17,548 @@ from ..data.textfile import sniff
 from ..ranks.roles import check_servers
 from ..data.shards import check_input, data_format, fields_of, format_mismatch
 
-CONSISTENCY = ("bsp", "ssp", "asp")
-SOLVERS = ("minibatch", "lbfgs")
 MAX_VNODES = 4096
 STARTUP_S = 120.0   # the least time a rank waits for the others before training
 
 
+class Solver(StrEnum):
+    MINIBATCH = "minibatch"   # the servers' optimizers, a push per minibatch
+    LBFGS = "lbfgs"           # full batch over dense tables (see fullbatch_part)
+
+
+class Consistency(StrEnum):
+    BSP = "bsp"
+    SSP = "ssp"
+    ASP = "asp"
+
+
+class Schedule(StrEnum):
+    """A pipeline's schedule (pipeline.schedule.POLICIES)."""
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+
+
+class PushValues(StrEnum):
+    """How pushed values travel (wire.protocol.ENCODINGS)."""
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    INT8 = "int8"
+
+
+class DataFormat(StrEnum):
+    """The text formats --format names (data.textfile.FORMATS)."""
+    SVMLIGHT = "svmlight"
+    LIBFFM = "libffm"
+    CRITEO = "criteo"
+    AVAZU = "avazu"
+
+
+def choice(kind: type[StrEnum], value, flag: str):
+    """`value` as a member of `kind`; ConfigError naming `flag` if it is none of them."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(f"{flag} must be one of {', '.join(kind)}, got {value!r}") from None
+
+
+def _set_choice(part, name: str, kind: type[StrEnum], flag: str) -> None:
+    value = getattr(part, name)
+    if value is not None:
+        object.__setattr__(part, name, choice(kind, value, flag))
+
+
 @dataclass(frozen=True)
-class TrainConfig:
+class DataConfig:
+    """What the job reads, and where it writes."""
     train: str
-    out: str | None = None          # None: runs/<run id>
     test: str | None = None
-    servers: int = 1
-    replicas: int = 1               # copies of each key, on as many servers
-    spares: int = 0                 # server ranks holding nothing, standing in for dead ones
-    vnodes: int = 16                # key ranges per server (see placement)
-    epochs: int = 1
-    batch_size: int | None = None   # None: chosen from the data (defaults.batch_size)
-    optimizer: Optimizer = field(default_factory=Optimizer)
-    average_after: float | None = None   # SGD: epochs before averaging (None: 0.5; < 0: never)
-    bias: bool = True
-    consistency: str = "bsp"
-    staleness: int | None = None    # SSP only
-    stragglers: tuple = ()          # ((worker, slowdown factor), ...): a testing aid
-    test_events: tuple = ()         # events at a point of the job: a testing aid (testevents)
-    record_pulls: bool = False
-    snapshot_every: float | None = None
+    format: DataFormat | None = None   # None: as each file's first line
     skip_bad_lines: bool = False
+    out: str | None = None             # None: runs/<run id>
     overwrite: bool = False
-    checkpoint_dir: str | None = None   # None: OUT/checkpoints
-    # None, for the three below: not given, so the run resumed's, else the default (see
-    # `with_checkpointing`).
-    checkpoint_every: int | None = None      # clocks; 0: only when the job is asked to stop
-    checkpoint_seconds: float | None = None  # or seconds between checkpoints; 0: by clocks
-    keep_checkpoints: int | None = None
-    resume: str | None = None           # a checkpoint directory to continue from
-    allow_changed_data: bool = False    # resume even if --train changed since the checkpoint
-    timeout: float = 600.0
-    disk_wait: float = 600.0            # how long a model that cannot be saved waits for space
-    log_every: float = 5.0
-    solver: str = "minibatch"       # or lbfgs: full batch over dense tables (see fullbatch)
-    dim: int = 1 << 20              # lbfgs: coordinates of the weights (a feature: key mod dim)
-    history: int = 10               # lbfgs: pairs of the inverse Hessian's approximation
-    max_iter: int = 500             # lbfgs
-    tol: float = 1e-10              # lbfgs: stop when an iteration gains less (relative)
+
+    def __post_init__(self):
+        _set_choice(self, "format", DataFormat, "--format")
+
+
+@dataclass(frozen=True)
+class LayoutConfig:
+    """The ranks that serve, and what each may hold."""
+    servers: int = 1
+    vnodes: int = 16                     # key ranges per server (see placement)
     max_rank_memory: int | None = None   # bytes a rank may hold in its tables and rows
-    model: str = "lr"               # see models: lr, or fm (factorization machine)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The model trained (see models.catalog)."""
+    name: ModelName = ModelName.LR
+    bias: bool = True
     factors: int = 8                # fm: the latent vector's length
     embedding_dim: int = 8          # widedeep: each key's embedding length
     hidden: tuple = (64, 32)        # widedeep: the MLP's hidden layer widths
     fields: int | None = None       # widedeep: fields concatenated (0: summed; None: the data's)
-    format: str | None = None       # svmlight, libffm, criteo or avazu text (None: as each
-                                    # file's first line)
-    stages: int = 1                 # widedeep: workers per pipeline (see stagework)
-    micro_batches: int = 4          # a minibatch's parts in the pipeline
-    pipeline: str = "1f1b"          # the pipeline's schedule: gpipe or 1f1b
-    push_values: str = "float32"    # how pushed values travel: float32, float16 or int8
-    push_threshold: float = 0.0     # a key's row is held back while all its entries are below
-    push_skip_zeros: bool = False   # ftrl --l1: held back while its weight would stay 0
 
-    def model_spec(self):
+    def __post_init__(self):
+        _set_choice(self, "name", ModelName, "--model")
+
+    def spec(self) -> models.Model:
         """The models.* object this job trains."""
-        return models.model_of(self.model, self.factors, self.embedding_dim, self.hidden,
+        return models.model_of(self.name, self.factors, self.embedding_dim, self.hidden,
                                self.fields or 0)
 
-    def with_data_fields(self) -> "TrainConfig":
-        """--fields not given: as many as the training data's keys carry (see
-        shards.fields_of), for Wide & Deep."""
-        if self.fields is not None:
-            return self
-        return replace(self, fields=fields_of(self.train) if self.model == "widedeep" else 0)
 
-    @property
-    def server_ranks(self) -> int:
-        """The ranks that serve: the servers and their spares."""
-        return self.servers + self.spares
+@dataclass(frozen=True)
+class SolverConfig:
+    """How the objective is minimized: minibatches (the servers' optimizers), or full-batch
+    L-BFGS over dense tables."""
+    name: Solver = Solver.MINIBATCH
+    epochs: int = 1
+    batch_size: int | None = None   # None: chosen from the data (defaults.batch_size)
+    average_after: float | None = None   # SGD: epochs before averaging (None: 0.5; < 0: never)
+    dim: int = 1 << 20              # lbfgs: coordinates of the weights (a feature: key mod dim)
+    history: int = 10               # lbfgs: pairs of the inverse Hessian's approximation
+    max_iter: int = 500             # lbfgs
+    tol: float = 1e-10              # lbfgs: stop when an iteration gains less (relative)
 
-    def check(self, n_ranks: int) -> None:
-        """Raise ConfigError for anything wrong that every rank can see the same way."""
-        if self.spares < 0:
-            raise ConfigError(f"--spares must be 0 or more, got {self.spares}")
-        check_servers(self.server_ranks, n_ranks, self.spares)
-        if not 1 <= self.replicas <= self.servers:
-            raise ConfigError(f"--replicas {self.replicas}: each key is kept on that many "
-                              f"servers, so it must be from 1 to --servers ({self.servers})")
-        if not 1 <= self.vnodes <= MAX_VNODES:
-            raise ConfigError(f"--vnodes must be from 1 to {MAX_VNODES} key ranges per server, "
-                              f"got {self.vnodes}")
-        batch = 1 if self.batch_size is None else self.batch_size   # None: chosen later
-        for flag, value in (("--epochs", self.epochs), ("--batch-size", batch)):
-            if value < 1:
-                raise ConfigError(f"{flag} must be at least 1, got {value}")
-        if not 0 < self.timeout < float("inf"):
-            raise ConfigError(f"--timeout must be a positive number of seconds, got {self.timeout}")
-        if not 0 <= self.disk_wait < float("inf"):
-            raise ConfigError(f"--disk-wait must be a number of seconds >= 0, got {self.disk_wait}")
-        if self.average_after is not None and self.optimizer.name != "sgd":
-            raise ConfigError(f"--average-after needs --optimizer sgd (got --optimizer "
-                              f"{self.optimizer.name})")
-        if self.consistency not in CONSISTENCY:
-            raise ConfigError(f"--consistency must be one of {', '.join(CONSISTENCY)}, "
-                              f"got {self.consistency!r}")
-        if self.consistency == "ssp" and not 0 <= (self.staleness or 0) < 2**31:
+    def __post_init__(self):
+        _set_choice(self, "name", Solver, "--solver")
+
+
+@dataclass(frozen=True)
+class ConsistencyConfig:
+    """When a worker may read (see wire.clocks)."""
+    mode: Consistency = Consistency.BSP
+    staleness: int | None = None    # SSP only
+
+    def __post_init__(self):
+        _set_choice(self, "mode", Consistency, "--consistency")
+
+    def check(self) -> None:
+        """ConfigError for a staleness SSP lacks, or that is not SSP's."""
+        mode, staleness = self.mode, self.staleness
+        if mode == Consistency.SSP and not 0 <= (staleness or 0) < 2**31:
             raise ConfigError(f"--staleness must be a number of clocks from 0 to 2^31-1, "
-                              f"got {self.staleness}")
-        if self.consistency == "ssp" and self.staleness is None:
+                              f"got {staleness}")
+        if mode == Consistency.SSP and staleness is None:
             raise ConfigError("--consistency ssp needs --staleness S, a number of clocks >= 0")
-        if self.consistency != "ssp" and self.staleness is not None:
-            raise ConfigError(f"--staleness applies to --consistency ssp, not {self.consistency}")
-        slowed = [worker for worker, _ in self.stragglers]
-        if len(set(slowed)) < len(slowed):
-            raise ConfigError(f"--straggler names a worker more than once: {sorted(slowed)}")
-        for worker, factor in self.stragglers:
-            if not 0 <= worker < n_ranks - self.server_ranks:
-                raise ConfigError(f"--straggler {worker}:{factor}: worker {worker} does not exist "
-                                  f"(workers are 0..{n_ranks - self.server_ranks - 1})")
-            if not 1 <= factor < float("inf"):
-                raise ConfigError(f"--straggler {worker}:{factor}: the factor must be >= 1")
-        if self.snapshot_every is not None and not self.snapshot_every > 0:
-            raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
-        try:
-            testevents.check(self.test_events, n_ranks, self.server_ranks,
-                             self.solver == "lbfgs")
-        except testevents.EventError as e:
-            raise ConfigError(str(e)) from None
-        self._check_solver()
-        self._check_push_filter()
-        self.with_data_fields().model_spec()   # an unknown model, sizes out of range
-        self._check_stages(n_ranks - self.server_ranks)
-        if self.max_rank_memory is not None and self.max_rank_memory < 1 << 20:
-            raise ConfigError(f"--max-rank-memory must be at least 1M, got "
-                              f"{self.max_rank_memory} bytes")
-        check_input(self.train, "--train", self.format)
-        if self.test is not None:
-            check_input(self.test, "--test", self.format)
-            mismatch = format_mismatch(self.test, data_format(self.train),
-                                       f"the model (--train {self.train})")
-            if mismatch:
-                raise ConfigError(f"--test {mismatch}")
-        self._check_fields()
-        if (self.checkpoint_every or 0) < 0 or (self.checkpoint_seconds or 0) < 0:
-            raise ConfigError("--checkpoint-every must not be negative")
-        if self.keep_checkpoints is not None and self.keep_checkpoints < 1:
-            raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}")
-        if self.resume is not None and not os.path.isdir(self.resume):
-            raise ConfigError(f"--resume {self.resume}: no such directory")
-        if self.allow_changed_data and self.resume is None:
-            raise ConfigError("--allow-changed-data applies to --resume only")
-
-    def _check_stages(self, workers: int) -> None:
-        from ..pipeline.schedule import POLICIES
-        from ..wire.tags import MAX_MICROS
-        if self.pipeline not in POLICIES:
-            raise ConfigError(f"--pipeline must be one of {', '.join(POLICIES)}, got "
-                              f"{self.pipeline!r}")
-        if not 1 <= self.micro_batches <= MAX_MICROS:
-            raise ConfigError(f"--micro-batches must be from 1 to {MAX_MICROS}, got "
-                              f"{self.micro_batches}")
-        if self.stages == 1:
-            return
-        if self.stages < 1:
-            raise ConfigError(f"--stages must be at least 1, got {self.stages}")
-        if self.model != "widedeep" or self.solver != "minibatch":
-            raise ConfigError(f"--stages {self.stages} splits Wide & Deep's network across "
-                              f"workers: it needs --model widedeep (got --model {self.model}"
-                              f"{' --solver ' + self.solver if self.solver != 'minibatch' else ''})")
-        layers = len(self.hidden) + 1
-        if self.stages > layers:
-            raise ConfigError(f"--stages {self.stages}: the network has {layers} layers "
-                              f"(--hidden {','.join(map(str, self.hidden))} and the output), "
-                              f"and each stage needs one")
-        if workers % self.stages:
-            raise ConfigError(f"--stages {self.stages} needs whole pipelines: the job has "
-                              f"{workers} worker(s), not a multiple of {self.stages}; launch "
-                              f"{self.server_ranks + self.stages * max(workers // self.stages, 1)} "
-                              f"ranks, or change --stages or --servers")
-
-    def _check_fields(self) -> None:
-        if not self.fields:
-            return
-        if self.model != "widedeep":
-            raise ConfigError(f"--fields {self.fields} is the number of fields Wide & Deep "
-                              f"concatenates: it needs --model widedeep (got --model "
-                              f"{self.model})")
-        fixed = fields_of(self.train)
-        if os.path.isfile(self.train) and sniff(self.train).name == "svmlight":
-            raise ConfigError(f"--fields {self.fields}: --train {self.train} is svmlight text, "
-                              f"whose features carry no field; use libffm text (label "
-                              f"field:idx:val ...), Criteo or Avazu, or --fields 0 to sum the "
-                              f"embeddings")
-        if fixed and self.fields < fixed:
-            raise ConfigError(f"--fields {self.fields}: --train {self.train} has {fixed} fields "
-                              f"(give --fields {fixed}, or 0 to sum the embeddings)")
-
-    @property
-    def filters_pushes(self) -> bool:
-        """Whether pushes go through a push filter (see pushfilter)."""
-        return (self.push_values != "float32" or self.push_threshold > 0
-                or self.push_skip_zeros)
-
-    def _check_push_filter(self) -> None:
-        from ..wire.protocol import ENCODINGS
-        if self.push_values not in ENCODINGS:
-            raise ConfigError(f"--push-values must be one of {', '.join(ENCODINGS)}, got "
-                              f"{self.push_values!r}")
-        if not 0 <= self.push_threshold < float("inf"):
-            raise ConfigError(f"--push-threshold must be a gradient magnitude >= 0, got "
-                              f"{self.push_threshold}")
-        if self.push_skip_zeros and not (self.optimizer.name == "ftrl" and self.optimizer.l1 > 0):
-            raise ConfigError(f"--push-skip-zeros holds back gradients of weights FTRL's --l1 "
-                              f"keeps at 0: it needs --optimizer ftrl and --l1 > 0 (got "
-                              f"--optimizer {self.optimizer.name} --l1 {self.optimizer.l1:g})")
-        if self.filters_pushes and self.solver != "minibatch":
-            raise ConfigError(f"--push-values, --push-threshold and --push-skip-zeros filter "
-                              f"the minibatch solver's pushes; --solver {self.solver} pushes "
-                              f"none")
-        if self.filters_pushes and self.stages > 1:
-            raise ConfigError(f"--push-values, --push-threshold and --push-skip-zeros filter a "
-                              f"worker's pushes of its minibatch's keys; with --stages "
-                              f"{self.stages} the later stages push the network's layers, "
-                              f"whose held-back rows no last push would deliver: train "
-                              f"without the filters, or without --stages")
-
-    def _check_solver(self) -> None:
-        if self.solver not in SOLVERS:
-            raise ConfigError(f"--solver must be one of {', '.join(SOLVERS)}, got "
-                              f"{self.solver!r}")
-        if self.solver == "minibatch":
-            if self.optimizer.l1 > 0 and self.optimizer.name != "ftrl":
-                raise ConfigError(f"--l1 needs --optimizer ftrl or --solver lbfgs (got "
-                                  f"--optimizer {self.optimizer.name})")
-            return
-        # Full batch: every step needs every worker (BSP by nature); checkpoints are every
-        # so many iterations.
-        refused = [(self.consistency != "bsp", f"--consistency {self.consistency}"),
-                   (bool(self.checkpoint_seconds), "--checkpoint-every in seconds (give "
-                                                   "it in iterations)"),
-                   (self.epochs != 1, f"--epochs {self.epochs} (see --max-iter)"),
-                   (self.batch_size is not None, "--batch-size (every step reads all rows)"),
-                   (self.snapshot_every is not None, "--snapshot-every"),
-                   (self.model != "lr", f"--model {self.model} (full batch trains lr)"),
-                   (bool(self.stragglers), "--straggler")]
-        for wrong, flag in refused:
-            if wrong:
-                raise ConfigError(f"--solver lbfgs does not take {flag}")
-        for flag, value, low, high in (("--dim", self.dim, 1, (1 << 40) - 1),
-                                       ("--history", self.history, 1, 1000),
-                                       ("--max-iter", self.max_iter, 1, 10**9)):
-            if not low <= value <= high:
-                raise ConfigError(f"{flag} must be from {low} to {high}, got {value}")
-        if not 0 <= self.tol < 1:
-            raise ConfigError(f"--tol must be from 0 to 1, got {self.tol}")
-
-    @property
-    def model_dir(self) -> str:
-        return os.path.join(self.out, "model")
-
-    @property
-    def checkpoints(self) -> str:
-        return self.checkpoint_dir or os.path.join(self.out, "checkpoints")
-
-    def with_checkpointing(self, resumed: dict | None) -> "TrainConfig":
-        """The checkpoint settings not given: those of the run resumed (its configuration),
-        else the defaults (none by clocks or time, keep 3)."""
-        saved = resumed or {}
-        fill = {}
-        if self.checkpoint_every is None and self.checkpoint_seconds is None:
-            fill["checkpoint_every"] = saved.get("checkpoint_every") or 0
-            fill["checkpoint_seconds"] = saved.get("checkpoint_seconds") or 0.0
-        if self.keep_checkpoints is None:
-            fill["keep_checkpoints"] = saved.get("keep_checkpoints") or 3
-        return replace(self, **fill)
-
-    @property
-    def checkpoints_on(self) -> bool:
-        """Whether checkpoints are written as training goes (not only when asked to stop)."""
-        return self.checkpoint_every > 0 or self.checkpoint_seconds > 0
+        if mode != Consistency.SSP and staleness is not None:
+            raise ConfigError(f"--staleness applies to --consistency ssp, not {mode}")
 
     @property
     def max_staleness(self) -> int | None:
         """Clocks a reader may be ahead of the slowest worker: 0 for BSP, None (any) for ASP."""
-        return {"bsp": 0, "asp": None}.get(self.consistency, self.staleness)
+        return {Consistency.BSP: 0, Consistency.ASP: None}.get(self.mode, self.staleness)
+
+
+@dataclass(frozen=True)
+class FaultToleranceConfig:
+    """Copies of the keys, stand-in servers, and how long a rank waits for another."""
+    replicas: int = 1               # copies of each key, on as many servers
+    spares: int = 0                 # server ranks holding nothing, standing in for dead ones
+    timeout: float = 600.0
+    disk_wait: float = 600.0        # how long a model that cannot be saved waits for space
+
+    def check(self) -> None:
+        """ConfigError for waits that are not a number of seconds."""
+        if not 0 < self.timeout < float("inf"):
+            raise ConfigError(f"--timeout must be a positive number of seconds, got "
+                              f"{self.timeout}")
+        if not 0 <= self.disk_wait < float("inf"):
+            raise ConfigError(f"--disk-wait must be a number of seconds >= 0, got "
+                              f"{self.disk_wait}")
 
     @property
     def startup_timeout(self) -> float:
         """How long a rank waits for the others before training (compiling or loading kernels,
         sampling the data, loading a checkpoint): --timeout, but at least STARTUP_S. On a
         loaded node these take seconds; a short --timeout is meant for silence in training."""
-        valid = self.timeout if 0 < self.timeout < float("inf") else TrainConfig.timeout
+        valid = (self.timeout if 0 < self.timeout < float("inf")
+                 else FaultToleranceConfig.timeout)
         return max(valid, STARTUP_S)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpoints (cold backup), and the one a job resumes from. None, for `every`,
+    `seconds` and `keep`: not given, so the run resumed's, else the default (see
+    `TrainConfig.with_checkpointing`)."""
+    dir: str | None = None          # None: OUT/checkpoints
+    every: int | None = None        # clocks; 0: only when the job is asked to stop
+    seconds: float | None = None    # or seconds between checkpoints; 0: by clocks
+    keep: int | None = None
+    resume: str | None = None       # a checkpoint directory to continue from
+    allow_changed_data: bool = False   # resume even if --train changed since the checkpoint
+
+    def check(self) -> None:
+        """ConfigError for intervals or counts out of range, a --resume that is no directory."""
+        if (self.every or 0) < 0 or (self.seconds or 0) < 0:
+            raise ConfigError("--checkpoint-every must not be negative")
+        if self.keep is not None and self.keep < 1:
+            raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep}")
+        if self.resume is not None and not os.path.isdir(self.resume):
+            raise ConfigError(f"--resume {self.resume}: no such directory")
+        if self.allow_changed_data and self.resume is None:
+            raise ConfigError("--allow-changed-data applies to --resume only")
+
+    @property
+    def on(self) -> bool:
+        """Whether checkpoints are written as training goes (not only when asked to stop)."""
+        return self.every > 0 or self.seconds > 0
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Wide & Deep's network cut into stages across workers (see stage_part)."""
+    stages: int = 1
+    micro_batches: int = 4          # a minibatch's parts in the pipeline
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+
+    def __post_init__(self):
+        _set_choice(self, "schedule", Schedule, "--pipeline")
+
+
+@dataclass(frozen=True)
+class PushConfig:
+    """What a worker's pushes send of its gradients (see pushfilter)."""
+    values: PushValues = PushValues.FLOAT32
+    threshold: float = 0.0          # a key's row is held back while all its entries are below
+    skip_zeros: bool = False        # ftrl --l1: held back while its weight would stay 0
+
+    def __post_init__(self):
+        _set_choice(self, "values", PushValues, "--push-values")
+
+    @property
+    def filtered(self) -> bool:
+        """Whether pushes go through a push filter."""
+        return self.values != PushValues.FLOAT32 or self.threshold > 0 or self.skip_zeros
+
+
+@dataclass(frozen=True)
+class DiagnosticsConfig:
+    """Progress lines, snapshots and testing aids."""
+    log_every: float = 5.0
+    snapshot_every: float | None = None
+    record_pulls: bool = False
+    stragglers: tuple = ()          # ((worker, slowdown factor), ...): a testing aid
+    test_events: tuple = ()         # events at a point of the job: a testing aid (testevents)
+
+    def check(self, workers: int) -> None:
+        """ConfigError for a straggler that is no worker of `workers`, or named twice, or a
+        snapshot interval not positive."""
+        slowed = [worker for worker, _ in self.stragglers]
+        if len(set(slowed)) < len(slowed):
+            raise ConfigError(f"--straggler names a worker more than once: {sorted(slowed)}")
+        for worker, factor in self.stragglers:
+            if not 0 <= worker < workers:
+                raise ConfigError(f"--straggler {worker}:{factor}: worker {worker} does not exist "
+                                  f"(workers are 0..{workers - 1})")
+            if not 1 <= factor < float("inf"):
+                raise ConfigError(f"--straggler {worker}:{factor}: the factor must be >= 1")
+        if self.snapshot_every is not None and not self.snapshot_every > 0:
+            raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
 
     def slowdown(self, worker: int) -> float:
         return dict(self.stragglers).get(worker, 1.0)
 
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["optimizer"] = asdict(self.optimizer)
-        return d
+
+# The record's flat keys, in its order, and where each is in a TrainConfig (part, field).
+RECORD = (("train", "data", "train"), ("out", "data", "out"), ("test", "data", "test"),
+          ("servers", "layout", "servers"), ("replicas", "faults", "replicas"),
+          ("spares", "faults", "spares"), ("vnodes", "layout", "vnodes"),
+          ("epochs", "solver", "epochs"), ("batch_size", "solver", "batch_size"),
+          ("optimizer", "optimizer", None), ("average_after", "solver", "average_after"),
+          ("bias", "model", "bias"), ("consistency", "consistency", "mode"),
+          ("staleness", "consistency", "staleness"),
+          ("stragglers", "diagnostics", "stragglers"),
+          ("test_events", "diagnostics", "test_events"),
+          ("record_pulls", "diagnostics", "record_pulls"),
+          ("snapshot_every", "diagnostics", "snapshot_every"),
+          ("skip_bad_lines", "data", "skip_bad_lines"), ("overwrite", "data", "overwrite"),
+          ("checkpoint_dir", "checkpointing", "dir"),
+          ("checkpoint_every", "checkpointing", "every"),
+          ("checkpoint_seconds", "checkpointing", "seconds"),
+          ("keep_checkpoints", "checkpointing", "keep"),
+          ("resume", "checkpointing", "resume"),
+          ("allow_changed_data", "checkpointing", "allow_changed_data"),
+          ("timeout", "faults", "timeout"), ("disk_wait", "faults", "disk_wait"),
+          ("log_every", "diagnostics", "log_every"), ("solver", "solver", "name"),
+          ("dim", "solver", "dim"), ("history", "solver", "history"),
+          ("max_iter", "solver", "max_iter"), ("tol", "solver", "tol"),
+          ("max_rank_memory", "layout", "max_rank_memory"), ("model", "model", "name"),
+          ("factors", "model", "factors"), ("embedding_dim", "model", "embedding_dim"),
+          ("hidden", "model", "hidden"), ("fields", "model", "fields"),
+          ("format", "data", "format"), ("stages", "pipeline", "stages"),
+          ("micro_batches", "pipeline", "micro_batches"), ("pipeline", "pipeline", "schedule"),
+          ("push_values", "push", "values"), ("push_threshold", "push", "threshold"),
+          ("push_skip_zeros", "push", "skip_zeros"))
 
 
+@dataclass(frozen=True)
+class TrainConfig:
+    """A training job's configuration: its parts. Built from the command line or from
+    `mpips.train`'s options by run.options."""
+    data: DataConfig
+    layout: LayoutConfig = field(default_factory=LayoutConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: Optimizer = field(default_factory=Optimizer)
+    solver: SolverConfig = field(default_factory=SolverConfig)
+    consistency: ConsistencyConfig = field(default_factory=ConsistencyConfig)
+    faults: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)
+    checkpointing: CheckpointConfig = field(default_factory=CheckpointConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    push: PushConfig = field(default_factory=PushConfig)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+
+    def to_record(self) -> dict:
+        """The flat record of this configuration (summary.json, the model files, the
+        checkpoints' manifests): one key per option, the enums as their strings."""
+        record = {}
+        for key, part, name in RECORD:
+            value = getattr(self, part) if name is None else getattr(getattr(self, part), name)
+            if isinstance(value, StrEnum):
+                value = value.value
+            record[key] = asdict(value) if key == "optimizer" else _copy(value)
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict) -> "TrainConfig":
+        """The configuration of a flat record; what it lacks (written by an older version)
+        is the default."""
+        types = get_type_hints(cls)
+        parts: dict = {name: {} for name in types}
+        for key, part, name in RECORD:
+            if key in record and key != "optimizer":
+                value = record[key]
+                parts[part][name] = (tuple(map(tuple, value)) if key == "stragglers" else
+                                     tuple(value) if isinstance(value, list) else value)
+        built = {part: types[part](**values) for part, values in parts.items() if values}
+        built["optimizer"] = Optimizer(**record.get("optimizer", {}))
+        return cls(**built)
+
+    def with_data_fields(self) -> "TrainConfig":
+        """--fields not given: as many as the training data's keys carry (see
+        shards.fields_of), for Wide & Deep."""
+        if self.model.fields is not None:
+            return self
+        fields = fields_of(self.data.train) if self.model.name == ModelName.WIDEDEEP else 0
+        return replace(self, model=replace(self.model, fields=fields))
+
+    @property
+    def server_ranks(self) -> int:
+        """The ranks that serve: the servers and their spares."""
+        return self.layout.servers + self.faults.spares
+
+    def check(self, n_ranks: int) -> None:
+        """Raise ConfigError for anything wrong that every rank can see the same way."""
+        layout, faults, solver = self.layout, self.faults, self.solver
+        if faults.spares < 0:
+            raise ConfigError(f"--spares must be 0 or more, got {faults.spares}")
+        check_servers(self.server_ranks, n_ranks, faults.spares)
+        if not 1 <= faults.replicas <= layout.servers:
+            raise ConfigError(f"--replicas {faults.replicas}: each key is kept on that many "
+                              f"servers, so it must be from 1 to --servers ({layout.servers})")
+        if not 1 <= layout.vnodes <= MAX_VNODES:
+            raise ConfigError(f"--vnodes must be from 1 to {MAX_VNODES} key ranges per server, "
+                              f"got {layout.vnodes}")
+        batch = 1 if solver.batch_size is None else solver.batch_size   # None: chosen later
+        for flag, value in (("--epochs", solver.epochs), ("--batch-size", batch)):
+            if value < 1:
+                raise ConfigError(f"{flag} must be at least 1, got {value}")
+        faults.check()
+        if solver.average_after is not None and self.optimizer.name != "sgd":
+            raise ConfigError(f"--average-after needs --optimizer sgd (got --optimizer "
+                              f"{self.optimizer.name})")
+        self.consistency.check()
+        self.diagnostics.check(n_ranks - self.server_ranks)
+        try:
+            testevents.check(self.diagnostics.test_events, n_ranks, self.server_ranks,
+                             solver.name == Solver.LBFGS)
+        except testevents.EventError as e:
+            raise ConfigError(str(e)) from None
+        self._check_solver()
+        self._check_push_filter()
+        self.with_data_fields().model.spec()   # sizes out of range
+        self._check_stages(n_ranks - self.server_ranks)
+        if layout.max_rank_memory is not None and layout.max_rank_memory < 1 << 20:
+            raise ConfigError(f"--max-rank-memory must be at least 1M, got "
+                              f"{layout.max_rank_memory} bytes")
+        self._check_data()
+        self.checkpointing.check()
+
+    def _check_data(self) -> None:
+        data = self.data
+        check_input(data.train, "--train", data.format)
+        if data.test is not None:
+            check_input(data.test, "--test", data.format)
+            mismatch = format_mismatch(data.test, data_format(data.train),
+                                       f"the model (--train {data.train})")
+            if mismatch:
+                raise ConfigError(f"--test {mismatch}")
+        self._check_fields()
+
+    def _check_stages(self, workers: int) -> None:
+        from ..wire.tags import MAX_MICROS
+        pipe, model, solver = self.pipeline, self.model, self.solver.name
+        if not 1 <= pipe.micro_batches <= MAX_MICROS:
+            raise ConfigError(f"--micro-batches must be from 1 to {MAX_MICROS}, got "
+                              f"{pipe.micro_batches}")
+        if pipe.stages == 1:
+            return
+        if pipe.stages < 1:
+            raise ConfigError(f"--stages must be at least 1, got {pipe.stages}")
+        if model.name != ModelName.WIDEDEEP or solver != Solver.MINIBATCH:
+            raise ConfigError(f"--stages {pipe.stages} splits Wide & Deep's network across "
+                              f"workers: it needs --model widedeep (got --model {model.name}"
+                              f"{' --solver ' + solver if solver != Solver.MINIBATCH else ''})")
+        layers = len(model.hidden) + 1
+        if pipe.stages > layers:
+            raise ConfigError(f"--stages {pipe.stages}: the network has {layers} layers "
+                              f"(--hidden {','.join(map(str, model.hidden))} and the output), "
+                              f"and each stage needs one")
+        if workers % pipe.stages:
+            raise ConfigError(f"--stages {pipe.stages} needs whole pipelines: the job has "
+                              f"{workers} worker(s), not a multiple of {pipe.stages}; launch "
+                              f"{self.server_ranks + pipe.stages * max(workers // pipe.stages, 1)} "
+                              f"ranks, or change --stages or --servers")
+
+    def _check_fields(self) -> None:
+        fields, model, train = self.model.fields, self.model.name, self.data.train
+        if not fields:
+            return
+        if model != ModelName.WIDEDEEP:
+            raise ConfigError(f"--fields {fields} is the number of fields Wide & Deep "
+                              f"concatenates: it needs --model widedeep (got --model "
+                              f"{model})")
+        fixed = fields_of(train)
+        if os.path.isfile(train) and sniff(train).name == "svmlight":
+            raise ConfigError(f"--fields {fields}: --train {train} is svmlight text, "
+                              f"whose features carry no field; use libffm text (label "
+                              f"field:idx:val ...), Criteo or Avazu, or --fields 0 to sum the "
+                              f"embeddings")
+        if fixed and fields < fixed:
+            raise ConfigError(f"--fields {fields}: --train {train} has {fixed} fields "
+                              f"(give --fields {fixed}, or 0 to sum the embeddings)")
+
+    def _check_push_filter(self) -> None:
+        push, optimizer = self.push, self.optimizer
+        if not 0 <= push.threshold < float("inf"):
+            raise ConfigError(f"--push-threshold must be a gradient magnitude >= 0, got "
+                              f"{push.threshold}")
+        if push.skip_zeros and not (optimizer.name == "ftrl" and optimizer.l1 > 0):
+            raise ConfigError(f"--push-skip-zeros holds back gradients of weights FTRL's --l1 "
+                              f"keeps at 0: it needs --optimizer ftrl and --l1 > 0 (got "
+                              f"--optimizer {optimizer.name} --l1 {optimizer.l1:g})")
+        if push.filtered and self.solver.name != Solver.MINIBATCH:
+            raise ConfigError(f"--push-values, --push-threshold and --push-skip-zeros filter "
+                              f"the minibatch solver's pushes; --solver {self.solver.name} "
+                              f"pushes none")
+        if push.filtered and self.pipeline.stages > 1:
+            raise ConfigError(f"--push-values, --push-threshold and --push-skip-zeros filter a "
+                              f"worker's pushes of its minibatch's keys; with --stages "
+                              f"{self.pipeline.stages} the later stages push the network's "
+                              f"layers, whose held-back rows no last push would deliver: train "
+                              f"without the filters, or without --stages")
+
+    def _check_solver(self) -> None:
+        solver, optimizer = self.solver, self.optimizer
+        if solver.name == Solver.MINIBATCH:
+            if optimizer.l1 > 0 and optimizer.name != "ftrl":
+                raise ConfigError(f"--l1 needs --optimizer ftrl or --solver lbfgs (got "
+                                  f"--optimizer {optimizer.name})")
+            return
+        # Full batch: every step needs every worker (BSP by nature); checkpoints are every
+        # so many iterations.
+        mode, model = self.consistency.mode, self.model.name
+        refused = [(mode != Consistency.BSP, f"--consistency {mode}"),
+                   (bool(self.checkpointing.seconds), "--checkpoint-every in seconds (give "
+                                                      "it in iterations)"),
+                   (solver.epochs != 1, f"--epochs {solver.epochs} (see --max-iter)"),
+                   (solver.batch_size is not None, "--batch-size (every step reads all rows)"),
+                   (self.diagnostics.snapshot_every is not None, "--snapshot-every"),
+                   (model != ModelName.LR, f"--model {model} (full batch trains lr)"),
+                   (bool(self.diagnostics.stragglers), "--straggler")]
+        for wrong, flag in refused:
+            if wrong:
+                raise ConfigError(f"--solver lbfgs does not take {flag}")
+        for flag, value, low, high in (("--dim", solver.dim, 1, (1 << 40) - 1),
+                                       ("--history", solver.history, 1, 1000),
+                                       ("--max-iter", solver.max_iter, 1, 10**9)):
+            if not low <= value <= high:
+                raise ConfigError(f"{flag} must be from {low} to {high}, got {value}")
+        if not 0 <= solver.tol < 1:
+            raise ConfigError(f"--tol must be from 0 to 1, got {solver.tol}")
+
+    @property
+    def model_dir(self) -> str:
+        return os.path.join(self.data.out, "model")
+
+    @property
+    def checkpoints(self) -> str:
+        """The directory checkpoints go to."""
+        return self.checkpointing.dir or os.path.join(self.data.out, "checkpoints")
+
+    def with_checkpointing(self, resumed: dict | None) -> "TrainConfig":
+        """The checkpoint settings not given: those of the run resumed (its configuration's
+        record), else the defaults (none by clocks or time, keep 3)."""
+        saved, ckpt = resumed or {}, self.checkpointing
+        fill = {}
+        if ckpt.every is None and ckpt.seconds is None:
+            fill["every"] = saved.get("checkpoint_every") or 0
+            fill["seconds"] = saved.get("checkpoint_seconds") or 0.0
+        if ckpt.keep is None:
+            fill["keep"] = saved.get("keep_checkpoints") or 3
+        return replace(self, checkpointing=replace(ckpt, **fill))
+
+
+def _copy(value):
+    """A record's value: tuples (also nested) stay tuples, as asdict leaves them."""
+    return tuple(map(_copy, value)) if isinstance(value, tuple) else value
 
 
 def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int,
                     compare_data: bool = True) -> None:
     """ConfigError unless this job can continue from the checkpoint: the same workers reading
     the same data in the same minibatches, the same optimizer (servers may differ)."""
-    where = f"--resume {cfg.resume}: the checkpoint at clock {manifest['clock']}"
+    where = f"--resume {cfg.checkpointing.resume}: the checkpoint at clock {manifest['clock']}"
     if manifest["workers"] != n_workers:
         raise ConfigError(f"{where} was written by {manifest['workers']} workers; resume with "
                           f"{manifest['workers']} workers (the number of servers may change)")
     saved = manifest["config"]
-    if os.path.realpath(saved["train"]) != os.path.realpath(cfg.train):
-        raise ConfigError(f"{where} trained on {saved['train']}, not --train {cfg.train}")
-    for flag, field_name, now in (("--batch-size", "batch_size", cfg.batch_size),
-                                  ("--optimizer", None, cfg.optimizer.name),
-                                  ("--no-bias", "bias", cfg.bias),
-                                  ("--solver", "solver", cfg.solver),
-                                  ("--model", "model", cfg.model),
-                                  ("--factors", "factors",
-                                   cfg.factors if cfg.model == "fm" else None),
-                                  ("--embedding-dim", "embedding_dim",
-                                   cfg.embedding_dim if cfg.model == "widedeep" else None),
-                                  ("--hidden", "hidden",
-                                   list(cfg.hidden) if cfg.model == "widedeep" else None),
-                                  ("--fields", "fields",
-                                   cfg.fields if cfg.model == "widedeep" else None),
-                                  ("--stages", "stages", cfg.stages)):   # places per worker
-        then = (saved["optimizer"]["name"] if field_name is None else
-                saved.get(field_name, getattr(TrainConfig, field_name)))
-        then = then or 0 if field_name == "fields" else then   # written before --fields: 0
-        if then != now and now is not None:   # a batch size not given: the checkpoint's
-            raise ConfigError(f"{where} was written with {flag} {then}, this job has {now}")
-    if cfg.solver != "minibatch":   # the solver's history is of this objective
-        for flag, now, then in (("--dim", cfg.dim, saved["dim"]),
-                                ("--history", cfg.history, saved["history"]),
-                                ("--l1", cfg.optimizer.l1, saved["optimizer"]["l1"]),
-                                ("--l2", cfg.optimizer.l2, saved["optimizer"]["l2"])):
-            if then != now:
-                raise ConfigError(f"{where} was written with {flag} {then}, this job has "
-                                  f"{now}")
+    train = cfg.data.train
+    if os.path.realpath(saved["train"]) != os.path.realpath(train):
+        raise ConfigError(f"{where} trained on {saved['train']}, not --train {train}")
+    then, now = TrainConfig.from_record(saved), cfg
+    fm, widedeep = (now.model.name == name for name in (ModelName.FM, ModelName.WIDEDEEP))
+    for flag, before, given in (
+            ("--batch-size", then.solver.batch_size, now.solver.batch_size),
+            ("--optimizer", then.optimizer.name, now.optimizer.name),
+            ("--no-bias", then.model.bias, now.model.bias),
+            ("--solver", then.solver.name, now.solver.name),
+            ("--model", then.model.name, now.model.name),
+            ("--factors", then.model.factors, now.model.factors if fm else None),
+            ("--embedding-dim", then.model.embedding_dim,
+             now.model.embedding_dim if widedeep else None),
+            ("--hidden", list(then.model.hidden), list(now.model.hidden) if widedeep else None),
+            ("--fields", then.model.fields or 0,   # written before --fields: 0
+             now.model.fields if widedeep else None),
+            ("--stages", then.pipeline.stages, now.pipeline.stages)):   # places per worker
+        if before != given and given is not None:   # a batch size not given: the checkpoint's
+            raise ConfigError(f"{where} was written with {flag} {before}, this job has {given}")
+    if cfg.solver.name != Solver.MINIBATCH:   # the solver's history is of this objective
+        for flag, value, before in (("--dim", cfg.solver.dim, saved["dim"]),
+                                    ("--history", cfg.solver.history, saved["history"]),
+                                    ("--l1", cfg.optimizer.l1, saved["optimizer"]["l1"]),
+                                    ("--l2", cfg.optimizer.l2, saved["optimizer"]["l2"])):
+            if before != value:
+                raise ConfigError(f"{where} was written with {flag} {before}, this job has "
+                                  f"{value}")
     recorded = manifest.get("inputs", {}).get("train")
     if recorded is None or not compare_data:
         return   # written before inputs were fingerprinted, or another rank compares them
-    changed = fingerprint.changes(cfg.train, recorded, fingerprint.of_input(cfg.train))
-    if changed and not cfg.allow_changed_data:
-        raise ConfigError(f"{where} was written on other data: --train {cfg.train} changed since "
+    changed = fingerprint.changes(train, recorded, fingerprint.of_input(train))
+    if changed and not cfg.checkpointing.allow_changed_data:
+        raise ConfigError(f"{where} was written on other data: --train {train} changed since "
                           f"({'; '.join(changed)}). The workers' places in it would be wrong; "
                           f"resume on the data it was written on, or pass --allow-changed-data "
                           f"to resume anyway (each worker goes on at the line at or after its "

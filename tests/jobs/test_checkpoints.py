@@ -18,7 +18,7 @@ from watch import complete_checkpoints, rank_pids
 from mpips.storage import checkpoint
 from mpips.models import catalog as models
 from mpips.storage.checkpoint import read_manifest
-from mpips.run.config import TrainConfig
+from mpips.run.config import LayoutConfig
 from mpips.storage.model_files import load_model
 from mpips.wire.placement import Placement
 
@@ -96,7 +96,7 @@ def test_a_checkpoint_of_two_servers_resumes_on_another_number(small_data, unint
     ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
     np.testing.assert_array_equal(ours[0], theirs[0])
     np.testing.assert_array_equal(ours[1], theirs[1])
-    owner = Placement(servers, vnodes=TrainConfig.vnodes)   # the job's
+    owner = Placement(servers, vnodes=LayoutConfig.vnodes)   # the job's
     for s in range(servers):   # each key now lives with its new owner
         with h5py.File(run / "model" / f"server-{s:04d}.h5") as f:
             assert (owner.owners(f["keys"][:]) == s).all()

@@ -14,7 +14,7 @@ from watch import (WatchedJob, complete_checkpoints, frozen_by_event_to_the_end,
                    wait_for_file)
 
 from mpips.storage.checkpoint import read_manifest
-from mpips.run.config import TrainConfig
+from mpips.run.config import LayoutConfig
 from mpips.wire.placement import Placement, describe_ranges
 
 # 3 servers + 2 workers, every key on 2 servers; about 50 clocks an epoch, a checkpoint every
@@ -26,7 +26,7 @@ ROWS = 20000
 KILL_1 = "kill rank 1 at clock 60"
 # The key ranges server 1 answers for, as the jobs place them (3 servers, 2 copies).
 SERVER_1_RANGES = describe_ranges(np.flatnonzero(
-    Placement(3, 2, vnodes=TrainConfig.vnodes).primary_ranges(1)))
+    Placement(3, 2, vnodes=LayoutConfig.vnodes).primary_ranges(1)))
 
 
 def launch(small_data, run, *extra, ranks: int = 5):
@@ -251,7 +251,7 @@ def test_a_spare_stands_in_for_a_killed_server_and_the_survivors_take_on_no_copi
     assert ended.returncode == 0, ended.output
     fired(ended, KILL_1)
     assert "1 spare(s) (server(s) 3-3)" in ended.output
-    held = Placement(3, 2, vnodes=TrainConfig.vnodes).held_ranges(1)
+    held = Placement(3, 2, vnodes=LayoutConfig.vnodes).held_ranges(1)
     assert (f"rank 3 (server 3): WARNING key range(s) {describe_ranges(np.flatnonzero(held))} "
             f"have their copies again") in ended.output
     for rank in (0, 2):

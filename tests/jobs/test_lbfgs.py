@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from support import ULFM, fired, read_summary, run_job, run_mpips
 from sklearn.linear_model import LogisticRegression
 
-from mpips.run.config import TrainConfig
+from mpips.run.config import LayoutConfig
 from mpips.models.evaluate import read_rows
 from mpips.wire.placement import Placement
 
@@ -197,7 +197,7 @@ def test_a_killed_server_of_a_replicated_solver_is_replaced_bitwise(data, whole,
     np.testing.assert_array_equal(model(run, 1 << 18), model(whole_run, 1 << 18))
     [failure] = s["failures"]
     assert failure["server"] == 1 and failure["rank"] == 1
-    before = Placement(3, 2, vnodes=TrainConfig.vnodes)   # the job's
+    before = Placement(3, 2, vnodes=LayoutConfig.vnodes)   # the job's
     anew = before.without({1}).held_ranges(0) & ~before.held_ranges(0)
     assert [r["ranges"] for r in failure["rebuilt"] if "blocks" in r] == \
         [np.flatnonzero(anew).tolist()], "server 0 (whose view the summary keeps) holds " \

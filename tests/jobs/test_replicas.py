@@ -10,7 +10,7 @@ from support import read_summary, run_job, run_mpips
 from watch import complete_checkpoints
 
 from mpips.storage.checkpoint import read_manifest
-from mpips.run.config import TrainConfig
+from mpips.run.config import LayoutConfig
 from mpips.storage.model_files import load_model
 from mpips.wire.placement import Placement
 
@@ -52,7 +52,7 @@ def test_copies_leave_the_model_bitwise_unchanged(single, replicated):
     assert s["keys_stored"] == read_summary(single)["keys_stored"]
     assert s["key_copies_stored"] == 2 * s["keys_stored"]
     assert s["config"]["replicas"] == 2
-    primary = Placement(3, replicas=2, vnodes=TrainConfig.vnodes)   # the job's
+    primary = Placement(3, replicas=2, vnodes=LayoutConfig.vnodes)   # the job's
     for server in range(3):   # each server wrote the keys it answers reads for, no others
         with h5py.File(replicated / "model" / f"server-{server:04d}.h5") as f:
             assert (primary.owners(f["keys"][:]) == server).all()
@@ -100,4 +100,4 @@ def test_the_key_ranges_spread_keys_and_reads_evenly_and_leave_the_bits(small_da
         with h5py.File(run / "model" / f"server-{server:04d}.h5") as f:
             assert f.attrs["ranges"].tolist() == list(range(server, 192, 3))
             assert f.attrs["n_ranges"] == 192
-    assert read_summary(replicated)["config"]["vnodes"] == TrainConfig.vnodes
+    assert read_summary(replicated)["config"]["vnodes"] == LayoutConfig.vnodes

@@ -18,7 +18,7 @@ from mpips.wire import protocol
 from mpips.wire import tags
 from mpips.ranks.bounded import wait_all
 from mpips.worker.kvworker import KVWorker
-from mpips.run.config import TrainConfig
+from mpips.run.config import DataConfig, FaultToleranceConfig, ModelConfig, TrainConfig
 from mpips.base.errors import WaitTimeout
 from mpips.models.evaluate import read_rows
 from mpips.ranks.roles import split
@@ -61,7 +61,9 @@ def margins_of_saved_model(path: str) -> np.ndarray:
 
 def test_every_rank_scores_each_row_once_with_the_trained_model():
     roles = split(2, MPI.COMM_WORLD)
-    cfg = TrainConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank), bias=False, timeout=60)
+    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank)),
+                      model=ModelConfig(bias=False),
+                      faults=FaultToleranceConfig(timeout=60))
     try:
         if roles.is_server:
             server = server_for(roles, capacity=1 << 13,
@@ -82,7 +84,7 @@ def test_every_rank_scores_each_row_once_with_the_trained_model():
         counts = np.array(roles.comm.allgather(margins.shape[0]))
         everything = np.empty(counts.sum())
         roles.comm.Allgatherv(margins.astype(np.float64), [everything, counts])
-        expect = margins_of_saved_model(cfg.test)
+        expect = margins_of_saved_model(cfg.data.test)
         assert counts.sum() == ROWS, f"each row scored once: {counts.tolist()}"
         np.testing.assert_allclose(np.sort(everything), np.sort(expect), rtol=1e-5, atol=1e-5)
     finally:
@@ -91,7 +93,9 @@ def test_every_rank_scores_each_row_once_with_the_trained_model():
 
 def test_a_server_that_answers_no_reads_is_named_within_the_timeout():
     roles = split(2, MPI.COMM_WORLD)
-    cfg = TrainConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank), bias=False, timeout=3)
+    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank)),
+                      model=ModelConfig(bias=False),
+                      faults=FaultToleranceConfig(timeout=3))
     try:
         if roles.is_server and roles.index == 0:
             server = server_for(roles, capacity=1 << 13, timeout=3,
@@ -126,8 +130,9 @@ def test_scoring_a_chunk_longer_than_the_timeout_is_no_timeout(monkeypatch):
     reads between its batches, within 0.3 s on a loaded machine (5x under the timeout)."""
     rows = 32 * 8 * 2000   # a server's chunk: 1/8 of a rank's share of them
     roles = split(2, MPI.COMM_WORLD)
-    cfg = TrainConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank, rows), bias=False,
-                      timeout=1.5)
+    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank, rows)),
+                      model=ModelConfig(bias=False),
+                      faults=FaultToleranceConfig(timeout=1.5))
     slow = Scoring._score
 
     def slowed(self, batch):
@@ -160,7 +165,9 @@ def test_a_read_of_test_keys_before_a_workers_finish_waits_for_it():
     server 1 answers it once the FINISH is in, instead of stopping the job. Here rank 0
     plays server 0 by hand and sends its READ before the workers say FINISH."""
     roles = split(2, MPI.COMM_WORLD)
-    cfg = TrainConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank), bias=False, timeout=60)
+    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank)),
+                      model=ModelConfig(bias=False),
+                      faults=FaultToleranceConfig(timeout=60))
     keys = np.arange(FEATURES, dtype=np.uint64)
     mine = keys[server_for(roles).placement.owners(keys) == 1]
     try:

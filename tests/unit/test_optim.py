@@ -76,3 +76,16 @@ def test_adam_corrects_each_key_by_its_own_count_of_pushes():
     opt.update(state, np.array([0, 1]), np.float32([[1.0], [-3.0]]))
     assert state[1, 0] == pytest.approx(0.01, rel=1e-6) and state[1, 3] == 1
     assert state[0, 3] == 10 and state[0, 0] == pytest.approx(-0.1, rel=1e-5)
+
+
+def test_update_rules_are_registered_by_name_with_their_kernels_columns():
+    from mpips.kernels import optim
+    from mpips.models.optimizer import NAMES, RULES
+    assert NAMES == ("sgd", "adagrad", "ftrl", "adam")   # the order --optimizer lists them
+    for name, rule in RULES.items():
+        assert rule.state_columns == optim.STATE_COLUMNS[name]
+        assert set(rule.parameters) <= {"lr", "l1", "l2", "beta", "eps", "average_from"}
+    with pytest.raises(ValueError, match="no FTRL beta"):
+        Optimizer("ftrl", lr=0.1, beta=None).update(np.zeros((1, 3), np.float32),
+                                                    np.zeros(1, np.int64),
+                                                    np.zeros((1, 1), np.float32))

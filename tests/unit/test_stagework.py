@@ -3,7 +3,7 @@ tasks, the bubble measured from it, what --print-schedule says."""
 import numpy as np
 import pytest
 
-from mpips.run.config import TrainConfig
+from mpips.run.config import DataConfig, ModelConfig, PipelineConfig, TrainConfig
 from mpips.base.errors import ConfigError
 from mpips.pipeline.stage_rank import TASK_RECORD
 from mpips.pipeline.schedule import logged_bubbles
@@ -40,13 +40,17 @@ def test_the_bubble_of_each_logged_step_of_each_copy():
 
 
 def test_print_schedule_describes_the_cut_and_refuses_other_models():
-    cfg = TrainConfig(train="x", model="widedeep", hidden=(64, 32), stages=2,
-                      micro_batches=4)
+    cfg = TrainConfig(data=DataConfig(train="x"),
+                      model=ModelConfig(name="widedeep", hidden=(64, 32)),
+                      pipeline=PipelineConfig(stages=2, micro_batches=4))
     text = describe_pipeline(cfg)
     assert "dense 8x64 relu -> dense 64x32 relu -> dense 32x1 identity" in text
     assert text.count("stage 0:") == 2 and "and the embeddings" in text
     assert "bubble 20.0% of stage time (theory 20.0%)" in text
     with pytest.raises(ConfigError, match="needs --model widedeep"):
-        describe_pipeline(TrainConfig(train="x", stages=2))
+        describe_pipeline(TrainConfig(data=DataConfig(train="x"),
+                                      pipeline=PipelineConfig(stages=2)))
     with pytest.raises(ConfigError, match="the network has 3 layers"):
-        describe_pipeline(TrainConfig(train="x", model="widedeep", stages=4))
+        describe_pipeline(TrainConfig(data=DataConfig(train="x"),
+                                      model=ModelConfig(name="widedeep"),
+                                      pipeline=PipelineConfig(stages=4)))

@@ -54,7 +54,7 @@ def test_a_small_chunk_is_the_smallest_size_wherever_it_is_taken():
 def test_file(tmp_path):
     path = tmp_path / "test.svm"
     path.write_text("".join(f"{i % 2} {i}:1 {i + 7}:0.5\n" for i in range(50)))
-    return HeldOutFile(SimpleNamespace(test=str(path), skip_bad_lines=False))
+    return HeldOutFile(SimpleNamespace(data=SimpleNamespace(test=str(path), skip_bad_lines=False)))
 
 
 def test_a_chunk_handed_out_is_read_as_the_lines_that_start_in_it(test_file):
@@ -74,7 +74,8 @@ def test_a_chunk_outside_the_file_is_refused_naming_who_handed_it_out(test_file,
 
 def test_a_missing_test_file_names_it(tmp_path):
     with pytest.raises(InputError, match="--test .*gone.svm"):
-        HeldOutFile(SimpleNamespace(test=str(tmp_path / "gone.svm"), skip_bad_lines=False))
+        HeldOutFile(SimpleNamespace(data=SimpleNamespace(test=str(tmp_path / "gone.svm"),
+                                                         skip_bad_lines=False)))
 
 
 def test_bad_lines_in_chunks_are_numbered_right_and_said_five_times_in_all(tmp_path, caplog):
@@ -85,7 +86,7 @@ def test_bad_lines_in_chunks_are_numbered_right_and_said_five_times_in_all(tmp_p
     bad = {3, 40, 41, 77, 120, 160, 199}
     path.write_text("".join("1 this:is:bad\n" if i in bad else f"{i % 2} {i}:1\n"
                             for i in range(1, 201)))
-    test = HeldOutFile(SimpleNamespace(test=str(path), skip_bad_lines=True))
+    test = HeldOutFile(SimpleNamespace(data=SimpleNamespace(test=str(path), skip_bad_lines=True)))
     with caplog.at_level("WARNING", logger="mpips"):
         rows = 0
         skipped = 0
