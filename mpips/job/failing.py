@@ -26,7 +26,9 @@ def log_failure(e: Exception) -> str:
     text = str(e) if isinstance(e, MpipsError) else f"{type(e).__name__}: {e}"
     logging.getLogger("mpips").error("%s", text if isinstance(e, MpipsError)
                                      else traceback.format_exc())
-    e.reported = True   # the command line does not log it again
+    # The command line does not log it again. Any exception (a bug's too) carries the mark:
+    # MpipsError declares it; the command line reads it with getattr.
+    e.reported = True  # type: ignore[attr-defined]
     return text
 
 

@@ -29,7 +29,7 @@ from ..run.config import TrainConfig
 from ..run.startup import process_age, ready
 from ..storage import checkpoint
 from ..wire.tags import LOSS_TAG
-from ..worker.dense_client import DenseClient
+from ..worker.dense_client import Dense, DenseClient
 from ..worker.kvworker import KVWorker
 from .failing import saving_on_failure
 from .part_result import PartResult
@@ -96,7 +96,9 @@ class FullBatchWorker:
         self.stop_asked = False   # a stop signal (Slurm's warning, SIGUSR1) reached some worker
         self.budget = Budget(cfg.layout.max_rank_memory, f"worker {roles.index}")
         self.names = lbfgs.tables(cfg.solver.history, cfg.optimizer.l1)
-        self.part = self.tables = None
+        # Its rows and the solver's tables: set by _load, which run() calls first.
+        self.part: Part
+        self.tables: dict[str, Dense]
         self.bad_lines = self.n_total = 0
         self.startup_s = 0.0
 
@@ -197,7 +199,7 @@ class FullBatchWorker:
             resume=_from_json(self.resume[1]["solver"]) if self.resume else None,
             checkpoint=lambda it, state: _checkpoint(cfg, self.ps, self.name, self.n_workers,
                                                      it, state),
-            every=cfg.checkpointing.every, stop=lambda: self.stop_asked)
+            every=cfg.checkpointing.every or 0, stop=lambda: self.stop_asked)
         weights = roles_now["w"]
         stopped = int(steps[-1].iteration) if self.stop_asked else -1
         mean_loss = math.nan
@@ -246,6 +248,7 @@ def _checkpoint(cfg: TrainConfig, ps: DenseClient, name: str, n_workers: int,
     except (OSError, SaveError) as e:
         log.warning("checkpoint at iteration %d not written: %s", iteration, e)
         return
+    assert cfg.checkpointing.keep is not None, "TrainConfig.with_checkpointing() fills it in"
     checkpoint.prune(cfg.checkpoints, cfg.checkpointing.keep, directory)
     say(f"checkpoint at iteration {iteration}: {directory}")
 

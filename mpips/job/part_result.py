@@ -24,7 +24,7 @@ def no_tasks() -> np.ndarray:
 
 @dataclass
 class PartResult:
-    record: dict             # this rank's figures (summary.new_record)
+    record: np.ndarray       # this rank's figures (summary.new_record)
     margins: np.ndarray      # the test rows it scored: their margins, ...
     labels: np.ndarray       # ... and labels
     held: np.ndarray         # a server's hold times per worker (zeros elsewhere)

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -31,7 +32,7 @@ from mpi4py import MPI
 
 from ..base.errors import InputError, ProtocolError, WaitTimeout
 from ..data.shards import CsrShard, open_shard, spans
-from ..data.textfile import KeyIndexer
+from ..data.textfile import KeyIndexer, Rows, TextShard
 from ..run import testevents
 from ..wire import protocol
 from ..wire.protocol import Op
@@ -109,7 +110,7 @@ class HeldOutFile:
     def chunks(self, ranks: int) -> Chunks:
         return Chunks(self.total, ranks, EVAL_BATCH if self.binary else 1)
 
-    def chunk(self, span, sender: str):
+    def chunk(self, span, sender: str) -> CsrShard | TextShard | None:
         """The shard of chunk `span` (start, stop) handed out by `sender`; None for none left
         (or LOST)."""
         start, stop = (int(x) for x in span)
@@ -145,7 +146,7 @@ def worker_share(cfg, roles, kv, deaths: tuple = (), part: tuple | None = None, 
     workers alive (as far as this one knows) or the `part` (this one's, parts) given.
     `model`: what gives margins (a pipeline's first stage), if not the job's model; `hot`:
     under ULFM (each chunk asked for once the last is scored)."""
-    units = []
+    units: list[tuple[int, int]] = []   # the spans of the file scored
     if part is None and shared(cfg):
         shards = _chunks_handed_out(kv, HeldOutFile(cfg), units, ahead=not hot)
     else:
@@ -211,9 +212,10 @@ class HandOut:
 
     def __init__(self, chunks: Chunks):
         self.chunks = chunks
-        self.handed = {}     # worker -> the chunks (start, stop) whose scores it holds
-        self.returned = []   # dead workers' chunks, handed out first
-        self.asking = {}     # worker -> Asked
+        # worker -> the chunks (start, stop) whose scores it holds
+        self.handed: dict[int, list[tuple[int, int]]] = {}
+        self.returned: list[tuple[int, int]] = []   # dead workers' chunks, handed out first
+        self.asking: dict[int, Asked] = {}          # worker -> its request
         self.over = False    # every living worker has been told that none is left
 
     def worker_died(self, worker: int) -> int:
@@ -245,7 +247,7 @@ class HandOut:
 
 @dataclass
 class _Batch:
-    rows: object               # data.Rows
+    rows: Rows
     cols: np.ndarray
     bias_col: int
     out: np.ndarray            # weights, grouped by server
@@ -267,20 +269,24 @@ class Scoring:
         self._cfg = cfg
         self._model = cfg.model.spec()
         self._index = KeyIndexer(self._model.reserved_keys())
-        self._test = None            # the HeldOutFile, once training is over
-        self._chunks = None          # the lead's Chunks, opened at the first CHUNK
-        self._handout = None         # under ULFM, the lead's HandOut of them
-        self._chunk = None           # (request or None, int64[2]) of a chunk asked for
+        self._test: HeldOutFile | None = None   # once training is over
+        self._chunks: Chunks | None = None      # the lead's, opened at the first CHUNK
+        self._handout: HandOut | None = None    # under ULFM, the lead's hand-out of them
+        # (request or None, int64[2]) of a chunk asked for
+        self._chunk: tuple[MPI.Request | None, np.ndarray] | None = None
         self._chunk_asked = 0.0
-        self._shard = None           # the chunk being scored, and its batches
-        self._batches = None
+        # The chunk being scored, and its batches.
+        self._shard: CsrShard | TextShard | None = None
+        self._batches: Iterator[Rows] | None = None
         self._in_flight: list[_Batch] = []
         self._ts = 0
         self._reply_tags = protocol.reply_tags(server.roles.comm.Get_attr(MPI.TAG_UB))
-        self._scored = []            # (margins, labels) of each batch
+        self._scored: list[tuple[np.ndarray, np.ndarray]] = []   # (margins, labels) a batch
         self._scoring = set(range(len(server.roles.servers)))   # servers not done yet
-        self._early_reads = []       # (source, ts, keys, when) of READs before training ended
-        self.began, self.score_s, self.bad_lines, self.units = None, 0.0, 0, 0
+        # (source, ts, keys, when) of READs before training ended
+        self._early_reads: list[tuple[int, int, np.ndarray, float]] = []
+        self.began: float | None = None
+        self.score_s, self.bad_lines, self.units = 0.0, 0, 0
 
     def handlers(self) -> dict:
         return {Op.READ: self.on_read, Op.SCORED: self.on_scored, Op.CHUNK: self.on_chunk}
@@ -339,6 +345,7 @@ class Scoring:
             return False
         rows = next(self._batches, None) if self._batches is not None else None
         if rows is None and self._next_chunk():
+            assert self._batches is not None, "_next_chunk() opened the chunk's batches"
             rows = next(self._batches, None)
         if rows is None:
             return False
@@ -380,6 +387,7 @@ class Scoring:
             self.server.reply(np.array(LOST, np.int64), source, request.header.ts)
         elif self._hot and source not in roles.servers:
             self._opened_chunks()
+            assert self._handout is not None, "_opened_chunks() makes it under ULFM"
             self._handout.asking[roles.worker_index(source)] = Asked(source, request.header.ts)
             self._answer()
         else:
@@ -388,6 +396,7 @@ class Scoring:
 
     def _answer(self) -> None:
         """Under ULFM: the requests for chunks the lead can answer now (see HandOut)."""
+        assert self._handout is not None, "asked for chunks under ULFM: _opened_chunks() made it"
         gone = self.server.clocks.gone
         living = {w for w in range(len(self.server.roles.workers)) if w not in gone}
         for asked, span in self._handout.answers(living):
@@ -455,6 +464,7 @@ class Scoring:
         if request is not None and not request.Test():
             return False
         self._chunk = None
+        assert self._test is not None, "poll() opens it before asking for chunks"
         self._shard = self._test.chunk(answer, "the lead server")
         if self._shard is None:
             return False
@@ -466,6 +476,7 @@ class Scoring:
     def _ask(self, rows) -> _Batch:
         """Read a batch's weights: this server's keys from its table, the others' by READ."""
         server = self.server
+        assert self._shard is not None, "the rows come from its batches"
         keys, cols, bias_col = self._index(rows, self._cfg.model.bias, self._shard.path)
         perm, offsets = server.placement.split(keys)
         grouped = keys if perm is None else keys[perm]

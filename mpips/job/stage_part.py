@@ -52,7 +52,8 @@ class TaskLog:
 
     def __init__(self, worker: int, first: int = 4, last: int = 8):
         self.worker, self.first = worker, first
-        self._first, self._last = [], deque(maxlen=last)
+        self._first: list[np.ndarray] = []
+        self._last: deque[np.ndarray] = deque(maxlen=last)
 
     def add(self, clock: int, began: float, records: np.ndarray) -> None:
         """`records` (pipeline.TASK_RECORD) of the step at `clock` that began at `began`."""
@@ -269,7 +270,8 @@ class Front:
         """Tell the other stages training is over (finished, stopped), scoring is
         (SCORED), or this stage failed (FAILED: said where they wait between minibatches,
         training or scoring; within one they find out from their bounded waits)."""
-        tags = {SCORED: (STAGE_SCORE,), FAILED: (STAGE_HEADER, STAGE_SCORE)}.get(how, (STAGE_HEADER,))
+        tags = {SCORED: (STAGE_SCORE,),
+                FAILED: (STAGE_HEADER, STAGE_SCORE)}.get(how, (STAGE_HEADER,))
         sends = [self.pipe.send(np.array([how, 0.0, 0.0]), s, tag)
                  for s in range(1, self.pipe.stages) for tag in tags]
         wait_all(sends, self.pipe.timeout, lambda: "the other stages to hear that training "
@@ -294,8 +296,10 @@ class Follower:
         self.clock_before = kv.clock
         self.keys = model.reserved_keys(pipe.layers)
         self.layers = pipe.stage_layers(model)
-        self.push, self.tasks, self.weights = None, TaskLog(roles.index), None
-        self.status = {}
+        self.push: int | None = None   # the latest push, not yet waited for
+        self.tasks = TaskLog(roles.index)
+        self.weights: np.ndarray | None = None   # this stage's rows, as last read
+        self.status: dict[str, int] = {}   # what the lead last said of the workers
 
     def run(self, wait_for_others) -> PartResult:
         cfg, kv, pipe = self.cfg, self.kv, self.pipe
@@ -323,7 +327,8 @@ class Follower:
         r["bytes_sent"], r["train_bytes"] = kv.bytes_sent, train_bytes
         r["stopped_at"] = kv.clock if how == STOPPED else -1
         return PartResult(r, np.empty(0), np.empty(0, np.float32),
-                          np.zeros(len(self.roles.workers)), samples=Timeline().samples(), tasks=self.tasks.rows())
+                          np.zeros(len(self.roles.workers)), samples=Timeline().samples(),
+                          tasks=self.tasks.rows())
 
     def _progress(self):
         self.status.update(self.kv.lead.status())

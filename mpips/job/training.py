@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -79,10 +80,11 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
                  "concatenates F fields' instead: a feature's field is given in libffm text, "
                  "known in Criteo's and Avazu's)")
     # One rank reads up to the first example (the sampler, a worker: it parses text anyway).
-    agree(comm, lambda: comm.rank == comm.size - 1 and check_examples(
-        cfg.data.train, "--train", cfg.data.skip_bad_lines), bound,
-          "the last rank to find an example "
-          "in --train")
+    def find_an_example() -> None:
+        if comm.rank == comm.size - 1:
+            check_examples(cfg.data.train, "--train", cfg.data.skip_bad_lines)
+
+    agree(comm, find_an_example, bound, "the last rank to find an example in --train")
     resume = _find_checkpoint(cfg, comm, bound) if cfg.checkpointing.resume else None
     if resume:
         agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.server_ranks,
@@ -106,9 +108,11 @@ def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float
     wrote. Agreed by every rank. Returns the locks, held on rank 0; when the job
     `outlives_lead` (hot failover), they name every server, and a server that comes to lead
     takes them over."""
+    out = cfg.data.out
+    assert out is not None, "train() gives --out its default before this"
     job = _servers(comm, cfg.server_ranks, timeout) if outlives_lead else ()
-    directories = [(cfg.data.out, "--out")]
-    inside = os.path.realpath(cfg.checkpoints).startswith(os.path.realpath(cfg.data.out) + os.sep)
+    directories = [(out, "--out")]
+    inside = os.path.realpath(cfg.checkpoints).startswith(os.path.realpath(out) + os.sep)
     if (cfg.checkpointing.on or resume) and not inside:
         directories.append((cfg.checkpoints, "--checkpoint-dir"))
     locks = rundir.RunLocks([rundir.DirectoryLock(directory, name, flag, job)
@@ -118,16 +122,16 @@ def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float
         if comm.rank != 0:
             return
         locks.acquire()
-        rundir.check_outputs(cfg.data.out, cfg.checkpoints, cfg.data.overwrite,
+        rundir.check_outputs(out, cfg.checkpoints, cfg.data.overwrite,
                              resume[1]["run_id"] if resume else None)
         try:
-            foreign = [os.path.join(cfg.data.out,
-                                    p) for p in rundir.remove_run_outputs(cfg.data.out)]
+            foreign = [os.path.join(out, p) for p in rundir.remove_run_outputs(out)]
             if cfg.data.overwrite and not resume:   # the checkpoints of the run replaced go too
                 foreign += [os.path.join(cfg.checkpoints, p)
                             for p in rundir.remove_checkpoints(cfg.checkpoints)]
         except OSError as e:
-            raise ConfigError(f"cannot remove the earlier run's {e.filename}: {e.strerror}")
+            raise ConfigError(
+                f"cannot remove the earlier run's {e.filename}: {e.strerror}") from None
         if foreign:
             log.warning("left in place, not written by mpips: %s", ", ".join(foreign))
 
@@ -176,14 +180,16 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     ended = False
     try:
         watch = CompileWatch()
-        failures = []   # the servers' deaths this rank saw (server 0's go in the summary)
-        moves = []      # the lead's key range moves (mpips ctl), for the summary
+        # The servers' deaths this rank saw (server 0's go in the summary).
+        failures: list[dict] = []
+        moves: list[dict] = []      # the lead's key range moves (mpips ctl), for the summary
         with watch.watching():
             part = _play_part(cfg, roles, name, resume, placement, failover, failures, locks,
                               hot, moves, ulfm)
         testevents.unfired()
         if watch.compiled:
-            log.warning("numba compiled during the job, after warm-up: %s", "; ".join(watch.compiled))
+            log.warning("numba compiled during the job, after warm-up: %s",
+                        "; ".join(watch.compiled))
         part.record["compile_s"] = compile_s
         part.record["late_compiles"] = len(watch.compiled)
         # Collectives cannot span a dead rank: the survivors finish on their own.
@@ -315,6 +321,7 @@ def _say_what_is_left(cfg: TrainConfig, resume) -> None:
 def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
     """(directory, manifest) of the newest valid checkpoint in --resume, the same on every
     rank: rank 0 verifies the checksums (and says which newer ones it passed over)."""
+    assert cfg.checkpointing.resume is not None, "called under --resume only"
     found = checkpoint.latest_valid(cfg.checkpointing.resume) if comm.rank == 0 else None
     directory = broadcast_text(comm, found[0] if found else "", timeout)
     if not directory:
@@ -367,11 +374,17 @@ def _refuse_a_model_that_lacks_some(records, comm) -> None:
 
 
 def _finish(cfg, roles, name, part: PartResult, started, failures: list,
-            moves: list = ()) -> dict | None:
+            moves: Sequence[dict] = ()) -> dict | None:
     """Gather every rank's figures, the test scores, a full-batch solver's steps, the
     timelines and a pipeline's tasks (`part`: this rank's); rank 0 writes the summary and
     RUN_DIR/timeline.h5."""
     comm = roles.comm
+    # Gathered to rank 0 below: None elsewhere.
+    margins: np.ndarray | None
+    labels: np.ndarray | None
+    steps: np.ndarray | None
+    samples: np.ndarray | None
+    tasks: np.ndarray | None
     record, margins, labels, held = part.record, part.margins, part.labels, part.held
     steps, samples, tasks = part.steps, part.samples, part.tasks
     record["samples"], record["tasks"] = samples.shape[0], tasks.shape[0]
@@ -397,6 +410,8 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
     scored = stopped or covered(cfg, int(records["test_units"].sum()))
     result = None
     if comm.rank == 0:
+        assert steps is not None and samples is not None and tasks is not None, \
+            "gathered to rank 0"
         result = summary.build(
             records, len(roles.servers), margins if scored else None, labels, held,
             run_id=name, config=cfg.to_record(), consistency=cfg.consistency.mode,
@@ -411,6 +426,7 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
             result["pipeline"] = _pipeline_figures(cfg, tasks)
         timeline.write(cfg.data.out, samples, records["samples"], len(roles.servers), name, tasks)
         summary.print_lines(result, summary.write(cfg.data.out, result))
+    error: MpipsError
     if stopped:   # every rank sees the same records, so all end alike
         error = JobStopped(f"stopped at {'clock' if cfg.solver.name == 'minibatch' else 'iteration'} "
                            f"{stopped_at} after writing a checkpoint; continue with --resume "

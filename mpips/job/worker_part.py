@@ -6,6 +6,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Iterator
 
 import numpy as np
 from mpi4py import MPI
@@ -98,12 +99,15 @@ class WorkerLoop:
         self.slowdown = cfg.diagnostics.slowdown(roles.index)
         self.handing_on = front is None
         self.examples, self.loss = 0, 0.0
-        self.push_ts = None           # the latest push, not yet waited for
+        self.push_ts: int | None = None   # the latest push, not yet waited for
         self.stopped = False          # the job stopped (a checkpoint holds the model)
-        self.left = None              # the Minibatch from which this worker left its rows
+        self.left: Minibatch | None = None   # the minibatch from which it left its rows
         self.finished = False         # FINISH said
         self.timeline = Timeline()
-        self.work = self.stream = None
+        # This worker's rows and its stream of minibatches: set by _start, which run() calls
+        # first.
+        self.work: Work
+        self.stream: Iterator[Minibatch]
         self.t0 = self.mark = self.startup_s = 0.0
         self.position = position      # where a checkpoint says this worker stood
         if position:
@@ -178,9 +182,10 @@ class WorkerLoop:
         meanwhile, until none is left, the job stops or this worker leaves."""
         while True:
             current = next(self.stream, None)
-            pull = self.kv.pull(current.keys) if current else None
-            while current is not None:
-                current, pull = self._step(current, pull)
+            if current is not None:
+                pull = self.kv.pull(current.keys)
+                while current is not None:
+                    current, pull = self._step(current, pull)
             if self.stopped or self.left or not self.handing_on or not self._more_to_train():
                 return
             self.stream = self.work.minibatches(self.work.epoch, self.work.segment + 1)
@@ -200,11 +205,13 @@ class WorkerLoop:
         except Stopped:
             self.stopped = True
             return None, None
+        assert weights is not None, "waiting for a pull returns its values"
         grad = self._gradient(current, weights)
         # Where the next minibatch starts, for checkpoints: the servers note it with the push.
-        kv.report(self.examples, self.loss, current.progress,
-                  *((upcoming.epoch, upcoming.start, upcoming.segment) if upcoming
-                    else (self.cfg.solver.epochs, -1, 0)), taken=self.work.taken)
+        epoch, start, segment = ((upcoming.epoch, upcoming.start, upcoming.segment) if upcoming
+                                 else (self.cfg.solver.epochs, -1, 0))
+        kv.report(self.examples, self.loss, current.progress, epoch, start, segment,
+                  taken=self.work.taken)
         self._sample(time.monotonic() - self.t0)
         self._push(current, grad, last=upcoming is None or self.lead.asked_to_leave)
         self._straggle(waited)

@@ -3,11 +3,12 @@ training data, then the shares of other workers' rows it took when they died, le
 theirs with a worker joining; cut in minibatches.
 """
 import logging
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
 
-from ..data.textfile import KeyIndexer
+from ..data.textfile import KeyIndexer, Rows
 from ..data.workplan import Handover, WorkPlan
 from ..ranks.bounded import wait_until
 from ..run.config import TrainConfig
@@ -19,7 +20,7 @@ log = logging.getLogger("mpips")
 
 class Minibatch(NamedTuple):
     """A minibatch of a worker's rows, its keys found."""
-    rows: object            # the reader's batch (its `start`: a byte offset or row)
+    rows: Rows              # the reader's batch (its `start`: a byte offset or row)
     keys: np.ndarray        # sorted unique uint64: what it pulls
     cols: np.ndarray        # each entry's column in the pulled rows
     bias_col: int
@@ -44,7 +45,7 @@ class Work:
         self.taken = list(taken)   # the epochs at which it took its shares
         self.epoch = 0             # the epoch and segment of the latest minibatch handed out
         self.segment = 0
-        self._told = {}            # deaths told of out of order: number -> Handover
+        self._told: dict[int, Handover] = {}   # deaths told of out of order, by number
         self._rejoin_at = (0, 0)   # where shares given after it left begin (see leave)
 
     def catch_up(self, lead: LeadChannel, deaths: int, timeout: float) -> None:
@@ -151,7 +152,8 @@ class Work:
                     "changed data: going on at %d", reader.path, offset, point)
         return epoch, segment, point
 
-    def minibatches(self, first_epoch: int = 0, first_segment: int = 0, offset: int = -1):
+    def minibatches(self, first_epoch: int = 0, first_segment: int = 0,
+                    offset: int = -1) -> Iterator[Minibatch]:
         """Each Minibatch from `first_epoch` on, starting at `offset` of `first_segment` (a
         byte or row; -1: its beginning). Shares taken meanwhile join the epoch being
         trained."""

@@ -11,8 +11,8 @@ class BackupParts:
     """The parts of pushes each server backs up, under a worker's current placement."""
 
     def __init__(self):
-        self._version = None    # the placement `_backs` was found for
-        self._backs = None
+        self._version: int | None = None    # the placement `_backs` was found for
+        self._backs: dict[int, list[int]] | None = None
 
     def of(self, p: Placement, living: list, keys: np.ndarray, values: np.ndarray,
            skeys: np.ndarray, svalues: np.ndarray, offsets: np.ndarray) -> dict:
@@ -34,22 +34,20 @@ class BackupParts:
             parts[t] = [(skeys[a:b], svalues[a:b]) for a, b in slices if a < b]
         return {t: p for t, p in parts.items() if p}
 
-    def _backs_up(self, p: Placement, living: list) -> dict | None:
+    def _backs_up(self, p: Placement, living: list) -> dict[int, list[int]] | None:
         """{server: the primaries whose every range it backs up}, for placement `p`; None if
         some server backs up part of a primary's ranges only."""
         if self._version == p.version:
             return self._backs
-        backs = {t: [] for t in living}
+        backs: dict[int, list[int]] = {t: [] for t in living}
         for s in living:
             mine = p.primary_ranges(s)
             for t, primaries in backs.items():
                 held = p.backup_ranges(t)[mine]
                 if held.any() and not held.all():
-                    backs = None
-                    break
+                    self._version, self._backs = p.version, None
+                    return None
                 if held.any():
                     primaries.append(s)
-            if backs is None:
-                break
         self._version, self._backs = p.version, backs
         return backs

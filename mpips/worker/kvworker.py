@@ -50,7 +50,7 @@ class KVWorker(Link):
         self.width = width
         self.filter = push_filter or Plain()
         self.wait_s = 0.0         # time spent blocked in wait() on pulls
-        self._pulled = deque(maxlen=2)   # Pulled: the recent pulls
+        self._pulled: deque[Pulled] = deque(maxlen=2)   # the recent pulls
         self._backups = BackupParts()
         self.lead = LeadChannel(self)
 
@@ -157,6 +157,7 @@ class KVWorker(Link):
         n = own.stop - own.start
         own_keys, nkeys = ((skeys[sa:sb],), sb - sa) if pulled is None else ((), n)
         if pulled is not None and sb - sa < n:   # some rows held back
+            assert out.skept is not None, "a push filter that holds rows back says which"
             own_keys, encoding = (protocol.bitmap(out.skept[own]),), encoding | protocol.MASK
         payload = (*own_keys, own_values)
         if parts:   # one message: the backed-up part first (see protocol.unpack)
@@ -169,6 +170,7 @@ class KVWorker(Link):
                                flags=flags,
                                **({} if pulled is None else same_keys_push(pulled.ts))))
         return sends
+
     def wait(self, ts: int) -> np.ndarray | None:
         """Complete request `ts`; for a pull, return the values in the order of its keys."""
         pending = self._pending[ts]
@@ -201,19 +203,22 @@ class KVWorker(Link):
     def _values(self, ts: int, pending: Pending, waited: float) -> np.ndarray:
         """The answer to completed request `ts`: a pull's values in the order of its keys (kept
         for the push that follows), or what the lead said."""
+        out = pending.out
+        assert out is not None, "wait() answers requests without an output before this"
         for r in pending.replies:
             if r.copy:
-                pending.out[r.rows] = r.into
+                out[r.rows] = r.into
         if not pending.to_lead:   # a pull's
             self.wait_s += waited
-        values = pending.out
+        values = out
         if pending.perm is not None:
-            values = np.empty_like(pending.out)
-            values[pending.perm] = pending.out
+            values = np.empty_like(out)
+            values[pending.perm] = out
         for p in self._pulled:
             if p.ts == ts:
                 p.completed, p.values = True, values
         return values
+
     # Failover: servers that died, and key ranges that moved.
 
     def _repair(self, pending: Pending) -> None:
@@ -226,9 +231,10 @@ class KVWorker(Link):
             if r.server not in dead or r.done:   # (a dead server may have answered first)
                 living.append(r)
                 continue
-            if pending.to_lead:
+            if pending.ask_next_lead is not None:   # (to_lead)
                 living.append(pending.ask_next_lead(pending))
                 continue
+            assert pending.out is not None, "a request with replies has an output (a pull's)"
             living += self._ask_again(pending, np.arange(pending.out.shape[0])[r.rows])
         pending.replies = living
         pending.version = self._placement.version
@@ -265,6 +271,7 @@ class KVWorker(Link):
     def _ask_owners(self, pending: Pending) -> None:
         """A read refused because key ranges moved: all its keys asked again of their owners
         under the current placement."""
+        assert pending.keys is not None, "only pulls are refused, and a pull keeps its keys"
         pending.sends = []
         pending.replies = self._ask_again(pending, np.arange(pending.keys.shape[0]))
         pending.version = pending.sent_by = self._placement.version
@@ -272,6 +279,7 @@ class KVWorker(Link):
     def _ask_again(self, pending: Pending, rows: np.ndarray) -> list:
         """Send the keys at `rows` of a pull (its output's rows) to their primaries under the
         current placement, as one new request; their replies, copied into place on arrival."""
+        assert pending.keys is not None, "only pulls are asked again, and a pull keeps its keys"
         keys, p = pending.keys[rows], self._placement
         owners = p.owners(keys)
         order = np.lexsort((keys, owners))   # by owner, each owner's keys sorted

@@ -65,12 +65,12 @@ class LeadChannel:
                              ask_next_lead=ask_next_lead, timeout=timeout))
         return ts
 
-    def notices(self) -> list:
+    def notices(self) -> list[tuple[int, Handover]]:
         """The hand-overs the lead server has told this worker of since the last call:
         (number, workplan.Handover), in the order they arrived. A notice to leave, to give
         rows to a worker that joins or to join sets `asked_to_leave`, `asked_to_give` or
         `join_clock`."""
-        out = []
+        out: list[tuple[int, Handover]] = []
         status = MPI.Status()
         comm = self.kv.comm
         while True:

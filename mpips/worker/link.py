@@ -1,6 +1,8 @@
 """A worker's link to the servers (see Link), beneath its key-value requests (kvworker), its
 conversation with the lead (lead_channel) and its dense tables (dense_client).
 """
+from collections.abc import Sequence
+
 import numpy as np
 from mpi4py import MPI
 
@@ -30,14 +32,14 @@ class Link:
         self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
         self._pending: dict[int, Pending] = {}
         self._ts = 0
-        self._report = None
+        self._report: protocol.Report | None = None
 
     @property
     def placement(self) -> Placement:
         return self._placement
 
     def report(self, examples: int, loss: float, progress: float, epoch: int = 0,
-               offset: int = 0, segment: int = 0, taken: tuple = ()) -> None:
+               offset: int = 0, segment: int = 0, taken: Sequence[int] = ()) -> None:
         """Figures carried by this worker's next clock push and its FINISH: examples trained
         on, their summed loss, epochs done (fractional), for the servers' progress lines; and
         where the next minibatch starts (epoch, segment of the work plan, byte offset or
