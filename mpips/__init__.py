@@ -24,13 +24,12 @@ _PUBLIC = {
     "train": "api",
     "Model": "api",
     "FullBatchModel": "api",
-    **{name: "base.errors" for name in (
-        "MpipsError", "ConfigError", "InputError", "DamagedFile", "ProtocolError",
-        "WaitTimeout", "Interrupted", "Stopped", "SaveError", "CheckpointsFailing",
-        "Diverged")},
+    **dict.fromkeys(("MpipsError", "ConfigError", "InputError", "DamagedFile", "ProtocolError",
+                     "WaitTimeout", "Interrupted", "Stopped", "SaveError", "CheckpointsFailing",
+                     "Diverged"), "base.errors"),
 }
 
-__all__ = sorted(_PUBLIC) + ["__version__"]
+__all__ = [*sorted(_PUBLIC), "__version__"]
 
 
 def __getattr__(name: str):

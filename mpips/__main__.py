@@ -11,7 +11,7 @@ if sys.argv[1:2] == ["train"]:
     # importing scipy.linalg: a quarter of a second for every rank of every launch when scipy
     # is installed. No mpips kernel calls BLAS (the network's layers use numpy's), and a
     # training rank uses nothing of scipy.
-    sys.modules.setdefault("scipy.linalg.cython_blas", None)
+    sys.modules.setdefault("scipy.linalg.cython_blas", None)  # type: ignore[arg-type]  # None: not importable
     # numpy's OpenBLAS starts a thread for every core as it loads (about 40 ms of each rank's
     # start), and ranks that fill the cores then share them with each other's BLAS threads,
     # which spin: the power iteration on the defaults' sample took 0.3 s instead of 0.04.
@@ -22,6 +22,6 @@ if sys.argv[1:2] == ["train"]:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
         os.environ["OPENBLAS_NUM_THREADS"] = str(max(1, cores // max(int(local), 1)))
 
-from .cli.main import main  # noqa: E402
+from .cli.main import main
 
 main()

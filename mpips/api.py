@@ -12,15 +12,21 @@ import os
 
 import numpy as np
 
-from .models import catalog as models
-from .storage.checkpoint import MANIFEST, read_manifest, verify
-from .data.textfile import Rows
-from .storage.dense_files import read_table
-from .models.evaluate import full_batch_margins, known_fraction, margins_of, read_rows, warn_if_few_known
-from .storage.model_files import ModelInfo, load_full_batch, load_model, model_dir_of, model_info
 from .base.files import open_hdf5
-from .models.optimizer import Optimizer
 from .data.shards import format_mismatch
+from .data.textfile import Rows
+from .models import catalog as models
+from .models.evaluate import (
+    full_batch_margins,
+    known_fraction,
+    margins_of,
+    read_rows,
+    warn_if_few_known,
+)
+from .models.optimizer import Optimizer
+from .storage.checkpoint import MANIFEST, read_manifest, verify
+from .storage.dense_files import read_table
+from .storage.model_files import ModelInfo, load_full_batch, load_model, model_dir_of, model_info
 
 
 class Model:
@@ -147,13 +153,13 @@ def _from_checkpoint(directory: str) -> Model:
     if info.full_batch:   # the solver's point is the table in the role of w (see lbfgs)
         point = manifest["solver"]["roles"]["w"]
         return FullBatchModel(read_table(files, point).reshape(-1), info, directory)
-    keys, states = [], []
+    key_parts, state_parts = [], []
     for path in files:
         with open_hdf5(path) as f:
-            keys.append(f["keys"][:])
-            states.append(f["state"][:])
-    keys, state = np.concatenate(keys), np.concatenate(states)
-    keys, first = np.unique(keys, return_index=True)   # copies (--replicas) once
+            key_parts.append(f["keys"][:])
+            state_parts.append(f["state"][:])
+    keys, first = np.unique(np.concatenate(key_parts), return_index=True)   # copies once
+    state = np.concatenate(state_parts)
     state = state[first]
     width = models.from_config(info.config).width
     weights = Optimizer(**info.config["optimizer"]).weights(state, width, manifest["clock"])

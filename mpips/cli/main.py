@@ -6,11 +6,11 @@ import os
 import sys
 import traceback
 
+from ..ranks.exits import exit_together, launch_rank, print_out
+from ..run.options import config_of, train_parser
 from . import ctl
 from .datacommands import convert_parser, make_data_parser
-from ..ranks.exits import exit_together, launch_rank, print_out
 from .readouts import inspect_parser, report_parser, schedule_parser, score_parser
-from ..run.options import config_of, train_parser
 
 DESCRIPTION = """\
 mpips: parameter-server training on an MPI job. Launch `train` with mpiexec or
@@ -50,12 +50,19 @@ def _run_train(args) -> None:
     """`train` on this rank: the job, then an exit status and a message for each way it ends."""
     from mpi4py import MPI
 
-    from ..run import signals
     from ..base.errors import ConfigError, Interrupted, MpipsError
-    from ..ranks.ulfm import LOST, CannotFailOver, KeepAlive, is_failure, leave_after_failure, what_died
-    from ..ranks.ulfm_launch import local_verdict
     from ..base.log import setup
     from ..job.training import JobStopped, NotScored, train
+    from ..ranks.ulfm import (
+        LOST,
+        CannotFailOver,
+        KeepAlive,
+        is_failure,
+        leave_after_failure,
+        what_died,
+    )
+    from ..ranks.ulfm_launch import local_verdict
+    from ..run import signals
 
     world = MPI.COMM_WORLD
     log = setup(f"rank {world.rank}")
@@ -96,7 +103,7 @@ def _run_train(args) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(e.exit_status)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (any failure: said once, then every rank stops)
             if is_failure(e):   # a rank died where no other takes over its part
                 log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",
                           what_died(world, e), how_to_go_on(cfg), LOST)

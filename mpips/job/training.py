@@ -75,8 +75,9 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     agree(comm, lambda: cfg.check(comm.size), bound)
     cfg = cfg.with_data_fields()
     if comm.rank == 0 and cfg.model.name == "widedeep":
-        log.info("Wide & Deep's network reads %s", f"the {cfg.model.fields} fields' embeddings "
-                 f"concatenated" if cfg.model.fields else "the sum of a row's embeddings (--fields F "
+        log.info("Wide & Deep's network reads %s",
+                 f"the {cfg.model.fields} fields' embeddings concatenated" if cfg.model.fields
+                 else "the sum of a row's embeddings (--fields F "
                  "concatenates F fields' instead: a feature's field is given in libffm text, "
                  "known in Criteo's and Avazu's)")
     # One rank reads up to the first example (the sampler, a worker: it parses text anyway).
@@ -246,8 +247,9 @@ def _say_how_it_runs(cfg: TrainConfig, roles: Roles, name: str, resume, verdict:
         log.warning("--stages %d: a dead worker stops the job (exit 75, to resume from the "
                     "last checkpoint); dead servers are still stood in for", cfg.pipeline.stages)
     log.info("run %s: %d server(s)%s, %d worker(s), writing to %s", name, cfg.layout.servers,
-             f" and {cfg.faults.spares} spare(s) (server(s) {cfg.layout.servers}-{cfg.server_ranks - 1})"
-             if cfg.faults.spares else "", len(roles.workers), cfg.data.out)
+             f" and {cfg.faults.spares} spare(s) (server(s) "
+             f"{cfg.layout.servers}-{cfg.server_ranks - 1})" if cfg.faults.spares else "",
+             len(roles.workers), cfg.data.out)
     if resume:
         if cfg.solver.name == "minibatch":
             _say_what_is_left(cfg, resume)
@@ -325,7 +327,8 @@ def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
     found = checkpoint.latest_valid(cfg.checkpointing.resume) if comm.rank == 0 else None
     directory = broadcast_text(comm, found[0] if found else "", timeout)
     if not directory:
-        error = ConfigError(f"--resume {cfg.checkpointing.resume}: no complete, undamaged checkpoint in it")
+        error = ConfigError(f"--resume {cfg.checkpointing.resume}: no complete, undamaged "
+                            f"checkpoint in it")
         error.reported = comm.rank == 0
         raise error
     return directory, checkpoint.read_manifest(directory)
@@ -428,7 +431,8 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
         summary.print_lines(result, summary.write(cfg.data.out, result))
     error: MpipsError
     if stopped:   # every rank sees the same records, so all end alike
-        error = JobStopped(f"stopped at {'clock' if cfg.solver.name == 'minibatch' else 'iteration'} "
+        step = "clock" if cfg.solver.name == "minibatch" else "iteration"
+        error = JobStopped(f"stopped at {step} "
                            f"{stopped_at} after writing a checkpoint; continue with --resume "
                            f"{cfg.checkpoints}")
         error.reported = comm.rank != 0
@@ -436,7 +440,8 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
     if not scored:
         error = NotScored(f"the model is trained and saved whole in {cfg.model_dir}, but the "
                           f"scores of part of --test {cfg.data.test} died with a rank (see above): "
-                          f"score it with `python -m mpips score {cfg.data.out} --test {cfg.data.test}`")
+                          f"score it with `python -m mpips score {cfg.data.out} "
+                          f"--test {cfg.data.test}`")
         error.reported = comm.rank != 0
         raise error
     return result

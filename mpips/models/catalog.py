@@ -8,22 +8,22 @@ minibatch's CSR columns index those rows; `bias_col` is the bias key's row, or -
 model implements the `Model` protocol (tests/unit/test_model_protocol.py checks it).
 """
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..data.textfile import BIAS_KEY
+from ..base.choices import Choice
 from ..base.errors import ConfigError, InputError
+from ..data.textfile import BIAS_KEY
 from ..kernels.fm import fm_gradient, fm_init, fm_margins
+from ..kernels.hashing import FIELD_SHIFT, MAX_FIELDS
 from ..kernels.logistic import logistic_gradient, logistic_margins
 from ..kernels.mlp import dense_backward, dense_forward, logistic_loss
-from ..kernels.hashing import FIELD_SHIFT, MAX_FIELDS
 from ..kernels.widedeep import scatter_sparse, wide_and_pooled
 from .network import init_layer, mlp
 
 
-class ModelName(StrEnum):
+class ModelName(Choice):
     """--model: the models there are (MODELS)."""
     LR = "lr"
     FM = "fm"
@@ -276,7 +276,8 @@ class WideDeep:
         margin, acts, mlp_weights, own = self._forward(batch, cols, bias_col, weights)
         loss, dmargin = logistic_loss(margin[:, None], batch.labels.astype(np.float64))
         dmargin /= max(len(batch), 1)   # the mean gradient, as the other models give
-        d, grads = dmargin, []
+        d = dmargin
+        grads: list = []   # each layer's (dw, db), the last layer's first
         for i in reversed(range(len(self.layers))):
             d, dw, db = dense_backward(d, acts[i], acts[i + 1], mlp_weights[i][0],
                                        self.layers[i].activation)
@@ -290,7 +291,8 @@ class WideDeep:
 
     def describe(self) -> dict:
         return {"name": self.name, "embedding_dim": self.embedding_dim,
-                "hidden": list(self.hidden), "fields": self.fields, "init_scale": self.init_scale, "seed": self.seed}
+                "hidden": list(self.hidden), "fields": self.fields,
+                "init_scale": self.init_scale, "seed": self.seed}
 
 
 MODELS = {ModelName.LR: LogisticRegression, ModelName.FM: FactorizationMachine,

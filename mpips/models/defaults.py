@@ -172,7 +172,7 @@ def average_from(per_worker: list, batch: int, epochs: float | None = AVERAGE_AF
     their mean is much closer (Polyak and Juditsky 1992)."""
     if epochs is None or not per_worker:
         return None
-    return int(round(epochs * -(-min(per_worker) // batch)))
+    return round(epochs * -(-min(per_worker) // batch))
 
 
 def damping(batch: int) -> float:

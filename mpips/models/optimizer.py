@@ -1,13 +1,13 @@
 """Optimizer settings, and the update rules the servers apply to their state rows,
 registered by name (`register`), as the servers' dense operations are."""
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import numpy as np
 
-from . import defaults
 from ..base.errors import ConfigError
 from ..kernels import optim
+from . import defaults
 
 DEFAULT_FTRL_BETA = 1e-3   # for 1000-row minibatches; a job chooses defaults.damping
 ADAM_BETAS = (0.9, 0.999)

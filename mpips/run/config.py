@@ -4,48 +4,48 @@ enums for its closed choices, the checks every rank can make the same way, and i
 record in summary.json, the model files and the checkpoints' manifests."""
 import os
 from dataclasses import asdict, dataclass, field, replace
-from enum import StrEnum
-from typing import get_type_hints
+from typing import Any, get_type_hints
 
+from ..base.choices import Choice
+from ..base.errors import ConfigError
 from ..data import fingerprint
+from ..data.shards import check_input, data_format, fields_of, format_mismatch
+from ..data.textfile import sniff
 from ..models import catalog as models
 from ..models.catalog import ModelName
-from . import testevents
-from ..base.errors import ConfigError
 from ..models.optimizer import Optimizer
-from ..data.textfile import sniff
 from ..ranks.roles import check_servers
-from ..data.shards import check_input, data_format, fields_of, format_mismatch
+from . import testevents
 
 MAX_VNODES = 4096
 STARTUP_S = 120.0   # the least time a rank waits for the others before training
 
 
-class Solver(StrEnum):
+class Solver(Choice):
     MINIBATCH = "minibatch"   # the servers' optimizers, a push per minibatch
     LBFGS = "lbfgs"           # full batch over dense tables (see fullbatch_part)
 
 
-class Consistency(StrEnum):
+class Consistency(Choice):
     BSP = "bsp"
     SSP = "ssp"
     ASP = "asp"
 
 
-class Schedule(StrEnum):
+class Schedule(Choice):
     """A pipeline's schedule (pipeline.schedule.POLICIES)."""
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
 
 
-class PushValues(StrEnum):
+class PushValues(Choice):
     """How pushed values travel (wire.protocol.ENCODINGS)."""
     FLOAT32 = "float32"
     FLOAT16 = "float16"
     INT8 = "int8"
 
 
-class DataFormat(StrEnum):
+class DataFormat(Choice):
     """The text formats --format names (data.textfile.FORMATS)."""
     SVMLIGHT = "svmlight"
     LIBFFM = "libffm"
@@ -53,7 +53,7 @@ class DataFormat(StrEnum):
     AVAZU = "avazu"
 
 
-def choice(kind: type[StrEnum], value, flag: str):
+def choice(kind: type[Choice], value, flag: str):
     """`value` as a member of `kind`; ConfigError naming `flag` if it is none of them."""
     try:
         return kind(value)
@@ -61,7 +61,7 @@ def choice(kind: type[StrEnum], value, flag: str):
         raise ConfigError(f"{flag} must be one of {', '.join(kind)}, got {value!r}") from None
 
 
-def _set_choice(part, name: str, kind: type[StrEnum], flag: str) -> None:
+def _set_choice(part, name: str, kind: type[Choice], flag: str) -> None:
     value = getattr(part, name)
     if value is not None:
         object.__setattr__(part, name, choice(kind, value, flag))
@@ -204,7 +204,7 @@ class CheckpointConfig:
     @property
     def on(self) -> bool:
         """Whether checkpoints are written as training goes (not only when asked to stop)."""
-        return self.every > 0 or self.seconds > 0
+        return bool(self.every or self.seconds)   # None (not given yet) counts as 0
 
 
 @dataclass(frozen=True)
@@ -316,7 +316,7 @@ class TrainConfig:
         record = {}
         for key, part, name in RECORD:
             value = getattr(self, part) if name is None else getattr(getattr(self, part), name)
-            if isinstance(value, StrEnum):
+            if isinstance(value, Choice):
                 value = value.value
             record[key] = asdict(value) if key == "optimizer" else _copy(value)
         return record
@@ -490,19 +490,25 @@ class TrainConfig:
             raise ConfigError(f"--tol must be from 0 to 1, got {solver.tol}")
 
     @property
+    def run_dir(self) -> str:
+        """--out, which the job sets (to runs/<run id> if not given) before anything reads it."""
+        assert self.data.out is not None, "the run directory is read before the job named it"
+        return self.data.out
+
+    @property
     def model_dir(self) -> str:
-        return os.path.join(self.data.out, "model")
+        return os.path.join(self.run_dir, "model")
 
     @property
     def checkpoints(self) -> str:
         """The directory checkpoints go to."""
-        return self.checkpointing.dir or os.path.join(self.data.out, "checkpoints")
+        return self.checkpointing.dir or os.path.join(self.run_dir, "checkpoints")
 
     def with_checkpointing(self, resumed: dict | None) -> "TrainConfig":
         """The checkpoint settings not given: those of the run resumed (its configuration's
         record), else the defaults (none by clocks or time, keep 3)."""
         saved, ckpt = resumed or {}, self.checkpointing
-        fill = {}
+        fill: dict[str, Any] = {}
         if ckpt.every is None and ckpt.seconds is None:
             fill["every"] = saved.get("checkpoint_every") or 0
             fill["seconds"] = saved.get("checkpoint_seconds") or 0.0

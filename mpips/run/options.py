@@ -6,16 +6,32 @@ import difflib
 import math
 import numbers
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from ..models import catalog as models
-from . import testevents
 from ..base.errors import ConfigError
+from ..models import catalog as models
 from ..models.optimizer import NAMES, Optimizer
-from .config import (CheckpointConfig, Consistency, ConsistencyConfig, DataConfig, DataFormat,
-                     DiagnosticsConfig, FaultToleranceConfig, LayoutConfig, ModelConfig,
-                     PipelineConfig, PushConfig, PushValues, Schedule, Solver, SolverConfig,
-                     TrainConfig)
+from . import testevents
+from .config import (
+    CheckpointConfig,
+    Consistency,
+    ConsistencyConfig,
+    DataConfig,
+    DataFormat,
+    DiagnosticsConfig,
+    FaultToleranceConfig,
+    LayoutConfig,
+    ModelConfig,
+    PipelineConfig,
+    PushConfig,
+    PushValues,
+    Schedule,
+    Solver,
+    SolverConfig,
+    TrainConfig,
+)
 
 TRAIN_EPILOG = """\
 Input is svmlight/libsvm text: `label idx:val idx:val ...`, one example per
@@ -77,7 +93,7 @@ def checkpoint_interval(text: str) -> tuple[int, float]:
             f"(30s, 10m, 2h)") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number, not negative")
-    return (0, value * scale) if scale else (value, 0.0)
+    return (0, value * scale) if scale else (int(value), 0.0)
 
 
 def _size(text: str) -> int:
@@ -89,7 +105,7 @@ def _size(text: str) -> int:
 
 
 def _straggler(text: str):
-    worker, sep, factor = text.partition(":")
+    worker, _sep, factor = text.partition(":")
     try:
         return int(worker), finite_float(factor)
     except (ValueError, argparse.ArgumentTypeError):
@@ -113,7 +129,7 @@ class Option:
     def default(self):
         action = self.spec.get("action")
         return self.spec.get("default", {"store_true": False, "store_false": True,
-                                         "append": []}.get(action))
+                                         "append": []}.get(action or ""))
 
     def value(self, given):
         """The option's value for `given`, a keyword option's: a flag's bool, or a value of
@@ -164,7 +180,7 @@ def _option(group: str, flag: str, **spec) -> Option:
 class _Kind:
     """The Python values a keyword option of one type takes besides its text, and that text."""
     accepts: tuple
-    text: object   # value -> the command line's text for it
+    text: Callable[[Any], str]   # value -> the command line's text for it
     what: str
 
 
