@@ -215,8 +215,8 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
                   now_leads=now_leads)
     # A full-batch job's checkpoints are by iterations, asked for by its driver (fullbatch).
     by_clocks = cfg.checkpoint_every if cfg.solver == "minibatch" else 0
-    checkpoints = Checkpoints(by_clocks, cfg.checkpoint_seconds, roles.index == 0,
-                              len(roles.servers), cfg.max_staleness == 0, positions)
+    checkpoints = Checkpoints(by_clocks, cfg.checkpoint_seconds, len(roles.servers),
+                              cfg.max_staleness == 0, positions)
     server = Server(roles, store, clocks, cfg.timeout, hooks=hooks, progress=progress,
                     dense=dense, record_pulls=cfg.record_pulls, checkpoints=checkpoints,
                     placement=placement, failover=failover, workers_fail_over=hot,

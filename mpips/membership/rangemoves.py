@@ -64,12 +64,12 @@ class RangeMoves:
     agree on (for a move's switch or a worker joining)."""
     def __init__(self, members):
         self.members = members   # the front: its answers to `ctl`, the workers joining
-        self.server = server = members.server
-        self.load = np.zeros(server.placement.n_ranges, np.int64)   # keys read per range
+        self.ctx = ctx = members.ctx
+        self.load = np.zeros(ctx.placement.n_ranges, np.int64)   # keys read per range
         self.move: Move | None = None
         self.floor = 0          # reads split by a placement older than this are refused
         self.asked = False      # a clock is being agreed (MOVE_ASK taken, no MOVE_AT yet)
-        server.copies.on_whole.append(self._whole)
+        ctx.copies.on_whole.append(self._whole)
         # The lead's part:
         self.request = None     # the request being carried out
         self.step = None        # of its move: "planning", "taking", "copying", "agreeing",
@@ -103,7 +103,7 @@ class RangeMoves:
 
     def refusal(self, command: str, target) -> str | None:
         """Why `add-server`, `remove-server` or `rebalance` cannot be carried out, or None."""
-        s = self.server
+        s = self.ctx
         p = s.placement
         if p.dead:
             return (f"server(s) {sorted(p.dead)} died in this launch; key ranges move only "
@@ -137,40 +137,34 @@ class RangeMoves:
     def _ask(self, request: dict, hold: bool) -> None:
         """Every server's keys read per range; with `hold`, also the highest clock it let a
         read through for, holding reads past it until the lead names the next."""
-        s = self.server
+        s = self.ctx
         self.request = request
         if self.step == "planning":
             self.before = s.placement
             self._began = time.monotonic()
             self.steps_in = {}
         self.clocks_in, self.loads = {}, {}
-        for server in self.others():
+        for server in self.ctx.others():
             s.send(protocol.pack(protocol.Header(Op.MOVE_ASK, ref=int(hold))),
                    s.roles.servers[server])
         self.clocks_in[s.roles.index], self.loads[s.roles.index] = self._figures(hold)
         self._name_clock()
 
-    def others(self) -> list:
-        """The living servers but this one."""
-        s = self.server
-        return [i for i in range(s.placement.n_servers)
-                if i != s.roles.index and i not in s.placement.dead]
-
     def _figures(self, hold: bool):
-        gate = self.server.gate
+        gate = self.ctx.gate
         if hold:
             self.asked = True
             gate.ceiling = gate.highest
         return gate.highest, self.load.copy()
 
     def on_ask(self, source: int, r, buf) -> None:
-        s = self.server
+        s = self.ctx
         highest, load = self._figures(hold=bool(r.header.ref))
         s.send(protocol.pack(protocol.Header(Op.MOVE_CLOCK, clock=highest + 1,
                                              nkeys=load.shape[0]), load), source)
 
     def on_clock(self, source: int, r, buf) -> None:
-        s = self.server
+        s = self.ctx
         if self.request is None or self.step not in (None, "planning", "agreeing"):
             raise ProtocolError(f"{s.sender(source)} sent MOVE_CLOCK, but no move is being "
                                 f"agreed")
@@ -182,8 +176,8 @@ class RangeMoves:
         """The lead, every server's figures in: a worker joins at the next clock; or the
         ranges' new owners (then their copies); or, every copy made, the clock they own
         from."""
-        s = self.server
-        if set(self.others()) - set(self.clocks_in):
+        s = self.ctx
+        if set(self.ctx.others()) - set(self.clocks_in):
             return
         clock = max(self.clocks_in.values()) + 1
         if self._joins is not None:
@@ -219,8 +213,8 @@ class RangeMoves:
         self._begin(p.version + 2, fields)
 
     def _tell(self, op: Op, clock: int, version: int, fields: np.ndarray) -> None:
-        s = self.server
-        for server in self.others():
+        s = self.ctx
+        for server in self.ctx.others():
             s.send(protocol.pack(protocol.Header(op, clock=clock, ref=version,
                                                  nkeys=fields.shape[0]), fields),
                    s.roles.servers[server])
@@ -238,7 +232,7 @@ class RangeMoves:
     def _begin(self, version: int, fields: np.ndarray) -> None:
         """The new owners named: take the placement on the way to them (the new holders
         added as backups), so that they receive copies and pushes (see `rangecopies`)."""
-        s = self.server
+        s = self.ctx
         p = s.placement
         if version != p.version + 2 or self.move is not None:
             raise ProtocolError(f"MOVE_AT to placement version {version}, where this server's "
@@ -261,7 +255,7 @@ class RangeMoves:
         c.send_copies()
 
     def _take(self, placement: Placement) -> None:
-        s = self.server
+        s = self.ctx
         s.placement = placement
         s.dense.placement = placement
         s.hooks.placement_changed(placement)
@@ -275,7 +269,7 @@ class RangeMoves:
         self._report("whole", {})
 
     def _switch_at(self, clock: int, version: int) -> None:
-        s, m = self.server, self.move
+        s, m = self.ctx, self.move
         if m is None or m.whole is None or version != m.after.version or m.clock is not None:
             raise ProtocolError(f"MOVE_AT clock {clock} to placement version {version}, but "
                                 f"this server has no move under way whose copies are made")
@@ -283,18 +277,18 @@ class RangeMoves:
         self.agreed()
         s.gate.moving = (clock, version)
         self.reached()
-        s.release()
+        s.reads.release()
 
     def agreed(self) -> None:
         """The clock is named: reads past the highest let through are held no more."""
         self.asked = False
-        self.server.gate.ceiling = None
+        self.ctx.gate.ceiling = None
 
     def reached(self) -> None:
         """After the clocks moved (or the clock was named): once every worker has completed
         the move's clock here, take the new placement (or, if every worker finished before
         it, there is nothing to move)."""
-        s, m = self.server, self.move
+        s, m = self.ctx, self.move
         if m is None or m.clock is None or m.reached is not None:
             return
         slowest = s.clocks.slowest()
@@ -304,7 +298,7 @@ class RangeMoves:
         if slowest < m.clock:
             return
         m.reached = time.monotonic()
-        s.apply_backups()   # the new holders' copies hold every push before the clock
+        s.pushes.apply_backups()   # the new holders' copies hold every push before the clock
         after, me, c = m.after, s.roles.index, s.copies
         gone = s.placement.held_ranges(me) & ~after.held_ranges(me)
         self._take(after)
@@ -336,7 +330,7 @@ class RangeMoves:
                  figures["keys_received"], dropped)
 
     def _report(self, step: str, figures: dict) -> None:
-        s = self.server
+        s = self.ctx
         figures = {"step": step, **figures}
         if s.lead:
             self._step_in(s.roles.index, figures)
@@ -345,7 +339,7 @@ class RangeMoves:
             s.send(protocol.pack(protocol.Header(Op.MOVED), text), s.lead_rank)
 
     def _cancel(self) -> None:
-        s, m = self.server, self.move
+        s, m = self.ctx, self.move
         self.move = None
         s.gate.moving = None
         log.warning("the move named for clock %d was not made: every worker finished first "
@@ -358,7 +352,7 @@ class RangeMoves:
 
     # The lead: the steps of a move.
     def on_moved(self, source: int, r, buf) -> None:
-        s = self.server
+        s = self.ctx
         try:
             figures = json.loads(protocol.error_text(buf))
             step = figures["step"]
@@ -373,10 +367,10 @@ class RangeMoves:
         self._step_in(s.roles.servers.index(source), figures)
 
     def _step_in(self, server: int, figures: dict) -> None:
-        s = self.server
+        s = self.ctx
         step = figures["step"]
         self.steps_in.setdefault(step, {})[server] = figures
-        servers = {s.roles.index, *self.others()}
+        servers = {s.roles.index, *self.ctx.others()}
         if servers - set(self.steps_in[step]):
             return
         if step == "took":   # workers may split keys by it now
@@ -391,7 +385,7 @@ class RangeMoves:
             self._moved()
 
     def _moved(self) -> None:
-        s = self.server
+        s = self.ctx
         before, after = self.before, s.placement
         now = time.time()
         figures = [self.steps_in["moved"][k] for k in sorted(self.steps_in["moved"])]
@@ -427,7 +421,7 @@ class RangeMoves:
     def on_placement(self, source: int, r, buf) -> None:
         """A worker's read was refused: the placement changed (answered once every server
         holds the new one) or the job stopped."""
-        s = self.server
+        s = self.ctx
         if not s.lead:
             raise ProtocolError(f"{s.sender(source)} sent PLACEMENT to a server that does "
                                 f"not lead")
@@ -436,7 +430,7 @@ class RangeMoves:
             self._reply_to_workers()
 
     def _reply_to_workers(self) -> None:
-        s = self.server
+        s = self.ctx
         p = s.placement
         for rank, ts, version in self.asking:
             moved_since = version < self.floor
@@ -450,5 +444,5 @@ class RangeMoves:
         so that the worker asks the lead and reads again; whether it was."""
         if h.op != Op.PULL or h.placement >= self.floor or h.ts < 0:
             return False
-        self.server.reply(np.empty(0, np.float32), source, h.ts)
+        self.ctx.reply(np.empty(0, np.float32), source, h.ts)
         return True

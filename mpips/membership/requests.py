@@ -3,7 +3,8 @@ server (`mpips ctl`): the lead takes the requests (see `control`) oldest first, 
 that cannot be carried out now, answers `status`, and hands the others to their part:
 `rangemoves` (add-server, remove-server, rebalance: key ranges move between servers) or
 `workermoves` (add-worker, remove-worker: a worker's rows move). `Membership` is the
-server's one handle on both.
+server's one handle on both; all three work through the server's context (what a handler
+may read and do).
 """
 import logging
 
@@ -19,8 +20,8 @@ POLL_S = 0.2   # how often the lead looks for requests
 
 
 class Membership:
-    def __init__(self, server, run_dir: str | None, run_id: str | None = None):
-        self.server = server
+    def __init__(self, ctx, run_dir: str | None, run_id: str | None = None):
+        self.ctx = ctx
         self.run_dir = run_dir
         self.run_id = run_id   # the run requests must be for
         self.done = []          # what each change did (the summary's "moves")
@@ -36,6 +37,7 @@ class Membership:
         self.worker_finished = self.workers.worker_finished
         self.idle_joining = self.workers.idle_joining
         self._next_poll = 0.0
+        ctx.register(self.handlers())
 
     def handlers(self) -> dict:
         return {**self.ranges.handlers(), **self.workers.handlers()}
@@ -83,10 +85,10 @@ class Membership:
 
     def _refusal(self, command: str, target) -> str | None:
         """Why the request cannot be carried out now, or None."""
-        s = self.server
+        s = self.ctx
         if s.clocks.slowest() == FINISHED:
             return "training has ended"
-        if s.ckpt.stop_at is not None or s._stop_asked:
+        if s.ckpt.stop_at is not None or s.stopping.asked:
             return "the job is stopping"
         if command == "remove-worker":
             return self.workers.leave_refusal(target)
@@ -101,7 +103,7 @@ class Membership:
 
     def status(self) -> dict:
         """What `ctl status` prints: the placement, the workers' clocks, the moves so far."""
-        s = self.server
+        s = self.ctx
         p = s.placement
         done = s.clocks.done
         return {"placement_version": p.version, "replicas": p.replicas,

@@ -105,7 +105,7 @@ class DenseTables:
         self.incoming: set = set()   # ranges held anew, their blocks not copied here yet
         self.outgoing: list = []     # (range, server): copies this server owes
         self.restored = lambda ranges, blocks, seconds: None   # told of the copies received
-        self._changed_at = 0.0
+        self.changed_at = 0.0      # when the placement last changed (monotonic)
 
     def answers(self, table: Table) -> list:
         """The blocks of `table` this server answers reads for, in order."""
@@ -117,7 +117,7 @@ class DenseTables:
         """Servers died: the copies this server now owes, and the ranges it holds anew (it
         waits for their blocks; see restore)."""
         before, self.placement = self.placement, after
-        self._changed_at = time.monotonic() if now is None else now
+        self.changed_at = time.monotonic() if now is None else now
         for r, holders in enumerate(after.holders):
             new = [s for s in holders if s not in before.holders[r]]
             if holders and holders[0] == self.index:
@@ -316,7 +316,7 @@ def _restore(tables: DenseTables, call: Call) -> np.ndarray:
             received += len(numbers)
     if tables.incoming:
         tables.restored(sorted(tables.incoming), received,
-                        time.monotonic() - tables._changed_at)
+                        time.monotonic() - tables.changed_at)
     tables.incoming = set()
     return np.array([float(placement.version), float(received)])
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mpips.server.checkpoint_rounds import FAILURES_IN_A_ROW, Checkpoints
-from mpips.server.clockpushes import ClockPushes
+from mpips.server.pushes import ClockPushes
 from mpips.wire.clocks import ClockTable
 from mpips.base.errors import CheckpointsFailing, ProtocolError
 from mpips.wire.protocol import Report
@@ -101,7 +101,7 @@ def report(epoch, offset=0):
 
 
 def test_checkpoints_keep_each_workers_place_by_clock_under_bsp():
-    ckpt = Checkpoints(every=10, seconds=0, lead=True, n_servers=2, bsp=True)
+    ckpt = Checkpoints(every=10, seconds=0, n_servers=2, bsp=True)
     assert ckpt.due(10) and not ckpt.due(11) and ckpt.periodic
     ckpt.note(0, 10, report(1, 500), finished=False)
     ckpt.note(0, 11, report(1, 600), finished=False)   # worker 0 pushed past clock 10
@@ -116,14 +116,14 @@ def test_checkpoints_keep_each_workers_place_by_clock_under_bsp():
     assert ckpt.positions_at(11)[1]["segment"] == 2
     ckpt.forget_before(11)
     assert ckpt.positions_at(10)[0]["offset"] == 600, "forgotten: the latest"
-    asp = Checkpoints(every=10, seconds=0, lead=True, n_servers=1, bsp=False)
+    asp = Checkpoints(every=10, seconds=0, n_servers=1, bsp=False)
     asp.note(0, 10, report(1, 500), False)
     asp.note(0, 11, report(1, 600), False)
     assert asp.positions_at(10)[0]["offset"] == 600, "SSP/ASP: each worker's latest"
 
 
 def test_server_0_completes_a_checkpoint_once_every_server_reported():
-    ckpt = Checkpoints(every=10, seconds=0, lead=True, n_servers=2, bsp=True)
+    ckpt = Checkpoints(every=10, seconds=0, n_servers=2, bsp=True)
     assert ckpt.begin(10) and not ckpt.begin(10), "written once"
     assert ckpt.shard_in(10, {"server": 1}) is None, "server 0's own file is still missing"
     shards, positions = ckpt.shard_in(10, {"server": 0}, {0: {"clock": 10}})
@@ -135,7 +135,7 @@ def test_server_0_completes_a_checkpoint_once_every_server_reported():
 
 
 def test_checkpoints_failing_in_a_row_stop_and_a_success_resets_the_count():
-    ckpt = Checkpoints(every=10, seconds=0, lead=True, n_servers=1, bsp=True)
+    ckpt = Checkpoints(every=10, seconds=0, n_servers=1, bsp=True)
     for clock in range(1, FAILURES_IN_A_ROW):
         ckpt.outcome(clock, ["disk full"])
     ckpt.outcome(50, [])
@@ -147,7 +147,7 @@ def test_checkpoints_failing_in_a_row_stop_and_a_success_resets_the_count():
 
 
 def test_timed_checkpoints_named_for_a_passed_clock_are_taken_when_reached():
-    ckpt = Checkpoints(every=0, seconds=30, lead=False, n_servers=2, bsp=True)
+    ckpt = Checkpoints(every=0, seconds=30, n_servers=2, bsp=True)
     ckpt.planned.update({12, 15})
     assert ckpt.due(12) and ckpt.reached(13) == [12] and ckpt.planned == {15}
     ckpt.stop_at = 20
