@@ -132,7 +132,7 @@ class WorkerMoves:
             self.members.answer(j["request"], {"ok": False, "error": error})
             self.joining = None
             return
-        self.members.ranges.agree(j["request"], self._join)
+        self.members.move_lead.agree(j["request"], self._join)
 
     def _join(self, clock: int) -> None:
         """The lead, the clock agreed: the worker trains again from it, on every server."""

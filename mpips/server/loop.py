@@ -14,8 +14,8 @@ for `mpips ctl` requests and for timed checkpoints, and sends the range copies d
 
 The first living server leads (see `Placement.lead`): it writes each checkpoint's manifest,
 names the clocks of timed checkpoints and of a stop, and takes `mpips ctl` requests. Under
-ULFM, another rank's death goes to `takeover` (a server's: the living copies of its keys
-answer for it) or to `workerloss` (a worker's: its rows go to the others).
+ULFM, another rank's death goes to `recovery.deaths`: a server's to `takeover` (the living
+copies of its keys answer for it), a worker's to `workerloss` (its rows go to the others).
 """
 import logging
 import time
@@ -27,7 +27,7 @@ from ..base.errors import ProtocolError, WaitTimeout
 from ..membership.requests import Membership
 from ..models.optimizer import Optimizer
 from ..ranks.bounded import Backoff
-from ..ranks.ulfm import CannotFailOver, dead_ranks, is_failure
+from ..recovery.deaths import survived
 from ..recovery.rangecopies import RangeCopies
 from ..recovery.takeover import Takeover
 from ..recovery.workerloss import WorkerLosses
@@ -112,10 +112,6 @@ class Server:
         return self.ctx.placement
 
     @property
-    def lead(self) -> bool:
-        return self.ctx.lead
-
-    @property
     def members(self) -> Membership:
         return self.ctx.members
 
@@ -183,7 +179,7 @@ class Server:
             try:
                 self._step()
             except MPI.Exception as e:
-                if not self._went_on(e):
+                if not survived(self.ctx, e):
                     raise
         if not ctx.lead:   # after this server's last SHARD_SAVED, in MPI's order
             ctx.send(protocol.pack(protocol.Header(Op.BYE)), ctx.lead_rank)
@@ -195,7 +191,7 @@ class Server:
                 ctx.outbox.wait()
                 break
             except MPI.Exception as e:   # under ULFM: replies to a rank that died since
-                if not self._went_on(e):
+                if not survived(self.ctx, e):
                     raise
         self.stats.pulls_held = ctx.gate.pulls_held
         self.timers.sample(time.monotonic() - start, force=True)
@@ -267,28 +263,6 @@ class Server:
         return WaitTimeout(f"the copies of key range(s) "
                            f"{describe_ranges(ctx.copies.awaited())} did not arrive within "
                            f"--timeout {timeout:g} s of the last worker")
-
-    def _went_on(self, e: MPI.Exception) -> bool:
-        """Under ULFM another rank died: whether this server goes on without it (a server's
-        keys have living copies, a worker's rows go to the others)."""
-        if not is_failure(e):
-            return False
-        ctx, roles = self.ctx, self.roles
-        dead = dead_ranks(roles.comm)
-        servers = {roles.servers.index(r) for r in dead if r in roles.servers}
-        workers = {roles.worker_index(r) for r in dead if r not in roles.servers}
-        if servers and not ctx.takeover:
-            return False
-        if workers and not (ctx.losses and ctx.losses.hot):
-            raise CannotFailOver(f"worker(s) {sorted(workers)} died: without ULFM's failover "
-                                 f"a dead worker's rows are not handed on")
-        # Deaths known already (another server said, or MPI tells again of a request to a
-        # dead rank) need nothing more.
-        if servers - ctx.placement.dead:
-            ctx.takeover.learn()
-        if workers:
-            ctx.losses.learn(workers)   # those it knows of already are passed over
-        return True
 
     def _dispatch(self, source: int, buf: np.ndarray) -> None:
         ctx, roles = self.ctx, self.roles

@@ -1,5 +1,8 @@
 """The server's concerns as state machines, without MPI: the read gate, the row cache, BSP's
-push buffer and checkpoint coordination."""
+push buffer and checkpoint coordination; and how the server's modules reach each other."""
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -10,6 +13,8 @@ from mpips.base.errors import CheckpointsFailing, ProtocolError
 from mpips.wire.protocol import Report
 from mpips.server.readgate import HOLD, REFUSE, SERVE, Pull, ReadGate
 from mpips.server.rowcache import KEEP, RowCache
+from mpips.server.context import ServerContext
+from mpips.wire.protocol import Op
 
 KEYS = np.arange(4, dtype=np.uint64)
 
@@ -152,3 +157,29 @@ def test_timed_checkpoints_named_for_a_passed_clock_are_taken_when_reached():
     assert ckpt.due(12) and ckpt.reached(13) == [12] and ckpt.planned == {15}
     ckpt.stop_at = 20
     assert ckpt.due(20)
+
+
+MPIPS = Path(__file__).resolve().parents[2] / "mpips"
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
+
+
+@pytest.mark.parametrize("package", ["server", "recovery", "membership"])
+def test_no_module_touches_another_objects_private_attributes(package):
+    """The server's parts and the capabilities around it reach each other through public
+    names only (the context, the parts' own methods): `obj._name` only on self or cls."""
+    touched = []
+    for path in sorted((MPIPS / package).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__") and node.attr not in NAMEDTUPLE_API
+                    and not (isinstance(node.value, ast.Name)
+                             and node.value.id in ("self", "cls"))):
+                touched.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not touched
+
+
+def test_an_operation_has_one_handler():
+    ctx = ServerContext(None, None, None, 1.0, None, None, None)
+    ctx.register({Op.PULL: print})
+    with pytest.raises(ValueError, match="two handlers of PULL"):
+        ctx.register({Op.PULL: repr})
