@@ -188,7 +188,7 @@ def test_a_read_of_test_keys_before_a_workers_finish_waits_for_it():
                 message.Recv(buf)
                 if protocol.header(buf).op == Op.CHUNK:
                     roles.comm.Send(np.zeros(2, np.int64), status.Get_source(),
-                                    protocol.reply_tag(protocol.header(buf).ts, tags))
+                                    protocol.reply_tag(protocol.header(buf).ts, n_tags))
                 taken += 1
         if not roles.is_server:
             kv = KVWorker(roles, timeout=60)
