@@ -10,9 +10,10 @@ import time
 
 import numpy as np
 
-from ..wire import protocol
 from ..base.errors import ProtocolError
-from ..wire.placement import Placement, load_spread, moved, rebalanced, with_server, without_server
+from ..wire import protocol
+from ..wire.placement import (Placement, load_spread, moved, rebalanced, with_server,
+                              without_server)
 from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")
@@ -201,8 +202,10 @@ class MoveLead:
         now = time.time()
         figures = [self.steps_in["moved"][k] for k in sorted(self.steps_in["moved"])]
         paused = now - min(f.pop("reached_at") for f in figures)
-        owned = lambda p: {str(x): int(sum(1 for o in p.assign if o == x))   # noqa: E731
-                           for x in range(p.n_servers)}
+
+        def owned(p: Placement) -> dict:
+            return {str(x): int(sum(1 for o in p.assign if o == x)) for x in range(p.n_servers)}
+
         result = {
             "ok": True, "command": self.request["command"], "target": self.request.get("target"),
             "clock": int(s.gate.moving[0]), "copy_clock": self.request["copy_clock"],

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..base.errors import ProtocolError
 from ..wire import protocol
 from ..wire.clocks import FINISHED
-from ..base.errors import ProtocolError
 from ..wire.placement import Placement
 from ..wire.protocol import Op
 

@@ -8,9 +8,9 @@ read and do).
 """
 import logging
 
-from . import channel as control
-from ..wire.clocks import FINISHED
 from ..ranks.ulfm import CannotFailOver
+from ..wire.clocks import FINISHED
+from . import channel as control
 from .movelead import MoveLead
 from .rangemoves import RangeMoves
 from .workermoves import WorkerMoves

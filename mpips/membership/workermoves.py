@@ -15,11 +15,10 @@ import time
 
 import numpy as np
 
-from ..data.workplan import Handover
-from ..wire import protocol
-from ..wire import tags
-from ..wire.clocks import FINISHED
 from ..base.errors import ProtocolError
+from ..data.workplan import Handover
+from ..wire import protocol, tags
+from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")

@@ -10,10 +10,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-
-from ..wire import tags
 from ..ranks.bounded import wait_until
 from ..ranks.ulfm import CannotFailOver, dead_ranks, is_failure
+from ..wire import tags
 from ..wire.placement import describe_ranges
 
 log = logging.getLogger("mpips")

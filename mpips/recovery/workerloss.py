@@ -18,13 +18,11 @@ import time
 
 import numpy as np
 
-from ..wire import protocol
-
-from ..wire import tags
-from ..wire.clocks import FINISHED
 from ..base.errors import ProtocolError
-from ..wire.protocol import Op
 from ..data.workplan import Handover, WorkPlan
+from ..wire import protocol, tags
+from ..wire.clocks import FINISHED
+from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")
 

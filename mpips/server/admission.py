@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..wire import protocol
 from ..base.errors import ProtocolError
+from ..wire import protocol
 from ..wire.protocol import HEADER_BYTES, Op
 
 # Who may send what: workers talk to every server; servers to server 0 (their checkpoint files,

@@ -140,10 +140,10 @@ class Checkpoints:
         del self._entries[clock]
         return state["shards"], state["positions"]
 
-    def servers_lost(self, servers) -> list:
-        """The lead: `servers` died; checkpoints no longer wait for their files. Returns
-        (clock, entries, positions) of those that are now complete."""
-        self.living -= set(servers)
+    def servers_lost(self, living) -> list:
+        """The lead: servers died, `living` are left; checkpoints no longer wait for the dead
+        ones' files. Returns (clock, entries, positions) of those that are now complete."""
+        self.living = set(living)
         ready = [(clock, self._ready(clock)) for clock in sorted(self._entries)]
         return [(clock, *r) for clock, r in ready if r is not None]
 
@@ -237,9 +237,9 @@ class CheckpointRounds:
             failed = [problem] if problem else []
         ctx.ckpt.outcome(clock, failed)
 
-    def servers_lost(self, gone) -> None:
-        """Servers `gone` died: the checkpoints that waited only for their files are done."""
-        for clock, shards, positions in self.ctx.ckpt.servers_lost(gone):
+    def servers_lost(self) -> None:
+        """Servers died: the checkpoints that waited only for their files are done."""
+        for clock, shards, positions in self.ctx.ckpt.servers_lost(self.ctx.placement.living):
             self._complete(clock, shards, positions)
 
     def _name_timed(self) -> None:

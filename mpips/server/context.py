@@ -4,8 +4,8 @@ checkpoint rounds, stopping, watchdog) and the capabilities added to it (range c
 takeover, worker losses, membership, scoring, dense tables), and registering the handlers
 of operations. The modules that add handlers receive this, never the server's loop.
 """
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..wire import protocol, tags
 from ..wire.placement import Placement

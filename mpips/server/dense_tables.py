@@ -24,18 +24,18 @@ link to other servers for `restore`.
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from ..wire import protocol
-from ..wire.dense_layout import MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
 from ..base.budget import Budget
-from ..storage.dense_files import index_of, read_blocks
 from ..base.errors import ProtocolError, SaveError
 from ..base.files import write_hdf5
 from ..kernels import dense, elementwise
+from ..storage.dense_files import index_of, read_blocks
+from ..wire import protocol
+from ..wire.dense_layout import MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
 from ..wire.placement import describe_ranges
 from ..wire.protocol import Op
 

@@ -341,7 +341,7 @@ class Server:
             self.clocks.server_gone(server)
         if ctx.losses:
             ctx.losses.servers_died()
-        ctx.rounds.servers_lost(gone)
+        ctx.rounds.servers_lost()
         ctx.pushes.advance()
 
 

@@ -6,15 +6,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpips.server.checkpoint_rounds import FAILURES_IN_A_ROW, Checkpoints
-from mpips.server.pushes import ClockPushes
-from mpips.wire.clocks import ClockTable
 from mpips.base.errors import CheckpointsFailing, ProtocolError
-from mpips.wire.protocol import Report
+from mpips.server.checkpoint_rounds import FAILURES_IN_A_ROW, Checkpoints
+from mpips.server.context import ServerContext
+from mpips.server.pushes import ClockPushes
 from mpips.server.readgate import HOLD, REFUSE, SERVE, Pull, ReadGate
 from mpips.server.rowcache import KEEP, RowCache
-from mpips.server.context import ServerContext
-from mpips.wire.protocol import Op
+from mpips.wire.clocks import ClockTable
+from mpips.wire.protocol import Op, Report
 
 KEYS = np.arange(4, dtype=np.uint64)
 
