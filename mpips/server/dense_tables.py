@@ -100,7 +100,7 @@ class DenseTables:
         self.n_workers = n_workers
         self.tables: dict = {}    # table id -> Table
         self.checkpointer = None  # writes this server's blocks at an iteration (server_side)
-        self.link = None          # the server: send_copy, receive_copy to other servers
+        self.link = None          # the server's context: send_copy, receive_copy
         self.rounds: dict = {}    # (table id, round) -> {worker: (rows, values)}
         self.incoming: set = set()   # ranges held anew, their blocks not copied here yet
         self.outgoing: list = []     # (range, server): copies this server owes
@@ -164,26 +164,27 @@ class DenseTables:
         self.tables[tid] = table = Table(name, layout, blocks)
         return table
 
-    def handlers(self, server) -> dict:
-        """The operation dense tables bring to `server`'s loop."""
-        self.link = server
+    def handlers(self, ctx) -> dict:
+        """The operation dense tables bring to a server's loop; `ctx`: the server's context
+        (what a handler may read and do)."""
+        self.link = ctx
 
         def restored(ranges: list, blocks: int, seconds: float) -> None:
             log.warning("key range(s) %s of the dense tables have their copies again: %d "
                         "blocks copied here %.2f s after the failure", describe_ranges(ranges),
                         blocks, seconds)
-            if server.takeover and server.takeover.failures:
-                server.takeover.failures[-1].setdefault("rebuilt", []).append(
+            if ctx.takeover and ctx.takeover.failures:
+                ctx.takeover.failures[-1].setdefault("rebuilt", []).append(
                     {"ranges": ranges, "blocks": blocks, "seconds": round(seconds, 4)})
         self.restored = restored
 
         def on_dense(source: int, r, buf) -> None:
             try:
-                out = self.call(server.roles.worker_index(source), r.header, buf)
+                out = self.call(ctx.roles.worker_index(source), r.header, buf)
             except ProtocolError as e:
-                raise ProtocolError(f"{server.sender(source)} sent a bad request: {e}; it was "
+                raise ProtocolError(f"{ctx.sender(source)} sent a bad request: {e}; it was "
                                     f"not applied, and the job stops") from None
-            server.reply(out, source, r.header.ts)
+            ctx.reply(out, source, r.header.ts)
         return {Op.DENSE: on_dense}
 
     def call(self, worker: int, header, buf: np.ndarray) -> np.ndarray:

@@ -74,7 +74,7 @@ class Server:
         resume. `dense`: the server's dense tables (by default, none yet: workers create
         them). `run_dir`: where `mpips ctl` leaves requests for the lead (see membership).
         `scoring`: makes, from the server's context, its share of the test rows to score (a
-        testscoring.Scoring)."""
+        job.scoring.Scoring)."""
         self.roles, self.store, self.clocks, self.timeout = roles, store, clocks, timeout
         self.progress = progress
         self.stats = ServerStats()
@@ -321,8 +321,8 @@ class Server:
         this server leads if the lead died and it is the first living one."""
         ctx = self.ctx
         ctx.members.servers_died()
-        ctx.pushes.apply_backups()   # (if a failure cut an advance short) its ranges may be
-        #                              primary here now
+        # (if a failure cut an advance short) their ranges may be this server's now
+        ctx.pushes.apply_backups()
         ctx.dense.placement_changed(ctx.placement)
         ctx.hooks.placement_changed(ctx.placement)
         ranks = {self.roles.servers[g] for g in gone}
