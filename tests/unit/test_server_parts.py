@@ -1,5 +1,6 @@
 """The server's concerns as state machines, without MPI: the read gate, the row cache, BSP's
-push buffer and checkpoint coordination; and how the server's modules reach each other."""
+push buffer, checkpoint coordination and the stop protocol; and how the server's modules reach
+each other."""
 import ast
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from mpips.server.context import ServerContext
 from mpips.server.pushes import ClockPushes
 from mpips.server.readgate import HOLD, REFUSE, SERVE, Pull, ReadGate
 from mpips.server.rowcache import KEEP, RowCache
+from mpips.wire import protocol
 from mpips.wire.clocks import ClockTable
 from mpips.wire.protocol import Op, Report
 
@@ -182,3 +184,42 @@ def test_an_operation_has_one_handler():
     ctx.register({Op.PULL: print})
     with pytest.raises(ValueError, match="two handlers of PULL"):
         ctx.register({Op.PULL: repr})
+
+
+class Sent:
+    """An outbox that keeps what would be sent."""
+    def __init__(self):
+        self.messages = []
+
+    def send(self, buf, dest, tag=None):
+        self.messages.append((protocol.header(buf).op, protocol.header(buf).clock, dest))
+
+
+def stopping_lead(busy: bool = False):
+    from types import SimpleNamespace
+
+    from mpips.server.context import Hooks
+    from mpips.server.stopping import Stopping
+    from mpips.wire.placement import Placement
+    roles = SimpleNamespace(index=0, servers=[0, 1, 2], workers=[3, 4])
+    clocks = ClockTable(2)
+    clocks.tick(0), clocks.tick(0), clocks.tick(1)
+    ctx = ServerContext(roles, None, clocks, 1.0, Hooks(stop_requested=lambda: True),
+                        Placement(3).without({1}), None)
+    ctx.outbox = Sent()
+    ctx.ckpt = Checkpoints(every=0, seconds=0, n_servers=3, bsp=True)
+    ctx.members = SimpleNamespace(busy=busy)
+    return ctx, Stopping(ctx)
+
+
+def test_the_lead_names_the_stop_two_clocks_past_the_slowest_and_tells_the_living():
+    ctx, stopping = stopping_lead()
+    stopping.poll()
+    assert ctx.ckpt.stop_at == 3, "the slowest worker is at clock 1"
+    assert ctx.outbox.messages == [(Op.STOP_AT, 3, 2)], "server 1 is dead"
+
+
+def test_a_stop_waits_for_a_move_to_end():
+    ctx, stopping = stopping_lead(busy=True)
+    stopping.poll()
+    assert stopping.asked and ctx.ckpt.stop_at is None and not ctx.outbox.messages
