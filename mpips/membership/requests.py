@@ -1,15 +1,17 @@
 """Servers and workers joining and leaving a running job, and key ranges moving off a busy
 server (`mpips ctl`): the lead takes the requests (see `control`) oldest first, refuses one
 that cannot be carried out now, answers `status`, and hands the others to their part:
-`rangemoves` (add-server, remove-server, rebalance: key ranges move between servers) or
-`workermoves` (add-worker, remove-worker: a worker's rows move). `Membership` is the
-server's one handle on both.
+`rangemoves` and `movelead` (add-server, remove-server, rebalance: key ranges move between
+servers) or `workermoves` (add-worker, remove-worker: a worker's rows move). `Membership` is
+the server's one handle on them; all work through the server's context (what a handler may
+read and do).
 """
 import logging
 
-from . import channel as control
-from ..wire.clocks import FINISHED
 from ..ranks.ulfm import CannotFailOver
+from ..wire.clocks import FINISHED
+from . import channel as control
+from .movelead import MoveLead
 from .rangemoves import RangeMoves
 from .workermoves import WorkerMoves
 
@@ -19,12 +21,13 @@ POLL_S = 0.2   # how often the lead looks for requests
 
 
 class Membership:
-    def __init__(self, server, run_dir: str | None, run_id: str | None = None):
-        self.server = server
+    def __init__(self, ctx, run_dir: str | None, run_id: str | None = None):
+        self.ctx = ctx
         self.run_dir = run_dir
         self.run_id = run_id   # the run requests must be for
         self.done = []          # what each change did (the summary's "moves")
-        self.ranges = RangeMoves(self)
+        self.ranges = RangeMoves(self)       # every server's part in a move of key ranges
+        self.move_lead = MoveLead(self)      # the lead's
         self.workers = WorkerMoves(self)
         # What the server and `workerloss` use of the parts (the arrays and dicts are the
         # parts' own, changed in place only):
@@ -36,14 +39,17 @@ class Membership:
         self.worker_finished = self.workers.worker_finished
         self.idle_joining = self.workers.idle_joining
         self._next_poll = 0.0
+        ctx.register(self.handlers())
 
     def handlers(self) -> dict:
-        return {**self.ranges.handlers(), **self.workers.handlers()}
+        return {**self.ranges.handlers(), **self.move_lead.handlers(),
+                **self.workers.handlers()}
 
     @property
     def busy(self) -> bool:
         """A move is being agreed or carried out (the lead names no stop meanwhile)."""
-        return self.ranges.busy or self.workers.joining is not None
+        return (self.ranges.busy or self.move_lead.busy
+                or self.workers.joining is not None)
 
     def poll_soon(self) -> None:
         """Look for requests at the next turn of the loop (one was just made)."""
@@ -54,7 +60,7 @@ class Membership:
         if now < self._next_poll or not self.run_dir:
             return
         self._next_poll = now + POLL_S
-        while self.ranges.request is None and self.workers.joining is None:
+        while self.move_lead.request is None and self.workers.joining is None:
             request = control.take(self.run_dir, self.run_id)
             if request is None:
                 return
@@ -79,20 +85,20 @@ class Membership:
         elif command == "add-worker":
             self.workers.ask_to_give(request)
         else:
-            self.ranges.start(request)
+            self.move_lead.start(request)
 
     def _refusal(self, command: str, target) -> str | None:
         """Why the request cannot be carried out now, or None."""
-        s = self.server
+        s = self.ctx
         if s.clocks.slowest() == FINISHED:
             return "training has ended"
-        if s.ckpt.stop_at is not None or s._stop_asked:
+        if s.ckpt.stop_at is not None or s.stopping.asked:
             return "the job is stopping"
         if command == "remove-worker":
             return self.workers.leave_refusal(target)
         if command == "add-worker":
             return self.workers.join_refusal(target)
-        return self.ranges.refusal(command, target)
+        return self.move_lead.refusal(command, target)
 
     def servers_died(self) -> None:
         if self.busy:
@@ -101,7 +107,7 @@ class Membership:
 
     def status(self) -> dict:
         """What `ctl status` prints: the placement, the workers' clocks, the moves so far."""
-        s = self.server
+        s = self.ctx
         p = s.placement
         done = s.clocks.done
         return {"placement_version": p.version, "replicas": p.replicas,

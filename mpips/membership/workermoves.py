@@ -15,11 +15,10 @@ import time
 
 import numpy as np
 
-from ..data.workplan import Handover
-from ..wire import protocol
-from ..wire import tags
-from ..wire.clocks import FINISHED
 from ..base.errors import ProtocolError
+from ..data.workplan import Handover
+from ..wire import protocol, tags
+from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")
@@ -29,7 +28,7 @@ class WorkerMoves:
     """The lead's part in a worker leaving or joining, and every server's in a join."""
     def __init__(self, members):
         self.members = members   # the front: its answers to `ctl`, the clock agreed
-        self.server = members.server
+        self.ctx = members.ctx
         self.leaving = {}       # worker -> (the request it leaves for, when asked)
         self.left = []          # workers that left, in order (the first joins again first)
         self.joining = None     # a worker joining: its request, the workers yet to split,...
@@ -40,7 +39,7 @@ class WorkerMoves:
     def _worker_refusal(self, verb: str, worker) -> str | None:
         """What refuses any worker change: a job whose rows are not handed on, a worker
         (if named) that does not exist or died."""
-        s = self.server
+        s = self.ctx
         n = len(s.roles.workers)
         if not s.losses or s.dense.tables:
             return (f"a worker {verb} only a job of minibatch training without --stages: a "
@@ -52,7 +51,7 @@ class WorkerMoves:
         return None
 
     def leave_refusal(self, worker) -> str | None:
-        s = self.server
+        s = self.ctx
         problem = self._worker_refusal("leaves", worker)
         if problem:
             return problem
@@ -69,13 +68,13 @@ class WorkerMoves:
     def _idle_workers(self) -> list:
         """Living workers not training (they left, or finished their rows): those that left
         first, in order."""
-        s = self.server
+        s = self.ctx
         idle = [w for w in range(len(s.roles.workers))
                 if s.clocks.done[w] == FINISHED and w not in s.clocks.gone]
         return sorted(idle, key=lambda w: self.left.index(w) if w in self.left else len(idle))
 
     def _donors(self) -> list:
-        return [w for w in self.server.losses.training(but=-1) if w not in self.leaving]
+        return [w for w in self.ctx.losses.training(but=-1) if w not in self.leaving]
 
     def join_refusal(self, worker) -> str | None:
         problem = self._worker_refusal("joins", worker)
@@ -94,7 +93,7 @@ class WorkerMoves:
         """A worker joins: every worker training splits its rows left, keeping n shares for
         the one it gives (n: the workers training), and tells the lead (SPLIT); then the
         servers agree on the clock it joins at (see `_join`)."""
-        s = self.server
+        s = self.ctx
         worker = request.get("target")
         worker = self._idle_workers()[0] if worker is None else worker
         donors = self._donors()
@@ -106,7 +105,7 @@ class WorkerMoves:
 
     def on_split(self, source: int, r, buf) -> None:
         """The lead: a worker split its rows with the one joining; number it, as a death."""
-        s, j = self.server, self.joining
+        s, j = self.ctx, self.joining
         sender = s.roles.worker_index(source)
         try:
             death = Handover.of_fields(protocol.int64_fields(buf))
@@ -132,13 +131,13 @@ class WorkerMoves:
             self.members.answer(j["request"], {"ok": False, "error": error})
             self.joining = None
             return
-        self.members.ranges.agree(j["request"], self._join)
+        self.members.move_lead.agree(j["request"], self._join)
 
     def _join(self, clock: int) -> None:
         """The lead, the clock agreed: the worker trains again from it, on every server."""
-        s, j = self.server, self.joining
+        s, j = self.ctx, self.joining
         worker = j["worker"]
-        for server in self.members.ranges.others():
+        for server in s.others():
             s.send(protocol.pack(protocol.Header(Op.JOIN_AT, clock=clock, ref=worker)),
                    s.roles.servers[server])
         self._joined(worker, clock)
@@ -160,7 +159,7 @@ class WorkerMoves:
         self.joining = None
 
     def on_join_at(self, source: int, r, buf) -> None:
-        s = self.server
+        s = self.ctx
         worker = r.header.ref
         if not 0 <= worker < len(s.roles.workers):
             raise ProtocolError(f"{s.sender(source)} sent JOIN_AT of worker {worker}; the job "
@@ -170,28 +169,28 @@ class WorkerMoves:
     def _joined(self, worker: int, clock: int) -> None:
         """`worker` trains again from `clock` (unless it died meanwhile); reads held for the
         agreement go on."""
-        s = self.server
+        s = self.ctx
         if worker not in s.clocks.gone:
             s.clocks.resume(worker, clock - 1)
-            s.heard(worker)
+            s.watchdog.heard(worker)
             # Checkpoints from now on have it training, from where it left (its shares of the
             # splits follow its own rows: see workplan), not finished at the clock it left at.
             place = s.ckpt.positions.get(worker)
             if place is not None:
                 s.ckpt.positions[worker] = dict(place, clock=clock - 1, finished=False)
         self.members.ranges.agreed()
-        s.release()
+        s.reads.release()
 
     def idle_joining(self) -> int:
         """1 if a worker is joining but not training yet (the lead counts it as training:
         the others must not end before it has trained its share), else 0."""
         j = self.joining
-        return int(j is not None and self.server.clocks.done[j["worker"]] == FINISHED)
+        return int(j is not None and self.ctx.clocks.done[j["worker"]] == FINISHED)
 
     def ask_to_leave(self, request: dict) -> None:
         """Tell the worker to leave after the minibatch it is at; its FINISH says where its
         rows left start, and the lead hands them on (see workerloss)."""
-        s = self.server
+        s = self.ctx
         worker = request["target"]
         self.leaving[worker] = (request, time.monotonic())
         s.send(np.array([protocol.LEAVE_NOTICE], np.int64), s.roles.workers[worker],
@@ -206,7 +205,7 @@ class WorkerMoves:
         j = self.joining
         if j is not None and worker == j["worker"] and j["given"]:
             # The shares given to it go on as a finished worker's would (see workerloss).
-            losses, place = self.server.losses, self.server.ckpt.positions.get(worker, {})
+            losses, place = self.ctx.losses, self.ctx.ckpt.positions.get(worker, {})
             losses.finished(worker, 0, {"epoch": losses.epochs, "taken": place.get("taken", [])})
         if j is not None and worker in j["waiting"]:
             j["waiting"].discard(worker)

@@ -20,9 +20,10 @@ CHUNK_KEYS = 1 << 18   # keys copied per turn of the loop, at least one range: s
 
 
 class RangeCopies:
-    def __init__(self, server):
-        self.server = server
-        self.rebuilds = Rebuilds(server.roles.index, len(server.roles.workers))
+    def __init__(self, ctx):
+        """`ctx`: the server's context (what a handler may read and do)."""
+        self.ctx = ctx
+        self.rebuilds = Rebuilds(ctx.roles.index, len(ctx.roles.workers))
         self.sending = []         # copies due, not sent yet (a few ranges each turn)
         self.keys_sent = 0
         self.keys_received = 0
@@ -34,6 +35,7 @@ class RangeCopies:
         # range -> the last push per worker its copy holds: a part of one of those arriving
         # after the copy (from another sender, MPI does not order them) is passed over
         self.covered = {}
+        ctx.register({Op.COPY: self.on_copy})
 
     def plan(self, before, after) -> None:
         """The placement went from `before` to `after`: the copies to send and to wait for."""
@@ -54,7 +56,7 @@ class RangeCopies:
             push = self._not_covered(worker, ts, push)
         if not self.rebuilds.incoming:
             return push
-        keys, values = self.rebuilds.keep(self.server.placement.ranges_of(push[0]), clock,
+        keys, values = self.rebuilds.keep(self.ctx.placement.ranges_of(push[0]), clock,
                                           worker, ts, push[0], push[3])
         return keys, None, -1, values
 
@@ -70,7 +72,7 @@ class RangeCopies:
                 del self.covered[r]
         if not late:
             return push
-        keep = ~np.isin(self.server.placement.ranges_of(push[0]), late)
+        keep = ~np.isin(self.ctx.placement.ranges_of(push[0]), late)
         return push[0][keep], None, -1, push[3][keep]
 
     def applied(self, worker: int, ts: int) -> None:
@@ -81,13 +83,10 @@ class RangeCopies:
         """Key ranges this server holds anew and still waits for a copy of."""
         return sorted(self.rebuilds.incoming)
 
-    def handlers(self) -> dict:
-        return {Op.COPY: self.on_copy}
-
     def on_copy(self, source: int, r, buf) -> None:
         """A copy of a range this server holds anew: load it, then apply the pushes kept
         meanwhile that it lacks, in the order its primary applied them."""
-        s = self.server
+        s = self.ctx
         sender = s.sender(source)
         began = time.monotonic()
         range_ = r.header.ref
@@ -109,9 +108,8 @@ class RangeCopies:
         # each key's pushes of a clock are applied in worker order, all after the reads.
         deferrable = s.placement.backups_since
         for clock, worker, ts, keys, values in replay:
-            if s.clocks.staleness == 0 and clock >= s.clock_pushes.applied:
-                s.clock_pushes.add(clock, worker,
-                                   (keys, None, -1, values, clock, worker, ts, deferrable))
+            if s.clocks.staleness == 0 and clock >= s.pushes.buffer.applied:
+                s.pushes.keep(clock, worker, ts, keys, values, deferrable)
             else:
                 s.store.push(keys, values, clock)
                 self.applied(worker, ts)
@@ -139,7 +137,7 @@ class RangeCopies:
         """(rows, keys, order, starts) of the store, grouped by range (see `by_range`), found
         again only when a key was stored or removed since: the copies of a move share one
         pass over the table."""
-        store, p = self.server.store, self.server.placement
+        store, p = self.ctx.store, self.ctx.placement
         stamp = (store.generation, len(store), p.version)
         if self._index is None or self._index[0] != stamp:
             rows, keys = store.stored()
@@ -149,17 +147,17 @@ class RangeCopies:
     def send_copies(self) -> None:
         """The range copies due (see `rebuild`): sorted keys and their state rows, and the
         last push applied per worker; a few ranges each call, serving going on between."""
-        s = self.server
+        s = self.ctx
         if self.rebuilds.outgoing:
             left = [w for w in range(len(s.roles.workers)) if s.clocks.done[w] != FINISHED]
-            self.sending += self.rebuilds.due(left, s.clock_pushes.applied
+            self.sending += self.rebuilds.due(left, s.pushes.buffer.applied
                                               if s.clocks.staleness == 0 else None)
         if not self.sending:
             return
         began = time.monotonic()
         # A copy says which pushes it holds (the last applied per worker): the parts for
         # ranges backed up here that an advance cut short by a death left aside go in first.
-        s.apply_backups()
+        s.pushes.apply_backups()
         rows, keys, order, starts = self._stored()
         counts = np.diff(starts)
         chunk, n = [], 0

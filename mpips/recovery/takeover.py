@@ -2,7 +2,7 @@
 server's keys take over (a new placement), the first living server leads if server 0 died,
 and the copies lost are rebuilt (by `rangecopies`). A death nobody can take over raises
 CannotFailOver. The server's loop hands it deaths; the rest of the server does not know of
-failover.
+failover. It works through the server's context (what a handler may read and do).
 """
 import logging
 import time
@@ -10,27 +10,26 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-
-from ..wire import tags
 from ..ranks.bounded import wait_until
 from ..ranks.ulfm import CannotFailOver, dead_ranks, is_failure
+from ..wire import tags
 from ..wire.placement import describe_ranges
 
 log = logging.getLogger("mpips")
 
 
 class Takeover:
-    def __init__(self, server):
-        self.server = server
+    def __init__(self, ctx):
+        self.ctx = ctx
         self.failures = []        # what this server saw of other servers' deaths
-        server.copies.on_received.append(self._rebuilt)
-        server.copies.on_whole.append(self._whole)
+        ctx.copies.on_received.append(self._rebuilt)
+        ctx.copies.on_whole.append(self._whole)
 
     def learn(self) -> bool:
         """After MPI told of a failure: learn which ranks died. Another server: the living
         copies of its keys take over (a new placement), and nobody waits for it. Whether
         a server died (raises CannotFailOver when the job cannot go on)."""
-        s, roles = self.server, self.server.roles
+        s, roles = self.ctx, self.ctx.roles
         began = time.monotonic()
         dead = dead_ranks(roles.comm)
         servers = {roles.servers.index(r) for r in dead if r in roles.servers}
@@ -69,7 +68,7 @@ class Takeover:
         """A sender split its keys by a placement that counts more dead servers than this
         server knows of: it learned of a death first. Wait (bounded) until this server's
         MPI tells of it too; a sender's word alone is not taken for a death."""
-        s = self.server
+        s = self.ctx
 
         def learned() -> bool:
             s.roles.comm.Iprobe(MPI.ANY_SOURCE, tags.REQUEST_TAG)   # MPI progress
@@ -90,7 +89,7 @@ class Takeover:
                  "load_s": round(load_s, 4)})
 
     def _whole(self) -> None:
-        done = self.server.copies.rebuilds.this_round
+        done = self.ctx.copies.rebuilds.this_round
         if self.failures and done:
             keys_n, took = sum(d[1] for d in done), max(d[2] for d in done)
             log.warning("key range(s) %s have their copies again: %d keys copied here in "

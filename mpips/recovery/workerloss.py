@@ -18,23 +18,22 @@ import time
 
 import numpy as np
 
-from ..wire import protocol
-
-from ..wire import tags
-from ..wire.clocks import FINISHED
 from ..base.errors import ProtocolError
-from ..wire.protocol import Op
 from ..data.workplan import Handover, WorkPlan
+from ..wire import protocol, tags
+from ..wire.clocks import FINISHED
+from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")
 
 
 class WorkerLosses:
-    def __init__(self, server, epochs: int, parts: list, deaths: tuple = (), hot: bool = True):
-        """`parts`: each worker's own part of the training data (see `workplan`). Not `hot`
-        (no ULFM): no worker dies here, but one may leave (`mpips ctl remove-worker`), and
-        its rows are handed on the same way."""
-        self.server = server
+    def __init__(self, ctx, epochs: int, parts: list, deaths: tuple = (), hot: bool = True):
+        """`ctx`: the server's context (what a handler may read and do). `parts`: each
+        worker's own part of the training data (see `workplan`). Not `hot` (no ULFM): no
+        worker dies here, but one may leave (`mpips ctl remove-worker`), and its rows are
+        handed on the same way."""
+        self.ctx = ctx
         self.hot = hot
         self.epochs = epochs
         self.parts = parts
@@ -44,40 +43,41 @@ class WorkerLosses:
         self.examples = 0            # examples the dead workers trained (the lead counts them)
         self.failures = []           # what this server saw of workers' deaths
         self.abandoned = []          # the lead: rows left that no living worker could take
-        clocks = server.clocks
+        clocks = ctx.clocks
         if hot and clocks.staleness == 0:
-            clocks.commit([i for i in range(len(server.roles.servers))
-                           if i != server.roles.index])
+            clocks.commit([i for i in range(len(ctx.roles.servers))
+                           if i != ctx.roles.index])
         self._here = clocks.here()   # what this server last told the others it holds
+        ctx.register(self.handlers())
 
     def handlers(self) -> dict:
         """The operations worker failover brings to the server's loop."""
         return {Op.GONE: self._on_gone, Op.HAVE: self._on_have, Op.DEATH: self._on_death}
 
     def _on_gone(self, source: int, r, buf) -> None:
-        s = self.server
+        s = self.ctx
         if not 0 <= r.header.ref < len(s.roles.workers):
             raise ProtocolError(f"{s.sender(source)} sent a bad request: GONE of worker "
                                 f"{r.header.ref}, which this server cannot take")
         self.on_gone(s.roles.servers.index(source), r.header.ref, r.header.clock)
 
     def _on_have(self, source: int, r, buf) -> None:
-        s = self.server
+        s = self.ctx
         s.clocks.have(s.roles.servers.index(source), r.header.clock)
-        s.advance()
+        s.pushes.advance()
 
     def _on_death(self, source: int, r, buf) -> None:
         try:
             death = Handover.of_fields(buf[protocol.HEADER_BYTES:].view(np.int64))
         except ValueError as e:
-            raise ProtocolError(f"{self.server.sender(source)} sent a bad request: DEATH: "
+            raise ProtocolError(f"{self.ctx.sender(source)} sent a bad request: DEATH: "
                                 f"{e}") from None
         self.on_death(r.header.ref, death)
 
     def tell_what_is_here(self) -> None:
         """BSP: the other servers apply a clock once every server holds all its pushes (see
         `ClockTable.commit`); this server tells them when it holds more."""
-        s = self.server
+        s = self.ctx
         here = s.clocks.here()
         if not s.clocks.elsewhere or here <= self._here:
             return
@@ -88,7 +88,7 @@ class WorkerLosses:
     def learn(self, workers: set) -> bool:
         """Workers MPI (or another server) said died: tell the other servers how many of
         their clocks this one holds. Whether any was news."""
-        s = self.server
+        s = self.ctx
         me = s.roles.index
         new = [w for w in sorted(workers) if me not in self.held.get(w, {})]
         for w in new:
@@ -99,7 +99,7 @@ class WorkerLosses:
                                   "clocks_held": clocks})
             log.warning("worker %d (rank %d) died; this server holds its first %d clock(s)",
                         w, s.roles.workers[w], clocks)
-            for i in self._other_servers():
+            for i in s.others():
                 s.send(protocol.pack(protocol.Header(Op.GONE, clock=clocks, ref=w)),
                        s.roles.servers[i])
         dead = {s.roles.workers[w] for w in new}
@@ -109,19 +109,14 @@ class WorkerLosses:
         return bool(new)
 
     def _held_here(self, worker: int) -> int:
-        done = int(self.server.clocks.done[worker])
+        done = int(self.ctx.clocks.done[worker])
         if done == FINISHED:   # it had finished: its last clock
-            return int(self.server.ckpt.positions.get(worker, {}).get("clock", 0))
+            return int(self.ctx.ckpt.positions.get(worker, {}).get("clock", 0))
         return done
-
-    def _other_servers(self) -> list:
-        s = self.server
-        return [i for i in range(s.placement.n_servers)
-                if i != s.roles.index and i not in s.placement.dead]
 
     def known(self) -> set:
         """Dead workers this server knows of."""
-        me = self.server.roles.index
+        me = self.ctx.roles.index
         return {w for w, said in self.held.items() if me in said}
 
     def on_gone(self, sender: int, worker: int, clocks: int) -> None:
@@ -130,7 +125,7 @@ class WorkerLosses:
         if worker in self.settled:
             return
         self.held.setdefault(worker, {})[sender] = clocks
-        if self.server.roles.index not in self.held[worker]:
+        if self.ctx.roles.index not in self.held[worker]:
             self.learn({worker})
         else:
             self._settle(worker)
@@ -143,14 +138,14 @@ class WorkerLosses:
     def _settle(self, worker: int) -> None:
         """Once every living server has said how many of `worker`'s clocks it holds: drop its
         later pushes, stop waiting for it, and (the lead) hand on its rows."""
-        s = self.server
+        s = self.ctx
         said = self.held[worker]
-        living = [i for i in range(s.placement.n_servers) if i not in s.placement.dead]
+        living = s.placement.living
         if worker in self.settled or not set(living) <= set(said):
             return
         self.settled.add(worker)
         k = min(said[i] for i in living)
-        dropped = s.clock_pushes.drop(worker, k)
+        dropped = s.pushes.buffer.drop(worker, k)
         place = s.ckpt.position_after(worker, k)
         s.clocks.worker_gone(worker)
         s.ckpt.note_lost(worker, place)
@@ -162,7 +157,7 @@ class WorkerLosses:
             s.members.worker_gone(worker)
             if s.scoring:
                 s.scoring.worker_gone(worker)
-        s.advance()
+        s.pushes.advance()
 
     def _hand_on(self, worker: int, clock: int, place: dict) -> None:
         """The lead: the dead worker's rows left go to the living workers still training."""
@@ -189,18 +184,18 @@ class WorkerLosses:
 
     def training(self, but: int) -> tuple:
         """The workers still training, but `but`."""
-        s = self.server
+        s = self.ctx
         return tuple(w for w in range(len(s.roles.workers))
                      if w != but and w not in s.clocks.gone and s.clocks.done[w] != FINISHED)
 
     def announce(self, death: Handover) -> None:
         """Number the death, and tell the other servers and every living worker of it (all
         workers share the test file among the living ones)."""
-        s = self.server
+        s = self.ctx
         index = len(self.deaths)
         self.deaths.append(death)
         fields = death.fields()
-        for i in self._other_servers():
+        for i in s.others():
             s.send(protocol.pack(protocol.Header(Op.DEATH, nkeys=fields.shape[0], ref=index),
                                  fields), s.roles.servers[i])
         notice = np.concatenate([np.array([index], np.int64), fields])
@@ -217,8 +212,8 @@ class WorkerLosses:
         taken = place["taken"]
         given = [d for d in self.deaths if worker in d.survivors]
         # (a full-batch solver's worker says no epoch: it left only if it was asked to)
-        leaving = worker in self.server.members.leaving and place["epoch"] < self.epochs
-        if not self.server.lead or (len(taken) >= len(given) and not leaving):
+        leaving = worker in self.ctx.members.leaving and place["epoch"] < self.epochs
+        if not self.ctx.lead or (len(taken) >= len(given) and not leaving):
             return None
         if leaving:   # shares it had not taken yet join the epoch it left in
             epoch, segment, offset = place["epoch"], place["segment"], place["offset"]

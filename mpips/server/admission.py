@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..wire import protocol
 from ..base.errors import ProtocolError
+from ..wire import protocol
 from ..wire.protocol import HEADER_BYTES, Op
 
 # Who may send what: workers talk to every server; servers to server 0 (their checkpoint files,
@@ -62,6 +62,53 @@ def _expected_bytes(op: Op, h, n_workers: int, backup: int, rows: int | None) ->
 def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, width: int,
            placement, server: int, columns: int, n_workers: int, load=None):
     """The request, or raise ProtocolError(what is wrong)."""
+    op, h = _checked_header(buf, from_worker, to_lead, from_lead, width, placement, columns)
+    rows_sent = _checked_size(buf, op, h, n_workers)
+    rows = None if rows_sent is None else rows_sent.shape[0]
+    if h.ts < 0 or h.clock < 0:
+        raise ProtocolError(f"{op.name} with a negative ts {h.ts} or clock {h.clock}")
+    # Placements only move keys to servers that held them already (a dead primary's backup
+    # answers for it), so keys split by an earlier one are checked against this one.
+    if (op in (Op.PULL, Op.PUSH, Op.COPY, Op.READ)
+            and not 0 <= h.placement <= placement.version):
+        raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
+                            f"this server's is {placement.version}")
+    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):   # int64, read by handlers
+        return Request(op, h, _NO_KEYS, _NO_VALUES, None)
+    if op is Op.DENSE:   # what its fields mean is the function's to check (densetables)
+        _, scalars, _, values = protocol.dense_fields(buf, h)
+        for these in (scalars, values):
+            if these.size and not np.isfinite(these).all():
+                raise ProtocolError("DENSE with a value that is not finite")
+        return Request(op, h, _NO_KEYS, _NO_VALUES, None)
+    _, keys, values, report = protocol.unpack(buf, rows)
+    backup_keys, backup_values = (protocol.backup_of(buf, h) if h.flags & protocol.BACKUP
+                                  else (_NO_KEYS, _NO_VALUES))
+    if report is not None:
+        _check_report(op, report)
+    # Reads go to a key's primary, writes to every server holding it.
+    read = op in (Op.PULL, Op.READ)
+    for part, these in (("", keys), ("backed-up ", backup_keys)):
+        if these.shape[0]:
+            i, why = placement.first_misplaced(these, server, as_primary=read,
+                                               counts=load if op is Op.PULL else None)
+            if i >= 0:
+                raise ProtocolError(f"{op.name} of {these.shape[0]} {part}keys whose key "
+                                    f"#{i} ({int(these[i])}) is {why}")
+    if op is Op.COPY and keys.shape[0]:
+        if (placement.ranges_of(keys) != h.ref).any():
+            raise ProtocolError(f"COPY of range {h.ref} with keys of another range")
+    for these in (values, backup_values):
+        if these.size and not np.isfinite(these).all():
+            bad = int(np.flatnonzero(~np.isfinite(these.reshape(-1)))[0])
+            raise ProtocolError(f"{op.name} with a value that is not finite "
+                                f"({these.reshape(-1)[bad]} at position {bad})")
+    return Request(op, h, keys, values, report, backup_keys, backup_values, rows_sent)
+
+
+def _checked_header(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool,
+                    width: int, placement, columns: int):
+    """(op, header) of a request whose sender may send it, its fields in range."""
     if buf.shape[0] < HEADER_BYTES:
         raise ProtocolError(f"a message of {buf.shape[0]} bytes, shorter than the "
                             f"{HEADER_BYTES}-byte header")
@@ -90,6 +137,12 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     if op in (Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK) and h.nkeys != placement.n_ranges:
         raise ProtocolError(f"{op.name} with a figure for each of {h.nkeys} ranges; there "
                             f"are {placement.n_ranges}")
+    return op, h
+
+
+def _checked_size(buf: np.ndarray, op: Op, h, n_workers: int):
+    """A MASK push's rows sent (else None), the request's size being the one its header
+    makes."""
     backup = 0
     if h.flags & protocol.BACKUP:
         if buf.shape[0] < HEADER_BYTES + 8:
@@ -116,54 +169,21 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
                             f"{_expected_bytes(op, h, n_workers, backup, rows)}")
     if op is Op.PUSH and h.flags & protocol.INT8:
         _check_scales(buf, h, rows)
-    if h.ts < 0 or h.clock < 0:
-        raise ProtocolError(f"{op.name} with a negative ts {h.ts} or clock {h.clock}")
-    # Placements only move keys to servers that held them already (a dead primary's backup
-    # answers for it), so keys split by an earlier one are checked against this one.
-    if (op in (Op.PULL, Op.PUSH, Op.COPY, Op.READ)
-            and not 0 <= h.placement <= placement.version):
-        raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
-                            f"this server's is {placement.version}")
-    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):   # int64, read by handlers
-        return Request(op, h, _NO_KEYS, _NO_VALUES, None)
-    if op is Op.DENSE:   # what its fields mean is the function's to check (densetables)
-        _, scalars, _, values = protocol.dense_fields(buf, h)
-        for these in (scalars, values):
-            if these.size and not np.isfinite(these).all():
-                raise ProtocolError("DENSE with a value that is not finite")
-        return Request(op, h, _NO_KEYS, _NO_VALUES, None)
-    _, keys, values, report = protocol.unpack(buf, rows)
-    backup_keys, backup_values = (protocol.backup_of(buf, h) if h.flags & protocol.BACKUP
-                                  else (_NO_KEYS, _NO_VALUES))
-    if report is not None:
-        for name in ("loss", "progress"):
-            value = getattr(report, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ProtocolError(f"{op.name} reporting {name} {value}")
-        if min(report.epoch, report.examples, report.segment, report.taken,
-               report.taken_epoch) < 0 or report.offset < -1:
-            raise ProtocolError(f"{op.name} reporting a negative figure (epoch {report.epoch}, "
-                                f"segment {report.segment}, offset {report.offset}, examples "
-                                f"{report.examples}, shares taken {report.taken} at epoch "
-                                f"{report.taken_epoch})")
-    # Reads go to a key's primary, writes to every server holding it.
-    read = op in (Op.PULL, Op.READ)
-    for part, these in (("", keys), ("backed-up ", backup_keys)):
-        if these.shape[0]:
-            i, why = placement.first_misplaced(these, server, as_primary=read,
-                                               counts=load if op is Op.PULL else None)
-            if i >= 0:
-                raise ProtocolError(f"{op.name} of {these.shape[0]} {part}keys whose key "
-                                    f"#{i} ({int(these[i])}) is {why}")
-    if op is Op.COPY and keys.shape[0]:
-        if (placement.ranges_of(keys) != h.ref).any():
-            raise ProtocolError(f"COPY of range {h.ref} with keys of another range")
-    for these in (values, backup_values):
-        if these.size and not np.isfinite(these).all():
-            bad = int(np.flatnonzero(~np.isfinite(these.reshape(-1)))[0])
-            raise ProtocolError(f"{op.name} with a value that is not finite "
-                                f"({these.reshape(-1)[bad]} at position {bad})")
-    return Request(op, h, keys, values, report, backup_keys, backup_values, rows_sent)
+    return rows_sent
+
+
+def _check_report(op: Op, report) -> None:
+    """A worker's figures must be finite and not negative."""
+    for name in ("loss", "progress"):
+        value = getattr(report, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise ProtocolError(f"{op.name} reporting {name} {value}")
+    if min(report.epoch, report.examples, report.segment, report.taken,
+           report.taken_epoch) < 0 or report.offset < -1:
+        raise ProtocolError(f"{op.name} reporting a negative figure (epoch {report.epoch}, "
+                            f"segment {report.segment}, offset {report.offset}, examples "
+                            f"{report.examples}, shares taken {report.taken} at epoch "
+                            f"{report.taken_epoch})")
 
 
 def _encoding(h) -> str:

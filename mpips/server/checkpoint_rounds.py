@@ -1,14 +1,25 @@
 """Checkpoint coordination on a server: at which clocks a checkpoint is written, where each
-worker stood at them, and, on server 0, when a checkpoint is complete (every server's file
-in) or failed. No MPI, no files: the server carries the messages, its hooks write.
+worker stood at them (`Checkpoints`, no MPI, no files), and the rounds of messages that take
+one (`CheckpointRounds`): each server writes its file through its hooks and tells the lead
+(SHARD_SAVED); the lead writes the manifest once every living server's file is in, and names
+the clock of a timed checkpoint (CHECKPOINT_AT): two past its slowest worker, which no server
+has passed yet.
 
 Under BSP a checkpoint is the state after its clock, and a worker may already have pushed
 beyond it: its position is kept by clock. Under SSP and ASP each server writes what it holds
 when its slowest worker reaches the clock, with every worker's latest position.
 """
+import json
 import logging
+import time
 
-from ..base.errors import CheckpointsFailing
+import numpy as np
+
+from ..base.errors import CheckpointsFailing, ProtocolError
+from ..wire import protocol
+from ..wire.clocks import FINISHED
+from ..wire.placement import describe_ranges
+from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")
 
@@ -18,10 +29,10 @@ FAILURES_IN_A_ROW = 3
 
 
 class Checkpoints:
-    def __init__(self, every: int, seconds: float, lead: bool, n_servers: int, bsp: bool,
+    def __init__(self, every: int, seconds: float, n_servers: int, bsp: bool,
                  positions: dict | None = None):
         self.every, self.seconds = every, seconds
-        self.lead, self.n_servers, self.bsp = lead, n_servers, bsp
+        self.bsp = bsp
         self.living = set(range(n_servers))   # the servers whose files a checkpoint needs
         # Where each worker's next minibatch starts, from its latest clock push; under BSP
         # also by the clock it had reached, for checkpoints of earlier clocks.
@@ -30,9 +41,9 @@ class Checkpoints:
         self.stop_at = None       # the clock to checkpoint and stop at, once named
         self.planned = set()      # clocks named for timed checkpoints
         self.written = set()      # clocks this server has written (or tried to write) at
-        self._entries = {}        # server 0: clock -> the servers' files and the positions
-        self.completed = set()    # server 0: clocks whose manifest it wrote
-        self.failed_in_a_row = 0  # server 0: checkpoints failed since the last success
+        self._entries = {}        # the lead: clock -> the servers' files and the positions
+        self.completed = set()    # the lead: clocks whose manifest it wrote
+        self.failed_in_a_row = 0  # the lead: checkpoints failed since the last success
 
     @property
     def periodic(self) -> bool:
@@ -113,7 +124,7 @@ class Checkpoints:
         return True
 
     def shard_in(self, clock: int, entry: dict, positions: dict | None = None):
-        """Server 0: a server's entry for checkpoint `clock` (its own with the positions).
+        """The lead: a server's entry for checkpoint `clock` (its own with the positions).
         Returns (entries, positions) once all servers' entries are in, else None."""
         state = self._entries.setdefault(clock, {"shards": [], "positions": None})
         state["shards"].append(entry)
@@ -129,15 +140,15 @@ class Checkpoints:
         del self._entries[clock]
         return state["shards"], state["positions"]
 
-    def servers_lost(self, servers) -> list:
-        """Server 0: `servers` died; checkpoints no longer wait for their files. Returns
-        (clock, entries, positions) of those that are now complete."""
-        self.living -= set(servers)
+    def servers_lost(self, living) -> list:
+        """The lead: servers died, `living` are left; checkpoints no longer wait for the dead
+        ones' files. Returns (clock, entries, positions) of those that are now complete."""
+        self.living = set(living)
         ready = [(clock, self._ready(clock)) for clock in sorted(self._entries)]
         return [(clock, *r) for clock, r in ready if r is not None]
 
     def outcome(self, clock: int, failures: list) -> None:
-        """Server 0: checkpoint `clock` was written (no failures) or not; several failed in a
+        """The lead: checkpoint `clock` was written (no failures) or not; several failed in a
         row raise CheckpointsFailing."""
         if not failures:
             self.failed_in_a_row = 0
@@ -154,7 +165,101 @@ class Checkpoints:
                   "%d in a row fail", clock, why, FAILURES_IN_A_ROW)
 
     def incomplete(self) -> list:
-        """Server 0, at the end: (clock, servers missing) of checkpoints never completed."""
+        """The lead, at the end: (clock, servers missing) of checkpoints never completed."""
         return [(clock, sorted(self.living
                                - {e["server"] for e in self._entries[clock]["shards"]}))
                 for clock in sorted(self._entries)]
+
+
+class CheckpointRounds:
+    """Taking checkpoints on a server: its file at each clock due, and on the lead, the
+    manifest once every file is in, and the timed checkpoints named."""
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self._next_timed = float("inf")
+        ctx.register({Op.CHECKPOINT_AT: self.on_checkpoint_at,
+                      Op.SHARD_SAVED: self.on_shard_saved})
+
+    def start(self, start: float) -> None:
+        seconds = self.ctx.ckpt.seconds
+        self._next_timed = start + seconds if seconds else float("inf")
+
+    def poll(self, now: float) -> None:
+        """The lead: a timed checkpoint named, if due."""
+        if self.ctx.lead and now >= self._next_timed:
+            self._name_timed()
+            self._next_timed = time.monotonic() + self.ctx.ckpt.seconds
+
+    def take(self, clock: int) -> None:
+        """Write this server's file of checkpoint `clock` (once), and tell the lead."""
+        ctx = self.ctx
+        ctx.pushes.apply_backups()   # a checkpoint is of the whole store at its clock
+        if ctx.hooks.write_shard is None or not ctx.ckpt.begin(clock):
+            return
+        if ctx.clocks.staleness == 0 and ctx.pushes.buffer.applied > clock:
+            # Only if a worker's minibatches missed server 0 for clocks on end, so that
+            # server 0 named a clock this server had passed: better no checkpoint than one
+            # whose state is not its clock's. Without this server's file it is passed over.
+            log.warning("not writing checkpoint clock %d: this server has applied clock %d "
+                        "already", clock, ctx.pushes.buffer.applied - 1)
+            return
+        entry = ctx.hooks.write_shard(clock)
+        ctx.stats.checkpoints += "error" not in entry
+        if ctx.lead:
+            self._shard_in(clock, entry, ctx.ckpt.positions_at(clock))
+        else:
+            text = np.frombuffer(json.dumps(entry).encode(), np.uint8)
+            ctx.send(protocol.pack(protocol.Header(Op.SHARD_SAVED, clock=clock), text),
+                     ctx.lead_rank)
+
+    def _shard_in(self, clock: int, entry: dict, positions: dict | None = None) -> None:
+        """The lead: a server's file of checkpoint `clock`; once all are in (and its own
+        positions), the manifest: the checkpoint now exists."""
+        ready = self.ctx.ckpt.shard_in(clock, entry, positions)
+        if ready is not None:
+            self._complete(clock, *ready)
+
+    def _complete(self, clock: int, shards: list, positions: dict) -> None:
+        """The lead, every living server's file of checkpoint `clock` in: its manifest, if
+        they hold every key range (a server that died may have taken some with it)."""
+        ctx = self.ctx
+        failed = [f"server {e['server']}: {e['error']}" for e in shards if "error" in e]
+        covered = {r for e in shards for r in e.get("ranges", [e["server"]])}
+        missing = sorted(set(range(ctx.placement.n_ranges)) - covered)
+        if missing and not failed:   # a death, not a failing disk: not one of those counted
+            log.warning("checkpoint at clock %d is passed over: key range(s) %s are in no "
+                        "file (their server died before writing it)", clock,
+                        describe_ranges(missing))
+            return
+        if not failed:
+            deaths = ctx.losses.deaths_before(clock) if ctx.losses else []
+            problem = ctx.hooks.write_manifest(clock, shards, positions, deaths)
+            failed = [problem] if problem else []
+        ctx.ckpt.outcome(clock, failed)
+
+    def servers_lost(self) -> None:
+        """Servers died: the checkpoints that waited only for their files are done."""
+        for clock, shards, positions in self.ctx.ckpt.servers_lost(self.ctx.placement.living):
+            self._complete(clock, shards, positions)
+
+    def _name_timed(self) -> None:
+        """The lead, a timed checkpoint being due: as for stopping, two clocks past the
+        slowest worker, without stopping."""
+        ctx = self.ctx
+        slowest = ctx.clocks.slowest()
+        if slowest == FINISHED or ctx.ckpt.stop_at is not None:
+            return   # the final or the stopping checkpoint comes anyway
+        ctx.ckpt.planned.add(slowest + 2)
+        ctx.tell_servers(Op.CHECKPOINT_AT, slowest + 2)
+
+    def on_checkpoint_at(self, source: int, r, buf) -> None:
+        self.ctx.ckpt.planned.add(r.header.clock)
+        self.ctx.pushes.advance()
+
+    def on_shard_saved(self, source: int, r, buf) -> None:
+        try:
+            entry = json.loads(protocol.error_text(buf))
+        except ValueError:
+            raise ProtocolError(f"{self.ctx.sender(source)} sent a bad request: SHARD_SAVED "
+                                f"whose text is not JSON") from None
+        self._shard_in(r.header.clock, entry)

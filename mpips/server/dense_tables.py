@@ -24,18 +24,18 @@ link to other servers for `restore`.
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from ..wire import protocol
-from ..wire.dense_layout import MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
 from ..base.budget import Budget
-from ..storage.dense_files import index_of, read_blocks
 from ..base.errors import ProtocolError, SaveError
 from ..base.files import write_hdf5
 from ..kernels import dense, elementwise
+from ..storage.dense_files import index_of, read_blocks
+from ..wire import protocol
+from ..wire.dense_layout import MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
 from ..wire.placement import describe_ranges
 from ..wire.protocol import Op
 
@@ -100,12 +100,12 @@ class DenseTables:
         self.n_workers = n_workers
         self.tables: dict = {}    # table id -> Table
         self.checkpointer = None  # writes this server's blocks at an iteration (server_side)
-        self.link = None          # the server: send_copy, receive_copy to other servers
+        self.link = None          # the server's context: send_copy, receive_copy
         self.rounds: dict = {}    # (table id, round) -> {worker: (rows, values)}
         self.incoming: set = set()   # ranges held anew, their blocks not copied here yet
         self.outgoing: list = []     # (range, server): copies this server owes
         self.restored = lambda ranges, blocks, seconds: None   # told of the copies received
-        self._changed_at = 0.0
+        self.changed_at = 0.0      # when the placement last changed (monotonic)
 
     def answers(self, table: Table) -> list:
         """The blocks of `table` this server answers reads for, in order."""
@@ -117,7 +117,7 @@ class DenseTables:
         """Servers died: the copies this server now owes, and the ranges it holds anew (it
         waits for their blocks; see restore)."""
         before, self.placement = self.placement, after
-        self._changed_at = time.monotonic() if now is None else now
+        self.changed_at = time.monotonic() if now is None else now
         for r, holders in enumerate(after.holders):
             new = [s for s in holders if s not in before.holders[r]]
             if holders and holders[0] == self.index:
@@ -164,26 +164,27 @@ class DenseTables:
         self.tables[tid] = table = Table(name, layout, blocks)
         return table
 
-    def handlers(self, server) -> dict:
-        """The operation dense tables bring to `server`'s loop."""
-        self.link = server
+    def handlers(self, ctx) -> dict:
+        """The operation dense tables bring to a server's loop; `ctx`: the server's context
+        (what a handler may read and do)."""
+        self.link = ctx
 
         def restored(ranges: list, blocks: int, seconds: float) -> None:
             log.warning("key range(s) %s of the dense tables have their copies again: %d "
                         "blocks copied here %.2f s after the failure", describe_ranges(ranges),
                         blocks, seconds)
-            if server.takeover and server.takeover.failures:
-                server.takeover.failures[-1].setdefault("rebuilt", []).append(
+            if ctx.takeover and ctx.takeover.failures:
+                ctx.takeover.failures[-1].setdefault("rebuilt", []).append(
                     {"ranges": ranges, "blocks": blocks, "seconds": round(seconds, 4)})
         self.restored = restored
 
         def on_dense(source: int, r, buf) -> None:
             try:
-                out = self.call(server.roles.worker_index(source), r.header, buf)
+                out = self.call(ctx.roles.worker_index(source), r.header, buf)
             except ProtocolError as e:
-                raise ProtocolError(f"{server.sender(source)} sent a bad request: {e}; it was "
+                raise ProtocolError(f"{ctx.sender(source)} sent a bad request: {e}; it was "
                                     f"not applied, and the job stops") from None
-            server.reply(out, source, r.header.ts)
+            ctx.reply(out, source, r.header.ts)
         return {Op.DENSE: on_dense}
 
     def call(self, worker: int, header, buf: np.ndarray) -> np.ndarray:
@@ -316,7 +317,7 @@ def _restore(tables: DenseTables, call: Call) -> np.ndarray:
             received += len(numbers)
     if tables.incoming:
         tables.restored(sorted(tables.incoming), received,
-                        time.monotonic() - tables._changed_at)
+                        time.monotonic() - tables.changed_at)
     tables.incoming = set()
     return np.array([float(placement.version), float(received)])
 

@@ -8,8 +8,8 @@ touch one cache line. A large table grows by 25% when 90% full, so it stays
 """
 import numpy as np
 
-from ..kernels import table
 from ..base.budget import Budget
+from ..kernels import table
 from ..models.optimizer import Optimizer
 
 

@@ -201,9 +201,11 @@ class Placement:
         self.nodes = tuple(nodes) if nodes is not None else tuple(range(n_servers))
         self.version = version
         # the first version with these primaries: a backup's part of a push split by it or
-        # later is a backup's still (see Server._take_push)
+        # later is a backup's still (see `Pushes.take` in the server)
         self.backups_since = version if backups_since is None else backups_since
         self.dead = frozenset(dead)
+        # the servers alive, in order; the first leads (checkpoints, stopping, mpips ctl)
+        self.living = tuple(s for s in range(n_servers) if s not in self.dead)
         self.assign = tuple(assign) if assign is not None else dealt(n_servers, vnodes)
         owners = set(self.assign)
         self.spares = tuple(s for s in range(n_servers) if s not in owners)
@@ -231,6 +233,15 @@ class Placement:
     @property
     def n_ranges(self) -> int:
         return self.bounds.shape[0]
+
+    @property
+    def lead(self) -> int:
+        """The server that leads: server 0, or after it died the first living one."""
+        return self.living[0]
+
+    def others(self, server: int) -> list:
+        """The living servers but `server`."""
+        return [s for s in self.living if s != server]
 
     def without(self, dead) -> "Placement":
         """The same ring with `dead` servers (indices) gone as well. Its version counts the

@@ -462,14 +462,15 @@ def test_a_forged_move_is_refused(build, role, says):
 
 
 def lead_membership():
-    """The lead's membership, no move under way (its server: what the handlers read)."""
+    """The lead's membership, no move under way (its context: what the handlers read)."""
     from types import SimpleNamespace
 
     from mpips.membership.requests import Membership
-    server = SimpleNamespace(placement=Placement(2), copies=SimpleNamespace(on_whole=[]),
-                             lead=True, roles=SimpleNamespace(servers=[0, 1], index=0),
-                             sender=lambda source: f"server 1 (rank {source})")
-    return Membership(server, None)
+    ctx = SimpleNamespace(placement=Placement(2), copies=SimpleNamespace(on_whole=[]),
+                          lead=True, roles=SimpleNamespace(servers=[0, 1], index=0),
+                          sender=lambda source: f"server 1 (rank {source})",
+                          register=lambda handlers: None)
+    return Membership(ctx, None)
 
 
 @pytest.mark.parametrize("text, says", [

@@ -57,7 +57,7 @@ def test_a_backup_holds_its_primarys_bits_at_every_clock(push_filter):
 
             server = server_for(
                 roles, Optimizer("adagrad", lr=0.3, l2=0.01), placement=PLACEMENT,
-                checkpoints=Checkpoints(1, 0.0, roles.index == 0, 2, bsp=True),
+                checkpoints=Checkpoints(1, 0.0, 2, bsp=True),
                 hooks=Hooks(write_shard=write_shard, write_manifest=lambda *_: None))
             server.run()
             if push_filter is None:

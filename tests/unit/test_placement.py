@@ -207,3 +207,11 @@ def test_keys_grouped_by_range_in_their_order():
     assert starts[0] == 0 and starts[-1] == keys.shape[0]
     for r in range(p.n_ranges):
         np.testing.assert_array_equal(keys[order[starts[r]:starts[r + 1]]], keys[ranges == r])
+
+
+def test_the_first_living_server_leads():
+    p = Placement(4, replicas=2)
+    assert p.living == (0, 1, 2, 3) and p.lead == 0 and p.others(0) == [1, 2, 3]
+    after = p.without({0, 2})
+    assert after.living == (1, 3) and after.lead == 1
+    assert after.others(1) == [3] and after.others(3) == [1]

@@ -70,7 +70,7 @@ def test_a_push_that_arrives_after_a_copy_holding_it_is_not_applied_twice():
     from mpips.recovery.rangecopies import RangeCopies
     placement = Placement(2, vnodes=4)
     copies = RangeCopies(SimpleNamespace(roles=SimpleNamespace(index=1, workers=[2, 3]),
-                                         placement=placement))
+                                         placement=placement, register=lambda handlers: None))
     copies.covered[3] = np.array([10, 12])   # the copy of range 3 holds pushes 10 and 12
     keys = np.arange(1, 2000, dtype=np.uint64)
     values = np.ones((keys.shape[0], 1), np.float32)

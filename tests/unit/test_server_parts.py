@@ -1,15 +1,21 @@
 """The server's concerns as state machines, without MPI: the read gate, the row cache, BSP's
-push buffer and checkpoint coordination."""
+push buffer, checkpoint coordination and the stop protocol; and how the server's modules reach
+each other."""
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from mpips.server.checkpoint_rounds import FAILURES_IN_A_ROW, Checkpoints
-from mpips.server.clockpushes import ClockPushes
-from mpips.wire.clocks import ClockTable
 from mpips.base.errors import CheckpointsFailing, ProtocolError
-from mpips.wire.protocol import Report
+from mpips.server.checkpoint_rounds import FAILURES_IN_A_ROW, Checkpoints
+from mpips.server.context import ServerContext
+from mpips.server.pushes import ClockPushes
 from mpips.server.readgate import HOLD, REFUSE, SERVE, Pull, ReadGate
 from mpips.server.rowcache import KEEP, RowCache
+from mpips.wire import protocol
+from mpips.wire.clocks import ClockTable
+from mpips.wire.protocol import Op, Report
 
 KEYS = np.arange(4, dtype=np.uint64)
 
@@ -101,7 +107,7 @@ def report(epoch, offset=0):
 
 
 def test_checkpoints_keep_each_workers_place_by_clock_under_bsp():
-    ckpt = Checkpoints(every=10, seconds=0, lead=True, n_servers=2, bsp=True)
+    ckpt = Checkpoints(every=10, seconds=0, n_servers=2, bsp=True)
     assert ckpt.due(10) and not ckpt.due(11) and ckpt.periodic
     ckpt.note(0, 10, report(1, 500), finished=False)
     ckpt.note(0, 11, report(1, 600), finished=False)   # worker 0 pushed past clock 10
@@ -116,14 +122,14 @@ def test_checkpoints_keep_each_workers_place_by_clock_under_bsp():
     assert ckpt.positions_at(11)[1]["segment"] == 2
     ckpt.forget_before(11)
     assert ckpt.positions_at(10)[0]["offset"] == 600, "forgotten: the latest"
-    asp = Checkpoints(every=10, seconds=0, lead=True, n_servers=1, bsp=False)
+    asp = Checkpoints(every=10, seconds=0, n_servers=1, bsp=False)
     asp.note(0, 10, report(1, 500), False)
     asp.note(0, 11, report(1, 600), False)
     assert asp.positions_at(10)[0]["offset"] == 600, "SSP/ASP: each worker's latest"
 
 
 def test_server_0_completes_a_checkpoint_once_every_server_reported():
-    ckpt = Checkpoints(every=10, seconds=0, lead=True, n_servers=2, bsp=True)
+    ckpt = Checkpoints(every=10, seconds=0, n_servers=2, bsp=True)
     assert ckpt.begin(10) and not ckpt.begin(10), "written once"
     assert ckpt.shard_in(10, {"server": 1}) is None, "server 0's own file is still missing"
     shards, positions = ckpt.shard_in(10, {"server": 0}, {0: {"clock": 10}})
@@ -135,7 +141,7 @@ def test_server_0_completes_a_checkpoint_once_every_server_reported():
 
 
 def test_checkpoints_failing_in_a_row_stop_and_a_success_resets_the_count():
-    ckpt = Checkpoints(every=10, seconds=0, lead=True, n_servers=1, bsp=True)
+    ckpt = Checkpoints(every=10, seconds=0, n_servers=1, bsp=True)
     for clock in range(1, FAILURES_IN_A_ROW):
         ckpt.outcome(clock, ["disk full"])
     ckpt.outcome(50, [])
@@ -147,8 +153,73 @@ def test_checkpoints_failing_in_a_row_stop_and_a_success_resets_the_count():
 
 
 def test_timed_checkpoints_named_for_a_passed_clock_are_taken_when_reached():
-    ckpt = Checkpoints(every=0, seconds=30, lead=False, n_servers=2, bsp=True)
+    ckpt = Checkpoints(every=0, seconds=30, n_servers=2, bsp=True)
     ckpt.planned.update({12, 15})
     assert ckpt.due(12) and ckpt.reached(13) == [12] and ckpt.planned == {15}
     ckpt.stop_at = 20
     assert ckpt.due(20)
+
+
+MPIPS = Path(__file__).resolve().parents[2] / "mpips"
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
+
+
+@pytest.mark.parametrize("package", ["server", "recovery", "membership"])
+def test_no_module_touches_another_objects_private_attributes(package):
+    """The server's parts and the capabilities around it reach each other through public
+    names only (the context, the parts' own methods): `obj._name` only on self or cls."""
+    touched = []
+    for path in sorted((MPIPS / package).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__") and node.attr not in NAMEDTUPLE_API
+                    and not (isinstance(node.value, ast.Name)
+                             and node.value.id in ("self", "cls"))):
+                touched.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not touched
+
+
+def test_an_operation_has_one_handler():
+    ctx = ServerContext(None, None, None, 1.0, None, None, None)
+    ctx.register({Op.PULL: print})
+    with pytest.raises(ValueError, match="two handlers of PULL"):
+        ctx.register({Op.PULL: repr})
+
+
+class Sent:
+    """An outbox that keeps what would be sent."""
+    def __init__(self):
+        self.messages = []
+
+    def send(self, buf, dest, tag=None):
+        self.messages.append((protocol.header(buf).op, protocol.header(buf).clock, dest))
+
+
+def stopping_lead(busy: bool = False):
+    from types import SimpleNamespace
+
+    from mpips.server.context import Hooks
+    from mpips.server.stopping import Stopping
+    from mpips.wire.placement import Placement
+    roles = SimpleNamespace(index=0, servers=[0, 1, 2], workers=[3, 4])
+    clocks = ClockTable(2)
+    clocks.tick(0), clocks.tick(0), clocks.tick(1)
+    ctx = ServerContext(roles, None, clocks, 1.0, Hooks(stop_requested=lambda: True),
+                        Placement(3).without({1}), None)
+    ctx.outbox = Sent()
+    ctx.ckpt = Checkpoints(every=0, seconds=0, n_servers=3, bsp=True)
+    ctx.members = SimpleNamespace(busy=busy)
+    return ctx, Stopping(ctx)
+
+
+def test_the_lead_names_the_stop_two_clocks_past_the_slowest_and_tells_the_living():
+    ctx, stopping = stopping_lead()
+    stopping.poll()
+    assert ctx.ckpt.stop_at == 3, "the slowest worker is at clock 1"
+    assert ctx.outbox.messages == [(Op.STOP_AT, 3, 2)], "server 1 is dead"
+
+
+def test_a_stop_waits_for_a_move_to_end():
+    ctx, stopping = stopping_lead(busy=True)
+    stopping.poll()
+    assert stopping.asked and ctx.ckpt.stop_at is None and not ctx.outbox.messages

@@ -1,0 +1,122 @@
+"""What a server's handlers may read and do: the state they share (store, clocks, read gate,
+checkpoint positions, placement, statistics), the server's parts (outbox, pushes, reads,
+checkpoint rounds, stopping, watchdog) and the capabilities added to it (range copies,
+takeover, worker losses, membership, scoring, dense tables), and registering the handlers
+of operations. The modules that add handlers receive this, never the server's loop.
+"""
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..wire import protocol, tags
+from ..wire.placement import Placement
+from ..wire.protocol import Op
+
+
+@dataclass
+class ServerStats:
+    requests: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    pulls_held: int = 0       # pulls that had to wait for other workers' clocks
+    train_bytes_sent: int = 0   # bytes sent until every worker had finished training
+    push_bytes: int = 0       # bytes of the workers' pushes received
+    refound: int = 0          # SAME_KEYS pushes whose rows had moved (the table grew)
+    busy_s: float = 0.0       # time spent handling requests (the rest is waiting for them)
+    checkpoints: int = 0      # checkpoint files written
+    pushes_applied: int = 0   # workers' pushes in this server's store (this launch)
+    keys_served: int = 0      # keys of the reads answered (the load the placement gave it)
+    test_keys: int = 0        # keys of the test rows read (each batch's distinct keys)
+    test_keys_known: int = 0  # of them, the keys the model holds
+
+
+@dataclass
+class Hooks:
+    """What a server asks of the job around it. Writers report a failure in what they return
+    (a checkpoint that could not be written does not stop training by itself)."""
+    write_shard: Callable[[int], dict] | None = None   # clock -> this server's manifest entry,
+                                                       # or {"server", "error"}
+    write_manifest: Callable[[int, list, dict], str | None] | None = None
+    # server 0: clock, entries, positions -> None, or why it failed
+    snapshot: Callable[[bool], None] | None = None     # final -> None, every snapshot_every s
+    snapshot_every: float = 0.0
+    failed: Callable[[str], None] = lambda reason: None   # another rank failed: keep the model
+    stop_requested: Callable[[], bool] = lambda: False    # polled by every server
+    placement_changed: Callable[[Placement], None] = lambda placement: None   # a server died
+    now_leads: Callable[[], None] = lambda: None   # this server leads after the lead died
+    # The job reached a point here (testevents): point, value, whether this server leads ->
+    # whether a ctl request was made meanwhile.
+    reached: Callable[[str, int, bool], bool] = lambda point, value, lead: False
+
+
+class ServerContext:
+    def __init__(self, roles, store, clocks, timeout: float, hooks: Hooks,
+                 placement: Placement, stats: ServerStats):
+        self.roles = roles
+        self.store = store
+        self.clocks = clocks
+        self.timeout = timeout
+        self.hooks = hooks
+        self.placement = placement   # replaced when servers die or key ranges move
+        self.stats = stats
+        self.handlers = {}           # Op -> handler(source, request, buf)
+        # The server's parts and capabilities, set as the server makes them (None: absent).
+        self.ckpt = self.gate = self.rows = None
+        self.outbox = self.pushes = self.reads = self.rounds = None
+        self.stopping = self.watchdog = None
+        self.copies = self.takeover = self.losses = self.members = None
+        self.scoring = self.dense = None
+        # Servers died (the placement already without them): (indices, whether this server
+        # led before) -> None. The loop's.
+        self.servers_died: Callable[[set, bool], None] = lambda gone, was_lead: None
+
+    def register(self, handlers: dict) -> None:
+        """Handle these operations (one handler per operation)."""
+        for op, handler in handlers.items():
+            if op in self.handlers:
+                raise ValueError(f"two handlers of {op.name}")
+            self.handlers[op] = handler
+
+    # Who leads, and who else is alive: from the placement.
+    @property
+    def lead(self) -> bool:
+        return self.roles.index == self.placement.lead
+
+    @property
+    def lead_rank(self) -> int:
+        return self.roles.servers[self.placement.lead]
+
+    def others(self) -> list:
+        """The living servers but this one (indices)."""
+        return self.placement.others(self.roles.index)
+
+    def sender(self, source: int) -> str:
+        if source in self.roles.servers:
+            return f"server {self.roles.servers.index(source)} (rank {source})"
+        return f"worker {self.roles.worker_index(source)} (rank {source})"
+
+    # Messages out (see outbox).
+    def send(self, buf, dest: int, tag: int = tags.REQUEST_TAG) -> None:
+        self.outbox.send(buf, dest, tag)
+
+    def reply(self, buf, dest: int, ts: int) -> None:
+        self.outbox.reply(buf, dest, ts)
+
+    def send_copy(self, buf, server: int) -> None:
+        self.outbox.send_copy(buf, server)
+
+    def receive_copy(self, into, server: int, what: str) -> None:
+        self.outbox.receive_copy(into, server, what)
+
+    def tell_servers(self, op: Op, clock: int) -> None:
+        """Every other living server: `op` at `clock`."""
+        for i in self.others():
+            self.send(protocol.pack(protocol.Header(op, clock=clock)), self.roles.servers[i])
+
+    def forget_ranks(self, ranks: set) -> None:
+        """Dead ranks: replies to them are not waited for, nor their BYE."""
+        self.outbox.forget(ranks)
+        self.watchdog.forget(ranks)
+
+    def final_weights(self, keys):
+        """The trained model's weights of `keys` (see reads)."""
+        return self.reads.final_weights(keys)

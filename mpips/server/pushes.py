@@ -1,0 +1,201 @@
+"""Pushes and the clocks on a server: a push taken (its part for backed-up ranges first), and
+the clocks it completes applied as the slowest worker moves on (`Pushes.advance`), with the
+checkpoints due on the way and the reads the new clock lets through.
+
+Under BSP the pushes of each clock are kept (`ClockPushes`) until every worker has completed
+that clock, then applied in clock, worker and arrival order. The model at each clock is then
+a consistent cut, and does not depend on the order in which workers' pushes arrived, so a
+run with a fixed seed is reproducible bit for bit, and every replica of a key range, given
+the same pushes, holds the same bits. Under SSP and ASP a push is applied on arrival.
+"""
+from typing import NamedTuple
+
+import numpy as np
+
+from ..wire import protocol
+from ..wire.clocks import FINISHED
+from ..wire.protocol import Op, Report
+
+_NO_REPORT = Report()
+
+
+class Push(NamedTuple):
+    """A push ready to apply: `rows` (or None) found by the pull of the same keys, valid
+    while the table's generation is `generation`."""
+    keys: np.ndarray
+    rows: np.ndarray | None
+    generation: int
+    values: np.ndarray
+
+
+class Pending(NamedTuple):
+    """A push kept for its clock. `deferrable`: the placement version from which its ranges
+    were backed up here (-1: not a backup's part), see `Pushes._apply_until`."""
+    push: Push
+    clock: int
+    worker: int
+    ts: int
+    deferrable: int
+
+
+class ClockPushes:
+    """BSP's push buffer: each clock's pushes, given out in clock, worker and arrival order
+    once every worker has completed the clock."""
+    def __init__(self, applied: int = 0):
+        self._pending = {}        # clock -> worker -> [Pending, ...] in arrival order
+        self.applied = applied    # every push of the clocks before this one has been given out
+
+    def add(self, clock: int, worker: int, push) -> None:
+        self._pending.setdefault(clock, {}).setdefault(worker, []).append(push)
+
+    def until(self, clock: int) -> list:
+        """The pushes of every clock before `clock` not given out yet, in clock, worker, then
+        arrival order."""
+        ready = []
+        for c in sorted(c for c in self._pending if c < clock):
+            pending = self._pending.pop(c)
+            for w in sorted(pending):
+                ready += pending[w]
+        self.applied = max(self.applied, clock)
+        return ready
+
+    def drop(self, worker: int, from_clock: int) -> int:
+        """Forget `worker`'s pushes of `from_clock` and later (a dead worker's, which not every
+        server holds); returns how many."""
+        dropped = 0
+        for clock, pending in self._pending.items():
+            if clock >= from_clock:
+                dropped += len(pending.pop(worker, []))
+        return dropped
+
+
+class Pushes:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.buffer = ClockPushes(ctx.ckpt.first_clock())
+        self._backups_due = []    # pushes to backed-up ranges of clocks complete (see advance)
+        self._last_applied = np.full(len(ctx.roles.workers), -1, np.int64)   # ts of its last
+        # Resuming, a worker that had left stands before the checkpoint's clock until it says
+        # FINISH again: the checkpoints before that clock are not written again.
+        self._slowest = max(ctx.clocks.slowest(), ctx.ckpt.first_clock())
+        ctx.register({Op.PUSH: self.on_push})
+
+    def on_push(self, source: int, r, buf) -> None:
+        ctx = self.ctx
+        worker = ctx.roles.worker_index(source)
+        ctx.stats.push_bytes += buf.shape[0]
+        if r.backup_keys.shape[0]:   # first the part for ranges this server backs up
+            h = r.header._replace(flags=0, nkeys=r.backup_keys.shape[0], ref=0)
+            self._take(worker, r._replace(header=h, keys=r.backup_keys,
+                                          values=r.backup_values, report=None,
+                                          rows_sent=None),
+                       backup=True)
+        self._take(worker, r)
+        ctx.copies.send_copies()
+
+    def _take(self, worker: int, r, backup: bool = False) -> None:
+        """`backup`: the part for ranges this server backs up (no read needs it at once)."""
+        ctx = self.ctx
+        completes = bool(r.header.flags & protocol.CLOCK)
+        clock = int(ctx.clocks.done[worker])
+        push = self._push_of(worker, r, copy=ctx.clocks.staleness == 0)
+        push = Push(*ctx.copies.route(worker, clock, r.header.ts, r.header.placement, push))
+        if ctx.clocks.staleness == 0:
+            # Deferred (see _apply_until) only while the ranges stay backed up here: split by
+            # a placement with this one's primaries, and still when the clock completes.
+            since = ctx.placement.backups_since
+            deferrable = since if backup and r.header.placement >= since else -1
+            self.buffer.add(clock, worker, Pending(push, clock, worker, r.header.ts,
+                                                   deferrable))
+        else:
+            self._apply(push, clock)
+            self._applied(worker, r.header.ts)
+        if completes:
+            ctx.clocks.tick(worker)
+            ctx.ckpt.note(worker, int(ctx.clocks.done[worker]), r.report or _NO_REPORT, False)
+            self.advance()
+
+    def keep(self, clock: int, worker: int, ts: int, keys: np.ndarray, values: np.ndarray,
+             deferrable: int) -> None:
+        """BSP: a push (its keys stored anew) kept for its clock, as those received."""
+        self.buffer.add(clock, worker, Pending(Push(keys, None, -1, values), clock, worker, ts,
+                                               deferrable))
+
+    def _push_of(self, worker: int, r, copy: bool) -> Push:
+        values = r.values.copy() if copy else r.values
+        if not r.header.flags & protocol.SAME_KEYS:
+            return Push((r.keys.copy() if copy else r.keys), None, -1, values)
+        if not r.header.nkeys:
+            return Push(r.keys, None, -1, values)
+        keys, rows, generation = self.ctx.rows.take(worker, r.header.ref, r.header.nkeys)
+        if r.rows_sent is not None:   # a filtered push: values for these of the pull's keys
+            keys, rows = keys[r.rows_sent], rows[r.rows_sent]
+        return Push(keys, rows, generation, values)
+
+    def _apply(self, push: Push, clock: int) -> None:
+        store = self.ctx.store
+        if push.rows is not None and push.generation == store.generation:
+            store.update(push.rows, push.values, clock)
+            return
+        if push.rows is not None:   # the table grew since the pull: its rows moved
+            self.ctx.stats.refound += 1
+        store.push(push.keys, push.values, clock)
+
+    def _apply_until(self, clock: int) -> None:
+        """Apply the pushes of the clocks before `clock`; those for ranges backed up here are
+        kept for `apply_backups`, once the reads they let through are answered (reads go to
+        primaries: no read needs the backed-up ranges). Not if a server died since the push
+        arrived: its ranges may be this server's to answer now."""
+        for pending in self.buffer.until(clock):
+            if pending.deferrable == self.ctx.placement.backups_since:
+                self._backups_due.append((pending.push, pending.clock))
+            else:
+                self._apply(pending.push, pending.clock)
+            self._applied(pending.worker, pending.ts)
+
+    def apply_backups(self) -> None:
+        for push, clock in self._backups_due:
+            self._apply(push, clock)
+        self._backups_due.clear()
+
+    def _applied(self, worker: int, ts: int) -> None:
+        if ts != self._last_applied[worker]:   # a push's parts (a backup's, a primary's)
+            self._last_applied[worker] = ts
+            self.ctx.stats.pushes_applied += 1
+        self.ctx.copies.applied(worker, ts)
+
+    def advance(self) -> None:
+        """After a worker's clock or FINISH: if the slowest worker moved on, apply the clocks'
+        pushes (BSP) and write the checkpoints due at each clock on the way, then answer the
+        pulls the new clock lets through."""
+        ctx = self.ctx
+        ckpt, rounds = ctx.ckpt, ctx.rounds
+        slowest = ctx.clocks.slowest()
+        if slowest > self._slowest:
+            last = ckpt.last_clock(self._slowest) if slowest == FINISHED else slowest
+            for clock in range(self._slowest + 1, last + 1):
+                if ckpt.due(clock):
+                    self._apply_until(clock)
+                    rounds.take(clock)
+            self._apply_until(last)
+            if slowest == FINISHED and ckpt.periodic:
+                rounds.take(last)   # every worker has finished: the final state
+            self._slowest = slowest
+            ckpt.forget_before(slowest)
+            if slowest != FINISHED and ctx.hooks.reached("clock", slowest, ctx.lead):
+                ctx.members.poll_soon()
+        if ctx.losses:
+            ctx.losses.tell_what_is_here()
+        for clock in ckpt.reached(slowest):
+            rounds.take(clock)
+        stop_at = ckpt.stop_at
+        if stop_at is not None and slowest >= stop_at and not ctx.gate.stopped:
+            # Here at the latest: STOP_AT may arrive after this server reached the clock (and
+            # no worker reads past it: the lead refuses). If every worker has finished
+            # meanwhile, there is nothing left to stop.
+            if slowest != FINISHED:
+                rounds.take(stop_at)
+                ctx.gate.stopped = True
+        ctx.members.reached()
+        ctx.reads.release()
+        self.apply_backups()   # replication overlaps the workers' next minibatch

@@ -1,0 +1,66 @@
+"""Reads on a server: a worker's pull answered, held for the clocks, or refused (see
+readgate), and the trained model's weights read once every worker has finished (scoring).
+"""
+import numpy as np
+
+from ..wire import protocol
+from ..wire.clocks import FINISHED
+from ..wire.protocol import Op
+from .readgate import HOLD, SERVE, Pull
+
+
+class Reads:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        ctx.register({Op.PULL: self.on_pull})
+
+    def on_pull(self, source: int, r, buf) -> None:
+        # READ_ONLY only spares storing unknown keys: the clocks apply to every read.
+        pull = Pull(self.ctx.roles.worker_index(source), source, r.header.ts, r.keys,
+                    insert=not r.header.flags & protocol.READ_ONLY, version=r.header.placement)
+        verdict = self.ctx.gate.arrive(pull,
+                                       next_clock=bool(r.header.flags & protocol.NEXT_CLOCK))
+        if verdict == SERVE:
+            self._serve(pull)
+        elif verdict != HOLD:
+            self._refuse(pull)
+
+    def release(self) -> None:
+        """Answer the pulls held that the clocks now let through (or refuse them)."""
+        serve, refuse = self.ctx.gate.release()
+        for pull in refuse:
+            self._refuse(pull)
+        for pull in serve:
+            self._serve(pull)
+
+    def _serve(self, pull: Pull) -> None:
+        ctx = self.ctx
+        ctx.gate.served(pull)
+        if ctx.clocks.done[pull.worker] == FINISHED and not pull.insert:   # scoring
+            ctx.reply(self.final_weights(pull.keys), pull.source, pull.ts)
+            return
+        store = ctx.store
+        ctx.stats.keys_served += pull.keys.shape[0]
+        out = np.empty((pull.keys.shape[0], store.width), np.float32)
+        rows = store.find(pull.keys, pull.insert, out)
+        if pull.insert:
+            keys = pull.keys if pull.owned else pull.keys.copy()
+            ctx.rows.remember(pull.worker, pull.ts, keys, rows, store.generation)
+        ctx.reply(out, pull.source, pull.ts)
+
+    def final_weights(self, keys: np.ndarray) -> np.ndarray:
+        """The trained model's weights of `keys` (zeros for keys never trained), once every
+        worker has finished: nothing is stored."""
+        store, stats = self.ctx.store, self.ctx.stats
+        stats.keys_served += keys.shape[0]
+        out = np.empty((keys.shape[0], store.width), np.float32)
+        rows = store.find(keys, False, out)
+        stats.test_keys += keys.shape[0]
+        stats.test_keys_known += int((rows >= 0).sum())
+        if store.optimizer.averages:
+            out = store.model_weights(rows, self.ctx.clocks.longest)
+        return out
+
+    def _refuse(self, pull: Pull) -> None:
+        """An empty reply: the job has stopped (a checkpoint holds the model)."""
+        self.ctx.reply(np.empty(0, np.float32), pull.source, pull.ts)

@@ -1,0 +1,53 @@
+"""A server's timed work between messages: the job's snapshots (every snapshot_every
+seconds, and once at the end of training) and the samples of its timeline.
+"""
+import time
+
+from ..base.timeline import Timeline
+from ..wire.clocks import FINISHED
+
+
+class Timers:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.timeline = Timeline()
+        self._final_taken = False
+        self._start = 0.0
+        self._next_snapshot = float("inf")
+
+    def start(self, start: float) -> None:
+        hooks = self.ctx.hooks
+        self._start = start
+        self._next_snapshot = (start + hooks.snapshot_every
+                               if hooks.snapshot and hooks.snapshot_every else float("inf"))
+
+    def tick(self, now: float) -> None:
+        """A snapshot, a sample of the timeline, if due."""
+        start = self._start
+        if now >= self._next_snapshot and not self._final_taken:
+            every = self.ctx.hooks.snapshot_every
+            self._snapshot(final=False)
+            missed = (time.monotonic() - start) // every
+            self._next_snapshot = start + (missed + 1) * every
+        if self.timeline.due(now - start):
+            self.sample(now - start)
+
+    def final_snapshot(self) -> None:
+        """Every worker has finished: the last snapshot (once)."""
+        if self.ctx.hooks.snapshot and not self._final_taken:
+            self._snapshot(final=True)
+            self._final_taken = True
+
+    def sample(self, t: float, force: bool = False) -> None:
+        ctx = self.ctx
+        stats, gate = ctx.stats, ctx.gate
+        slowest = ctx.clocks.slowest()
+        self.timeline.add(t, force, busy_s=stats.busy_s, bytes_sent=stats.bytes_sent,
+                          held_s=float(gate.held_s.sum()), pulls_held=gate.pulls_held,
+                          pushes=stats.pushes_applied, gap=ctx.clocks.gap(),
+                          clock=-1 if slowest == FINISHED else slowest)
+
+    def _snapshot(self, final: bool) -> None:
+        began = time.monotonic()
+        self.ctx.hooks.snapshot(final)
+        self.ctx.stats.busy_s += time.monotonic() - began
