@@ -7,38 +7,37 @@ import contextlib
 import logging
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from mpi4py import MPI
 
-from ..storage import checkpoint
-from ..data import fingerprint
-from ..run import signals
-from ..run import summary
-from ..run import testevents
-from ..server.checkpoint_rounds import Checkpoints
-from .failing import log_failure, tell_servers_to_save
-from ..wire.clocks import FINISHED, ClockTable
 from ..base.budget import Budget, OverBudget
-from ..run.config import TrainConfig
-from ..server.dense_tables import DenseTables
 from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError
-from ..ranks.ulfm import CannotFailOver, agreed_dead
 from ..base.files import keep_trying, write_hdf5
-from ..models.lbfgs import Step
 from ..base.log import say
-from ..storage.model_files import save_shard, shard_path
-from ..wire.placement import Placement, describe_ranges
+from ..data import fingerprint
+from ..data.shards import data_format, distinct_keys, spans
+from ..models.lbfgs import Step
+from ..ranks.roles import Roles
+from ..ranks.ulfm import CannotFailOver, agreed_dead
+from ..run import signals, summary, testevents
+from ..run.config import TrainConfig
+from ..run.startup import process_age, ready
+from ..server.checkpoint_rounds import Checkpoints
+from ..server.dense_tables import DenseTables
+from ..server.loop import Hooks, Server
 from ..server.progress import Progress
 from ..server.replicas import PrimaryKeys
-from ..ranks.roles import Roles
-from ..storage.rundir import RunLocks
-from ..server.loop import Hooks, Server
-from .scoring import Scoring, core_to_spare, shared
-from ..run.startup import process_age, ready
-from ..data.shards import data_format, distinct_keys, spans
 from ..server.store import KVStore
+from ..storage import checkpoint
+from ..storage.model_files import save_shard, shard_path
+from ..storage.rundir import RunLocks
+from ..wire.clocks import FINISHED, ClockTable
+from ..wire.placement import Placement, describe_ranges
+from .failing import log_failure, tell_servers_to_save
+from .part_result import PartResult
+from .scoring import Scoring, core_to_spare, shared
 
 log = logging.getLogger("mpips")
 
@@ -315,7 +314,7 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
         r["bad_lines"] = server.scoring.bad_lines
         r["test_units"] = server.scoring.units
     r["test_rows"] = margins.shape[0]
-    return r, margins, labels, server.held_s, NO_STEPS, server.timeline.samples()
+    return PartResult(r, margins, labels, server.held_s, NO_STEPS, server.timeline.samples())
 
 
 def _write_for_the_dead(roles: Roles, own: PrimaryKeys, dense: DenseTables, model_dir: str,
