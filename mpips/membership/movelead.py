@@ -11,9 +11,8 @@ import time
 import numpy as np
 
 from ..base.errors import ProtocolError
-from ..wire import protocol
-from ..wire.placement import (Placement, load_spread, moved, rebalanced, with_server,
-                              without_server)
+from ..wire import messages, protocol
+from ..wire.placement import Placement, load_spread, moved, rebalanced, with_server, without_server
 from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")
@@ -101,8 +100,7 @@ class MoveLead:
             self.steps_in = {}
         self.clocks_in, self.loads = {}, {}
         for server in self.ctx.others():
-            s.send(protocol.pack(protocol.Header(Op.MOVE_ASK, ref=int(hold))),
-                   s.roles.servers[server])
+            s.send(messages.MoveAsk(hold).pack(), s.roles.servers[server])
         self.clocks_in[s.roles.index], self.loads[s.roles.index] = self.ranges.figures(hold)
         self._name_clock()
 
@@ -134,7 +132,7 @@ class MoveLead:
         if self.step == "agreeing":
             self.step = "switching"
             after = self.ranges.move.after
-            self._tell(Op.MOVE_AT, clock, after.version, np.array(after.assign, np.int64))
+            self._tell(messages.MoveAt(after.version, clock, np.array(after.assign, np.int64)))
             self.ranges.switch_at(clock, after.version)
             return
         p = s.placement
@@ -152,15 +150,14 @@ class MoveLead:
         self.request["copy_clock"] = max(self.clocks_in.values())   # the clock then
         self.step = "taking"
         fields = np.array(assign, np.int64)
-        self._tell(Op.MOVE_TO, 0, p.version + 2, fields)
+        self._tell(messages.MoveTo(p.version + 2, fields))
         self.ranges.begin(p.version + 2, fields)
 
-    def _tell(self, op: Op, clock: int, version: int, fields: np.ndarray) -> None:
+    def _tell(self, message: "messages.MoveAt | messages.MoveTo") -> None:
         s = self.ctx
+        buf = message.pack()
         for server in self.ctx.others():
-            s.send(protocol.pack(protocol.Header(op, clock=clock, ref=version,
-                                                 nkeys=fields.shape[0]), fields),
-                   s.roles.servers[server])
+            s.send(buf, s.roles.servers[server])
 
     # The steps of a move.
     def on_moved(self, source: int, r, buf) -> None:
@@ -239,7 +236,7 @@ class MoveLead:
         if not s.lead:
             raise ProtocolError(f"{s.sender(source)} sent PLACEMENT to a server that does "
                                 f"not lead")
-        self.asking.append((source, r.header.ts, r.header.ref))
+        self.asking.append((source, r.header.ts, messages.PlacementAsk.of(r.header).version))
         if self.members.workers.joining is None and self.step not in ("taking", "switching"):
             self.reply_to_workers()
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..base.errors import ProtocolError
-from ..wire import protocol
+from ..wire import messages, protocol
 from ..wire.clocks import FINISHED
 from ..wire.placement import Placement
 from ..wire.protocol import Op
@@ -90,18 +90,19 @@ class RangeMoves:
 
     def on_ask(self, source: int, r, buf) -> None:
         s = self.ctx
-        highest, load = self.figures(hold=bool(r.header.ref))
-        s.send(protocol.pack(protocol.Header(Op.MOVE_CLOCK, clock=highest + 1,
-                                             nkeys=load.shape[0]), load), source)
+        highest, load = self.figures(hold=messages.MoveAsk.of(r.header).hold)
+        s.send(messages.MoveClock(highest + 1, load).pack(), source)
 
     def on_to(self, source: int, r, buf) -> None:
-        self.begin(r.header.ref, protocol.int64_fields(buf))
+        to = messages.MoveTo.of(r.header, buf)
+        self.begin(to.version, to.owners)
 
     def on_at(self, source: int, r, buf) -> None:
+        at = messages.MoveAt.of(r.header, buf)
         after = self.move.after.assign if self.move else None
-        if after is not None and tuple(protocol.int64_fields(buf).tolist()) != after:
+        if after is not None and tuple(at.owners.tolist()) != after:
             raise ProtocolError("MOVE_AT to owners other than those MOVE_TO named")
-        self.switch_at(r.header.clock, r.header.ref)
+        self.switch_at(at.clock, at.version)
 
     def begin(self, version: int, fields: np.ndarray) -> None:
         """The new owners named: take the placement on the way to them (the new holders

@@ -13,11 +13,9 @@ the lead counts it as training, so that no worker ends (and scores) before it.
 import logging
 import time
 
-import numpy as np
-
 from ..base.errors import ProtocolError
 from ..data.workplan import Handover
-from ..wire import protocol, tags
+from ..wire import messages, protocol, tags
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
 
@@ -100,7 +98,7 @@ class WorkerMoves:
         self.joining = {"request": request, "worker": worker, "waiting": set(donors),
                         "given": [], "began": time.monotonic()}
         for w in donors:
-            s.send(np.array([protocol.GIVE_NOTICE, worker, len(donors)], np.int64),
+            s.send(messages.GiveNotice(worker, len(donors)).fields(),
                    s.roles.workers[w], tags.NOTICE_TAG)
 
     def on_split(self, source: int, r, buf) -> None:
@@ -138,15 +136,14 @@ class WorkerMoves:
         s, j = self.ctx, self.joining
         worker = j["worker"]
         for server in s.others():
-            s.send(protocol.pack(protocol.Header(Op.JOIN_AT, clock=clock, ref=worker)),
-                   s.roles.servers[server])
+            s.send(messages.JoinAt(worker, clock).pack(), s.roles.servers[server])
         self._joined(worker, clock)
         if worker in s.clocks.gone:
             error = f"worker {worker} died before it joined"
             self.members.answer(j["request"], {"ok": False, "error": error})
             self.joining = None
             return
-        s.send(np.array([protocol.JOIN_NOTICE, clock - 1], np.int64), s.roles.workers[worker],
+        s.send(messages.JoinNotice(clock - 1).fields(), s.roles.workers[worker],
                tags.NOTICE_TAG)
         result = {"ok": True, "command": "add-worker", "target": worker, "clock": clock,
                   "seconds": round(time.monotonic() - j["began"], 4), "from": j["given"]}
@@ -160,7 +157,7 @@ class WorkerMoves:
 
     def on_join_at(self, source: int, r, buf) -> None:
         s = self.ctx
-        worker = r.header.ref
+        worker = messages.JoinAt.of(r.header).worker
         if not 0 <= worker < len(s.roles.workers):
             raise ProtocolError(f"{s.sender(source)} sent JOIN_AT of worker {worker}; the job "
                                 f"has {len(s.roles.workers)}")
@@ -193,7 +190,7 @@ class WorkerMoves:
         s = self.ctx
         worker = request["target"]
         self.leaving[worker] = (request, time.monotonic())
-        s.send(np.array([protocol.LEAVE_NOTICE], np.int64), s.roles.workers[worker],
+        s.send(messages.LeaveNotice().fields(), s.roles.workers[worker],
                tags.NOTICE_TAG)
 
     def worker_gone(self, worker: int) -> None:

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ..wire import protocol
+from ..wire import messages, protocol
 from ..wire.clocks import FINISHED
 from ..wire.placement import by_range, describe_ranges
 from ..wire.protocol import Op
@@ -89,7 +89,7 @@ class RangeCopies:
         s = self.ctx
         sender = s.sender(source)
         began = time.monotonic()
-        range_ = r.header.ref
+        range_ = messages.CopyHeader.of(r.header).range_index
         if range_ not in self.rebuilds.incoming:
             log.warning("a copy of key range %d from %s, which this server does not wait for: "
                         "passed over", range_, sender)
@@ -168,8 +168,8 @@ class RangeCopies:
             mine = order[starts[copy.range]:starts[copy.range + 1]]
             mine = mine[np.argsort(keys[mine])]   # a write's keys go in increasing order
             s.send(protocol.pack(
-                protocol.Header(Op.COPY, nkeys=mine.shape[0], width=s.store.columns,
-                                ref=copy.range, placement=s.placement.version),
+                messages.CopyHeader(copy.range, mine.shape[0], s.store.columns,
+                                    s.placement.version).header(),
                 keys[mine], s.store.state(rows[mine]), self.rebuilds.last_ts),
                 s.roles.servers[copy.to])
         self.keys_sent += int(n)

@@ -16,11 +16,9 @@ again by the survivors.
 import logging
 import time
 
-import numpy as np
-
 from ..base.errors import ProtocolError
 from ..data.workplan import Handover, WorkPlan
-from ..wire import protocol, tags
+from ..wire import messages, protocol, tags
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
 
@@ -55,11 +53,11 @@ class WorkerLosses:
         return {Op.GONE: self._on_gone, Op.HAVE: self._on_have, Op.DEATH: self._on_death}
 
     def _on_gone(self, source: int, r, buf) -> None:
-        s = self.ctx
-        if not 0 <= r.header.ref < len(s.roles.workers):
+        s, gone = self.ctx, messages.Gone.of(r.header)
+        if not 0 <= gone.worker < len(s.roles.workers):
             raise ProtocolError(f"{s.sender(source)} sent a bad request: GONE of worker "
-                                f"{r.header.ref}, which this server cannot take")
-        self.on_gone(s.roles.servers.index(source), r.header.ref, r.header.clock)
+                                f"{gone.worker}, which this server cannot take")
+        self.on_gone(s.roles.servers.index(source), gone.worker, gone.clock)
 
     def _on_have(self, source: int, r, buf) -> None:
         s = self.ctx
@@ -68,11 +66,11 @@ class WorkerLosses:
 
     def _on_death(self, source: int, r, buf) -> None:
         try:
-            death = Handover.of_fields(buf[protocol.HEADER_BYTES:].view(np.int64))
+            death = messages.Death.of(r.header, buf)
         except ValueError as e:
             raise ProtocolError(f"{self.ctx.sender(source)} sent a bad request: DEATH: "
                                 f"{e}") from None
-        self.on_death(r.header.ref, death)
+        self.on_death(death.number, death.handover)
 
     def tell_what_is_here(self) -> None:
         """BSP: the other servers apply a clock once every server holds all its pushes (see
@@ -100,8 +98,7 @@ class WorkerLosses:
             log.warning("worker %d (rank %d) died; this server holds its first %d clock(s)",
                         w, s.roles.workers[w], clocks)
             for i in s.others():
-                s.send(protocol.pack(protocol.Header(Op.GONE, clock=clocks, ref=w)),
-                       s.roles.servers[i])
+                s.send(messages.Gone(w, clocks).pack(), s.roles.servers[i])
         dead = {s.roles.workers[w] for w in new}
         s.forget_ranks(dead)
         for w in new:
@@ -194,11 +191,10 @@ class WorkerLosses:
         s = self.ctx
         index = len(self.deaths)
         self.deaths.append(death)
-        fields = death.fields()
+        told = messages.Death(index, death).pack()
         for i in s.others():
-            s.send(protocol.pack(protocol.Header(Op.DEATH, nkeys=fields.shape[0], ref=index),
-                                 fields), s.roles.servers[i])
-        notice = np.concatenate([np.array([index], np.int64), fields])
+            s.send(told, s.roles.servers[i])
+        notice = messages.HandoverNotice(index, death.fields()).fields()
         for w in range(len(s.roles.workers)):
             if w not in s.clocks.gone:
                 s.send(notice, s.roles.workers[w], tags.NOTICE_TAG)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..base.errors import ProtocolError
-from ..wire import protocol
+from ..wire import messages, protocol
 from ..wire.protocol import HEADER_BYTES, Op
 
 # Who may send what: workers talk to every server; servers to server 0 (their checkpoint files,
@@ -96,8 +96,9 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
                 raise ProtocolError(f"{op.name} of {these.shape[0]} {part}keys whose key "
                                     f"#{i} ({int(these[i])}) is {why}")
     if op is Op.COPY and keys.shape[0]:
-        if (placement.ranges_of(keys) != h.ref).any():
-            raise ProtocolError(f"COPY of range {h.ref} with keys of another range")
+        copied = messages.CopyHeader.of(h).range_index
+        if (placement.ranges_of(keys) != copied).any():
+            raise ProtocolError(f"COPY of range {copied} with keys of another range")
     for these in (values, backup_values):
         if these.size and not np.isfinite(these).all():
             bad = int(np.flatnonzero(~np.isfinite(these.reshape(-1)))[0])
@@ -131,8 +132,9 @@ def _checked_header(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead
         raise ProtocolError(f"{op.name} with {h.nkeys} keys of width {h.width}")
     if op is Op.PUSH and h.width != width:
         raise ProtocolError(f"PUSH of width {h.width}; this table's width is {width}")
-    if op is Op.COPY and (h.width != columns or not 0 <= h.ref < placement.n_ranges):
-        raise ProtocolError(f"{op.name} of range {h.ref} with {h.width} columns; this table "
+    copied = messages.CopyHeader.of(h).range_index
+    if op is Op.COPY and (h.width != columns or not 0 <= copied < placement.n_ranges):
+        raise ProtocolError(f"{op.name} of range {copied} with {h.width} columns; this table "
                             f"keeps {columns}, over {placement.n_ranges} ranges")
     if op in (Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK) and h.nkeys != placement.n_ranges:
         raise ProtocolError(f"{op.name} with a figure for each of {h.nkeys} ranges; there "
@@ -154,9 +156,9 @@ def _checked_size(buf: np.ndarray, op: Op, h, n_workers: int):
     rows = None if rows_sent is None else rows_sent.shape[0]
     if op is Op.DENSE:   # fields the header counts, then float64 values
         fixed = protocol.dense_fixed_bytes(h)
-        if h.ref < 0 or buf.shape[0] < fixed or (buf.shape[0] - fixed) % 8:
+        if protocol.dense_rows(h) < 0 or buf.shape[0] < fixed or (buf.shape[0] - fixed) % 8:
             raise ProtocolError(f"DENSE of {buf.shape[0]} bytes, where its header ({h.nkeys} "
-                                f"integers, {h.width} scalars, {h.ref} rows) makes it "
+                                f"integers, {h.width} scalars, {protocol.dense_rows(h)} rows) makes it "
                                 f"{fixed} and whole float64 values after")
     elif op in TEXT_PAYLOAD:
         if buf.shape[0] > HEADER_BYTES + TEXT_LIMIT:

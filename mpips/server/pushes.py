@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..wire import protocol
+from ..wire import messages, protocol
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op, Report
 
@@ -85,7 +85,7 @@ class Pushes:
         worker = ctx.roles.worker_index(source)
         ctx.stats.push_bytes += buf.shape[0]
         if r.backup_keys.shape[0]:   # first the part for ranges this server backs up
-            h = r.header._replace(flags=0, nkeys=r.backup_keys.shape[0], ref=0)
+            h = protocol.backup_part_header(r.header, r.backup_keys.shape[0])
             self._take(worker, r._replace(header=h, keys=r.backup_keys,
                                           values=r.backup_values, report=None,
                                           rows_sent=None),
@@ -127,7 +127,8 @@ class Pushes:
             return Push((r.keys.copy() if copy else r.keys), None, -1, values)
         if not r.header.nkeys:
             return Push(r.keys, None, -1, values)
-        keys, rows, generation = self.ctx.rows.take(worker, r.header.ref, r.header.nkeys)
+        keys, rows, generation = self.ctx.rows.take(worker, messages.same_keys_of(r.header),
+                                                        r.header.nkeys)
         if r.rows_sent is not None:   # a filtered push: values for these of the pull's keys
             keys, rows = keys[r.rows_sent], rows[r.rows_sent]
         return Push(keys, rows, generation, values)

@@ -5,13 +5,16 @@ something different for each op that uses it (a worker, a range, a placement ver
 hand-over's number ...). Code outside the wire never reads or sets it: a sender builds the
 op's message and packs it, a handler reads the message back with `of`, and so names every
 number it uses. Pulls, pushes, reads and dense operations, the hot path, keep their header
-and payload views in protocol (their one use of `arg` is named there too)."""
+and payload views in protocol; their uses of `arg` are named here (same_keys_of,
+same_keys_push) and there (dense_rows). The lead's notices to a worker (on tags.NOTICE_TAG)
+are typed here too."""
 from typing import NamedTuple
 
 import numpy as np
 
 from . import protocol
 from .handover import Handover
+from .placement import Placement
 from .protocol import HEADER_BYTES, Header, Op
 
 
@@ -247,6 +250,92 @@ class PlacementAsk(NamedTuple):
     @staticmethod
     def of(h: Header) -> "PlacementAsk":
         return PlacementAsk(h.arg)
+
+
+# A worker's messages: the header fields of a push that reuses a pull's keys and of a
+# question about the placement, the lead's answer to it, and the lead's notices to a worker.
+def same_keys_of(h: Header) -> int:
+    """The ts of the pull whose keys a SAME_KEYS push reuses."""
+    return h.arg
+
+
+def same_keys_push(pull_ts: int) -> dict:
+    """The header fields of a push of the keys of pull `pull_ts` (flag SAME_KEYS)."""
+    return {"arg": pull_ts}
+
+
+def placement_question(version: int) -> dict:
+    """The header fields of PLACEMENT: a read split by placement `version` was refused."""
+    return {"arg": version}
+
+
+class PlacementAnswer(NamedTuple):
+    """The lead's answer to PLACEMENT: the job stopped, or key ranges moved (to `assign`,
+    with `extra` holders while a move is under way) at `clock`."""
+    moved: bool
+    version: int
+    clock: int
+    assign: list
+    extra: dict
+
+    @staticmethod
+    def buffer(p: Placement) -> np.ndarray:
+        """The receive buffer for the answer, given the worker's placement."""
+        return np.empty(3 + p.n_ranges * (1 + p.replicas), np.int64)
+
+    @classmethod
+    def of(cls, answer: np.ndarray, p: Placement) -> "PlacementAnswer":
+        if int(answer[0]) == 0:
+            return cls(False, int(answer[1]), int(answer[2]), [], {})
+        q = p.n_ranges
+        return cls(True, int(answer[1]), int(answer[2]), answer[3:3 + q].tolist(),
+                   Placement.extra_of(answer[3 + q:].reshape(q, p.replicas)))
+
+
+class LeaveNotice(NamedTuple):
+    """Leave after this clock (mpips ctl remove-worker)."""
+
+    def fields(self) -> np.ndarray:
+        return np.array([protocol.LEAVE_NOTICE], np.int64)
+
+
+class GiveNotice(NamedTuple):
+    """Keep `weight` shares of the rows left, give worker `joiner` one."""
+    joiner: int
+    weight: int
+
+    def fields(self) -> np.ndarray:
+        return np.array([protocol.GIVE_NOTICE, self.joiner, self.weight], np.int64)
+
+
+class JoinNotice(NamedTuple):
+    """Train again (shares handed to it), from `clock` + 1."""
+    clock: int
+
+    def fields(self) -> np.ndarray:
+        return np.array([protocol.JOIN_NOTICE, self.clock], np.int64)
+
+
+class HandoverNotice(NamedTuple):
+    """A hand-over whose rows the worker shares: its number, and DEATH's payload (see
+    workplan.Handover.fields)."""
+    number: int
+    handover: np.ndarray   # Handover.fields()
+
+    def fields(self) -> np.ndarray:
+        return np.concatenate([np.array([self.number], np.int64), self.handover])
+
+
+def notice_of(fields: np.ndarray):
+    """The notice that int64 `fields` (one message on tags.NOTICE_TAG) hold."""
+    kind = int(fields[0]) if fields.shape[0] else 0
+    if kind == protocol.LEAVE_NOTICE and fields.shape[0] == 1:
+        return LeaveNotice()
+    if kind == protocol.GIVE_NOTICE and fields.shape[0] == 3 and fields[2] > 0:
+        return GiveNotice(int(fields[1]), int(fields[2]))
+    if kind == protocol.JOIN_NOTICE and fields.shape[0] == 2 and fields[1] >= 0:
+        return JoinNotice(int(fields[1]))
+    return HandoverNotice(int(fields[0]), fields[1:])
 
 
 # Every op whose header or payload means more than the frame: its message type.

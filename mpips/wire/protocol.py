@@ -6,7 +6,7 @@ ERROR the UTF-8 text of the error. With replicas, a push to a server can carry,
 besides the server's own part, the part for the ranges it backs up (flag BACKUP):
 so that replicas do not multiply the messages. A push of the same keys as an earlier pull
 (flag SAME_KEYS) carries only the values, in that pull's order, and names the
-pull in `ref`: keys cross the wire once per minibatch, and the server reuses the
+pull in `arg`: keys cross the wire once per minibatch, and the server reuses the
 rows it found for the pull. A worker's figures (where its next minibatch starts,
 examples and loss so far: what checkpoints and progress lines need) travel as a
 64-byte Report after the payload, on the messages that complete a clock and on
@@ -36,7 +36,8 @@ class Header(NamedTuple):
     nkeys: int = 0
     width: int = 0
     placement: int = 0   # the version of the placement the sender split its keys by
-    ref: int = 0         # SAME_KEYS: the ts of the pull whose keys this push reuses
+    arg: int = 0         # the op's own number (see messages.TYPES): for a SAME_KEYS push,
+                         # the ts of the pull whose keys it reuses
 
 
 class Report(NamedTuple):
@@ -71,35 +72,34 @@ class Op(IntEnum):
     CHECKPOINT_AT = 9  # server 0 to the others: write a checkpoint at `clock` (a timed one)
     STOP = 10    # any rank to server 0: this rank was asked to stop (a signal); stop the job
     COPY = 11    # a range's primary to its new holder: the range's keys (sorted) and state
-                 # rows (`width` columns), then the last push applied per worker (int64);
-                 # `ref` names the range
-    GONE = 12    # a server to the others: worker `ref` died; this server holds its pushes of
+                 # rows (`width` columns), then the last push applied per worker (int64)
+    GONE = 12    # a server to the others: worker `arg` died; this server holds its pushes of
                  # its first `clock` clocks
     HAVE = 13    # a server to the others (BSP under ULFM): every living worker has completed
                  # `clock` clocks here, so clocks before it may be applied everywhere
     DEATH = 14   # the lead to the others: a dead worker's rows went to the survivors
-                 # (`nkeys` int64: see `workplan.Handover.fields`); `ref` numbers the deaths
-    DENSE = 15   # an operation on dense tables (see densetables): `nkeys` int64 fields (the
-                 # function's number, its tables', its integers), `width` float64 scalars,
-                 # `ref` uint64 rows, then float64 values; reply: float64 (see dense_fields)
-    # Servers joining and leaving (see rangemoves):
-    MOVE_ASK = 16    # the lead to the others: say your keys read per range; with `ref` 1, also
+                 # (`nkeys` int64: see `Handover.fields`), numbered
+    DENSE = 15   # an operation on dense tables (see server/dense_tables): int64 fields (the
+                 # function's number, its tables', its integers), float64 scalars, uint64
+                 # rows, then float64 values; reply: float64 (see dense_fields)
+    # Servers joining and leaving (see membership):
+    MOVE_ASK = 16    # the lead to the others: say your keys read per range; and maybe
                      # hold reads past the clocks let through so far
     MOVE_CLOCK = 17  # a server to the lead: the highest clock it let a read through for, then
                      # its keys read per range (`nkeys` int64)
     MOVE_AT = 18     # the lead to the others: the new owners (named by MOVE_TO, the `nkeys` int64
-                     # that follow) own their ranges from `clock` (placement version `ref`)
+                     # that follow) own their ranges from `clock` (a placement version)
     MOVE_TO = 19     # the lead to the others: the ranges' new owners, the `nkeys` int64 that
-                     # follow (placement version `ref`): copy the ranges to them now
+                     # follow (a placement version): copy the ranges to them now
     MOVED = 20       # a server to the lead: JSON {"step": "took" | "whole" | "moved", figures}
     PLACEMENT = 21   # a worker to the lead, a read refused: what now? Reply: int64 kind (0:
                      # the job stopped, 1: moved), version, clock, each range's owner, then
                      # its extra holders (a move under way), `replicas` a range, -1 for none
-    # Workers joining (see workermoves):
+    # Workers joining (see membership/workermoves):
     SPLIT = 22       # a worker to the lead: it split its rows left with the worker joining
                      # (`nkeys` int64: a Handover.fields() record whose worker is a survivor)
-    JOIN_AT = 23     # the lead to the others: worker `ref` trains again from clock `clock`
-    # Every rank scoring chunks of the test rows (see testscoring):
+    JOIN_AT = 23     # the lead to the others: a worker trains again from clock `clock`
+    # Every rank scoring chunks of the test rows (see job/scoring):
     CHUNK = 24       # any rank to the lead: which chunk of the test file to score next?
                      # Reply: int64 start and stop (rows, or bytes of text), equal for none left
     READ = 25        # a server to another, once training is over: the final weights of the
@@ -111,7 +111,7 @@ CLOCK = 1        # PUSH flag: this push completes the sender's current clock
 READ_ONLY = 2    # PULL flag: do not store unknown keys (evaluation)
 NEXT_CLOCK = 8   # PULL flag: a read for the sender's next clock, sent before the push that
                  # completes its current one (prefetching); served once that push has arrived
-SAME_KEYS = 4    # PUSH flag: no keys in the message; they are those of pull `ref`
+SAME_KEYS = 4    # PUSH flag: no keys in the message; they are those of pull `arg`
 REPORT = 16      # PUSH or FINISH flag: a Report follows the payload
 BACKUP = 32      # PUSH flag: the message also carries the part of the push for ranges this
                  # server keeps a backup copy of, applied before its own part (see unpack)
@@ -330,13 +330,24 @@ def dense_payload(ints, scalars=(), rows=None, values=None) -> tuple:
     scalars = np.asarray(scalars, np.float64)
     rows = np.empty(0, np.uint64) if rows is None else np.asarray(rows, np.uint64)
     values = np.empty(0) if values is None else np.asarray(values, np.float64).reshape(-1)
-    return ({"nkeys": ints.shape[0], "width": scalars.shape[0], "ref": rows.shape[0]},
+    return ({"nkeys": ints.shape[0], "width": scalars.shape[0], "arg": rows.shape[0]},
             (ints, scalars, rows, values))
+
+
+def backup_part_header(h: Header, nkeys: int) -> Header:
+    """The header of a BACKUP push's backup part, applied as a push of its own: `nkeys`
+    float32 rows with their keys, no flags."""
+    return h._replace(flags=0, nkeys=nkeys, arg=0)
+
+
+def dense_rows(h: Header) -> int:
+    """How many uint64 rows a DENSE request names (its header's `arg`)."""
+    return h.arg
 
 
 def dense_fixed_bytes(h: Header) -> int:
     """A DENSE request's bytes before its values."""
-    return HEADER_BYTES + 8 * (h.nkeys + h.width + h.ref)
+    return HEADER_BYTES + 8 * (h.nkeys + h.width + h.arg)
 
 
 def dense_fields(buf: np.ndarray, h: Header):
@@ -346,8 +357,8 @@ def dense_fields(buf: np.ndarray, h: Header):
     pos += 8 * h.nkeys
     scalars = buf[pos:pos + 8 * h.width].view(np.float64)
     pos += 8 * h.width
-    rows = buf[pos:pos + 8 * h.ref].view(np.uint64)
-    return ints, scalars, rows, buf[pos + 8 * h.ref:].view(np.float64)
+    rows = buf[pos:pos + 8 * h.arg].view(np.uint64)
+    return ints, scalars, rows, buf[pos + 8 * h.arg:].view(np.float64)
 
 
 def copied_positions(buf: np.ndarray, h: Header) -> np.ndarray:

@@ -26,9 +26,9 @@ from ..base.errors import Stopped, WaitTimeout
 from ..kernels.hashing import is_sorted_unique
 from ..ranks.bounded import wait_all
 from ..wire import protocol
+from ..wire.messages import PlacementAnswer, placement_question, same_keys_push
 from ..wire.placement import Placement
 from ..wire.protocol import Op
-from ..wire.worker_messages import PlacementAnswer, placement_question, same_keys_push
 from .backups import BackupParts
 from .lead_channel import LeadChannel
 from .link import Link

@@ -13,8 +13,8 @@ from ..base.errors import ProtocolError, WaitTimeout
 from ..data.workplan import Handover
 from ..ranks.ulfm import dead_ranks, is_failure
 from ..wire import protocol, tags
+from ..wire.messages import GiveNotice, JoinNotice, LeaveNotice, notice_of
 from ..wire.protocol import Op
-from ..wire.worker_messages import GiveNotice, JoinNotice, LeaveNotice, notice_of
 from .requests import Pending, Reply
 
 log = logging.getLogger("mpips")
@@ -96,7 +96,7 @@ class LeadChannel:
                 elif isinstance(notice, JoinNotice):
                     self.join_clock = notice.clock
                 else:
-                    out.append((notice.number, Handover.of_fields(notice.fields)))
+                    out.append((notice.number, Handover.of_fields(notice.handover)))
             except (ValueError, IndexError) as e:
                 raise ProtocolError(f"rank {status.Get_source()} sent a notice that holds no "
                                     f"death: {e}") from None

@@ -124,7 +124,7 @@ FORGED = [
      WORKER, "FINISH of 104 bytes"),
     ("keys split by another placement", lambda: pull(K, placement=1), WORKER,
      "split by placement version 1; this server's is 0"),
-    ("a worker saying a worker died", lambda: protocol.pack(Header(Op.GONE, clock=4, ref=1)),
+    ("a worker saying a worker died", lambda: protocol.pack(Header(Op.GONE, clock=4, arg=1)),
      WORKER, "GONE, which a worker may not send"),
     ("a worker saying what the servers hold", lambda: protocol.pack(Header(Op.HAVE, clock=4)),
      WORKER, "HAVE, which a worker may not send"),
@@ -316,7 +316,7 @@ def test_a_backup_takes_writes_of_the_ranges_it_copies():
 def copy_of(r: int, keys=None, state=None, columns=2, last=(0, 0), **fields):
     keys = range_keys(r) if keys is None else keys
     state = np.ones((keys.shape[0], columns), np.float32) if state is None else state
-    return protocol.pack(Header(Op.COPY, nkeys=keys.shape[0], width=columns, ref=r, **fields),
+    return protocol.pack(Header(Op.COPY, nkeys=keys.shape[0], width=columns, arg=r, **fields),
                          keys, state, np.array(last, np.int64))
 
 
@@ -426,12 +426,12 @@ def test_a_malformed_dense_request_is_refused_at_admission(buf, says):
 # Moves of key ranges (membership, `mpips ctl`): who may send what (a range's copy is a COPY,
 # checked above).
 def owners_at(n: int = 3, clock: int = 5):
-    return protocol.pack(Header(Op.MOVE_AT, clock=clock, ref=1, nkeys=n),
+    return protocol.pack(Header(Op.MOVE_AT, clock=clock, arg=1, nkeys=n),
                          np.zeros(n, np.int64))
 
 
 def owners_to(n: int = 3):
-    return protocol.pack(Header(Op.MOVE_TO, ref=2, nkeys=n), np.zeros(n, np.int64))
+    return protocol.pack(Header(Op.MOVE_TO, arg=2, nkeys=n), np.zeros(n, np.int64))
 
 
 @pytest.mark.parametrize("build, role, says", [
@@ -489,9 +489,12 @@ def test_a_step_of_a_move_not_under_way_is_refused(text, says):
 
 def test_a_switch_with_no_copies_made_is_refused():
     from types import SimpleNamespace
+
+    from mpips.wire import messages
+    buf = messages.MoveAt(2, 7, np.zeros(0, np.int64)).pack()
     with pytest.raises(ProtocolError, match="no move under way whose copies are made"):
         lead_membership().handlers()[Op.MOVE_AT](
-            0, SimpleNamespace(header=Header(Op.MOVE_AT, clock=7, ref=2)), None)
+            0, SimpleNamespace(header=protocol.header(buf)), buf)
 
 
 def split_of(worker: int = 0, joiner: int = 1):
@@ -503,9 +506,9 @@ def split_of(worker: int = 0, joiner: int = 1):
     (lambda: split_of(), "worker", False, "SPLIT, which a worker may not send"),
     (lambda: split_of(), "server", True, "SPLIT, which this server may not send"),
     (lambda: split_of()[:-8], "worker", True, "SPLIT of 136 bytes, where its header .* makes it 144"),
-    (lambda: protocol.pack(Header(Op.JOIN_AT, clock=5, ref=1)), "worker", False,
+    (lambda: protocol.pack(Header(Op.JOIN_AT, clock=5, arg=1)), "worker", False,
      "JOIN_AT, which a worker may not send"),
-    (lambda: protocol.pack(Header(Op.JOIN_AT, clock=5, ref=1)), "server", False,
+    (lambda: protocol.pack(Header(Op.JOIN_AT, clock=5, arg=1)), "server", False,
      "JOIN_AT, which this server may not send"),
 ], ids=["a split to a server not leading", "a split from a server", "a split cut short",
         "a join from a worker", "a join from a server not leading"])
@@ -522,13 +525,13 @@ def test_a_split_to_the_lead_and_a_join_from_it_are_admitted():
                   width=1, placement=REPLICATED, server=0)
     assert split.op is Op.SPLIT
     assert Handover.of_fields(protocol.int64_fields(split_of())).shares == (2, 1)
-    joined = admit(protocol.pack(Header(Op.JOIN_AT, clock=5, ref=1)), "server 0 (rank 0)",
+    joined = admit(protocol.pack(Header(Op.JOIN_AT, clock=5, arg=1)), "server 0 (rank 0)",
                    False, to_lead=False, from_lead=True, width=1, placement=REPLICATED,
                    server=1)
-    assert joined.op is Op.JOIN_AT and joined.header.ref == 1
+    assert joined.op is Op.JOIN_AT and joined.header.arg == 1
 
 
 def test_a_placement_asked_of_the_lead_is_admitted():
-    asked = admit(protocol.pack(Header(Op.PLACEMENT, ref=0)), "worker 0 (rank 3)", True,
+    asked = admit(protocol.pack(Header(Op.PLACEMENT, arg=0)), "worker 0 (rank 3)", True,
                   to_lead=True, from_lead=False, width=1, placement=REPLICATED, server=0)
     assert asked.op is Op.PLACEMENT

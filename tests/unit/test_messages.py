@@ -72,8 +72,6 @@ def test_only_the_wire_reads_or_sets_the_per_op_slot():
         if path.parent.name == "wire":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr in ("arg", "ref"):
-                found.append(f"{path.name}:{node.lineno}")
-            elif isinstance(node, ast.keyword) and node.arg in ("arg", "ref"):
+            if (isinstance(node, ast.Attribute) and node.attr in ("arg", "ref")) or (isinstance(node, ast.keyword) and node.arg in ("arg", "ref")):
                 found.append(f"{path.name}:{node.lineno}")
     assert found == []
