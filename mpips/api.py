@@ -15,7 +15,7 @@ import numpy as np
 from .base.files import open_hdf5
 from .data.shards import format_mismatch
 from .data.textfile import Rows
-from .models import catalog as models
+from .models import catalog
 from .models.evaluate import (
     full_batch_margins,
     known_fraction,
@@ -35,7 +35,7 @@ class Model:
     def __init__(self, keys: np.ndarray, weights: np.ndarray, info: ModelInfo, source: str):
         self.keys, self._weights, self.source = keys, weights, source
         self.config, self.data_format = info.config, info.data_format
-        self.model = models.from_config(self.config)
+        self.model = catalog.from_config(self.config)
 
     def __repr__(self) -> str:
         return (f"mpips.Model({self.model.describe()}, {self.keys.shape[0]:,} keys, "
@@ -161,7 +161,7 @@ def _from_checkpoint(directory: str) -> Model:
     keys, first = np.unique(np.concatenate(key_parts), return_index=True)   # copies once
     state = np.concatenate(state_parts)
     state = state[first]
-    width = models.from_config(info.config).width
+    width = catalog.from_config(info.config).width
     weights = Optimizer(**info.config["optimizer"]).weights(state, width, manifest["clock"])
     return Model(keys, weights, info, directory)
 

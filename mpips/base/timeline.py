@@ -72,7 +72,7 @@ FILE = "timeline.h5"
 def write(run_dir: str, samples: np.ndarray, counts: np.ndarray, n_servers: int,
           run_id: str, tasks: np.ndarray | None = None) -> None:
     """RUN_DIR/timeline.h5: one dataset per field, and `rank` (servers are ranks 0 to
-    n_servers - 1); a pipeline's logged tasks (stagework.TASK_LOG), one dataset per field
+    n_servers - 1); a pipeline's logged tasks (job/part_result.TASK_LOG), one dataset per field
     in the group `tasks`. A timeline that cannot be written is only a warning."""
     ranks = np.repeat(np.arange(counts.shape[0]), counts)
     logged = {} if tasks is None or not tasks.shape[0] else {

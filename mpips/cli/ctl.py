@@ -5,7 +5,7 @@ import sys
 from typing import NoReturn
 
 from ..base.errors import MpipsError
-from ..membership import channel as control
+from ..membership import channel
 
 DESCRIPTION = """\
 Ask the job training into RUN_DIR (its --out) to change while it trains, and wait until
@@ -45,8 +45,8 @@ def add_parser(sub) -> None:
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="the job's --out directory")
-    p.add_argument("what", metavar="COMMAND", choices=control.COMMANDS,
-                   help=", ".join(control.COMMANDS))
+    p.add_argument("what", metavar="COMMAND", choices=channel.COMMANDS,
+                   help=", ".join(channel.COMMANDS))
     p.add_argument("target", metavar="N", type=int, nargs="?",
                    help="the server (remove-server, add-server) or worker")
     p.add_argument("--wait", type=float, default=600.0, metavar="S",
@@ -70,12 +70,12 @@ def run(args) -> None:
     if holder is None or not_running:   # no holder comes with a reason
         _fail(f"no job is training into {args.run_dir}: {not_running}")
     try:
-        ident = control.submit(args.run_dir, args.what, args.target, holder.get("run_id"))
+        ident = channel.submit(args.run_dir, args.what, args.target, holder.get("run_id"))
         if args.what != "status":
             print(f"asked the job {holder.get('run_id', '')} to {args.what}"
                   f"{'' if args.target is None else f' {args.target}'} (request {ident}); "
                   f"waiting up to {args.wait:g} s", file=sys.stderr, flush=True)
-        answer = control.wait_answer(
+        answer = channel.wait_answer(
             args.run_dir, ident, args.wait,
             running=lambda: rundir.running_job(args.run_dir)[1] is None)
     except (OSError, MpipsError) as e:

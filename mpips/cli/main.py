@@ -50,24 +50,16 @@ def _run_train(args) -> None:
     """`train` on this rank: the job, then an exit status and a message for each way it ends."""
     from mpi4py import MPI
 
-    from ..base.errors import ConfigError, Interrupted, MpipsError
     from ..base.log import setup
-    from ..job.training import JobStopped, NotScored, train
-    from ..ranks.ulfm import (
-        LOST,
-        CannotFailOver,
-        KeepAlive,
-        is_failure,
-        leave_after_failure,
-        what_died,
-    )
+    from ..job.training import train
+    from ..ranks.ulfm import KeepAlive
     from ..ranks.ulfm_launch import local_verdict
     from ..run import signals
 
     world = MPI.COMM_WORLD
     log = setup(f"rank {world.rank}")
     signals.install()
-    # Under ULFM a rank busy without MPI calls would count as dead: keep it heard.
+    # Under ULFM a rank busy without MPI calls would count as dead: KeepAlive calls MPI for it.
     cfg = None
     with KeepAlive() if local_verdict().on else contextlib.nullcontext():
         try:
@@ -78,42 +70,53 @@ def _run_train(args) -> None:
                     print_out(describe_pipeline(cfg))
                 return
             train(cfg, world)
-        except ConfigError as e:
-            # Every rank raises the same error before any work starts: exit together, print once.
-            exit_together(2, f"mpips train: error: {e}"
-                          if getattr(e, "reported", world.rank == 0) else None)
-        except JobStopped as e:
-            if not getattr(e, "reported", False):
-                log.info("%s", e)
-            sys.exit(signals.RESUMABLE)
-        except NotScored as e:   # after a death: leave as after one (without finalizing)
-            if not e.reported:
-                log.error("%s (exit %d)", e, e.exit_status)
-            leave_after_failure(e.exit_status)
-        except CannotFailOver as e:
-            if not getattr(e, "reported", False):
-                log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",
-                          e, how_to_go_on(cfg), e.exit_status)
-            leave_after_failure(e.exit_status)
-        except Interrupted as e:
-            # A second signal: leave at once, without MPI_Abort (which could kill a server while
-            # it saves its shard) and without MPI_Finalize (which waits for the other ranks).
-            if not getattr(e, "reported", False):
-                log.error("%s", e)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(e.exit_status)
         except Exception as e:  # noqa: BLE001 (any failure: said once, then every rank stops)
-            if is_failure(e):   # a rank died where no other takes over its part
-                log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",
-                          what_died(world, e), how_to_go_on(cfg), LOST)
-                leave_after_failure(LOST)
-            if not getattr(e, "reported", False):
-                log.error("%s", e if isinstance(e, MpipsError) else traceback.format_exc())
-            log.error("stopping the whole job (MPI_Abort)")
-            sys.stdout.flush()
-            sys.stderr.flush()
-            world.Abort(1)
+            _leave(e, cfg, world, log)
+
+
+def _leave(e: Exception, cfg, world, log) -> None:
+    """How `train` ends on this rank after `e`: an exit status, and a message said once."""
+    from ..base.errors import ConfigError, Interrupted, MpipsError
+    from ..job.training import JobStopped, NotScored
+    from ..ranks.ulfm import LOST, CannotFailOver, is_failure, leave_after_failure, what_died
+    from ..run import signals
+
+    if isinstance(e, ConfigError):
+        # Every rank raises the same error before any work starts: exit together, print once.
+        exit_together(2, f"mpips train: error: {e}"
+                      if getattr(e, "reported", world.rank == 0) else None)
+    elif isinstance(e, JobStopped):
+        if not getattr(e, "reported", False):
+            log.info("%s", e)
+        sys.exit(signals.RESUMABLE)
+    elif isinstance(e, NotScored):   # after a death: leave as after one (without finalizing)
+        if not e.reported:
+            log.error("%s (exit %d)", e, e.exit_status)
+        leave_after_failure(e.exit_status)
+    elif isinstance(e, CannotFailOver):
+        if not getattr(e, "reported", False):
+            log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",
+                      e, how_to_go_on(cfg), e.exit_status)
+        leave_after_failure(e.exit_status)
+    elif isinstance(e, Interrupted):
+        # A second signal: leave at once, without MPI_Abort (which could kill a server while
+        # it saves its shard) and without MPI_Finalize (which waits for the other ranks).
+        if not getattr(e, "reported", False):
+            log.error("%s", e)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(e.exit_status)
+    else:
+        if is_failure(e):   # a rank died where no other takes over its part
+            log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",
+                      what_died(world, e), how_to_go_on(cfg), LOST)
+            leave_after_failure(LOST)
+        if not getattr(e, "reported", False):
+            log.error("%s", e if isinstance(e, MpipsError) else traceback.format_exc())
+        log.error("stopping the whole job (MPI_Abort)")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        world.Abort(1)
 
 
 def how_to_go_on(cfg) -> str:

@@ -139,12 +139,12 @@ def inspect_parser(sub):
 
 def _run_inspect(args) -> None:
     from ..base.errors import MpipsError
-    from ..storage import model_files as model_io
+    from ..storage import model_files
     from ..storage.checkpoint import all_checkpoints, describe
-    model = model_io.model_dir_of(args.ckpt_dir)
+    model = model_files.model_dir_of(args.ckpt_dir)
     try:
         if model and not all_checkpoints(args.ckpt_dir):
-            text, ok = model_io.describe(model)
+            text, ok = model_files.describe(model)
         else:
             text, ok = describe(args.ckpt_dir, every=args.all)
     except (OSError, ValueError, MpipsError) as e:

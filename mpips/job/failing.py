@@ -54,8 +54,8 @@ def tell_servers_to_save(comm: MPI.Intracomm, servers, reason: str, timeout: flo
                          answering: bool = False) -> None:
     """Tell each server in `servers` (ranks) that the job is failing, and wait until each has
     saved its shard and acknowledged. Used by a failing worker, or server for the others: a
-    failing server is `answering` meanwhile, acknowledging the others' word, since they may
-    be failing at once and waiting for it (it has saved already)."""
+    failing server is `answering` meanwhile, acknowledging the others' ERROR messages, since
+    they may be failing at once and waiting for it (it has saved already)."""
     text = np.frombuffer(reason.encode("utf-8"), np.uint8)
     header = protocol.Header(Op.ERROR)
     message = protocol.pack(header, text)
@@ -74,7 +74,7 @@ def tell_servers_to_save(comm: MPI.Intracomm, servers, reason: str, timeout: flo
                 if found is None:
                     continue
                 buf = np.empty(probed.Get_count(MPI.BYTE), np.uint8)
-                found.Recv(buf)   # the job is failing: anything but its word is moot
+                found.Recv(buf)   # the job is failing: only an ERROR message matters now
                 if buf.shape[0] >= protocol.HEADER_BYTES and \
                         protocol.header(buf).op == Op.ERROR:
                     answers.append(comm.Isend(np.ones(1, np.int64), server,

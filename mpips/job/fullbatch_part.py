@@ -3,7 +3,7 @@ training data in memory, its features mapped to the coordinates of a dense weigh
 (key mod --dim; the bias is coordinate --dim). Worker 0 drives the solver (lbfgs); every
 evaluation of the objective is every worker's gather of the point at its coordinates, its
 part of the logistic gradient, and a scatter_add of it into the gradient table, started by
-the driver's word on the workers' communicator. No rank holds the weight vector.
+the driver's commands on the workers' communicator. No rank holds the weight vector.
 """
 import logging
 import math
@@ -63,30 +63,34 @@ def solve(cfg: TrainConfig, roles: Roles, name: str, resume, placement,
         return FullBatchWorker(cfg, roles, kv, name, resume).run()
 
 
-class Word(NamedTuple):
-    """The driver's word to the other workers (int64 on the wire, in this order): EVALUATE
-    point, gradient (tables' numbers, in lbfgs.tables' order) or DONE 0, stopped."""
-    command: int      # DONE or EVALUATE
-    first: int
-    second: int
+class Evaluate(NamedTuple):
+    """The driver to the other workers: evaluate your share at table `point` into table
+    `gradient` (tables' numbers, in lbfgs.tables' order)."""
+    point: int
+    gradient: int
 
-    @property
-    def point(self) -> int:
-        return self.first
+    def fields(self) -> tuple:
+        return (EVALUATE, self.point, self.gradient)
 
-    @property
-    def gradient(self) -> int:
-        return self.second
 
-    @property
-    def stopped(self) -> int:
-        """DONE: the iteration the job stopped at, or -1."""
-        return self.second
+class Done(NamedTuple):
+    """The driver to the other workers: the solver is done; `stopped`: the iteration the job
+    stopped at, or -1."""
+    stopped: int
+
+    def fields(self) -> tuple:
+        return (DONE, 0, self.stopped)
+
+
+def command_of(fields) -> "Evaluate | Done":
+    """The driver's command in three int64 `fields` (see Evaluate.fields, Done.fields)."""
+    kind, first, second = (int(x) for x in fields)
+    return Evaluate(first, second) if kind == EVALUATE else Done(second)
 
 
 class FullBatchWorker:
     """A worker of `--solver lbfgs`: its rows in memory; worker 0 drives the solver, the
-    others evaluate their share of the loss and gradient at its word."""
+    others evaluate their share of the loss and gradient at its command."""
 
     def __init__(self, cfg: TrainConfig, roles: Roles, kv: KVWorker, name: str, resume):
         self.cfg, self.roles, self.kv, self.name, self.resume = cfg, roles, kv, name, resume
@@ -168,17 +172,18 @@ class FullBatchWorker:
         self.stop_asked |= asked
         return total / self.n_total
 
-    def _word(self, *fields) -> Word:
-        """The driver's word to the others: DONE, or EVALUATE a point into a gradient."""
-        buf = np.array(fields if self.driver else (0, 0, 0), np.int64)
+    def _command(self, command: "Evaluate | Done | None" = None) -> "Evaluate | Done":
+        """The driver's command to the others (broadcast from it): evaluate a point into a
+        gradient, or done."""
+        buf = np.array(command.fields() if command else (0, 0, 0), np.int64)
         wait_all([self.group.Ibcast(buf, root=0)], self.cfg.faults.timeout,
                  lambda: "worker 0 (the solver's driver) to say what comes next")
-        return Word(*(int(x) for x in buf))
+        return command_of(buf)
 
     def _evaluate(self, point, gradient) -> float:
         """The objective at `point`, its gradient into `gradient` (the driver's, for lbfgs)."""
         gradient.fill(0.0)
-        self._word(EVALUATE, self.names.index(point.name), self.names.index(gradient.name))
+        self._command(Evaluate(self.names.index(point.name), self.names.index(gradient.name)))
         f = self._share(point, gradient)
         self.ps.restore_copies()   # (after servers died) no worker writes now
         l2 = self.cfg.optimizer.l2
@@ -211,18 +216,18 @@ class FullBatchWorker:
             weights = tables["w"].copy(weights)
         for table in names[1:]:
             tables[table].free()
-        self._word(DONE, 0, stopped)
+        self._command(Done(stopped))
         return steps, weights, stopped, mean_loss
 
     def _follow(self) -> int:
-        """The other workers: evaluate at the driver's word until it says DONE; the iteration
-        the job stopped at, or -1."""
+        """The other workers: evaluate at the driver's command until it says done; the
+        iteration the job stopped at, or -1."""
         while True:
-            word = self._word()
-            if word.command == DONE:
-                return word.stopped
-            self._share(self.tables[self.names[word.point]],
-                        self.tables[self.names[word.gradient]])
+            command = self._command()
+            if isinstance(command, Done):
+                return command.stopped
+            self._share(self.tables[self.names[command.point]],
+                        self.tables[self.names[command.gradient]])
 
 
 def _checkpoint(cfg: TrainConfig, ps: DenseClient, name: str, n_workers: int,

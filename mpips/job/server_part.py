@@ -49,6 +49,8 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryK
     """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest
     (`trained_on`: the training data's format)."""
     root = cfg.checkpoints
+    keep = cfg.checkpointing.keep
+    assert keep is not None, "the job fills in --keep-checkpoints before any server starts"
     # What the workers read, as it was when this launch started: a resume compares it.
     inputs = {"train": fingerprint.of_input(cfg.data.train)}   # any server may come to lead
     written = []
@@ -80,7 +82,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryK
                 written=time.strftime("%Y-%m-%d %H:%M:%S"))
         except SaveError as e:
             return str(e)
-        checkpoint.prune(root, cfg.checkpointing.keep, directory)
+        checkpoint.prune(root, keep, directory)
         say(f"checkpoint at clock {clock}: {directory}")
         return None
 
@@ -101,32 +103,67 @@ def _reserve(store: KVStore, train: str, share: float) -> None:
 
 
 def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
-           failover: bool, failures: list, locks: RunLocks, hot: bool = False,
-           moves: list | None = None, ulfm: bool = False):
+              failover: bool, failures: list, locks: RunLocks, hot: bool = False,
+              moves: list | None = None, ulfm: bool = False) -> PartResult:
     """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies;
     `ulfm`: servers that die as the model is saved are found (see _write_for_the_dead).
     `locks`: the run's directories' locks, which this server takes over if it comes to
     lead."""
-    budget = Budget(cfg.layout.max_rank_memory, f"server {roles.index}")
-    model = cfg.model.spec()
-    store = KVStore(width=model.width, optimizer=cfg.optimizer, budget=budget,
-                    init=None if model.starts_at_zero else model.init)
-    dense = DenseTables(roles.index, placement, len(roles.workers), budget)
-    own = PrimaryKeys(store, placement, roles.index)   # what this server writes
-    clocks = ClockTable(len(roles.workers), staleness=cfg.consistency.max_staleness)
-    positions = checkpoint.positions(resume)
-    for worker, p in positions.items():
-        clocks.resume(worker, p["clock"])
+    part = ServerPart(cfg, roles, name, resume, placement, locks)
+    server = part.server(failover, hot)
+    stats = part.run(server)
+    failures += server.failures
+    if moves is not None:
+        moves += server.members.done
+    lost = part.save(server, ulfm)
+    return part.result(server, stats, lost)
 
-    def load() -> None:
+
+class ServerPart:
+    """One server's part of a job: its store and dense tables (loaded from a checkpoint
+    when resuming), the hooks the server's loop calls (checkpoints, snapshots, a save after
+    an error), the loop itself, the model saved at the end, and the server's figures."""
+
+    def __init__(self, cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
+                 locks: RunLocks):
+        self.cfg, self.roles, self.name, self.resume, self.locks = cfg, roles, name, resume, locks
+        self.placement = placement
+        self.budget = Budget(cfg.layout.max_rank_memory, f"server {roles.index}")
+        model = cfg.model.spec()
+        self.store = KVStore(width=model.width, optimizer=cfg.optimizer, budget=self.budget,
+                             init=None if model.starts_at_zero else model.init)
+        self.dense = DenseTables(roles.index, placement, len(roles.workers), self.budget)
+        self.own = PrimaryKeys(self.store, placement, roles.index)   # what this server writes
+        self.clocks = ClockTable(len(roles.workers), staleness=cfg.consistency.max_staleness)
+        self.positions = checkpoint.positions(resume)
+        for worker, p in self.positions.items():
+            self.clocks.resume(worker, p["clock"])
+        self.dense_written: list[int] = []
+        self.dense.checkpointer = self.write_dense
+        minibatch = cfg.solver.name == "minibatch"
+        # Every server keeps the figures; the lead says them (a full-batch driver its own).
+        self.progress = (Progress(len(roles.workers), cfg.solver.epochs,
+                                  cfg.diagnostics.log_every) if minibatch else None)
+        # The training data's format, that of the data the model can score ("": not known).
+        self.trained_on = data_format(cfg.data.train)
+        self.attrs = {"run_id": name, "config": cfg.to_record(),
+                      "data_format": self.trained_on or ""}
+        self.started = time.monotonic()
+        self.snapshots_taken: list[float] = []
+        self.reasons: list[str] = []
+        self.startup_s = self.train_s = self.save_s = 0.0
+
+    def load(self) -> None:
+        """Room for the training data's keys, and the checkpoint resumed from, if any."""
+        cfg, roles, resume = self.cfg, self.roles, self.resume
         if cfg.solver.name == "minibatch":   # a full-batch solver's servers hold dense tables
-            _reserve(store, cfg.data.train, placement.held_ranges(roles.index).mean())
+            _reserve(self.store, cfg.data.train, self.placement.held_ranges(roles.index).mean())
         if not resume:
             return
         full_batch = "solver" in resume[1]
         try:
-            loaded = (checkpoint.load_dense(resume[0], resume[1], dense) if full_batch else
-                      checkpoint.load_shards(resume[0], resume[1], store, placement,
+            loaded = (checkpoint.load_dense(resume[0], resume[1], self.dense) if full_batch else
+                      checkpoint.load_shards(resume[0], resume[1], self.store, self.placement,
                                              roles.index))
         except (OSError, KeyError, ValueError) as e:
             raise ConfigError(f"--resume: cannot read the checkpoint {resume[0]}: {e}") from None
@@ -134,187 +171,215 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
                  "iteration" if full_batch else "clock", resume[1]["clock"], resume[0],
                  loaded, "blocks" if full_batch else "keys")
 
-    dense_written = []
-
-    def write_dense(iteration: int) -> bool:
+    def write_dense(self, iteration: int) -> bool:
         """A full-batch job's checkpoint: this server's blocks of the dense tables."""
         try:
-            checkpoint.write_dense_shard(cfg.checkpoints, iteration, roles.index,
-                                         dense.datasets(), {"run_id": name})
-            dense_written.append(iteration)
-            testevents.reached("checkpoint", len(dense_written))
+            checkpoint.write_dense_shard(self.cfg.checkpoints, iteration, self.roles.index,
+                                         self.dense.datasets(), {"run_id": self.name})
+            self.dense_written.append(iteration)
+            testevents.reached("checkpoint", len(self.dense_written))
             return True
         except SaveError as e:
             log.error("checkpoint at iteration %d: %s", iteration, e)
             return False
-    dense.checkpointer = write_dense
-    # Every server keeps the figures; the lead says them.
-    progress = (Progress(len(roles.workers), cfg.solver.epochs, cfg.diagnostics.log_every)
-                if cfg.solver.name == "minibatch" else None)   # a full-batch driver says its own
-    # The training data's format, that of the data the model can score ("": not known).
-    trained_on = data_format(cfg.data.train)
-    attrs = {"run_id": name, "config": cfg.to_record(), "data_format": trained_on or ""}
-    started = [time.monotonic()]
-    taken = []
 
-    def snapshot(final: bool) -> None:
+    def snapshot(self, final: bool) -> None:
         """The model as it is now, for learning curves (--snapshot-every); the last one
         when every worker has finished training."""
-        taken.append(time.monotonic() - started[0])
-        slowest = clocks.slowest()
+        taken = self.snapshots_taken
+        taken.append(time.monotonic() - self.started)
+        slowest = self.clocks.slowest()
         label = "final" if final else f"{len(taken) - 1:04d}"
+        own = self.own
         try:
-            save_shard(os.path.join(cfg.data.out, "snapshots", label), roles.index,
-                       len(roles.servers), own,
-                       {**attrs, "complete": True, "elapsed_s": taken[-1],
+            save_shard(os.path.join(self.cfg.run_dir, "snapshots", label), self.roles.index,
+                       len(self.roles.servers), own,
+                       {**self.attrs, "complete": True, "elapsed_s": taken[-1],
                         "slowest_clock": -1 if slowest == FINISHED else slowest,
-                        "examples": int(progress.examples.sum()) if progress else -1},
-                       clocks.longest, weights_only=True, ranges=own.ranges(),
+                        "examples": (int(self.progress.examples.sum()) if self.progress
+                                     else -1)},
+                       self.clocks.longest, weights_only=True, ranges=own.ranges(),
                        n_ranges=own.placement.n_ranges)
         except SaveError as e:
             log.warning("snapshot %s not written: %s", label, e)
 
-    reasons = []
-
-    def save_partial(reason: str, wait_s: float) -> None:
+    def save_partial(self, reason: str, wait_s: float) -> None:
         """After an error: on a full disk, tried again for `wait_s`. A rank that told this one
-        to save waits for its word within --timeout (a frozen server never gives it)."""
-        reasons.append(reason)   # the first reason stays first: later ones are often echoes
+        to save waits for its acknowledgement within --timeout (a frozen server never gives
+        it)."""
+        self.reasons.append(reason)   # the first reason stays first: later ones often echo it
+        own = self.own
         try:
             path = keep_trying(
-                lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
-                                   {**attrs, "complete": False, "note": "; then ".join(reasons)},
-                                   clocks.longest, ranges=own.ranges(),
-                                   n_ranges=own.placement.n_ranges, dense=dense.datasets()),
+                lambda: save_shard(self.cfg.model_dir, self.roles.index, len(self.roles.servers),
+                                   own, {**self.attrs, "complete": False,
+                                         "note": "; then ".join(self.reasons)},
+                                   self.clocks.longest, ranges=own.ranges(),
+                                   n_ranges=own.placement.n_ranges, dense=self.dense.datasets()),
                 wait_s, "the model trained so far")
         except SaveError as e:
             log.error("could not save the %d keys trained so far: %s%s", len(own), e,
-                      _checkpoints_hint(cfg))
+                      _checkpoints_hint(self.cfg))
             return
         log.error("saved the %d keys trained so far to %s", len(own), path)
 
-    def another_rank_failed(reason: str) -> None:
-        log.error("stopping: %s", reason)
-        save_partial(reason, cfg.faults.disk_wait)
+    def _hooks(self) -> Hooks:
+        cfg = self.cfg
 
-    def placement_changed(changed: Placement) -> None:
-        own.placement = changed
+        def another_rank_failed(reason: str) -> None:
+            log.error("stopping: %s", reason)
+            self.save_partial(reason, cfg.faults.disk_wait)
 
-    def now_leads() -> None:
-        locks.take_over(f"server {roles.index} leads the run now")
+        def placement_changed(changed: Placement) -> None:
+            self.own.placement = changed
 
-    # A worker's rows are handed on when it dies (hot) or leaves (not a pipeline's or a
-    # full-batch solver's).
-    elastic = hot or (cfg.pipeline.stages == 1 and cfg.solver.name == "minibatch")
-    hooks = Hooks(**_checkpoint_writers(cfg, roles, name, own, trained_on),
-                  placement_changed=placement_changed,
-                  snapshot=snapshot if cfg.diagnostics.snapshot_every else None,
-                  snapshot_every=cfg.diagnostics.snapshot_every or 0.0, failed=another_rank_failed,
-                  stop_requested=signals.stop_requested, reached=testevents.reached,
-                  now_leads=now_leads)
-    # A full-batch job's checkpoints are by iterations, asked for by its driver (fullbatch).
-    by_clocks = cfg.checkpointing.every if cfg.solver.name == "minibatch" else 0
-    checkpoints = Checkpoints(by_clocks, cfg.checkpointing.seconds, len(roles.servers),
-                              cfg.consistency.max_staleness == 0, positions)
-    server = Server(roles, store, clocks, cfg.faults.timeout, hooks=hooks, progress=progress,
-                    dense=dense, record_pulls=cfg.diagnostics.record_pulls, checkpoints=checkpoints,
-                    placement=placement, failover=failover, workers_fail_over=hot,
-                    epochs=cfg.solver.epochs,
-                    parts=spans(cfg.data.train, len(roles.workers)) if elastic else (),
-                    deaths=checkpoint.deaths(resume), run_dir=cfg.data.out, run_id=name,
-                    scoring=((lambda s: Scoring(s, cfg, core_to_spare(roles) and not hot,
-                                                hot))
-                             if shared(cfg) else None))
-    t0 = started[0] = ready(roles.comm, cfg.faults.startup_timeout, load)
-    startup_s = process_age()
-    if progress:
-        progress.start(positions)
-    try:
-        stats = server.run()
-    except Exception as e:
-        reason = f"server {roles.index}: {log_failure(e)}"
-        # A second signal stops at once: no wait for space.
-        save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.faults.disk_wait)
-        others = [r for i, r in enumerate(roles.servers)
-                  if r != roles.comm.rank and i not in server.placement.dead]
-        # A death nobody takes over: every server learns of it and saves by itself.
-        if others and not isinstance(e, (Interrupted, CannotFailOver)):
-            try:
-                tell_servers_to_save(roles.comm, others, reason, cfg.faults.timeout, answering=True)
-            except (MpipsError, MPI.Exception) as again:
-                log.error("the other servers did not confirm saving their shards: %s", again)
-        raise
-    failures += server.failures
-    if moves is not None:
-        moves += server.members.done
-    train_s = time.monotonic() - t0
-    abandoned = server.losses.abandoned if server.losses else []
-    if server.stopped and not clocks.all_finished:
-        saved = {**attrs, "complete": False,
-                 "note": f"stopped at clock {server.stop_at}; continue with --resume "
-                         f"{cfg.checkpoints}"}
-    elif abandoned:
-        saved = {**attrs, "complete": False,
-                 "note": f"{abandoned[0]}; continue with --resume {cfg.checkpoints}"}
-    else:
-        saved = {**attrs, "complete": True}
+        def now_leads() -> None:
+            self.locks.take_over(f"server {self.roles.index} leads the run now")
 
-    def save_model() -> None:
-        keep_trying(lambda: save_shard(cfg.model_dir, roles.index, len(roles.servers), own,
-                                       saved, clocks.longest, ranges=own.ranges(),
-                                       n_ranges=own.placement.n_ranges,
-                                       dense=dense.datasets()),
-                    cfg.faults.disk_wait, "the trained model")
+        return Hooks(**_checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on),
+                     placement_changed=placement_changed,
+                     snapshot=self.snapshot if cfg.diagnostics.snapshot_every else None,
+                     snapshot_every=cfg.diagnostics.snapshot_every or 0.0,
+                     failed=another_rank_failed, stop_requested=signals.stop_requested,
+                     reached=testevents.reached, now_leads=now_leads)
 
-    testevents.reached("saving")
-    began = time.monotonic()
-    try:
-        save_model()
-        lost = _write_for_the_dead(roles, own, dense, cfg.model_dir, save_model) if ulfm else 0
-    except SaveError as e:
-        raise SaveError(f"the model of server {roles.index} ({len(own):,} keys) could not be "
-                        f"saved: {e}{_checkpoints_hint(cfg)}") from None
-    save_s = time.monotonic() - began
-    if cfg.diagnostics.record_pulls:
-        pulls = server.pull_records()
+    def server(self, failover: bool, hot: bool) -> Server:
+        """The server's loop over this part's store and tables."""
+        cfg, roles = self.cfg, self.roles
+        minibatch = cfg.solver.name == "minibatch"
+        # A worker's rows are handed over when it dies (hot) or leaves (not a pipeline's or a
+        # full-batch solver's).
+        elastic = hot or (cfg.pipeline.stages == 1 and minibatch)
+        # A full-batch job's checkpoints are by iterations, asked for by its driver.
+        by_clocks = (cfg.checkpointing.every or 0) if minibatch else 0   # None: not given
+        checkpoints = Checkpoints(by_clocks, cfg.checkpointing.seconds or 0.0, len(roles.servers),
+                                  cfg.consistency.max_staleness == 0, self.positions)
+        scoring = ((lambda s: Scoring(s, cfg, core_to_spare(roles) and not hot, hot))
+                   if shared(cfg) else None)
+        return Server(roles, self.store, self.clocks, cfg.faults.timeout, hooks=self._hooks(),
+                      progress=self.progress, dense=self.dense,
+                      record_pulls=cfg.diagnostics.record_pulls, checkpoints=checkpoints,
+                      placement=self.placement, failover=failover, workers_fail_over=hot,
+                      epochs=cfg.solver.epochs,
+                      parts=spans(cfg.data.train, len(roles.workers)) if elastic else (),
+                      deaths=checkpoint.deaths(self.resume), run_dir=cfg.data.out,
+                      run_id=self.name, scoring=scoring)
+
+    def run(self, server: Server):
+        """Every rank ready, the server's loop until the workers are done; after an error,
+        what this server holds saved, and the other servers told to save theirs."""
+        cfg, roles = self.cfg, self.roles
+        t0 = self.started = ready(roles.comm, cfg.faults.startup_timeout, self.load)
+        self.startup_s = process_age()
+        if self.progress:
+            self.progress.start(self.positions)
         try:
-            write_hdf5(os.path.join(cfg.data.out, "pulls", f"server-{roles.index:04d}.h5"),
+            stats = server.run()
+        except Exception as e:
+            reason = f"server {roles.index}: {log_failure(e)}"
+            # A second signal stops at once: no wait for space.
+            self.save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.faults.disk_wait)
+            others = [roles.servers[i] for i in server.placement.others(roles.index)]
+            # A death no server can take over: every server detects it and saves its shard.
+            if others and not isinstance(e, (Interrupted, CannotFailOver)):
+                try:
+                    tell_servers_to_save(roles.comm, others, reason, cfg.faults.timeout,
+                                         answering=True)
+                except (MpipsError, MPI.Exception) as again:
+                    log.error("the other servers did not confirm saving their shards: %s",
+                              again)
+            raise
+        self.train_s = time.monotonic() - t0
+        return stats
+
+    def _final_attrs(self, server: Server) -> dict:
+        """The model file's attributes: complete, or why not and how to go on."""
+        cfg, abandoned = self.cfg, server.losses.abandoned if server.losses else []
+        if server.stopped and not self.clocks.all_finished:
+            return {**self.attrs, "complete": False,
+                    "note": f"stopped at clock {server.stop_at}; continue with --resume "
+                            f"{cfg.checkpoints}"}
+        if abandoned:
+            return {**self.attrs, "complete": False,
+                    "note": f"{abandoned[0]}; continue with --resume {cfg.checkpoints}"}
+        return {**self.attrs, "complete": True}
+
+    def save(self, server: Server, ulfm: bool) -> int:
+        """The model this server holds, then (under ULFM) the ranges of servers that died
+        meanwhile; the record of pulls if asked. Returns the key ranges no file holds."""
+        cfg, own, dense = self.cfg, self.own, self.dense
+        saved = self._final_attrs(server)
+
+        def save_model() -> None:
+            keep_trying(lambda: save_shard(cfg.model_dir, self.roles.index,
+                                           len(self.roles.servers), own, saved,
+                                           self.clocks.longest, ranges=own.ranges(),
+                                           n_ranges=own.placement.n_ranges,
+                                           dense=dense.datasets()),
+                        cfg.faults.disk_wait, "the trained model")
+
+        testevents.reached("saving")
+        began = time.monotonic()
+        try:
+            save_model()
+            lost = (_write_for_the_dead(self.roles, own, dense, cfg.model_dir, save_model)
+                    if ulfm else 0)
+        except SaveError as e:
+            raise SaveError(f"the model of server {self.roles.index} ({len(own):,} keys) could "
+                            f"not be saved: {e}{_checkpoints_hint(cfg)}") from None
+        self.save_s = time.monotonic() - began
+        if cfg.diagnostics.record_pulls:
+            self._write_pulls(server)
+        return lost
+
+    def _write_pulls(self, server: Server) -> None:
+        cfg, pulls = self.cfg, server.pull_records()
+        assert pulls.dtype.names is not None, "the record of pulls is a structured array"
+        staleness = cfg.consistency.max_staleness
+        try:
+            write_hdf5(os.path.join(cfg.run_dir, "pulls", f"server-{self.roles.index:04d}.h5"),
                        {field: pulls[field] for field in pulls.dtype.names},
-                       {"run_id": name, "consistency": cfg.consistency.mode,
-                        "staleness": -1 if cfg.consistency.max_staleness is None else cfg.consistency.max_staleness})
+                       {"run_id": self.name, "consistency": cfg.consistency.mode,
+                        "staleness": -1 if staleness is None else staleness})
         except SaveError as e:
             log.warning("the record of pulls (--record-pulls) was not written: %s", e)
-    r = summary.new_record()
-    r["train_s"] = train_s
-    r["startup_s"] = startup_s
-    r["save_s"] = save_s
-    r["bytes_sent"] = stats.bytes_sent
-    r["keys"] = len(own)
-    r["copies"] = len(store)   # with backups' keys
-    r["table_bytes"] = store.nbytes + dense.nbytes()
-    r["pulls_held"] = stats.pulls_held
-    r["max_gap"] = clocks.max_gap
-    r["busy_s"] = stats.busy_s
-    r["train_bytes"] = stats.train_bytes_sent
-    r["push_bytes"] = stats.push_bytes
-    r["ranges_lost"] = lost
-    r["rows_abandoned"] = len(abandoned)
-    r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
-    r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
-    r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)
-    r["pushes"] = stats.pushes_applied
-    r["keys_served"] = stats.keys_served
-    r["test_keys"] = stats.test_keys
-    r["test_keys_known"] = stats.test_keys_known
-    r["held_peak"] = budget.peak
-    margins, labels = np.empty(0), np.empty(0, np.float32)
-    if server.scoring:
-        margins, labels = server.scoring.results()
-        r["score_s"] = server.scoring.score_s
-        r["bad_lines"] = server.scoring.bad_lines
-        r["test_units"] = server.scoring.units
-    r["test_rows"] = margins.shape[0]
-    return PartResult(r, margins, labels, server.held_s, NO_STEPS, server.timeline.samples())
+
+    def result(self, server: Server, stats, lost: int) -> PartResult:
+        """The server's figures for the summary, and its share of the test scores."""
+        store, clocks = self.store, self.clocks
+        abandoned = server.losses.abandoned if server.losses else []
+        r = summary.new_record()
+        r["train_s"] = self.train_s
+        r["startup_s"] = self.startup_s
+        r["save_s"] = self.save_s
+        r["bytes_sent"] = stats.bytes_sent
+        r["keys"] = len(self.own)
+        r["copies"] = len(store)   # with backups' keys
+        r["table_bytes"] = store.nbytes + self.dense.nbytes()
+        r["pulls_held"] = stats.pulls_held
+        r["max_gap"] = clocks.max_gap
+        r["busy_s"] = stats.busy_s
+        r["train_bytes"] = stats.train_bytes_sent
+        r["push_bytes"] = stats.push_bytes
+        r["ranges_lost"] = lost
+        r["rows_abandoned"] = len(abandoned)
+        r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
+        r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
+        r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)
+        r["pushes"] = stats.pushes_applied
+        r["keys_served"] = stats.keys_served
+        r["test_keys"] = stats.test_keys
+        r["test_keys_known"] = stats.test_keys_known
+        r["held_peak"] = self.budget.peak
+        margins, labels = np.empty(0), np.empty(0, np.float32)
+        if server.scoring:
+            margins, labels = server.scoring.results()
+            r["score_s"] = server.scoring.score_s
+            r["bad_lines"] = server.scoring.bad_lines
+            r["test_units"] = server.scoring.units
+        r["test_rows"] = margins.shape[0]
+        return PartResult(r, margins, labels, server.held_s, NO_STEPS,
+                          server.timeline.samples())
 
 
 def _write_for_the_dead(roles: Roles, own: PrimaryKeys, dense: DenseTables, model_dir: str,

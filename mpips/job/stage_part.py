@@ -287,7 +287,7 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None,
 
 
 class Follower:
-    """A stage after the first of a pipeline, minibatch by minibatch at stage 0's word."""
+    """A stage after the first of a pipeline, minibatch by minibatch as stage 0 sends them."""
 
     def __init__(self, cfg, roles, kv, pipe: Pipe, model, position: dict | None):
         self.cfg, self.roles, self.kv, self.pipe, self.model = cfg, roles, kv, pipe, model

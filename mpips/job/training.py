@@ -429,8 +429,16 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
             result["pipeline"] = _pipeline_figures(cfg, tasks)
         timeline.write(cfg.data.out, samples, records["samples"], len(roles.servers), name, tasks)
         summary.print_lines(result, summary.write(cfg.data.out, result))
+    _end_unless_done(cfg, comm, stopped_at if stopped else None, scored)
+    return result
+
+
+def _end_unless_done(cfg: TrainConfig, comm, stopped_at: int | None, scored: bool) -> None:
+    """A job stopped (at a checkpoint's clock or a solver's iteration), or trained but not
+    scored, ends with its own exit status on every rank (each sees the same records); rank 0
+    says why."""
     error: MpipsError
-    if stopped:   # every rank sees the same records, so all end alike
+    if stopped_at is not None:
         step = "clock" if cfg.solver.name == "minibatch" else "iteration"
         error = JobStopped(f"stopped at {step} "
                            f"{stopped_at} after writing a checkpoint; continue with --resume "
@@ -444,4 +452,3 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
                           f"--test {cfg.data.test}`")
         error.reported = comm.rank != 0
         raise error
-    return result

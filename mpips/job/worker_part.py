@@ -196,7 +196,7 @@ class WorkerLoop:
         kv = self.kv
         self.lead.pass_on_stop(signals.stop_requested())
         if self.handing_on:
-            self.work.learn(self.lead.notices())
+            self.work.apply_notices(self.lead.notices())
         waited = kv.wait_s
         upcoming, next_pull = self._next_minibatch()
         testevents.reached("epoch", current.epoch)
@@ -357,7 +357,7 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
     """Wait until every worker has finished training, however long that takes, as long as
     the slowest keeps advancing: the bound is --timeout without progress. With `work` (not a
     pipeline), workers may die or leave meanwhile: the lead server, not a barrier, says
-    when, and `work` learns of every death the lead numbered, so that all workers share
+    when, and `work` applies every hand-over the lead numbered, so that all workers share
     the test file alike; and the lead may ask this worker to join again (returns True). If
     the job stops meanwhile, the others (stopped, not finished) meet in a barrier unless
     workers may die (`hot`): this worker joins them there."""
@@ -378,7 +378,7 @@ def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
         return False
 
     def all_finished() -> bool:
-        work.learn(lead.notices())
+        work.apply_notices(lead.notices())
         if lead.join_clock is not None:
             return True
         progress()

@@ -50,13 +50,13 @@ class Work:
 
     def catch_up(self, lead: LeadChannel, deaths: int, timeout: float) -> None:
         """Wait (bounded) until the lead's notices of its first `deaths` hand-overs have
-        reached this worker, and learn them."""
+        reached this worker, and apply them."""
         def told() -> bool:
-            self.learn(lead.notices())
+            self.apply_notices(lead.notices())
             return len(self.plan.deaths) >= deaths
-        wait_until(told, timeout, lambda: f"the lead server's word of {deaths} dead worker(s)")
+        wait_until(told, timeout, lambda: f"the lead server's notices of {deaths} dead worker(s)")
 
-    def learn(self, notices: list) -> None:
+    def apply_notices(self, notices: list) -> None:
         """Deaths the lead told of, (number, Handover): each joins the plan in order, and this
         worker takes its share at the epoch it is in."""
         for number, death in notices:
@@ -76,7 +76,7 @@ class Work:
                             death.epoch)
 
     def take_shares_untold(self, epoch: int) -> None:
-        """Resuming: the checkpoint records deaths whose word had not reached this worker by
+        """Resuming: the checkpoint records deaths whose notice had not reached this worker by
         its clock (the lead's notice comes between minibatches); it takes their shares now, at
         the epoch it goes on from, as it would have on hearing of them. No notice comes again."""
         untold = len(self.plan.shares(self.worker)) - len(self.taken)
@@ -106,7 +106,7 @@ class Work:
         lead.split(death.fields())
 
         def numbered() -> bool:
-            self.learn(lead.notices())
+            self.apply_notices(lead.notices())
             return death in self.plan.deaths
         wait_until(numbered, timeout, lambda: "the lead server to number this worker's split "
                                               "of its rows with the worker joining")

@@ -196,7 +196,7 @@ class WideDeep:
 
     def layer_rows(self) -> list:
         """The rows each layer's weights and biases fill, every layer from a row's start, so
-        a stage of a pipeline (see stagework) pulls and pushes its own layers' rows only."""
+        a stage of a pipeline (see job/stage_part) pulls and pushes its own layers' rows only."""
         return [-(-(layer.inputs * layer.outputs + layer.outputs) // self.width)
                 for layer in self.layers]
 

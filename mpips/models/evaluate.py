@@ -11,11 +11,11 @@ from ..data.shards import CsrShard, format_mismatch
 from ..data.textfile import BIAS_KEY, Rows, TextShard
 from ..kernels.logistic import held_out
 from ..storage.model_files import load_full_batch, load_model, model_info
-from . import catalog as models
+from . import catalog
 
 log = logging.getLogger("mpips")
 FEW_KNOWN = 0.05   # of the test's keys known to the model, below which scores are suspect
-_LR = models.LogisticRegression()   # the default model (it holds no state)
+_LR = catalog.LogisticRegression()   # the default model (it holds no state)
 
 
 def read_rows(path: str) -> Rows:
@@ -49,7 +49,7 @@ def margins_of(keys: np.ndarray, weights: np.ndarray, rows: Rows, bias: bool,
 
 def full_batch_margins(w: np.ndarray, rows: Rows, dim: int, bias: bool) -> np.ndarray:
     """A full-batch model's margin (float64) of each row: w[dim + 1] over the coordinates
-    key mod dim, the bias coordinate dim (see denserows)."""
+    key mod dim, the bias coordinate dim (see data/dense_rows)."""
     part = Part(rows, dim, bias)
     return part.margins(w[part.coords.astype(np.int64)])
 
@@ -97,7 +97,7 @@ def score_model(model_dir: str, rows: Rows, allow_partial: bool = False,
         w = load_full_batch(model_dir, allow_partial)
         return scores(full_batch_margins(w, rows, int(info.config["dim"]), bias), rows)
     keys, weights = load_model(model_dir, allow_partial=allow_partial)
-    return {**score(keys, weights, rows, bias, models.from_config(info.config)),
+    return {**score(keys, weights, rows, bias, catalog.from_config(info.config)),
             "known_keys": known_fraction(keys, rows)}
 
 

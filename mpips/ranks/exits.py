@@ -4,7 +4,7 @@ import os
 import sys
 
 # A job's exit statuses besides 0, 1 (an error; MPI_Abort) and 2 (a configuration refused):
-# 75 (signals.RESUMABLE, failover.LOST) stopped, to resume from a checkpoint; and this one:
+# 75 (signals.RESUMABLE, ulfm.LOST) stopped, to resume from a checkpoint; and this one:
 NOT_SCORED = 76   # trained, the model saved whole, but not all of --test scored: `mpips score`
 
 

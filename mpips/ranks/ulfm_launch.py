@@ -8,7 +8,7 @@ on (`--mca mpi_ft_detector true`, which passes OMPI_MCA_mpi_ft_detector=true), s
 a frozen rank counts as failed too. `make run FT=1` and the Slurm templates' FT=1 launch
 that way. The detector's own heartbeat thread (`--mca mpi_ft_detector_thread true`) is not
 used: in Open MPI 5.0.11 it makes MPI_Finalize hang and, now and then, a rank crash at
-start-up; KeepAlive (failover.py) keeps a busy rank heard instead.
+start-up; KeepAlive (ranks/ulfm.py) keeps a busy rank from being declared dead instead.
 
 Limits of what the environment tells: exporting OMPI_MCA_mpi_ft_enable=1 by hand
 without --with-ft looks the same to the ranks, but mpiexec still ends the whole job

@@ -11,7 +11,7 @@ from ..base.errors import ConfigError
 from ..data import fingerprint
 from ..data.shards import check_input, data_format, fields_of, format_mismatch
 from ..data.textfile import sniff
-from ..models import catalog as models
+from ..models import catalog
 from ..models.catalog import ModelName
 from ..models.optimizer import Optimizer
 from ..ranks.roles import check_servers
@@ -102,9 +102,9 @@ class ModelConfig:
     def __post_init__(self):
         _set_choice(self, "name", ModelName, "--model")
 
-    def spec(self) -> models.Model:
+    def spec(self) -> catalog.Model:
         """The models.* object this job trains."""
-        return models.model_of(self.name, self.factors, self.embedding_dim, self.hidden,
+        return catalog.model_of(self.name, self.factors, self.embedding_dim, self.hidden,
                                self.fields or 0)
 
 

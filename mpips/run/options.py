@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.errors import ConfigError
-from ..models import catalog as models
+from ..models import catalog
 from ..models.optimizer import NAMES, Optimizer
 from . import testevents
 from .config import (
@@ -328,7 +328,7 @@ OPTIONS = (
                  "30', 'freeze rank 3 at epoch 2', 'stop rank 2 at checkpoint 1', "
                  "'ctl add-server at clock 40' (`python -m mpips.run.testevents` lists "
                  "them; repeatable)"),
-    _option("opt", "--model", choices=values(models.ModelName), default="lr",
+    _option("opt", "--model", choices=values(catalog.ModelName), default="lr",
             help="lr: logistic regression; fm: a factorization machine (Rendle 2010): "
                  "each key's row on the servers holds its weight and a latent vector, "
                  "and pairs of features interact through their vectors' dot product; "

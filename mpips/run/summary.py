@@ -22,7 +22,7 @@ RECORD = np.dtype([
     ("bytes_sent", "<i8"), ("keys", "<i8"), ("table_bytes", "<i8"), ("bad_lines", "<i8"),
     ("copies", "<i8"),        # servers: keys stored, as primary or backup
     ("pulls_held", "<i8"), ("max_gap", "<i8"), ("test_rows", "<i8"),
-    ("test_units", "<i8"),    # rows or bytes of --test its scores span (testscoring.covered)
+    ("test_units", "<i8"),    # rows or bytes of --test its scores span (job/scoring.covered)
     ("compile_s", "<f8"), ("late_compiles", "<i8"), ("busy_s", "<f8"), ("peak_rss_mb", "<f8"),
     ("train_bytes", "<i8"),   # bytes sent until every worker had finished training
     ("stopped_at", "<i8"),    # servers: the clock the job stopped at (checkpoint), or -1
@@ -30,10 +30,10 @@ RECORD = np.dtype([
     ("examples_before", "<i8"),   # workers: examples trained before this launch (a resume)
     ("node", "S64"),          # where the rank ran: Slurm's node name, else the host name
     ("pushes", "<i8"),        # this launch: a worker's pushes acknowledged, a server's applied
-    ("solver_steps", "<i8"),  # full-batch jobs: the driver's iterations (see fullbatch)
+    ("solver_steps", "<i8"),  # full-batch jobs: the driver's iterations (see job/fullbatch_part)
     ("held_peak", "<i8"),     # the most bytes counted against --max-rank-memory (budget)
     ("samples", "<i8"),       # in the rank's timeline
-    ("tasks", "<i8"),         # pipeline tasks logged (stagework.TaskLog)
+    ("tasks", "<i8"),         # pipeline tasks logged (job/stage_part.TaskLog)
     ("keys_served", "<i8"),   # servers: keys of the reads answered
     ("test_keys", "<i8"),     # servers: keys of the test rows read (each batch's distinct)
     ("test_keys_known", "<i8"),   # servers: of them, those the model holds
@@ -41,7 +41,7 @@ RECORD = np.dtype([
     ("score_s", "<f8"),       # scoring this rank's share of --test
     ("save_s", "<f8"),        # servers: writing their shard of the model
     ("push_bytes", "<i8"),    # servers: of the workers' pushes received
-    ("ranges_lost", "<i8"),   # servers: key ranges in no model file (see server_side)
+    ("ranges_lost", "<i8"),   # servers: key ranges in no model file (see job/server_part)
     ("rows_abandoned", "<i8"),   # the lead: dead workers' rows no worker could take over
     # Workers: their push filter's work (see pushfilter.FIGURES).
     ("push_rows", "<i8"), ("push_rows_held", "<i8"), ("residual_keys_dropped", "<i8"),

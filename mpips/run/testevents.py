@@ -245,11 +245,11 @@ class Events:
                    lambda: f"{file} (--test-event {e.text!r})")
 
     def _ctl(self, e: Event, value: int) -> None:
-        from ..membership import channel as control
+        from ..membership import channel
         self._say(e, value)
         assert e.command is not None, "parse gives ctl its command"
         assert self.run_dir is not None, "ctl events are armed with the run's directory"
-        control.submit(self.run_dir, e.command, e.target, self.run_id)
+        channel.submit(self.run_dir, e.command, e.target, self.run_id)
 
     def unfired(self) -> None:
         """At the end: name the events due here that never fired (the job ended first)."""

@@ -14,7 +14,7 @@ from ..data.textfile import BIAS_KEY, KeyIndexer, Rows, TextShard
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import is_sorted_unique
 from ..kernels.logistic import mean_logloss, roc_auc
-from ..models import catalog as models
+from ..models import catalog
 from ..models.optimizer import NAMES, Optimizer
 from ..wire import protocol
 from ..wire.placement import Placement
@@ -40,7 +40,7 @@ def compile_kernels(model=None, optimizer: str | None = None,
         KeyIndexer(sort_entries=False)(batch, bias=True)   # the way for keys that bunch
         keys, cols, bias_col = KeyIndexer()(batch, bias=True)
         weights = np.zeros((keys.shape[0], 1), np.float32)
-        lr = models.LogisticRegression()
+        lr = catalog.LogisticRegression()
         is_sorted_unique(keys)
         Placement(2).split(keys)
         lr.gradient(batch, cols, bias_col, weights)
@@ -108,7 +108,7 @@ def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
 def _factorization_machine(batch) -> None:
     from ..server.store import KVStore
     keys, cols, bias_col = KeyIndexer()(batch, bias=True)
-    fm = models.FactorizationMachine(2)
+    fm = catalog.FactorizationMachine(2)
     store = KVStore(fm.width, Optimizer("adagrad", lr=0.1), capacity=4, init=fm.init)
     pairs = store.pull(keys, np.empty((keys.shape[0], fm.width), np.float32))
     grad, _ = fm.gradient(batch, cols, bias_col, pairs)
@@ -117,7 +117,7 @@ def _factorization_machine(batch) -> None:
 
 
 def _wide_and_deep() -> None:
-    wd = models.WideDeep(2, (3,))
+    wd = catalog.WideDeep(2, (3,))
     small = Rows(np.ones(2, np.float32), np.array([0, 2, 3]), np.array([1, 2, 3], np.uint64),
                  np.ones(3, np.float32))   # (the batch above holds a key W&D reserves)
     keys, cols, bias_col = KeyIndexer(wd.reserved_keys())(small, bias=True)
@@ -140,7 +140,7 @@ def _push_filter() -> None:
 
 
 def _full_batch(batch) -> None:
-    """A full-batch job's steps (fullbatch, densetables) on one tiny table."""
+    """A full-batch job's steps (job/fullbatch_part, server/dense_tables) on one tiny table."""
     from ..data.dense_rows import Part
     from ..kernels import elementwise
     from ..server.dense_tables import FUNCTIONS, DenseTables

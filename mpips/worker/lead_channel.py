@@ -43,7 +43,7 @@ class LeadChannel:
 
     def test_chunk(self) -> int:
         """Start asking the lead which chunk of the test file to score next (see
-        testscoring); kv.wait(ts) gives it, as int64 (start, stop): equal once none is left."""
+        job/scoring); kv.wait(ts) gives it, as int64 (start, stop): equal once none is left."""
         return self._ask(Op.CHUNK, np.empty(2, np.int64), "to hand out a chunk of the test "
                                                           "rows")
 

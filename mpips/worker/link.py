@@ -144,11 +144,11 @@ class Link:
         try:
             return self._complete(pending)
         except MPI.Exception as e:
-            if not (self.failover and is_failure(e) and self._learn_failures()):
+            if not (self.failover and is_failure(e) and self._find_dead_servers()):
                 raise
             return None
 
-    def _learn_failures(self) -> bool:
+    def _find_dead_servers(self) -> bool:
         """After MPI told of a failure: which servers died; their keys' living copies take
         over (a new placement), or the job cannot go on. Whether a server died."""
         dead = dead_ranks(self.comm)
