@@ -51,7 +51,7 @@ LOST = (-1, -1)  # a new lead's, once the lead that handed out the chunks died
 
 def shared(cfg) -> bool:
     """Whether the lead hands out --test in chunks (see the module's docstring)."""
-    return bool(cfg.data.test) and cfg.pipeline.stages == 1 and cfg.solver.name == "minibatch"
+    return bool(cfg.data.test) and cfg.pipeline.stages == 1 and not cfg.solver.full_batch
 
 
 def covered(cfg, units: int) -> bool:

@@ -140,7 +140,7 @@ class ServerPart:
             self.clocks.resume(worker, p["clock"])
         self.dense_written: list[int] = []
         self.dense.checkpointer = self.write_dense
-        minibatch = cfg.solver.name == "minibatch"
+        minibatch = not cfg.solver.full_batch
         # Every server keeps the figures; the lead says them (a full-batch driver its own).
         self.progress = (Progress(len(roles.workers), cfg.solver.epochs,
                                   cfg.diagnostics.log_every) if minibatch else None)
@@ -156,7 +156,7 @@ class ServerPart:
     def load(self) -> None:
         """Room for the training data's keys, and the checkpoint resumed from, if any."""
         cfg, roles, resume = self.cfg, self.roles, self.resume
-        if cfg.solver.name == "minibatch":   # a full-batch solver's servers hold dense tables
+        if not cfg.solver.full_batch:   # a full-batch solver's servers hold dense tables
             _reserve(self.store, cfg.data.train, self.placement.held_ranges(roles.index).mean())
         if not resume:
             return
@@ -246,7 +246,7 @@ class ServerPart:
     def server(self, failover: bool, hot: bool) -> Server:
         """The server's loop over this part's store and tables."""
         cfg, roles = self.cfg, self.roles
-        minibatch = cfg.solver.name == "minibatch"
+        minibatch = not cfg.solver.full_batch
         # A worker's rows are handed over when it dies (hot) or leaves (not a pipeline's or a
         # full-batch solver's).
         elastic = hot or (cfg.pipeline.stages == 1 and minibatch)

@@ -170,7 +170,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
     setup(f"rank {comm.rank} ({roles.name})")
     testevents.arm(cfg.diagnostics.test_events, comm.rank, roles.is_server, roles.pids_on_node(),
                    cfg.data.out,
-                   cfg.faults.timeout, driver=cfg.solver.name == "lbfgs" and roles.index == 0
+                   cfg.faults.timeout, driver=cfg.solver.full_batch and roles.index == 0
                    and not roles.is_server, run_id=name)
     ulfm = verdict.on
     failover = ulfm and cfg.faults.replicas > 1
@@ -223,7 +223,7 @@ def _agree_on_choices(cfg: TrainConfig, comm, resume, bound: float) -> tuple:
     role = "server" if comm.rank < cfg.server_ranks else "worker"
     compile_s = compile_per_node(comm, bound, role, model=cfg.model.spec(),
                                  optimizer=cfg.optimizer.name,
-                                 full_batch=cfg.solver.name != "minibatch",
+                                 full_batch=cfg.solver.full_batch,
                                  push_filter=cfg.push.filtered)
     chosen, workers = None, comm.size - cfg.server_ranks
     if comm.rank == sampler:   # with --stages, a pipeline reads as one worker does
@@ -231,7 +231,7 @@ def _agree_on_choices(cfg: TrainConfig, comm, resume, bound: float) -> tuple:
     # The other ranks import their part's modules while the sampler samples.
     importlib.import_module(_part(cfg, role), __package__)
     chosen = json.loads(broadcast_text(comm, chosen, bound, root=sampler))
-    if cfg.solver.name == "minibatch":
+    if not cfg.solver.full_batch:
         cfg = replace(cfg, solver=replace(cfg.solver, batch_size=chosen["batch_size"]),
                       optimizer=replace(cfg.optimizer, lr=chosen["lr"], beta=chosen["beta"],
                                         eps=chosen["eps"], average_from=chosen["average_from"]))
@@ -251,9 +251,9 @@ def _say_how_it_runs(cfg: TrainConfig, roles: Roles, name: str, resume, verdict:
              f"{cfg.layout.servers}-{cfg.server_ranks - 1})" if cfg.faults.spares else "",
              len(roles.workers), cfg.data.out)
     if resume:
-        if cfg.solver.name == "minibatch":
+        if not cfg.solver.full_batch:
             _say_what_is_left(cfg, resume)
-        steps = "clocks" if cfg.solver.name == "minibatch" else "iterations"
+        steps = f"{cfg.solver.step}s"
         every = (f"every {cfg.checkpointing.every} {steps}" if cfg.checkpointing.every else
                  f"every {cfg.checkpointing.seconds:g} s" if cfg.checkpointing.seconds else
                  "only when asked to stop")
@@ -275,7 +275,7 @@ def _play_part(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Pla
         from .server_part import serve_job
         return serve_job(cfg, roles, name, resume, placement, failover, failures, locks,
                          hot=hot, moves=moves, ulfm=ulfm)
-    if cfg.solver.name == "lbfgs":
+    if cfg.solver.full_batch:
         from .fullbatch_part import solve
         return solve(cfg, roles, name, resume, placement, failover)
     from .worker_part import work
@@ -286,7 +286,7 @@ def _part(cfg: TrainConfig, role: str) -> str:
     """The module of this rank's part of the job: a server's, a full-batch solver's (a
     worker's under --solver lbfgs) or a worker's."""
     return (".server_part" if role == "server" else
-            ".fullbatch_part" if cfg.solver.name == "lbfgs" else ".worker_part")
+            ".fullbatch_part" if cfg.solver.full_batch else ".worker_part")
 
 
 def _say_who_died_late(roles: Roles, survivors: Roles, failures: list) -> None:
@@ -337,7 +337,7 @@ def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
 def _choose(cfg: TrainConfig, workers: int, resume) -> dict:
     """The sampler (the last rank, a worker): what was not given, from a sample of the data
     (see defaults.choose)."""
-    if cfg.solver.name != "minibatch":
+    if cfg.solver.full_batch:
         return {"notes": [], "warnings": []}
     sample = sample_rows(cfg.data.train, workers)
     return defaults.choose(
@@ -407,8 +407,8 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
     # The job stopped if any worker was stopped (one that had finished its data was not).
     stopped = bool((records["stopped_at"][len(roles.servers):] >= 0).any())
     # Where: a checkpoint's clock (servers), or a full-batch solver's iteration (workers).
-    where = (records["stopped_at"][:len(roles.servers)] if cfg.solver.name == "minibatch" else
-             records["stopped_at"][len(roles.servers):])
+    where = (records["stopped_at"][len(roles.servers):] if cfg.solver.full_batch else
+             records["stopped_at"][:len(roles.servers)])
     stopped_at = int(where.max()) if stopped else -1
     scored = stopped or covered(cfg, int(records["test_units"].sum()))
     result = None
@@ -424,7 +424,7 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
             checkpoints=os.path.abspath(cfg.checkpoints), wall_s=time.monotonic() - started,
             model_dir=os.path.abspath(cfg.model_dir), failures=failures, moves=list(moves),
             **({"solver": summary.solver_steps(steps.reshape(-1, width))}
-               if cfg.solver.name != "minibatch" else {}))
+               if cfg.solver.full_batch else {}))
         if cfg.pipeline.stages > 1:
             result["pipeline"] = _pipeline_figures(cfg, tasks)
         timeline.write(cfg.data.out, samples, records["samples"], len(roles.servers), name, tasks)
@@ -439,8 +439,7 @@ def _end_unless_done(cfg: TrainConfig, comm, stopped_at: int | None, scored: boo
     says why."""
     error: MpipsError
     if stopped_at is not None:
-        step = "clock" if cfg.solver.name == "minibatch" else "iteration"
-        error = JobStopped(f"stopped at {step} "
+        error = JobStopped(f"stopped at {cfg.solver.step} "
                            f"{stopped_at} after writing a checkpoint; continue with --resume "
                            f"{cfg.checkpoints}")
         error.reported = comm.rank != 0

@@ -124,6 +124,17 @@ class SolverConfig:
     def __post_init__(self):
         _set_choice(self, "name", Solver, "--solver")
 
+    @property
+    def full_batch(self) -> bool:
+        """Full-batch L-BFGS: workers hold their rows, the servers dense tables; no
+        minibatches, no clocks, no server-side optimizer."""
+        return self.name == Solver.LBFGS
+
+    @property
+    def step(self) -> str:
+        """What the job counts its progress, checkpoints and stops in."""
+        return "iteration" if self.full_batch else "clock"
+
 
 @dataclass(frozen=True)
 class ConsistencyConfig:
@@ -373,7 +384,7 @@ class TrainConfig:
         self.diagnostics.check(n_ranks - self.server_ranks)
         try:
             testevents.check(self.diagnostics.test_events, n_ranks, self.server_ranks,
-                             solver.name == Solver.LBFGS)
+                             solver.full_batch)
         except testevents.EventError as e:
             raise ConfigError(str(e)) from None
         self._check_solver()
@@ -449,7 +460,7 @@ class TrainConfig:
             raise ConfigError(f"--push-skip-zeros holds back gradients of weights FTRL's --l1 "
                               f"keeps at 0: it needs --optimizer ftrl and --l1 > 0 (got "
                               f"--optimizer {optimizer.name} --l1 {optimizer.l1:g})")
-        if push.filtered and self.solver.name != Solver.MINIBATCH:
+        if push.filtered and self.solver.full_batch:
             raise ConfigError(f"--push-values, --push-threshold and --push-skip-zeros filter "
                               f"the minibatch solver's pushes; --solver {self.solver.name} "
                               f"pushes none")
@@ -462,7 +473,7 @@ class TrainConfig:
 
     def _check_solver(self) -> None:
         solver, optimizer = self.solver, self.optimizer
-        if solver.name == Solver.MINIBATCH:
+        if not solver.full_batch:
             if optimizer.l1 > 0 and optimizer.name != "ftrl":
                 raise ConfigError(f"--l1 needs --optimizer ftrl or --solver lbfgs (got "
                                   f"--optimizer {optimizer.name})")
@@ -551,7 +562,7 @@ def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int,
             ("--stages", then.pipeline.stages, now.pipeline.stages)):   # places per worker
         if before != given and given is not None:   # a batch size not given: the checkpoint's
             raise ConfigError(f"{where} was written with {flag} {before}, this job has {given}")
-    if cfg.solver.name != Solver.MINIBATCH:   # the solver's history is of this objective
+    if cfg.solver.full_batch:   # the solver's history is of this objective
         for flag, value, before in (("--dim", cfg.solver.dim, saved["dim"]),
                                     ("--history", cfg.solver.history, saved["history"]),
                                     ("--l1", cfg.optimizer.l1, saved["optimizer"]["l1"]),
