@@ -249,17 +249,17 @@ class CsrShard:
         self.position = self.start
         self._meta = meta
         if check:
-            self._check_rows(meta)
+            self.check_rows(meta)
 
     def over(self, start: int, stop: int) -> "CsrShard":
         """The same dataset's rows [start, stop), checked (the files are mapped once)."""
         other = copy.copy(self)
         other.start, other.stop = start, stop
         other.position = start
-        other._check_rows(self._meta)
+        other.check_rows(self._meta)
         return other
 
-    def _check_rows(self, meta: dict) -> None:
+    def check_rows(self, meta: dict) -> None:
         """InputError naming the file and row if the rows this shard serves are damaged."""
         for p, rows in enumerate(self.parts):
             lo = max(self.start - int(self.part_starts[p]), 0)

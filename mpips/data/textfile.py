@@ -268,8 +268,9 @@ class TextShard:
             self.stop = _line_start(f, hi, self.size)
         self.position = self.start   # first byte not yet parsed into rows
         self.handed_out = self.start   # first byte of the rows not yet in a minibatch
-        self._line_numbers = {0: 1}   # byte offset of a line -> its number
-        self._warned = [0]            # bad lines said (shared by the shards `over` makes)
+        # Shared with the shards `over` makes: line numbers found, bad lines said.
+        self.line_numbers = {0: 1}   # byte offset of a line -> its number
+        self.warned = [0]
         self._passes = 0
 
     def over(self, start: int, stop: int) -> "TextShard":
@@ -277,7 +278,7 @@ class TextShard:
         the budget of warnings are shared with this shard."""
         other = TextShard(self.path, chunk_bytes=self.chunk_bytes, skip_bad=self.skip_bad,
                           log_bad=self.log_bad, span=(start, stop), fmt=self.fmt)
-        other._line_numbers, other._warned = self._line_numbers, self._warned
+        other.line_numbers, other.warned = self.line_numbers, self.warned
         return other
 
     @property
@@ -300,9 +301,9 @@ class TextShard:
         """1-based line number of the line starting at byte `offset`: the lines counted from
         the nearest offset before it whose number is known (remembered: only a pass's first
         offset is asked)."""
-        if offset not in self._line_numbers:
-            known = max(k for k in self._line_numbers if k <= offset)
-            lines = self._line_numbers[known]
+        if offset not in self.line_numbers:
+            known = max(k for k in self.line_numbers if k <= offset)
+            lines = self.line_numbers[known]
             with open(self.path, "rb") as f:
                 f.seek(known)
                 todo = offset - known
@@ -310,8 +311,8 @@ class TextShard:
                     block = f.read(min(todo, 1 << 22))
                     lines += block.count(b"\n")
                     todo -= len(block)
-            self._line_numbers[offset] = lines
-        return self._line_numbers[offset]
+            self.line_numbers[offset] = lines
+        return self.line_numbers[offset]
 
     def _describe(self, data, chunk_pos, pass_start, lines_before, line_idx, code, col) -> str:
         """'file:line: what is wrong (at character c): 'the line'' for a bad line in a chunk,
@@ -361,8 +362,8 @@ class TextShard:
                 if bad_idx >= 0 and not self.skip_bad:
                     raise InputError(self._describe(data, self.position, pass_start, lines_done,
                                                     bad_idx, code, col))
-                if bad_idx >= 0 and self.log_bad and self._passes == 1 and self._warned[0] < 5:
-                    self._warned[0] += 1
+                if bad_idx >= 0 and self.log_bad and self._passes == 1 and self.warned[0] < 5:
+                    self.warned[0] += 1
                     log.warning("skipping bad line %s", self._describe(
                         data, self.position, pass_start, lines_done, bad_idx, code, col))
                 self.bad_lines += n_bad

@@ -188,7 +188,7 @@ def describe_pipeline(cfg) -> str:
     if cfg.model.name != "widedeep":
         raise ConfigError(f"--print-schedule shows Wide & Deep's pipeline: it needs --model "
                           f"widedeep (got --model {cfg.model.name})")
-    cfg._check_stages(cfg.pipeline.stages)
+    cfg.check_stages(cfg.pipeline.stages)
     model = cfg.with_data_fields().model.spec()   # as the job will train it
     rows = _micro_rows_of(cfg)
     costs = measured_costs(model.layers, None, rows)

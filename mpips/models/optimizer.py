@@ -91,7 +91,7 @@ class Optimizer:
         rule = RULES[self.name]
         return rule.state_columns * width + rule.key_columns
 
-    def _span(self, clock: int) -> float:
+    def averaging_span(self, clock: int) -> float:
         """Clocks of the average that have passed by `clock` (0 while none is averaged)."""
         if self.average_from is None:
             return 0.0
@@ -120,13 +120,13 @@ class Optimizer:
         if not self.averages:
             return np.ascontiguousarray(state[:, :width])
         out = np.empty((state.shape[0], width), np.float32)
-        optim.sgd_average(state, width, self._span(clocks), out)
+        optim.sgd_average(state, width, self.averaging_span(clocks), out)
         return out
 
 
 @register("sgd", "lr", "l2", "average_from")
 def _sgd(opt: Optimizer, state, slots, grads, clock: int) -> None:
-    optim.sgd_update(state, slots, grads, opt.lr, opt.l2, opt._span(clock),
+    optim.sgd_update(state, slots, grads, opt.lr, opt.l2, opt.averaging_span(clock),
                      opt.average_from is not None)
 
 

@@ -390,7 +390,7 @@ class TrainConfig:
         self._check_solver()
         self._check_push_filter()
         self.with_data_fields().model.spec()   # sizes out of range
-        self._check_stages(n_ranks - self.server_ranks)
+        self.check_stages(n_ranks - self.server_ranks)
         if layout.max_rank_memory is not None and layout.max_rank_memory < 1 << 20:
             raise ConfigError(f"--max-rank-memory must be at least 1M, got "
                               f"{layout.max_rank_memory} bytes")
@@ -408,7 +408,7 @@ class TrainConfig:
                 raise ConfigError(f"--test {mismatch}")
         self._check_fields()
 
-    def _check_stages(self, workers: int) -> None:
+    def check_stages(self, workers: int) -> None:
         from ..wire.tags import MAX_MICROS
         pipe, model, solver = self.pipeline, self.model, self.solver.name
         if not 1 <= pipe.micro_batches <= MAX_MICROS:

@@ -50,13 +50,13 @@ class DenseClient:
             raise ValueError(f"table {name!r}: {n} rows of width {width} (at most 2^40 rows "
                              f"of width 2^20)")
         table = Dense(self, name, Layout(n, width, block_rows))
-        table._everywhere("create", [table], ints=[n, width, block_rows, *name_words(name)])
+        table.run_everywhere("create", [table], ints=[n, width, block_rows, *name_words(name)])
         return table
 
     def checkpoint(self, iteration: int) -> list:
         """Every server writes the blocks it answers for, of every table, as checkpoint
         `iteration`; the servers that did (indices), or [] if any could not."""
-        replies = self._read("checkpoint", [], self._one_each, ints=[iteration])
+        replies = self.read("checkpoint", [], self._one_each, ints=[iteration])
         return sorted(replies) if all(r[0] == 1.0 for r in replies.values()) else []
 
     def save(self, directory: str, *tables: "Dense") -> str:
@@ -72,7 +72,7 @@ class DenseClient:
         except OSError as e:
             raise SaveError(f"{directory}: {e.strerror}") from None
         ids = [t.id for t in tables]
-        replies = self._read("save", [], self._one_each,
+        replies = self.read("save", [], self._one_each,
                              ints=[len(ids), *ids, *name_words(directory)])
         failed = sorted(s for s, r in replies.items() if r[0] != 1.0)
         if failed:
@@ -95,7 +95,7 @@ class DenseClient:
                        for name, shape in index["tables"].items()}
         except (ValueError, TypeError) as e:
             raise InputError(f"cannot load dense tables: {e}") from None
-        replies = self._run("load", [], ints=name_words(directory),
+        replies = self.run("load", [], ints=name_words(directory),
                             sizes=dict.fromkeys(self.kv.living(), 1))
         failed = sorted(s for s, r in replies.items() if r[0] != 1.0)
         if failed:
@@ -109,15 +109,15 @@ class DenseClient:
         returns the blocks copied."""
         if self._restored == self.kv.placement.version:
             return 0
-        replies = self._read("restore", [], self._one_each)
+        replies = self.read("restore", [], self._one_each)
         self._restored = self.kv.placement.version
         return int(sum(r[0] for r in replies.values()))
 
     def _one_each(self, placement) -> tuple:
         return None, dict.fromkeys(self.kv.living(), 1)
 
-    def _run(self, function: str, tables: list, ints=(), scalars=(), parts=None,
-             sizes=None) -> dict:
+    def run(self, function: str, tables: list, ints=(), scalars=(), parts=None,
+            sizes=None) -> dict:
         """Function `function` on every living server, or on those in `parts`
         ({server: (rows, values)}); {server: its reply, `sizes[server]` float64s (default
         none)}: servers that died meanwhile left out."""
@@ -134,7 +134,7 @@ class DenseClient:
                      f"{', '.join(repr(t.name) for t in tables)}")
         return replies
 
-    def _read(self, function: str, tables: list, plan, ints=()) -> dict:
+    def read(self, function: str, tables: list, plan, ints=()) -> dict:
         """A function that answers for the blocks each server is primary of, split by
         `plan(placement)` -> (parts or None, {server: reply size}), until every server
         answered by that placement (if a server died meanwhile, or the servers learned of
@@ -144,7 +144,7 @@ class DenseClient:
         while True:
             placement = self.kv.placement
             parts, sizes = plan(placement)
-            replies = self._run(function, tables, ints, parts=parts,
+            replies = self.run(function, tables, ints, parts=parts,
                                 sizes={s: n + 1 for s, n in sizes.items()})
             if self.kv.placement is placement and len(replies) == len(sizes) and all(
                     r[0] == placement.version for r in replies.values()):
@@ -171,9 +171,9 @@ class Dense:
     def __repr__(self) -> str:
         return f"Dense({self.name!r}, shape={self.shape})"
 
-    def _everywhere(self, function: str, tables: list, ints=(), scalars=()) -> None:
+    def run_everywhere(self, function: str, tables: list, ints=(), scalars=()) -> None:
         """A write: on every copy of every block."""
-        self.client._run(function, tables, ints, scalars)
+        self.client.run(function, tables, ints, scalars)
 
     def _reduce(self, function: str, tables: list) -> float:
         """The sum of each block's partial, rounded once (math.fsum): its bits do not depend
@@ -181,7 +181,7 @@ class Dense:
         def plan(placement):
             return None, {s: self.layout.blocks_of(placement, s).shape[0]
                           for s in self.client.kv.living()}
-        replies = self.client._read(function, tables, plan)
+        replies = self.client.read(function, tables, plan)
         return math.fsum(np.concatenate(list(replies.values())).tolist())
 
     def _like(self, *others: "Dense") -> list:
@@ -191,21 +191,21 @@ class Dense:
         return [self, *others]
 
     def fill(self, value: float) -> "Dense":
-        self._everywhere("fill", [self], scalars=[value])
+        self.run_everywhere("fill", [self], scalars=[value])
         return self
 
     def copy(self, x: "Dense") -> "Dense":
         """self = x."""
-        self._everywhere("copy", self._like(x))
+        self.run_everywhere("copy", self._like(x))
         return self
 
     def scale(self, a: float) -> "Dense":
-        self._everywhere("scale", [self], scalars=[a])
+        self.run_everywhere("scale", [self], scalars=[a])
         return self
 
     def axpy(self, a: float, x: "Dense") -> "Dense":
         """self += a * x."""
-        self._everywhere("axpy", self._like(x), scalars=[a])
+        self.run_everywhere("axpy", self._like(x), scalars=[a])
         return self
 
     def dot(self, x: "Dense") -> float:
@@ -222,7 +222,7 @@ class Dense:
         if function not in elementwise.MAPS:
             raise ValueError(f"no element-wise function {function!r}; there are "
                              f"{sorted(elementwise.MAPS)}")
-        self._everywhere("map", self._like(x), ints=[name_id(function)], scalars=[a])
+        self.run_everywhere("map", self._like(x), ints=[name_id(function)], scalars=[a])
         return self
 
     def zip(self, function: str, x: "Dense", y: "Dense", a: float = 0.0) -> "Dense":
@@ -230,7 +230,7 @@ class Dense:
         if function not in elementwise.ZIPS:
             raise ValueError(f"no element-wise function {function!r}; there are "
                              f"{sorted(elementwise.ZIPS)}")
-        self._everywhere("zip", self._like(x, y), ints=[name_id(function)], scalars=[a])
+        self.run_everywhere("zip", self._like(x, y), ints=[name_id(function)], scalars=[a])
         return self
 
     def _rows(self, rows: np.ndarray) -> np.ndarray:
@@ -256,7 +256,7 @@ class Dense:
             parts = {s: (rows[perm[offsets[s]:offsets[s + 1]]], None)
                      for s in range(offsets.shape[0] - 1) if offsets[s] < offsets[s + 1]}
             return parts, {s: int(offsets[s + 1] - offsets[s]) * width for s in parts}
-        replies = self.client._read("gather", [self], plan)
+        replies = self.client.read("gather", [self], plan)
         perm, offsets = split["perm"], split["offsets"]
         out = np.empty((rows.shape[0], width))
         for s, values in replies.items():
@@ -279,7 +279,7 @@ class Dense:
             part = self.layout.holders_of(rows, placement, s)
             if part.shape[0] or workers > 1:   # every server counts the round's parts
                 parts[s] = (rows[part], values[part])
-        self.client._run("scatter_add", [self], ints=[self._rounds, workers], parts=parts)
+        self.client.run("scatter_add", [self], ints=[self._rounds, workers], parts=parts)
 
     def free(self) -> None:
-        self._everywhere("free", [self])
+        self.run_everywhere("free", [self])

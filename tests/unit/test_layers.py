@@ -114,3 +114,35 @@ def test_an_import_from_above_is_found(monkeypatch):
     monkeypatch.setattr(Path, "read_text", lambda self: (
         "from ..job.training import run\n" if self == fake else real(self)))
     assert any("wire imports mpips.job.training.run (job, above)" in f for f in findings())
+
+
+# The namedtuple API and the standard library's deliberate exit are not private state.
+PUBLIC_UNDERSCORED = {"_replace", "_fields", "_asdict", "_make", "_field_defaults", "_exit"}
+
+
+def private_attributes_touched() -> list:
+    """Every `obj._name` in mpips where obj is not self or cls."""
+    touched = []
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__") and node.attr not in PUBLIC_UNDERSCORED
+                    and not (isinstance(node.value, ast.Name)
+                             and node.value.id in ("self", "cls"))):
+                touched.append(f"{path.relative_to(MPIPS.parent)}:{node.lineno}: "
+                               f"{ast.unparse(node)}")
+    return touched
+
+
+def test_no_module_touches_another_objects_private_attributes():
+    """Objects reach each other through public names only: `obj._name` only on self or
+    cls."""
+    assert private_attributes_touched() == []
+
+
+def test_a_touch_of_private_state_is_found(monkeypatch):
+    real = Path.read_text
+    fake = MPIPS / "server" / "loop.py"
+    monkeypatch.setattr(Path, "read_text", lambda self: (
+        "def f(server):\n    return server._stop_asked\n" if self == fake else real(self)))
+    assert any("server._stop_asked" in t for t in private_attributes_touched())
