@@ -42,7 +42,7 @@ def saving_on_failure(roles: Roles, placement, timeout: float):
             raise   # every rank stops with it, before training
         reason = f"worker {roles.index}: {log_failure(e)}"
         if not isinstance(e, (Interrupted, CannotFailOver)):
-            living = [r for i, r in enumerate(roles.servers) if i not in placement.dead]
+            living = [roles.servers[i] for i in placement.living]
             try:
                 tell_servers_to_save(roles.comm, living, reason, timeout)
             except (MpipsError, MPI.Exception) as again:

@@ -396,7 +396,7 @@ def _write_for_the_dead(roles: Roles, own: PrimaryKeys, dense: DenseTables, mode
     after = before.without(dead)
     lost = set(after.lost) | {r for r, h in enumerate(after.holders)
                               if h and not before.held_ranges(h[0])[r]}
-    first = roles.index == min(set(range(before.n_servers)) - dead)
+    first = roles.index == after.lead   # the first living server
     if lost:
         if first:
             log.error("every copy of key range(s) %s died with server(s) %s before it was "

@@ -33,7 +33,7 @@ class LeadChannel:
 
     def server(self) -> int:
         """The server that leads: server 0, or after it died the first living one."""
-        return self.kv.living()[0]
+        return self.kv.placement.lead
 
     def status(self, timeout: float | None = None) -> dict:
         """The lead server's view of the workers' clocks (see protocol.STATUS_FIELDS)."""

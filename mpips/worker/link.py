@@ -55,7 +55,7 @@ class Link:
 
     def living(self) -> list:
         """The servers alive (indices), as this worker knows."""
-        return [s for s in range(len(self.servers)) if s not in self._placement.dead]
+        return list(self._placement.living)
 
     def rank_of(self, server: int) -> int:
         return self.servers[server]
