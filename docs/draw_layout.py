@@ -61,7 +61,7 @@ def _colour(package: str) -> str:
 def _wrap(words: list, width: int) -> list:
     lines, line = [], ""
     for w in words:
-        if line and len(line) + 2 + len(w) > width:
+        if line and len(line) + 2 + len(w) + 1 > width:     # + 1: the comma after it
             lines.append(line + ",")
             line = w
         else:
@@ -71,7 +71,7 @@ def _wrap(words: list, width: int) -> list:
 
 def svg(tiers, modules, imports) -> str:
     char, line_h, pad = 6.6, 14, 8        # monospace 11px
-    stack_x, stack_w = 70, 680
+    stack_x, stack_w = 70, 720
     out, y = [], 40
     boxes = {}
     for t, tier in reversed(list(enumerate(tiers))):      # the face on top, kernels at the bottom
@@ -151,7 +151,7 @@ def text(tiers, modules, imports) -> str:
             name = "face: `mpips/`" if p == "(face)" else f"`{p}`"
             mods = ", ".join(f"`{m}`" for m in modules.get(p, []))
             lines.append(f"| {t} | {name} | {mods} | {', '.join(imports.get(p, [])) or '-'} |")
-    return "\n".join(lines + ["", END])
+    return "\n".join([*lines, "", END])
 
 
 def main(argv=None) -> int:
