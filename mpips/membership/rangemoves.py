@@ -168,7 +168,7 @@ class RangeMoves:
             return
         slowest = s.clocks.slowest()
         if slowest == FINISHED:
-            self._cancel()
+            self._cancel(m.clock)
             return
         if slowest < m.clock:
             return
@@ -180,6 +180,7 @@ class RangeMoves:
         self.floor = after.version
         self.load[:] = 0
         self.move = None
+        assert m.whole is not None and m.named is not None, "set before a clock is named"
         sent, received, send_s, load_s = m.copies_before
         figures = {"server": me, "keys_sent": c.keys_sent - sent,
                    "keys_received": c.keys_received - received,
@@ -213,14 +214,15 @@ class RangeMoves:
             text = np.frombuffer(json.dumps(figures).encode(), np.uint8)
             s.send(protocol.pack(protocol.Header(Op.MOVED), text), s.lead_rank)
 
-    def _cancel(self) -> None:
-        s, m = self.ctx, self.move
+    def _cancel(self, clock: int) -> None:
+        """The move named for `clock` is not made."""
+        s = self.ctx
         self.move = None
         s.gate.moving = None
         log.warning("the move named for clock %d was not made: every worker finished first "
-                    "(the ranges stay with their owners)", m.clock)
+                    "(the ranges stay with their owners)", clock)
         if s.lead:
-            self.members.move_lead.cancelled(m.clock)
+            self.members.move_lead.cancelled(clock)
 
     def refused_stale(self, h, source: int) -> bool:
         """A worker's read of keys split before key ranges moved: refused (an empty reply),

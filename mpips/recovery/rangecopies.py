@@ -12,7 +12,7 @@ from ..wire import messages, protocol
 from ..wire.clocks import FINISHED
 from ..wire.placement import by_range, describe_ranges
 from ..wire.protocol import Op
-from .rebuild import Rebuilds
+from .rebuild import Outgoing, Rebuilds
 
 log = logging.getLogger("mpips")
 
@@ -160,7 +160,8 @@ class RangeCopies:
         s.pushes.apply_backups()
         rows, keys, order, starts = self._stored()
         counts = np.diff(starts)
-        chunk, n = [], 0
+        chunk: list[Outgoing] = []
+        n = 0
         while self.sending and (not chunk or n + counts[self.sending[0].range] <= CHUNK_KEYS):
             chunk.append(self.sending.pop(0))
             n += counts[chunk[-1].range]

@@ -36,11 +36,12 @@ class WorkerLosses:
         self.epochs = epochs
         self.parts = parts
         self.deaths = list(deaths)   # in order, as the lead numbered them (a resume's first)
-        self.held = {}               # dead worker -> {server index: its clocks held there}
-        self.settled = set()         # dead workers no longer waited for
+        self.held: dict[int, dict[int, int]] = {}   # dead worker -> {server index: its clocks
+                                                    # held there}
+        self.settled: set[int] = set()   # dead workers no longer waited for
         self.examples = 0            # examples the dead workers trained (the lead counts them)
-        self.failures = []           # what this server saw of workers' deaths
-        self.abandoned = []          # the lead: rows left that no living worker could take
+        self.failures: list[dict] = []   # what this server saw of workers' deaths
+        self.abandoned: list[str] = []   # the lead: rows left that no living worker could take
         clocks = ctx.clocks
         if hot and clocks.staleness == 0:
             clocks.commit([i for i in range(len(ctx.roles.servers))

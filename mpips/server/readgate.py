@@ -44,7 +44,7 @@ class ReadGate:
                                   # split by an earlier placement, are refused (see rangemoves)
         self.pulls_held = 0       # pulls that had to wait for other workers' clocks
         self.held_s = np.zeros(clocks.done.shape[0])   # per worker: time its pulls were held
-        self.records = [] if record else None
+        self.records: list[tuple] | None = [] if record else None
         self.start = time.monotonic()
 
     def _verdict(self, pull: Pull) -> str:
@@ -82,7 +82,9 @@ class ReadGate:
 
     def release(self) -> tuple[list, list]:
         """(pulls to serve, pulls to refuse) now, oldest first; the others stay held."""
-        serve, refuse, still = [], [], deque()
+        serve: list[Pull] = []
+        refuse: list[Pull] = []
+        still: deque[Pull] = deque()
         for pull in self.held:
             verdict = self._verdict(pull)
             if verdict == SERVE:
