@@ -14,14 +14,15 @@ from ..ranks.bounded import wait_until
 from ..ranks.ulfm import CannotFailOver, dead_ranks, is_failure
 from ..wire import tags
 from ..wire.placement import describe_ranges
+from .context import RecoveryContext
 
 log = logging.getLogger("mpips")
 
 
 class Takeover:
-    def __init__(self, ctx):
+    def __init__(self, ctx: RecoveryContext):
         self.ctx = ctx
-        self.failures = []        # what this server saw of other servers' deaths
+        self.failures: list[dict] = []   # what this server saw of other servers' deaths
         ctx.copies.on_received.append(self._rebuilt)
         ctx.copies.on_whole.append(self._whole)
 

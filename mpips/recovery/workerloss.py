@@ -21,12 +21,14 @@ from ..data.workplan import Handover, WorkPlan
 from ..wire import messages, protocol, tags
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
+from .context import RecoveryContext
 
 log = logging.getLogger("mpips")
 
 
 class WorkerLosses:
-    def __init__(self, ctx, epochs: int, parts: list, deaths: tuple = (), hot: bool = True):
+    def __init__(self, ctx: RecoveryContext, epochs: int, parts: list, deaths: tuple = (),
+                 hot: bool = True):
         """`ctx`: the server's context (what a handler may read and do). `parts`: each
         worker's own part of the training data (see `workplan`). Not `hot` (no ULFM): no
         worker dies here, but one may leave (`mpips ctl remove-worker`), and its rows are
