@@ -14,6 +14,7 @@ from ..base.errors import ProtocolError
 from ..wire import messages, protocol
 from ..wire.placement import Placement, load_spread, moved, rebalanced, with_server, without_server
 from ..wire.protocol import Op
+from .context import MembershipContext
 
 log = logging.getLogger("mpips")
 
@@ -24,7 +25,7 @@ class MoveLead:
     joining), the answers to workers asking for the placement."""
     def __init__(self, members):
         self.members = members   # the front: its answers to `ctl`, the workers joining
-        self.ctx = members.ctx
+        self.ctx: MembershipContext = members.ctx
         self.ranges = members.ranges   # this server's own part in a move
         self.request: dict | None = None   # the request being carried out
         self.step = None        # of its move: "planning", "taking", "copying", "agreeing",
@@ -199,8 +200,9 @@ class MoveLead:
 
     def _moved(self) -> None:
         s = self.ctx
-        before, after, request = self.before, s.placement, self.request
+        before, after, request, moving = self.before, s.placement, self.request, s.gate.moving
         assert before is not None and request is not None, "a move's request, planned (_ask)"
+        assert moving is not None, "the servers switch at the clock named (switch_at)"
         now = time.time()
         figures = [self.steps_in["moved"][k] for k in sorted(self.steps_in["moved"])]
         paused = now - min(f.pop("reached_at") for f in figures)
@@ -210,7 +212,7 @@ class MoveLead:
 
         result = {
             "ok": True, "command": request["command"], "target": request.get("target"),
-            "clock": int(s.gate.moving[0]), "copy_clock": request["copy_clock"],
+            "clock": int(moving[0]), "copy_clock": request["copy_clock"],
             "version": after.version,
             "ranges_moved": sum(a != b for a, b in zip(before.assign, after.assign)),
             "fraction_moved": round(moved(before.assign, after.assign), 6),

@@ -45,6 +45,7 @@ from ..wire import messages, protocol
 from ..wire.clocks import FINISHED
 from ..wire.placement import Placement
 from ..wire.protocol import Op
+from .context import MembershipContext
 
 log = logging.getLogger("mpips")
 
@@ -67,7 +68,8 @@ class RangeMoves:
     switch at the clock agreed, the keys read per range (for `rebalance`)."""
     def __init__(self, members):
         self.members = members   # the front: the lead's part, its answers to `ctl`
-        self.ctx = ctx = members.ctx
+        self.ctx: MembershipContext = members.ctx
+        ctx = self.ctx
         self.load = np.zeros(ctx.placement.n_ranges, np.int64)   # keys read per range
         self.move: Move | None = None
         self.floor = 0          # reads split by a placement older than this are refused

@@ -11,6 +11,7 @@ import logging
 from ..ranks.ulfm import CannotFailOver
 from ..wire.clocks import FINISHED
 from . import channel as control
+from .context import MembershipContext
 from .movelead import MoveLead
 from .rangemoves import RangeMoves
 from .workermoves import WorkerMoves
@@ -21,7 +22,7 @@ POLL_S = 0.2   # how often the lead looks for requests
 
 
 class Membership:
-    def __init__(self, ctx, run_dir: str | None, run_id: str | None = None):
+    def __init__(self, ctx: MembershipContext, run_dir: str | None, run_id: str | None = None):
         self.ctx = ctx
         self.run_dir = run_dir
         self.run_id = run_id   # the run requests must be for

@@ -19,6 +19,7 @@ from ..data.workplan import Handover
 from ..wire import messages, protocol, tags
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
+from .context import Losses, MembershipContext
 
 log = logging.getLogger("mpips")
 
@@ -38,13 +39,20 @@ class WorkerMoves:
     """The lead's part in a worker leaving or joining, and every server's in a join."""
     def __init__(self, members):
         self.members = members   # the front: its answers to `ctl`, the clock agreed
-        self.ctx = members.ctx
+        self.ctx: MembershipContext = members.ctx
         self.leaving = {}       # worker -> (the request it leaves for, when asked)
         self.left = []          # workers that left, in order (the first joins again first)
         self.joining: Join | None = None   # a worker joining
 
     def handlers(self) -> dict:
         return {Op.SPLIT: self.on_split, Op.JOIN_AT: self.on_join_at}
+
+    @property
+    def _losses(self) -> Losses:
+        """Where a leaving or joining worker's rows are handed on."""
+        losses = self.ctx.losses
+        assert losses is not None, "without them any worker change is refused (_worker_refusal)"
+        return losses
 
     def _worker_refusal(self, verb: str, worker) -> str | None:
         """What refuses any worker change: a job whose rows are not handed on, a worker
@@ -71,7 +79,7 @@ class WorkerMoves:
             return f"worker {worker} has finished training"
         if worker in self.leaving:
             return f"worker {worker} is leaving already"
-        if not set(s.losses.training(but=worker)) - set(self.leaving):
+        if not set(self._losses.training(but=worker)) - set(self.leaving):
             return "no other worker is still training to take its rows"
         return None
 
@@ -84,7 +92,7 @@ class WorkerMoves:
         return sorted(idle, key=lambda w: self.left.index(w) if w in self.left else len(idle))
 
     def _donors(self) -> list:
-        return [w for w in self.ctx.losses.training(but=-1) if w not in self.leaving]
+        return [w for w in self._losses.training(but=-1) if w not in self.leaving]
 
     def join_refusal(self, worker) -> str | None:
         problem = self._worker_refusal("joins", worker)
@@ -127,7 +135,7 @@ class WorkerMoves:
                                 f"of it")
         j.waiting.discard(sender)
         j.given.append(sender)
-        s.losses.announce(death)
+        self._losses.announce(death)
         self._split_done()
 
     def _split_done(self) -> None:
@@ -215,7 +223,7 @@ class WorkerMoves:
         j = self.joining
         if j is not None and worker == j.worker and j.given:
             # The shares given to it go on as a finished worker's would (see workerloss).
-            losses, place = self.ctx.losses, self.ctx.ckpt.positions.get(worker, {})
+            losses, place = self._losses, self.ctx.ckpt.positions.get(worker, {})
             losses.finished(worker, 0, {"epoch": losses.epochs, "taken": place.get("taken", [])})
         if j is not None and worker in j.waiting:
             j.waiting.discard(worker)
