@@ -2,7 +2,9 @@
 checkpoint positions, placement, statistics), the server's parts (outbox, pushes, reads,
 checkpoint rounds, stopping, watchdog) and the capabilities added to it (range copies,
 takeover, worker losses, membership, scoring, dense tables), and registering the handlers
-of operations. The modules that add handlers receive this, never the server's loop.
+of operations. The modules that add handlers receive this, never the server's loop;
+recovery and membership see it through their own narrower protocols (recovery.context,
+membership.context), which this class satisfies.
 """
 from __future__ import annotations
 
