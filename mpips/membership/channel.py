@@ -25,7 +25,7 @@ def _dir(run_dir: str) -> str:
     return os.path.join(run_dir, DIRECTORY)
 
 
-def submit(run_dir: str, command: str, target: int | None, run_id: str) -> str:
+def submit(run_dir: str, command: str, target: int | None, run_id: str | None) -> str:
     """Write a request to the job `run_id` (the run now holding `run_dir`); its id."""
     if command not in COMMANDS:
         raise ConfigError(f"unknown ctl command {command!r}: one of {', '.join(COMMANDS)}")
@@ -39,7 +39,7 @@ def submit(run_dir: str, command: str, target: int | None, run_id: str) -> str:
     return ident
 
 
-def take(run_dir: str, run_id: str) -> dict | None:
+def take(run_dir: str, run_id: str | None) -> dict | None:
     """The lead of run `run_id`: the oldest request not yet taken, marked taken; None if there
     is none. A request that cannot be read, or is for another run, is answered with what was
     wrong (`{"id", "error"}` returned, for the caller to answer)."""
@@ -79,7 +79,7 @@ def _problem(request) -> str | None:
     return None
 
 
-def _for_another_run(request: dict, run_id: str) -> str | None:
+def _for_another_run(request: dict, run_id: str | None) -> str | None:
     if request.get("run_id") == run_id:
         return None
     return (f"a request for run {request.get('run_id')!r}, not for this run {run_id!r} (left "

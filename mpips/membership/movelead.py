@@ -14,6 +14,7 @@ from ..base.errors import ProtocolError
 from ..wire import messages, protocol
 from ..wire.placement import Placement, load_spread, moved, rebalanced, with_server, without_server
 from ..wire.protocol import Op
+from .context import MembershipContext
 
 log = logging.getLogger("mpips")
 
@@ -24,9 +25,9 @@ class MoveLead:
     joining), the answers to workers asking for the placement."""
     def __init__(self, members):
         self.members = members   # the front: its answers to `ctl`, the workers joining
-        self.ctx = members.ctx
+        self.ctx: MembershipContext = members.ctx
         self.ranges = members.ranges   # this server's own part in a move
-        self.request = None     # the request being carried out
+        self.request: dict | None = None   # the request being carried out
         self.step = None        # of its move: "planning", "taking", "copying", "agreeing",
         #                         "switching" (see rangemoves' docstring)
         self.before: Placement | None = None
@@ -135,19 +136,21 @@ class MoveLead:
             self._tell(messages.MoveAt(after.version, clock, np.array(after.assign, np.int64)))
             self.ranges.switch_at(clock, after.version)
             return
-        p = s.placement
-        command, target = self.request["command"], self.request.get("target")
+        p, request = s.placement, self.request
+        assert request is not None, "figures are asked for a request only (_ask)"
+        command, target = request["command"], request.get("target")
         load = sum(self.loads.values())
         if command == "add-server":
             assign = with_server(p.assign, p.spares[0] if target is None else target)
         elif command == "remove-server":
+            assert target is not None, "refusal() turns down remove-server without a target"
             assign = without_server(p.assign, target,
                                     servers=[x for x in set(p.assign) if x != target])
         else:
             assign = rebalanced(p.assign, load)
-        self.request["load_spread_before"] = round(load_spread(p.assign, load), 4)
-        self.request["load_spread_after"] = round(load_spread(assign, load), 4)
-        self.request["copy_clock"] = max(self.clocks_in.values())   # the clock then
+        request["load_spread_before"] = round(load_spread(p.assign, load), 4)
+        request["load_spread_after"] = round(load_spread(assign, load), 4)
+        request["copy_clock"] = max(self.clocks_in.values())   # the clock then
         self.step = "taking"
         fields = np.array(assign, np.int64)
         self._tell(messages.MoveTo(p.version + 2, fields))
@@ -186,16 +189,20 @@ class MoveLead:
             self.step = "copying"
             self.reply_to_workers()
         if self.step == "copying" and not servers - set(self.steps_in.get("whole", {})):
+            request = self.request
+            assert request is not None, "a move is at a step only while its request is"
             self.step = "agreeing"
             log.info("ctl %s: every copy made in %.2f s; agreeing on the clock to switch at",
-                     self.request["command"], time.monotonic() - self._began)
-            self._ask(self.request, hold=True)
+                     request["command"], time.monotonic() - self._began)
+            self._ask(request, hold=True)
         if step == "moved":
             self._moved()
 
     def _moved(self) -> None:
         s = self.ctx
-        before, after = self.before, s.placement
+        before, after, request, moving = self.before, s.placement, self.request, s.gate.moving
+        assert before is not None and request is not None, "a move's request, planned (_ask)"
+        assert moving is not None, "the servers switch at the clock named (switch_at)"
         now = time.time()
         figures = [self.steps_in["moved"][k] for k in sorted(self.steps_in["moved"])]
         paused = now - min(f.pop("reached_at") for f in figures)
@@ -204,8 +211,8 @@ class MoveLead:
             return {str(x): int(sum(1 for o in p.assign if o == x)) for x in range(p.n_servers)}
 
         result = {
-            "ok": True, "command": self.request["command"], "target": self.request.get("target"),
-            "clock": int(s.gate.moving[0]), "copy_clock": self.request["copy_clock"],
+            "ok": True, "command": request["command"], "target": request.get("target"),
+            "clock": int(moving[0]), "copy_clock": request["copy_clock"],
             "version": after.version,
             "ranges_moved": sum(a != b for a, b in zip(before.assign, after.assign)),
             "fraction_moved": round(moved(before.assign, after.assign), 6),
@@ -216,8 +223,8 @@ class MoveLead:
             "ranges_before": owned(before), "ranges_after": owned(after),
             "spares": list(after.spares), "servers": figures}
         for name in ("load_spread_before", "load_spread_after"):
-            if name in self.request:
-                result[name] = self.request[name]
+            if name in request:
+                result[name] = request[name]
         self.members.done.append(result)
         log.warning("ctl %s%s done at clock %d: %d of %d key ranges (%.1f%%) moved, %d keys "
                     "copied in %.2f s while training went on; training waited %.2f s for the "
@@ -225,7 +232,7 @@ class MoveLead:
                     "" if result["target"] is None else f" {result['target']}", result["clock"],
                     result["ranges_moved"], before.n_ranges, 100 * result["fraction_moved"],
                     result["keys_moved"], result["copy_s"], result["paused_s"])
-        self.members.answer(self.request, result)
+        self.members.answer(request, result)
         self.request = self.step = None
         self.reply_to_workers()
 

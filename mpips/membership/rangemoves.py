@@ -45,6 +45,7 @@ from ..wire import messages, protocol
 from ..wire.clocks import FINISHED
 from ..wire.placement import Placement
 from ..wire.protocol import Op
+from .context import MembershipContext
 
 log = logging.getLogger("mpips")
 
@@ -67,7 +68,8 @@ class RangeMoves:
     switch at the clock agreed, the keys read per range (for `rebalance`)."""
     def __init__(self, members):
         self.members = members   # the front: the lead's part, its answers to `ctl`
-        self.ctx = ctx = members.ctx
+        self.ctx: MembershipContext = members.ctx
+        ctx = self.ctx
         self.load = np.zeros(ctx.placement.n_ranges, np.int64)   # keys read per range
         self.move: Move | None = None
         self.floor = 0          # reads split by a placement older than this are refused
@@ -168,7 +170,7 @@ class RangeMoves:
             return
         slowest = s.clocks.slowest()
         if slowest == FINISHED:
-            self._cancel()
+            self._cancel(m.clock)
             return
         if slowest < m.clock:
             return
@@ -180,6 +182,7 @@ class RangeMoves:
         self.floor = after.version
         self.load[:] = 0
         self.move = None
+        assert m.whole is not None and m.named is not None, "set before a clock is named"
         sent, received, send_s, load_s = m.copies_before
         figures = {"server": me, "keys_sent": c.keys_sent - sent,
                    "keys_received": c.keys_received - received,
@@ -213,14 +216,15 @@ class RangeMoves:
             text = np.frombuffer(json.dumps(figures).encode(), np.uint8)
             s.send(protocol.pack(protocol.Header(Op.MOVED), text), s.lead_rank)
 
-    def _cancel(self) -> None:
-        s, m = self.ctx, self.move
+    def _cancel(self, clock: int) -> None:
+        """The move named for `clock` is not made."""
+        s = self.ctx
         self.move = None
         s.gate.moving = None
         log.warning("the move named for clock %d was not made: every worker finished first "
-                    "(the ranges stay with their owners)", m.clock)
+                    "(the ranges stay with their owners)", clock)
         if s.lead:
-            self.members.move_lead.cancelled(m.clock)
+            self.members.move_lead.cancelled(clock)
 
     def refused_stale(self, h, source: int) -> bool:
         """A worker's read of keys split before key ranges moved: refused (an empty reply),

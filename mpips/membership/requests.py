@@ -11,6 +11,7 @@ import logging
 from ..ranks.ulfm import CannotFailOver
 from ..wire.clocks import FINISHED
 from . import channel as control
+from .context import MembershipContext
 from .movelead import MoveLead
 from .rangemoves import RangeMoves
 from .workermoves import WorkerMoves
@@ -21,11 +22,11 @@ POLL_S = 0.2   # how often the lead looks for requests
 
 
 class Membership:
-    def __init__(self, ctx, run_dir: str | None, run_id: str | None = None):
+    def __init__(self, ctx: MembershipContext, run_dir: str | None, run_id: str | None = None):
         self.ctx = ctx
         self.run_dir = run_dir
         self.run_id = run_id   # the run requests must be for
-        self.done = []          # what each change did (the summary's "moves")
+        self.done: list[dict] = []   # what each change did (the summary's "moves")
         self.ranges = RangeMoves(self)       # every server's part in a move of key ranges
         self.move_lead = MoveLead(self)      # the lead's
         self.workers = WorkerMoves(self)
@@ -127,6 +128,7 @@ class Membership:
     def answer(self, request: dict, result: dict) -> None:
         """`ctl`'s answer to `request`; the next request waiting is taken at once."""
         self.poll_soon()
+        assert self.run_dir is not None, "requests are taken only with a run_dir (see poll)"
         try:
             control.answer(self.run_dir, request["id"], result)
         except Exception as e:   # noqa: BLE001 -- an answer not written must not stop training

@@ -12,27 +12,47 @@ the lead counts it as training, so that no worker ends (and scores) before it.
 """
 import logging
 import time
+from dataclasses import dataclass, field
 
 from ..base.errors import ProtocolError
 from ..data.workplan import Handover
 from ..wire import messages, protocol, tags
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
+from .context import Losses, MembershipContext
 
 log = logging.getLogger("mpips")
+
+
+@dataclass
+class Join:
+    """A worker joining, on the lead: the `ctl` request, the workers yet to split their rows
+    with it and those that did, when it was asked."""
+    request: dict
+    worker: int
+    waiting: set[int]
+    began: float
+    given: list[int] = field(default_factory=list)
 
 
 class WorkerMoves:
     """The lead's part in a worker leaving or joining, and every server's in a join."""
     def __init__(self, members):
         self.members = members   # the front: its answers to `ctl`, the clock agreed
-        self.ctx = members.ctx
+        self.ctx: MembershipContext = members.ctx
         self.leaving = {}       # worker -> (the request it leaves for, when asked)
         self.left = []          # workers that left, in order (the first joins again first)
-        self.joining = None     # a worker joining: its request, the workers yet to split,...
+        self.joining: Join | None = None   # a worker joining
 
     def handlers(self) -> dict:
         return {Op.SPLIT: self.on_split, Op.JOIN_AT: self.on_join_at}
+
+    @property
+    def _losses(self) -> Losses:
+        """Where a leaving or joining worker's rows are handed on."""
+        losses = self.ctx.losses
+        assert losses is not None, "without them any worker change is refused (_worker_refusal)"
+        return losses
 
     def _worker_refusal(self, verb: str, worker) -> str | None:
         """What refuses any worker change: a job whose rows are not handed on, a worker
@@ -59,7 +79,7 @@ class WorkerMoves:
             return f"worker {worker} has finished training"
         if worker in self.leaving:
             return f"worker {worker} is leaving already"
-        if not set(s.losses.training(but=worker)) - set(self.leaving):
+        if not set(self._losses.training(but=worker)) - set(self.leaving):
             return "no other worker is still training to take its rows"
         return None
 
@@ -72,7 +92,7 @@ class WorkerMoves:
         return sorted(idle, key=lambda w: self.left.index(w) if w in self.left else len(idle))
 
     def _donors(self) -> list:
-        return [w for w in self.ctx.losses.training(but=-1) if w not in self.leaving]
+        return [w for w in self._losses.training(but=-1) if w not in self.leaving]
 
     def join_refusal(self, worker) -> str | None:
         problem = self._worker_refusal("joins", worker)
@@ -95,8 +115,7 @@ class WorkerMoves:
         worker = request.get("target")
         worker = self._idle_workers()[0] if worker is None else worker
         donors = self._donors()
-        self.joining = {"request": request, "worker": worker, "waiting": set(donors),
-                        "given": [], "began": time.monotonic()}
+        self.joining = Join(request, worker, set(donors), time.monotonic())
         for w in donors:
             s.send(messages.GiveNotice(worker, len(donors)).fields(),
                    s.roles.workers[w], tags.NOTICE_TAG)
@@ -109,50 +128,52 @@ class WorkerMoves:
             death = Handover.of_fields(protocol.int64_fields(buf))
         except ValueError as e:
             raise ProtocolError(f"{s.sender(source)} sent a bad request: SPLIT: {e}") from None
-        if (j is None or sender not in j["waiting"] or death.worker != sender or death.dead
-                or death.survivors != (sender, j["worker"]) or len(death.shares) != 2):
+        if (j is None or sender not in j.waiting or death.worker != sender or death.dead
+                or death.survivors != (sender, j.worker) or len(death.shares) != 2):
             raise ProtocolError(f"{s.sender(source)} sent a bad request: SPLIT of its rows "
                                 f"with worker(s) {list(death.survivors)}, which no join asked "
                                 f"of it")
-        j["waiting"].discard(sender)
-        j["given"].append(sender)
-        s.losses.announce(death)
+        j.waiting.discard(sender)
+        j.given.append(sender)
+        self._losses.announce(death)
         self._split_done()
 
     def _split_done(self) -> None:
         """Once every worker asked has split its rows (or finished instead), the clock."""
         j = self.joining
-        if j["waiting"]:
+        assert j is not None, "called while a worker joins (on_split, worker_gone, worker_finished)"
+        if j.waiting:
             return
-        if not j["given"]:
+        if not j.given:
             error = "every worker finished its rows before sharing them"
-            self.members.answer(j["request"], {"ok": False, "error": error})
+            self.members.answer(j.request, {"ok": False, "error": error})
             self.joining = None
             return
-        self.members.move_lead.agree(j["request"], self._join)
+        self.members.move_lead.agree(j.request, self._join)
 
     def _join(self, clock: int) -> None:
         """The lead, the clock agreed: the worker trains again from it, on every server."""
         s, j = self.ctx, self.joining
-        worker = j["worker"]
+        assert j is not None, "the clock agreed for the join under way"
+        worker = j.worker
         for server in s.others():
             s.send(messages.JoinAt(worker, clock).pack(), s.roles.servers[server])
         self._joined(worker, clock)
         if worker in s.clocks.gone:
             error = f"worker {worker} died before it joined"
-            self.members.answer(j["request"], {"ok": False, "error": error})
+            self.members.answer(j.request, {"ok": False, "error": error})
             self.joining = None
             return
         s.send(messages.JoinNotice(clock - 1).fields(), s.roles.workers[worker],
                tags.NOTICE_TAG)
         result = {"ok": True, "command": "add-worker", "target": worker, "clock": clock,
-                  "seconds": round(time.monotonic() - j["began"], 4), "from": j["given"]}
+                  "seconds": round(time.monotonic() - j.began, 4), "from": j.given}
         self.members.done.append(result)
         log.warning("ctl add-worker %d done: it trains again from clock %d, with a share of "
-                    "the rows left of worker(s) %s", worker, clock, j["given"])
+                    "the rows left of worker(s) %s", worker, clock, j.given)
         if worker in self.left:
             self.left.remove(worker)
-        self.members.answer(j["request"], result)
+        self.members.answer(j.request, result)
         self.joining = None
 
     def on_join_at(self, source: int, r, buf) -> None:
@@ -182,7 +203,7 @@ class WorkerMoves:
         """1 if a worker is joining but not training yet (the lead counts it as training:
         the others must not end before it has trained its share), else 0."""
         j = self.joining
-        return int(j is not None and self.ctx.clocks.done[j["worker"]] == FINISHED)
+        return int(j is not None and self.ctx.clocks.done[j.worker] == FINISHED)
 
     def ask_to_leave(self, request: dict) -> None:
         """Tell the worker to leave after the minibatch it is at; its FINISH says where its
@@ -200,19 +221,19 @@ class WorkerMoves:
             error = f"worker {worker} died before it left; its rows were handed on"
             self.members.answer(request, {"ok": False, "error": error})
         j = self.joining
-        if j is not None and worker == j["worker"] and j["given"]:
+        if j is not None and worker == j.worker and j.given:
             # The shares given to it go on as a finished worker's would (see workerloss).
-            losses, place = self.ctx.losses, self.ctx.ckpt.positions.get(worker, {})
+            losses, place = self._losses, self.ctx.ckpt.positions.get(worker, {})
             losses.finished(worker, 0, {"epoch": losses.epochs, "taken": place.get("taken", [])})
-        if j is not None and worker in j["waiting"]:
-            j["waiting"].discard(worker)
+        if j is not None and worker in j.waiting:
+            j.waiting.discard(worker)
             self._split_done()
 
     def worker_finished(self, worker: int, clock: int, handed) -> None:
         """The lead: `worker` said FINISH (`handed`: the workplan.Handover its rows left went on
         by, if any); if it was asked to leave, the answer."""
-        if self.joining is not None and worker in self.joining["waiting"]:
-            self.joining["waiting"].discard(worker)
+        if self.joining is not None and worker in self.joining.waiting:
+            self.joining.waiting.discard(worker)
             self._split_done()
         if worker not in self.leaving:
             return

@@ -5,9 +5,10 @@ answered by their living copies (`takeover`), a dead worker's rows go to the oth
 from mpi4py import MPI
 
 from ..ranks.ulfm import CannotFailOver, dead_ranks, is_failure
+from .context import RecoveryContext
 
 
-def survived(ctx, e: MPI.Exception) -> bool:
+def survived(ctx: RecoveryContext, e: MPI.Exception) -> bool:
     """Under ULFM another rank died: whether this server goes on without it. `ctx`: the
     server's context (what a handler may read and do)."""
     if not is_failure(e):
@@ -23,8 +24,9 @@ def survived(ctx, e: MPI.Exception) -> bool:
                              f"a dead worker's rows are not handed on")
     # Deaths known already (another server said, or MPI tells again of a request to a
     # dead rank) need nothing more.
-    if servers - ctx.placement.dead:
-        ctx.takeover.learn()
-    if workers:
-        ctx.losses.learn(workers)   # those it knows of already are passed over
+    takeover, losses = ctx.takeover, ctx.losses   # both present here if needed (above)
+    if takeover and servers - ctx.placement.dead:
+        takeover.learn()
+    if losses and workers:
+        losses.learn(workers)   # those it knows of already are passed over
     return True

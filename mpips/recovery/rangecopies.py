@@ -5,6 +5,7 @@ pushes kept meanwhile the new holder applies after it. This module carries the m
 """
 import logging
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -12,7 +13,8 @@ from ..wire import messages, protocol
 from ..wire.clocks import FINISHED
 from ..wire.placement import by_range, describe_ranges
 from ..wire.protocol import Op
-from .rebuild import Rebuilds
+from .context import RecoveryContext
+from .rebuild import Outgoing, Rebuilds
 
 log = logging.getLogger("mpips")
 
@@ -20,21 +22,23 @@ CHUNK_KEYS = 1 << 18   # keys copied per turn of the loop, at least one range: s
 
 
 class RangeCopies:
-    def __init__(self, ctx):
+    def __init__(self, ctx: RecoveryContext):
         """`ctx`: the server's context (what a handler may read and do)."""
         self.ctx = ctx
         self.rebuilds = Rebuilds(ctx.roles.index, len(ctx.roles.workers))
-        self.sending = []         # copies due, not sent yet (a few ranges each turn)
+        self.sending: list[Outgoing] = []   # copies due, not sent yet (a few ranges each turn)
         self.keys_sent = 0
         self.keys_received = 0
         self.send_s = 0.0         # finding, sorting and sending the ranges copied from here
         self.load_s = 0.0         # storing the ranges copied here
-        self.on_received = []     # called with (range, keys, seconds, load_s) of each copy in
-        self.on_whole = []        # called once every range held anew has its copy
-        self._index = None        # see _stored
+        # called with (range, keys, seconds, load_s) of each copy in
+        self.on_received: list[Callable[[int, int, float, float], None]] = []
+        self.on_whole: list[Callable[[], None]] = []   # called once every range held anew has
+                                                       # its copy
+        self._index: tuple | None = None   # see _stored
         # range -> the last push per worker its copy holds: a part of one of those arriving
         # after the copy (from another sender, MPI does not order them) is passed over
-        self.covered = {}
+        self.covered: dict[int, np.ndarray] = {}
         ctx.register({Op.COPY: self.on_copy})
 
     def plan(self, before, after) -> None:
@@ -160,7 +164,8 @@ class RangeCopies:
         s.pushes.apply_backups()
         rows, keys, order, starts = self._stored()
         counts = np.diff(starts)
-        chunk, n = [], 0
+        chunk: list[Outgoing] = []
+        n = 0
         while self.sending and (not chunk or n + counts[self.sending[0].range] <= CHUNK_KEYS):
             chunk.append(self.sending.pop(0))
             n += counts[chunk[-1].range]

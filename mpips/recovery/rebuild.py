@@ -36,10 +36,10 @@ class Rebuilds:
         self.outgoing: list[Outgoing] = []
         self.incoming: dict[int, Incoming] = {}
         self.version = 0                  # the placement version the plan is for
-        self.switched = {}                # worker -> first clock it pushed under `version`
+        self.switched: dict[int, int] = {}   # worker -> first clock it pushed under `version`
         self.last_ts = np.zeros(n_workers, np.int64)   # the last push applied, per worker
-        self.done = []                    # (range, keys, seconds) of copies received
-        self.this_round = []              # those of the latest plan
+        self.done: list[tuple] = []       # (range, keys, seconds) of copies received
+        self.this_round: list[tuple] = []   # those of the latest plan
 
     def plan(self, before, after, now: float) -> None:
         """The placement changed from `before` to `after` (a server died): what to send, what

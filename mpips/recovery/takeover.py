@@ -14,14 +14,15 @@ from ..ranks.bounded import wait_until
 from ..ranks.ulfm import CannotFailOver, dead_ranks, is_failure
 from ..wire import tags
 from ..wire.placement import describe_ranges
+from .context import RecoveryContext
 
 log = logging.getLogger("mpips")
 
 
 class Takeover:
-    def __init__(self, ctx):
+    def __init__(self, ctx: RecoveryContext):
         self.ctx = ctx
-        self.failures = []        # what this server saw of other servers' deaths
+        self.failures: list[dict] = []   # what this server saw of other servers' deaths
         ctx.copies.on_received.append(self._rebuilt)
         ctx.copies.on_whole.append(self._whole)
 
@@ -41,15 +42,15 @@ class Takeover:
         before = previous.primary_ranges(roles.index)
         placement = s.placement = previous.without(gone)
         if placement.lost:
-            raise CannotFailOver(f"every copy of key range(s) {describe_ranges(placement.lost)} died with "
-                                 f"server(s) {sorted(placement.dead)}")
+            raise CannotFailOver(f"every copy of key range(s) {describe_ranges(placement.lost)} "
+                                 f"died with server(s) {sorted(placement.dead)}")
         s.copies.plan(previous, placement)
         partial = [int(r) for r in np.flatnonzero(placement.primary_ranges(roles.index))
                    if not s.copies.rebuilds.complete(int(r))]
         if partial:
-            raise CannotFailOver(f"every whole copy of key range(s) {describe_ranges(partial)} died with "
-                                 f"server(s) {sorted(placement.dead)} (this server, their new "
-                                 f"primary, had no complete copy of them yet)")
+            raise CannotFailOver(f"every whole copy of key range(s) {describe_ranges(partial)} "
+                                 f"died with server(s) {sorted(placement.dead)} (this server, "
+                                 f"their new primary, had no complete copy of them yet)")
         s.copies.send_copies()
         s.servers_died(gone, was_lead)
         took = np.flatnonzero(placement.primary_ranges(roles.index) & ~before).tolist()

@@ -21,12 +21,14 @@ from ..data.workplan import Handover, WorkPlan
 from ..wire import messages, protocol, tags
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
+from .context import RecoveryContext
 
 log = logging.getLogger("mpips")
 
 
 class WorkerLosses:
-    def __init__(self, ctx, epochs: int, parts: list, deaths: tuple = (), hot: bool = True):
+    def __init__(self, ctx: RecoveryContext, epochs: int, parts: list, deaths: tuple = (),
+                 hot: bool = True):
         """`ctx`: the server's context (what a handler may read and do). `parts`: each
         worker's own part of the training data (see `workplan`). Not `hot` (no ULFM): no
         worker dies here, but one may leave (`mpips ctl remove-worker`), and its rows are
@@ -36,11 +38,12 @@ class WorkerLosses:
         self.epochs = epochs
         self.parts = parts
         self.deaths = list(deaths)   # in order, as the lead numbered them (a resume's first)
-        self.held = {}               # dead worker -> {server index: its clocks held there}
-        self.settled = set()         # dead workers no longer waited for
+        self.held: dict[int, dict[int, int]] = {}   # dead worker -> {server index: its clocks
+                                                    # held there}
+        self.settled: set[int] = set()   # dead workers no longer waited for
         self.examples = 0            # examples the dead workers trained (the lead counts them)
-        self.failures = []           # what this server saw of workers' deaths
-        self.abandoned = []          # the lead: rows left that no living worker could take
+        self.failures: list[dict] = []   # what this server saw of workers' deaths
+        self.abandoned: list[str] = []   # the lead: rows left that no living worker could take
         clocks = ctx.clocks
         if hot and clocks.staleness == 0:
             clocks.commit([i for i in range(len(ctx.roles.servers))

@@ -73,7 +73,8 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
             and not 0 <= h.placement <= placement.version):
         raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
                             f"this server's is {placement.version}")
-    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):   # int64, read by handlers
+    # int64, read by handlers
+    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):
         return Request(op, h, _NO_KEYS, _NO_VALUES, None)
     if op is Op.DENSE:   # what its fields mean is the function's to check (densetables)
         _, scalars, _, values = protocol.dense_fields(buf, h)
@@ -158,8 +159,8 @@ def _checked_size(buf: np.ndarray, op: Op, h, n_workers: int):
         fixed = protocol.dense_fixed_bytes(h)
         if protocol.dense_rows(h) < 0 or buf.shape[0] < fixed or (buf.shape[0] - fixed) % 8:
             raise ProtocolError(f"DENSE of {buf.shape[0]} bytes, where its header ({h.nkeys} "
-                                f"integers, {h.width} scalars, {protocol.dense_rows(h)} rows) makes it "
-                                f"{fixed} and whole float64 values after")
+                                f"integers, {h.width} scalars, {protocol.dense_rows(h)} rows) "
+                                f"makes it {fixed} and whole float64 values after")
     elif op in TEXT_PAYLOAD:
         if buf.shape[0] > HEADER_BYTES + TEXT_LIMIT:
             raise ProtocolError(f"{op.name} with {buf.shape[0] - HEADER_BYTES} bytes of text")

@@ -29,20 +29,24 @@ FAILURES_IN_A_ROW = 3
 
 
 class Checkpoints:
-    def __init__(self, every: int, seconds: float, n_servers: int, bsp: bool,
+    def __init__(self, every: int | None, seconds: float | None, n_servers: int, bsp: bool,
                  positions: dict | None = None):
-        self.every, self.seconds = every, seconds
+        """Every `every` clocks and every `seconds` seconds (None or 0: not by them)."""
+        self.every: int = every or 0
+        self.seconds: float = seconds or 0.0
         self.bsp = bsp
         self.living = set(range(n_servers))   # the servers whose files a checkpoint needs
         # Where each worker's next minibatch starts, from its latest clock push; under BSP
         # also by the clock it had reached, for checkpoints of earlier clocks.
-        self.positions = dict(positions or {})
-        self._history = {w: {p["clock"]: p} for w, p in self.positions.items()}
-        self.stop_at = None       # the clock to checkpoint and stop at, once named
-        self.planned = set()      # clocks named for timed checkpoints
-        self.written = set()      # clocks this server has written (or tried to write) at
-        self._entries = {}        # the lead: clock -> the servers' files and the positions
-        self.completed = set()    # the lead: clocks whose manifest it wrote
+        self.positions: dict[int, dict] = dict(positions or {})
+        self._history: dict[int, dict[int, dict]] = {
+            w: {p["clock"]: p} for w, p in self.positions.items()}
+        self.stop_at: int | None = None   # the clock to checkpoint and stop at, once named
+        self.planned: set[int] = set()    # clocks named for timed checkpoints
+        self.written: set[int] = set()    # clocks this server has written (or tried to write) at
+        self._entries: dict[int, dict] = {}   # the lead: clock -> the servers' files and the
+                                              # positions
+        self.completed: set[int] = set()  # the lead: clocks whose manifest it wrote
         self.failed_in_a_row = 0  # the lead: checkpoints failed since the last success
 
     @property

@@ -2,14 +2,37 @@
 checkpoint positions, placement, statistics), the server's parts (outbox, pushes, reads,
 checkpoint rounds, stopping, watchdog) and the capabilities added to it (range copies,
 takeover, worker losses, membership, scoring, dense tables), and registering the handlers
-of operations. The modules that add handlers receive this, never the server's loop.
+of operations. The modules that add handlers receive this, never the server's loop;
+recovery and membership see it through their own narrower protocols (recovery.context,
+membership.context), which this class satisfies.
 """
+from __future__ import annotations
+
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from ..wire import protocol, tags
 from ..wire.placement import Placement
 from ..wire.protocol import Op
+
+if TYPE_CHECKING:
+    from ..membership.requests import Membership
+    from ..ranks.roles import Roles
+    from ..recovery.rangecopies import RangeCopies
+    from ..recovery.takeover import Takeover
+    from ..recovery.workerloss import WorkerLosses
+    from ..wire.clocks import ClockTable
+    from .checkpoint_rounds import CheckpointRounds, Checkpoints
+    from .dense_tables import DenseTables
+    from .outbox import Outbox
+    from .pushes import Pushes
+    from .readgate import ReadGate
+    from .reads import Reads
+    from .rowcache import RowCache
+    from .stopping import Stopping
+    from .store import KVStore
+    from .watchdog import Watchdog
 
 
 @dataclass
@@ -48,9 +71,37 @@ class Hooks:
     reached: Callable[[str, int, bool], bool] = lambda point, value, lead: False
 
 
+class Scorer(Protocol):
+    """What a server asks of its share of the scoring of test rows (job.scoring.Scoring)."""
+    def handlers(self) -> dict: ...
+    def poll(self) -> bool: ...
+    def worker_gone(self, worker: int) -> None: ...
+    def servers_gone(self, gone: set, was_lead: bool) -> None: ...
+    @property
+    def busy(self) -> bool: ...
+    @property
+    def scoring_here(self) -> bool: ...
+    @property
+    def waiting_for(self) -> list: ...
+
+
 class ServerContext:
-    def __init__(self, roles, store, clocks, timeout: float, hooks: Hooks,
-                 placement: Placement, stats: ServerStats):
+    # The server's parts and capabilities, set as the server makes them (see server.loop).
+    ckpt: Checkpoints
+    gate: ReadGate
+    rows: RowCache
+    outbox: Outbox
+    pushes: Pushes
+    reads: Reads
+    rounds: CheckpointRounds
+    stopping: Stopping
+    watchdog: Watchdog
+    copies: RangeCopies
+    members: Membership
+    dense: DenseTables
+
+    def __init__(self, roles: Roles, store: KVStore, clocks: ClockTable, timeout: float,
+                 hooks: Hooks, placement: Placement, stats: ServerStats):
         self.roles = roles
         self.store = store
         self.clocks = clocks
@@ -58,13 +109,11 @@ class ServerContext:
         self.hooks = hooks
         self.placement = placement   # replaced when servers die or key ranges move
         self.stats = stats
-        self.handlers = {}           # Op -> handler(source, request, buf)
-        # The server's parts and capabilities, set as the server makes them (None: absent).
-        self.ckpt = self.gate = self.rows = None
-        self.outbox = self.pushes = self.reads = self.rounds = None
-        self.stopping = self.watchdog = None
-        self.copies = self.takeover = self.losses = self.members = None
-        self.scoring = self.dense = None
+        self.handlers: dict[Op, Callable] = {}   # Op -> handler(source, request, buf)
+        # The capabilities a job may go without (None: absent).
+        self.takeover: Takeover | None = None
+        self.losses: WorkerLosses | None = None
+        self.scoring: Scorer | None = None
         # Servers died (the placement already without them): (indices, whether this server
         # led before) -> None. The loop's.
         self.servers_died: Callable[[set, bool], None] = lambda gone, was_lead: None

@@ -21,11 +21,14 @@ integers and scalars it takes, and whether it reads.
 No MPI here: the server's loop hands requests to `DenseTables.handlers()`, and lends it a
 link to other servers for `restore`.
 """
+from __future__ import annotations
+
 import logging
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,6 +41,9 @@ from ..wire import protocol
 from ..wire.dense_layout import MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
 from ..wire.placement import describe_ranges
 from ..wire.protocol import Op
+
+if TYPE_CHECKING:
+    from .context import ServerContext
 
 log = logging.getLogger("mpips")
 
@@ -99,8 +105,10 @@ class DenseTables:
         self.placement = placement
         self.n_workers = n_workers
         self.tables: dict = {}    # table id -> Table
-        self.checkpointer = None  # writes this server's blocks at an iteration (server_side)
-        self.link = None          # the server's context: send_copy, receive_copy
+        # Writes this server's blocks at an iteration (server_side); whether it could.
+        self.checkpointer: Callable[[int], bool] | None = None
+        self.link: ServerContext | None = None   # the server's context: send_copy,
+                                                 # receive_copy
         self.rounds: dict = {}    # (table id, round) -> {worker: (rows, values)}
         self.incoming: set = set()   # ranges held anew, their blocks not copied here yet
         self.outgoing: list = []     # (range, server): copies this server owes
@@ -134,7 +142,7 @@ class DenseTables:
         hold each block once), as HDF5 datasets: dense/NAME/shape (rows, width, block
         rows), dense/NAME/blocks (their numbers), dense/NAME/values (their rows, one block
         after another). `only`: the numbers of the tables wanted (default every one)."""
-        out = {}
+        out: dict[str, np.ndarray] = {}
         for tid, table in sorted(self.tables.items(), key=lambda t: t[1].name):
             if only is not None and tid not in only:
                 continue
@@ -164,7 +172,7 @@ class DenseTables:
         self.tables[tid] = table = Table(name, layout, blocks)
         return table
 
-    def handlers(self, ctx) -> dict:
+    def handlers(self, ctx: ServerContext) -> dict:
         """The operation dense tables bring to a server's loop; `ctx`: the server's context
         (what a handler may read and do)."""
         self.link = ctx
@@ -229,9 +237,10 @@ class DenseTables:
                                 f"{table.name!r}, which has {layout.n}")
         rows = indices.astype(np.int64)
         blocks = rows // layout.block_rows
-        starts = np.flatnonzero(np.diff(blocks, prepend=-1)) if rows.shape[0] else []
+        starts: np.ndarray | list = (np.flatnonzero(np.diff(blocks, prepend=-1)) if rows.shape[0]
+                                     else [])
         runs = []
-        for first, end in zip(list(starts), list(starts[1:]) + [rows.shape[0]]):
+        for first, end in zip(list(starts), [*starts[1:], rows.shape[0]]):
             b = int(blocks[first])
             if b % self.placement.n_ranges in self.incoming:
                 if drop_incoming:
@@ -294,11 +303,13 @@ def _restore(tables: DenseTables, call: Call) -> np.ndarray:
     blocks received]."""
     placement = tables.placement
     ordered = sorted(tables.tables.items())
+    link = tables.link
+    assert link is not None, "the server registered this handler through handlers(ctx)"
     for r, to in tables.outgoing:
         for _, table in ordered:
             numbers = table.layout.blocks_in(r, placement.n_ranges).tolist()
-            tables.link.send_copy(np.concatenate([table.blocks[b] for b in numbers])
-                             if numbers else np.empty(0), to)
+            link.send_copy(np.concatenate([table.blocks[b] for b in numbers])
+                           if numbers else np.empty(0), to)
     tables.outgoing = []
     received = 0
     for r in sorted(tables.incoming):
@@ -310,9 +321,9 @@ def _restore(tables: DenseTables, call: Call) -> np.ndarray:
             tables.budget.take(8 * sum(sizes), f"the copy of table {table.name!r}'s blocks "
                                                f"of range {r}")
             values = np.empty(sum(sizes))
-            tables.link.receive_copy(values, source, f"server {source} to send its copy of table "
-                                                f"{table.name!r}'s blocks of range {r}")
-            for b, at, size in zip(numbers, np.cumsum([0] + sizes).tolist(), sizes):
+            link.receive_copy(values, source, f"server {source} to send its copy of table "
+                                              f"{table.name!r}'s blocks of range {r}")
+            for b, at, size in zip(numbers, np.cumsum([0, *sizes]).tolist(), sizes):
                 table.blocks[b] = values[at:at + size]
             received += len(numbers)
     if tables.incoming:

@@ -19,6 +19,7 @@ copies of its keys answer for it), a worker's to `workerloss` (its rows go to th
 """
 import logging
 import time
+from collections.abc import Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -63,7 +64,7 @@ class Server:
                  hooks: Hooks | None = None, progress: Progress | None = None,
                  record_pulls: bool = False, checkpoints: Checkpoints | None = None,
                  placement: Placement | None = None, failover: bool = False,
-                 workers_fail_over: bool = False, epochs: int = 1, parts: list = (),
+                 workers_fail_over: bool = False, epochs: int = 1, parts: Sequence = (),
                  deaths: tuple = (), dense: DenseTables | None = None,
                  run_dir: str | None = None, run_id: str | None = None, scoring=None):
         """`checkpoints`: when to write them, and where each worker stood (when resuming);

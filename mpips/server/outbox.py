@@ -18,7 +18,7 @@ class Outbox:
         self.stats = stats
         self.timeout = timeout
         self._reply_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
-        self._sending = []        # (request, buffer, destination) of sends not finished
+        self._sending: list[tuple] = []   # (request, buffer, destination) of sends not finished
 
     def send(self, buf: np.ndarray, dest: int, tag: int = tags.REQUEST_TAG) -> None:
         self.stats.bytes_sent += buf.nbytes

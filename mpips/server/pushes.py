@@ -42,7 +42,8 @@ class ClockPushes:
     """BSP's push buffer: each clock's pushes, given out in clock, worker and arrival order
     once every worker has completed the clock."""
     def __init__(self, applied: int = 0):
-        self._pending = {}        # clock -> worker -> [Pending, ...] in arrival order
+        # clock -> worker -> [Pending, ...] in arrival order
+        self._pending: dict[int, dict[int, list[Pending]]] = {}
         self.applied = applied    # every push of the clocks before this one has been given out
 
     def add(self, clock: int, worker: int, push) -> None:
@@ -190,13 +191,13 @@ class Pushes:
         for clock in ckpt.reached(slowest):
             rounds.take(clock)
         stop_at = ckpt.stop_at
-        if stop_at is not None and slowest >= stop_at and not ctx.gate.stopped:
-            # Here at the latest: STOP_AT may arrive after this server reached the clock (and
-            # no worker reads past it: the lead refuses). If every worker has finished
-            # meanwhile, there is nothing left to stop.
-            if slowest != FINISHED:
-                rounds.take(stop_at)
-                ctx.gate.stopped = True
+        # Here at the latest: STOP_AT may arrive after this server reached the clock (and no
+        # worker reads past it: the lead refuses). If every worker has finished meanwhile,
+        # there is nothing left to stop.
+        if (stop_at is not None and slowest >= stop_at and not ctx.gate.stopped
+                and slowest != FINISHED):
+            rounds.take(stop_at)
+            ctx.gate.stopped = True
         ctx.members.reached()
         ctx.reads.release()
         self.apply_backups()   # replication overlaps the workers' next minibatch

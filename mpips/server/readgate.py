@@ -39,12 +39,14 @@ class ReadGate:
         self.held: deque[Pull] = deque()
         self.stopped = False      # the job stopped after a checkpoint: training reads refused
         self.highest = -1         # the highest clock a training read was served for
-        self.ceiling = None       # a move is being agreed: reads past this clock wait
-        self.moving = None        # (clock, version): reads of that clock or later, of keys
-                                  # split by an earlier placement, are refused (see rangemoves)
+        # A move is being agreed: reads past this clock wait.
+        self.ceiling: int | None = None
+        # (clock, version): reads of that clock or later, of keys split by an earlier
+        # placement, are refused (see rangemoves).
+        self.moving: tuple[int, int] | None = None
         self.pulls_held = 0       # pulls that had to wait for other workers' clocks
         self.held_s = np.zeros(clocks.done.shape[0])   # per worker: time its pulls were held
-        self.records = [] if record else None
+        self.records: list[tuple] | None = [] if record else None
         self.start = time.monotonic()
 
     def _verdict(self, pull: Pull) -> str:
@@ -82,7 +84,9 @@ class ReadGate:
 
     def release(self) -> tuple[list, list]:
         """(pulls to serve, pulls to refuse) now, oldest first; the others stay held."""
-        serve, refuse, still = [], [], deque()
+        serve: list[Pull] = []
+        refuse: list[Pull] = []
+        still: deque[Pull] = deque()
         for pull in self.held:
             verdict = self._verdict(pull)
             if verdict == SERVE:

@@ -9,7 +9,7 @@ KEEP = 4   # pulls remembered per worker; the client reuses only its last two
 
 class RowCache:
     def __init__(self, n_workers: int):
-        self._pulled = [OrderedDict() for _ in range(n_workers)]
+        self._pulled: list[OrderedDict[int, tuple]] = [OrderedDict() for _ in range(n_workers)]
 
     def remember(self, worker: int, ts: int, keys, rows, generation: int) -> None:
         """Pull `ts` of `worker` found `keys` at `rows` while the table was at `generation`

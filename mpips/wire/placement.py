@@ -128,8 +128,8 @@ def rebalanced(assign: tuple, load, most: int = 8) -> tuple:
     for _ in range(most):
         owned = _owned(tuple(out))
         totals = {s: sum(load[r] for r in rs) for s, rs in owned.items()}
-        busiest = max(sorted(totals), key=totals.get)
-        idlest = min(sorted(totals), key=totals.get)
+        busiest = max(sorted(totals), key=totals.__getitem__)
+        idlest = min(sorted(totals), key=totals.__getitem__)
         if busiest == idlest or len(owned[busiest]) < 2:
             break
         r = min(owned[busiest], key=lambda r: max(totals[busiest] - load[r],
@@ -142,15 +142,15 @@ def rebalanced(assign: tuple, load, most: int = 8) -> tuple:
 
 def load_spread(assign: tuple, load) -> float:
     """The busiest server's load over the mean (1: even), of the servers owning ranges."""
-    totals = {}
+    totals: dict[int, float] = {}
     for r, s in enumerate(assign):
         totals[s] = totals.get(s, 0.0) + float(load[r])
     mean = sum(totals.values()) / len(totals)
     return max(totals.values()) / mean if mean else 1.0
 
 
-def _owned(assign: tuple) -> dict:
-    owned = {}
+def _owned(assign: tuple) -> dict[int, list[int]]:
+    owned: dict[int, list[int]] = {}
     for r, s in enumerate(assign):
         owned.setdefault(s, []).append(r)
     return owned
