@@ -1,8 +1,6 @@
 """The server's concerns as state machines, without MPI: the read gate, the row cache, BSP's
 push buffer, checkpoint coordination and the stop protocol; and how the server's modules reach
 each other."""
-import ast
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -158,25 +156,6 @@ def test_timed_checkpoints_named_for_a_passed_clock_are_taken_when_reached():
     assert ckpt.due(12) and ckpt.reached(13) == [12] and ckpt.planned == {15}
     ckpt.stop_at = 20
     assert ckpt.due(20)
-
-
-MPIPS = Path(__file__).resolve().parents[2] / "mpips"
-NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
-
-
-@pytest.mark.parametrize("package", ["server", "recovery", "membership"])
-def test_no_module_touches_another_objects_private_attributes(package):
-    """The server's parts and the capabilities around it reach each other through public
-    names only (the context, the parts' own methods): `obj._name` only on self or cls."""
-    touched = []
-    for path in sorted((MPIPS / package).glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
-                    and not node.attr.startswith("__") and node.attr not in NAMEDTUPLE_API
-                    and not (isinstance(node.value, ast.Name)
-                             and node.value.id in ("self", "cls"))):
-                touched.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
-    assert not touched
 
 
 def test_an_operation_has_one_handler():
