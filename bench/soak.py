@@ -124,7 +124,7 @@ def fired(log: str, event: str) -> bool:
 
 
 # How far the held-out logloss of a run that went on without a rank may be from the
-# uninterrupted run's: under BSP the minibatches differ once a worker's rows are handed on;
+# uninterrupted run's: under BSP the minibatches differ once a worker's rows are handed over;
 # under ASP the model also depends on when each worker ran (tests/support.py).
 LOGLOSS_SLACK = {"bsp": 0.005, "asp": 0.15}
 

@@ -82,7 +82,7 @@ def _push_filter(cfg: TrainConfig) -> Plain | PushFilter:
 class WorkerLoop:
     """One worker's training and scoring: for each minibatch of its rows, the next one's
     pull sent ahead, its weights waited for, the gradient computed and pushed (a clock); a
-    stop or a divergence said in time; rows handed on as the lead says (taken, left, split,
+    stop or a divergence said in time; rows handed over as the lead says (taken, left, split,
     joined again); then its share of the test file scored."""
 
     def __init__(self, cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
@@ -178,7 +178,7 @@ class WorkerLoop:
             self.left, self.push_ts = None, None
 
     def _train_rows(self) -> None:
-        """Train the stream of minibatches, then those of the segments the lead handed on
+        """Train the stream of minibatches, then those of the segments the lead handed over
         meanwhile, until none is left, the job stops or this worker leaves."""
         while True:
             current = next(self.stream, None)

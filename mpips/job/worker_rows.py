@@ -83,7 +83,7 @@ class Work:
         if untold > 0:
             self.taken += [epoch] * untold
             log.warning("taking shares of %d worker(s)' rows that the checkpoint records as "
-                        "handed on, from epoch %d on", untold, epoch)
+                        "handed over, from epoch %d on", untold, epoch)
 
     def segments(self, epoch: int) -> list:
         return self.plan.segments(self.worker, epoch, self.taken)

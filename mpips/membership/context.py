@@ -51,7 +51,7 @@ class Copies(Protocol):
 
 
 class Losses(Protocol):
-    """Rows of workers gone, handed on (recovery.workerloss.WorkerLosses)."""
+    """Rows of workers gone, handed over (recovery.workerloss.WorkerLosses)."""
     @property
     def epochs(self) -> int: ...
     def training(self, but: int) -> tuple: ...
@@ -75,7 +75,7 @@ class Asked(Protocol):
 
 class Heard(Protocol):
     """The server's watch on workers' silence (server.watchdog.Watchdog)."""
-    def heard(self, worker: int, /) -> None: ...
+    def message_from(self, worker: int, /) -> None: ...
 
 
 class Releases(Protocol):

@@ -124,7 +124,7 @@ class MoveLead:
         clock = max(self.clocks_in.values()) + 1
         if self._joins is not None:
             # A read for clock c is of the minibatch whose push completes c + 1: the others may
-            # complete `clock` before the word of the join is in, so the joiner's first clock
+            # complete `clock` before the notice of the join arrives, so the joiner's first clock
             # is the one after (else a checkpoint of `clock` could leave the joiner out).
             joins, self._joins = self._joins, None
             joins(clock + 1)

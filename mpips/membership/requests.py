@@ -1,5 +1,5 @@
 """Servers and workers joining and leaving a running job, and key ranges moving off a busy
-server (`mpips ctl`): the lead takes the requests (see `control`) oldest first, refuses one
+server (`mpips ctl`): the lead takes the requests (see `channel`) oldest first, refuses one
 that cannot be carried out now, answers `status`, and hands the others to their part:
 `rangemoves` and `movelead` (add-server, remove-server, rebalance: key ranges move between
 servers) or `workermoves` (add-worker, remove-worker: a worker's rows move). `Membership` is

@@ -49,19 +49,19 @@ class WorkerMoves:
 
     @property
     def _losses(self) -> Losses:
-        """Where a leaving or joining worker's rows are handed on."""
+        """Where a leaving or joining worker's rows are handed over."""
         losses = self.ctx.losses
         assert losses is not None, "without them any worker change is refused (_worker_refusal)"
         return losses
 
     def _worker_refusal(self, verb: str, worker) -> str | None:
-        """What refuses any worker change: a job whose rows are not handed on, a worker
+        """What refuses any worker change: a job whose rows are not handed over, a worker
         (if named) that does not exist or died."""
         s = self.ctx
         n = len(s.roles.workers)
         if not s.losses or s.dense.tables:
             return (f"a worker {verb} only a job of minibatch training without --stages: a "
-                    f"pipeline's stages and a full-batch solver's rows are not handed on")
+                    f"pipeline's stages and a full-batch solver's rows are not handed over")
         if worker is not None and not 0 <= worker < n:
             return f"there is no worker {worker}: the job has {n} (0-{n - 1})"
         if worker is not None and worker in s.clocks.gone:
@@ -190,7 +190,7 @@ class WorkerMoves:
         s = self.ctx
         if worker not in s.clocks.gone:
             s.clocks.resume(worker, clock - 1)
-            s.watchdog.heard(worker)
+            s.watchdog.message_from(worker)
             # Checkpoints from now on have it training, from where it left (its shares of the
             # splits follow its own rows: see workplan), not finished at the clock it left at.
             place = s.ckpt.positions.get(worker)
@@ -215,10 +215,10 @@ class WorkerMoves:
                tags.NOTICE_TAG)
 
     def worker_gone(self, worker: int) -> None:
-        """The lead: `worker` died (its rows handed on); a change waiting for it goes on."""
+        """The lead: `worker` died (its rows handed over); a change waiting for it goes on."""
         if worker in self.leaving:
             request, _ = self.leaving.pop(worker)
-            error = f"worker {worker} died before it left; its rows were handed on"
+            error = f"worker {worker} died before it left; its rows were handed over"
             self.members.answer(request, {"ok": False, "error": error})
         j = self.joining
         if j is not None and worker == j.worker and j.given:

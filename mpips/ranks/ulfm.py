@@ -170,8 +170,8 @@ def end_together(comm: MPI.Intracomm, timeout: float) -> None:
 class KeepAlive:
     """ULFM's failure detector has no thread of its own here: a rank that makes no MPI call
     for the detector's timeout (compiling kernels, reading a sample, writing a file) counts
-    as dead. A thread that calls MPI every `every` seconds keeps such a rank heard; the
-    numba kernels release the GIL (nogil) so that it runs during them too.
+    as dead. A thread that calls MPI every `every` seconds keeps such a rank from being
+    declared dead; the numba kernels release the GIL (nogil) so that it runs during them too.
 
     On leaving, it finalizes MPI at once: left to the end of the interpreter, finalizing
     comes after a silence (Python's own teardown) long enough to be taken for a death, and

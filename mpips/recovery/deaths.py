@@ -21,12 +21,12 @@ def survived(ctx: RecoveryContext, e: MPI.Exception) -> bool:
         return False
     if workers and not (ctx.losses and ctx.losses.hot):
         raise CannotFailOver(f"worker(s) {sorted(workers)} died: without ULFM's failover "
-                             f"a dead worker's rows are not handed on")
+                             f"a dead worker's rows are not handed over")
     # Deaths known already (another server said, or MPI tells again of a request to a
     # dead rank) need nothing more.
     takeover, losses = ctx.takeover, ctx.losses   # both present here if needed (above)
     if takeover and servers - ctx.placement.dead:
-        takeover.learn()
+        takeover.find_dead()
     if losses and workers:
-        losses.learn(workers)   # those it knows of already are passed over
+        losses.workers_died(workers)   # those it knows of already are passed over
     return True

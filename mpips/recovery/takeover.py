@@ -26,7 +26,7 @@ class Takeover:
         ctx.copies.on_received.append(self._rebuilt)
         ctx.copies.on_whole.append(self._whole)
 
-    def learn(self) -> bool:
+    def find_dead(self) -> bool:
         """After MPI told of a failure: learn which ranks died. Another server: the living
         copies of its keys take over (a new placement), and nobody waits for it. Whether
         a server died (raises CannotFailOver when the job cannot go on)."""
@@ -68,19 +68,19 @@ class Takeover:
     def catch_up(self, version: int, sender: str) -> None:
         """A sender split its keys by a placement that counts more dead servers than this
         server knows of: it learned of a death first. Wait (bounded) until this server's
-        MPI tells of it too; a sender's word alone is not taken for a death."""
+        MPI tells of it too; a sender's placement alone is not taken as proof of a death."""
         s = self.ctx
 
-        def learned() -> bool:
+        def found() -> bool:
             s.roles.comm.Iprobe(MPI.ANY_SOURCE, tags.REQUEST_TAG)   # MPI progress
-            self.learn()
+            self.find_dead()
             return s.placement.version >= version
         try:
-            wait_until(learned, min(s.timeout, 60.0),
+            wait_until(found, min(s.timeout, 60.0),
                        lambda: f"MPI to tell of the servers' deaths that {sender} knows of "
                                f"(placement version {version})")
         except MPI.Exception as e:
-            if not (is_failure(e) and self.learn()):
+            if not (is_failure(e) and self.find_dead()):
                 raise
 
     def _rebuilt(self, range_: int, keys: int, seconds: float, load_s: float) -> None:

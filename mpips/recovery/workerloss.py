@@ -32,7 +32,7 @@ class WorkerLosses:
         """`ctx`: the server's context (what a handler may read and do). `parts`: each
         worker's own part of the training data (see `workplan`). Not `hot` (no ULFM): no
         worker dies here, but one may leave (`mpips ctl remove-worker`), and its rows are
-        handed on the same way."""
+        handed over the same way."""
         self.ctx = ctx
         self.hot = hot
         self.epochs = epochs
@@ -86,7 +86,7 @@ class WorkerLosses:
         for i in s.clocks.elsewhere:
             s.send(protocol.pack(protocol.Header(Op.HAVE, clock=here)), s.roles.servers[i])
 
-    def learn(self, workers: set) -> bool:
+    def workers_died(self, workers: set) -> bool:
         """Workers MPI (or another server) said died: tell the other servers how many of
         their clocks this one holds. Whether any was news."""
         s = self.ctx
@@ -120,13 +120,13 @@ class WorkerLosses:
         return {w for w, said in self.held.items() if me in said}
 
     def on_gone(self, sender: int, worker: int, clocks: int) -> None:
-        """Server `sender` holds `clocks` of dead `worker`'s clocks. Its word is taken: this
+        """Server `sender` holds `clocks` of dead `worker`'s clocks. Its count is trusted: this
         server's own MPI may tell of the death later."""
         if worker in self.settled:
             return
         self.held.setdefault(worker, {})[sender] = clocks
         if self.ctx.roles.index not in self.held[worker]:
-            self.learn({worker})
+            self.workers_died({worker})
         else:
             self._settle(worker)
 
@@ -137,7 +137,7 @@ class WorkerLosses:
 
     def _settle(self, worker: int) -> None:
         """Once every living server has said how many of `worker`'s clocks it holds: drop its
-        later pushes, stop waiting for it, and (the lead) hand on its rows."""
+        later pushes, stop waiting for it, and (the lead) hand over its rows."""
         s = self.ctx
         said = self.held[worker]
         living = s.placement.living
@@ -163,7 +163,7 @@ class WorkerLosses:
         """The lead: the dead worker's rows left go to the living workers still training."""
         self.examples += int(place.get("examples", 0))
         if place.get("finished") or place["epoch"] >= self.epochs:
-            log.warning("worker %d had finished its rows: nothing to hand on", worker)
+            log.warning("worker %d had finished its rows: nothing to hand over", worker)
             return
         survivors = self.training(but=worker)
         if not survivors:

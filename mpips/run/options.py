@@ -213,7 +213,7 @@ GROUPS = {
         "#SBATCH --signal=B:USR1@120 and a script that forwards it, as in slurm/).")),
     "diag": ("diagnostics and testing aids", None),
     "opt": ("model and optimizer", None),
-    "pipe": ("pipeline (Wide & Deep's network split across workers: realm 4)", None),
+    "pipe": ("pipeline (Wide & Deep's network cut into stages across workers)", None),
     "comm": (
         "push filters",
         ("What a worker's pushes send of its gradients. What a push does not deliver (the "

@@ -76,7 +76,7 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     # int64, read by handlers
     if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):
         return Request(op, h, _NO_KEYS, _NO_VALUES, None)
-    if op is Op.DENSE:   # what its fields mean is the function's to check (densetables)
+    if op is Op.DENSE:   # what its fields mean is the function's to check (dense_tables)
         _, scalars, _, values = protocol.dense_fields(buf, h)
         for these in (scalars, values):
             if these.size and not np.isfinite(these).all():

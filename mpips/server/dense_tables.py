@@ -1,6 +1,6 @@
 """A server's dense tables and the operations it runs on them, by name.
 
-Each table is a set of float64 blocks (see `blocks.Layout`): the blocks this server keeps a
+Each table is a set of float64 blocks (see `wire/dense_layout.Layout`): the blocks this server keeps a
 copy of, as their primary or (with --replicas) as a backup. An operation (a DENSE request)
 names a registered function and the tables it works on; it runs on this server's blocks
 only. Writes (fill, axpy, scatter_add, ...) run on every copy, so that the copies keep the
@@ -14,7 +14,7 @@ anew gets its blocks from the range's primary when a worker asks for `restore` (
 no worker writes), and drops writes to them until then.
 
 Functions are registered here by name, in the spirit of Angel's PS functions: a request
-carries the name's number (`blocks.name_id`), never code. To add an operation: write
+carries the name's number (`dense_layout.name_id`), never code. To add an operation: write
 `def f(tables, call) -> np.ndarray` and `@register` it with the numbers of tables,
 integers and scalars it takes, and whether it reads.
 
@@ -105,7 +105,7 @@ class DenseTables:
         self.placement = placement
         self.n_workers = n_workers
         self.tables: dict = {}    # table id -> Table
-        # Writes this server's blocks at an iteration (server_side); whether it could.
+        # Writes this server's blocks at an iteration (job/server_part); whether it could.
         self.checkpointer: Callable[[int], bool] | None = None
         self.link: ServerContext | None = None   # the server's context: send_copy,
                                                  # receive_copy
@@ -481,7 +481,7 @@ def _directory(words: np.ndarray, what: str) -> str:
 @register("save", tables=0, ints=-1, reads=True)
 def _save(tables: DenseTables, call: Call) -> np.ndarray:
     """Integers: k, the numbers of k tables, a directory's path (words). Writes the blocks
-    of those tables this server answers for to DIRECTORY/server-NNNN.h5 (see densefiles);
+    of those tables this server answers for to DIRECTORY/server-NNNN.h5 (see storage/dense_files);
     answers [version, 1], or [version, 0] if it could not (the server says why)."""
     k = int(call.ints[0]) if call.ints.shape[0] else 0
     if not 0 < k < call.ints.shape[0]:

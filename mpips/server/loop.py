@@ -282,7 +282,7 @@ class Server:
                         load=ctx.members.load)
         if from_worker:
             worker = roles.worker_index(source)
-            ctx.watchdog.heard(worker)
+            ctx.watchdog.message_from(worker)
             if self.progress and request.report is not None:
                 self.progress.update(worker, request.report, say=ctx.lead)
         handler = ctx.handlers.get(request.op)

@@ -16,15 +16,16 @@ class Watchdog:
     def __init__(self, ctx):
         self.ctx = ctx
         self.talking = set(ctx.roles.workers)   # workers (ranks) that have not said BYE
-        self._heard = np.zeros(len(ctx.roles.workers))   # when each worker last sent something
+        # When each worker last sent something.
+        self._last_message_at = np.zeros(len(ctx.roles.workers))
         ctx.register({Op.STATUS: self.on_status})
 
     def start(self, now: float) -> None:
-        self._heard[:] = now
+        self._last_message_at[:] = now
 
-    def heard(self, worker: int) -> None:
+    def message_from(self, worker: int) -> None:
         """`worker` sent something (or trains again: it joins): its silence counts from now."""
-        self._heard[worker] = time.monotonic()
+        self._last_message_at[worker] = time.monotonic()
 
     def forget(self, ranks: set) -> None:
         """Ranks that said BYE, or died: no longer expected to send."""
@@ -39,7 +40,7 @@ class Watchdog:
         slowest = int(np.argmin(done))
         if done[slowest] == FINISHED:
             slowest = -1
-        silent = 0 if slowest < 0 else time.monotonic() - self._heard[slowest]
+        silent = 0 if slowest < 0 else time.monotonic() - self._last_message_at[slowest]
         values = {"slowest_clock": -1 if slowest < 0 else int(done[slowest]),
                   "slowest_worker": slowest,
                   # A worker joining counts as training before it does.
@@ -54,22 +55,22 @@ class Watchdog:
         ctx = self.ctx
         now = time.monotonic()
         ranks = sorted(self.talking)
-        heard = [self._heard[ctx.roles.worker_index(r)] for r in ranks]
-        if now - max(heard) <= ctx.timeout:
+        last = [self._last_message_at[ctx.roles.worker_index(r)] for r in ranks]
+        if now - max(last) <= ctx.timeout:
             return
         held = ctx.gate.held_ranks()
         lines = []
-        for rank, last in zip(ranks, heard):
+        for rank, at in zip(ranks, last):
             w = ctx.roles.worker_index(rank)
             clock = ctx.clocks.done[w]
             state = ("finished training" if clock == FINISHED else f"at clock {clock}")
             waiting = ", waiting for a pull held for the clocks" if rank in held else ""
-            lines.append(f"worker {w} (rank {rank}) {state}, silent {now - last:.0f} s{waiting}")
+            lines.append(f"worker {w} (rank {rank}) {state}, silent {now - at:.0f} s{waiting}")
         status = dict(zip(protocol.STATUS_FIELDS, self.status().tolist()))
         slowest = status["slowest_worker"]
         culprit = ("" if slowest < 0 else
                    f"the slowest is worker {slowest} (rank {ctx.roles.workers[slowest]}), at "
                    f"clock {status['slowest_clock']}, silent for "
                    f"{status['slowest_silent_ms'] / 1000:.0f} s; ")
-        raise WaitTimeout(f"no worker has sent anything for {now - max(heard):.0f} s "
+        raise WaitTimeout(f"no worker has sent anything for {now - max(last):.0f} s "
                           f"(--timeout {ctx.timeout:g}): {culprit}" + "; ".join(lines))

@@ -125,7 +125,7 @@ HALF_MAX = 65504.0   # float16's largest finite value
 
 # Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished;
 # `slowest_silent_ms` is how long server 0 has heard nothing from it; `deaths`: how many dead
-# workers' rows it has handed on; `stopping`: 1 once the job stops (a checkpoint is its end).
+# workers' rows it has handed over; `stopping`: 1 once the job stops (a checkpoint is its end).
 STATUS_FIELDS = ("slowest_clock", "slowest_worker", "finished", "slowest_silent_ms", "deaths",
                  "stopping")
 

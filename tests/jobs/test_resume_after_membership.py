@@ -9,7 +9,7 @@ word depends on timing, and the minibatches then differ from a run without the c
 the uninterrupted run compared with is the very run that wrote the checkpoint: it had the
 change, and it went on to its end. A checkpoint records the change (its `deaths`: a leave is
 a `workplan.Handover` that is not `dead`, a join one split per donor) and every worker's place
-(`positions`, with `taken`: the epochs at which it took its shares of the rows handed on), so
+(`positions`, with `taken`: the epochs at which it took its shares of the rows handed over), so
 a resume from a clock after the change must end on that run's bits and train exactly its rows
 (`train_examples`, and each worker's `worker_examples`).
 
@@ -232,7 +232,7 @@ def test_a_run_stopped_after_a_leave_resumes_to_the_same_model(small_data, tmp_p
     fired(stopped, stop)
     [answer] = answered(stopped, run, LEAVE)
     left_soon(answer)
-    # The first checkpoint past the leave whose positions took every share handed on: keep
+    # The first checkpoint past the leave whose positions took every share handed over: keep
     # a copy of it (a resume in place may prune).
     earlier = None
     for path in complete_checkpoints(run / "checkpoints"):
