@@ -4,9 +4,9 @@ agree on, they become the owners. Workers, their reads refused there, ask the le
 new placement and read again from the new owners.
 
 A move, in messages:
-1. MOVE_ASK (not holding reads): the lead asks every other server for its keys read per range since the
-   last move (MOVE_CLOCK), from which `rebalance` chooses; `add-server` and `remove-server`
-   need no figures but take the same path.
+1. MOVE_ASK (not holding reads): the lead asks every other server for its keys read per
+   range since the last move (MOVE_CLOCK), from which `rebalance` chooses; `add-server` and
+   `remove-server` need no figures but take the same path.
 2. MOVE_TO: the new owners. Every server takes the placement on the way
    (`Placement.toward`: owners unchanged, each range's new holders added as its backups)
    and says so (MOVED "took"); reads split by the old placement are refused from then on, so
@@ -14,9 +14,9 @@ A move, in messages:
    new holders their part of each push. Each range's primary sends its new holders a copy
    once every worker pushes by the new map (`rangecopies`, as after a failover); a new
    holder applies the pushes kept meanwhile after it and tells the lead (MOVED "whole").
-3. MOVE_ASK (holding reads), every range whole: each server holds reads past the highest clock it let
-   a read through for and says it (MOVE_CLOCK); MOVE_AT names C, one past the highest. Reads
-   of clock C or later split by the placement on the way are refused.
+3. MOVE_ASK (holding reads), every range whole: each server holds reads past the highest
+   clock it let a read through for and says it (MOVE_CLOCK); MOVE_AT names C, one past the
+   highest. Reads of clock C or later routed by the placement on the way are refused.
 4. When every worker has completed C clocks on a server (the new holders, as backups, have
    every push before C), it takes the new placement, tells the lead (MOVED "moved") and drops
    the ranges it no longer holds. Every server moved, the lead answers the workers' PLACEMENT

@@ -1,13 +1,14 @@
 """A server's dense tables and the operations it runs on them, by name.
 
-Each table is a set of float64 blocks (see `wire/dense_layout.Layout`): the blocks this server keeps a
-copy of, as their primary or (with --replicas) as a backup. An operation (a DENSE request)
-names a registered function and the tables it works on; it runs on this server's blocks
-only. Writes (fill, axpy, scatter_add, ...) run on every copy, so that the copies keep the
-same bits; reads answer for the blocks this server is primary of: one partial per block (a
-reduction: the client adds them in a fixed way, so the sum's bits do not depend on how
-many servers there are), the rows asked for (gather), or nothing. A read's reply starts
-with the server's placement version: one split by an older placement is asked again.
+Each table is a set of float64 blocks (see `wire/dense_layout.Layout`): the blocks this
+server keeps a copy of, as their primary or (with --replicas) as a backup. An operation (a
+DENSE request) names a registered function and the tables it works on; it runs on this
+server's blocks only. Writes (fill, axpy, scatter_add, ...) run on every copy, so that the
+copies keep the same bits; reads answer for the blocks this server is primary of: one
+partial per block (a reduction: the client adds them in a fixed way, so the sum's bits do
+not depend on how many servers there are), the rows asked for (gather), or nothing. A
+read's reply starts with the server's placement version: one routed by an older placement
+is asked again.
 
 When a server dies, its backups answer for its blocks at once; a server that holds a range
 anew gets its blocks from the range's primary when a worker asks for `restore` (at a moment
