@@ -5,7 +5,7 @@ server and does not import it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
@@ -17,6 +17,16 @@ if TYPE_CHECKING:
     from .rangecopies import RangeCopies
     from .takeover import Takeover
     from .workerloss import WorkerLosses
+
+
+class Push(NamedTuple):
+    """A push ready to apply: `rows` (or None) found by the pull of the same keys, valid
+    while the table's generation is `generation`. The server's loop makes it; a range copy
+    under way may keep part of it aside (rangecopies.route)."""
+    keys: np.ndarray
+    rows: np.ndarray | None
+    generation: int
+    values: np.ndarray
 
 
 class PushBuffer(Protocol):

@@ -13,7 +13,7 @@ from ..wire import messages, protocol
 from ..wire.clocks import FINISHED
 from ..wire.placement import by_range, describe_ranges
 from ..wire.protocol import Op
-from .context import RecoveryContext
+from .context import Push, RecoveryContext
 from .rebuild import Outgoing, Rebuilds
 
 log = logging.getLogger("mpips")
@@ -49,22 +49,22 @@ class RangeCopies:
         if not self.rebuilds.incoming:
             self._whole()
 
-    def route(self, worker: int, clock: int, ts: int, version: int, push):
+    def route(self, worker: int, clock: int, ts: int, version: int, push: Push) -> Push:
         """A push as the server received it: noted (the rebuild waits for every worker to
         split by the new map), and without the part kept aside for ranges this server waits
         for a copy of."""
         self.rebuilds.pushed(worker, clock, version)
-        if push[1] is not None:   # SAME_KEYS: ranges this server answers reads for only
+        if push.rows is not None:   # SAME_KEYS: ranges this server answers reads for only
             return push
         if self.covered:
             push = self._not_covered(worker, ts, push)
         if not self.rebuilds.incoming:
             return push
-        keys, values = self.rebuilds.keep(self.ctx.placement.ranges_of(push[0]), clock,
-                                          worker, ts, push[0], push[3])
-        return keys, None, -1, values
+        keys, values = self.rebuilds.keep(self.ctx.placement.ranges_of(push.keys), clock,
+                                          worker, ts, push.keys, push.values)
+        return Push(keys, None, -1, values)
 
-    def _not_covered(self, worker: int, ts: int, push):
+    def _not_covered(self, worker: int, ts: int, push: Push) -> Push:
         """`push` without its part for ranges whose copy, received already, holds it."""
         late = []
         for r, last in list(self.covered.items()):
@@ -76,8 +76,8 @@ class RangeCopies:
                 del self.covered[r]
         if not late:
             return push
-        keep = ~np.isin(self.ctx.placement.ranges_of(push[0]), late)
-        return push[0][keep], None, -1, push[3][keep]
+        keep = ~np.isin(self.ctx.placement.ranges_of(push.keys), late)
+        return Push(push.keys[keep], None, -1, push.values[keep])
 
     def applied(self, worker: int, ts: int) -> None:
         """Push `ts` of `worker` is in the store (a replayed one can be older than the last)."""

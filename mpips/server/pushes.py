@@ -12,20 +12,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..recovery.context import Push
 from ..wire import messages, protocol
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op, Report
 
 _NO_REPORT = Report()
-
-
-class Push(NamedTuple):
-    """A push ready to apply: `rows` (or None) found by the pull of the same keys, valid
-    while the table's generation is `generation`."""
-    keys: np.ndarray
-    rows: np.ndarray | None
-    generation: int
-    values: np.ndarray
 
 
 class Pending(NamedTuple):
@@ -100,7 +92,7 @@ class Pushes:
         completes = bool(r.header.flags & protocol.CLOCK)
         clock = int(ctx.clocks.done[worker])
         push = self._push_of(worker, r, copy=ctx.clocks.staleness == 0)
-        push = Push(*ctx.copies.route(worker, clock, r.header.ts, r.header.placement, push))
+        push = ctx.copies.route(worker, clock, r.header.ts, r.header.placement, push)
         if ctx.clocks.staleness == 0:
             # Deferred (see _apply_until) only while the ranges stay backed up here: split by
             # a placement with this one's primaries, and still when the clock completes.

@@ -2,6 +2,7 @@
 import numpy as np
 
 from mpips.wire.placement import Placement
+from mpips.recovery.context import Push
 from mpips.recovery.rebuild import Rebuilds
 
 BEFORE = Placement(3, replicas=2)          # range r on servers r and r+1
@@ -77,7 +78,7 @@ def test_a_push_that_arrives_after_a_copy_holding_it_is_not_applied_twice():
     in_3 = placement.ranges_of(keys) == 3
 
     def routed(worker: int, ts: int) -> np.ndarray:
-        return copies.route(worker, 5, ts, 1, (keys, None, -1, values))[0]
+        return copies.route(worker, 5, ts, 1, Push(keys, None, -1, values)).keys
     np.testing.assert_array_equal(routed(0, 10), keys[~in_3])   # held by the copy
     np.testing.assert_array_equal(routed(0, 13), keys)           # newer: all of it
     np.testing.assert_array_equal(routed(1, 12), keys[~in_3])
