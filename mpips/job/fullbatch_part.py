@@ -201,7 +201,7 @@ class FullBatchWorker:
         roles_now = dict(tables)   # minimize swaps the roles of w and w_trial, g and g_trial
         steps = lbfgs.minimize(
             roles_now, self._evaluate, settings, report=_say,
-            resume=_from_json(self.resume[1]["solver"]) if self.resume else None,
+            resume=_from_json(self.resume.manifest["solver"]) if self.resume else None,
             checkpoint=lambda it, state: _checkpoint(cfg, self.ps, self.name, self.n_workers,
                                                      it, state),
             every=cfg.checkpointing.every or 0, stop=lambda: self.stop_asked)

@@ -160,15 +160,16 @@ class ServerPart:
             _reserve(self.store, cfg.data.train, self.placement.held_ranges(roles.index).mean())
         if not resume:
             return
-        full_batch = "solver" in resume[1]
+        directory, manifest = resume
+        full_batch = "solver" in manifest
         try:
-            loaded = (checkpoint.load_dense(resume[0], resume[1], self.dense) if full_batch else
-                      checkpoint.load_shards(resume[0], resume[1], self.store, self.placement,
+            loaded = (checkpoint.load_dense(directory, manifest, self.dense) if full_batch else
+                      checkpoint.load_shards(directory, manifest, self.store, self.placement,
                                              roles.index))
         except (OSError, KeyError, ValueError) as e:
-            raise ConfigError(f"--resume: cannot read the checkpoint {resume[0]}: {e}") from None
+            raise ConfigError(f"--resume: cannot read the checkpoint {directory}: {e}") from None
         log.info("resumed from checkpoint %s %d (%s): loaded %d %s",
-                 "iteration" if full_batch else "clock", resume[1]["clock"], resume[0],
+                 "iteration" if full_batch else "clock", manifest["clock"], directory,
                  loaded, "blocks" if full_batch else "keys")
 
     def write_dense(self, iteration: int) -> bool:

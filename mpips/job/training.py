@@ -88,10 +88,10 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     agree(comm, find_an_example, bound, "the last rank to find an example in --train")
     resume = _find_checkpoint(cfg, comm, bound) if cfg.checkpointing.resume else None
     if resume:
-        agree(comm, lambda: check_resumable(cfg, resume[1], comm.size - cfg.server_ranks,
+        agree(comm, lambda: check_resumable(cfg, resume.manifest, comm.size - cfg.server_ranks,
                                             compare_data=comm.rank == 0), bound)
-        name = resume[1]["run_id"]   # a resumed run goes on under its own name
-    cfg = cfg.with_checkpointing(resume[1]["config"] if resume else None)
+        name = resume.manifest["run_id"]   # a resumed run goes on under its own name
+    cfg = cfg.with_checkpointing(resume.manifest["config"] if resume else None)
     # Collective: whether hot failover can work (the lock names every server if it can).
     verdict = hot_failover(comm, bound)
     locks = _claim_directories(cfg, comm, name, resume, bound,
@@ -124,7 +124,7 @@ def _claim_directories(cfg: TrainConfig, comm, name: str, resume, timeout: float
             return
         locks.acquire()
         rundir.check_outputs(out, cfg.checkpoints, cfg.data.overwrite,
-                             resume[1]["run_id"] if resume else None)
+                             resume.manifest["run_id"] if resume else None)
         try:
             foreign = [os.path.join(out, p) for p in rundir.remove_run_outputs(out)]
             if cfg.data.overwrite and not resume:   # the checkpoints of the run replaced go too
@@ -331,7 +331,7 @@ def _find_checkpoint(cfg: TrainConfig, comm, timeout: float):
                             f"checkpoint in it")
         error.reported = comm.rank == 0
         raise error
-    return directory, checkpoint.read_manifest(directory)
+    return checkpoint.Resume(directory, checkpoint.read_manifest(directory))
 
 
 def _choose(cfg: TrainConfig, workers: int, resume) -> dict:
@@ -344,8 +344,9 @@ def _choose(cfg: TrainConfig, workers: int, resume) -> dict:
         sample.rows, sample.per_part, sample.exact, workers=workers, bias=cfg.model.bias,
         optimizer=cfg.optimizer.name, lr=cfg.optimizer.lr, batch=cfg.solver.batch_size,
         beta=cfg.optimizer.beta, average_after=_average_after(cfg),
-        resumed_batch=resume[1]["config"]["batch_size"] if resume else None,
-        resumed=resume[1]["config"]["optimizer"] if resume else None, epochs=cfg.solver.epochs)
+        resumed_batch=resume.manifest["config"]["batch_size"] if resume else None,
+        resumed=resume.manifest["config"]["optimizer"] if resume else None,
+        epochs=cfg.solver.epochs)
 
 
 def _pipeline_figures(cfg, tasks: np.ndarray) -> dict:

@@ -10,13 +10,13 @@ import numpy as np
 from ..data.workplan import Handover
 from ..ranks.roles import Roles
 from ..wire.clocks import ClockTable
-from ..wire.placement import Placement
+from ..wire.placement import Placement, Switch
 
 
 class Gate(Protocol):
     """The server's read gate (server.readgate.ReadGate)."""
     ceiling: int | None
-    moving: tuple[int, int] | None
+    moving: Switch | None
 
     @property
     def highest(self) -> int: ...

@@ -212,7 +212,7 @@ class MoveLead:
 
         result = {
             "ok": True, "command": request["command"], "target": request.get("target"),
-            "clock": int(moving[0]), "copy_clock": request["copy_clock"],
+            "clock": int(moving.clock), "copy_clock": request["copy_clock"],
             "version": after.version,
             "ranges_moved": sum(a != b for a, b in zip(before.assign, after.assign)),
             "fraction_moved": round(moved(before.assign, after.assign), 6),
@@ -252,7 +252,7 @@ class MoveLead:
         p = s.placement
         for rank, ts, version in self.asking:
             moved_since = version < self.ranges.floor
-            s.reply(np.concatenate([[int(moved_since), p.version, s.gate.moving[0]
+            s.reply(np.concatenate([[int(moved_since), p.version, s.gate.moving.clock
                                      if s.gate.moving else -1], p.assign,
                                     p.extra_fields().ravel()]).astype(np.int64), rank, ts)
         self.asking = []

@@ -43,7 +43,7 @@ import numpy as np
 from ..base.errors import ProtocolError
 from ..wire import messages, protocol
 from ..wire.clocks import FINISHED
-from ..wire.placement import Placement
+from ..wire.placement import Placement, Switch
 from ..wire.protocol import Op
 from .context import MembershipContext
 
@@ -152,7 +152,7 @@ class RangeMoves:
                                 f"this server has no move under way whose copies are made")
         m.clock, m.named = clock, time.monotonic()
         self.agreed()
-        s.gate.moving = (clock, version)
+        s.gate.moving = Switch(clock, version)
         self.reached()
         s.reads.release()
 

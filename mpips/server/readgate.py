@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..wire.clocks import FINISHED, ClockTable
+from ..wire.placement import Switch
 
 SERVE, REFUSE, HOLD = "serve", "refuse", "hold"
 
@@ -41,9 +42,8 @@ class ReadGate:
         self.highest = -1         # the highest clock a training read was served for
         # A move is being agreed: reads past this clock wait.
         self.ceiling: int | None = None
-        # (clock, version): reads of that clock or later, of keys split by an earlier
-        # placement, are refused (see rangemoves).
-        self.moving: tuple[int, int] | None = None
+        # A range move switching placements (see membership/rangemoves).
+        self.moving: Switch | None = None
         self.pulls_held = 0       # pulls that had to wait for other workers' clocks
         self.held_s = np.zeros(clocks.done.shape[0])   # per worker: time its pulls were held
         self.records: list[tuple] | None = [] if record else None
@@ -53,8 +53,8 @@ class ReadGate:
         finished = self.clocks.done[pull.worker] == FINISHED
         if self.stopped and not finished:
             return REFUSE
-        if (self.moving and not finished and pull.clock >= self.moving[0]
-                and pull.version < self.moving[1]):
+        if (self.moving and not finished and pull.clock >= self.moving.clock
+                and pull.version < self.moving.version):
             return REFUSE
         if self.ceiling is not None and pull.clock > self.ceiling and not finished:
             return HOLD

@@ -19,6 +19,7 @@ import glob
 import json
 import logging
 import os
+from typing import NamedTuple
 
 import numpy as np
 
@@ -184,16 +185,23 @@ def load_shards(directory: str, manifest: dict, store, placement, server: int) -
     return loaded
 
 
-def positions(resume) -> dict:
-    """Worker -> where it stood in a checkpoint (clock, epoch, offset, examples, loss), from
-    (directory, manifest), or {} when not resuming."""
-    return {int(w): p for w, p in resume[1]["positions"].items()} if resume else {}
+class Resume(NamedTuple):
+    """The checkpoint a job resumes from: its directory and its manifest."""
+    directory: str
+    manifest: dict
 
 
-def deaths(resume) -> tuple:
-    """The workers' deaths a checkpoint records (workplan.Handover, in order), from (directory,
-    manifest); () when not resuming or none died."""
-    return tuple(Handover.from_dict(d) for d in resume[1].get("deaths", [])) if resume else ()
+def positions(resume: Resume | None) -> dict:
+    """Worker -> where it stood in a checkpoint (clock, epoch, offset, examples, loss), or {}
+    when not resuming."""
+    return {int(w): p for w, p in resume.manifest["positions"].items()} if resume else {}
+
+
+def deaths(resume: Resume | None) -> tuple:
+    """The hand-overs a checkpoint records (Handover, in order); () when not resuming or there
+    were none."""
+    return (tuple(Handover.from_dict(d) for d in resume.manifest.get("deaths", []))
+            if resume else ())
 
 
 def describe(root: str, every: bool = False) -> tuple[str, bool]:

@@ -14,6 +14,8 @@ on other nodes, so that one node's loss leaves a copy. When servers die, each ra
 living holder becomes its primary, and the next living servers on the ring replace the
 copies lost: `without(dead)` is the next version of the map.
 """
+from typing import NamedTuple
+
 import numpy as np
 
 from ..kernels import hashing
@@ -177,6 +179,13 @@ def describe_ranges(ranges) -> str:
     if len(ranges) <= 8:
         return str(ranges)
     return f"{len(ranges)} ranges ({', '.join(map(str, ranges[:6]))}, ...)"
+
+
+class Switch(NamedTuple):
+    """A change of placement under way (a range move): reads of `clock` or later routed by a
+    placement older than `version` are refused."""
+    clock: int
+    version: int
 
 
 class Placement:
