@@ -30,6 +30,7 @@ def _run_score(args) -> None:
     import json
 
     from ..base.errors import MpipsError
+    from ..base.files import write_bytes
     from ..base.log import say, setup
     from ..data.shards import check_input
     from ..models.evaluate import read_rows, score_model, score_snapshots, warn_if_few_known
@@ -57,8 +58,8 @@ def _run_score(args) -> None:
             say(f"logloss {result['logloss']:.4f}  AUC {_auc(result)} on "
                 f"{result['examples']:,} examples")
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(curve if args.snapshots else result, f, indent=2)
+            write_bytes(args.json, json.dumps(curve if args.snapshots else result,
+                                              indent=2).encode())
     except (OSError, ValueError, MpipsError) as e:
         fail(str(e), 2)
 
