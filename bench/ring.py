@@ -73,7 +73,7 @@ def main() -> None:
         p = Placement(n, vnodes=v)
         p.owners(keys[:10])
         began = time.perf_counter()
-        p.split(keys)
+        p.by_server(keys)
         ns = (time.perf_counter() - began) / keys.shape[0] * 1e9
         row = {"vnodes": v, "launched": launched, "joined": one_more,
                "moved_join": moved_join, "ideal_join": 1 / (n + 1), "left": one_less,

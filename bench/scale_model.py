@@ -281,7 +281,7 @@ def minibatch_keys(path: str) -> list:
 def split_and_back(placement, keys: np.ndarray, values: np.ndarray) -> tuple:
     """What a worker does per key with 2+ servers: the keys grouped by server, the
     replies' values put back in key order, the gradient grouped by server."""
-    perm, _ = placement.split(keys)
+    perm, _ = placement.by_server(keys)
     back = np.empty_like(values)
     back[perm] = values
     return keys[perm], back, values[perm]
@@ -328,7 +328,7 @@ def share_of(batches: list, k: int) -> list:
     placement = Placement(k)
     parts = []
     for keys in batches:
-        perm, offsets = placement.split(keys)
+        perm, offsets = placement.by_server(keys)
         part = keys if perm is None else keys[perm[offsets[0]:offsets[1]]]
         if part.shape[0]:
             parts.append(part)

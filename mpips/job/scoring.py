@@ -478,7 +478,7 @@ class Scoring:
         server = self.server
         assert self._shard is not None, "the rows come from its batches"
         keys, cols, bias_col = self._index(rows, self._cfg.model.bias, self._shard.path)
-        perm, offsets = server.placement.split(keys)
+        perm, offsets = server.placement.by_server(keys)
         grouped = keys if perm is None else keys[perm]
         batch = _Batch(rows, cols, bias_col,
                        np.empty((keys.shape[0], server.store.width), np.float32), perm,

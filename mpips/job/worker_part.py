@@ -229,8 +229,8 @@ class WorkerLoop:
         lead = self.lead
         upcoming = next(self.stream, None)
         if upcoming and lead.asked_to_give and not lead.asked_to_leave:
-            self.stream = self.work.split(lead, self.kv.clock, lead.asked_to_give, upcoming,
-                                          self.cfg.faults.timeout)
+            self.stream = self.work.share_with_joiner(lead, self.kv.clock, lead.asked_to_give,
+                                                      upcoming, self.cfg.faults.timeout)
             upcoming = next(self.stream, None)
         next_pull = (self.kv.pull(upcoming.keys, next_clock=True)
                      if upcoming and not lead.asked_to_leave else None)

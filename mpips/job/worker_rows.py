@@ -93,8 +93,8 @@ class Work:
         place given (see workplan.trained)."""
         return epoch, segment + int(offset > self.segments(epoch)[segment][0])
 
-    def split(self, lead: LeadChannel, clock: int, give: GiveNotice, upcoming: Minibatch,
-              timeout: float):
+    def share_with_joiner(self, lead: LeadChannel, clock: int, give: GiveNotice,
+                          upcoming: Minibatch, timeout: float):
         """Asked to give a worker that joins one share of its rows left for every
         `give.weight` it keeps: cut them where `upcoming` (the next minibatch) starts, have the
         lead number the split (every worker learns it in order), and return the minibatches of
@@ -103,7 +103,7 @@ class Work:
         death = Handover(self.worker, clock, epoch, segment, offset, tuple(self.taken),
                          (self.worker, give.joiner), dead=False, shares=(give.weight, 1))
         resume = self._after(epoch, segment, offset)
-        lead.split(death.fields())
+        lead.report_share(death.fields())
 
         def numbered() -> bool:
             self.apply_notices(lead.notices())

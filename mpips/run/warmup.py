@@ -42,7 +42,7 @@ def compile_kernels(model=None, optimizer: str | None = None,
         weights = np.zeros((keys.shape[0], 1), np.float32)
         lr = catalog.LogisticRegression()
         is_sorted_unique(keys)
-        Placement(2).split(keys)
+        Placement(2).by_server(keys)
         lr.gradient(batch, cols, bias_col, weights)
         lr.margins(batch, cols, bias_col, weights)
         first_bad_pointer(batch.indptr, batch.indices.shape[0])   # rows read, the sample
@@ -131,7 +131,7 @@ def _push_filter() -> None:
     its int8 values."""
     keys = np.arange(4000, dtype=np.uint64)
     values = np.ones((keys.shape[0], 1), np.float32)
-    perm, offsets = Placement(2).split(keys)
+    perm, offsets = Placement(2).by_server(keys)
     out = PushFilter(1, "int8", threshold=0.5, l1=0.1).prepare(keys, values, perm, offsets,
                                                                np.zeros_like(values))
     flags, data = out.parts[0]
@@ -168,7 +168,7 @@ def _full_batch(batch) -> None:
                 [1.0] * f.scalars, rows, np.ones(2) if f.name == "scatter_add" else None)
             message = protocol.pack(protocol.Header(Op.DENSE, **fields), *payload)
             tables.call(0, protocol.header(message), message)
-    Layout(5, 1, 2).split(np.array([0, 3], np.uint64), Placement(2))
+    Layout(5, 1, 2).by_server(np.array([0, 3], np.uint64), Placement(2))
 
 
 class CompileWatch(event.Listener):

@@ -61,7 +61,7 @@ class Layout:
         """The blocks of key range `range_`, in order."""
         return np.arange(range_, self.n_blocks, n_ranges, dtype=np.int64)
 
-    def split(self, indices: np.ndarray, placement):
+    def by_server(self, indices: np.ndarray, placement):
         """(perm, offsets): indices[perm[offsets[s]:offsets[s + 1]]] are rows server s
         answers for, in the order given."""
         owners = placement.block_owners(indices.astype(np.int64) // self.block_rows)

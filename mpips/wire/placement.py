@@ -307,7 +307,7 @@ class Placement:
         """bool per key: whether `server` keeps it."""
         return self.held_ranges(server)[self.ranges_of(keys)]
 
-    def split(self, keys: np.ndarray):
+    def by_server(self, keys: np.ndarray):
         """(perm, offsets): keys[perm[offsets[s]:offsets[s + 1]]] have server s for primary,
         in key order. perm is None when there is one server (no reordering needed)."""
         if self.n_servers == 1:

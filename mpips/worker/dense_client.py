@@ -252,7 +252,7 @@ class Dense:
         split = {}
 
         def plan(placement):
-            perm, offsets = split["perm"], split["offsets"] = self.layout.split(rows, placement)
+            perm, offsets = split["perm"], split["offsets"] = self.layout.by_server(rows, placement)
             parts = {s: (rows[perm[offsets[s]:offsets[s + 1]]], None)
                      for s in range(offsets.shape[0] - 1) if offsets[s] < offsets[s + 1]}
             return parts, {s: int(offsets[s + 1] - offsets[s]) * width for s in parts}

@@ -54,12 +54,12 @@ class KVWorker(Link):
         self._backups = BackupParts()
         self.lead = LeadChannel(self)
 
-    def _split(self, keys):
+    def _by_server(self, keys):
         if keys.dtype != np.uint64 or keys.ndim != 1:
             raise TypeError(f"keys must be a 1-d uint64 array, got {keys.dtype} {keys.shape}")
         if not is_sorted_unique(keys):
             raise ValueError("keys must be sorted and unique")
-        perm, offsets = self._placement.split(keys)
+        perm, offsets = self._placement.by_server(keys)
         return perm, offsets, (keys if perm is None else keys[perm])
 
     # The data plane: pull, push, wait.
@@ -70,7 +70,7 @@ class KVWorker(Link):
         ahead of the push that completes the current one (prefetching): servers answer it
         once that push has arrived and the consistency model allows the next clock."""
         ts = self.new_ts()
-        perm, offsets, skeys = self._split(keys)
+        perm, offsets, skeys = self._by_server(keys)
         if not read_only:
             self._pulled.append(Pulled(ts, keys, perm, offsets, self._placement.version))
         flags = ((protocol.READ_ONLY if read_only else 0)
@@ -119,7 +119,7 @@ class KVWorker(Link):
             if pushed is not keys:   # more keys than the pull's: they go on the wire
                 keys, pulled, weights = pushed, None, None
         if pulled is None:
-            perm, offsets, skeys = self._split(keys)
+            perm, offsets, skeys = self._by_server(keys)
         else:   # the keys of a recent pull: the servers still have them
             perm, offsets, skeys = pulled.perm, pulled.offsets, None
         out = self.filter.prepare(keys, values, perm, offsets, weights, flush=flush)

@@ -117,7 +117,7 @@ class LeadChannel:
                 f"(rank {rank}), at "
                 f"clock {s['slowest_clock']}, silent for {s['slowest_silent_ms'] / 1000:.0f} s")
 
-    def split(self, fields: np.ndarray) -> None:
+    def report_share(self, fields: np.ndarray) -> None:
         """Tell the lead this worker split its rows left with the worker joining (a
         Handover.fields()): it numbers the split and tells every worker."""
         self.asked_to_give = None

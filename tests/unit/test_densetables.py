@@ -52,7 +52,7 @@ class Cluster:
         self.run("create", [name], ints=[n, 1, BLOCK, *name_words(name)])
 
     def split(self, rows):
-        perm, offsets = self.layout.split(rows.astype(np.uint64), self.placement)
+        perm, offsets = self.layout.by_server(rows.astype(np.uint64), self.placement)
         return {s: perm[offsets[s]:offsets[s + 1]] for s in self.living()}
 
     def scatter(self, name, rows, values, ints=(1, 1), worker=0, every=False):

@@ -25,7 +25,7 @@ def test_balanced(n_servers, pattern):
 def test_split_groups_keys_by_owner_in_order():
     keys = np.unique(np.random.default_rng(1).integers(0, 2**63, 5000, dtype=np.uint64))
     p = Placement(3)
-    perm, offsets = p.split(keys)
+    perm, offsets = p.by_server(keys)
     owner = p.owners(keys)
     assert sorted(perm.tolist()) == list(range(keys.shape[0]))
     for s in range(3):
@@ -36,7 +36,7 @@ def test_split_groups_keys_by_owner_in_order():
 
 def test_one_server_needs_no_permutation():
     keys = np.arange(10, dtype=np.uint64)
-    perm, offsets = Placement(1).split(keys)
+    perm, offsets = Placement(1).by_server(keys)
     assert perm is None and offsets.tolist() == [0, 10]
 
 

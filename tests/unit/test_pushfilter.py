@@ -71,7 +71,7 @@ def push_many(pf, pushes: int, width: int, servers: int = 3, scale: float = 1.0,
     for _ in range(pushes):
         pick = np.flatnonzero(RNG.random(KEYS.shape[0]) < 0.4)
         keys = KEYS[pick]
-        perm, offsets = Placement(servers).split(keys)
+        perm, offsets = Placement(servers).by_server(keys)
         g = grads_like(keys.shape[0], width, scale)
         out = pf.prepare(keys, g, perm, offsets, None if weights is None else weights[pick])
         total[pick] += g
@@ -114,7 +114,7 @@ def test_a_threshold_sends_rows_whole_and_holds_the_rest_back():
 @pytest.mark.parametrize("servers", [1, 2, 3])
 def test_a_push_sends_every_row_where_a_bitmap_would_cost_more_on_any_servers(servers):
     keys = KEYS[:200]
-    perm, offsets = Placement(servers).split(keys)
+    perm, offsets = Placement(servers).by_server(keys)
     g = np.full((200, 1), 1.0, np.float32)
     g[[3, 150, 160, 170, 180, 190]] = 0.01
     # A bitmap over 200 keys is 25 bytes: 6 rows of 4 bytes are cheaper sent; 7 are not.
@@ -166,7 +166,7 @@ def test_the_residual_table_grows_and_stays_within_its_bound():
 def test_no_filter_sends_the_values_as_given():
     keys = KEYS[:100]
     g = grads_like(100, 2)
-    perm, offsets = Placement(3).split(keys)
+    perm, offsets = Placement(3).by_server(keys)
     out = Plain().prepare(keys, g, perm, offsets)
     assert out.kept is None and out.values is g
     for s, (flags, data) in enumerate(out.parts):
