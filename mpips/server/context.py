@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .watchdog import Watchdog
 
 
-@dataclass
+@dataclass(slots=True)
 class ServerStats:
     requests: int = 0
     bytes_sent: int = 0

@@ -21,7 +21,7 @@ PULL_RECORD = np.dtype([("worker", "<i4"), ("clock", "<i8"), ("slowest", "<i8"),
                         ("held_s", "<f8"), ("t", "<f8")])
 
 
-@dataclass
+@dataclass(slots=True)
 class Pull:
     worker: int
     source: int            # its rank

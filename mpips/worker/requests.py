@@ -8,7 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 
-@dataclass
+@dataclass(slots=True)
 class Send:
     """One message of a request, on its way to a server."""
     request: MPI.Request
@@ -17,7 +17,7 @@ class Send:
     done: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class Reply:
     """One server's answer to a request, awaited."""
     request: MPI.Request
@@ -29,7 +29,7 @@ class Reply:
     status: MPI.Status = field(default_factory=MPI.Status)
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     """A request not yet waited for (one timestamp): its messages and replies."""
     what: str                        # what a wait for it waits for, for messages
@@ -52,7 +52,7 @@ class Pending:
         return self.ask_next_lead is not None
 
 
-@dataclass
+@dataclass(slots=True)
 class Pulled:
     """A recent pull (not read-only), kept for the push of its keys that follows."""
     ts: int
