@@ -34,7 +34,7 @@ from ..base.errors import InputError, ProtocolError, WaitTimeout
 from ..data.shards import CsrShard, open_shard, spans
 from ..data.textfile import KeyIndexer, Rows, TextShard
 from ..run import testevents
-from ..wire import protocol
+from ..wire import messages, protocol
 from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")
@@ -330,7 +330,7 @@ class Scoring:
             self.score_s = time.monotonic() - self.began
             for index, rank in enumerate(self.server.roles.servers):
                 if index != me:
-                    self.server.send(protocol.pack(protocol.Header(Op.SCORED)), rank)
+                    self.server.send(messages.Scored().pack(), rank)
             return True
         self._check_time()
         return worked

@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from ..base.errors import ProtocolError
-from ..wire import messages, protocol
+from ..wire import messages
 from ..wire.placement import Placement, load_spread, moved, rebalanced, with_server, without_server
 from ..wire.protocol import Op
 from .context import MembershipContext
@@ -110,8 +110,9 @@ class MoveLead:
         if self.request is None or self.step not in (None, "planning", "agreeing"):
             raise ProtocolError(f"{s.sender(source)} sent MOVE_CLOCK, but no move is being "
                                 f"agreed")
-        self.clocks_in[s.roles.servers.index(source)] = r.header.clock - 1
-        self.loads[s.roles.servers.index(source)] = protocol.int64_fields(buf).copy()
+        told = messages.MoveClock.of(r.header, buf)
+        self.clocks_in[s.roles.servers.index(source)] = told.clock - 1
+        self.loads[s.roles.servers.index(source)] = told.load.copy()
         self._name_clock()
 
     def _name_clock(self) -> None:
@@ -166,7 +167,7 @@ class MoveLead:
     def on_moved(self, source: int, r, buf) -> None:
         s = self.ctx
         try:
-            figures = json.loads(protocol.error_text(buf))
+            figures = json.loads(messages.Moved.of(buf).text)
             step = figures["step"]
         except (ValueError, KeyError, TypeError):
             raise ProtocolError(f"{s.sender(source)} sent MOVED whose text is not a JSON "

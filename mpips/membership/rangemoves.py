@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..base.errors import ProtocolError
-from ..wire import messages, protocol
+from ..wire import messages
 from ..wire.clocks import FINISHED
 from ..wire.placement import Placement, Switch
 from ..wire.protocol import Op
@@ -213,8 +213,7 @@ class RangeMoves:
         if s.lead:
             self.members.move_lead.step_in(s.roles.index, figures)
         else:
-            text = np.frombuffer(json.dumps(figures).encode(), np.uint8)
-            s.send(protocol.pack(protocol.Header(Op.MOVED), text), s.lead_rank)
+            s.send(messages.Moved(json.dumps(figures)).pack(), s.lead_rank)
 
     def _cancel(self, clock: int) -> None:
         """The move named for `clock` is not made."""

@@ -15,8 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..base.errors import ProtocolError
-from ..data.workplan import Handover
-from ..wire import messages, protocol, tags
+from ..wire import messages, tags
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
 from .context import Losses, MembershipContext
@@ -125,7 +124,7 @@ class WorkerMoves:
         s, j = self.ctx, self.joining
         sender = s.roles.worker_index(source)
         try:
-            death = Handover.of_fields(protocol.int64_fields(buf))
+            death = messages.Split.of(buf).handover
         except ValueError as e:
             raise ProtocolError(f"{s.sender(source)} sent a bad request: SPLIT: {e}") from None
         if (j is None or sender not in j.waiting or death.worker != sender or death.dead

@@ -18,7 +18,7 @@ import time
 
 from ..base.errors import ProtocolError
 from ..data.workplan import Handover, WorkPlan
-from ..wire import messages, protocol, tags
+from ..wire import messages, tags
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
 from .context import RecoveryContext
@@ -64,7 +64,7 @@ class WorkerLosses:
 
     def _on_have(self, source: int, r, buf) -> None:
         s = self.ctx
-        s.clocks.have(s.roles.servers.index(source), r.header.clock)
+        s.clocks.have(s.roles.servers.index(source), messages.Have.of(r.header).clock)
         s.pushes.advance()
 
     def _on_death(self, source: int, r, buf) -> None:
@@ -84,7 +84,7 @@ class WorkerLosses:
             return
         self._here = here
         for i in s.clocks.elsewhere:
-            s.send(protocol.pack(protocol.Header(Op.HAVE, clock=here)), s.roles.servers[i])
+            s.send(messages.Have(here).pack(), s.roles.servers[i])
 
     def workers_died(self, workers: set) -> bool:
         """Workers MPI (or another server) said died: tell the other servers how many of

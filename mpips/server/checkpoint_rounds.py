@@ -13,10 +13,8 @@ import json
 import logging
 import time
 
-import numpy as np
-
 from ..base.errors import CheckpointsFailing, ProtocolError
-from ..wire import protocol
+from ..wire import messages
 from ..wire.clocks import FINISHED
 from ..wire.placement import describe_ranges
 from ..wire.protocol import Op
@@ -212,9 +210,7 @@ class CheckpointRounds:
         if ctx.lead:
             self._shard_in(clock, entry, ctx.ckpt.positions_at(clock))
         else:
-            text = np.frombuffer(json.dumps(entry).encode(), np.uint8)
-            ctx.send(protocol.pack(protocol.Header(Op.SHARD_SAVED, clock=clock), text),
-                     ctx.lead_rank)
+            ctx.send(messages.ShardSaved(clock, json.dumps(entry)).pack(), ctx.lead_rank)
 
     def _shard_in(self, clock: int, entry: dict, positions: dict | None = None) -> None:
         """The lead: a server's file of checkpoint `clock`; once all are in (and its own
@@ -254,16 +250,17 @@ class CheckpointRounds:
         if slowest == FINISHED or ctx.ckpt.stop_at is not None:
             return   # the final or the stopping checkpoint comes anyway
         ctx.ckpt.planned.add(slowest + 2)
-        ctx.tell_servers(Op.CHECKPOINT_AT, slowest + 2)
+        ctx.tell_servers(messages.CheckpointAt(slowest + 2))
 
     def on_checkpoint_at(self, source: int, r, buf) -> None:
-        self.ctx.ckpt.planned.add(r.header.clock)
+        self.ctx.ckpt.planned.add(messages.CheckpointAt.of(r.header).clock)
         self.ctx.pushes.advance()
 
     def on_shard_saved(self, source: int, r, buf) -> None:
+        saved = messages.ShardSaved.of(r.header, buf)
         try:
-            entry = json.loads(protocol.error_text(buf))
+            entry = json.loads(saved.text)
         except ValueError:
             raise ProtocolError(f"{self.ctx.sender(source)} sent a bad request: SHARD_SAVED "
                                 f"whose text is not JSON") from None
-        self._shard_in(r.header.clock, entry)
+        self._shard_in(saved.clock, entry)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..wire import protocol, tags
+from ..wire import messages, tags
 from ..wire.placement import Placement
 from ..wire.protocol import Op
 
@@ -156,10 +156,11 @@ class ServerContext:
     def receive_copy(self, into, server: int, what: str) -> None:
         self.outbox.receive_copy(into, server, what)
 
-    def tell_servers(self, op: Op, clock: int) -> None:
-        """Every other living server: `op` at `clock`."""
+    def tell_servers(self, message: messages.StopAt | messages.CheckpointAt) -> None:
+        """Every other living server: `message`."""
+        buf = message.pack()
         for i in self.others():
-            self.send(protocol.pack(protocol.Header(op, clock=clock)), self.roles.servers[i])
+            self.send(buf, self.roles.servers[i])
 
     def forget_ranks(self, ranks: set) -> None:
         """Dead ranks: replies to them are not waited for, nor their BYE."""

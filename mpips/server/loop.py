@@ -32,7 +32,7 @@ from ..recovery.deaths import survived
 from ..recovery.rangecopies import RangeCopies
 from ..recovery.takeover import Takeover
 from ..recovery.workerloss import WorkerLosses
-from ..wire import protocol, tags
+from ..wire import messages, protocol, tags
 from ..wire.clocks import ClockTable
 from ..wire.placement import Placement, describe_ranges
 from ..wire.protocol import Op, Report
@@ -183,7 +183,7 @@ class Server:
                 if not survived(self.ctx, e):
                     raise
         if not ctx.lead:   # after this server's last SHARD_SAVED, in MPI's order
-            ctx.send(protocol.pack(protocol.Header(Op.BYE)), ctx.lead_rank)
+            ctx.send(messages.Bye().pack(), ctx.lead_rank)
         for clock, missing in ctx.ckpt.incomplete():
             log.warning("checkpoint at clock %d is incomplete (server(s) %s did not write it, "
                         "the job having ended first): it will be passed over", clock, missing)

@@ -5,7 +5,7 @@ passed it yet), and tells the other servers (STOP_AT). Reads past that clock are
 """
 import logging
 
-from ..wire import protocol
+from ..wire import messages
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
 
@@ -25,7 +25,7 @@ class Stopping:
             self.asked = True
             log.info("asked to stop (a signal): the job checkpoints and stops")
             if not ctx.lead:
-                ctx.send(protocol.pack(protocol.Header(Op.STOP)), ctx.lead_rank)
+                ctx.send(messages.Stop().pack(), ctx.lead_rank)
         if (ctx.lead and self.asked and ctx.ckpt.stop_at is None
                 and not ctx.members.busy):   # a stop waits for a move to end
             slowest = ctx.clocks.slowest()
@@ -33,7 +33,7 @@ class Stopping:
                 # Two clocks past the slowest worker: no server can be further than one
                 # clock ahead of this one. Reads past it are refused.
                 ctx.ckpt.stop_at = slowest + 2
-                ctx.tell_servers(Op.STOP_AT, slowest + 2)
+                ctx.tell_servers(messages.StopAt(slowest + 2))
                 log.info("stopping at clock %d, two past the slowest worker, after a "
                          "checkpoint there", slowest + 2)
 
@@ -42,5 +42,5 @@ class Stopping:
         self.poll()
 
     def on_stop_at(self, source: int, r, buf) -> None:
-        self.ctx.ckpt.stop_at = r.header.clock
+        self.ctx.ckpt.stop_at = messages.StopAt.of(r.header).clock
         self.ctx.pushes.advance()
