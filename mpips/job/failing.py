@@ -11,7 +11,7 @@ from ..base.errors import ConfigError, Interrupted, MpipsError
 from ..ranks.bounded import wait_until
 from ..ranks.roles import Roles
 from ..ranks.ulfm import CannotFailOver, is_failure, what_died
-from ..wire import protocol, tags
+from ..wire import messages, protocol, tags
 from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")
@@ -56,9 +56,7 @@ def tell_servers_to_save(comm: MPI.Intracomm, servers, reason: str, timeout: flo
     saved its shard and acknowledged. Used by a failing worker, or server for the others: a
     failing server is `answering` meanwhile, acknowledging the others' ERROR messages, since
     they may be failing at once and waiting for it (it has saved already)."""
-    text = np.frombuffer(reason.encode("utf-8"), np.uint8)
-    header = protocol.Header(Op.ERROR)
-    message = protocol.pack(header, text)
+    message = messages.Error(reason).pack()
     acks = np.zeros(len(servers), np.int64)
     requests = []
     for i, server in enumerate(servers):

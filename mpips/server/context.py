@@ -109,6 +109,10 @@ class ServerContext:
         self.hooks = hooks
         self.placement = placement   # replaced when servers die or key ranges move
         self.stats = stats
+        # This server's index, and who leads under which placement: asked several times for
+        # every message, so found once per placement (a placement never changes).
+        self._index = roles.index if roles is not None else 0
+        self._lead_of: tuple[Placement | None, int] = (None, -1)
         self.handlers: dict[Op, Callable] = {}   # Op -> handler(source, request, buf)
         # The capabilities a job may go without (None: absent).
         self.takeover: Takeover | None = None
@@ -126,13 +130,20 @@ class ServerContext:
             self.handlers[op] = handler
 
     # Who leads, and who else is alive: from the placement.
+    def _lead_index(self) -> int:
+        placement, lead = self._lead_of
+        if placement is not self.placement:
+            placement, lead = self.placement, self.placement.lead
+            self._lead_of = (placement, lead)
+        return lead
+
     @property
     def lead(self) -> bool:
-        return self.roles.index == self.placement.lead
+        return self._index == self._lead_index()
 
     @property
     def lead_rank(self) -> int:
-        return self.roles.servers[self.placement.lead]
+        return self.roles.servers[self._lead_index()]
 
     def others(self) -> list:
         """The living servers but this one (indices)."""

@@ -314,7 +314,7 @@ class Server:
 
     def _on_error(self, source: int, r, buf) -> None:
         ctx = self.ctx
-        ctx.hooks.failed(f"{ctx.sender(source).split(' (')[0]}: {protocol.error_text(buf)}")
+        ctx.hooks.failed(f"{ctx.sender(source).split(' (')[0]}: {messages.Error.of(buf).reason}")
         ctx.send(np.ones(1, np.int64), source, tags.ERROR_ACK_TAG)
 
     def _servers_died(self, gone: set, was_lead: bool) -> None:

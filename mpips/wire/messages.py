@@ -29,6 +29,19 @@ class Bye(NamedTuple):
         return protocol.pack(Header(Op.BYE))
 
 
+class Error(NamedTuple):
+    """The sender (a worker or a server) failed, for `reason`: servers save what they hold,
+    then acknowledge on tags.ERROR_ACK_TAG."""
+    reason: str
+
+    def pack(self) -> np.ndarray:
+        return protocol.pack(Header(Op.ERROR), np.frombuffer(self.reason.encode(), np.uint8))
+
+    @staticmethod
+    def of(buf: np.ndarray) -> "Error":
+        return Error(protocol.error_text(buf))
+
+
 class Stop(NamedTuple):
     """Any rank to the lead: this rank was asked to stop (a signal); stop the job."""
 
@@ -338,9 +351,15 @@ def notice_of(fields: np.ndarray):
     return HandoverNotice(int(fields[0]), fields[1:])
 
 
-# Every op whose header or payload means more than the frame: its message type.
-TYPES = {Op.BYE: Bye, Op.STOP: Stop, Op.SCORED: Scored, Op.STOP_AT: StopAt,
+# Every control op: its message type.
+TYPES = {Op.BYE: Bye, Op.ERROR: Error, Op.STOP: Stop, Op.SCORED: Scored, Op.STOP_AT: StopAt,
          Op.CHECKPOINT_AT: CheckpointAt, Op.HAVE: Have, Op.SHARD_SAVED: ShardSaved,
          Op.GONE: Gone, Op.DEATH: Death, Op.SPLIT: Split, Op.JOIN_AT: JoinAt,
          Op.MOVE_ASK: MoveAsk, Op.MOVE_CLOCK: MoveClock, Op.MOVE_TO: MoveTo, Op.MOVE_AT: MoveAt,
          Op.MOVED: Moved, Op.COPY: CopyHeader, Op.PLACEMENT: PlacementAsk}
+
+# The data plane: requests whose payload a server reads as views of the receive buffer
+# (server.admission.Request: keys, values, a report), and the requests a worker sends the
+# lead for an answer (its clock and ts in the header). Every op is in one of the two.
+DATA_PLANE = frozenset({Op.PULL, Op.PUSH, Op.READ, Op.FINISH, Op.DENSE, Op.STATUS,
+                        Op.CHUNK})

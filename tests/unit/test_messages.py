@@ -15,7 +15,7 @@ MPIPS = Path(__file__).resolve().parents[2] / "mpips"
 HANDOVER = Handover(2, 30, 1, 1, 250, taken=(0, 1), survivors=(2, 1), shares=(3, 1), dead=False)
 
 EXAMPLES = [
-    messages.Bye(), messages.Stop(), messages.Scored(), messages.StopAt(41),
+    messages.Bye(), messages.Error("worker 1: disk full"), messages.Stop(), messages.Scored(), messages.StopAt(41),
     messages.CheckpointAt(12), messages.Have(7), messages.ShardSaved(9, '{"file": "a.h5"}'),
     messages.Gone(3, 18), messages.Death(2, HANDOVER), messages.Split(HANDOVER),
     messages.JoinAt(1, 44), messages.MoveAsk(True), messages.MoveAsk(False),
@@ -75,3 +75,9 @@ def test_only_the_wire_reads_or_sets_the_per_op_slot():
             if (isinstance(node, ast.Attribute) and node.attr in ("arg", "ref")) or (isinstance(node, ast.keyword) and node.arg in ("arg", "ref")):
                 found.append(f"{path.name}:{node.lineno}")
     assert found == []
+
+
+def test_every_op_is_typed_or_on_the_data_plane():
+    typed, data = set(messages.TYPES), set(messages.DATA_PLANE)
+    assert typed.isdisjoint(data)
+    assert typed | data == set(Op)
