@@ -40,6 +40,11 @@ class Timeline:
     def due(self, t: float) -> bool:
         return t >= self._next
 
+    @property
+    def next_due(self) -> float:
+        """When (seconds, as `add` counts them) the next sample is due."""
+        return self._next
+
     def add(self, t: float, force: bool = False, **figures) -> None:
         """Record `figures` (SAMPLE's fields) at `t` seconds if a sample is due (or `force`:
         the last one, at the end of training)."""

@@ -178,19 +178,19 @@ class CheckpointRounds:
     manifest once every file is in, and the timed checkpoints named."""
     def __init__(self, ctx):
         self.ctx = ctx
-        self._next_timed = float("inf")
+        self.next_timed = float("inf")
         ctx.register({Op.CHECKPOINT_AT: self.on_checkpoint_at,
                       Op.SHARD_SAVED: self.on_shard_saved})
 
     def start(self, start: float) -> None:
         seconds = self.ctx.ckpt.seconds
-        self._next_timed = start + seconds if seconds else float("inf")
+        self.next_timed = start + seconds if seconds else float("inf")
 
     def poll(self, now: float) -> None:
         """The lead: a timed checkpoint named, if due."""
-        if self.ctx.lead and now >= self._next_timed:
+        if now >= self.next_timed and self.ctx.lead:
             self._name_timed()
-            self._next_timed = time.monotonic() + self.ctx.ckpt.seconds
+            self.next_timed = time.monotonic() + self.ctx.ckpt.seconds
 
     def take(self, clock: int) -> None:
         """Write this server's file of checkpoint `clock` (once), and tell the lead."""

@@ -210,11 +210,14 @@ class Server:
         short idle wait)."""
         ctx = self.ctx
         now = time.monotonic()
-        self.timers.tick(now)
+        # Timed work is checked here, without a call, on every turn: a turn is microseconds.
+        if now >= self.timers.next_at:
+            self.timers.tick(now)
         ctx.stopping.poll()
         if ctx.lead:
             ctx.members.poll(now)
-        ctx.rounds.poll(now)
+        if now >= ctx.rounds.next_timed:
+            ctx.rounds.poll(now)
         if ctx.copies.sending:   # a few ranges a turn
             ctx.copies.send_copies()
         msg = ctx.roles.comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, self._probed)

@@ -14,12 +14,14 @@ class Timers:
         self._final_taken = False
         self._start = 0.0
         self._next_snapshot = float("inf")
+        self.next_at = 0.0   # when tick has something to do (the loop calls it only then)
 
     def start(self, start: float) -> None:
         hooks = self.ctx.hooks
         self._start = start
         self._next_snapshot = (start + hooks.snapshot_every
                                if hooks.snapshot and hooks.snapshot_every else float("inf"))
+        self._plan()
 
     def tick(self, now: float) -> None:
         """A snapshot, a sample of the timeline, if due."""
@@ -31,6 +33,11 @@ class Timers:
             self._next_snapshot = start + (missed + 1) * every
         if self.timeline.due(now - start):
             self.sample(now - start)
+        self._plan()
+
+    def _plan(self) -> None:
+        snapshot = float("inf") if self._final_taken else self._next_snapshot
+        self.next_at = min(snapshot, self._start + self.timeline.next_due)
 
     def final_snapshot(self) -> None:
         """Every worker has finished: the last snapshot (once)."""
