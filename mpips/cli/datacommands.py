@@ -23,7 +23,7 @@ def _run_convert(args) -> None:
 
     from ..base.errors import ConfigError, MpipsError
     from ..base.log import say, setup
-    from ..data.shards import convert
+    from ..data.convert import convert
 
     world = MPI.COMM_WORLD
     log = setup(f"rank {world.rank}")

@@ -9,30 +9,21 @@ A dataset is a directory:
     part-NNNN.indices.npy         uint64[nnz]        feature keys
     part-NNNN.values.npy          float32[nnz]
 
-`convert` writes one part per converting rank, each from its own byte range of
-the text (its arrays go to scratch .raw files, then each .npy is written atomically,
-its header ahead of the raw bytes); `CsrShard` gives worker w of W the rows
-[N*w/W, N*(w+1)/W) without reading anything else.
+`convert` (data/convert.py) writes one part per converting rank; `CsrShard` gives worker w
+of W the rows [N*w/W, N*(w+1)/W) without reading anything else.
 """
 import contextlib
 import copy
 import json
 import logging
 import os
-import re
-import shutil
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..base.errors import ConfigError, InputError
-from ..base.files import atomic_file, write_bytes
-from ..kernels import distinct
 from ..kernels.csr import first_bad_label, first_bad_pointer
-from ..kernels.hashing import FIELD_SHIFT
-from ..ranks.bounded import wait_all
-from ..ranks.collectives import agree
-from .textfile import FIELDS, LIBFFM, Rows, TextShard, byte_range, check_file, sniff
+from .textfile import FIELDS, Rows, TextShard, byte_range, check_file, sniff
 
 log = logging.getLogger("mpips")
 
@@ -73,7 +64,7 @@ def distinct_keys(path: str) -> int | None:
         n = meta.get("distinct_keys")
         if not (isinstance(n, int) and n >= 0):
             return None
-        on_disk = sum(np.load(_part_file(path, p["name"], "indices"), mmap_mode="r").shape[0]
+        on_disk = sum(np.load(part_file(path, p["name"], "indices"), mmap_mode="r").shape[0]
                       for p in meta["parts"])
     except (ConfigError, OSError, ValueError, KeyError, TypeError):
         return None
@@ -90,7 +81,7 @@ def check_parts(path: str, meta: dict) -> None:
     says, and whole: from the .npy headers and the file sizes, without reading the data."""
     for part in meta["parts"]:
         for array, dtype in ARRAYS:
-            name = _part_file(path, part["name"], array)
+            name = part_file(path, part["name"], array)
             want = (_array_lengths(part)[array],)
             try:
                 with open(name, "rb") as f:
@@ -114,111 +105,8 @@ def check_parts(path: str, meta: dict) -> None:
                                   f"{expected:,} ({how})")
 
 
-def _part_file(path: str, part: str, array: str) -> str:
+def part_file(path: str, part: str, array: str) -> str:
     return os.path.join(path, f"{part}.{array}.npy")
-
-
-def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict:
-    """Convert byte range `rank` of `size` of the svmlight file `src` into part `rank`."""
-    name = f"part-{rank:04d}"
-    shard = TextShard(src, rank, size, skip_bad=skip_bad)
-    rows = nnz = 0
-    top = -1   # libffm: the largest field seen
-    keys = distinct.sketch()
-    with contextlib.ExitStack() as opened:
-        raw = {array: opened.enter_context(open(_part_file(dst, name, array) + ".raw", "wb"))
-               for array, _ in ARRAYS}
-        raw["indptr"].write(np.zeros(1, np.int64).tobytes())
-        for chunk in shard.rows():
-            distinct.add(keys, chunk.indices)
-            raw["labels"].write(chunk.labels.tobytes())
-            raw["indptr"].write((chunk.indptr[1:] + nnz).tobytes())
-            raw["indices"].write(chunk.indices.tobytes())
-            raw["values"].write(chunk.values.tobytes())
-            rows += len(chunk)
-            nnz += int(chunk.indptr[-1])
-            if shard.fmt is LIBFFM and chunk.indices.size:
-                top = max(top, int((chunk.indices >> FIELD_SHIFT).max()))
-    for array, dtype in ARRAYS:   # .npy needs the length up front: the raw bytes go behind it
-        npy = _part_file(dst, name, array)
-        size = os.path.getsize(npy + ".raw")
-        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                  "fortran_order": False, "shape": (size // np.dtype(dtype).itemsize,)}
-        with atomic_file(npy, "wb", tmp=npy + ".tmp", size=size) as out, \
-                open(npy + ".raw", "rb") as f:
-            np.lib.format.write_array_header_1_0(out, header)
-            shutil.copyfileobj(f, out, 64 << 20)
-        os.remove(npy + ".raw")
-    return {"name": name, "rows": rows, "nnz": nnz, "bad_lines": shard.bad_lines,
-            "fields": FIELDS.get(shard.fmt.name, top + 1), "keys": keys}
-
-
-# What `convert` writes in its output directory (and the temporary files on the way): only
-# these are removed when --overwrite replaces a converted dataset.
-WRITTEN = re.compile(r"meta\.json(\.tmp)?|part-\d{4,}\.(labels|indptr|indices|values)"
-                     r"\.npy(\.raw|\.tmp)?")
-
-
-def remove_dataset(dst: str) -> list:
-    """Remove the files `convert` wrote in `dst` (not the directory); returns what else is
-    there, which stays."""
-    kept = []
-    for name in sorted(os.listdir(dst)):
-        if WRITTEN.fullmatch(name) and os.path.isfile(os.path.join(dst, name)):
-            os.remove(os.path.join(dst, name))
-        else:
-            kept.append(name)
-    return kept
-
-
-def check_output(dst: str, overwrite: bool) -> None:
-    """ConfigError unless `dst` may be written: absent, or (with overwrite) an empty directory
-    or a converted dataset. Nothing else is ever deleted."""
-    if not os.path.exists(dst):
-        return
-    if not overwrite:
-        raise ConfigError(f"{dst} exists; choose another output, or pass --overwrite")
-    if not os.path.isdir(dst) or (os.listdir(dst) and not is_dataset(dst)):
-        raise ConfigError(f"{dst} is not a converted dataset: --overwrite replaces only those "
-                          f"(a directory with meta.json) or an empty directory")
-
-
-def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = False,
-            timeout: float = 3600.0) -> dict | None:
-    """Collective over `comm`: every rank converts its byte range of `src`; rank 0 writes
-    meta.json once all parts exist. Returns the metadata on rank 0."""
-    def check() -> None:
-        check_file(src, "IN")
-        check_output(dst, overwrite)
-
-    agree(comm, check, timeout)
-    if comm.rank == 0:
-        if os.path.isdir(dst):
-            kept = remove_dataset(dst)
-            if kept:
-                log.warning("left in place in %s, not written by mpips: %s", dst,
-                            ", ".join(kept))
-        else:
-            os.makedirs(dst)
-    wait_all([comm.Ibarrier()], timeout, lambda: "rank 0 to create the output directory")
-    part = write_part(src, dst, comm.rank, comm.size, skip_bad)
-    counts = np.array([part["rows"], part["nnz"], part["bad_lines"], part["fields"]], np.int64)
-    every = np.empty((comm.size, 4), np.int64)
-    sketches = np.empty((comm.size, distinct.REGISTERS), np.uint8)
-    wait_all([comm.Iallgather(counts, every), comm.Iallgather(part["keys"], sketches)], timeout,
-             lambda: "every rank to finish its part")
-    if comm.rank != 0:
-        return None
-    meta = {"format": FORMAT, "version": 1, "source": os.path.abspath(src),
-            "text_format": sniff(src).name,
-            "rows": int(every[:, 0].sum()), "nnz": int(every[:, 1].sum()),
-            "distinct_keys": distinct.estimate(sketches.max(axis=0)),
-            "bad_lines": int(every[:, 2].sum()), "fields": int(every[:, 3].max()),
-            "parts": [{"name": f"part-{r:04d}", "rows": int(every[r, 0]), "nnz": int(every[r, 1])}
-                      for r in range(comm.size)]}
-    write_bytes(os.path.join(dst, "meta.json"), json.dumps(meta, indent=2).encode(),
-                tmp=os.path.join(dst, "meta.json.tmp"))
-    return meta
 
 
 class CsrShard:
@@ -236,7 +124,7 @@ class CsrShard:
         self.parts = []
         for p in meta["parts"]:
             # Copy-on-write maps: writable array types, so the same compiled kernels apply.
-            arrays = {a: np.load(_part_file(path, p["name"], a), mmap_mode="c")
+            arrays = {a: np.load(part_file(path, p["name"], a), mmap_mode="c")
                       for a, _ in ARRAYS}
             self.parts.append(Rows(arrays["labels"], arrays["indptr"], arrays["indices"],
                                    arrays["values"]))
@@ -269,17 +157,17 @@ class CsrShard:
             name = meta["parts"][p]["name"]
             ends = (rows.indptr[0], rows.indptr[-1])
             if ends != (0, rows.indices.shape[0]):
-                raise InputError(f"{_part_file(self.path, name, 'indptr')}: starts at {ends[0]} "
+                raise InputError(f"{part_file(self.path, name, 'indptr')}: starts at {ends[0]} "
                                  f"and ends at {ends[1]}, not 0 and {rows.indices.shape[0]} "
                                  f"(the number of values): the file is damaged")
             bad = first_bad_pointer(rows.indptr[lo:hi + 1], rows.indices.shape[0])
             if bad >= 0:
-                raise InputError(f"{_part_file(self.path, name, 'indptr')}: row pointer "
+                raise InputError(f"{part_file(self.path, name, 'indptr')}: row pointer "
                                  f"{lo + bad} is {int(rows.indptr[lo + bad])}, out of order or "
                                  f"outside 0..{rows.indices.shape[0]}: the file is damaged")
             bad = first_bad_label(rows.labels[lo:hi])
             if bad >= 0:
-                raise InputError(f"{_part_file(self.path, name, 'labels')}: label of row "
+                raise InputError(f"{part_file(self.path, name, 'labels')}: label of row "
                                  f"{lo + bad} is {rows.labels[lo + bad]}, not 0 or 1: the file "
                                  f"is damaged")
 
@@ -389,7 +277,7 @@ def _empty_rows() -> Rows:
 def _checked_rows(path: str, part: str, a: int, b: int) -> Rows | None:
     """Rows [a, b) of a part of a converted dataset, or None if their pointers are damaged
     (the checks every rank agrees on report that; a sample only passes it by)."""
-    arrays = {name: np.load(_part_file(path, part, name), mmap_mode="r") for name, _ in ARRAYS}
+    arrays = {name: np.load(part_file(path, part, name), mmap_mode="r") for name, _ in ARRAYS}
     indptr = np.asarray(arrays["indptr"][a:b + 1])
     if indptr.shape[0] < 2 or first_bad_pointer(indptr, arrays["indices"].shape[0]) >= 0:
         return None

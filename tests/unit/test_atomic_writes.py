@@ -8,7 +8,7 @@ import pytest
 
 from mpips.base import files
 from mpips.base.errors import SaveError
-from mpips.data.shards import write_part
+from mpips.data.convert import write_part
 from mpips.data.synthetic import make_data
 
 

@@ -11,7 +11,8 @@ from mpips.base.budget import Budget
 from mpips.kernels import distinct
 from mpips.models.optimizer import Optimizer
 from mpips.job.server_part import _reserve
-from mpips.data.shards import convert, distinct_keys
+from mpips.data.convert import convert
+from mpips.data.shards import distinct_keys
 from mpips.server.store import KVStore
 
 

@@ -11,7 +11,8 @@ from support import cannot
 
 from mpips.data import shards
 from mpips.ranks.bounded import wait_until
-from mpips.data.shards import CsrShard, convert
+from mpips.data.convert import convert
+from mpips.data.shards import CsrShard
 
 PAGE = mmap.PAGESIZE
 

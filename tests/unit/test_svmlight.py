@@ -282,7 +282,8 @@ def test_features_per_row_samples_the_whole_file(tmp_path, caplog):
 def test_minibatches_resume_from_where_a_minibatch_starts(tmp_path, binary):
     from mpi4py import MPI
 
-    from mpips.data.shards import CsrShard, convert
+    from mpips.data.convert import convert
+    from mpips.data.shards import CsrShard
     lines = [f"{i % 2} {i}:1 {i + 1}:0.5" for i in range(1000)]
     path = _write(tmp_path, lines)
     if binary:
