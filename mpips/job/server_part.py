@@ -252,8 +252,8 @@ class ServerPart:
         # full-batch solver's).
         elastic = hot or (cfg.pipeline.stages == 1 and minibatch)
         # A full-batch job's checkpoints are by iterations, asked for by its driver.
-        by_clocks = (cfg.checkpointing.every or 0) if minibatch else 0   # None: not given
-        checkpoints = Checkpoints(by_clocks, cfg.checkpointing.seconds or 0.0, len(roles.servers),
+        by_clocks = cfg.checkpointing.every if minibatch else 0
+        checkpoints = Checkpoints(by_clocks, cfg.checkpointing.seconds, len(roles.servers),
                                   cfg.consistency.max_staleness == 0, self.positions)
         scoring = ((lambda s: Scoring(s, cfg, core_to_spare(roles) and not hot, hot))
                    if shared(cfg) else None)

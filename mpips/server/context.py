@@ -111,7 +111,7 @@ class ServerContext:
         self.stats = stats
         # This server's index, and who leads under which placement: asked several times for
         # every message, so found once per placement (a placement never changes).
-        self._index = roles.index if roles is not None else 0
+        self._index = roles.index
         self._lead_of: tuple[Placement | None, int] = (None, -1)
         self.handlers: dict[Op, Callable] = {}   # Op -> handler(source, request, buf)
         # The capabilities a job may go without (None: absent).

@@ -2,6 +2,8 @@
 push buffer, checkpoint coordination and the stop protocol; and how the server's modules reach
 each other."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -159,7 +161,7 @@ def test_timed_checkpoints_named_for_a_passed_clock_are_taken_when_reached():
 
 
 def test_an_operation_has_one_handler():
-    ctx = ServerContext(None, None, None, 1.0, None, None, None)
+    ctx = ServerContext(SimpleNamespace(index=0), None, None, 1.0, None, None, None)
     ctx.register({Op.PULL: print})
     with pytest.raises(ValueError, match="two handlers of PULL"):
         ctx.register({Op.PULL: repr})
@@ -175,7 +177,6 @@ class Sent:
 
 
 def stopping_lead(busy: bool = False):
-    from types import SimpleNamespace
 
     from mpips.server.context import Hooks
     from mpips.server.stopping import Stopping
