@@ -92,6 +92,8 @@ class Told(Protocol):
     """What the job around the server is told (server.context.Hooks)."""
     @property
     def placement_changed(self) -> Callable[[Placement], None]: ...
+    @property
+    def reached(self) -> Callable[[str, int, bool], bool]: ...
 
 
 class MembershipContext(Protocol):

@@ -74,6 +74,7 @@ class RangeMoves:
         self.move: Move | None = None
         self.floor = 0          # reads split by a placement older than this are refused
         self.asked = False      # a clock is being agreed (MOVE_ASK taken, no MOVE_AT yet)
+        self.asks = 0           # MOVE_ASKs taken (a test event's point: `move K`)
         ctx.copies.on_whole.append(self._whole)
 
     def handlers(self) -> dict:
@@ -92,6 +93,8 @@ class RangeMoves:
 
     def on_ask(self, source: int, r, buf) -> None:
         s = self.ctx
+        self.asks += 1
+        s.hooks.reached("move", self.asks, s.lead)
         highest, load = self.figures(hold=messages.MoveAsk.of(r.header).hold)
         s.send(messages.MoveClock(highest + 1, load).pack(), source)
 

@@ -28,6 +28,9 @@ Points:
   scoring       the rank starts its part of scoring the test file
   saving        a server: training and scoring are over and it is about to write its part of
                 the final model (no file of it written yet)
+  move K        a server other than the lead has been asked, for the K-th time in this
+                launch, for its figures of a move of key ranges (MOVE_ASK) and has not yet
+                answered
   chunk K       a worker starts scoring the K-th chunk of the test file handed to it (its
                 part, where the file is not handed out in chunks, is its chunk 1)
 
@@ -56,7 +59,7 @@ FROM_ENVIRONMENT = "MPIPS_TEST_EVENTS"
 RECORDS = "test-events"   # in the run's directory: the events fired so far
 SIGNALS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "stop": signal.SIGUSR1,
            "term": signal.SIGTERM}
-POINTS = ("clock", "epoch", "checkpoint", "iteration", "scoring", "saving", "chunk")
+POINTS = ("clock", "epoch", "checkpoint", "iteration", "scoring", "saving", "chunk", "move")
 UNNUMBERED = ("scoring", "saving")   # points reached once, without a number
 
 _EVENT = re.compile(
@@ -64,7 +67,7 @@ _EVENT = re.compile(
     r"|busy rank (?P<busy>\d+) for (?P<busy_s>[\d.]+) ?s"
     r"|pause rank (?P<paused>\d+) until (?P<file>\S+)"
     r"|ctl (?P<command>[a-z-]+)(?: (?P<target>\d+))?)"
-    r" at (?P<point>clock|epoch|checkpoint|iteration|scoring|saving|chunk)(?: (?P<value>\d+))?$")
+    rf" at (?P<point>{'|'.join(POINTS)})(?: (?P<value>\d+))?$")
 
 
 class EventError(ValueError):
@@ -153,6 +156,8 @@ def check(texts, n_ranks: int, n_servers: int, full_batch: bool) -> None:
                              f"handed no chunks under ULFM: name a worker")
         if e.point == "checkpoint" and not server:
             raise EventError(f"--test-event {text!r}: only servers write checkpoints")
+        if e.point == "move" and not server:
+            raise EventError(f"--test-event {text!r}: only servers are asked about a move")
         if e.point == "saving" and not server:
             raise EventError(f"--test-event {text!r}: only servers save the model")
         if e.action == "busy" and e.point == "iteration":

@@ -263,12 +263,13 @@ def test_with_two_copies_of_each_key_a_join_and_a_leave_end_on_the_same_bits(
 
 def test_a_server_that_freezes_while_a_move_is_agreed_stops_the_job_resumably(small_data,
                                                                                tmp_path):
-    """Under ULFM: server 1 freezes for good at clock 10, where the lead asks for a spare to
-    join: server 1 never says its clock, the failure detector takes it for dead, and a death
-    during a move is one the job cannot go on from: every rank stops with exit 75 (the
-    requeue template resumes it), and the request is never answered."""
+    """Under ULFM: the lead asks for a spare to join at clock 10, and server 1 freezes for
+    good as it is asked for its figures of the move (MOVE_ASK): it never answers, the failure
+    detector takes it for dead, and a death during a move is one the job cannot go on from:
+    every rank stops with exit 75 (the requeue template resumes it), and the request is never
+    answered. (Both events are reached one after the other: the freeze cannot come first.)"""
     run = tmp_path / "run"
-    freeze = "freeze rank 1 at clock 10"
+    freeze = "freeze rank 1 at move 1"
     job = train(small_data, run, "bsp", "--replicas", 2, *events(freeze, JOIN), watched=True,
                 launcher=ULFM)
     # The job ends without a summary; the frozen rank is SIGKILLed if the launcher left it.
