@@ -8,10 +8,11 @@ import shutil
 
 import pytest
 from support import ULFM, fired, read_summary, run_job, run_mpips
-from watch import WatchedJob, complete_checkpoints, frozen_by_event_to_the_end
+from watch import WatchedJob, complete_checkpoints, frozen_by_event_to_the_end, wait_for_file
 
 from mpips.storage.checkpoint import read_manifest
 from mpips.ranks.exits import NOT_SCORED
+from mpips.run.testevents import record
 
 # 2 servers + 3 workers (ranks 2, 3, 4); 34 clocks an epoch each, a checkpoint every 25
 # clocks (all kept). Worker 1 (rank 3) dies at its clock 40, in its second epoch: every push
@@ -124,14 +125,21 @@ def test_a_worker_dead_while_scoring_leaves_its_chunks_to_the_others(small_data,
                                                                      tmp_path, event):
     """The model is whole: the living workers score the whole test file, the dead worker's
     chunks too (at chunk 2 it dies holding the scores of two), with the same figures, bit
-    for bit, as the uninterrupted run's."""
+    for bit, as the uninterrupted run's. For `chunk 2`, the other workers pause at their own
+    second chunk until worker 1 has died: worker 1 (rank 3) is sure to be handed a second."""
     run = tmp_path / "run"
-    job = launch(small_data, run, "--test-event", event)
+    go = tmp_path / "go"
+    others = [f"pause rank {r} until {go} at chunk 2" for r in (2, 4)] \
+        if event.endswith("chunk 2") else []
+    job = launch(small_data, run, *(a for e in [event, *others] for a in ("--test-event", e)))
+    if others:
+        wait_for_file(job, record(run, event))   # the kill fired: the others go on
+        go.touch()
     ended = (frozen_by_event_to_the_end(job, run, 3, event) if event.startswith("freeze")
              else job.finish(timeout=300))
     assert ended.returncode == 0, ended.output
     fired(ended, event)
-    if event.endswith("chunk 2"):
+    if others:
         assert "worker 1 died holding the scores of 2 chunk(s) of the test file" in ended.output
     s = read_summary(run)
     assert s["status"] == "complete" and s["test_examples"] == TEST_ROWS
