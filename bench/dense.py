@@ -9,8 +9,8 @@ servers; the worker times x.dot(y) and y.axpy(a, x) (bytes each server reads and
 per second, per server), and the same dot after gathering both vectors to itself; every
 server first times a copy and a dot of local arrays of the size it holds (its memory
 bandwidth: both at once, as they run the operations), in the same run. Part 2: `mpips train
---solver lbfgs` (2 servers + 2 workers) and scikit-learn's lbfgs on the census-like set, same
-L2: wall time and objective.
+--solver lbfgs` (1 server + 1 worker, and 2 + 2) and scikit-learn's lbfgs on the census-like
+set, same L2, runs alternating: solver time (median), its ratio to scikit-learn's, objective.
 Writes bench/results/dense.json.
 """
 import argparse
@@ -90,7 +90,12 @@ def mpiexec() -> str:
     return os.environ.get("MPIEXEC") or (beside if os.path.exists(beside) else "mpiexec")
 
 
-def lbfgs_vs_sklearn(rows: int) -> dict:
+LAYOUTS = ((1, 1), (2, 2))   # (servers, workers) of the L-BFGS runs
+
+
+def lbfgs_vs_sklearn(rows: int, repeats: int) -> dict:
+    """mpips's L-BFGS on each of LAYOUTS and scikit-learn's on the same rows and objective:
+    solver seconds (the median of `repeats` runs each, alternating), iterations, objectives."""
     import scipy.sparse as sp
     from sklearn.linear_model import LogisticRegression
 
@@ -100,15 +105,6 @@ def lbfgs_vs_sklearn(rows: int) -> dict:
         subprocess.run([sys.executable, "-m", "mpips", "make-data", "--kind", "census",
                         "--rows", str(rows), "--seed", "1", prefix], check=True,
                        capture_output=True)
-    run_dir = os.path.join(HERE, "out", "dense-lbfgs")
-    started = time.perf_counter()
-    subprocess.run([mpiexec(), "-n", "4", sys.executable, "-m", "mpips", "train", "--servers",
-                    "2", "--solver", "lbfgs", "--l2", str(L2), "--dim", str(DIM), "--train",
-                    prefix + ".train.svm", "--out", run_dir, "--overwrite"], check=True,
-                   capture_output=True)
-    wall = time.perf_counter() - started
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        solver = json.load(f)["solver"]
     data = read_rows(prefix + ".train.svm")
     n = len(data)
     cols = np.concatenate([(data.indices % np.uint64(DIM)).astype(np.int64), np.full(n, DIM)])
@@ -116,19 +112,43 @@ def lbfgs_vs_sklearn(rows: int) -> dict:
     X = sp.csr_matrix((np.concatenate([data.values.astype(float), np.ones(n)]), (which, cols)),
                       shape=(n, DIM + 1))
     y = data.labels.astype(float)
-    t = time.perf_counter()
-    model = LogisticRegression(C=1 / (L2 * n), fit_intercept=False, tol=1e-10,
-                               max_iter=100000).fit(X, y)
-    sk_s = time.perf_counter() - t
+    runs: dict = {f"{s}+{w}": [] for s, w in LAYOUTS}
+    sk_times = []
+    for _ in range(repeats):
+        for servers, workers in LAYOUTS:
+            runs[f"{servers}+{workers}"].append(_mpips_lbfgs(prefix, servers, workers))
+        t = time.perf_counter()
+        model = LogisticRegression(C=1 / (L2 * n), fit_intercept=False, tol=1e-10,
+                                   max_iter=100000).fit(X, y)
+        sk_times.append(time.perf_counter() - t)
     w = model.coef_.ravel()
     z = X @ w
     sk_f = float(np.mean(np.logaddexp(0, z) - y * z) + L2 / 2 * w @ w)
-    return {"rows": n, "dim": DIM, "l2": L2, "mpips_objective": solver["objective"],
-            "mpips_iterations": solver["iterations"],
-            "mpips_solver_s": solver["steps"][-1]["seconds"],
-            "mpips_wall_s": wall, "sklearn_objective": sk_f, "sklearn_s": sk_s,
-            "sklearn_iterations": int(model.n_iter_[0]),
-            "relative_gap": (solver["objective"] - sk_f) / sk_f}
+    sk_s = float(np.median(sk_times))
+    layouts = {}
+    for name, results in runs.items():
+        solver_s = float(np.median([r["solver_s"] for r in results]))
+        last = results[-1]
+        layouts[name] = {**last, "solver_s": solver_s, "vs_sklearn": solver_s / sk_s,
+                         "relative_gap": (last["objective"] - sk_f) / sk_f}
+    return {"rows": n, "dim": DIM, "l2": L2, "repeats": repeats, "sklearn_objective": sk_f,
+            "sklearn_s": sk_s, "sklearn_iterations": int(model.n_iter_[0]),
+            "mpips": layouts}
+
+
+def _mpips_lbfgs(prefix: str, servers: int, workers: int) -> dict:
+    run_dir = os.path.join(HERE, "out", f"dense-lbfgs-{servers}-{workers}")
+    started = time.perf_counter()
+    subprocess.run([mpiexec(), "-n", str(servers + workers), sys.executable, "-m", "mpips",
+                    "train", "--servers", str(servers), "--solver", "lbfgs", "--l2", str(L2),
+                    "--dim", str(DIM), "--train", prefix + ".train.svm", "--out", run_dir,
+                    "--overwrite"], check=True, capture_output=True)
+    wall = time.perf_counter() - started
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        solver = json.load(f)["solver"]
+    return {"objective": solver["objective"], "iterations": solver["iterations"],
+            "evaluations": solver["steps"][-1]["evaluations"],
+            "solver_s": solver["steps"][-1]["seconds"], "wall_s": wall}
 
 
 def main() -> None:
@@ -137,6 +157,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1 << 24)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--data-rows", type=int, default=100_000)
+    parser.add_argument("--fit-repeats", type=int, default=3,
+                        help="L-BFGS runs of each layout and of scikit-learn (medians)")
     parser.add_argument("--on-ranks", metavar="JSON", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "dense.json"))
     args = parser.parse_args()
@@ -166,13 +188,16 @@ def main() -> None:
     print(f"dot on the servers {ops['dot_s'] * 1e3:.1f} ms; pulling both vectors to the worker "
           f"and dotting there {ops['pulled_dot_s'] * 1e3:.1f} ms "
           f"({ops['pulled_dot_s'] / ops['dot_s']:.0f}x longer)")
-    fit = lbfgs_vs_sklearn(args.data_rows)
-    print(f"L-BFGS, {fit['rows']:,} census-like rows, dim {fit['dim']}, l2 {fit['l2']:g}: "
-          f"mpips {fit['mpips_solver_s']:.1f} s in the solver ({fit['mpips_wall_s']:.1f} s "
-          f"with start-up), {fit['mpips_iterations']} iterations, objective "
-          f"{fit['mpips_objective']:.10f}; scikit-learn {fit['sklearn_s']:.1f} s, "
-          f"{fit['sklearn_iterations']} iterations, {fit['sklearn_objective']:.10f} "
-          f"(relative gap {fit['relative_gap']:.1e})")
+    fit = lbfgs_vs_sklearn(args.data_rows, args.fit_repeats)
+    print(f"L-BFGS, {fit['rows']:,} census-like rows, dim {fit['dim']}, l2 {fit['l2']:g} "
+          f"(medians of {fit['repeats']} runs, side by side):")
+    print(f"{'':16} {'solver s':>9} {'vs sklearn':>11} {'iterations':>11} {'objective':>14} "
+          f"{'rel. gap':>9}")
+    for name, m in fit["mpips"].items():
+        print(f"{'mpips ' + name:16} {m['solver_s']:>9.2f} {m['vs_sklearn']:>10.2f}x "
+              f"{m['iterations']:>11} {m['objective']:>14.10f} {m['relative_gap']:>9.1e}")
+    print(f"{'scikit-learn':16} {fit['sklearn_s']:>9.2f} {1.0:>10.2f}x "
+          f"{fit['sklearn_iterations']:>11} {fit['sklearn_objective']:>14.10f}")
     save(args.out, "dense", cpus=os.cpu_count(), machine=platform.machine(), operations=ops,
          memory={"copy_gbs": mem_copy, "dot_gbs": mem_dot}, lbfgs=fit)
 

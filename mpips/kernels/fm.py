@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from .hashing import mix64
-from .logistic import _logloss, _sigmoid
+from .logistic import logloss_and_sigmoid
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _TO_UNIT = 1.0 / 18446744073709551616.0   # 2^-64
@@ -65,8 +65,9 @@ def fm_gradient(indptr, cols, vals, labels, bias_col, w, grad):
     for r in range(n_rows):
         m = _margin(indptr, cols, vals, bias_col, w, r, sums)
         y = np.float64(labels[r])
-        loss += _logloss(m, y)
-        d = _sigmoid(m) - y
+        row_loss, sigmoid = logloss_and_sigmoid(m, y)
+        loss += row_loss
+        d = sigmoid - y
         for p in range(indptr[r], indptr[r + 1]):
             c, x = cols[p], np.float64(vals[p])
             grad[c, 0] += d * x

@@ -18,7 +18,7 @@ class Backoff:
     """Yield between polls for the first `spin` seconds of a wait, then sleep from `first`
     up to `longest` seconds, doubling."""
 
-    def __init__(self, spin: float = 2e-3, first: float = 5e-5, longest: float = 1e-3):
+    def __init__(self, spin: float = 2e-3, first: float = 5e-5, longest: float = 2e-4):
         self.spin, self.first, self.longest = spin, first, longest
         self.reset()
 

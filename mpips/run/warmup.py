@@ -143,7 +143,8 @@ def _full_batch(batch) -> None:
     """A full-batch job's steps (job/fullbatch_part, server/dense_tables) on one tiny table."""
     from ..data.dense_rows import Part
     from ..kernels import elementwise
-    from ..server.dense_tables import FUNCTIONS, DenseTables
+    from ..server.dense_functions import FUNCTIONS
+    from ..server.dense_tables import DenseTables
     from ..wire.dense_layout import Layout, name_id
     part = Part(batch, dim=4, bias=True)
     w = np.zeros(part.coords.shape[0])
@@ -155,7 +156,8 @@ def _full_batch(batch) -> None:
     names = [x, y, x]
     for name, f in FUNCTIONS.items():
         ints = {"map": [name_id("abs")], "zip": [name_id("multiply")],
-                "scatter_add": [1, 1]}.get(f.name)
+                "scatter_add": [1, 1], "gram": [2, name_id("x"), name_id("y"), 1],
+                "combine": [2, name_id("x"), name_id("y")]}.get(f.name)
         if f.name in ("create", "free", "checkpoint", "save", "load", "restore"):
             continue
         for kernel in ((elementwise.MAPS if f.name == "map" else elementwise.ZIPS)
@@ -165,7 +167,8 @@ def _full_batch(batch) -> None:
             rows = np.array([0, 1], np.uint64) if f.name in ("gather", "scatter_add") else None
             fields, payload = protocol.dense_payload(
                 [name, *(name_id(t.name) for t in names[:f.tables]), *(ints or [])],
-                [1.0] * f.scalars, rows, np.ones(2) if f.name == "scatter_add" else None)
+                [1.0] * (1 if f.name == "combine" else f.scalars), rows,
+                np.ones(2) if f.name == "scatter_add" else None)
             message = protocol.pack(protocol.Header(Op.DENSE, **fields), *payload)
             tables.call(0, protocol.header(message), message)
     Layout(5, 1, 2).by_server(np.array([0, 3], np.uint64), Placement(2))

@@ -14,10 +14,10 @@ When a server dies, its backups answer for its blocks at once; a server that hol
 anew gets its blocks from the range's primary when a worker asks for `restore` (at a moment
 no worker writes), and drops writes to them until then.
 
-Functions are registered here by name, in the spirit of Angel's PS functions: a request
-carries the name's number (`dense_layout.name_id`), never code. To add an operation: write
-`def f(tables, call) -> np.ndarray` and `@register` it with the numbers of tables,
-integers and scalars it takes, and whether it reads.
+Functions are registered by name, in the spirit of Angel's PS functions: a request carries
+the name's number (`dense_layout.name_id`), never code. The registry and the vector
+operations are `dense_functions`'; those that manage tables (create, free, checkpoint,
+restore, save, load) are here.
 
 No MPI here: the server's loop hands requests to `DenseTables.handlers()`, and lends it a
 link to other servers for `restore`.
@@ -36,12 +36,12 @@ import numpy as np
 from ..base.budget import Budget
 from ..base.errors import ProtocolError, SaveError
 from ..base.files import write_hdf5
-from ..kernels import dense, elementwise
 from ..storage.dense_files import index_of, read_blocks
 from ..wire import protocol
-from ..wire.dense_layout import MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
+from ..wire.dense_layout import MAX_LISTED, MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
 from ..wire.placement import describe_ranges
 from ..wire.protocol import Op
+from .dense_functions import FUNCTIONS, NOTHING, Call, register
 
 if TYPE_CHECKING:
     from .context import ServerContext
@@ -57,42 +57,6 @@ class Table:
 
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self.blocks.values())
-
-
-@dataclass
-class Call:
-    """One DENSE request, as read from the wire."""
-    worker: int
-    version: int        # the placement the worker split the request by
-    ids: list           # the tables' numbers
-    tables: list        # Table objects named (create: None)
-    ints: np.ndarray    # the function's integer arguments
-    scalars: np.ndarray
-    indices: np.ndarray  # rows (gather, scatter_add), sorted
-    values: np.ndarray
-
-
-@dataclass(frozen=True)
-class Function:
-    name: str
-    tables: int      # how many tables it names
-    ints: int        # integer arguments (-1: any number)
-    scalars: int
-    run: Callable
-    reads: bool      # answers for the blocks this server is primary of (see module doc)
-
-
-FUNCTIONS: dict = {}
-MAP_IDS = {name_id(n): f for n, f in elementwise.MAPS.items()}
-ZIP_IDS = {name_id(n): f for n, f in elementwise.ZIPS.items()}
-
-
-def register(name: str, tables: int, ints: int = 0, scalars: int = 0, reads: bool = False):
-    def add(run):
-        FUNCTIONS[name_id(name)] = Function(name, tables, ints, scalars, run, reads)
-        return run
-    return add
-
 
 
 class DenseTables:
@@ -205,14 +169,17 @@ class DenseTables:
                                 f"({int(ints[0]) if ints.shape[0] else 'none'})")
         named = ints[1:1 + function.tables]
         args = ints[1 + function.tables:]
+        listed: list = []
+        if function.listed:   # the integers: the count of tables, them, then its own
+            listed, args = self.listed(args, function.name)
         if named.shape[0] != function.tables or (function.ints >= 0
                                                  and args.shape[0] != function.ints) \
-                or scalars.shape[0] != function.scalars:
+                or (function.scalars >= 0 and scalars.shape[0] != function.scalars):
             raise ProtocolError(f"DENSE {function.name} with {named.shape[0]} table(s), "
                                 f"{args.shape[0]} integer(s) and {scalars.shape[0]} "
                                 f"scalar(s); it takes {function.tables}, {function.ints} and "
                                 f"{function.scalars}")
-        tables = []
+        tables = listed
         for tid in named.tolist():
             if tid not in self.tables and function.name != "create":
                 raise ProtocolError(f"DENSE {function.name} of table {tid}, which does not "
@@ -226,6 +193,27 @@ class DenseTables:
         if function.reads and call.version != self.placement.version:
             return np.array([float(self.placement.version)])   # the worker asks again
         return function.run(self, call)
+
+    def listed(self, ints: np.ndarray, what: str) -> tuple[list, np.ndarray]:
+        """(the tables, the integers after them) of a `listed` function's integers: [k, k
+        table numbers, its own integers]; the tables exist here, all of one shape."""
+        k = int(ints[0]) if ints.shape[0] else 0
+        if not 0 < k < ints.shape[0] or k > MAX_LISTED:
+            raise ProtocolError(f"DENSE {what} of {k} tables in {ints.shape[0]} integers (at "
+                                f"most {MAX_LISTED} tables)")
+        tables = []
+        for tid in ints[1:1 + k].tolist():
+            if tid not in self.tables:
+                raise ProtocolError(f"DENSE {what} of table {tid}, which does not exist on "
+                                    f"this server")
+            tables.append(self.tables[tid])
+        first = tables[0].layout
+        for t in tables[1:]:
+            if (t.layout.n, t.layout.width, t.layout.block_rows) != (first.n, first.width,
+                                                                       first.block_rows):
+                raise ProtocolError(f"DENSE {what} of tables {tables[0].name!r} and {t.name!r}"
+                                    f", which differ in shape")
+        return tables, ints[1 + k:]
 
     def rows_here(self, table: Table, indices: np.ndarray, what: str,
                   drop_incoming: bool = False) -> list:
@@ -255,18 +243,6 @@ class DenseTables:
         return runs
 
 
-def _same_shape(call: Call, what: str) -> None:
-    first = call.tables[0].layout
-    for t in call.tables[1:]:
-        if (t.layout.n, t.layout.width) != (first.n, first.width):
-            raise ProtocolError(f"DENSE {what} of tables {call.tables[0].name!r} "
-                                f"({first.n} x {first.width}) and {t.name!r} "
-                                f"({t.layout.n} x {t.layout.width})")
-
-
-_NOTHING = np.empty(0)
-
-
 @register("create", tables=1, ints=-1)
 def _create(tables: DenseTables, call: Call) -> np.ndarray:
     if call.ints.shape[0] < 3:
@@ -282,7 +258,7 @@ def _create(tables: DenseTables, call: Call) -> np.ndarray:
         raise ProtocolError(f"DENSE create of table {tid} named {name!r}, whose number is "
                             f"{name_id(name)}")
     tables.create(name, Layout(n, width, block_rows))
-    return _NOTHING
+    return NOTHING
 
 
 @register("checkpoint", tables=0, ints=1, reads=True)
@@ -337,136 +313,7 @@ def _restore(tables: DenseTables, call: Call) -> np.ndarray:
 @register("free", tables=1)
 def _free(tables: DenseTables, call: Call) -> np.ndarray:
     tables.budget.release(tables.tables.pop(call.ids[0]).nbytes())
-    return _NOTHING
-
-
-@register("fill", tables=1, scalars=1)
-def _fill(tables: DenseTables, call: Call) -> np.ndarray:
-    for block in call.tables[0].blocks.values():
-        block.fill(call.scalars[0])
-    return _NOTHING
-
-
-@register("copy", tables=2)
-def _copy(tables: DenseTables, call: Call) -> np.ndarray:
-    """tables[0] = tables[1]."""
-    _same_shape(call, "copy")
-    out, src = call.tables
-    for b, block in out.blocks.items():
-        np.copyto(block, src.blocks[b])
-    return _NOTHING
-
-
-@register("scale", tables=1, scalars=1)
-def _scale(tables: DenseTables, call: Call) -> np.ndarray:
-    for block in call.tables[0].blocks.values():
-        dense.scale(call.scalars[0], block)
-    return _NOTHING
-
-
-@register("axpy", tables=2, scalars=1)
-def _axpy(tables: DenseTables, call: Call) -> np.ndarray:
-    """tables[0] += a * tables[1]."""
-    _same_shape(call, "axpy")
-    y, x = call.tables
-    for b, block in y.blocks.items():
-        dense.axpy(call.scalars[0], x.blocks[b], block)
-    return _NOTHING
-
-
-def _partials(tables: DenseTables, table: Table, per_block) -> np.ndarray:
-    """[placement version, one partial per block this server answers for, in order]."""
-    return np.array([float(tables.placement.version),
-                     *(per_block(b) for b in tables.answers(table))])
-
-
-@register("dot", tables=2, reads=True)
-def _dot(tables: DenseTables, call: Call) -> np.ndarray:
-    _same_shape(call, "dot")
-    x, y = call.tables
-    return _partials(tables, x, lambda b: dense.dot(x.blocks[b], y.blocks[b]))
-
-
-@register("nrm2", tables=1, reads=True)
-def _nrm2(tables: DenseTables, call: Call) -> np.ndarray:
-    """Sums of squares (the client takes the root of the total)."""
-    x = call.tables[0]
-    return _partials(tables, x, lambda b: dense.dot(x.blocks[b], x.blocks[b]))
-
-
-@register("sum", tables=1, reads=True)
-def _sum(tables: DenseTables, call: Call) -> np.ndarray:
-    x = call.tables[0]
-    return _partials(tables, x, lambda b: dense.total(x.blocks[b]))
-
-
-def _elementwise(call: Call, kernels: dict, what: str) -> np.ndarray:
-    """tables[0] = f(tables[1:], a), block by block, f the kernel `ints[0]` names."""
-    kernel = kernels.get(int(call.ints[0]))
-    if kernel is None:
-        raise ProtocolError(f"DENSE {what} with no function numbered {int(call.ints[0])}")
-    _same_shape(call, what)
-    out, *inputs = call.tables
-    for b, block in out.blocks.items():
-        kernel(*(t.blocks[b] for t in inputs), block, call.scalars[0])
-    return _NOTHING
-
-
-@register("map", tables=2, ints=1, scalars=1)
-def _map(tables: DenseTables, call: Call) -> np.ndarray:
-    """tables[0] = f(tables[1], a) for a function of elementwise.MAPS."""
-    return _elementwise(call, MAP_IDS, "map")
-
-
-@register("zip", tables=3, ints=1, scalars=1)
-def _zip(tables: DenseTables, call: Call) -> np.ndarray:
-    """tables[0] = f(tables[1], tables[2], a) for a function of elementwise.ZIPS."""
-    return _elementwise(call, ZIP_IDS, "zip")
-
-
-@register("gather", tables=1, reads=True)
-def _gather(tables: DenseTables, call: Call) -> np.ndarray:
-    """[placement version, the rows asked for]."""
-    table = call.tables[0]
-    width = table.layout.width
-    out = np.empty(1 + call.indices.shape[0] * width)
-    out[0] = tables.placement.version
-    rows = out[1:].reshape(-1, width)
-    for b, first, end, offsets in tables.rows_here(table, call.indices, "gather"):
-        rows[first:end] = table.blocks[b].reshape(-1, width)[offsets]
-    return out
-
-
-@register("scatter_add", tables=1, ints=2)
-def _scatter_add(tables: DenseTables, call: Call) -> np.ndarray:
-    """tables[0][rows] += values. Integers: the round and how many workers add to it; a
-    round's additions apply once all have arrived, in worker order, so that the sum has
-    the same bits whatever order they arrived in."""
-    table = call.tables[0]
-    round_, contributors = (int(x) for x in call.ints)
-    if not 0 < contributors <= tables.n_workers:
-        raise ProtocolError(f"DENSE scatter_add awaiting {contributors} workers; the job has "
-                            f"{tables.n_workers}")
-    if call.values.shape[0] != call.indices.shape[0] * table.layout.width:
-        raise ProtocolError(f"DENSE scatter_add of {call.indices.shape[0]} rows with "
-                            f"{call.values.shape[0]} values; table {table.name!r} has width "
-                            f"{table.layout.width}")
-    runs = tables.rows_here(table, call.indices, "scatter_add", drop_incoming=True)
-    key = (name_id(table.name), round_)
-    pending = tables.rounds.setdefault(key, {})
-    if call.worker in pending:
-        raise ProtocolError(f"DENSE scatter_add to round {round_} of table {table.name!r} "
-                            f"twice")
-    pending[call.worker] = (runs, call.values.copy())
-    if len(pending) == contributors:
-        width = table.layout.width
-        for worker in sorted(pending):
-            runs, values = pending[worker]
-            values = values.reshape(-1, width)
-            for b, first, end, offsets in runs:
-                table.blocks[b].reshape(-1, width)[offsets] += values[first:end]
-        del tables.rounds[key]
-    return _NOTHING
+    return NOTHING
 
 
 PATH_LIMIT = 4096   # bytes of a directory's path in a request

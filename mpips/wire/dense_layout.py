@@ -13,6 +13,7 @@ from ..kernels.hashing import group_by_owner
 BLOCK_ROWS = 1 << 16   # 512 KiB of one-wide rows: long runs for the kernels, many blocks
 MAX_ROWS = 1 << 40
 NAME_LIMIT = 64        # bytes of a table's name
+MAX_LISTED = 4096      # tables one operation may name (gram, combine)
 
 
 def name_id(name: str) -> int:

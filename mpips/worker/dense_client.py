@@ -10,6 +10,8 @@ own blocks, so no rank ever holds a whole table.
     w.gather(rows)                          # the rows a worker's data touches
     g.scatter_add(rows, values, workers=4)  # one of 4 workers' parts of a sum
     w.map("sign", g); w.zip("multiply", g, d)   # named kernels (kernels/elementwise)
+    d.combine([0.5, -2.0], [w, g])          # d = 0.5 w - 2 g, in one request
+    ps.gram([w, g], [w, g, d])              # the 2 x 3 dot products, in one request
     ps.save("out/tables", w, g)             # one HDF5 file per server, and tables.json
     ps.load("out/tables")                   # {"w": w, "g": g}, on any number of servers
 
@@ -31,7 +33,15 @@ from ..base.files import write_json
 from ..kernels import elementwise
 from ..storage.dense_files import INDEX, INDEX_FORMAT, index_of
 from ..wire import protocol
-from ..wire.dense_layout import BLOCK_ROWS, MAX_ROWS, NAME_LIMIT, Layout, name_id, name_words
+from ..wire.dense_layout import (
+    BLOCK_ROWS,
+    MAX_LISTED,
+    MAX_ROWS,
+    NAME_LIMIT,
+    Layout,
+    name_id,
+    name_words,
+)
 from ..wire.protocol import Op
 
 
@@ -113,6 +123,27 @@ class DenseClient:
         self._restored = self.kv.placement.version
         return int(sum(r[0] for r in replies.values()))
 
+    def gram(self, rows: list, columns: list) -> np.ndarray:
+        """float64[len(rows), len(columns)]: the dot product of each table of `rows` with
+        each of `columns` (all of one shape), in one request; each entry has the bits
+        `rows[i].dot(columns[j])` gives."""
+        listed = rows + [c for c in columns if all(c is not r for r in rows)]
+        at = [next(k for k, t in enumerate(listed) if t is c) for c in columns]
+        if not rows or len(listed) > MAX_LISTED:
+            raise ValueError(f"gram of {len(rows)} row table(s) and {len(listed)} in all "
+                             f"(at least one row, at most {MAX_LISTED} tables)")
+        first = rows[0]
+        first.with_same_shape(*listed[1:])
+        p, k = len(rows), len(listed)
+
+        def plan(placement):
+            return None, {s: first.layout.blocks_of(placement, s).shape[0] * p * k
+                          for s in self.kv.living()}
+        replies = self.read("gram", [], plan, ints=[k, *(t.id for t in listed), p])
+        partials = np.concatenate([r.reshape(-1, p * k) for r in replies.values()])
+        out = np.array([math.fsum(partials[:, i].tolist()) for i in range(p * k)])
+        return out.reshape(p, k)[:, at]
+
     def _one_each(self, placement) -> tuple:
         return None, dict.fromkeys(self.kv.living(), 1)
 
@@ -184,10 +215,12 @@ class Dense:
         replies = self.client.read(function, tables, plan)
         return math.fsum(np.concatenate(list(replies.values())).tolist())
 
-    def _like(self, *others: "Dense") -> list:
+    def with_same_shape(self, *others: "Dense") -> list:
+        """[self, *others], every one of self's shape and blocks (ValueError otherwise)."""
         for o in others:
-            if (o.layout.n, o.layout.width) != (self.layout.n, self.layout.width):
-                raise ValueError(f"{o!r} and {self!r} differ in shape")
+            if o.layout != self.layout:
+                raise ValueError(f"{o!r} and {self!r} differ in shape"
+                                 f"{' or blocks' if o.shape == self.shape else ''}")
         return [self, *others]
 
     def fill(self, value: float) -> "Dense":
@@ -196,7 +229,7 @@ class Dense:
 
     def copy(self, x: "Dense") -> "Dense":
         """self = x."""
-        self.run_everywhere("copy", self._like(x))
+        self.run_everywhere("copy", self.with_same_shape(x))
         return self
 
     def scale(self, a: float) -> "Dense":
@@ -205,11 +238,11 @@ class Dense:
 
     def axpy(self, a: float, x: "Dense") -> "Dense":
         """self += a * x."""
-        self.run_everywhere("axpy", self._like(x), scalars=[a])
+        self.run_everywhere("axpy", self.with_same_shape(x), scalars=[a])
         return self
 
     def dot(self, x: "Dense") -> float:
-        return self._reduce("dot", self._like(x))
+        return self._reduce("dot", self.with_same_shape(x))
 
     def nrm2(self) -> float:
         return float(np.sqrt(self._reduce("nrm2", [self])))
@@ -222,7 +255,7 @@ class Dense:
         if function not in elementwise.MAPS:
             raise ValueError(f"no element-wise function {function!r}; there are "
                              f"{sorted(elementwise.MAPS)}")
-        self.run_everywhere("map", self._like(x), ints=[name_id(function)], scalars=[a])
+        self.run_everywhere("map", self.with_same_shape(x), ints=[name_id(function)], scalars=[a])
         return self
 
     def zip(self, function: str, x: "Dense", y: "Dense", a: float = 0.0) -> "Dense":
@@ -230,7 +263,22 @@ class Dense:
         if function not in elementwise.ZIPS:
             raise ValueError(f"no element-wise function {function!r}; there are "
                              f"{sorted(elementwise.ZIPS)}")
-        self.run_everywhere("zip", self._like(x, y), ints=[name_id(function)], scalars=[a])
+        self.run_everywhere("zip", self.with_same_shape(x, y), ints=[name_id(function)],
+                            scalars=[a])
+        return self
+
+    def combine(self, coefficients, tables: list) -> "Dense":
+        """self = sum of coefficients[j] * tables[j] (self not among them), in one request:
+        the first term a product, the others added in order as `axpy` adds."""
+        coefficients = [float(a) for a in coefficients]
+        if not tables or len(coefficients) != len(tables) or any(t is self for t in tables):
+            raise ValueError(f"combine of {len(tables)} tables with {len(coefficients)} "
+                             f"coefficients into {self!r} (at least one table, not {self!r})")
+        if not all(math.isfinite(a) for a in coefficients):
+            raise ValueError(f"combine into {self!r} with a coefficient that is not finite")
+        listed = self.with_same_shape(*tables)
+        self.run_everywhere("combine", [], ints=[len(listed), *(t.id for t in listed)],
+                            scalars=coefficients)
         return self
 
     def _rows(self, rows: np.ndarray) -> np.ndarray:

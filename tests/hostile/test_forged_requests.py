@@ -381,6 +381,22 @@ FORGED_DENSE = [
     ("a table of 2^41 rows", lambda: dense("create", ("big",), ints=[
         1 << 41, 1, 2, *name_words("big")]),
      "DENSE create of 2199023255552 rows"),
+    ("a gram naming more tables than it lists",
+     lambda: dense("gram", (), ints=[3, name_id("t"), 1]), "DENSE gram of 3 tables in 3 integers"),
+    ("a gram of a table that does not exist",
+     lambda: dense("gram", (), ints=[2, name_id("t"), name_id("nope"), 1]),
+     f"DENSE gram of table {name_id('nope')}, which does not exist"),
+    ("a gram of more rows than tables",
+     lambda: dense("gram", (), ints=[1, name_id("t"), 2]), "DENSE gram of 2 rows of 1 tables"),
+    ("a combine into one of its terms",
+     lambda: dense("combine", (), ints=[2, name_id("t"), name_id("t")], scalars=[1.0]),
+     "into 't' (one of them)"),
+    ("a combine of tables of two shapes",
+     lambda: dense("combine", (), ints=[2, name_id("t"), name_id("u")], scalars=[1.0]),
+     "DENSE combine of tables 't' and 'u', which differ in shape"),
+    ("a combine with a coefficient too many",
+     lambda: dense("combine", (), ints=[2, name_id("t"), name_id("t2")], scalars=[1.0, 2.0]),
+     "DENSE combine of 1 tables with 2 coefficients"),
 ]
 
 
@@ -388,6 +404,8 @@ FORGED_DENSE = [
 def test_a_forged_dense_request_is_refused(name, build, says):
     tables = DenseTables(SERVER, PLACEMENT, n_workers=2)
     tables.create("t", Layout(10, 1, 2))
+    tables.create("t2", Layout(10, 1, 2))
+    tables.create("u", Layout(12, 1, 2))
     buf = build()
     request = check(buf, WORKER)   # the sizes are right: the tables must refuse it
     with pytest.raises(ProtocolError) as refused:

@@ -49,6 +49,17 @@ def test_each_operation_runs_on_the_servers_as_numpy_on_the_whole_vector():
                 z.map("abs", x)
                 some = np.array([3, 64, 65, 999])
                 np.testing.assert_array_equal(z.gather(some), np.abs(xs[some]))
+                # Several tables in one request: dot products with the bits of `dot`, and
+                # a combination with the bits of copy-then-axpy.
+                gram = ps.gram([x, y], [x, y, z])
+                assert gram.tolist() == [[x.dot(x), x.dot(y), x.dot(z)],
+                                         [y.dot(x), y.dot(y), y.dot(z)]]
+                w = ps.dense("w", N, block_rows=BLOCK).combine([1.0, -2.0, 0.5], [x, y, z])
+                np.testing.assert_array_equal(w.gather(rows), xs + -2.0 * ys + 0.5 * np.abs(xs))
+                with pytest.raises(ValueError, match="into Dense\\(.w."):
+                    w.combine([1.0], [w])
+                with pytest.raises(ValueError, match="differ in shape"):
+                    ps.gram([x], [ps.dense("tiny", 10)])
                 with pytest.raises(ValueError, match="sorted, unique and below 1000"):
                     x.gather(np.array([5, 1000]))
                 with pytest.raises(ValueError, match="no element-wise function 'cube'"):

@@ -12,11 +12,28 @@ from mpips.kernels.elementwise import MAPS, ZIPS
 from mpips.models import lbfgs
 
 
+class Client:
+    """DenseClient's requests over several tables."""
+    requests = 0   # gram requests made
+
+    def gram(self, rows, columns):
+        Client.requests += 1
+        return np.array([[a.dot(b) for b in columns] for a in rows])
+
+
 class Table:
     """A dense table's vector operations, as DenseClient's, on one numpy array."""
+    client = Client()
 
     def __init__(self, name: str, n: int):
         self.name, self.v = name, np.zeros(n)
+
+    def combine(self, coefficients, tables):
+        assert all(t is not self for t in tables)
+        self.v = coefficients[0] * tables[0].v
+        for a, t in zip(coefficients[1:], tables[1:]):
+            self.v += a * t.v
+        return self
 
     def copy(self, other):
         self.v[:] = other.v
@@ -65,6 +82,35 @@ def evaluate(point, gradient) -> float:
 def solve(settings, **kwargs):
     t = {name: Table(name, X.shape[1]) for name in lbfgs.tables(settings.memory, settings.l1)}
     return t, lbfgs.minimize(t, evaluate, settings, **kwargs)
+
+
+def test_the_two_loop_on_scalars_is_the_two_loop_on_vectors():
+    """two_loop's coefficients, applied to the basis, give the classic recursion's H q."""
+    r = np.random.default_rng(3)
+    n, k = 30, 5
+    s = [r.normal(size=n) for _ in range(k)]
+    y = [si + 0.1 * r.normal(size=n) for si in s]      # positive curvature
+    q0 = r.normal(size=n)
+    rhos = [1.0 / (si @ yi) for si, yi in zip(s, y)]
+    q, alphas = q0.copy(), []
+    for si, yi, rho in reversed(list(zip(s, y, rhos))):
+        alphas.append(rho * si @ q)
+        q -= alphas[-1] * yi
+    q *= (s[-1] @ y[-1]) / (y[-1] @ y[-1])
+    for si, yi, rho, a in zip(s, y, rhos, reversed(alphas)):
+        q += (a - rho * yi @ q) * si
+    basis = np.array(s + y + [q0])
+    c = lbfgs.two_loop(basis @ basis.T, rhos)
+    np.testing.assert_allclose(c @ basis, q, rtol=1e-10, atol=1e-12)
+    assert lbfgs.two_loop(np.array([[4.0]]), []).tolist() == [1.0]   # no history: q itself
+
+
+def test_an_iteration_asks_for_the_dot_products_once():
+    """Vector-free: one gram request an iteration (the new vectors' dot products; those
+    of the history are kept), none for the two-loop's steps."""
+    Client.requests = 0
+    _, steps = solve(lbfgs.Settings(memory=4, max_iter=20, tol=0.0))
+    assert Client.requests <= steps[-1].iteration + 1
 
 
 @pytest.mark.parametrize("l1", [0.0, 0.03])

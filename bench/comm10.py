@@ -1,0 +1,182 @@
+"""Communication cost: a pull + push through mpips beside a raw MPI ping-pong of the same bytes.
+
+    mpiexec -n 2 python bench/comm.py
+
+Rank 0 is a server, rank 1 a worker. For each key count n, the worker times
+rounds of one pull (waiting for its reply) and one push of the same keys
+(clock=True, ASP so nothing waits for clocks), against a warm server table, in
+two variants:
+  reuse  the push passes the pull's own key array, so it sends only the values
+         (the server reuses that pull's keys and rows): H + 8n bytes out, 4n back,
+         H + 4n out, with H = protocol.HEADER_BYTES;
+  keys   the push passes another array of the same keys, so it sends keys and
+         values: H + 8n out, 4n back, H + 12n out.
+Right after each, the same exchange with plain blocking MPI Send/Recv of
+preallocated uint8 buffers of those sizes (no packing, table or optimizer), on a
+communicator of its own. Prints the median time per round, keys/s, the ratio
+mpips / raw and the server's handling time per round (Server.stats.busy_s), and
+writes bench/results/comm.json. The project's target: a 10,000-key pull + push
+(reuse) costs at most 2x its raw ping-pong.
+"""
+import os
+import platform
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from mpips.worker.kvworker import KVWorker
+from mpips.wire.clocks import ClockTable
+from mpips.models.optimizer import Optimizer
+from mpips.wire.protocol import HEADER_BYTES
+from mpips.ranks.roles import split
+from mpips.server.loop import Server
+from mpips.server.store import KVStore
+from report import save
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "comm.json")
+SIZES = (10,)
+VARIANTS = ("reuse", "keys")
+WARMUP = 5          # rounds before measuring: numba kernels load, the table fills and grows
+MIN_ROUNDS = 20
+PHASE_S = 0.5       # measured rounds per phase are chosen to last about this long
+TARGET_KEYS, TARGET_RATIO = 10_000, 2.0
+TIMEOUT = 120.0
+SERVER, WORKER = 0, 1
+
+
+def wire(n: int, variant: str) -> tuple:
+    """Bytes of (pull request, its reply, push request) for n keys, as mpips sends them."""
+    push = HEADER_BYTES + (4 if variant == "reuse" else 12) * n
+    return HEADER_BYTES + 8 * n, 4 * n, push
+
+
+def make_keys(n: int) -> np.ndarray:
+    """n random unique uint64 keys, sorted; the same ones for every round."""
+    keys = np.unique(np.random.default_rng(n).integers(0, 2**64, n, dtype=np.uint64))
+    assert keys.shape[0] == n
+    return keys
+
+
+def serve(roles, store: KVStore) -> float:
+    """Server: answer one worker session (until it says BYE); seconds spent handling it."""
+    clocks = ClockTable(len(roles.workers), staleness=None)
+    return Server(roles, store, clocks, timeout=TIMEOUT).run().busy_s
+
+
+def mpips_rounds(roles, keys: np.ndarray, variant: str, rounds: int) -> np.ndarray:
+    """Worker: one session of `rounds` pull + push rounds; seconds per round."""
+    kv = KVWorker(roles, width=1, timeout=TIMEOUT)
+    push_keys = keys if variant == "reuse" else keys.copy()
+    grads = np.full((keys.shape[0], 1), 1e-3, np.float32)
+    times = np.empty(rounds)
+    for i in range(rounds):
+        start = time.perf_counter()
+        kv.wait(kv.pull(keys))
+        kv.wait(kv.push(push_keys, grads, clock=True))
+        times[i] = time.perf_counter() - start
+    kv.finish()
+    kv.close()
+    return times
+
+
+# The raw exchange has no ack after the push, because an mpips push has no reply either: its
+# wait() ends once the send completes locally, as a blocking Send does. In both, the next
+# round's pull queues behind the push at the server, so over many rounds the time to deliver
+# and handle each push is part of the time per round.
+
+def raw_server(comm: MPI.Intracomm, n: int, variant: str) -> None:
+    """Server side of the raw ping-pong; the worker says how many rounds."""
+    rounds = np.empty(1, np.int64)
+    comm.Recv(rounds, WORKER)
+    pull, reply, push = (np.zeros(size, np.uint8) for size in wire(n, variant))
+    for _ in range(WARMUP + int(rounds[0])):
+        comm.Recv(pull, WORKER)
+        comm.Send(reply, WORKER)
+        comm.Recv(push, WORKER)
+
+
+def raw_rounds(comm: MPI.Intracomm, n: int, variant: str, rounds: int) -> np.ndarray:
+    """Worker side of the raw ping-pong: seconds per round, after WARMUP untimed rounds."""
+    comm.Send(np.array([rounds], np.int64), SERVER)
+    pull, reply, push = (np.zeros(size, np.uint8) for size in wire(n, variant))
+    times = np.empty(WARMUP + rounds)
+    for i in range(times.shape[0]):
+        start = time.perf_counter()
+        comm.Send(pull, SERVER)
+        comm.Recv(reply, SERVER)
+        comm.Send(push, SERVER)
+        times[i] = time.perf_counter() - start
+    return times[WARMUP:]
+
+
+def server_side(roles, comm: MPI.Intracomm) -> None:
+    """Rank 0: serve each phase the worker runs, then send it the handling times."""
+    busy = []
+    for n in SIZES:
+        store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.05))
+        for variant in VARIANTS:
+            serve(roles, store)                  # the warm-up session
+            busy.append(serve(roles, store))     # the measured one
+            raw_server(comm, n, variant)
+    comm.Send(np.array(busy, np.float64), WORKER)
+
+
+def worker_side(roles, comm: MPI.Intracomm) -> list:
+    """Rank 1: for each size and variant, warm up, time mpips, then time the raw exchange."""
+    rows = []
+    for n in SIZES:
+        keys = make_keys(n)
+        for variant in VARIANTS:
+            warm = mpips_rounds(roles, keys, variant, WARMUP)
+            rounds = max(MIN_ROUNDS, int(PHASE_S / np.median(warm)))
+            mpips_s = float(np.median(mpips_rounds(roles, keys, variant, rounds)))
+            raw_s = float(np.median(raw_rounds(comm, n, variant, rounds)))
+            rows.append({"keys": n, "push": variant, "rounds": rounds,
+                         "bytes_per_round": sum(wire(n, variant)),
+                         "mpips_us": mpips_s * 1e6, "raw_us": raw_s * 1e6,
+                         "ratio": mpips_s / raw_s, "keys_per_s": n / mpips_s})
+    busy = np.empty(len(rows))
+    comm.Recv(busy, source=SERVER)
+    for row, busy_s in zip(rows, busy.tolist()):
+        row["server_us"] = busy_s / row["rounds"] * 1e6
+    return rows
+
+
+def report(rows: list) -> None:
+    """Print the table and the target's verdict; write the JSON result."""
+    print(f"{'keys':>7} {'push':>5} {'rounds':>6} {'bytes/round':>11} {'raw us':>9} "
+          f"{'mpips us':>9} {'ratio':>6} {'Mkeys/s':>8} {'server us':>9}")
+    for r in rows:
+        print(f"{r['keys']:>7,} {r['push']:>5} {r['rounds']:>6} {r['bytes_per_round']:>11,} "
+              f"{r['raw_us']:>9.1f} {r['mpips_us']:>9.1f} {r['ratio']:>5.2f}x "
+              f"{r['keys_per_s'] / 1e6:>8.2f} {r['server_us']:>9.1f}")
+    target = next(r for r in rows if r["keys"] == TARGET_KEYS and r["push"] == "reuse")
+    met = target["ratio"] <= TARGET_RATIO
+    print(f"target: a {TARGET_KEYS:,}-key pull + push at most {TARGET_RATIO:g}x raw: "
+          f"{target['ratio']:.2f}x, {'met' if met else 'NOT met'}")
+    save(OUT, "comm", cpus=os.cpu_count(), machine=platform.machine(),
+         mpi=MPI.Get_library_version().replace("\0", "").splitlines()[0],
+         key_counts=list(SIZES), warmup_rounds=WARMUP,
+         note="per round: median microseconds; ratio = mpips_us / raw_us; "
+              "server_us = Server.stats.busy_s / rounds",
+         target={"keys": TARGET_KEYS, "max_ratio": TARGET_RATIO, "ratio": target["ratio"],
+                 "met": met},
+         results=rows)
+
+
+def main() -> None:
+    if MPI.COMM_WORLD.size != 2:
+        raise SystemExit("run with exactly 2 ranks: mpiexec -n 2 python bench/comm.py")
+    roles = split(1, MPI.COMM_WORLD)
+    comm = MPI.COMM_WORLD.Dup()   # the raw ping-pong's own communicator
+    if roles.is_server:
+        server_side(roles, comm)
+    else:
+        report(worker_side(roles, comm))
+    comm.Free()
+    roles.free()
+
+
+if __name__ == "__main__":
+    main()
