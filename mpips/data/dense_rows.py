@@ -2,7 +2,7 @@
 that they touch (a feature is coordinate key mod dim; the bias, coordinate dim). No MPI."""
 import numpy as np
 
-from ..kernels.logistic import logistic_margins, logistic_residuals, residual_gradient
+from ..kernels.logistic import logistic_gradient, logistic_margins
 from .textfile import Rows
 
 
@@ -27,9 +27,8 @@ class Part:
     def loss_and_gradient(self, w: np.ndarray):
         """(summed logloss, gradient summed over the rows) at weights w[coords]."""
         grad = np.empty(self.coords.shape[0])
-        residual = self.margins(w)
-        loss = logistic_residuals(residual, self.labels, residual)
-        residual_gradient(self.indptr, self.cols, self.values, self.bias_col, residual, grad)
+        loss = logistic_gradient(self.indptr, self.cols, self.values, self.labels,
+                                 self.bias_col, w, grad)
         return loss, grad * self.n_rows   # the kernel gives the mean
 
     def margins(self, w: np.ndarray) -> np.ndarray:

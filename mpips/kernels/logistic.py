@@ -10,16 +10,10 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _logloss(margin, y):
-    # log(1 + exp(-margin)) for y = 1, log(1 + exp(margin)) for y = 0, overflow-free.
-    return max(margin, 0.0) - margin * y + math.log1p(math.exp(-abs(margin)))
-
-
-@njit(cache=True, nogil=True, inline="always")
 def logloss_and_sigmoid(margin, y):
-    """(_logloss, the sigmoid) of one margin from one exp (the logloss's bits, and the
-    sigmoid's of 1 / (1 + exp(-m)) or exp(m) / (1 + exp(m)) as m's sign asks): the
-    transcendental functions are most of a row's cost in a full-batch gradient."""
+    """(the logloss, the sigmoid) of one margin from one exp: the logloss overflow-free
+    (log(1 + exp(-m)) for y = 1, log(1 + exp(m)) for y = 0), the sigmoid as 1 / (1 +
+    exp(-m)) or exp(m) / (1 + exp(m)) as m's sign asks."""
     e = math.exp(-abs(margin))
     loss = max(margin, 0.0) - margin * y + math.log1p(e)
     return loss, (1.0 / (1.0 + e) if margin >= 0 else e / (1.0 + e))
@@ -30,27 +24,14 @@ def logistic_gradient(indptr, cols, vals, labels, bias_col, w, grad):
     """Mean logloss gradient over the rows into `grad` (one entry per unique key).
 
     `bias_col` is the column of the always-on bias feature, or -1 for none.
-    Returns the summed logloss of the rows, measured before the update.
+    Returns the summed logloss of the rows, measured before the update. In three passes
+    (margins, residuals, gradient): the transcendental functions in a loop of their own
+    take a third less time over many rows than one pass.
     """
-    grad[:] = 0.0
-    n_rows = indptr.shape[0] - 1
-    loss = 0.0
-    for r in range(n_rows):
-        m = np.float64(w[bias_col]) if bias_col >= 0 else 0.0
-        for p in range(indptr[r], indptr[r + 1]):
-            m += np.float64(w[cols[p]]) * vals[p]
-        y = np.float64(labels[r])
-        row_loss, sigmoid = logloss_and_sigmoid(m, y)
-        loss += row_loss
-        d = sigmoid - y
-        for p in range(indptr[r], indptr[r + 1]):
-            grad[cols[p]] += d * vals[p]
-        if bias_col >= 0:
-            grad[bias_col] += d
-    if n_rows > 0:
-        scale = 1.0 / n_rows
-        for k in range(grad.shape[0]):
-            grad[k] *= scale
+    residual = np.empty(indptr.shape[0] - 1)
+    logistic_margins(indptr, cols, vals, bias_col, w, residual)
+    loss = logistic_residuals(residual, labels, residual)
+    residual_gradient(indptr, cols, vals, bias_col, residual, grad)
     return loss
 
 
@@ -69,10 +50,8 @@ def logistic_residuals(margins, labels, out):
 
 @njit(cache=True, nogil=True)
 def residual_gradient(indptr, cols, vals, bias_col, residual, grad):
-    """The mean over the rows of residual[r] x_r into `grad`, with the bits of
-    `logistic_gradient`'s (each entry adds its rows in order). With `logistic_margins` and
-    `logistic_residuals` before it, `logistic_gradient` in three passes: a third of the time
-    on a full batch, whose transcendental functions then run in a loop of their own."""
+    """The mean over the rows of residual[r] x_r into `grad` (each entry adds its rows in
+    order)."""
     grad[:] = 0.0
     n_rows = indptr.shape[0] - 1
     for r in range(n_rows):
@@ -102,7 +81,7 @@ def mean_logloss(margins, labels):
     """Mean logloss of labels in {0, 1} given margins (computed from the margin, no clipping)."""
     total = 0.0
     for i in range(margins.shape[0]):
-        total += _logloss(np.float64(margins[i]), np.float64(labels[i]))
+        total += logloss_and_sigmoid(np.float64(margins[i]), np.float64(labels[i]))[0]
     return total / max(margins.shape[0], 1)
 
 
