@@ -30,7 +30,17 @@ FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
                    | protocol.HALF | protocol.INT8 | protocol.MASK),
          Op.FINISH: protocol.REPORT}
 TEXT_PAYLOAD = {Op.ERROR, Op.SHARD_SAVED, Op.MOVED}   # UTF-8 text of any length
+# What each sender may send: (from a worker, to the lead, from the lead) -> ops.
+ALLOWED = {(worker, to_lead, from_lead): frozenset(
+    FROM_WORKERS | (WORKERS_TO_LEAD if to_lead else set()) if worker else
+    (FROM_SERVERS_TO_LEAD if to_lead else set()) | (FROM_LEAD if from_lead else set())
+    | FROM_SERVERS)
+    for worker in (False, True) for to_lead in (False, True) for from_lead in (False, True)}
 TEXT_LIMIT = 1 << 20
+INT64_PAYLOAD = frozenset({Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK})
+PER_RANGE = frozenset({Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK})   # a figure per key range
+KEYED = frozenset({Op.PULL, Op.PUSH, Op.READ})            # keys, values, maybe a report
+PLACED = KEYED | {Op.COPY}                                 # keys split by a placement
 
 
 _NO_KEYS = np.empty(0, np.uint64)
@@ -52,29 +62,30 @@ def _expected_bytes(op: Op, h, n_workers: int, backup: int, rows: int | None) ->
     if op is Op.COPY:
         return HEADER_BYTES + h.nkeys * (8 + 4 * h.width) + 8 * n_workers
     report = protocol.REPORT_BYTES if h.flags & protocol.REPORT else 0
-    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):
+    if op in INT64_PAYLOAD:
         return HEADER_BYTES + 8 * h.nkeys
-    if op in (Op.PULL, Op.PUSH, Op.READ):
+    if op in KEYED:
         return HEADER_BYTES + protocol.payload_bytes(h, backup, rows) + report
     return HEADER_BYTES + report
 
 
 def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, width: int,
-           placement, server: int, columns: int, n_workers: int, load=None):
+           placement, server: int, columns: int, n_workers: int, load=None, header=None):
     """The request, or raise ProtocolError(what is wrong)."""
-    op, h = _checked_header(buf, from_worker, to_lead, from_lead, width, placement, columns)
+    op, h = _checked_header(buf, from_worker, to_lead, from_lead, width, placement, columns,
+                            header)
     rows_sent = _checked_size(buf, op, h, n_workers)
     rows = None if rows_sent is None else rows_sent.shape[0]
     if h.ts < 0 or h.clock < 0:
         raise ProtocolError(f"{op.name} with a negative ts {h.ts} or clock {h.clock}")
     # Placements only move keys to servers that held them already (a dead primary's backup
     # answers for it), so keys split by an earlier one are checked against this one.
-    if (op in (Op.PULL, Op.PUSH, Op.COPY, Op.READ)
+    if (op in PLACED
             and not 0 <= h.placement <= placement.version):
         raise ProtocolError(f"{op.name} of keys split by placement version {h.placement}; "
                             f"this server's is {placement.version}")
     # int64, read by handlers
-    if op in (Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK):
+    if op in INT64_PAYLOAD:
         return Request(op, h, _NO_KEYS, _NO_VALUES, None)
     if op is Op.DENSE:   # what its fields mean is the function's to check (dense_tables)
         _, scalars, _, values = protocol.dense_fields(buf, h)
@@ -82,13 +93,13 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
             if these.size and not np.isfinite(these).all():
                 raise ProtocolError("DENSE with a value that is not finite")
         return Request(op, h, _NO_KEYS, _NO_VALUES, None)
-    _, keys, values, report = protocol.unpack(buf, rows)
+    _, keys, values, report = protocol.unpack(buf, rows, h)
     backup_keys, backup_values = (protocol.backup_of(buf, h) if h.flags & protocol.BACKUP
                                   else (_NO_KEYS, _NO_VALUES))
     if report is not None:
         _check_report(op, report)
     # Reads go to a key's primary, writes to every server holding it.
-    read = op in (Op.PULL, Op.READ)
+    read = op is Op.PULL or op is Op.READ
     for part, these in (("", keys), ("backed-up ", backup_keys)):
         if these.shape[0]:
             i, why = placement.first_misplaced(these, server, as_primary=read,
@@ -109,20 +120,18 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
 
 
 def _checked_header(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool,
-                    width: int, placement, columns: int):
-    """(op, header) of a request whose sender may send it, its fields in range."""
+                    width: int, placement, columns: int, header=None):
+    """(op, header) of a request whose sender may send it, its fields in range. `header`:
+    buf's, if read already."""
     if buf.shape[0] < HEADER_BYTES:
         raise ProtocolError(f"a message of {buf.shape[0]} bytes, shorter than the "
                             f"{HEADER_BYTES}-byte header")
-    h = protocol.header(buf)
+    h = protocol.header(buf) if header is None else header
     try:
         op = Op(h.op)
     except ValueError:
         raise ProtocolError(f"unknown operation {h.op}") from None
-    allowed = (FROM_WORKERS | (WORKERS_TO_LEAD if to_lead else set()) if from_worker else
-               (FROM_SERVERS_TO_LEAD if to_lead else set()) | (FROM_LEAD if from_lead else set())
-               | FROM_SERVERS)
-    if op not in allowed:
+    if op not in ALLOWED[(from_worker, to_lead, from_lead)]:
         raise ProtocolError(f"{op.name}, which {'a worker' if from_worker else 'this server'} "
                             f"may not send {'' if from_worker else 'to this one'}".rstrip())
     if h.flags & ~FLAGS.get(op, 0):
@@ -133,11 +142,12 @@ def _checked_header(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead
         raise ProtocolError(f"{op.name} with {h.nkeys} keys of width {h.width}")
     if op is Op.PUSH and h.width != width:
         raise ProtocolError(f"PUSH of width {h.width}; this table's width is {width}")
-    copied = messages.CopyHeader.of(h).range_index
-    if op is Op.COPY and (h.width != columns or not 0 <= copied < placement.n_ranges):
-        raise ProtocolError(f"{op.name} of range {copied} with {h.width} columns; this table "
-                            f"keeps {columns}, over {placement.n_ranges} ranges")
-    if op in (Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK) and h.nkeys != placement.n_ranges:
+    if op is Op.COPY:
+        copied = messages.CopyHeader.of(h).range_index
+        if h.width != columns or not 0 <= copied < placement.n_ranges:
+            raise ProtocolError(f"{op.name} of range {copied} with {h.width} columns; this "
+                                f"table keeps {columns}, over {placement.n_ranges} ranges")
+    if op in PER_RANGE and h.nkeys != placement.n_ranges:
         raise ProtocolError(f"{op.name} with a figure for each of {h.nkeys} ranges; there "
                             f"are {placement.n_ranges}")
     return op, h
@@ -221,14 +231,14 @@ def _check_scales(buf: np.ndarray, h, sent: int | None) -> None:
 
 def admit(buf: np.ndarray, sender: str, from_worker: bool, to_lead: bool, from_lead: bool,
           width: int, placement, server: int, columns: int = 0, n_workers: int = 0,
-          load: np.ndarray | None = None) -> Request:
+          load: np.ndarray | None = None, header: protocol.Header | None = None) -> Request:
     """The request in `buf` from `sender` (e.g. "worker 1 (rank 3)"), checked; raises
     ProtocolError naming the sender and the fault otherwise. `columns`: of the table's state
     rows; `n_workers`: of the job (for COPY); `load` (int64 per key range): a read's keys
-    counted by range."""
+    counted by range; `header`: buf's, if read already."""
     try:
         return _check(buf, from_worker, to_lead, from_lead, width, placement, server, columns,
-                      n_workers, load)
+                      n_workers, load, header)
     except ProtocolError as e:
         raise ProtocolError(f"{sender} sent a bad request: {e}; it was not applied, and the job "
                             f"stops") from None

@@ -113,6 +113,7 @@ class ServerContext:
         # every message, so found once per placement (a placement never changes).
         self._index = roles.index
         self._lead_of: tuple[Placement | None, int] = (None, -1)
+        self._senders: dict[int, str] = {}   # rank -> how messages name it (see sender)
         self.handlers: dict[Op, Callable] = {}   # Op -> handler(source, request, buf)
         # The capabilities a job may go without (None: absent).
         self.takeover: Takeover | None = None
@@ -150,9 +151,14 @@ class ServerContext:
         return self.placement.others(self.roles.index)
 
     def sender(self, source: int) -> str:
-        if source in self.roles.servers:
-            return f"server {self.roles.servers.index(source)} (rank {source})"
-        return f"worker {self.roles.worker_index(source)} (rank {source})"
+        """"worker 1 (rank 3)": how messages name a rank (asked of every request: kept)."""
+        name = self._senders.get(source)
+        if name is None:
+            name = self._senders[source] = (
+                f"server {self.roles.servers.index(source)} (rank {source})"
+                if source in self.roles.servers else
+                f"worker {self.roles.worker_index(source)} (rank {source})")
+        return name
 
     # Messages out (see outbox).
     def send(self, buf, dest: int, tag: int = tags.REQUEST_TAG) -> None:

@@ -282,7 +282,7 @@ class Server:
                         from_lead=source == ctx.lead_rank, width=self.store.width,
                         placement=ctx.placement, server=roles.index,
                         columns=self.store.columns, n_workers=len(roles.workers),
-                        load=ctx.members.load)
+                        load=ctx.members.load, header=h)
         if from_worker:
             worker = roles.worker_index(source)
             ctx.watchdog.message_from(worker)

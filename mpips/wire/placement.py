@@ -22,6 +22,7 @@ from ..kernels import hashing
 
 _SALT = np.uint64(0x9E3779B97F4A7C15)  # keeps placement independent of the server's slot hash
 _NO_COUNTS = np.zeros(0, np.int64)
+_MISPLACED = {0: "", 1: "not in strictly increasing order", 2: "held by another server"}
 
 
 def _walk(assign: tuple, r: int, owners: int):
@@ -236,6 +237,7 @@ class Placement:
         self.has_backups = any(len(h) > 1 for h in self.holders)
         self._primary = np.array([h[0] if h else -1 for h in self.holders], np.int32)
         self._held = np.zeros((n_servers, q), np.bool_)   # [server, range]
+        self._allowed: dict = {}   # (server, as primary) -> its ranges (first_misplaced's)
         for r, h in enumerate(self.holders):
             self._held[list(h), r] = True
 
@@ -319,11 +321,13 @@ class Placement:
         """(index, why) of the first key out of strictly increasing order or not `server`'s
         (as primary, for reads; as any holder, for writes); (-1, "") if every key is in
         order and `server`'s. `counts` (int64 per range): each key's range counted."""
-        allowed = self.primary_ranges(server) if as_primary else self.held_ranges(server)
+        allowed = self._allowed.get((server, as_primary))
+        if allowed is None:   # asked of every request: made once (a placement never changes)
+            allowed = self._allowed[(server, as_primary)] = (
+                self.primary_ranges(server) if as_primary else self.held_ranges(server))
         i, why = hashing.first_misplaced(keys, self.bounds, _SALT, allowed,
                                          _NO_COUNTS if counts is None else counts)
-        return int(i), {0: "", 1: "not in strictly increasing order",
-                        2: "held by another server"}[int(why)]
+        return int(i), _MISPLACED[int(why)]
 
     def block_owners(self, blocks: np.ndarray) -> np.ndarray:
         """Primary server (int32) of each block of a dense table: blocks go round the ranges,

@@ -283,15 +283,16 @@ def own_values_at(buf: np.ndarray, h: Header, sent: int | None = None) -> tuple[
     return start + 4 * backup * h.width, rows
 
 
-def unpack(buf: np.ndarray, sent: int | None = None):
+def unpack(buf: np.ndarray, sent: int | None = None, h: Header | None = None):
     """(header, keys, values, report) of a received buffer: views of it, keys and values
-    empty when absent, report None. `sent`: a MASK push's bits set, if counted already.
+    empty when absent, report None. `sent`: a MASK push's bits set, if counted already;
+    `h`: its header, if read already.
 
     A BACKUP push's payload is: the backup part's key count (int64), its keys, the own
     part's keys (absent with SAME_KEYS; MASK's bitmap in their place), the backup part's
     values, the own part's values (decoded: HALF, INT8): keys before values keeps both
     aligned. Its backup part is read by `backup_of`."""
-    h = header(buf)
+    h = header(buf) if h is None else h
     n_keys = 0 if h.flags & SAME_KEYS else h.nkeys
     backup = backup_count(buf) if h.flags & BACKUP else 0
     start = HEADER_BYTES + (8 + 8 * backup if h.flags & BACKUP else 0)
