@@ -11,10 +11,11 @@ import numpy as np
 from numba.core import event
 
 from ..data.textfile import BIAS_KEY, KeyIndexer, Rows, TextShard
+from ..kernels import distinct
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import is_sorted_unique
 from ..kernels.logistic import mean_logloss, roc_auc
-from ..models import catalog
+from ..models import catalog, defaults
 from ..models.optimizer import NAMES, Optimizer
 from ..wire import protocol
 from ..wire.placement import Placement
@@ -45,8 +46,16 @@ def compile_kernels(model=None, optimizer: str | None = None,
         Placement(2).by_server(keys)
         lr.gradient(batch, cols, bias_col, weights)
         lr.margins(batch, cols, bias_col, weights)
+        wide = np.zeros((keys.shape[0], 2), np.float32)[:, :1]   # a wider row's first column
+        lr.gradient(batch, cols, bias_col, wide)
+        lr.margins(batch, cols, bias_col, wide)
+        distinct.add(distinct.sketch(), keys)   # `convert`'s count of distinct keys
         first_bad_pointer(batch.indptr, batch.indices.shape[0])   # rows read, the sample
+        mapped = batch.indptr.copy()
+        mapped.setflags(write=False)   # a binary shard's rows: memory-mapped, read-only
+        first_bad_pointer(mapped, batch.indices.shape[0])
         first_bad_label(batch.labels)
+        defaults.measure(batch, bias=True)   # the defaults, from the data's sample
     if role != "worker":
         # The sorted unique keys a pull carries, the bias's last (as KeyIndexer gives them).
         _server_table(np.append(np.unique(batch.indices), BIAS_KEY), optimizer)
@@ -95,6 +104,7 @@ def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
                                 grad)
         _, wire_keys, wire_values, _ = protocol.unpack(message)
         Placement(2).first_misplaced(wire_keys, 0)
+        Placement(2).first_misplaced(np.stack([keys, keys], 1)[:, 0], 0)   # a strided view
         store.push(wire_keys, wire_values, clock=1)
         store.pull(wire_keys, weights)
         many = np.arange(64, dtype=np.uint64)
@@ -102,6 +112,9 @@ def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
         store.pull(wire_keys, weights, insert=False)
         store.model_weights(store.find(wire_keys), clocks=2)
         store.items()
+        # A pipeline stage's dense layers: contiguous state (a store's is a strided view).
+        Optimizer(name, lr=0.1).update(np.zeros((2, store.columns), np.float32),
+                                      np.arange(2), np.ones((2, 1), np.float32), 1)
     store.remove(many[:2])   # key ranges moving off a server (mpips ctl)
 
 
@@ -114,6 +127,7 @@ def _factorization_machine(batch) -> None:
     grad, _ = fm.gradient(batch, cols, bias_col, pairs)
     store.push(keys, grad, clock=1)
     fm.margins(batch, cols, bias_col, pairs)
+    fm.margins(batch, cols, bias_col, pairs.astype(np.float64))   # a saved model, scored
 
 
 def _wide_and_deep() -> None:
@@ -124,6 +138,7 @@ def _wide_and_deep() -> None:
     rows = np.empty((keys.shape[0], wd.width), np.float32)
     wd.init(keys, rows)
     wd.gradient(small, cols, bias_col, rows)
+    wd.margins(small, cols, bias_col, rows)   # scoring
 
 
 def _push_filter() -> None:
