@@ -219,7 +219,9 @@ class _Solver:
                     s_new) -> _Trial | None:
         """Backtracking from `step` along the direction until the decrease is sufficient
         (Armijo): then w_trial and g_trial hold the point and its gradient, s_new the move
-        from w. None after MAX_TRIALS halvings."""
+        from w. A step refused shrinks to the minimum of the quadratic through the objective
+        and slope at w and the objective there, kept within 0.1-0.5 of it (Nocedal and
+        Wright, 3.5); with L1 it halves. None after MAX_TRIALS."""
         t = self.t
         w, wt, gt, d = t["w"], t["w_trial"], t["g_trial"], t["direction"]
         for _ in range(MAX_TRIALS):
@@ -228,12 +230,22 @@ class _Solver:
                 wt.zip("keep_sign", wt, t["orthant"])
             ft = self.objective(wt, gt)
             p.evaluations += 1
-            s_new.combine([1.0, -1.0], [wt, w])
-            self.dots.forget(s_new)
-            predicted = descent.dot(s_new) if self.l1 > 0 else step * slope
+            if self.l1 > 0:   # the projection moved the point: the step's decrease is asked
+                s_new.combine([1.0, -1.0], [wt, w])
+                self.dots.forget(s_new)
+                predicted = descent.dot(s_new)
+            else:
+                predicted = step * slope
             if ft <= p.objective + ARMIJO * predicted:
+                if self.l1 == 0:
+                    s_new.combine([1.0, -1.0], [wt, w])
+                    self.dots.forget(s_new)
                 return _Trial(ft, step)
-            step *= 0.5
+            curve = ft - p.objective - step * slope   # > 0 where the quadratic has a minimum
+            if self.l1 > 0 or not (math.isfinite(ft) and curve > 0):
+                step *= 0.5
+            else:
+                step = min(max(-slope * step * step / (2.0 * curve), 0.1 * step), 0.5 * step)
         return None
 
     def accept(self, p: _Progress, it: int, trial: _Trial, s_new, y_new) -> float:
