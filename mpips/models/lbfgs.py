@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 ARMIJO = 1e-4        # sufficient decrease, as a fraction of the step's predicted one
-MAX_TRIALS = 40      # halvings of the step before the line search gives up
+MAX_TRIALS = 40      # trial steps before the line search gives up
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,12 @@ class _Solver:
             f += self.l1 * self.t["scratch"].map("abs", point).sum()
         return f
 
+    def difference(self, out, a, b):
+        """out = a - b (its dot products forgotten); returns out."""
+        out.combine([1.0, -1.0], [a, b])
+        self.dots.forget(out)
+        return out
+
     def descent(self):
         """The gradient at w; with L1 the pseudo-gradient."""
         t = self.t
@@ -230,16 +236,12 @@ class _Solver:
                 wt.zip("keep_sign", wt, t["orthant"])
             ft = self.objective(wt, gt)
             p.evaluations += 1
-            if self.l1 > 0:   # the projection moved the point: the step's decrease is asked
-                s_new.combine([1.0, -1.0], [wt, w])
-                self.dots.forget(s_new)
-                predicted = descent.dot(s_new)
-            else:
-                predicted = step * slope
+            # With L1 the projection moved the point: the step's decrease is asked.
+            predicted = (descent.dot(self.difference(s_new, wt, w)) if self.l1 > 0
+                         else step * slope)
             if ft <= p.objective + ARMIJO * predicted:
                 if self.l1 == 0:
-                    s_new.combine([1.0, -1.0], [wt, w])
-                    self.dots.forget(s_new)
+                    self.difference(s_new, wt, w)
                 return _Trial(ft, step)
             curve = ft - p.objective - step * slope   # > 0 where the quadratic has a minimum
             if self.l1 > 0 or not (math.isfinite(ft) and curve > 0):
@@ -253,8 +255,7 @@ class _Solver:
         curvature is positive, the trial's tables become w and g. Returns the relative
         decrease of the objective."""
         t = self.t
-        y_new.combine([1.0, -1.0], [t["g_trial"], t["g"]])
-        self.dots.forget(y_new)
+        self.difference(y_new, t["g_trial"], t["g"])
         # The dot products the next iteration's basis adds, asked for with these (one
         # request): the new pair's, and (without L1) the new gradient's.
         new = [s_new, y_new] + ([] if self.l1 > 0 else [t["g_trial"]])

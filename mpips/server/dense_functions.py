@@ -141,12 +141,11 @@ def _gram(tables: DenseTables, call: Call) -> np.ndarray:
     p = int(call.ints[0])
     if not 0 < p <= len(listed):
         raise ProtocolError(f"DENSE gram of {p} rows of {len(listed)} tables")
-    rows, width = listed[:p], len(listed)
+    rows = listed[:p]
     parts = [float(tables.placement.version)]
     for b in tables.answers(listed[0]):
         for r in rows:
             parts += [dense.dot(r.blocks[b], c.blocks[b]) for c in listed]
-    assert len(parts) == 1 + len(tables.answers(listed[0])) * p * width
     return np.array(parts)
 
 

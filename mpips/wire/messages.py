@@ -35,11 +35,11 @@ class Error(NamedTuple):
     reason: str
 
     def pack(self) -> np.ndarray:
-        return protocol.pack(Header(Op.ERROR), np.frombuffer(self.reason.encode(), np.uint8))
+        return protocol.pack(Header(Op.ERROR), protocol.text(self.reason))
 
     @staticmethod
     def of(buf: np.ndarray) -> "Error":
-        return Error(protocol.error_text(buf))
+        return Error(protocol.text_of(buf))
 
 
 class Stop(NamedTuple):
@@ -100,11 +100,11 @@ class ShardSaved(NamedTuple):
 
     def pack(self) -> np.ndarray:
         return protocol.pack(Header(Op.SHARD_SAVED, clock=self.clock),
-                             np.frombuffer(self.text.encode(), np.uint8))
+                             protocol.text(self.text))
 
     @staticmethod
     def of(h: Header, buf: np.ndarray) -> "ShardSaved":
-        return ShardSaved(h.clock, protocol.error_text(buf))
+        return ShardSaved(h.clock, protocol.text_of(buf))
 
 
 class Gone(NamedTuple):
@@ -231,11 +231,11 @@ class Moved(NamedTuple):
     text: str
 
     def pack(self) -> np.ndarray:
-        return protocol.pack(Header(Op.MOVED), np.frombuffer(self.text.encode(), np.uint8))
+        return protocol.pack(Header(Op.MOVED), protocol.text(self.text))
 
     @staticmethod
     def of(buf: np.ndarray) -> "Moved":
-        return Moved(protocol.error_text(buf))
+        return Moved(protocol.text_of(buf))
 
 
 class CopyHeader(NamedTuple):

@@ -372,5 +372,11 @@ def int64_fields(buf: np.ndarray) -> np.ndarray:
     return buf[HEADER_BYTES:].view(np.int64)
 
 
-def error_text(buf: np.ndarray) -> str:
+def text(value: str) -> np.ndarray:
+    """A text payload (ERROR, SHARD_SAVED, MOVED): its UTF-8 bytes."""
+    return np.frombuffer(value.encode(), np.uint8)
+
+
+def text_of(buf: np.ndarray) -> str:
+    """The text payload of a received ERROR, SHARD_SAVED or MOVED."""
     return buf[HEADER_BYTES:].tobytes().decode("utf-8", "replace")

@@ -132,17 +132,21 @@ class DenseClient:
         if not rows or len(listed) > MAX_LISTED:
             raise ValueError(f"gram of {len(rows)} row table(s) and {len(listed)} in all "
                              f"(at least one row, at most {MAX_LISTED} tables)")
-        first = rows[0]
-        first.with_same_shape(*listed[1:])
+        rows[0].with_same_shape(*listed[1:])
         p, k = len(rows), len(listed)
-
-        def plan(placement):
-            return None, {s: first.layout.blocks_of(placement, s).shape[0] * p * k
-                          for s in self.kv.living()}
-        replies = self.read("gram", [], plan, ints=[k, *(t.id for t in listed), p])
+        replies = self.read("gram", [], self.per_block(rows[0].layout, p * k),
+                            ints=[k, *(t.id for t in listed), p])
         partials = np.concatenate([r.reshape(-1, p * k) for r in replies.values()])
         out = np.array([math.fsum(partials[:, i].tolist()) for i in range(p * k)])
         return out.reshape(p, k)[:, at]
+
+    def per_block(self, layout: Layout, partials: int):
+        """The plan of a read answered by `partials` float64s per block of `layout` each
+        server is primary of (see `read`)."""
+        def plan(placement):
+            return None, {s: layout.blocks_of(placement, s).shape[0] * partials
+                          for s in self.kv.living()}
+        return plan
 
     def _one_each(self, placement) -> tuple:
         return None, dict.fromkeys(self.kv.living(), 1)
@@ -209,10 +213,7 @@ class Dense:
     def _reduce(self, function: str, tables: list) -> float:
         """The sum of each block's partial, rounded once (math.fsum): its bits do not depend
         on which server answers for which blocks."""
-        def plan(placement):
-            return None, {s: self.layout.blocks_of(placement, s).shape[0]
-                          for s in self.client.kv.living()}
-        replies = self.client.read(function, tables, plan)
+        replies = self.client.read(function, tables, self.client.per_block(self.layout, 1))
         return math.fsum(np.concatenate(list(replies.values())).tolist())
 
     def with_same_shape(self, *others: "Dense") -> list:
