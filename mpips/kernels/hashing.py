@@ -19,7 +19,7 @@ def mix64(x):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _range_of(h, bounds):
+def key_range(h, bounds):
     """The last r with bounds[r] <= h (bounds[0] is 0). The ranges are equal slices of the
     hash (see placement), so h's top 32 bits times n, shifted down, is r or one less (a
     multiply, not a 64-bit division: a tenth of the time); any sorted bounds are still
@@ -44,7 +44,7 @@ def ranges_of(keys, bounds, salt):
     """
     out = np.empty(keys.shape[0], np.int32)
     for i in range(keys.shape[0]):
-        out[i] = _range_of(mix64(keys[i] ^ salt), bounds)
+        out[i] = key_range(mix64(keys[i] ^ salt), bounds)
     return out
 
 
@@ -83,7 +83,7 @@ def first_misplaced(keys, bounds, salt, allowed, counts):
     for i in range(keys.shape[0]):
         if i > 0 and keys[i] <= keys[i - 1]:
             return i, 1
-        r = _range_of(mix64(keys[i] ^ salt), bounds)
+        r = key_range(mix64(keys[i] ^ salt), bounds)
         if not allowed[r]:
             return i, 2
         if count:

@@ -15,6 +15,7 @@ from ..kernels import distinct
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import is_sorted_unique
 from ..kernels.logistic import mean_logloss, roc_auc
+from ..kernels.requests import first_not_finite
 from ..models import catalog, defaults
 from ..models.optimizer import NAMES, Optimizer
 from ..wire import protocol
@@ -110,6 +111,12 @@ def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
         many = np.arange(64, dtype=np.uint64)
         store.pull(many, np.empty((64, 1), np.float32))   # grows the table: rehash
         store.pull(wire_keys, weights, insert=False)
+        pull = protocol.pack(protocol.Header(Op.PULL, nkeys=keys.shape[0]), keys)
+        store.find_checked(pull, protocol.HEADER_BYTES,
+                           Placement(1).key_check(0, True, np.zeros(1, np.int64)),
+                           np.empty_like(keys), True, weights)   # the short way (hotpath)
+        first_not_finite(wire_values)
+        first_not_finite(np.zeros(2))   # a DENSE request's
         store.model_weights(store.find(wire_keys), clocks=2)
         store.items()
         # A pipeline stage's dense layers: contiguous state (a store's is a strided view).

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..base.errors import ProtocolError
+from ..kernels.requests import first_not_finite
 from ..wire import messages, protocol
 from ..wire.protocol import HEADER_BYTES, Op
 
@@ -37,6 +38,7 @@ ALLOWED = {(worker, to_lead, from_lead): frozenset(
     | FROM_SERVERS)
     for worker in (False, True) for to_lead in (False, True) for from_lead in (False, True)}
 TEXT_LIMIT = 1 << 20
+MAX_SHARES_TAKEN = 1 << 16   # a report's shares of dead workers' rows (kept per worker)
 INT64_PAYLOAD = frozenset({Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK})
 PER_RANGE = frozenset({Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK})   # a figure per key range
 KEYED = frozenset({Op.PULL, Op.PUSH, Op.READ})            # keys, values, maybe a report
@@ -90,14 +92,14 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     if op is Op.DENSE:   # what its fields mean is the function's to check (dense_tables)
         _, scalars, _, values = protocol.dense_fields(buf, h)
         for these in (scalars, values):
-            if these.size and not np.isfinite(these).all():
+            if these.size and first_not_finite(these) >= 0:
                 raise ProtocolError("DENSE with a value that is not finite")
         return Request(op, h, _NO_KEYS, _NO_VALUES, None)
     _, keys, values, report = protocol.unpack(buf, rows, h)
     backup_keys, backup_values = (protocol.backup_of(buf, h) if h.flags & protocol.BACKUP
                                   else (_NO_KEYS, _NO_VALUES))
     if report is not None:
-        _check_report(op, report)
+        check_report(op, report)
     # Reads go to a key's primary, writes to every server holding it.
     read = op is Op.PULL or op is Op.READ
     for part, these in (("", keys), ("backed-up ", backup_keys)):
@@ -112,8 +114,8 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
         if (placement.ranges_of(keys) != copied).any():
             raise ProtocolError(f"COPY of range {copied} with keys of another range")
     for these in (values, backup_values):
-        if these.size and not np.isfinite(these).all():
-            bad = int(np.flatnonzero(~np.isfinite(these.reshape(-1)))[0])
+        bad = first_not_finite(these) if these.size else -1
+        if bad >= 0:
             raise ProtocolError(f"{op.name} with a value that is not finite "
                                 f"({these.reshape(-1)[bad]} at position {bad})")
     return Request(op, h, keys, values, report, backup_keys, backup_values, rows_sent)
@@ -185,8 +187,9 @@ def _checked_size(buf: np.ndarray, op: Op, h, n_workers: int):
     return rows_sent
 
 
-def _check_report(op: Op, report) -> None:
-    """A worker's figures must be finite and not negative."""
+def check_report(op: Op, report) -> None:
+    """A worker's figures must be finite and not negative, and its shares taken of dead
+    workers' rows a list a server can keep (one share per death)."""
     for name in ("loss", "progress"):
         value = getattr(report, name)
         if not (math.isfinite(value) and value >= 0):
@@ -197,6 +200,9 @@ def _check_report(op: Op, report) -> None:
                             f"segment {report.segment}, offset {report.offset}, examples "
                             f"{report.examples}, shares taken {report.taken} at epoch "
                             f"{report.taken_epoch})")
+    if report.taken > MAX_SHARES_TAKEN:
+        raise ProtocolError(f"{op.name} reporting {report.taken} shares of dead workers' rows "
+                            f"taken (a share per death: at most {MAX_SHARES_TAKEN})")
 
 
 def _encoding(h) -> str:

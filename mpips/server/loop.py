@@ -40,6 +40,7 @@ from .admission import admit
 from .checkpoint_rounds import CheckpointRounds, Checkpoints
 from .context import Hooks, ServerContext, ServerStats
 from .dense_tables import DenseTables
+from .hotpath import HotPath
 from .outbox import Outbox
 from .progress import Progress
 from .pushes import Pushes
@@ -106,6 +107,7 @@ class Server:
         ctx.dense = dense or DenseTables(roles.index, ctx.placement, len(roles.workers))
         ctx.register(ctx.dense.handlers(ctx))
         ctx.servers_died = self._servers_died
+        self.hot = HotPath(ctx, progress)
 
     # What the job reads back once serving is over.
     @property
@@ -236,7 +238,10 @@ class Server:
         self._quiet_since = now   # (a server still scoring reads from the others)
         self.stats.requests += 1
         self.stats.bytes_received += nbytes
-        self._dispatch(self._probed.Get_source(), self._buf[:nbytes])
+        source, buf = self._probed.Get_source(), self._buf[:nbytes]
+        h = protocol.header(buf) if nbytes >= protocol.HEADER_BYTES else None
+        if h is None or not self.hot.take(source, buf, h):
+            self._dispatch(source, buf, h)
         self.stats.busy_s += time.monotonic() - now
 
     def _idle(self, now: float) -> None:
@@ -268,12 +273,12 @@ class Server:
                            f"{describe_ranges(ctx.copies.awaited())} did not arrive within "
                            f"--timeout {timeout:g} s of the last worker")
 
-    def _dispatch(self, source: int, buf: np.ndarray) -> None:
+    def _dispatch(self, source: int, buf: np.ndarray, h: protocol.Header | None) -> None:
+        """The general way: `buf` (header `h`, if it has one) admitted, then handled."""
         ctx, roles = self.ctx, self.roles
         from_worker = source not in roles.servers
         if from_worker and roles.worker_index(source) in ctx.clocks.gone:
             return   # a dead worker's message still on its way: its clocks are settled
-        h = protocol.header(buf) if buf.shape[0] >= protocol.HEADER_BYTES else None
         if from_worker and h and ctx.members.refused_stale(h, source):
             return
         if ctx.takeover and h and h.placement > ctx.placement.version:

@@ -50,17 +50,22 @@ class ReadGate:
         self.start = time.monotonic()
 
     def _verdict(self, pull: Pull) -> str:
-        finished = self.clocks.done[pull.worker] == FINISHED
+        return self.verdict(pull.worker, pull.clock, pull.version)
+
+    def verdict(self, worker: int, clock: int, version: int) -> str:
+        """SERVE, REFUSE or HOLD for a read by `worker` for `clock`, of keys split by
+        placement `version`."""
+        finished = self.clocks.done[worker] == FINISHED
         if self.stopped and not finished:
             return REFUSE
-        if (self.moving and not finished and pull.clock >= self.moving.clock
-                and pull.version < self.moving.version):
+        if (self.moving and not finished and clock >= self.moving.clock
+                and version < self.moving.version):
             return REFUSE
-        if self.ceiling is not None and pull.clock > self.ceiling and not finished:
+        if self.ceiling is not None and clock > self.ceiling and not finished:
             return HOLD
         # Once stopped, the clocks will not move again: a finished worker (scoring) reads the
         # model as it stands.
-        if self.clocks.may_read(pull.worker, pull.clock) or (self.stopped and finished):
+        if self.clocks.may_read(worker, clock) or (self.stopped and finished):
             return SERVE
         return HOLD
 
@@ -101,15 +106,22 @@ class ReadGate:
 
     def served(self, pull: Pull) -> None:
         """Account for a pull being served: time held, the largest clock gap, the record."""
-        slowest = self.clocks.record_read(pull.worker)
-        if self.clocks.done[pull.worker] != FINISHED:
-            self.highest = max(self.highest, pull.clock)
         now = time.monotonic()
-        held = 0.0 if pull.since is None else now - pull.since
-        self.held_s[pull.worker] += held
-        if self.records is not None and self.clocks.done[pull.worker] != FINISHED:
-            self.records.append((pull.worker, self.clocks.done[pull.worker],
-                                 -1 if slowest == FINISHED else slowest, held, now - self.start))
+        self.served_at(pull.worker, pull.clock, 0.0 if pull.since is None else now - pull.since)
+
+    def served_at(self, worker: int, clock: int, held: float = 0.0) -> None:
+        """Account for a read by `worker` for `clock` served after `held` seconds held."""
+        slowest = self.clocks.record_read(worker)
+        if held:
+            self.held_s[worker] += held
+        if self.clocks.done[worker] == FINISHED:
+            return
+        if clock > self.highest:
+            self.highest = clock
+        if self.records is not None:
+            self.records.append((worker, self.clocks.done[worker],
+                                 -1 if slowest == FINISHED else slowest, held,
+                                 time.monotonic() - self.start))
 
     def held_ranks(self) -> set:
         return {pull.source for pull in self.held}

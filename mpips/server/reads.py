@@ -33,6 +33,26 @@ class Reads:
         for pull in serve:
             self._serve(pull)
 
+    def serve_checked(self, worker: int, source: int, h, buf: np.ndarray, clock: int) -> bool:
+        """Serve the pull in `buf` (header `h`) of `worker` for `clock`, which the clocks let
+        through: its keys are checked as they are looked up (Placement.key_check, with
+        admission's rules for a pull's keys). False, with nothing done, if they fail."""
+        ctx = self.ctx
+        store, n = ctx.store, h.nkeys
+        keys = np.empty(n, np.uint64)
+        out = np.empty((n, store.width), np.float32)
+        insert = not h.flags & protocol.READ_ONLY
+        check = ctx.placement.key_check(ctx.roles.index, True, ctx.members.load)
+        rows, _ = store.find_checked(buf, protocol.HEADER_BYTES, check, keys, insert, out)
+        if rows is None:
+            return False
+        ctx.gate.served_at(worker, clock)
+        ctx.stats.keys_served += n
+        if insert:
+            ctx.rows.remember(worker, h.ts, keys, rows, store.generation)
+        ctx.reply(out, source, h.ts)
+        return True
+
     def _serve(self, pull: Pull) -> None:
         ctx = self.ctx
         ctx.gate.served(pull)

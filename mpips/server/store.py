@@ -9,7 +9,7 @@ touch one cache line. A large table grows by 25% when 90% full, so it stays
 import numpy as np
 
 from ..base.budget import Budget
-from ..kernels import table
+from ..kernels import requests, table
 from ..models.optimizer import Optimizer
 
 
@@ -53,27 +53,49 @@ class KVStore:
         """Row of each key (new array); unknown keys are stored if `insert`, else -1. Rows stay
         valid while `generation` is unchanged. With `out`, also reads the keys' weights into
         out[len(keys), width] in the same pass (zeros for keys not found)."""
-        slots = np.empty(keys.shape[0], np.int64)
-        fresh = np.empty(keys.shape[0], np.uint8)
-        inserted = np.zeros(keys.shape[0], np.uint8)   # over the passes a growth restarts
+        return self._find(keys, insert, out, None)[0]
+
+    def find_checked(self, buf: np.ndarray, start: int, check: tuple, keys: np.ndarray,
+                     insert: bool, out: np.ndarray) -> tuple:
+        """`find` of the len(keys) uint64 keys at buf[start:], copied into `keys` and checked
+        first in the same pass, as a placement's `check` asks (Placement.key_check: each key
+        after the one before and in a range this server may take): (rows, -1), or (None, i)
+        if key i fails (nothing is stored)."""
+        return self._find(keys, insert, out, (buf, start, check))
+
+    def _find(self, keys: np.ndarray, insert: bool, out: np.ndarray | None, src) -> tuple:
+        n = keys.shape[0]
+        slots = np.empty(n, np.int64)
+        fresh = np.empty(n, np.uint8)
+        inserted = None   # over the passes a growth restarts
         if out is None:
-            out = np.empty((keys.shape[0], 0), np.float32)
+            out = np.empty((n, 0), np.float32)
         while True:
             limit = int(self.max_load * self.capacity)
-            done = table.find_and_read(self._rows, self._meta, keys, insert, limit, slots, out,
-                                       fresh)
-            inserted[:done] |= fresh[:done]
-            if done == keys.shape[0]:
-                if self.init is not None and inserted.any():
+            if src is None:
+                done = table.find_and_read(self._rows, self._meta, keys, insert, limit, slots,
+                                           out, fresh)
+            else:   # then keys holds the keys: a pass after a growth finds them there
+                buf, start, check = src
+                done = requests.pull_rows(buf, start, *check, self._rows, self._meta, insert,
+                                          limit, keys, slots, out, fresh)
+                if done < 0:
+                    return None, -1 - done
+                src = None
+            if self.init is not None or done < n:
+                inserted = np.zeros(n, np.uint8) if inserted is None else inserted
+                inserted[:done] |= fresh[:done]
+            if done == n:
+                if inserted is not None and self.init is not None and inserted.any():
                     new = np.flatnonzero(inserted)
                     first = np.empty((new.shape[0], self.width), np.float32)
                     self.init(keys[new], first)
                     self._state[slots[new], :self.width] = first
                     out[new] = first[:, :out.shape[1]]
-                return slots
+                return slots, -1
             # Rows found so far have moved: look them up again, with room for all the keys
             # not yet looked at, so that a large batch (a resume) rebuilds the table once.
-            self._grow(at_least=len(self) + keys.shape[0] - done)
+            self._grow(at_least=len(self) + n - done)
 
     def _grow(self, at_least: int) -> None:
         cap = self.capacity

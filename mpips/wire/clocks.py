@@ -26,39 +26,48 @@ class ClockTable:
         # Under BSP with hot failover, each other server's `here()` (see `commit`); a clock is
         # complete once complete on every living server.
         self.elsewhere: dict[int, int] = {}
+        self._slowest: int | None = None   # slowest(), asked of every read: kept until a
+                                           # clock changes
 
     def commit(self, servers) -> None:
         """Complete a clock only once every one of `servers` (indices) says it holds every
         worker's pushes of it (BSP under ULFM: a worker that dies between its pushes to two
         servers then never has a clock applied on one and not on the other)."""
         self.elsewhere = {s: self.here() for s in servers}   # all start where this one does
+        self._slowest = None
 
     def have(self, server: int, clock: int) -> None:
         """`server` holds every living worker's pushes of its first `clock` clocks."""
         if server in self.elsewhere:
             self.elsewhere[server] = max(self.elsewhere[server], clock)
+            self._slowest = None
 
     def server_gone(self, server: int) -> None:
         self.elsewhere.pop(server, None)
+        self._slowest = None
 
     def worker_gone(self, worker: int) -> None:
         """A dead worker: no longer waited for."""
         self.gone.add(worker)
         self.done[worker] = FINISHED
+        self._slowest = None
 
     def resume(self, worker: int, clock: int) -> None:
         """`worker` has completed `clock` clocks (a checkpoint's record)."""
         self.done[worker] = clock
         self.longest = max(self.longest, clock)
+        self._slowest = None
 
     def tick(self, worker: int) -> None:
         if self.done[worker] == FINISHED:
             raise ProtocolError(f"worker {worker} completed a clock after it said FINISH")
         self.done[worker] += 1
         self.longest = max(self.longest, int(self.done[worker]))
+        self._slowest = None
 
     def finish(self, worker: int) -> None:
         self.done[worker] = FINISHED
+        self._slowest = None
 
     def here(self) -> int:
         """The smallest clock among workers still training on this server (FINISHED if none
@@ -73,7 +82,9 @@ class ClockTable:
     def slowest(self) -> int:
         """The smallest clock among workers still training, on every server (FINISHED if none
         is)."""
-        return min([self.here(), *self.elsewhere.values()])
+        if self._slowest is None:
+            self._slowest = min([self.here(), *self.elsewhere.values()])
+        return self._slowest
 
     def read_clock(self, worker: int, next_clock: bool = False) -> int:
         """The clock a read by `worker` is for: its own, or the next one (a read sent ahead of

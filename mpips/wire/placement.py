@@ -316,17 +316,28 @@ class Placement:
             return None, np.array([0, keys.shape[0]], np.int64)
         return hashing.group_by_owner(self.owners(keys), self.n_servers)
 
+    def allowed(self, server: int, as_primary: bool) -> np.ndarray:
+        """bool[n_ranges]: the ranges whose keys `server` takes, as primary (reads) or as
+        any holder (writes); asked of every request, so made once (a placement never
+        changes)."""
+        allowed = self._allowed.get((server, as_primary))
+        if allowed is None:
+            allowed = self._allowed[(server, as_primary)] = (
+                self.primary_ranges(server) if as_primary else self.held_ranges(server))
+        return allowed
+
+    def key_check(self, server: int, as_primary: bool, counts: np.ndarray | None = None):
+        """What a kernel needs to check that keys are `server`'s, in the order of
+        kernels.requests.checked_homes' arguments: (bounds, salt, allowed, counts)."""
+        return (self.bounds, _SALT, self.allowed(server, as_primary),
+                _NO_COUNTS if counts is None else counts)
+
     def first_misplaced(self, keys: np.ndarray, server: int, as_primary: bool = True,
                         counts: np.ndarray | None = None) -> tuple[int, str]:
         """(index, why) of the first key out of strictly increasing order or not `server`'s
         (as primary, for reads; as any holder, for writes); (-1, "") if every key is in
         order and `server`'s. `counts` (int64 per range): each key's range counted."""
-        allowed = self._allowed.get((server, as_primary))
-        if allowed is None:   # asked of every request: made once (a placement never changes)
-            allowed = self._allowed[(server, as_primary)] = (
-                self.primary_ranges(server) if as_primary else self.held_ranges(server))
-        i, why = hashing.first_misplaced(keys, self.bounds, _SALT, allowed,
-                                         _NO_COUNTS if counts is None else counts)
+        i, why = hashing.first_misplaced(keys, *self.key_check(server, as_primary, counts))
         return int(i), _MISPLACED[int(why)]
 
     def block_owners(self, blocks: np.ndarray) -> np.ndarray:

@@ -307,8 +307,13 @@ def unpack(buf: np.ndarray, sent: int | None = None, h: Header | None = None):
         start = end
         end = start + 4 * h.nkeys * h.width
         values = buf[start:end].view(np.float32).reshape(h.nkeys, h.width)
-    report = Report._make(_REPORT.unpack_from(buf.data, end)) if h.flags & REPORT else None
+    report = report_at(buf, end) if h.flags & REPORT else None
     return h, keys, values, report
+
+
+def report_at(buf: np.ndarray, offset: int) -> Report:
+    """The Report at buf[offset:]."""
+    return Report._make(_REPORT.unpack_from(buf.data, offset))
 
 
 def backup_of(buf: np.ndarray, h: Header):

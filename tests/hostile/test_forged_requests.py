@@ -115,6 +115,9 @@ FORGED = [
     ("NaN loss in the figures",
      lambda: protocol.pack(Header(Op.FINISH), report=Report(loss=float("nan"))),
      WORKER, "reporting loss nan"),
+    ("shares taken past any job's deaths", lambda: protocol.pack(
+        Header(Op.FINISH, flags=protocol.REPORT), report=Report(taken=1 << 32)), WORKER,
+     "4294967296 shares of dead workers' rows taken"),
     ("negative epoch", lambda: protocol.pack(Header(Op.FINISH), report=Report(epoch=-1)),
      WORKER, "reporting a negative figure (epoch -1"),
     ("extra bytes after a FINISH",

@@ -84,15 +84,15 @@ def test_reads_go_to_the_primary_writes_to_any_holder():
 @pytest.mark.parametrize("n_servers, vnodes", [(1, 1), (2, 1), (3, 1), (3, 64), (5, 77),
                                                (16, 64)])
 def test_a_key_falls_in_the_range_its_hash_does(n_servers, vnodes):
-    """_range_of steps from the hash's top bits times n: the same as a search of the sorted
+    """key_range steps from the hash's top bits times n: the same as a search of the sorted
     bounds, at the bounds, just below them and at the ends of the hash too."""
-    from mpips.kernels.hashing import _range_of
+    from mpips.kernels.hashing import key_range
     p = Placement(n_servers, vnodes=vnodes)
     hashes = np.concatenate([np.random.default_rng(4).integers(0, 2**64 - 1, 3000, np.uint64,
                                                                endpoint=True),
                              p.bounds, p.bounds[1:] - np.uint64(1),
                              np.array([0, 2**64 - 1], np.uint64)])
-    found = [_range_of(h, p.bounds) for h in hashes]
+    found = [key_range(h, p.bounds) for h in hashes]
     np.testing.assert_array_equal(found, np.searchsorted(p.bounds, hashes, side="right") - 1)
     assert p.n_ranges == n_servers * vnodes
 

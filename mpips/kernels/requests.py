@@ -1,0 +1,69 @@
+"""A server's hot requests in compiled code, over the receive buffer and the table: a pull's
+keys checked and looked up in one call, a push's values checked. Pure numba, no MPI.
+
+The checks are admission's (server.admission) for these parts of a request: keys strictly
+increasing and each in a key range the server may take, values finite. A request they refuse
+goes to admission, which names the fault; nothing of it is stored or counted first.
+"""
+import numpy as np
+from numba import njit
+
+from .hashing import key_range, mix64
+from .table import home, probe_and_read
+
+
+@njit(cache=True, nogil=True)
+def checked_homes(src, bounds, salt, allowed, counts, cap, keys, slots):
+    """Copy the keys `src` into `keys` and their home rows (table of capacity `cap`) into
+    `slots`, checking that they are strictly increasing and that allowed[range of each] is
+    set; each key's range is counted in `counts` (if not empty). Returns -1, or the index of
+    the first key that fails (then nothing is counted)."""
+    count = counts.shape[0] > 0
+    for i in range(src.shape[0]):
+        k = src[i]
+        if i > 0 and k <= keys[i - 1]:
+            _uncount(keys, i, bounds, salt, counts)
+            return i
+        r = key_range(mix64(k ^ salt), bounds)
+        if not allowed[r]:
+            _uncount(keys, i, bounds, salt, counts)
+            return i
+        if count:
+            counts[r] += 1
+        keys[i] = k
+        slots[i] = home(k, cap)
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _uncount(keys, n, bounds, salt, counts):
+    """Take back the counts of keys[:n] (a request refused at key n)."""
+    if counts.shape[0] > 0:
+        for i in range(n):
+            counts[key_range(mix64(keys[i] ^ salt), bounds)] -= 1
+
+
+@njit(cache=True, nogil=True)
+def pull_rows(buf, start, bounds, salt, allowed, counts, rows, meta, insert, limit, keys,
+              slots, out, fresh):
+    """A pull's len(keys) keys (uint64 at buf[start:]) checked (see `checked_homes`), copied
+    into `keys` and looked up in the table (`table.find_and_read`: rows into `slots`,
+    weights into `out`). Returns how many keys were looked up (fewer than all: the table is
+    full; grow it and look up the rest), or -1 - i if key i failed the checks (nothing looked
+    up)."""
+    n = keys.shape[0]
+    src = buf[start:start + 8 * n].view(np.uint64)
+    bad = checked_homes(src, bounds, salt, allowed, counts, rows.shape[0] - 1, keys, slots)
+    if bad >= 0:
+        return -1 - bad
+    return probe_and_read(rows, meta, keys, insert, limit, slots, out, fresh)
+
+
+@njit(cache=True, nogil=True)
+def first_not_finite(values):
+    """The flat index of the first value that is not finite, or -1."""
+    flat = values.reshape(-1)
+    for i in range(flat.shape[0]):
+        if not np.isfinite(flat[i]):
+            return i
+    return -1

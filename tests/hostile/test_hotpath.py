@@ -1,0 +1,153 @@
+"""The short way (server/hotpath) against the general way (admission, then the handlers), on
+real servers in this process (their sends caught, not made): what the short way takes,
+admission admits, and both leave the same table and send the same replies; every forged
+request of test_forged_requests is left to admission. Random damage to a pull and a push is
+the fuzz: whatever it makes, both ways end alike.
+"""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from mpips.base.errors import ProtocolError
+from mpips.models.optimizer import Optimizer
+from mpips.ranks.roles import Roles
+from mpips.server.loop import Server
+from mpips.server.store import KVStore
+from mpips.wire import messages, protocol
+from mpips.wire.clocks import ClockTable
+from mpips.wire.protocol import HEADER_BYTES, Header, Op, Report
+
+from hostile.test_forged_requests import FORGED, PLACEMENT, WORKER, own_keys
+
+WORKER_RANK = 3   # servers are ranks 0-2 (this one is server 0), the worker rank 3
+
+
+def a_server(staleness=None):
+    """Server 0 of PLACEMENT, its sends kept in `sent` instead of made."""
+    roles = Roles(MPI.COMM_WORLD, MPI.COMM_SELF, (0, 1, 2), (WORKER_RANK,))
+    server = Server(roles, KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1)),
+                    ClockTable(1, staleness), timeout=60.0, placement=PLACEMENT)
+    server.sent = []
+    server.ctx.outbox.send = lambda buf, dest, tag=0: server.sent.append(
+        (bytes(np.ascontiguousarray(buf).data), dest, tag))
+    return server
+
+
+def short_way(server, buf) -> tuple:
+    """(taken the short way, refused): `buf` from the worker, as the loop hands it."""
+    h = protocol.header(buf) if buf.shape[0] >= HEADER_BYTES else None
+    if h is not None and server.hot.take(WORKER_RANK, buf, h):
+        return True, False
+    return False, general_way(server, buf, h)
+
+
+def general_way(server, buf, h=None) -> bool:
+    """Whether the general way refused `buf`."""
+    h = h if h is not None or buf.shape[0] < HEADER_BYTES else protocol.header(buf)
+    try:
+        server._dispatch(WORKER_RANK, buf, h)
+    except ProtocolError:
+        return True
+    return False
+
+
+def the_same(a, b) -> None:
+    assert a.sent == b.sent
+    keys_a, state_a = a.store.items()
+    keys_b, state_b = b.store.items()
+    order_a, order_b = np.argsort(keys_a), np.argsort(keys_b)
+    np.testing.assert_array_equal(keys_a[order_a], keys_b[order_b])
+    assert state_a[order_a].tobytes() == state_b[order_b].tobytes()
+    assert a.ctx.clocks.done.tolist() == b.ctx.clocks.done.tolist()
+    assert a.ctx.members.load.tolist() == b.ctx.members.load.tolist()
+
+
+@pytest.mark.parametrize("name, build", [(f[0], f[1]) for f in FORGED if f[2] == WORKER],
+                         ids=[f[0] for f in FORGED if f[2] == WORKER])
+def test_the_short_way_leaves_every_forged_request_to_admission(name, build):
+    server = a_server()
+    taken, refused = short_way(server, build())
+    assert not taken and refused
+    assert server.store.items()[0].shape[0] == 0
+
+
+KEYS = own_keys(32)
+REPORT = Report(epoch=0, offset=7, examples=64, loss=3.0, progress=0.25)
+
+
+def pull(ts, keys=KEYS, **fields):
+    return protocol.pack(Header(Op.PULL, ts=ts, nkeys=keys.shape[0], **fields), keys)
+
+
+def same_keys_push(ts, pulled_ts, values, report=REPORT):
+    return protocol.pack(Header(Op.PUSH, ts=ts, nkeys=values.shape[0], width=1,
+                                flags=protocol.SAME_KEYS | protocol.CLOCK | protocol.REPORT,
+                                **messages.same_keys_push(pulled_ts)), values, report=report)
+
+
+def keyed_push(ts, keys, values):
+    return protocol.pack(Header(Op.PUSH, ts=ts, nkeys=keys.shape[0], width=1), keys, values)
+
+
+@pytest.mark.parametrize("staleness", [None, 0, 2], ids=["asp", "bsp", "ssp"])
+def test_rounds_of_pulls_and_pushes_end_alike_both_ways(staleness):
+    short, general = a_server(staleness), a_server(staleness)
+    rng = np.random.default_rng(1)
+    taken = 0
+    for clock in range(20):
+        keys = np.sort(rng.choice(KEYS, 12, replace=False))
+        grads = rng.standard_normal((12, 1)).astype(np.float32)
+        for buf in (pull(2 * clock, keys), same_keys_push(2 * clock + 1, 2 * clock, grads),
+                    keyed_push(10_000 + clock, keys[::2].copy(), grads[::2].copy())):
+            took, refused = short_way(short, buf)
+            taken += took
+            assert not refused and not general_way(general, buf)
+    assert taken == 60   # every one of them the short way
+    the_same(short, general)
+
+
+def damaged(buf: np.ndarray, rng) -> np.ndarray:
+    """`buf` with one random fault: a byte changed, cut short, grown, or a field rewritten."""
+    buf = buf.copy()
+    kind = rng.integers(6)
+    if kind == 0:
+        buf[rng.integers(buf.shape[0])] ^= np.uint8(1 << rng.integers(8))
+    elif kind == 1:
+        buf = buf[:rng.integers(buf.shape[0])]
+    elif kind == 2:
+        buf = np.concatenate([buf, rng.integers(0, 256, rng.integers(1, 17), np.uint8)])
+    elif kind == 3:   # a header field: flags, ts, clock, nkeys, width or placement
+        field = rng.choice([(4, np.int32), (8, np.int64), (16, np.int64), (24, np.int64),
+                            (32, np.int32), (36, np.int32)])
+        offset, dtype = int(field[0]), field[1]
+        size = np.dtype(dtype).itemsize
+        buf[offset:offset + size] = np.frombuffer(
+            np.array([rng.choice([-1, 0, 1, 2, 7, 1 << 20])], dtype).tobytes(), np.uint8)
+    elif kind == 4 and buf.shape[0] > HEADER_BYTES + 4:   # a value not finite
+        at = HEADER_BYTES + 4 * rng.integers((buf.shape[0] - HEADER_BYTES) // 4)
+        buf[at:at + 4] = np.frombuffer(np.float32(np.nan).tobytes(), np.uint8)
+    elif buf.shape[0] >= HEADER_BYTES + 16:   # two keys swapped
+        keys = buf[HEADER_BYTES:HEADER_BYTES + 16].view(np.uint64)
+        keys[:] = keys[::-1].copy()
+    return buf
+
+
+def test_damaged_pulls_and_pushes_end_alike_both_ways():
+    rng = np.random.default_rng(7)
+    outcomes = {"taken": 0, "refused": 0, "general": 0}
+    for trial in range(600):
+        staleness = 0 if trial % 2 else None
+        short, general = a_server(staleness), a_server(staleness)
+        for server in (short, general):   # a pull, so that a push of its keys has rows
+            assert not short_way(server, pull(0))[1]
+        grads = rng.standard_normal((KEYS.shape[0], 1)).astype(np.float32)
+        sound = [pull(2, KEYS[:8].copy(), flags=protocol.NEXT_CLOCK),
+                 same_keys_push(1, 0, grads), keyed_push(1, KEYS, grads)][trial % 3]
+        buf = damaged(sound, rng)
+        took, refused = short_way(short, buf)
+        assert refused == general_way(general, buf), f"trial {trial}"
+        outcomes["taken" if took else "refused" if refused else "general"] += 1
+        if not refused:
+            the_same(short, general)
+    # The damage must reach all three ends, or the fuzz proves little.
+    assert min(outcomes.values()) > 10, outcomes
