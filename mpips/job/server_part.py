@@ -362,6 +362,7 @@ class ServerPart:
         r["busy_s"] = stats.busy_s
         r["train_bytes"] = stats.train_bytes_sent
         r["push_bytes"] = stats.push_bytes
+        r["train_requests"] = stats.train_requests or stats.requests
         r["ranges_lost"] = lost
         r["rows_abandoned"] = len(abandoned)
         r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint

@@ -41,6 +41,7 @@ RECORD = np.dtype([
     ("score_s", "<f8"),       # scoring this rank's share of --test
     ("save_s", "<f8"),        # servers: writing their shard of the model
     ("push_bytes", "<i8"),    # servers: of the workers' pushes received
+    ("train_requests", "<i8"),   # servers: messages received until training ended
     ("ranges_lost", "<i8"),   # servers: key ranges in no model file (see job/server_part)
     ("rows_abandoned", "<i8"),   # the lead: dead workers' rows no worker could take over
     # Workers: their push filter's work (see pushfilter.FIGURES).
@@ -180,6 +181,11 @@ def _pushes_and_waits(servers: np.ndarray, workers: np.ndarray, held_s) -> dict:
         "pushes_sent": int(workers["pushes"].sum()),
         **push_filter(workers),
         "pushes_applied": [int(x) for x in servers["pushes"]],
+        # Messages a server received per clock of a worker, while training: a push and the
+        # next minibatch's pull travel as one (KVWorker.push_pull), so about 1.
+        "messages_per_clock": (float(servers["train_requests"].sum())
+                               / (int(workers["pushes"].sum()) * servers.shape[0])
+                               if workers["pushes"].sum() else None),
         # The read load each server carried: keys of the reads it answered.
         "server_keys_served": [int(x) for x in servers["keys_served"]],
         # Per worker: time blocked on pulls (round trips and waiting for the clocks), and of

@@ -38,6 +38,7 @@ ALLOWED = {(worker, to_lead, from_lead): frozenset(
     | FROM_SERVERS)
     for worker in (False, True) for to_lead in (False, True) for from_lead in (False, True)}
 TEXT_LIMIT = 1 << 20
+_OPS = frozenset(int(op) for op in Op)
 MAX_SHARES_TAKEN = 1 << 16   # a report's shares of dead workers' rows (kept per worker)
 INT64_PAYLOAD = frozenset({Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK})
 PER_RANGE = frozenset({Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK})   # a figure per key range
@@ -233,6 +234,21 @@ def _check_scales(buf: np.ndarray, h, sent: int | None) -> None:
     if bad.shape[0]:
         raise ProtocolError(f"PUSH of int8 values whose block #{bad[0]} has scale "
                             f"{scales[bad[0]]}")
+
+
+def unbundle(buf: np.ndarray, h: protocol.Header, sender: str) -> tuple:
+    """(push, pull, the pull's header) of a PULL that carries a PUSH (WITH_PUSH), each to be
+    admitted as a request of its own, the push first; raises ProtocolError naming `sender`
+    if the bundle does not hold a PUSH after the pull's keys."""
+    parts = protocol.unbundle(buf, h)
+    inner = -1 if parts is None else protocol.header(parts[0]).op
+    if parts is None or inner != Op.PUSH:
+        what = ("no room for it" if parts is None else
+                f"{Op(inner).name if inner in _OPS else inner} in its place")
+        raise ProtocolError(f"{sender} sent a bad request: PULL of {h.nkeys} keys bundled with a "
+                            f"PUSH (WITH_PUSH), with {what}; it was not applied, and the job "
+                            f"stops")
+    return parts
 
 
 def admit(buf: np.ndarray, sender: str, from_worker: bool, to_lead: bool, from_lead: bool,

@@ -53,8 +53,10 @@ class Checkpoints:
 
     def note(self, worker: int, clock: int, report, finished: bool) -> None:
         """Where `worker` stands after `clock` clocks (its latest report)."""
-        taken = list(self.positions.get(worker, {}).get("taken", []))
-        taken += [report.taken_epoch] * max(report.taken - len(taken), 0)
+        before = self.positions.get(worker)
+        taken = before["taken"] if before else []   # never changed in place: shared
+        if report.taken > len(taken):
+            taken = taken + [report.taken_epoch] * (report.taken - len(taken))
         position = {"clock": clock, "epoch": report.epoch, "segment": report.segment,
                     "offset": report.offset, "examples": report.examples, "loss": report.loss,
                     "finished": finished, "taken": taken}
@@ -113,6 +115,8 @@ class Checkpoints:
     def reached(self, slowest: int) -> list:
         """Clocks named for timed checkpoints that the slowest worker has reached: the name
         may arrive after this server passed the clock."""
+        if not self.planned:
+            return []
         ready = sorted(c for c in self.planned if c <= slowest)
         self.planned.difference_update(ready)
         return ready

@@ -43,6 +43,7 @@ class ServerStats:
     pulls_held: int = 0       # pulls that had to wait for other workers' clocks
     train_bytes_sent: int = 0   # bytes sent until every worker had finished training
     push_bytes: int = 0       # bytes of the workers' pushes received
+    train_requests: int = 0   # messages received until every worker had finished training
     refound: int = 0          # SAME_KEYS pushes whose rows had moved (the table grew)
     busy_s: float = 0.0       # time spent handling requests (the rest is waiting for them)
     checkpoints: int = 0      # checkpoint files written

@@ -36,7 +36,7 @@ from ..wire import messages, protocol, tags
 from ..wire.clocks import ClockTable
 from ..wire.placement import Placement, describe_ranges
 from ..wire.protocol import Op, Report
-from .admission import admit
+from .admission import admit, unbundle
 from .checkpoint_rounds import CheckpointRounds, Checkpoints
 from .context import Hooks, ServerContext, ServerStats
 from .dense_tables import DenseTables
@@ -238,11 +238,22 @@ class Server:
         self._quiet_since = now   # (a server still scoring reads from the others)
         self.stats.requests += 1
         self.stats.bytes_received += nbytes
-        source, buf = self._probed.Get_source(), self._buf[:nbytes]
-        h = protocol.header(buf) if nbytes >= protocol.HEADER_BYTES else None
+        self.handle(self._probed.Get_source(), self._buf[:nbytes])
+        self.stats.busy_s += time.monotonic() - now
+
+    def handle(self, source: int, buf: np.ndarray) -> None:
+        """The message `buf` received from rank `source`: its request, or a push then a pull
+        if it bundles them (protocol.WITH_PUSH)."""
+        h = protocol.header(buf) if buf.shape[0] >= protocol.HEADER_BYTES else None
+        if h is not None and h.op == Op.PULL and h.flags & protocol.WITH_PUSH:
+            push, buf, h = unbundle(buf, h, self.ctx.sender(source))
+            self._take(source, push, protocol.header(push))
+        self._take(source, buf, h)
+
+    def _take(self, source: int, buf: np.ndarray, h: protocol.Header | None) -> None:
+        """One request: the short way if it takes it (hotpath), else the general way."""
         if h is None or not self.hot.take(source, buf, h):
             self._dispatch(source, buf, h)
-        self.stats.busy_s += time.monotonic() - now
 
     def _idle(self, now: float) -> None:
         """No message: now and then, the silence checks and the finished sends let go."""
@@ -314,6 +325,7 @@ class Server:
         if self.clocks.all_finished:
             ctx.hooks.reached("scoring", 0, ctx.lead)
             self.stats.train_bytes_sent = self.stats.bytes_sent
+            self.stats.train_requests = self.stats.requests
             self.timers.final_snapshot()
 
     def _on_bye(self, source: int, r, buf) -> None:

@@ -44,7 +44,10 @@ class ClockPushes:
     def until(self, clock: int) -> list:
         """The pushes of every clock before `clock` not given out yet, in clock, worker, then
         arrival order."""
-        ready = []
+        ready: list = []
+        if not self._pending:
+            self.applied = max(self.applied, clock)
+            return ready
         for c in sorted(c for c in self._pending if c < clock):
             pending = self._pending.pop(c)
             for w in sorted(pending):
@@ -148,6 +151,8 @@ class Pushes:
             self._applied(pending.worker, pending.ts)
 
     def apply_backups(self) -> None:
+        if not self._backups_due:
+            return
         for push, clock in self._backups_due:
             self._apply(push, clock)
         self._backups_due.clear()

@@ -27,6 +27,8 @@ class Reads:
 
     def release(self) -> None:
         """Answer the pulls held that the clocks now let through (or refuse them)."""
+        if not self.ctx.gate.held:
+            return
         serve, refuse = self.ctx.gate.release()
         for pull in refuse:
             self._refuse(pull)

@@ -120,6 +120,9 @@ INT8 = 128       # PUSH flag: the own part's values are int8, a float32 scale pe
                  # first (see values_bytes)
 MASK = 256       # PUSH flag, with SAME_KEYS: a bitmap over the pull's `nkeys` keys (bit i % 8
                  # of byte i // 8: key i) precedes the values, which are those of its set bits
+WITH_PUSH = 512  # PULL flag: a whole PUSH request (header and payload) follows the pull's keys
+                 # in the message, taken first: a worker's push of a clock and its read for
+                 # the next travel as one message (see `bundle`)
 ENCODINGS = {"float32": 0, "float16": HALF, "int8": INT8}
 HALF_MAX = 65504.0   # float16's largest finite value
 
@@ -309,6 +312,25 @@ def unpack(buf: np.ndarray, sent: int | None = None, h: Header | None = None):
         values = buf[start:end].view(np.float32).reshape(h.nkeys, h.width)
     report = report_at(buf, end) if h.flags & REPORT else None
     return h, keys, values, report
+
+
+def bundle(pull: np.ndarray, push: np.ndarray) -> np.ndarray:
+    """One message of a PULL request and the PUSH request to take before it (WITH_PUSH)."""
+    out = np.empty(pull.shape[0] + push.shape[0], np.uint8)
+    out[:pull.shape[0]] = pull
+    out[pull.shape[0]:] = push
+    flags = out[4:8].view(np.int32)
+    flags[0] |= WITH_PUSH
+    return out
+
+
+def unbundle(buf: np.ndarray, h: Header) -> tuple | None:
+    """(the PUSH request, the PULL request, its header without WITH_PUSH) of a bundle (see
+    `bundle`), or None if its header's key count leaves no room for a push's header."""
+    cut = HEADER_BYTES + 8 * h.nkeys
+    if h.nkeys < 0 or cut + HEADER_BYTES > buf.shape[0]:
+        return None
+    return buf[cut:], buf[:cut], h._replace(flags=h.flags & ~WITH_PUSH)
 
 
 def report_at(buf: np.ndarray, offset: int) -> Report:

@@ -4,6 +4,7 @@
     ts = kv.pull(keys)                     # keys: sorted unique uint64
     weights = kv.wait(ts)                  # float32[len(keys), width], in key order
     kv.wait(kv.push(keys, grads, clock=True))
+    push, pull = kv.push_pull(keys, grads, next_keys)   # one message per server
 
 pull and push start the transfer and return a timestamp at once; wait(ts)
 completes it. A push with clock=True also completes the worker's clock (and
@@ -76,7 +77,8 @@ class KVWorker(Link):
         flags = ((protocol.READ_ONLY if read_only else 0)
                  | (protocol.NEXT_CLOCK if next_clock else 0))
         out = np.empty((keys.shape[0], self.width), np.float32)
-        pending = Pending(what="", out=out, perm=perm, keys=skeys, flags=flags,
+        pending = Pending(what=lambda: self._pull_said(pending, ts, keys, next_clock), out=out,
+                          perm=perm, keys=skeys, flags=flags,
                           clock=self.clock, version=self._placement.version,
                           sent_by=self._placement.version)
         for s in self.living():
@@ -85,12 +87,15 @@ class KVWorker(Link):
                 pending.sends.append(self.send(s, Op.PULL, (skeys[a:b],), nkeys=b - a,
                                                flags=flags))
                 pending.replies.append(self.reply_into(out[a:b], s, slice(a, b)))
-        servers = [self.servers[r.server] for r in pending.replies]
-        pending.what = (f"the reply to pull #{ts} ({keys.shape[0]} keys, worker clock "
-                        f"{self.clock + next_clock}) from server rank(s) {servers}; under BSP/SSP "
-                        f"a server holds a pull until the slowest worker catches up")
         self._pending[ts] = pending
         return ts
+
+    def _pull_said(self, pending: Pending, ts: int, keys: np.ndarray, next_clock: bool) -> str:
+        """What a wait for pull `ts` waits for."""
+        servers = [self.servers[r.server] for r in pending.replies]
+        return (f"the reply to pull #{ts} ({keys.shape[0]} keys, worker clock "
+                f"{pending.clock + next_clock}) from server rank(s) {servers}; under BSP/SSP a "
+                f"server holds a pull until the slowest worker catches up")
 
     def _pulled_for(self, keys: np.ndarray) -> tuple:
         """(the latest completed pull of this very key array, if recent and split as a push
@@ -140,6 +145,23 @@ class KVWorker(Link):
             self.clock += 1
         self._pending[ts] = pending
         return ts
+
+    def push_pull(self, keys: np.ndarray, values: np.ndarray, next_keys: np.ndarray,
+                  flush: bool = False) -> tuple[int, int]:
+        """(push(keys, values, clock=True, flush=flush), pull(next_keys)) for the clock that
+        push completes, one message to each server both go to (ps-lite's and BytePS's
+        push-pull): the server takes the push first, and holds the reply, not the request,
+        until the clocks allow the read. Under failover, two messages (a request is repaired
+        on its own)."""
+        if self.failover:
+            return self.push(keys, values, clock=True, flush=flush), self.pull(next_keys)
+        self.hold_sends()
+        try:
+            push = self.push(keys, values, clock=True, flush=flush)
+            pull = self.pull(next_keys)
+        finally:
+            self.send_bundled()
+        return push, pull
 
     def _push_to(self, s: int, pulled: Pulled | None, own: slice, out: Outgoing, skeys,
                  parts: list, clock: bool) -> list:

@@ -33,6 +33,7 @@ class Link:
         self._pending: dict[int, Pending] = {}
         self._ts = 0
         self._report: protocol.Report | None = None
+        self._bundling: list[Send] | None = None   # messages held inside `bundled`
 
     @property
     def placement(self) -> Placement:
@@ -78,8 +79,35 @@ class Link:
                             placement=self._placement.version, **fields)
         buf = protocol.pack(h, *payload, report=self._report if report else None)
         self.bytes_sent += buf.nbytes
+        if self._bundling is not None:   # sent by `send_bundled`
+            send = Send(MPI.REQUEST_NULL, buf, server_index, op)
+            self._bundling.append(send)
+            return send
         req = self.comm.Isend(buf, self.servers[server_index], tags.REQUEST_TAG)
-        return Send(req, buf, server_index)
+        return Send(req, buf, server_index, op)
+
+    def hold_sends(self) -> None:
+        """Keep the messages sent from now on for `send_bundled`."""
+        self._bundling = []
+
+    def send_bundled(self) -> None:
+        """Send the messages kept since `hold_sends`, in order; a server's last two, if a
+        PUSH then a PULL, as one message (protocol.bundle: the server takes the push
+        first)."""
+        held, self._bundling = self._bundling or [], None
+        by_server: dict[int, list[Send]] = {}
+        for send in held:
+            by_server.setdefault(send.server, []).append(send)
+        for server, sends in by_server.items():
+            bundle = len(sends) >= 2 and sends[-2].op == Op.PUSH and sends[-1].op == Op.PULL
+            rank = self.servers[server]
+            for send in sends[:-2] if bundle else sends:
+                send.request = self.comm.Isend(send.buffer, rank, tags.REQUEST_TAG)
+            if bundle:
+                push, pull = sends[-2:]
+                push.buffer = pull.buffer = protocol.bundle(pull.buffer, push.buffer)
+                push.request = pull.request = self.comm.Isend(pull.buffer, rank,
+                                                              tags.REQUEST_TAG)
 
     def reply_into(self, into: np.ndarray, server_index: int, rows=None,
                    copy: bool = False) -> Reply:
@@ -126,7 +154,7 @@ class Link:
         timeout = pending.timeout or self.timeout
         if not self.failover:
             statuses = [p.status if isinstance(p, Reply) else MPI.Status() for p in parts]
-            waited = wait_all([p.request for p in parts], timeout, lambda: pending.what,
+            waited = wait_all([p.request for p in parts], timeout, pending.said,
                               statuses=statuses)
             for p in parts:
                 p.done = True
@@ -137,7 +165,7 @@ class Link:
                 if not p.done:
                     p.done = p.request.Test(p.status if isinstance(p, Reply) else None)
             return all(p.done for p in parts)
-        return wait_until(poll, timeout, lambda: pending.what)
+        return wait_until(poll, timeout, pending.said)
     def _complete_unless_failed(self, pending: Pending) -> float | None:
         """`_complete`, or None when a server died meanwhile (under failover: learned, the
         placement moved on, for the caller to repair the request)."""
@@ -160,3 +188,4 @@ class Link:
             raise CannotFailOver(f"every copy of key range(s) {describe_ranges(placement.lost)} "
                                  f"died with server(s) {sorted(placement.dead)}")
         return True
+

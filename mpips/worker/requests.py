@@ -14,6 +14,7 @@ class Send:
     request: MPI.Request
     buffer: np.ndarray
     server: int                   # index of the server it goes to
+    op: int = 0
     done: bool = False
 
 
@@ -32,7 +33,8 @@ class Reply:
 @dataclass(slots=True)
 class Pending:
     """A request not yet waited for (one timestamp): its messages and replies."""
-    what: str                        # what a wait for it waits for, for messages
+    what: str | Callable[[], str]    # what a wait for it waits for, for messages (or what
+                                     # makes it, asked only if a wait fails: see `said`)
     sends: list = field(default_factory=list)     # Send
     replies: list = field(default_factory=list)   # Reply
     out: np.ndarray | None = None    # where the replies go (a pull's values, a lead's answer)
@@ -50,6 +52,10 @@ class Pending:
     @property
     def to_lead(self) -> bool:
         return self.ask_next_lead is not None
+
+    def said(self) -> str:
+        """What a wait for it waits for."""
+        return self.what if isinstance(self.what, str) else self.what()
 
 
 @dataclass(slots=True)

@@ -151,3 +151,54 @@ def test_damaged_pulls_and_pushes_end_alike_both_ways():
             the_same(short, general)
     # The damage must reach all three ends, or the fuzz proves little.
     assert min(outcomes.values()) > 10, outcomes
+
+
+def bundled(pull_buf, push_buf):
+    return protocol.bundle(pull_buf, push_buf)
+
+
+def test_a_push_and_a_pull_bundled_end_as_when_sent_apart():
+    apart, together = a_server(staleness=0), a_server(staleness=0)
+    rng = np.random.default_rng(3)
+    for server in (apart, together):
+        server.handle(WORKER_RANK, pull(0))
+    for clock in range(10):
+        grads = rng.standard_normal((KEYS.shape[0], 1)).astype(np.float32)
+        push, next_pull = same_keys_push(2 * clock + 1, 2 * clock, grads), pull(2 * clock + 2)
+        apart.handle(WORKER_RANK, push)
+        apart.handle(WORKER_RANK, next_pull)
+        together.handle(WORKER_RANK, bundled(next_pull, push))
+    the_same(apart, together)
+    assert len(together.sent) == 11   # a reply to each pull
+
+
+FROM_A_SERVER = 1   # rank 1: server 1
+
+
+@pytest.mark.parametrize("build, source, says", [
+    (lambda: bundled(pull(2), protocol.pack(Header(Op.FINISH))), WORKER_RANK,
+     "bundled with a PUSH (WITH_PUSH), with FINISH in its place"),
+    (lambda: bundled(pull(2), protocol.pack(Header(77))), WORKER_RANK, "with 77 in its place"),
+    (lambda: bundled(pull(2), np.zeros(0, np.uint8)), WORKER_RANK, "with no room for it"),
+    (lambda: pull(2, flags=protocol.WITH_PUSH), WORKER_RANK, "with no room for it"),
+    (lambda: bundled(pull(2), bundled(pull(4), same_keys_push(3, 0, np.ones((32, 1),
+                                                                          np.float32)))),
+     WORKER_RANK, "with PULL in its place"),
+    (lambda: bundled(pull(2), same_keys_push(1, 0, np.full((32, 1), np.nan, np.float32))),
+     WORKER_RANK, "PUSH with a value that is not finite"),
+    (lambda: bundled(pull(2), same_keys_push(1, 0, np.ones((31, 1), np.float32))),
+     WORKER_RANK, "pushed values for the 31 keys of pull #0, which this server does not hold"),
+    (lambda: bundled(pull(2), same_keys_push(1, 0, np.ones((32, 1), np.float32))),
+     FROM_A_SERVER, "PUSH, which this server may not send"),
+], ids=["a finish inside", "an unknown op inside", "nothing inside", "the flag alone",
+        "a bundle inside", "a NaN in the push", "a push of the wrong pull", "from a server"])
+def test_a_forged_bundle_is_refused_naming_the_sender_and_nothing_of_it_is_read(build, source,
+                                                                                says):
+    server = a_server(staleness=0)
+    server.handle(WORKER_RANK, pull(0))
+    sent, clocks = len(server.sent), server.ctx.clocks.done.tolist()
+    with pytest.raises(ProtocolError) as refused:
+        server.handle(source, build())
+    text = str(refused.value)
+    assert says in text and ("worker 0" if source == WORKER_RANK else "server 1") in text
+    assert len(server.sent) == sent and server.ctx.clocks.done.tolist() == clocks
