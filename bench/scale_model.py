@@ -10,20 +10,21 @@ minibatches of 1,000 rows and 2 epochs:
   worker kernels  (in one process) per example: reading the minibatch and finding its
                   sorted unique keys; its gradient. Per key: splitting the keys by server
                   and putting the values back in order (when there are 2 or more servers)
-  one server and one worker  (mpiexec -n 2, the training loop's pull sent ahead and push,
-                  BSP) for each share 1/k of every minibatch's keys (the share a server gets
-                  when there are k servers): the server's handling time and the worker's time
-                  outside waits, per clock; a straight line through them gives the cost per
-                  worker (one pull and one push handled) and per key found, read and updated
+  one server and one worker  (mpiexec -n 2, the training loop's messages: each clock's push
+                  and the next clock's pull as one message, BSP) for each share 1/k of every
+                  minibatch's keys (the share a server gets when there are k servers): the
+                  server's handling time and the worker's time outside waits, per clock; a
+                  straight line through them gives the cost per worker (its message of a
+                  clock handled) and per key found, read and updated
   the link        an MPI ping-pong of 3 messages of the sizes a pull, its reply and a push
                   take: latency and bandwidth of the local link
 
-A clock under BSP (see clock()): every worker pushes, each server applies every worker's
-push and answers every worker's pull for the next clock (sent ahead, held), the replies
-cross, the workers compute their gradients; meanwhile each worker found the keys of the
-minibatch after. Examples/s = workers x rows per minibatch / the clock. The bound named is
+A clock under BSP (see clock()): every worker pushes, with the pull for the next clock in
+the same message; each server applies every worker's push and answers every worker's pull
+(held until the clock is complete), the replies cross, the workers compute their gradients;
+meanwhile each worker found the keys of the minibatch after. Examples/s = workers x rows per minibatch / the clock. The bound named is
 the largest term on that path: worker compute, server per-key work, server per-message work
-(each server handles a pull and a push of every worker every clock), NIC bandwidth, or
+(each server handles a message of every worker every clock), NIC bandwidth, or
 latency. Ranks beyond the cores share them (the runs here); at scale each process has a
 core, --cores-per-node processes share a node's NIC, servers and workers on nodes apart.
 
@@ -92,11 +93,11 @@ class Costs:
     keys_per_batch: float           # unique keys of a minibatch (the bias among them)
     keys_s_per_example: float       # a worker reading a row and finding its keys
     gradient_s_per_example: float   # a worker's gradient kernel
-    client_s_per_server: float      # a worker's pull, reply and push messages, one server
+    client_s_per_server: float      # a worker's push-pull and its reply, one server
     #                                 (the probe has one server: its per-call cost counts here)
     client_s_per_key: float         # a worker packing a key and its values
     split_s_per_key: float          # grouping keys by server and values back (2+ servers)
-    server_s_per_worker: float      # a server handling one pull and one push
+    server_s_per_worker: float      # a server handling one worker's message of a clock
     server_s_per_key: float         # a server finding, reading and updating a key
     key_bytes: int = 8              # a pull sends the keys; pushes reuse them (SAME_KEYS)
     value_bytes: int = 4            # float32, width 1, in the reply and in the push
@@ -192,8 +193,8 @@ def examples_per_s(c: Costs, link: Link, s: Shape) -> float:
 
 
 def ceiling(c: Costs) -> float:
-    """Examples/s no split passes: every clock each server handles a pull and a push from
-    every worker, so a clock takes at least workers x that time."""
+    """Examples/s no split passes: every clock each server handles a message (a push and
+    the next pull) from every worker, so a clock takes at least workers x that time."""
     return c.batch / c.server_s_per_worker
 
 
@@ -336,8 +337,8 @@ def share_of(batches: list, k: int) -> list:
 
 
 def probe_worker(roles, parts: list) -> tuple:
-    """One session of the training loop's messages over `parts` EPOCHS times (the next
-    clock's pull sent ahead, then the push): (seconds, seconds waited, clocks)."""
+    """One session of the training loop's messages over `parts` EPOCHS times (each clock's
+    push and the next clock's pull in one message): (seconds, seconds waited, clocks)."""
     from mpips.worker.kvworker import KVWorker
     kv = KVWorker(roles, width=1, timeout=TIMEOUT)
     grads = np.full((max(p.shape[0] for p in parts), 1), 1e-4, np.float32)
@@ -345,12 +346,13 @@ def probe_worker(roles, parts: list) -> tuple:
     start = time.perf_counter()
     pull, push = kv.pull(order[0]), None
     for i, keys in enumerate(order):
-        upcoming = kv.pull(order[i + 1], next_clock=True) if i + 1 < len(order) else None
         kv.wait(pull)
         if push is not None:
             kv.wait(push)
-        push = kv.push(keys, grads[:keys.shape[0]], clock=True)
-        pull = upcoming
+        if i + 1 < len(order):
+            push, pull = kv.push_pull(keys, grads[:keys.shape[0]], order[i + 1])
+        else:
+            push = kv.push(keys, grads[:keys.shape[0]], clock=True)
     kv.wait(push)
     seconds = time.perf_counter() - start
     kv.finish()

@@ -15,10 +15,11 @@ from .table import home, probe_and_read
 @njit(cache=True, nogil=True)
 def checked_homes(src, bounds, salt, allowed, counts, cap, keys, slots):
     """Copy the keys `src` into `keys` and their home rows (table of capacity `cap`) into
-    `slots`, checking that they are strictly increasing and that allowed[range of each] is
-    set; each key's range is counted in `counts` (if not empty). Returns -1, or the index of
-    the first key that fails (then nothing is counted)."""
+    `slots` (if not empty), checking that they are strictly increasing and that
+    allowed[range of each] is set; each key's range is counted in `counts` (if not empty).
+    Returns -1, or the index of the first key that fails (then nothing is counted)."""
     count = counts.shape[0] > 0
+    homes = slots.shape[0] > 0
     for i in range(src.shape[0]):
         k = src[i]
         if i > 0 and k <= keys[i - 1]:
@@ -31,7 +32,8 @@ def checked_homes(src, bounds, salt, allowed, counts, cap, keys, slots):
         if count:
             counts[r] += 1
         keys[i] = k
-        slots[i] = home(k, cap)
+        if homes:
+            slots[i] = home(k, cap)
     return -1
 
 
@@ -57,6 +59,14 @@ def pull_rows(buf, start, bounds, salt, allowed, counts, rows, meta, insert, lim
     if bad >= 0:
         return -1 - bad
     return probe_and_read(rows, meta, keys, insert, limit, slots, out, fresh)
+
+
+@njit(cache=True, nogil=True)
+def pull_keys(buf, start, bounds, salt, allowed, counts, keys):
+    """`pull_rows`' checks of a pull's keys, copied into `keys`, without a lookup (a pull the
+    clocks hold): -1, or the index of the first key that fails."""
+    src = buf[start:start + 8 * keys.shape[0]].view(np.uint64)
+    return checked_homes(src, bounds, salt, allowed, counts, 0, keys, np.empty(0, np.int64))
 
 
 @njit(cache=True, nogil=True)

@@ -15,7 +15,7 @@ from ..kernels import distinct
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import is_sorted_unique
 from ..kernels.logistic import mean_logloss, roc_auc
-from ..kernels.requests import first_not_finite
+from ..kernels.requests import first_not_finite, pull_keys
 from ..models import catalog, defaults
 from ..models.optimizer import NAMES, Optimizer
 from ..wire import protocol
@@ -115,6 +115,8 @@ def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
         store.find_checked(pull, protocol.HEADER_BYTES,
                            Placement(1).key_check(0, True, np.zeros(1, np.int64)),
                            np.empty_like(keys), True, weights)   # the short way (hotpath)
+        pull_keys(pull, protocol.HEADER_BYTES,
+                  *Placement(1).key_check(0, True, np.zeros(1, np.int64)), np.empty_like(keys))
         first_not_finite(wire_values)
         first_not_finite(np.zeros(2))   # a DENSE request's
         store.model_weights(store.find(wire_keys), clocks=2)

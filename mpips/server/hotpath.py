@@ -1,10 +1,10 @@
-"""The requests most of a server's time goes to, taken the short way: a worker's pull that the
-clocks let through at once, and its push of float32 values without a backed-up part. One
-compiled call checks a pull's keys and looks them up (kernels.requests); a push's values and
-figures are checked, then the push goes to `pushes` as any other.
+"""The requests most of a server's time goes to, taken the short way: a worker's pull, and its
+push of float32 values without a backed-up part. One compiled call checks a pull's keys and
+looks them up (kernels.requests), or, if the clocks hold the pull, checks and keeps them; a
+push's values and figures are checked, then the push goes to `pushes` as any other.
 
 Anything else goes the general way (`loop`: `admission`, then the operation's handler): a
-request that breaks a rule (admission names the fault), a pull the clocks hold or refuse, a
+request that breaks a rule (admission names the fault), a pull the clocks refuse, a
 push with a backed-up part or encoded values, a request split by another placement than this
 server's (a server died, key ranges moved), a dead worker's or a finished one's. The short way
 decides nothing the general way would decide otherwise: what it takes, admission would have
@@ -18,7 +18,7 @@ from ..wire import protocol
 from ..wire.clocks import FINISHED
 from ..wire.protocol import HEADER_BYTES, REPORT_BYTES, Op
 from .admission import Request, check_report
-from .readgate import SERVE
+from .readgate import HOLD, SERVE
 
 PULL_FLAGS = protocol.READ_ONLY | protocol.NEXT_CLOCK
 PUSH_FLAGS = protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT
@@ -56,9 +56,10 @@ class HotPath:
         if h.flags & ~PULL_FLAGS or buf.shape[0] != HEADER_BYTES + 8 * h.nkeys:
             return False
         clock = ctx.clocks.read_clock(worker, bool(h.flags & protocol.NEXT_CLOCK))
-        if ctx.gate.verdict(worker, clock, h.placement) != SERVE:
-            return False
-        return ctx.reads.serve_checked(worker, source, h, buf, clock)
+        verdict = ctx.gate.verdict(worker, clock, h.placement)
+        if verdict == SERVE:
+            return ctx.reads.serve_checked(worker, source, h, buf, clock)
+        return verdict == HOLD and ctx.reads.hold_checked(worker, source, h, buf)
 
     def _push(self, worker: int, source: int, buf: np.ndarray, h) -> bool:
         ctx = self.ctx

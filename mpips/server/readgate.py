@@ -82,7 +82,8 @@ class ReadGate:
         pull.clock = self.clocks.read_clock(pull.worker, next_clock)
         verdict = self._verdict(pull)
         if verdict == HOLD:
-            pull.keys, pull.owned = pull.keys.copy(), True   # the receive buffer is reused
+            if not pull.owned:   # the receive buffer is reused
+                pull.keys, pull.owned = pull.keys.copy(), True
             self._start_waiting(pull)
             self.held.append(pull)
         return verdict

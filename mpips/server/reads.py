@@ -3,6 +3,7 @@ readgate), and the trained model's weights read once every worker has finished (
 """
 import numpy as np
 
+from ..kernels import requests
 from ..wire import protocol
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
@@ -53,6 +54,22 @@ class Reads:
         if insert:
             ctx.rows.remember(worker, h.ts, keys, rows, store.generation)
         ctx.reply(out, source, h.ts)
+        return True
+
+    def hold_checked(self, worker: int, source: int, h, buf: np.ndarray) -> bool:
+        """Hold the pull in `buf` (header `h`) of `worker`, which the clocks do not let through
+        yet, its keys checked as `serve_checked` checks them; False, with nothing done, if they
+        fail."""
+        ctx = self.ctx
+        keys = np.empty(h.nkeys, np.uint64)
+        bounds, salt, allowed, counts = ctx.placement.key_check(ctx.roles.index, True,
+                                                                ctx.members.load)
+        if requests.pull_keys(buf, protocol.HEADER_BYTES, bounds, salt, allowed, counts,
+                              keys) >= 0:
+            return False
+        pull = Pull(worker, source, h.ts, keys, insert=not h.flags & protocol.READ_ONLY,
+                    owned=True, version=h.placement)
+        ctx.gate.arrive(pull, next_clock=bool(h.flags & protocol.NEXT_CLOCK))
         return True
 
     def _serve(self, pull: Pull) -> None:
