@@ -74,6 +74,19 @@ def is_sorted_unique(keys):
     return True
 
 
+OUT_OF_ORDER, NOT_ALLOWED = -1, -2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def placed_range(keys, i, bounds, salt, allowed):
+    """The range of keys[i], if it follows keys[i - 1] in strictly increasing order and
+    allowed[its range] is set; else OUT_OF_ORDER or NOT_ALLOWED."""
+    if i > 0 and keys[i] <= keys[i - 1]:
+        return OUT_OF_ORDER
+    r = key_range(mix64(keys[i] ^ salt), bounds)
+    return r if allowed[r] else NOT_ALLOWED
+
+
 @njit(cache=True, nogil=True)
 def first_misplaced(keys, bounds, salt, allowed, counts):
     """(index, why) of the first key that does not follow the one before in strictly
@@ -81,11 +94,9 @@ def first_misplaced(keys, bounds, salt, allowed, counts):
     (-1, 0) if none. Each key's range is counted in `counts` (if not empty)."""
     count = counts.shape[0] > 0
     for i in range(keys.shape[0]):
-        if i > 0 and keys[i] <= keys[i - 1]:
-            return i, 1
-        r = key_range(mix64(keys[i] ^ salt), bounds)
-        if not allowed[r]:
-            return i, 2
+        r = placed_range(keys, i, bounds, salt, allowed)
+        if r < 0:
+            return i, -r
         if count:
             counts[r] += 1
     return -1, 0

@@ -8,7 +8,7 @@ goes to admission, which names the fault; nothing of it is stored or counted fir
 import numpy as np
 from numba import njit
 
-from .hashing import key_range, mix64
+from .hashing import key_range, mix64, placed_range
 from .table import home, probe_and_read
 
 
@@ -21,19 +21,15 @@ def checked_homes(src, bounds, salt, allowed, counts, cap, keys, slots):
     count = counts.shape[0] > 0
     homes = slots.shape[0] > 0
     for i in range(src.shape[0]):
-        k = src[i]
-        if i > 0 and k <= keys[i - 1]:
-            _uncount(keys, i, bounds, salt, counts)
-            return i
-        r = key_range(mix64(k ^ salt), bounds)
-        if not allowed[r]:
+        keys[i] = src[i]
+        r = placed_range(keys, i, bounds, salt, allowed)
+        if r < 0:
             _uncount(keys, i, bounds, salt, counts)
             return i
         if count:
             counts[r] += 1
-        keys[i] = k
         if homes:
-            slots[i] = home(k, cap)
+            slots[i] = home(keys[i], cap)
     return -1
 
 

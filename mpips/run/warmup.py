@@ -112,11 +112,12 @@ def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
         store.pull(many, np.empty((64, 1), np.float32))   # grows the table: rehash
         store.pull(wire_keys, weights, insert=False)
         pull = protocol.pack(protocol.Header(Op.PULL, nkeys=keys.shape[0]), keys)
-        store.find_checked(pull, protocol.HEADER_BYTES,
-                           Placement(1).key_check(0, True, np.zeros(1, np.int64)),
-                           np.empty_like(keys), True, weights)   # the short way (hotpath)
-        pull_keys(pull, protocol.HEADER_BYTES,
-                  *Placement(1).key_check(0, True, np.zeros(1, np.int64)), np.empty_like(keys))
+        check = Placement(1).key_check(0, True, np.zeros(1, np.int64))
+        store.find_checked(pull, protocol.HEADER_BYTES, check, np.empty_like(keys), True,
+                           weights)   # the short way (hotpath)
+        bounds, salt, allowed, counts = check
+        pull_keys(pull, protocol.HEADER_BYTES, bounds, salt, allowed, counts,
+                  np.empty_like(keys))   # ... of a pull the clocks hold
         first_not_finite(wire_values)
         first_not_finite(np.zeros(2))   # a DENSE request's
         store.model_weights(store.find(wire_keys), clocks=2)

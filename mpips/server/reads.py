@@ -50,10 +50,7 @@ class Reads:
         if rows is None:
             return False
         ctx.gate.served_at(worker, clock)
-        ctx.stats.keys_served += n
-        if insert:
-            ctx.rows.remember(worker, h.ts, keys, rows, store.generation)
-        ctx.reply(out, source, h.ts)
+        self._answer(worker, source, h.ts, keys, rows, out, insert)
         return True
 
     def hold_checked(self, worker: int, source: int, h, buf: np.ndarray) -> bool:
@@ -78,14 +75,20 @@ class Reads:
         if ctx.clocks.done[pull.worker] == FINISHED and not pull.insert:   # scoring
             ctx.reply(self.final_weights(pull.keys), pull.source, pull.ts)
             return
-        store = ctx.store
-        ctx.stats.keys_served += pull.keys.shape[0]
-        out = np.empty((pull.keys.shape[0], store.width), np.float32)
-        rows = store.find(pull.keys, pull.insert, out)
-        if pull.insert:
-            keys = pull.keys if pull.owned else pull.keys.copy()
-            ctx.rows.remember(pull.worker, pull.ts, keys, rows, store.generation)
-        ctx.reply(out, pull.source, pull.ts)
+        out = np.empty((pull.keys.shape[0], ctx.store.width), np.float32)
+        rows = ctx.store.find(pull.keys, pull.insert, out)
+        keys = pull.keys if pull.owned or not pull.insert else pull.keys.copy()
+        self._answer(pull.worker, pull.source, pull.ts, keys, rows, out, pull.insert)
+
+    def _answer(self, worker: int, source: int, ts: int, keys: np.ndarray, rows: np.ndarray,
+                out: np.ndarray, insert: bool) -> None:
+        """Reply to pull `ts` with `out`, the weights of `keys` found at `rows`, which a push
+        of the same keys reuses if the pull stored unknown keys (`insert`)."""
+        ctx = self.ctx
+        ctx.stats.keys_served += keys.shape[0]
+        if insert:
+            ctx.rows.remember(worker, ts, keys, rows, ctx.store.generation)
+        ctx.reply(out, source, ts)
 
     def final_weights(self, keys: np.ndarray) -> np.ndarray:
         """The trained model's weights of `keys` (zeros for keys never trained), once every
