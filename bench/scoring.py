@@ -52,7 +52,7 @@ def one_process(model_dir: str) -> float:
     from mpips.models.optimizer import Optimizer
     from mpips.data.shards import open_shard
     from mpips.server.store import KVStore
-    from mpips.job.scoring import EVAL_BATCH
+    from mpips.job.chunks import EVAL_BATCH
 
     keys, weights = load_model(model_dir)
     store = KVStore(width=1, optimizer=Optimizer("sgd"), capacity=int(keys.shape[0] * 1.3))

@@ -35,9 +35,10 @@ from ..storage.model_files import save_shard, shard_path
 from ..storage.rundir import RunLocks
 from ..wire.clocks import FINISHED, ClockTable
 from ..wire.placement import Placement, describe_ranges
+from .chunks import shared
 from .failing import log_failure, tell_servers_to_save
 from .part_result import PartResult
-from .scoring import Scoring, core_to_spare, shared
+from .scoring import Scoring, core_to_spare
 
 log = logging.getLogger("mpips")
 

@@ -45,8 +45,8 @@ from ..run.startup import compile_per_node, run_id
 from ..run.warmup import CompileWatch
 from ..storage import checkpoint, rundir
 from ..wire.placement import Placement, dealt
+from .chunks import covered
 from .part_result import PartResult
-from .scoring import covered
 
 # A server's, a worker's and a full-batch solver's modules are imported by the ranks that
 # run them (see _part): every rank would pay for all three before its first minibatch.

@@ -22,7 +22,7 @@ RECORD = np.dtype([
     ("bytes_sent", "<i8"), ("keys", "<i8"), ("table_bytes", "<i8"), ("bad_lines", "<i8"),
     ("copies", "<i8"),        # servers: keys stored, as primary or backup
     ("pulls_held", "<i8"), ("max_gap", "<i8"), ("test_rows", "<i8"),
-    ("test_units", "<i8"),    # rows or bytes of --test its scores span (job/scoring.covered)
+    ("test_units", "<i8"),    # rows or bytes of --test its scores span (job/chunks.covered)
     ("compile_s", "<f8"), ("late_compiles", "<i8"), ("busy_s", "<f8"), ("peak_rss_mb", "<f8"),
     ("train_bytes", "<i8"),   # bytes sent until every worker had finished training
     ("stopped_at", "<i8"),    # servers: the clock the job stopped at (checkpoint), or -1

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from mpips.base.errors import InputError, ProtocolError
-from mpips.job.scoring import NONE, SMALLEST, Asked, Chunks, HandOut, HeldOutFile
+from mpips.job.chunks import NONE, SMALLEST, Asked, Chunks, HandOut, HeldOutFile
 
 
 def handed_out(chunks: Chunks, small=()) -> list:
