@@ -28,6 +28,7 @@ from ..pipeline.schedule import POLICIES, describe
 from ..pipeline.stage_rank import StageRank, receive
 from ..ranks.bounded import wait_all
 from ..run import signals, summary, testevents
+from ..run.config_checks import check_stages
 from ..run.startup import process_age, ready
 from ..wire.tags import (
     STAGE_HEADER,
@@ -188,7 +189,7 @@ def describe_pipeline(cfg) -> str:
     if cfg.model.name != "widedeep":
         raise ConfigError(f"--print-schedule shows Wide & Deep's pipeline: it needs --model "
                           f"widedeep (got --model {cfg.model.name})")
-    cfg.check_stages(cfg.pipeline.stages)
+    check_stages(cfg, cfg.pipeline.stages)
     model = cfg.with_data_fields().model.spec()   # as the job will train it
     rows = _micro_rows_of(cfg)
     costs = measured_costs(model.layers, None, rows)

@@ -40,7 +40,8 @@ from ..ranks.roles import Roles, split
 from ..ranks.ulfm import CannotFailOver, end_together
 from ..ranks.ulfm_launch import Verdict, hot_failover
 from ..run import summary, testevents
-from ..run.config import TrainConfig, check_resumable
+from ..run.config import TrainConfig
+from ..run.config_checks import check, check_resumable
 from ..run.startup import compile_per_node, run_id
 from ..run.warmup import CompileWatch
 from ..storage import checkpoint, rundir
@@ -72,7 +73,7 @@ def train(cfg: TrainConfig, comm: MPI.Intracomm = MPI.COMM_WORLD) -> dict | None
     bound = cfg.faults.startup_timeout
     name = run_id(comm, bound)
     cfg = replace(cfg, data=replace(cfg.data, out=cfg.data.out or os.path.join("runs", name)))
-    agree(comm, lambda: cfg.check(comm.size), bound)
+    agree(comm, lambda: check(cfg, comm.size), bound)
     cfg = cfg.with_data_fields()
     if comm.rank == 0 and cfg.model.name == "widedeep":
         log.info("Wide & Deep's network reads %s",

@@ -7,6 +7,8 @@ in one process, and a few of each kind are launched under mpiexec too (LAUNCHED)
 import pytest
 from support import run_job
 
+from mpips.run.config_checks import check
+
 REFUSED = [
     (("--lr", "inf"), "argument --lr: 'inf': give a finite number"),
     (("--l2", "inf"), "argument --l2: 'inf': give a finite number"),
@@ -104,7 +106,7 @@ def refusal(argv: list, capsys) -> str:
     from mpips.base.errors import ConfigError
     try:
         args = cli.build_parser().parse_args(["train", *map(str, argv)])
-        cli.config_of(args).check(4)
+        check(cli.config_of(args), 4)
     except SystemExit:
         return capsys.readouterr().err
     except ConfigError as e:
