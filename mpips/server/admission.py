@@ -237,18 +237,21 @@ def _check_scales(buf: np.ndarray, h, sent: int | None) -> None:
 
 
 def unbundle(buf: np.ndarray, h: protocol.Header, sender: str) -> tuple:
-    """(push, pull, the pull's header) of a PULL that carries a PUSH (WITH_PUSH), each to be
-    admitted as a request of its own, the push first; raises ProtocolError naming `sender`
-    if the bundle does not hold a PUSH after the pull's keys."""
+    """(push, its header, pull, its header without WITH_PUSH) of a PULL that carries a PUSH
+    (WITH_PUSH), each to be admitted as a request of its own, the push first; raises
+    ProtocolError naming `sender` if the bundle does not hold a PUSH after the pull's
+    keys."""
     parts = protocol.unbundle(buf, h)
-    inner = -1 if parts is None else protocol.header(parts[0]).op
-    if parts is None or inner != Op.PUSH:
+    push_h = None if parts is None else protocol.header(parts[0])
+    inner = -1 if push_h is None else push_h.op
+    if parts is None or push_h is None or inner != Op.PUSH:
         what = ("no room for it" if parts is None else
                 f"{Op(inner).name if inner in _OPS else inner} in its place")
         raise ProtocolError(f"{sender} sent a bad request: PULL of {h.nkeys} keys bundled with a "
                             f"PUSH (WITH_PUSH), with {what}; it was not applied, and the job "
                             f"stops")
-    return parts
+    push, pull, pull_h = parts
+    return push, push_h, pull, pull_h
 
 
 def admit(buf: np.ndarray, sender: str, from_worker: bool, to_lead: bool, from_lead: bool,

@@ -246,8 +246,8 @@ class Server:
         if it bundles them (protocol.WITH_PUSH)."""
         h = protocol.header(buf) if buf.shape[0] >= protocol.HEADER_BYTES else None
         if h is not None and h.op == Op.PULL and h.flags & protocol.WITH_PUSH:
-            push, buf, h = unbundle(buf, h, self.ctx.sender(source))
-            self._take(source, push, protocol.header(push))
+            push, push_h, buf, h = unbundle(buf, h, self.ctx.sender(source))
+            self._take(source, push, push_h)
         self._take(source, buf, h)
 
     def _take(self, source: int, buf: np.ndarray, h: protocol.Header | None) -> None:
