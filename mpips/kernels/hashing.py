@@ -8,6 +8,10 @@ _S30 = np.uint64(30)
 _S27 = np.uint64(27)
 _S31 = np.uint64(31)
 _S32 = np.uint64(32)
+# The hash of a key is mix64(key ^ PLACEMENT_SALT): its top bits choose the key's range (and so
+# its server, see wire.placement), its low bits the key's home row in that server's table
+# (kernels.table): one hash for both, independent of each other.
+PLACEMENT_SALT = np.uint64(0x9E3779B97F4A7C15)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -74,19 +78,6 @@ def is_sorted_unique(keys):
     return True
 
 
-OUT_OF_ORDER, NOT_ALLOWED = -1, -2
-
-
-@njit(cache=True, nogil=True, inline="always")
-def placed_range(keys, i, bounds, salt, allowed):
-    """The range of keys[i], if it follows keys[i - 1] in strictly increasing order and
-    allowed[its range] is set; else OUT_OF_ORDER or NOT_ALLOWED."""
-    if i > 0 and keys[i] <= keys[i - 1]:
-        return OUT_OF_ORDER
-    r = key_range(mix64(keys[i] ^ salt), bounds)
-    return r if allowed[r] else NOT_ALLOWED
-
-
 @njit(cache=True, nogil=True)
 def first_misplaced(keys, bounds, salt, allowed, counts):
     """(index, why) of the first key that does not follow the one before in strictly
@@ -94,9 +85,11 @@ def first_misplaced(keys, bounds, salt, allowed, counts):
     (-1, 0) if none. Each key's range is counted in `counts` (if not empty)."""
     count = counts.shape[0] > 0
     for i in range(keys.shape[0]):
-        r = placed_range(keys, i, bounds, salt, allowed)
-        if r < 0:
-            return i, -r
+        if i > 0 and keys[i] <= keys[i - 1]:
+            return i, 1
+        r = key_range(mix64(keys[i] ^ salt), bounds)
+        if not allowed[r]:
+            return i, 2
         if count:
             counts[r] += 1
     return -1, 0

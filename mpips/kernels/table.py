@@ -15,7 +15,7 @@ when the EMPTY-valued key is stored.
 import numpy as np
 from numba import njit
 
-from .hashing import mix64
+from .hashing import PLACEMENT_SALT, mix64
 from .prefetch import AHEAD, prefetch
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -26,12 +26,18 @@ _S32 = np.uint64(32)
 
 
 @njit(cache=True, nogil=True, inline="always")
+def home_of(h, cap):
+    """The row a key whose hash is h starts its probe at: the hash's low bits (its top bits
+    are the key's range, which all keys of a server share; see hashing.PLACEMENT_SALT)."""
+    if cap <= 0xFFFFFFFF:
+        return np.int64(((h & _LOW) * np.uint64(cap)) >> _S32)
+    return np.int64(h % np.uint64(cap))
+
+
+@njit(cache=True, nogil=True, inline="always")
 def home(key, cap):
     """The row a key's probe starts at."""
-    h = mix64(key)
-    if cap <= 0xFFFFFFFF:
-        return np.int64(((h >> _S32) * np.uint64(cap)) >> _S32)
-    return np.int64(h % np.uint64(cap))
+    return home_of(mix64(key ^ PLACEMENT_SALT), cap)
 
 
 @njit(cache=True, nogil=True)

@@ -115,8 +115,8 @@ def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
         check = Placement(1).key_check(0, True, np.zeros(1, np.int64))
         store.find_checked(pull, protocol.HEADER_BYTES, check, np.empty_like(keys), True,
                            weights)   # the short way (hotpath)
-        bounds, salt, allowed, counts = check
-        pull_keys(pull, protocol.HEADER_BYTES, bounds, salt, allowed, counts,
+        bounds, allowed, counts = check
+        pull_keys(pull, protocol.HEADER_BYTES, bounds, allowed, counts,
                   np.empty_like(keys))   # ... of a pull the clocks hold
         first_not_finite(wire_values)
         first_not_finite(np.zeros(2))   # a DENSE request's

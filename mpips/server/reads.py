@@ -59,10 +59,9 @@ class Reads:
         fail."""
         ctx = self.ctx
         keys = np.empty(h.nkeys, np.uint64)
-        bounds, salt, allowed, counts = ctx.placement.key_check(ctx.roles.index, True,
-                                                                ctx.members.load)
-        if requests.pull_keys(buf, protocol.HEADER_BYTES, bounds, salt, allowed, counts,
-                              keys) >= 0:
+        bounds, allowed, counts = ctx.placement.key_check(ctx.roles.index, True,
+                                                          ctx.members.load)
+        if requests.pull_keys(buf, protocol.HEADER_BYTES, bounds, allowed, counts, keys) >= 0:
             return False
         pull = Pull(worker, source, h.ts, keys, insert=not h.flags & protocol.READ_ONLY,
                     owned=True, version=h.placement)

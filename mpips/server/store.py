@@ -76,8 +76,8 @@ class KVStore:
                 done = table.find_and_read(self._rows, self._meta, keys, insert, limit, slots,
                                            out, fresh)
             else:   # then keys holds the keys: a pass after a growth finds them there
-                buf, start, (bounds, salt, allowed, counts) = src
-                done = requests.pull_rows(buf, start, bounds, salt, allowed, counts, self._rows,
+                buf, start, (bounds, allowed, counts) = src
+                done = requests.pull_rows(buf, start, bounds, allowed, counts, self._rows,
                                           self._meta, insert, limit, keys, slots, out, fresh)
                 if done < 0:
                     return None, -1 - done

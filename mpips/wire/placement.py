@@ -20,7 +20,7 @@ import numpy as np
 
 from ..kernels import hashing
 
-_SALT = np.uint64(0x9E3779B97F4A7C15)  # keeps placement independent of the server's slot hash
+_SALT = hashing.PLACEMENT_SALT
 _NO_COUNTS = np.zeros(0, np.int64)
 _MISPLACED = {0: "", 1: "not in strictly increasing order", 2: "held by another server"}
 
@@ -328,8 +328,8 @@ class Placement:
 
     def key_check(self, server: int, as_primary: bool, counts: np.ndarray | None = None):
         """What a kernel needs to check that keys are `server`'s, in the order of
-        kernels.requests.checked_homes' arguments: (bounds, salt, allowed, counts)."""
-        return (self.bounds, _SALT, self.allowed(server, as_primary),
+        kernels.requests.checked_homes' arguments: (bounds, allowed, counts)."""
+        return (self.bounds, self.allowed(server, as_primary),
                 _NO_COUNTS if counts is None else counts)
 
     def first_misplaced(self, keys: np.ndarray, server: int, as_primary: bool = True,
@@ -337,7 +337,8 @@ class Placement:
         """(index, why) of the first key out of strictly increasing order or not `server`'s
         (as primary, for reads; as any holder, for writes); (-1, "") if every key is in
         order and `server`'s. `counts` (int64 per range): each key's range counted."""
-        i, why = hashing.first_misplaced(keys, *self.key_check(server, as_primary, counts))
+        bounds, allowed, counts = self.key_check(server, as_primary, counts)
+        i, why = hashing.first_misplaced(keys, bounds, _SALT, allowed, counts)
         return int(i), _MISPLACED[int(why)]
 
     def block_owners(self, blocks: np.ndarray) -> np.ndarray:
