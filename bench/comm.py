@@ -11,9 +11,9 @@ two variants:
          H + 4n out, with H = protocol.HEADER_BYTES;
   keys   the push passes another array of the same keys, so it sends keys and
          values: H + 8n out, 4n back, H + 12n out;
-  fused  a round is one push_pull: the push of the values (reusing the last pull's keys)
-         and the pull of the keys for the next clock in one message, then its reply: 2H + 12n
-         out, 4n back (ps-lite's push-pull; what training jobs send).
+  fused  as training sends them: the next round's pull is made first (pull with_push,
+         while the reply to this one is awaited) and travels with this round's push (reusing
+         this pull's keys), one message: 2H + 12n out, 4n back (ps-lite's push-pull).
 Right after each, the same exchange with plain blocking MPI Send/Recv of
 preallocated uint8 buffers of those sizes (no packing, table or optimizer), on a
 communicator of its own. Prints the median time per round, keys/s, the ratio
@@ -82,9 +82,10 @@ def mpips_rounds(roles, keys: np.ndarray, variant: str, rounds: int) -> np.ndarr
         pull = kv.pull(keys)
         for i in range(rounds):
             start = time.perf_counter()
+            ahead = kv.pull(keys, with_push=True)
             kv.wait(pull)
-            push, pull = kv.push_pull(keys, grads, keys)
-            kv.wait(push)
+            kv.wait(kv.push(keys, grads, clock=True))
+            pull = ahead
             times[i] = time.perf_counter() - start
         kv.wait(pull)
     else:

@@ -346,13 +346,12 @@ def probe_worker(roles, parts: list) -> tuple:
     start = time.perf_counter()
     pull, push = kv.pull(order[0]), None
     for i, keys in enumerate(order):
+        ahead = kv.pull(order[i + 1], with_push=True) if i + 1 < len(order) else None
         kv.wait(pull)
         if push is not None:
             kv.wait(push)
-        if i + 1 < len(order):
-            push, pull = kv.push_pull(keys, grads[:keys.shape[0]], order[i + 1])
-        else:
-            push = kv.push(keys, grads[:keys.shape[0]], clock=True)
+        push = kv.push(keys, grads[:keys.shape[0]], clock=True)
+        pull = ahead
     kv.wait(push)
     seconds = time.perf_counter() - start
     kv.finish()

@@ -199,7 +199,7 @@ class WorkerLoop:
         if self.handing_on:
             self.work.apply_notices(self.lead.notices())
         waited = kv.wait_s
-        upcoming = self._next_minibatch()
+        upcoming, next_pull = self._next_minibatch()
         testevents.reached("epoch", current.epoch)
         try:
             weights = kv.wait(pull)
@@ -215,26 +215,28 @@ class WorkerLoop:
                   taken=self.work.taken)
         self._sample(time.monotonic() - self.t0)
         leaving = self.lead.asked_to_leave
-        next_pull = self._push(current, grad, upcoming if not leaving else None,
-                               last=upcoming is None or leaving)
+        self._push(current, grad, last=upcoming is None or leaving)
         self._straggle(waited)
         if upcoming and leaving:
             self.left = upcoming
             return None, None
         return upcoming, next_pull
 
-    def _next_minibatch(self) -> Minibatch | None:
-        """The next minibatch, its keys found while the servers answer this one's pull. Asked
-        to leave, the worker ends with this minibatch: the next is where its rows left start
-        (not pulled); asked to give a worker that joins a share of them, it splits them
-        there."""
+    def _next_minibatch(self) -> tuple:
+        """(the next minibatch, its pull): its keys are found, and its pull made, while the
+        servers answer this one's; the pull travels with this one's push (KVWorker.pull's
+        with_push: one message per server per clock). Asked to leave, the worker ends with
+        this minibatch: the next is where its rows left start (not pulled); asked to give a
+        worker that joins a share of them, it splits them there."""
         lead = self.lead
         upcoming = next(self.stream, None)
         if upcoming and lead.asked_to_give and not lead.asked_to_leave:
             self.stream = self.work.share_with_joiner(lead, self.kv.clock, lead.asked_to_give,
                                                       upcoming, self.cfg.faults.timeout)
             upcoming = next(self.stream, None)
-        return upcoming
+        next_pull = (self.kv.pull(upcoming.keys, with_push=True)
+                     if upcoming and not lead.asked_to_leave else None)
+        return upcoming, next_pull
 
     def _gradient(self, current: Minibatch, weights: np.ndarray) -> np.ndarray:
         """The gradient of `current`'s loss at `weights`; a loss that is not finite stops the
@@ -248,20 +250,14 @@ class WorkerLoop:
         self.examples += len(current.rows)
         return grad
 
-    def _push(self, current: Minibatch, grad: np.ndarray, upcoming: Minibatch | None,
-              last: bool) -> int | None:
-        """Push the gradient of `current`, a clock, once the previous push is through, and
-        with it (one message per server) the pull of `upcoming`'s keys for the next clock:
-        its pull's timestamp. The last push of the worker's stream of minibatches delivers
-        what the push filter still holds back (pushfilter)."""
+    def _push(self, current: Minibatch, grad: np.ndarray, last: bool) -> None:
+        """Push the gradient of `current`, a clock (with the next minibatch's pull, if made),
+        once the previous push is through. The last push of the worker's stream of
+        minibatches delivers what the push filter still holds back (pushfilter)."""
         if self.push_ts is not None:
             self.kv.wait(self.push_ts)
             testevents.reached("clock", self.kv.clock)
-        if upcoming is None:
-            self.push_ts = self.kv.push(current.keys, grad, clock=True, flush=last)
-            return None
-        self.push_ts, pull = self.kv.push_pull(current.keys, grad, upcoming.keys, flush=last)
-        return pull
+        self.push_ts = self.kv.push(current.keys, grad, clock=True, flush=last)
 
     def _straggle(self, waited: float) -> None:
         """--straggler, a testing aid: take `slowdown` times as long (as if a minibatch took

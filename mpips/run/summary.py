@@ -182,7 +182,7 @@ def _pushes_and_waits(servers: np.ndarray, workers: np.ndarray, held_s) -> dict:
         **push_filter(workers),
         "pushes_applied": [int(x) for x in servers["pushes"]],
         # Messages a server received per clock of a worker, while training: a push and the
-        # next minibatch's pull travel as one (KVWorker.push_pull), so about 1.
+        # next minibatch's pull travel as one (KVWorker.pull's with_push), so about 1.
         "messages_per_clock": (float(servers["train_requests"].sum())
                                / (int(workers["pushes"].sum()) * servers.shape[0])
                                if workers["pushes"].sum() else None),

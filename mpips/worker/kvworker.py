@@ -4,7 +4,7 @@
     ts = kv.pull(keys)                     # keys: sorted unique uint64
     weights = kv.wait(ts)                  # float32[len(keys), width], in key order
     kv.wait(kv.push(keys, grads, clock=True))
-    push, pull = kv.push_pull(keys, grads, next_keys)   # one message per server
+    ahead = kv.pull(next_keys, with_push=True)   # travels with the next clock's push
 
 pull and push start the transfer and return a timestamp at once; wait(ts)
 completes it. A push with clock=True also completes the worker's clock (and
@@ -65,11 +65,19 @@ class KVWorker(Link):
 
     # The data plane: pull, push, wait.
 
-    def pull(self, keys: np.ndarray, read_only: bool = False, next_clock: bool = False) -> int:
+    def pull(self, keys: np.ndarray, read_only: bool = False, next_clock: bool = False,
+             with_push: bool = False) -> int:
         """Start reading the values of `keys`. With read_only, unknown keys read as zero
         without being stored. With next_clock, the read is for this worker's next clock, sent
         ahead of the push that completes the current one (prefetching): servers answer it
-        once that push has arrived and the consistency model allows the next clock."""
+        once that push has arrived and the consistency model allows the next clock. With
+        with_push, the same read travels with that push instead, one message to each server
+        (ps-lite's and BytePS's push-pull): its messages are made now and held until the
+        push (a server takes the push first, and holds the reply, not the request, until the
+        clocks allow the read); under failover, where a request is repaired on its own, it
+        is sent ahead as with next_clock."""
+        if with_push and self.failover:
+            with_push, next_clock = False, True
         ts = self.new_ts()
         perm, offsets, skeys = self._by_server(keys)
         if not read_only:
@@ -77,7 +85,8 @@ class KVWorker(Link):
         flags = ((protocol.READ_ONLY if read_only else 0)
                  | (protocol.NEXT_CLOCK if next_clock else 0))
         out = np.empty((keys.shape[0], self.width), np.float32)
-        pending = Pending(what=lambda: self._pull_said(pending, ts, keys, next_clock), out=out,
+        pending = Pending(what=lambda: self._pull_said(pending, ts, keys,
+                                                       next_clock or with_push), out=out,
                           perm=perm, keys=skeys, flags=flags,
                           clock=self.clock, version=self._placement.version,
                           sent_by=self._placement.version)
@@ -85,7 +94,7 @@ class KVWorker(Link):
             a, b = offsets[s], offsets[s + 1]
             if a < b:
                 pending.sends.append(self.send(s, Op.PULL, (skeys[a:b],), nkeys=b - a,
-                                               flags=flags))
+                                               flags=flags, hold=with_push))
                 pending.replies.append(self.reply_into(out[a:b], s, slice(a, b)))
         self._pending[ts] = pending
         return ts
@@ -146,23 +155,6 @@ class KVWorker(Link):
         self._pending[ts] = pending
         return ts
 
-    def push_pull(self, keys: np.ndarray, values: np.ndarray, next_keys: np.ndarray,
-                  flush: bool = False) -> tuple[int, int]:
-        """(push(keys, values, clock=True, flush=flush), pull(next_keys)) for the clock that
-        push completes, one message to each server both go to (ps-lite's and BytePS's
-        push-pull): the server takes the push first, and holds the reply, not the request,
-        until the clocks allow the read. Under failover, two messages (a request is repaired
-        on its own)."""
-        if self.failover:
-            return self.push(keys, values, clock=True, flush=flush), self.pull(next_keys)
-        self.hold_sends()
-        try:
-            push = self.push(keys, values, clock=True, flush=flush)
-            pull = self.pull(next_keys)
-        finally:
-            self.send_bundled()
-        return push, pull
-
     def _push_to(self, s: int, pulled: Pulled | None, own: slice, out: Outgoing, skeys,
                  parts: list, clock: bool) -> list:
         """The messages of a push to server `s`: the part of `out` (what the push filter
@@ -196,6 +188,8 @@ class KVWorker(Link):
     def wait(self, ts: int) -> np.ndarray | None:
         """Complete request `ts`; for a pull, return the values in the order of its keys."""
         pending = self._pending[ts]
+        if any(self._held.get(send.server) is send for send in pending.sends):
+            self.send_held()   # a pull held for a push that has not come: alone
         while True:
             if pending.version != self._placement.version:
                 self._repair(pending)
@@ -324,6 +318,7 @@ class KVWorker(Link):
     # The end: no more clocks, no more requests.
 
     def _broadcast(self, op: Op):
+        self.send_held()
         pending = Pending(what=f"the servers to receive {op.name}",
                           sends=[self.send(s, op, report=op is Op.FINISH)
                                  for s in self.living()], version=self._placement.version)

@@ -33,7 +33,7 @@ class Link:
         self._pending: dict[int, Pending] = {}
         self._ts = 0
         self._report: protocol.Report | None = None
-        self._bundling: list[Send] | None = None   # messages held inside `bundled`
+        self._held: dict[int, Send] = {}   # server -> a pull held for the next push
 
     @property
     def placement(self) -> Placement:
@@ -74,40 +74,33 @@ class Link:
         self._pending[ts] = pending
 
     def send(self, server_index: int, op: Op, payload=(), report: bool = False,
-             **fields) -> Send:
+             hold: bool = False, **fields) -> Send:
+        """One message of request `self._ts` to a server. `hold` (a PULL): it travels with
+        this worker's next PUSH that completes a clock to that server, in front of it
+        (protocol.bundle: the server takes the push first), or alone if `send_held` is
+        called first."""
         h = protocol.Header(op, ts=self._ts, clock=self.clock,
                             placement=self._placement.version, **fields)
         buf = protocol.pack(h, *payload, report=self._report if report else None)
         self.bytes_sent += buf.nbytes
-        if self._bundling is not None:   # sent by `send_bundled`
-            send = Send(MPI.REQUEST_NULL, buf, server_index, op)
-            self._bundling.append(send)
+        rank = self.servers[server_index]
+        if hold:
+            assert server_index not in self._held, "one pull held per server"
+            send = self._held[server_index] = Send(MPI.REQUEST_NULL, buf, server_index)
             return send
-        req = self.comm.Isend(buf, self.servers[server_index], tags.REQUEST_TAG)
-        return Send(req, buf, server_index, op)
+        clocked = op == Op.PUSH and fields.get("flags", 0) & protocol.CLOCK
+        pull = self._held.pop(server_index, None) if clocked else None
+        if pull is not None:
+            buf = pull.buffer = protocol.bundle(pull.buffer, buf)
+            pull.request = self.comm.Isend(buf, rank, tags.REQUEST_TAG)
+            return Send(pull.request, buf, server_index)
+        return Send(self.comm.Isend(buf, rank, tags.REQUEST_TAG), buf, server_index)
 
-    def hold_sends(self) -> None:
-        """Keep the messages sent from now on for `send_bundled`."""
-        self._bundling = []
-
-    def send_bundled(self) -> None:
-        """Send the messages kept since `hold_sends`, in order; a server's last two, if a
-        PUSH then a PULL, as one message (protocol.bundle: the server takes the push
-        first)."""
-        held, self._bundling = self._bundling or [], None
-        by_server: dict[int, list[Send]] = {}
-        for send in held:
-            by_server.setdefault(send.server, []).append(send)
-        for server, sends in by_server.items():
-            bundle = len(sends) >= 2 and sends[-2].op == Op.PUSH and sends[-1].op == Op.PULL
-            rank = self.servers[server]
-            for send in sends[:-2] if bundle else sends:
-                send.request = self.comm.Isend(send.buffer, rank, tags.REQUEST_TAG)
-            if bundle:
-                push, pull = sends[-2:]
-                push.buffer = pull.buffer = protocol.bundle(pull.buffer, push.buffer)
-                push.request = pull.request = self.comm.Isend(pull.buffer, rank,
-                                                              tags.REQUEST_TAG)
+    def send_held(self) -> None:
+        """Send the pulls held for a push alone (no push is coming before they are needed)."""
+        for server, send in self._held.items():
+            send.request = self.comm.Isend(send.buffer, self.servers[server], tags.REQUEST_TAG)
+        self._held.clear()
 
     def reply_into(self, into: np.ndarray, server_index: int, rows=None,
                    copy: bool = False) -> Reply:

@@ -14,7 +14,6 @@ class Send:
     request: MPI.Request
     buffer: np.ndarray
     server: int                   # index of the server it goes to
-    op: int = 0
     done: bool = False
 
 

@@ -1,5 +1,6 @@
-"""Pulls sent ahead (NEXT_CLOCK) and pushes that reuse a pull's keys (SAME_KEYS), against
-real servers: 2 servers + 2 workers. Run with mpiexec -n 4 python -m pytest --with-mpi."""
+"""Pulls sent ahead (NEXT_CLOCK), pulls that travel with the next push (with_push: one message
+per server per clock) and pushes that reuse a pull's keys (SAME_KEYS), against real servers:
+2 servers + 2 workers. Run with mpiexec -n 4 python -m pytest --with-mpi."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -31,6 +32,54 @@ def test_a_read_sent_ahead_under_bsp_sees_every_workers_previous_clock():
             # Served only once both workers' pushes for this clock are in: SGD, lr 1.
             np.testing.assert_array_equal(kv.wait(ahead)[:, 0], -2.0 * (clock + 1))
             batch = following
+        kv.finish()
+        kv.close()
+    finally:
+        roles.free()
+
+
+@pytest.mark.parametrize("staleness", [0, None], ids=["bsp", "asp"])
+def test_a_read_that_travels_with_the_push_reads_after_it_in_one_message(staleness):
+    """The training loop's messages: the next clock's pull made while this one's reply is
+    awaited, sent with this clock's push. Each server receives one message per worker per
+    clock, and the read sees the push it travelled with (BSP: both workers' pushes)."""
+    roles = split(2, MPI.COMM_WORLD)
+    try:
+        if roles.is_server:
+            server = serve(roles, staleness=staleness)
+            # From each worker a pull, then per clock one message (push and pull), then
+            # FINISH and BYE; the lead also hears the other server's BYE.
+            others = len(roles.servers) - 1 if roles.index == 0 else 0
+            assert server.stats.requests == len(roles.workers) * (1 + CLOCKS + 2) + others
+            return
+        kv = KVWorker(roles, timeout=60)
+        mine = np.arange(roles.index, 4000, 2, dtype=np.uint64)   # each worker its own keys
+        ones = np.ones(mine.shape[0], np.float32)
+        batch = mine.copy()
+        kv.wait(kv.pull(batch))
+        for clock in range(CLOCKS):
+            following = mine.copy()
+            ahead = kv.pull(following, with_push=True) if clock + 1 < CLOCKS else None
+            kv.wait(kv.push(batch, ones, clock=True))         # carries `ahead`
+            if ahead is not None:   # SGD, lr 1: this worker's pushes so far, its own included
+                np.testing.assert_array_equal(kv.wait(ahead)[:, 0], -1.0 * (clock + 1))
+            batch = following
+        kv.finish()
+        kv.close()
+    finally:
+        roles.free()
+
+
+def test_a_pull_held_for_a_push_that_does_not_come_goes_alone_when_waited_for():
+    roles = split(2, MPI.COMM_WORLD)
+    try:
+        if roles.is_server:
+            serve(roles, staleness=0)
+            return
+        kv = KVWorker(roles, timeout=60)
+        keys = np.arange(roles.index, 100, 2, dtype=np.uint64)
+        held = kv.pull(keys, with_push=True)
+        np.testing.assert_array_equal(kv.wait(held), 0.0)   # sent alone: no push came
         kv.finish()
         kv.close()
     finally:
