@@ -486,8 +486,9 @@ def print_costs(c: Costs, link: Link) -> None:
           f"{c.gradient_s_per_example * 1e6:.3f} us/example gradient; "
           f"{c.client_s_per_server * 1e6:.1f} us per server + {c.client_s_per_key * 1e9:.1f} ns "
           f"per key in messages (+ {c.split_s_per_key * 1e9:.1f} ns/key split, 2+ servers)")
-    print(f"  server: {c.server_s_per_worker * 1e6:.1f} us per worker (a pull and a push) + "
-          f"{c.server_s_per_key * 1e9:.1f} ns per key found, read and updated")
+    print(f"  server: {c.server_s_per_worker * 1e6:.1f} us per worker (its message of a clock: "
+          f"a push and the next pull) + {c.server_s_per_key * 1e9:.1f} ns per key found, read "
+          f"and updated")
     print(f"  local link: {link.latency_s * 1e6:.2f} us latency, "
           f"{link.bandwidth / 1e9:.1f} GB/s")
 
