@@ -22,11 +22,12 @@ minibatches of 1,000 rows and 2 epochs:
 A clock under BSP (see clock()): every worker pushes, with the pull for the next clock in
 the same message; each server applies every worker's push and answers every worker's pull
 (held until the clock is complete), the replies cross, the workers compute their gradients;
-meanwhile each worker found the keys of the minibatch after. Examples/s = workers x rows per minibatch / the clock. The bound named is
-the largest term on that path: worker compute, server per-key work, server per-message work
-(each server handles a message of every worker every clock), NIC bandwidth, or
-latency. Ranks beyond the cores share them (the runs here); at scale each process has a
-core, --cores-per-node processes share a node's NIC, servers and workers on nodes apart.
+meanwhile each worker found the keys of the minibatch after. Examples/s = workers x rows per
+minibatch / the clock. The bound named is the largest term on that path: worker compute,
+server per-key work, server per-message work (each server handles a message of every worker
+every clock), NIC bandwidth, or latency. Ranks beyond the cores share them (the runs here);
+at scale each process has a core, --cores-per-node processes share a node's NIC, servers and
+workers on nodes apart.
 
 It checks the model against real runs here (1 server + 1 worker, 1+2, 2+1, 1+3, 2+2 on 2
 cores; `--repeats` rounds of every measurement, the fastest of each counts, as other work on
