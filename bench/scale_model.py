@@ -94,7 +94,7 @@ class Costs:
     keys_per_batch: float           # unique keys of a minibatch (the bias among them)
     keys_s_per_example: float       # a worker reading a row and finding its keys
     gradient_s_per_example: float   # a worker's gradient kernel
-    client_s_per_server: float      # a worker's push-pull and its reply, one server
+    client_s_per_server: float      # a worker's message of a clock and its reply, one server
     #                                 (the probe has one server: its per-call cost counts here)
     client_s_per_key: float         # a worker packing a key and its values
     split_s_per_key: float          # grouping keys by server and values back (2+ servers)
@@ -166,8 +166,8 @@ def bytes_per_example(c: Costs, s: Shape) -> float:
 def clock(c: Costs, link: Link, s: Shape) -> dict:
     """One BSP clock: its seconds, its terms and the bound. From the pushes: each server
     applies every worker's push and serves every worker's pull (held until then) while each
-    worker finds the next minibatch's keys and sends their pull (`pre`); the replies cross;
-    each worker computes its gradient and pushes (`post`). A worker's client time is half in
+    worker finds the next minibatch's keys and makes their pull (`pre`); the replies cross;
+    each worker computes its gradient and pushes, the pull with it (`post`). A worker's client time is half in
     pre, half in post. The bound: worker compute if the workers end the first part last,
     else the largest server-side term."""
     client = client_s(c, s.servers)

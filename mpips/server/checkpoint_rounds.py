@@ -54,7 +54,7 @@ class Checkpoints:
     def note(self, worker: int, clock: int, report, finished: bool) -> None:
         """Where `worker` stands after `clock` clocks (its latest report)."""
         before = self.positions.get(worker)
-        taken = before["taken"] if before else []   # never changed in place: shared
+        taken = before.get("taken", []) if before else []   # never changed in place: shared
         if report.taken > len(taken):
             taken = taken + [report.taken_epoch] * (report.taken - len(taken))
         position = {"clock": clock, "epoch": report.epoch, "segment": report.segment,

@@ -38,7 +38,7 @@ class HotPath:
         ctx = self.ctx
         worker = self._workers.get(source)
         if (worker is None or h.placement != ctx.placement.version or h.ts < 0 or h.clock < 0
-                or h.nkeys < 0 or ctx.clocks.done[worker] == FINISHED
+                or h.nkeys < 0 or h.width < 0 or ctx.clocks.done[worker] == FINISHED
                 or worker in ctx.clocks.gone):
             return False
         if h.op == Op.PULL:
@@ -59,16 +59,17 @@ class HotPath:
         verdict = ctx.gate.verdict(worker, clock, h.placement)
         if verdict == SERVE:
             return ctx.reads.serve_checked(worker, source, h, buf, clock)
-        return verdict == HOLD and ctx.reads.hold_checked(worker, source, h, buf)
+        return verdict == HOLD and ctx.reads.hold_checked(worker, source, h, buf, clock)
 
     def _push(self, worker: int, source: int, buf: np.ndarray, h) -> bool:
         ctx = self.ctx
         n, width, flags = h.nkeys, h.width, h.flags
+        if flags & ~PUSH_FLAGS or width != ctx.store.width:
+            return False
         keyed = not flags & protocol.SAME_KEYS
         start = HEADER_BYTES + (8 * n if keyed else 0)
-        end = start + 4 * n * width
-        if (flags & ~PUSH_FLAGS or width != ctx.store.width
-                or buf.shape[0] != end + (REPORT_BYTES if flags & protocol.REPORT else 0)):
+        end = HEADER_BYTES + protocol.payload_bytes(h)
+        if buf.shape[0] != end + (REPORT_BYTES if flags & protocol.REPORT else 0):
             return False
         values = buf[start:end].view(np.float32).reshape(n, width)
         if first_not_finite(values) >= 0:

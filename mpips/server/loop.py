@@ -243,7 +243,8 @@ class Server:
 
     def handle(self, source: int, buf: np.ndarray) -> None:
         """The message `buf` received from rank `source`: its request, or a push then a pull
-        if it bundles them (protocol.WITH_PUSH)."""
+        if it bundles them (protocol.WITH_PUSH; each admitted on its own: a bad pull stops the
+        job after its push was taken)."""
         h = protocol.header(buf) if buf.shape[0] >= protocol.HEADER_BYTES else None
         if h is not None and h.op == Op.PULL and h.flags & protocol.WITH_PUSH:
             push, push_h, buf, h = unbundle(buf, h, self.ctx.sender(source))

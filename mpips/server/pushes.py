@@ -45,9 +45,6 @@ class ClockPushes:
         """The pushes of every clock before `clock` not given out yet, in clock, worker, then
         arrival order."""
         ready: list = []
-        if not self._pending:
-            self.applied = max(self.applied, clock)
-            return ready
         for c in sorted(c for c in self._pending if c < clock):
             pending = self._pending.pop(c)
             for w in sorted(pending):

@@ -49,9 +49,6 @@ class ReadGate:
         self.records: list[tuple] | None = [] if record else None
         self.start = time.monotonic()
 
-    def _verdict(self, pull: Pull) -> str:
-        return self.verdict(pull.worker, pull.clock, pull.version)
-
     def verdict(self, worker: int, clock: int, version: int) -> str:
         """SERVE, REFUSE or HOLD for a read by `worker` for `clock`, of keys split by
         placement `version`."""
@@ -80,13 +77,17 @@ class ReadGate:
     def arrive(self, pull: Pull, next_clock: bool) -> str:
         """SERVE, REFUSE, or HOLD (the gate keeps it) for a pull just received."""
         pull.clock = self.clocks.read_clock(pull.worker, next_clock)
-        verdict = self._verdict(pull)
+        verdict = self.verdict(pull.worker, pull.clock, pull.version)
         if verdict == HOLD:
-            if not pull.owned:   # the receive buffer is reused
-                pull.keys, pull.owned = pull.keys.copy(), True
-            self._start_waiting(pull)
-            self.held.append(pull)
+            self.hold(pull)
         return verdict
+
+    def hold(self, pull: Pull) -> None:
+        """Keep `pull` (its clock set, the clocks' verdict HOLD) until they let it through."""
+        if not pull.owned:   # the receive buffer is reused
+            pull.keys, pull.owned = pull.keys.copy(), True
+        self._start_waiting(pull)
+        self.held.append(pull)
 
     def release(self) -> tuple[list, list]:
         """(pulls to serve, pulls to refuse) now, oldest first; the others stay held."""
@@ -94,7 +95,7 @@ class ReadGate:
         refuse: list[Pull] = []
         still: deque[Pull] = deque()
         for pull in self.held:
-            verdict = self._verdict(pull)
+            verdict = self.verdict(pull.worker, pull.clock, pull.version)
             if verdict == SERVE:
                 serve.append(pull)
             elif verdict == REFUSE:

@@ -41,32 +41,31 @@ class Reads:
         through: its keys are checked as they are looked up (Placement.key_check, with
         admission's rules for a pull's keys). False, with nothing done, if they fail."""
         ctx = self.ctx
-        store, n = ctx.store, h.nkeys
-        keys = np.empty(n, np.uint64)
-        out = np.empty((n, store.width), np.float32)
+        keys, check = np.empty(h.nkeys, np.uint64), self._key_check()
+        out = np.empty((h.nkeys, ctx.store.width), np.float32)
         insert = not h.flags & protocol.READ_ONLY
-        check = ctx.placement.key_check(ctx.roles.index, True, ctx.members.load)
-        rows, _ = store.find_checked(buf, protocol.HEADER_BYTES, check, keys, insert, out)
+        rows, _ = ctx.store.find_checked(buf, protocol.HEADER_BYTES, check, keys, insert, out)
         if rows is None:
             return False
         ctx.gate.served_at(worker, clock)
         self._answer(worker, source, h.ts, keys, rows, out, insert)
         return True
 
-    def hold_checked(self, worker: int, source: int, h, buf: np.ndarray) -> bool:
-        """Hold the pull in `buf` (header `h`) of `worker`, which the clocks do not let through
-        yet, its keys checked as `serve_checked` checks them; False, with nothing done, if they
-        fail."""
-        ctx = self.ctx
-        keys = np.empty(h.nkeys, np.uint64)
-        bounds, allowed, counts = ctx.placement.key_check(ctx.roles.index, True,
-                                                          ctx.members.load)
+    def hold_checked(self, worker: int, source: int, h, buf: np.ndarray, clock: int) -> bool:
+        """Hold the pull in `buf` (header `h`) of `worker` for `clock`, which the clocks do not
+        let through yet, its keys checked as `serve_checked` checks them; False, with nothing
+        done, if they fail."""
+        keys, (bounds, allowed, counts) = np.empty(h.nkeys, np.uint64), self._key_check()
         if requests.pull_keys(buf, protocol.HEADER_BYTES, bounds, allowed, counts, keys) >= 0:
             return False
-        pull = Pull(worker, source, h.ts, keys, insert=not h.flags & protocol.READ_ONLY,
-                    owned=True, version=h.placement)
-        ctx.gate.arrive(pull, next_clock=bool(h.flags & protocol.NEXT_CLOCK))
+        self.ctx.gate.hold(Pull(worker, source, h.ts, keys, not h.flags & protocol.READ_ONLY,
+                                clock=clock, owned=True, version=h.placement))
         return True
+
+    def _key_check(self) -> tuple:
+        """How a kernel checks a pull's keys here (Placement.key_check), the reads counted."""
+        ctx = self.ctx
+        return ctx.placement.key_check(ctx.roles.index, True, ctx.members.load)
 
     def _serve(self, pull: Pull) -> None:
         ctx = self.ctx

@@ -73,9 +73,9 @@ class KVWorker(Link):
         once that push has arrived and the consistency model allows the next clock. With
         with_push, the same read travels with that push instead, one message to each server
         (ps-lite's and BytePS's push-pull): its messages are made now and held until the
-        push (a server takes the push first, and holds the reply, not the request, until the
-        clocks allow the read); under failover, where a request is repaired on its own, it
-        is sent ahead as with next_clock."""
+        push, which a server takes first, holding the read until the clocks allow it. Waited
+        for before any push, it goes alone and reads the current clock. Under failover, where
+        a request is repaired on its own, it is sent ahead as with next_clock."""
         if with_push and self.failover:
             with_push, next_clock = False, True
         ts = self.new_ts()
@@ -340,5 +340,5 @@ class KVWorker(Link):
             try:
                 self.wait(ts)
             except Stopped:
-                pass   # a read sent ahead, refused because the job is stopping
+                pass   # a read sent ahead (or held), refused because the job is stopping
         self._broadcast(Op.BYE)

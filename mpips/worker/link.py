@@ -78,14 +78,16 @@ class Link:
         """One message of request `self._ts` to a server. `hold` (a PULL): it travels with
         this worker's next PUSH that completes a clock to that server, in front of it
         (protocol.bundle: the server takes the push first), or alone if `send_held` is
-        called first."""
+        called first or another pull is held for that server."""
         h = protocol.Header(op, ts=self._ts, clock=self.clock,
                             placement=self._placement.version, **fields)
         buf = protocol.pack(h, *payload, report=self._report if report else None)
         self.bytes_sent += buf.nbytes
         rank = self.servers[server_index]
         if hold:
-            assert server_index not in self._held, "one pull held per server"
+            earlier = self._held.pop(server_index, None)
+            if earlier is not None:   # one pull rides a push: an earlier one goes alone
+                earlier.request = self.comm.Isend(earlier.buffer, rank, tags.REQUEST_TAG)
             send = self._held[server_index] = Send(MPI.REQUEST_NULL, buf, server_index)
             return send
         clocked = op == Op.PUSH and fields.get("flags", 0) & protocol.CLOCK

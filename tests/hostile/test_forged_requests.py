@@ -86,6 +86,8 @@ FORGED = [
     ("width 2 into a width-1 table",
      lambda: push(K, np.ones((8, 2), np.float32), width=2), WORKER, "PUSH of width 2"),
     ("more keys than sent", lambda: pull(K)[:-8], WORKER, "where its header"),
+    ("a pull of a negative width", lambda: pull(K, width=-1), WORKER,
+     "PULL with 8 keys of width -1"),
     ("negative key count",
      lambda: protocol.pack(Header(Op.PULL, nkeys=-5)), WORKER, "with -5 keys"),
     ("values missing", lambda: push(K, G)[:-4], WORKER, "where its header"),

@@ -70,7 +70,7 @@ def test_a_read_that_travels_with_the_push_reads_after_it_in_one_message(stalene
         roles.free()
 
 
-def test_a_pull_held_for_a_push_that_does_not_come_goes_alone_when_waited_for():
+def test_a_pull_held_for_a_push_that_does_not_come_goes_alone():
     roles = split(2, MPI.COMM_WORLD)
     try:
         if roles.is_server:
@@ -80,6 +80,11 @@ def test_a_pull_held_for_a_push_that_does_not_come_goes_alone_when_waited_for():
         keys = np.arange(roles.index, 100, 2, dtype=np.uint64)
         held = kv.pull(keys, with_push=True)
         np.testing.assert_array_equal(kv.wait(held), 0.0)   # sent alone: no push came
+        first = kv.pull(keys, with_push=True)
+        second = kv.pull(keys.copy(), with_push=True)       # one rides a push: first goes
+        np.testing.assert_array_equal(kv.wait(first), 0.0)
+        kv.wait(kv.push(keys, np.ones(keys.shape[0], np.float32), clock=True))   # + second
+        np.testing.assert_array_equal(kv.wait(second)[:, 0], -1.0)   # SGD, lr 1: its push
         kv.finish()
         kv.close()
     finally:
