@@ -3,6 +3,7 @@
 Run with: mpiexec -n 4 python -m pytest --with-mpi tests/mpi
 """
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -13,6 +14,7 @@ from serving import serve
 from mpips.worker.kvworker import KVWorker
 from mpips.worker.dense_client import DenseClient
 from mpips.base.errors import InputError
+from mpips.ranks.bounded import wait_all
 from mpips.ranks.roles import split
 
 pytestmark = pytest.mark.mpi(min_size=4)
@@ -136,3 +138,6 @@ def test_tables_saved_on_two_servers_load_on_one():
             kv.close()
         finally:
             roles.free()
+    wait_all([MPI.COMM_WORLD.Ibarrier()], 60, lambda: "every rank to be done with the files")
+    if MPI.COMM_WORLD.rank == 0:
+        shutil.rmtree(directory)

@@ -6,6 +6,7 @@ timeout.
 Run with: mpiexec -n 4 python -m pytest --with-mpi tests/mpi
 """
 import os
+import shutil
 import tempfile
 import time
 
@@ -32,10 +33,21 @@ ROWS, FEATURES = 30000, 3000
 GO_TAG = 999   # the test's own word from rank 0 to the workers
 
 
+MADE: list[str] = []   # the directories of the test files, removed after the module's tests
+
+
+@pytest.fixture(scope="module", autouse=True)
+def removed_afterwards():
+    yield
+    for directory in MADE:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def held_out_file(rank: int, rows: int = ROWS) -> str:
     """An svmlight test file of `rows` rows, the same on every rank (each writes its own)."""
     rng = np.random.default_rng(5)
-    path = os.path.join(tempfile.mkdtemp(prefix=f"mpips-scoring-{rank}-"), "test.svm")
+    MADE.append(tempfile.mkdtemp(prefix=f"mpips-scoring-{rank}-"))
+    path = os.path.join(MADE[-1], "test.svm")
     keys = rng.integers(0, FEATURES, (rows, 6))
     labels = rng.integers(0, 2, rows)
     with open(path, "w") as f:
