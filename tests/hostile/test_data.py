@@ -32,6 +32,15 @@ def converted(small_data, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def trained(small_data, tmp_path_factory):
+    """A run trained on the sound text, for the tests that score damaged data with it."""
+    run = tmp_path_factory.mktemp("trained") / "run"
+    job = run_job(3, "train", "--train", small_data[0], "--out", run, "--batch-size", 200)
+    assert job.returncode == 0, job.output
+    return run
+
+
 def copy_of(converted, tmp_path):
     dst = tmp_path / "train.bin"
     shutil.copytree(converted, dst)
@@ -83,12 +92,10 @@ def test_a_corrupt_row_pointer_is_an_error_not_a_segfault(converted, small_data,
     assert scored.returncode == 2 and "Traceback" not in scored.output
 
 
-def test_score_on_a_corrupt_shard_says_which_file(converted, small_data, tmp_path):
-    run = tmp_path / "run"
-    assert run_job(3, "train", "--train", small_data[0], "--out", run).returncode == 0
+def test_score_on_a_corrupt_shard_says_which_file(converted, trained, tmp_path):
     dataset = copy_of(converted, tmp_path)
     path = corrupt_indptr(dataset, 10, -7)
-    scored = run_mpips("score", run, "--test", dataset)
+    scored = run_mpips("score", trained, "--test", dataset)
     assert scored.returncode == 2, scored.output
     assert f"mpips: error: {path}: row pointer 10 is -7" in scored.stderr
     assert "Traceback" not in scored.output
@@ -243,21 +250,20 @@ def test_a_line_longer_than_the_bound_is_an_error(tmp_path, monkeypatch):
         list(TextShard(str(path), chunk_bytes=1 << 16).rows())
 
 
-def test_score_with_a_malformed_test_file_or_a_directory_says_so(small_data, tmp_path):
-    run = tmp_path / "run"
-    assert run_job(3, "train", "--train", small_data[0], "--out", run).returncode == 0
+def test_score_with_a_malformed_test_file_or_a_directory_says_so(trained, tmp_path):
     bad = tmp_path / "bad.svm"
     bad.write_text("1 1:1\n1 oops\n")
     for test, says in ((bad, f"{bad}:2: feature index is not a non-negative integer"),
                        (tmp_path, "not a converted dataset"),
                        (tmp_path / "nothing.svm", "no such file")):
-        scored = run_mpips("score", run, "--test", test)
+        scored = run_mpips("score", trained, "--test", test)
         assert scored.returncode == 2, scored.output
         assert says in scored.stderr and "Traceback" not in scored.output
 
 
 @pytest.mark.parametrize("command", ["train", "convert", "score"])
-def test_compressed_input_is_refused_saying_how_to_read_it(small_data, tmp_path, command):
+def test_compressed_input_is_refused_saying_how_to_read_it(small_data, tmp_path, command,
+                                                            request):
     packed = tmp_path / "train.svm.gz"
     with open(small_data[0], "rb") as src, gzip.open(packed, "wb") as dst:
         shutil.copyfileobj(src, dst)
@@ -266,9 +272,7 @@ def test_compressed_input_is_refused_saying_how_to_read_it(small_data, tmp_path,
     elif command == "convert":
         job = run_job(2, "convert", packed, tmp_path / "bin", timeout=60)
     else:
-        run = tmp_path / "run"
-        assert run_job(3, "train", "--train", small_data[0], "--out", run).returncode == 0
-        job = run_mpips("score", run, "--test", packed)
+        job = run_mpips("score", request.getfixturevalue("trained"), "--test", packed)
     assert job.returncode == 2, job.output
     assert f"{packed}: gzip-compressed" in job.stderr and f"gunzip -k {packed}" in job.stderr
     assert "Traceback" not in job.output

@@ -38,38 +38,55 @@ def checkpoint_clocks(run) -> list:
             for p in complete_checkpoints(run / "checkpoints")]
 
 
-@pytest.mark.parametrize("event", ["term rank 3 at clock 30", "stop rank 1 at clock 30"],
+@pytest.fixture(scope="module")
+def stopped(small_data, tmp_path_factory):
+    """stopped(event): (run, the stopped job, its summary, the clocks of its checkpoints, the
+    resume, the resumed summary) of a job stopped by the signal of `event`, then resumed in
+    place (once per event)."""
+    runs = {}
+
+    def stop_and_resume(event):
+        if event not in runs:
+            run = tmp_path_factory.mktemp("stopped") / "run"
+            ended = launch(small_data, run, "--test-event", event).finish(timeout=300)
+            before = read_summary(run) if ended.returncode == 75 else None
+            clocks = checkpoint_clocks(run)
+            resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+                              "--resume", run / "checkpoints") if before else None
+            runs[event] = (run, ended, before, clocks, resumed,
+                           read_summary(run) if resumed and resumed.returncode == 0 else None)
+        return runs[event]
+    return stop_and_resume
+
+
+TERM_WORKER_1 = "term rank 3 at clock 30"
+
+
+@pytest.mark.parametrize("event", [TERM_WORKER_1, "stop rank 1 at clock 30"],
                          ids=["SIGTERM-to-worker-1", "SIGUSR1-to-server-1"])
 def test_a_stop_signal_to_any_one_rank_stops_the_job_with_a_checkpoint(
-        small_data, uninterrupted, tmp_path, event):
-    run = tmp_path / "run"
-    ended = launch(small_data, run, "--test-event", event).finish(timeout=300)
+        stopped, uninterrupted, event):
+    run, ended, before, clocks, resumed, _ = stopped(event)
     assert ended.returncode == 75, ended.output
     fired(ended, event)
     # Server 0 names two clocks past the slowest worker it knows of, at least 29 then.
-    stopped = read_summary(run)["stopped_at_clock"]
-    assert 31 <= stopped < EPOCHS * 100, stopped
-    assert stopped in checkpoint_clocks(run)
-    resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
-                      "--resume", run / "checkpoints")
+    stop = before["stopped_at_clock"]
+    assert 31 <= stop < EPOCHS * 100, stop
+    assert stop in clocks
     assert resumed.returncode == 0, resumed.output
-    assert f"resumed from checkpoint clock {stopped}" in resumed.output
+    assert f"resumed from checkpoint clock {stop}" in resumed.output
     ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
     np.testing.assert_array_equal(ours[1], theirs[1])
 
 
-def test_a_resumed_run_reports_the_rate_of_its_own_launch(small_data, tmp_path):
-    run = tmp_path / "run"
-    stop = "stop rank 2 at clock 50"
-    ended = launch(small_data, run, "--test-event", stop).finish(timeout=300)
+def test_a_resumed_run_reports_the_rate_of_its_own_launch(stopped):
+    """The run stopped by SIGTERM to worker 1 above, resumed in place."""
+    _, ended, before, _, resumed, s = stopped(TERM_WORKER_1)
     assert ended.returncode == 75, ended.output
-    fired(ended, stop)
-    before = read_summary(run)["train_examples"]
+    fired(ended, TERM_WORKER_1)
+    before = before["train_examples"]
     assert 0 < before < EPOCHS * 20000
-    resumed = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
-                      "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
-    s = read_summary(run)
     assert s["train_examples"] == EPOCHS * 20000
     assert s["train_examples_this_launch"] == EPOCHS * 20000 - before
     assert s["examples_per_s"] == pytest.approx(s["train_examples_this_launch"] / s["train_s"])

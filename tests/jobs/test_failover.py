@@ -195,11 +195,30 @@ def test_once_the_copies_are_rebuilt_a_second_death_is_survived(small_data, unin
     print("rebuilt:", [r for f in failures for r in f.get("rebuilt", [])])
 
 
-def test_a_killed_lead_is_replaced_by_the_next_server(small_data, uninterrupted, tmp_path):
-    """Server 0 leads (checkpoints, progress, stopping): server 1 takes that over too."""
-    run = tmp_path / "run"
-    kill = "kill rank 0 at clock 60"
-    ended = launch(small_data, run, *events(kill)).finish(timeout=300)
+@pytest.fixture(scope="module")
+def lead_killed(small_data, tmp_path_factory):
+    """Server 0 took the lock of --out and is killed at clock 60; worker 0 (rank 3) then
+    pauses at clock 70, once server 1 leads: the job certainly trains on. Meanwhile `mpips
+    ctl status` asks the job, and a second job is started on the same --out (with
+    --overwrite, which would have removed the first job's files); then the pause ends.
+    Returns (run, the ended job, ctl's answer, the second job, kill, pause)."""
+    base = tmp_path_factory.mktemp("lead")
+    run, go = base / "run", base / "go"
+    kill, pause = "kill rank 0 at clock 60", f"pause rank 3 until {go} at clock 70"
+    job = launch(small_data, run, *events(kill, pause))
+    wait_for_file(job, f"{go}.reached")
+    job.wait_for("server 1 leads from now on")
+    status = run_mpips("ctl", run, "status", "--wait", 120, timeout=180)
+    second = run_job(3, "train", "--train", small_data[0], "--out", run, "--overwrite",
+                     "--epochs", 1, timeout=180)
+    go.write_text("")
+    return run, job.finish(timeout=300), status, second, kill, pause
+
+
+def test_a_killed_lead_is_replaced_by_the_next_server(lead_killed, uninterrupted):
+    """Server 0 leads (checkpoints, progress, stopping): server 1 takes that over too. (The
+    job of `lead_killed`: its pause and its visitors come after the kill.)"""
+    run, ended, _, _, kill, _ = lead_killed
     assert ended.returncode == 0, ended.output
     fired(ended, kill)
     assert "server 1 leads from now on" in ended.output
@@ -210,22 +229,11 @@ def test_a_killed_lead_is_replaced_by_the_next_server(small_data, uninterrupted,
         "the new lead says the progress"
 
 
-def test_the_run_lock_and_ctl_move_to_the_new_lead(small_data, uninterrupted, tmp_path):
-    """Server 0 took the lock of --out and is killed at clock 60; worker 0 (rank 3) then
-    pauses at clock 70, once server 1 leads: the job certainly trains on. `mpips ctl status`
-    is answered by server 1, and a second job on the same --out is refused (with
-    --overwrite too, which would have removed the first job's files), naming the run.
-    Released, the first job ends on the uninterrupted run's model and writes the summary."""
-    run, go = tmp_path / "run", tmp_path / "go"
-    kill, pause = "kill rank 0 at clock 60", f"pause rank 3 until {go} at clock 70"
-    job = launch(small_data, run, *events(kill, pause))
-    wait_for_file(job, f"{go}.reached")
-    job.wait_for("server 1 leads from now on")
-    status = run_mpips("ctl", run, "status", "--wait", 120, timeout=180)
-    second = run_job(3, "train", "--train", small_data[0], "--out", run, "--overwrite",
-                     "--epochs", 1, timeout=180)
-    go.write_text("")
-    ended = job.finish(timeout=300)
+def test_the_run_lock_and_ctl_move_to_the_new_lead(lead_killed, uninterrupted):
+    """`mpips ctl status` is answered by server 1, and the second job on the same --out is
+    refused (with --overwrite too), naming the run. Released, the first job ends on the
+    uninterrupted run's model and writes the summary."""
+    run, ended, status, second, kill, pause = lead_killed
     assert ended.returncode == 0, ended.output
     for event in (kill, pause):
         fired(ended, event)

@@ -4,6 +4,7 @@ census-like set, on real-valued features and on hashed CTR-like features (the bu
 data's kind, folded into DIM coordinates); deterministic from run to run."""
 import glob
 import os
+import shutil
 
 import h5py
 import numpy as np
@@ -207,16 +208,18 @@ def test_a_killed_server_of_a_replicated_solver_is_replaced_bitwise(data, whole,
 
 def test_a_damaged_dense_checkpoint_is_passed_over(data, whole, tmp_path):
     """The newest checkpoint's block of table w flipped on disk: the resume says so, takes
-    the one before, and still ends on the uninterrupted bits."""
-    whole = whole[1]
-    run = tmp_path / "run"
-    train(data["census"][0], run, *CKPT[:-1], 25)
-    newest = run / "checkpoints" / "clock-000000000020" / "server-0000.h5"
+    the one before, and still ends on the uninterrupted bits. (The uninterrupted run's
+    checkpoints at iterations 10 and 20, copied: 20 is the newest.)"""
+    whole_run, whole = whole
+    ckpt = tmp_path / "ckpt"
+    for name in ("clock-000000000010", "clock-000000000020"):
+        shutil.copytree(whole_run / "checkpoints" / name, ckpt / name)
+    newest = ckpt / "clock-000000000020" / "server-0000.h5"
     with h5py.File(newest, "r+") as f:
         f["dense/w/values"][0] += 1.0
+    run = tmp_path / "run"
     job = run_job(4, "train", "--servers", 2, "--solver", "lbfgs", "--l2", L2, "--train",
-                  data["census"][0], "--out", run, *CKPT, "--resume", run / "checkpoints",
-                  timeout=300)
+                  data["census"][0], "--out", run, *CKPT, "--resume", ckpt, timeout=300)
     assert job.returncode == 0, job.output
     assert "dataset dense/w/values does not match its checksum" in job.output
     assert "resumed from checkpoint iteration 10" in job.output

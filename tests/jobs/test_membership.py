@@ -245,7 +245,8 @@ def test_with_two_copies_of_each_key_a_join_and_a_leave_end_on_the_same_bits(
         small_data, tmp_path, uninterrupted):
     """--replicas 2: a range's new holders (a new owner, a new backup) receive their copies
     while training goes on, beside the copies already kept; under BSP the model is the
-    uninterrupted run's, bit for bit."""
+    uninterrupted run's, bit for bit (the run without copies: copies change no bit of a
+    model, tests/jobs/test_replicas.py)."""
     moved = tmp_path / "moved"
     leave = "ctl remove-server 1 at clock 10"
     job = train(small_data, moved, "bsp", "--replicas", 2, *events(JOIN, leave))
@@ -258,7 +259,7 @@ def test_with_two_copies_of_each_key_a_join_and_a_leave_end_on_the_same_bits(
     for answer in answers:
         assert answer["ok"] and answer["keys_moved"] > 0, answer
         assert answer["clock"] > answer["copy_clock"] >= 10, answer
-    same_model(moved, uninterrupted("bsp", "--replicas", 2))
+    same_model(moved, uninterrupted("bsp"))
 
 
 def test_a_server_that_freezes_while_a_move_is_agreed_stops_the_job_resumably(small_data,

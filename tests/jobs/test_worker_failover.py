@@ -99,11 +99,19 @@ def test_a_checkpoint_written_after_a_workers_death_resumes_with_its_rows_handed
 
 def test_under_asp_a_killed_workers_rows_go_to_the_others(small_data, uninterrupted,
                                                           tmp_path):
-    run = tmp_path / "run"
-    ended = launch(small_data, run, "--consistency", "asp", "--test-event",
-                   KILL).finish(timeout=300)
+    """Workers 0 and 2 (ranks 2, 4) pause at their clock 50 until worker 1 has died at its
+    clock 40: under ASP nothing else keeps them from finishing their rows first on a loaded
+    machine, which leaves worker 1's rows to nobody (the last test here)."""
+    run, go = tmp_path / "run", tmp_path / "go"
+    others = [f"pause rank {r} until {go} at clock 50" for r in (2, 4)]
+    job = launch(small_data, run, "--consistency", "asp",
+                 *(a for e in [KILL, *others] for a in ("--test-event", e)))
+    wait_for_file(job, record(run, KILL))   # the kill fired: the others go on
+    go.touch()
+    ended = job.finish(timeout=300)
     assert ended.returncode == 0, ended.output
-    fired(ended, KILL)
+    for event in (KILL, *others):
+        fired(ended, event)
     s = read_summary(run)
     assert [f["worker"] for f in s["failures"]] == [1]
     assert s["train_examples"] == EPOCHS * ROWS and s["test_examples"] == TEST_ROWS

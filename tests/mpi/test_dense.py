@@ -14,7 +14,6 @@ from serving import serve
 from mpips.worker.kvworker import KVWorker
 from mpips.worker.dense_client import DenseClient
 from mpips.base.errors import InputError
-from mpips.ranks.bounded import wait_all
 from mpips.ranks.roles import split
 
 pytestmark = pytest.mark.mpi(min_size=4)
@@ -100,15 +99,25 @@ def test_a_sum_over_workers_has_the_same_bits_whatever_arrives_first():
         roles.free()
 
 
-def test_tables_saved_on_two_servers_load_on_one():
-    """save: one HDF5 file per server and an index; load: into another number of servers,
-    the same values; a directory without an index is refused, naming it."""
+@pytest.fixture
+def directory():
+    """A directory made by rank 0, the same on every rank; removed once every rank is done
+    with it (a failed test aborts the job before this teardown: see conftest)."""
     where = np.zeros(512, np.uint8)
     if MPI.COMM_WORLD.rank == 0:
         path = tempfile.mkdtemp(prefix="mpips-dense-").encode()
         where[:len(path)] = np.frombuffer(path, np.uint8)
     MPI.COMM_WORLD.Bcast(where, root=0)
-    directory = where.tobytes().rstrip(b"\0").decode()
+    path = where.tobytes().rstrip(b"\0").decode()
+    yield path
+    MPI.COMM_WORLD.Barrier()
+    if MPI.COMM_WORLD.rank == 0:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_tables_saved_on_two_servers_load_on_one(directory):
+    """save: one HDF5 file per server and an index; load: into another number of servers,
+    the same values; a directory without an index is refused, naming it."""
     rng = np.random.default_rng(11)
     xs, ys = rng.normal(size=N), rng.normal(size=N)
     rows = np.arange(N)
@@ -138,6 +147,3 @@ def test_tables_saved_on_two_servers_load_on_one():
             kv.close()
         finally:
             roles.free()
-    wait_all([MPI.COMM_WORLD.Ibarrier()], 60, lambda: "every rank to be done with the files")
-    if MPI.COMM_WORLD.rank == 0:
-        shutil.rmtree(directory)

@@ -33,21 +33,18 @@ ROWS, FEATURES = 30000, 3000
 GO_TAG = 999   # the test's own word from rank 0 to the workers
 
 
-MADE: list[str] = []   # the directories of the test files, removed after the module's tests
+@pytest.fixture
+def held_out_file():
+    """held_out_file(rows): an svmlight test file of `rows` rows, the same on every rank (each
+    writes its own, in a directory of its own that is removed after the test)."""
+    directory = tempfile.mkdtemp(prefix=f"mpips-scoring-{MPI.COMM_WORLD.rank}-")
+    yield lambda rows=ROWS: write_held_out(directory, rows)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def removed_afterwards():
-    yield
-    for directory in MADE:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def held_out_file(rank: int, rows: int = ROWS) -> str:
-    """An svmlight test file of `rows` rows, the same on every rank (each writes its own)."""
+def write_held_out(directory: str, rows: int) -> str:
     rng = np.random.default_rng(5)
-    MADE.append(tempfile.mkdtemp(prefix=f"mpips-scoring-{rank}-"))
-    path = os.path.join(MADE[-1], "test.svm")
+    path = os.path.join(directory, "test.svm")
     keys = rng.integers(0, FEATURES, (rows, 6))
     labels = rng.integers(0, 2, rows)
     with open(path, "w") as f:
@@ -71,9 +68,9 @@ def margins_of_saved_model(path: str) -> np.ndarray:
     return margins
 
 
-def test_every_rank_scores_each_row_once_with_the_trained_model():
+def test_every_rank_scores_each_row_once_with_the_trained_model(held_out_file):
     roles = split(2, MPI.COMM_WORLD)
-    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank)),
+    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file()),
                       model=ModelConfig(bias=False),
                       faults=FaultToleranceConfig(timeout=60))
     try:
@@ -103,9 +100,9 @@ def test_every_rank_scores_each_row_once_with_the_trained_model():
         roles.free()
 
 
-def test_a_server_that_answers_no_reads_is_named_within_the_timeout():
+def test_a_server_that_answers_no_reads_is_named_within_the_timeout(held_out_file):
     roles = split(2, MPI.COMM_WORLD)
-    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank)),
+    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file()),
                       model=ModelConfig(bias=False),
                       faults=FaultToleranceConfig(timeout=3))
     try:
@@ -133,7 +130,7 @@ def test_a_server_that_answers_no_reads_is_named_within_the_timeout():
         roles.free()
 
 
-def test_scoring_a_chunk_longer_than_the_timeout_is_no_timeout(monkeypatch):
+def test_scoring_a_chunk_longer_than_the_timeout_is_no_timeout(monkeypatch, held_out_file):
     """A server asks for its next chunk as it starts one; scoring that one may take longer
     than --timeout (a slow model): only a wait still unanswered counts, not the time a
     chunk answered long ago waited to be used. Here every batch server 1 scores takes
@@ -142,7 +139,7 @@ def test_scoring_a_chunk_longer_than_the_timeout_is_no_timeout(monkeypatch):
     reads between its batches, within 0.3 s on a loaded machine (5x under the timeout)."""
     rows = 32 * 8 * 2000   # a server's chunk: 1/8 of a rank's share of them
     roles = split(2, MPI.COMM_WORLD)
-    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank, rows)),
+    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file(rows)),
                       model=ModelConfig(bias=False),
                       faults=FaultToleranceConfig(timeout=1.5))
     slow = Scoring._score
@@ -171,13 +168,13 @@ def test_scoring_a_chunk_longer_than_the_timeout_is_no_timeout(monkeypatch):
         roles.free()
 
 
-def test_a_read_of_test_keys_before_a_workers_finish_waits_for_it():
+def test_a_read_of_test_keys_before_a_workers_finish_waits_for_it(held_out_file):
     """Server 0 reads test keys of server 1 once every worker's FINISH has reached it; that
     READ may reach server 1 before a worker's FINISH does (they come from different ranks):
     server 1 answers it once the FINISH is in, instead of stopping the job. Here rank 0
     plays server 0 by hand and sends its READ before the workers say FINISH."""
     roles = split(2, MPI.COMM_WORLD)
-    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file(MPI.COMM_WORLD.rank)),
+    cfg = TrainConfig(data=DataConfig(train="", test=held_out_file()),
                       model=ModelConfig(bias=False),
                       faults=FaultToleranceConfig(timeout=60))
     keys = np.arange(FEATURES, dtype=np.uint64)
