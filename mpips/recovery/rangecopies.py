@@ -81,7 +81,9 @@ class RangeCopies:
 
     def applied(self, worker: int, ts: int) -> None:
         """Push `ts` of `worker` is in the store (a replayed one can be older than the last)."""
-        self.rebuilds.last_ts[worker] = max(self.rebuilds.last_ts[worker], ts)
+        last_ts = self.rebuilds.last_ts
+        if ts > last_ts[worker]:
+            last_ts[worker] = ts
 
     def awaited(self) -> list:
         """Key ranges this server holds anew and still waits for a copy of."""

@@ -188,9 +188,23 @@ def _checked_size(buf: np.ndarray, op: Op, h, n_workers: int):
     return rows_sent
 
 
+def report_ok(r) -> bool:
+    """Whether a worker's figures `r` (a Report) are finite and not negative, and its shares
+    taken of dead workers' rows a list a server can keep (one share per death)."""
+    # (asked of every push: one expression, NaN failing its comparisons)
+    return (0.0 <= r.loss < math.inf and 0.0 <= r.progress < math.inf and r.epoch >= 0
+            and r.examples >= 0 and r.segment >= 0 and 0 <= r.taken <= MAX_SHARES_TAKEN
+            and r.taken_epoch >= 0 and r.offset >= -1)
+
+
 def check_report(op: Op, report) -> None:
-    """A worker's figures must be finite and not negative, and its shares taken of dead
-    workers' rows a list a server can keep (one share per death)."""
+    """ProtocolError naming the figure unless `report_ok(report)`."""
+    if not report_ok(report):
+        _refuse_report(op, report)
+
+
+def _refuse_report(op: Op, report) -> None:
+    """Raise ProtocolError naming the figure of `report` that check_report refuses."""
     for name in ("loss", "progress"):
         value = getattr(report, name)
         if not (math.isfinite(value) and value >= 0):
@@ -204,6 +218,7 @@ def check_report(op: Op, report) -> None:
     if report.taken > MAX_SHARES_TAKEN:
         raise ProtocolError(f"{op.name} reporting {report.taken} shares of dead workers' rows "
                             f"taken (a share per death: at most {MAX_SHARES_TAKEN})")
+    raise ProtocolError(f"{op.name} reporting figures out of range: {report}")
 
 
 def _encoding(h) -> str:

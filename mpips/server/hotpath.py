@@ -1,7 +1,8 @@
-"""The requests most of a server's time goes to, taken the short way: a worker's pull, and its
-push of float32 values without a backed-up part. One compiled call checks a pull's keys and
-looks them up (kernels.requests), or, if the clocks hold the pull, checks and keeps them; a
-push's values and figures are checked, then the push goes to `pushes` as any other.
+"""The requests most of a server's time goes to, taken the short way: a worker's pull, its
+push of float32 values without a backed-up part, and the two in one message (a push, then
+the next clock's pull: protocol.WITH_PUSH). One compiled call checks a pull's keys and looks
+them up (kernels.requests), or, if the clocks hold the pull, checks and keeps them; a push's
+values and figures are checked, then the push goes to `pushes` as any other.
 
 Anything else goes the general way (`loop`: `admission`, then the operation's handler): a
 request that breaks a rule (admission names the fault), a pull the clocks refuse, a
@@ -10,19 +11,27 @@ server's (a server died, key ranges moved), a dead worker's or a finished one's.
 decides nothing the general way would decide otherwise: what it takes, admission would have
 admitted, and the handlers do the same with it.
 """
+from enum import IntEnum
+
 import numpy as np
 
-from ..base.errors import ProtocolError
 from ..kernels.requests import first_not_finite
 from ..wire import protocol
 from ..wire.clocks import FINISHED
 from ..wire.protocol import HEADER_BYTES, REPORT_BYTES, Op
-from .admission import Request, check_report
+from .admission import Request, report_ok
 from .readgate import HOLD, SERVE
 
 PULL_FLAGS = protocol.READ_ONLY | protocol.NEXT_CLOCK
 PUSH_FLAGS = protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT
 _NO_KEYS = np.empty(0, np.uint64)
+
+
+class Taken(IntEnum):
+    """How much of a bundle (a push, then a pull) the short way took."""
+    NONE = 0
+    PUSH = 1    # the push only: the pull goes the general way
+    BOTH = 2
 
 
 class HotPath:
@@ -32,14 +41,22 @@ class HotPath:
         self.progress = progress
         self._workers = {rank: i for i, rank in enumerate(ctx.roles.workers)}
 
-    def take(self, source: int, buf: np.ndarray, h: protocol.Header) -> bool:
-        """Handle the request `buf` (header `h`) from rank `source` if it is one of those
-        taken the short way; whether it was."""
+    def _worker(self, source: int, h: protocol.Header) -> int | None:
+        """The index of the worker at rank `source` if its request `h` may go the short way
+        (split by this server's placement, the worker training, the numbers not negative)."""
         ctx = self.ctx
         worker = self._workers.get(source)
         if (worker is None or h.placement != ctx.placement.version or h.ts < 0 or h.clock < 0
                 or h.nkeys < 0 or h.width < 0 or ctx.clocks.done[worker] == FINISHED
                 or worker in ctx.clocks.gone):
+            return None
+        return worker
+
+    def take(self, source: int, buf: np.ndarray, h: protocol.Header) -> bool:
+        """Handle the request `buf` (header `h`) from rank `source` if it is one of those
+        taken the short way; whether it was."""
+        worker = self._worker(source, h)
+        if worker is None:
             return False
         if h.op == Op.PULL:
             taken = self._pull(worker, source, buf, h)
@@ -48,8 +65,25 @@ class HotPath:
         else:
             return False
         if taken:
-            ctx.watchdog.message_from(worker)
+            self.ctx.watchdog.message_from(worker)
         return taken
+
+    def take_bundle(self, source: int, buf: np.ndarray, h: protocol.Header) -> Taken:
+        """`take` for a PULL that carries a PUSH (WITH_PUSH): the push first, then the pull;
+        how much of it was taken (what was not goes the general way)."""
+        cut = HEADER_BYTES + 8 * h.nkeys
+        worker = self._worker(source, h)
+        if worker is None or cut + HEADER_BYTES > buf.shape[0]:
+            return Taken.NONE
+        push = buf[cut:]
+        push_h = protocol.header(push)
+        if (push_h.op != Op.PUSH or push_h.placement != h.placement or push_h.ts < 0
+                or push_h.clock < 0 or push_h.nkeys < 0
+                or not self._push(worker, source, push, push_h)):
+            return Taken.NONE
+        self.ctx.watchdog.message_from(worker)
+        pull_h = protocol.Header(h.op, h.flags & ~protocol.WITH_PUSH, *h[2:])
+        return Taken.BOTH if self._pull(worker, source, buf[:cut], pull_h) else Taken.PUSH
 
     def _pull(self, worker: int, source: int, buf: np.ndarray, h) -> bool:
         ctx = self.ctx
@@ -66,10 +100,10 @@ class HotPath:
         n, width, flags = h.nkeys, h.width, h.flags
         if flags & ~PUSH_FLAGS or width != ctx.store.width:
             return False
-        keyed = not flags & protocol.SAME_KEYS
-        start = HEADER_BYTES + (8 * n if keyed else 0)
-        end = HEADER_BYTES + protocol.payload_bytes(h)
-        if buf.shape[0] != end + (REPORT_BYTES if flags & protocol.REPORT else 0):
+        # (protocol.payload_bytes for these flags: float32 values, keys unless SAME_KEYS)
+        start = HEADER_BYTES if flags & protocol.SAME_KEYS else HEADER_BYTES + 8 * n
+        end = start + 4 * n * width
+        if buf.shape[0] != (end + REPORT_BYTES if flags & protocol.REPORT else end):
             return False
         values = buf[start:end].view(np.float32).reshape(n, width)
         if first_not_finite(values) >= 0:
@@ -77,14 +111,12 @@ class HotPath:
         report = None
         if flags & protocol.REPORT:
             report = protocol.report_at(buf, end)
-            try:
-                check_report(Op.PUSH, report)
-            except ProtocolError:
+            if not report_ok(report):
                 return False
-        keys = buf[HEADER_BYTES:start].view(np.uint64) if keyed else _NO_KEYS
-        if keyed and ctx.placement.first_misplaced(keys, ctx.roles.index, False)[0] >= 0:
+        keys = buf[HEADER_BYTES:start].view(np.uint64) if start > HEADER_BYTES else _NO_KEYS
+        if keys.shape[0] and ctx.placement.first_misplaced(keys, ctx.roles.index, False)[0] >= 0:
             return False
         if report is not None and self.progress:
             self.progress.update(worker, report, say=ctx.lead)
-        ctx.pushes.on_push(source, Request(Op.PUSH, h, keys, values, report), buf)
+        ctx.pushes.take(worker, Request(Op.PUSH, h, keys, values, report), buf.shape[0])
         return True

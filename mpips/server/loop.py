@@ -40,7 +40,7 @@ from .admission import admit, unbundle
 from .checkpoint_rounds import CheckpointRounds, Checkpoints
 from .context import Hooks, ServerContext, ServerStats
 from .dense_tables import DenseTables
-from .hotpath import HotPath
+from .hotpath import HotPath, Taken
 from .outbox import Outbox
 from .progress import Progress
 from .pushes import Pushes
@@ -247,8 +247,12 @@ class Server:
         job after its push was taken)."""
         h = protocol.header(buf) if buf.shape[0] >= protocol.HEADER_BYTES else None
         if h is not None and h.op == Op.PULL and h.flags & protocol.WITH_PUSH:
+            taken = self.hot.take_bundle(source, buf, h)
+            if taken == Taken.BOTH:
+                return
             push, push_h, buf, h = unbundle(buf, h, self.ctx.sender(source))
-            self._take(source, push, push_h)
+            if taken == Taken.NONE:
+                self._take(source, push, push_h)
         self._take(source, buf, h)
 
     def _take(self, source: int, buf: np.ndarray, h: protocol.Header | None) -> None:

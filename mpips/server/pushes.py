@@ -67,16 +67,19 @@ class Pushes:
         self.ctx = ctx
         self.buffer = ClockPushes(ctx.ckpt.first_clock())
         self._backups_due = []    # pushes to backed-up ranges of clocks complete (see advance)
-        self._last_applied = np.full(len(ctx.roles.workers), -1, np.int64)   # ts of its last
+        self._last_applied = [-1] * len(ctx.roles.workers)   # ts of its last
         # Resuming, a worker that had left stands before the checkpoint's clock until it says
         # FINISH again: the checkpoints before that clock are not written again.
         self._slowest = max(ctx.clocks.slowest(), ctx.ckpt.first_clock())
         ctx.register({Op.PUSH: self.on_push})
 
     def on_push(self, source: int, r, buf) -> None:
+        self.take(self.ctx.roles.worker_index(source), r, buf.shape[0])
+
+    def take(self, worker: int, r, nbytes: int) -> None:
+        """`worker`'s push `r` (an admission.Request of `nbytes` bytes on the wire)."""
         ctx = self.ctx
-        worker = ctx.roles.worker_index(source)
-        ctx.stats.push_bytes += buf.shape[0]
+        ctx.stats.push_bytes += nbytes
         if r.backup_keys.shape[0]:   # first the part for ranges this server backs up
             h = protocol.backup_part_header(r.header, r.backup_keys.shape[0])
             self._take(worker, r._replace(header=h, keys=r.backup_keys,
@@ -89,23 +92,23 @@ class Pushes:
     def _take(self, worker: int, r, backup: bool = False) -> None:
         """`backup`: the part for ranges this server backs up (no read needs it at once)."""
         ctx = self.ctx
-        completes = bool(r.header.flags & protocol.CLOCK)
-        clock = int(ctx.clocks.done[worker])
-        push = self._push_of(worker, r, copy=ctx.clocks.staleness == 0)
-        push = ctx.copies.route(worker, clock, r.header.ts, r.header.placement, push)
-        if ctx.clocks.staleness == 0:
+        h, clocks = r.header, ctx.clocks
+        clock = int(clocks.done[worker])
+        bsp = clocks.staleness == 0
+        push = ctx.copies.route(worker, clock, h.ts, h.placement,
+                                self._push_of(worker, r, copy=bsp))
+        if bsp:
             # Deferred (see _apply_until) only while the ranges stay backed up here: split by
             # a placement with this one's primaries, and still when the clock completes.
             since = ctx.placement.backups_since
-            deferrable = since if backup and r.header.placement >= since else -1
-            self.buffer.add(clock, worker, Pending(push, clock, worker, r.header.ts,
-                                                   deferrable))
+            deferrable = since if backup and h.placement >= since else -1
+            self.buffer.add(clock, worker, Pending(push, clock, worker, h.ts, deferrable))
         else:
             self._apply(push, clock)
-            self._applied(worker, r.header.ts)
-        if completes:
-            ctx.clocks.tick(worker)
-            ctx.ckpt.note(worker, int(ctx.clocks.done[worker]), r.report or _NO_REPORT, False)
+            self._applied(worker, h.ts)
+        if h.flags & protocol.CLOCK:
+            clocks.tick(worker)
+            ctx.ckpt.note(worker, clock + 1, r.report or _NO_REPORT, False)
             self.advance()
 
     def keep(self, clock: int, worker: int, ts: int, keys: np.ndarray, values: np.ndarray,
@@ -165,33 +168,41 @@ class Pushes:
         pushes (BSP) and write the checkpoints due at each clock on the way, then answer the
         pulls the new clock lets through."""
         ctx = self.ctx
-        ckpt, rounds = ctx.ckpt, ctx.rounds
+        ckpt = ctx.ckpt
         slowest = ctx.clocks.slowest()
         if slowest > self._slowest:
-            last = ckpt.last_clock(self._slowest) if slowest == FINISHED else slowest
-            for clock in range(self._slowest + 1, last + 1):
-                if ckpt.due(clock):
-                    self._apply_until(clock)
-                    rounds.take(clock)
-            self._apply_until(last)
-            if slowest == FINISHED and ckpt.periodic:
-                rounds.take(last)   # every worker has finished: the final state
-            self._slowest = slowest
-            ckpt.forget_before(slowest)
-            if slowest != FINISHED and ctx.hooks.reached("clock", slowest, ctx.lead):
-                ctx.members.poll_soon()
+            self._slowest_moved(slowest)
         if ctx.losses:
             ctx.losses.tell_what_is_here()
-        for clock in ckpt.reached(slowest):
-            rounds.take(clock)
+        if ckpt.planned:
+            for clock in ckpt.reached(slowest):
+                ctx.rounds.take(clock)
         stop_at = ckpt.stop_at
         # Here at the latest: STOP_AT may arrive after this server reached the clock (and no
         # worker reads past it: the lead refuses). If every worker has finished meanwhile,
         # there is nothing left to stop.
         if (stop_at is not None and slowest >= stop_at and not ctx.gate.stopped
                 and slowest != FINISHED):
-            rounds.take(stop_at)
+            ctx.rounds.take(stop_at)
             ctx.gate.stopped = True
         ctx.members.reached()
         ctx.reads.release()
         self.apply_backups()   # replication overlaps the workers' next minibatch
+
+    def _slowest_moved(self, slowest: int) -> None:
+        """The slowest worker moved on to `slowest`: the pushes of the clocks before it
+        applied (BSP), with the checkpoints due on the way."""
+        ctx = self.ctx
+        ckpt, rounds = ctx.ckpt, ctx.rounds
+        last = ckpt.last_clock(self._slowest) if slowest == FINISHED else slowest
+        for clock in range(self._slowest + 1, last + 1):
+            if ckpt.due(clock):
+                self._apply_until(clock)
+                rounds.take(clock)
+        self._apply_until(last)
+        if slowest == FINISHED and ckpt.periodic:
+            rounds.take(last)   # every worker has finished: the final state
+        self._slowest = slowest
+        ckpt.forget_before(slowest)
+        if slowest != FINISHED and ctx.hooks.reached("clock", slowest, ctx.lead):
+            ctx.members.poll_soon()

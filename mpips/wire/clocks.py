@@ -26,8 +26,12 @@ class ClockTable:
         # Under BSP with hot failover, each other server's `here()` (see `commit`); a clock is
         # complete once complete on every living server.
         self.elsewhere: dict[int, int] = {}
-        self._slowest: int | None = None   # slowest(), asked of every read: kept until a
-                                           # clock changes
+        # here() and slowest(), asked of every read and push, kept until they change: here()
+        # with how many workers stand at it, so that one moving on from it changes it only
+        # if it was the last.
+        self._here: int | None = None
+        self._at_here = 0
+        self._slowest: int | None = None
 
     def commit(self, servers) -> None:
         """Complete a clock only once every one of `servers` (indices) says it holds every
@@ -49,30 +53,43 @@ class ClockTable:
     def worker_gone(self, worker: int) -> None:
         """A dead worker: no longer waited for."""
         self.gone.add(worker)
-        self.done[worker] = FINISHED
-        self._slowest = None
+        self.finish(worker)
 
     def resume(self, worker: int, clock: int) -> None:
         """`worker` has completed `clock` clocks (a checkpoint's record)."""
         self.done[worker] = clock
         self.longest = max(self.longest, clock)
-        self._slowest = None
+        self._here = self._slowest = None
 
     def tick(self, worker: int) -> None:
-        if self.done[worker] == FINISHED:
+        before = int(self.done[worker])
+        if before == FINISHED:
             raise ProtocolError(f"worker {worker} completed a clock after it said FINISH")
-        self.done[worker] += 1
-        self.longest = max(self.longest, int(self.done[worker]))
-        self._slowest = None
+        self.done[worker] = before + 1
+        if before >= self.longest:
+            self.longest = before + 1
+        self._moved_from(before)
 
     def finish(self, worker: int) -> None:
+        before = int(self.done[worker])
         self.done[worker] = FINISHED
-        self._slowest = None
+        self._moved_from(before)
+
+    def _moved_from(self, clock: int) -> None:
+        """A worker moved on from `clock`."""
+        if self._here is not None and clock == self._here:
+            self._at_here -= 1
+            if not self._at_here:
+                self._here = self._slowest = None
 
     def here(self) -> int:
         """The smallest clock among workers still training on this server (FINISHED if none
         is)."""
-        return int(self.done.min())
+        if self._here is None:
+            done = self.done.tolist()   # (faster than numpy's for the few of a server)
+            here = min(done)
+            self._here, self._at_here = here, done.count(here)
+        return self._here
 
     def gap(self) -> int:
         """How many clocks the fastest worker still training is ahead of the slowest."""

@@ -330,7 +330,7 @@ def unbundle(buf: np.ndarray, h: Header) -> tuple | None:
     cut = HEADER_BYTES + 8 * h.nkeys
     if h.nkeys < 0 or cut + HEADER_BYTES > buf.shape[0]:
         return None
-    return buf[cut:], buf[:cut], h._replace(flags=h.flags & ~WITH_PUSH)
+    return buf[cut:], buf[:cut], Header(h.op, h.flags & ~WITH_PUSH, *h[2:])
 
 
 def report_at(buf: np.ndarray, offset: int) -> Report:

@@ -11,6 +11,7 @@ from mpi4py import MPI
 from mpips.base.errors import ProtocolError
 from mpips.models.optimizer import Optimizer
 from mpips.ranks.roles import Roles
+from mpips.server.hotpath import Taken
 from mpips.server.loop import Server
 from mpips.server.store import KVStore
 from mpips.wire import messages, protocol
@@ -231,3 +232,58 @@ def test_a_forged_bundle_is_refused_naming_the_sender_and_nothing_of_it_is_read(
     text = str(refused.value)
     assert says in text and ("worker 0" if source == WORKER_RANK else "server 1") in text
     assert len(server.sent) == sent and server.ctx.clocks.done.tolist() == clocks
+
+
+def the_general_way_only(server):
+    """`server` with its short way turned off: every request admitted, then handled."""
+    server.hot.take = lambda source, buf, h: False
+    server.hot.take_bundle = lambda source, buf, h: Taken.NONE
+    return server
+
+
+def handled(server, buf) -> bool:
+    """Whether the loop's handling of `buf` from the worker refused it."""
+    try:
+        server.handle(WORKER_RANK, buf)
+    except ProtocolError:
+        return True
+    return False
+
+
+def noting(server) -> list:
+    """What the short way took of each bundle `server` is handed (Taken), in a list."""
+    took, bundle_way = [], server.hot.take_bundle
+
+    def take_bundle(source, buf, h):
+        took.append(bundle_way(source, buf, h))
+        return took[-1]
+    server.hot.take_bundle = take_bundle
+    return took
+
+
+def test_damaged_bundles_end_alike_both_ways():
+    """A push and the next pull in one message, damaged anywhere (the pull's part, the push's
+    part, the cut between them): taken whole, in part (the push, then the pull the general
+    way) or not at all by the short way, it ends as the general way ends it."""
+    rng = np.random.default_rng(11)
+    outcomes = {Taken.BOTH: 0, Taken.PUSH: 0, Taken.NONE: 0, "refused": 0}
+    for trial in range(400):
+        staleness = [0, 1, None][trial % 3]
+        short, general = a_server(staleness), the_general_way_only(a_server(staleness))
+        for server in (short, general):
+            assert not handled(server, pull(0))
+            # now and then the job has stopped: the pull is refused, not the push before it
+            server.ctx.gate.stopped = trial % 8 == 7
+        grads = rng.standard_normal((KEYS.shape[0], 1)).astype(np.float32)
+        sound = bundled(pull(2, KEYS[::2].copy(), flags=trial % 4 and protocol.READ_ONLY),
+                        same_keys_push(1, 0, grads))
+        buf = damaged(sound, rng)
+        took = noting(short)
+        refused = handled(short, buf)
+        assert refused == handled(general, buf), f"trial {trial}"
+        outcomes["refused" if refused else took[0] if took else Taken.NONE] += 1
+        if not refused:
+            the_same(short, general)
+    # The damage must reach every end, or the fuzz proves little.
+    assert outcomes[Taken.BOTH] > 10 and outcomes["refused"] > 10, outcomes
+    assert outcomes[Taken.PUSH] > 3, outcomes

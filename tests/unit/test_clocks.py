@@ -1,4 +1,6 @@
 """Server-side vector clocks."""
+import numpy as np
+
 from mpips.wire.clocks import FINISHED, ClockTable
 
 
@@ -93,3 +95,28 @@ def test_a_finished_worker_reads_the_final_model():
         assert not c.may_read(0, FINISHED), "worker 1 has not finished: its last push may come"
         c.finish(1)
         assert c.may_read(0, FINISHED) and c.may_read(1, FINISHED)
+
+
+def test_slowest_kept_as_clocks_move_matches_the_table():
+    """here() and slowest() are kept between changes (a count of workers at the slowest):
+    after any sequence of ticks, finishes, deaths, resumes and other servers' reports they
+    equal the table's minimum computed afresh."""
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(1, 6))
+        t = ClockTable(n, 0)
+        t.commit([1])
+        for _ in range(60):
+            w, what = int(rng.integers(n)), int(rng.integers(10))
+            if what < 6 and t.done[w] != FINISHED:
+                t.tick(w)
+            elif what == 6:
+                t.finish(w)
+            elif what == 7:
+                t.worker_gone(w)
+            elif what == 8:
+                t.resume(w, int(rng.integers(0, 5)))
+            else:
+                t.have(1, int(rng.integers(0, 8)))
+            assert t.here() == int(t.done.min())
+            assert t.slowest() == min(int(t.done.min()), t.elsewhere[1])
