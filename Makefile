@@ -71,7 +71,7 @@ data: $(DATA).train.svm
 run: $(VENV)/.installed $(DATA).train.svm
 	$(MPIEXEC) $(LAUNCH_FLAGS) -n $(NP) $(PY) -m mpips train --servers $(SERVERS) \
 	    --replicas $(REPLICAS) --train $(DATA).train.svm --test $(DATA).test.svm --out $(RUN_DIR) --overwrite \
-	    --snapshot-every 0.5
+	    --snapshot-every 0.5 --tensorboard $(RUN_DIR)/tensorboard
 	$(PY) -m mpips report $(RUN_DIR)
 
 # Each test has a time limit (pytest-timeout); tests/run-all runs the sessions (ruff and mypy

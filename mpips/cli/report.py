@@ -73,6 +73,9 @@ def load_run(path: str, test: str | None = None) -> Run:
         run.notes.append("no learning curve: the run had no --test file (give report --test)")
     else:
         run.curve = _score(path, test, run.notes)
+        if run.curve and summary["config"].get("tensorboard"):   # beside the live curves
+            from ..job.livecurves import write_snapshots
+            write_snapshots(summary["config"]["tensorboard"], run.curve)
     return run
 
 

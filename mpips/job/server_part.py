@@ -37,6 +37,7 @@ from ..wire.clocks import FINISHED, ClockTable
 from ..wire.placement import Placement, describe_ranges
 from .chunks import shared
 from .failing import log_failure, tell_servers_to_save
+from .livecurves import LiveCurves
 from .part_result import PartResult
 from .scoring import Scoring, core_to_spare
 
@@ -151,6 +152,9 @@ class ServerPart:
                       "data_format": self.trained_on or ""}
         self.started = time.monotonic()
         self.snapshots_taken: list[float] = []
+        self.curves: LiveCurves | None = None
+        if roles.index == 0:   # the lead, at the start
+            self._draw_curves()
         self.reasons: list[str] = []
         self.startup_s = self.train_s = self.save_s = 0.0
 
@@ -237,13 +241,26 @@ class ServerPart:
 
         def now_leads() -> None:
             self.locks.take_over(f"server {self.roles.index} leads the run now")
+            self._draw_curves()
 
         return Hooks(**_checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on),
                      placement_changed=placement_changed,
                      snapshot=self.snapshot if cfg.diagnostics.snapshot_every else None,
                      snapshot_every=cfg.diagnostics.snapshot_every or 0.0,
                      failed=another_rank_failed, stop_requested=signals.stop_requested,
-                     reached=testevents.reached, now_leads=now_leads)
+                     reached=testevents.reached, now_leads=now_leads,
+                     sampled=self._sampled if cfg.diagnostics.tensorboard else None)
+
+    def _draw_curves(self) -> None:
+        """Live curves for TensorBoard from this server, which leads (--tensorboard)."""
+        directory = self.cfg.diagnostics.tensorboard
+        if directory and self.curves is None and self.progress:
+            self.curves = LiveCurves(directory, self.cfg.to_record())
+            self.progress.curves = self.curves.line
+
+    def _sampled(self, figures: dict) -> None:
+        if self.curves and self.progress:
+            self.curves.sample(int(self.progress.examples.sum()), figures)
 
     def server(self, failover: bool, hot: bool) -> Server:
         """The server's loop over this part's store and tables."""
@@ -292,6 +309,8 @@ class ServerPart:
                               again)
             raise
         self.train_s = time.monotonic() - t0
+        if self.curves:
+            self.curves.close()
         return stats
 
     def _final_attrs(self, server: Server) -> dict:

@@ -46,6 +46,7 @@ from ..run.startup import compile_per_node, run_id
 from ..run.warmup import CompileWatch
 from ..storage import checkpoint, rundir
 from ..wire.placement import Placement, dealt
+from . import livecurves
 from .chunks import covered
 from .part_result import PartResult
 
@@ -431,6 +432,8 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
             result["pipeline"] = _pipeline_figures(cfg, tasks)
         timeline.write(cfg.data.out, samples, records["samples"], len(roles.servers), name, tasks)
         summary.print_lines(result, summary.write(cfg.data.out, result))
+        if cfg.diagnostics.tensorboard:
+            livecurves.write_final(cfg.diagnostics.tensorboard, result)
     _end_unless_done(cfg, comm, stopped_at if stopped else None, scored)
     return result
 

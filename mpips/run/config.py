@@ -247,6 +247,7 @@ class DiagnosticsConfig:
     """Progress lines, snapshots and testing aids."""
     log_every: float = 5.0
     snapshot_every: float | None = None
+    tensorboard: str | None = None  # where the lead writes TensorBoard's event files
     record_pulls: bool = False
     stragglers: tuple = ()          # ((worker, slowdown factor), ...): a testing aid
     test_events: tuple = ()         # events at a point of the job: a testing aid (testevents)
@@ -282,6 +283,7 @@ RECORD = (("train", "data", "train"), ("out", "data", "out"), ("test", "data", "
           ("test_events", "diagnostics", "test_events"),
           ("record_pulls", "diagnostics", "record_pulls"),
           ("snapshot_every", "diagnostics", "snapshot_every"),
+          ("tensorboard", "diagnostics", "tensorboard"),
           ("skip_bad_lines", "data", "skip_bad_lines"), ("overwrite", "data", "overwrite"),
           ("checkpoint_dir", "checkpointing", "dir"),
           ("checkpoint_every", "checkpointing", "every"),

@@ -313,6 +313,12 @@ OPTIONS = (
             help="also save the model every SECONDS of training to "
                  "RUN_DIR/snapshots/NNNN/ (learning curves: `python -m mpips score "
                  "RUN_DIR --snapshots`)"),
+    _option("diag", "--tensorboard", metavar="DIR",
+            help="write live curves for TensorBoard to DIR as the job trains (training "
+                 "loss, examples/s, each worker's waiting, server bytes; the held-out "
+                 "logloss and AUC at the end, and at each snapshot once `mpips report` "
+                 "scores them): `tensorboard --logdir DIR` shows them (TensorBoard is not "
+                 "needed to write them)"),
     _option("diag", "--record-pulls", action="store_true",
             help="each server writes every pull it served to RUN_DIR/pulls/ (worker, "
                  "its clock, the slowest worker's clock, time held), to check the "
@@ -505,5 +511,6 @@ def _config(v: dict) -> TrainConfig:
                         skip_zeros=v["push_skip_zeros"]),
         diagnostics=DiagnosticsConfig(
             log_every=v["log_every"], snapshot_every=v["snapshot_every"],
+            tensorboard=v["tensorboard"] and os.path.abspath(v["tensorboard"]),
             record_pulls=v["record_pulls"], stragglers=tuple(v["straggler"]),
             test_events=tuple(v["test_event"]) + testevents.from_environment()))

@@ -70,6 +70,9 @@ class Hooks:
     # The job reached a point here (testevents): point, value, whether this server leads ->
     # whether a ctl request was made meanwhile.
     reached: Callable[[str, int, bool], bool] = lambda point, value, lead: False
+    # The lead's serving figures as the timeline samples them ({name: value}), for live
+    # curves (--tensorboard); None: not wanted.
+    sampled: Callable[[dict], None] | None = None
 
 
 class Scorer(Protocol):

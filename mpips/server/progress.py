@@ -1,5 +1,6 @@
 """Job-wide training progress, as seen by the lead server from the workers' messages."""
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -16,6 +17,8 @@ class Progress:
         self.examples = np.zeros(n_workers, np.int64)
         self.loss = np.zeros(n_workers)
         self.done = np.zeros(n_workers)   # fractional epochs per worker
+        # Each line's figures, for live curves: (examples, recent loss, rate, epochs done).
+        self.curves: Callable[[int, float, float, float], None] | None = None
         self.start()
 
     def start(self, positions: dict | None = None) -> None:
@@ -55,6 +58,8 @@ class Progress:
         if final:
             recent = loss / max(examples, 1)
             rate = (examples - self._first[1]) / max(now - self._start, 1e-9)
+        if self.curves and not final:
+            self.curves(examples, recent, rate, float(self.done.mean()))
         say(f"{'trained' if final else 'training'}: epoch {self.done.mean():.2f}/{self.epochs}"
             f"  {examples:,} examples  {rate / 1e3:,.1f}k examples/s"
             f"  train logloss {recent:.4f}{' (whole run)' if final else ''}")

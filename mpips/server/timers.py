@@ -53,6 +53,14 @@ class Timers:
                           held_s=float(gate.held_s.sum()), pulls_held=gate.pulls_held,
                           pushes=stats.pushes_applied, gap=ctx.clocks.gap(),
                           clock=-1 if slowest == FINISHED else slowest)
+        if ctx.lead and ctx.hooks.sampled:
+            ctx.hooks.sampled({
+                **{f"wait/worker_{w}_s": float(s) for w, s in enumerate(gate.held_s)},
+                "server/bytes_sent": float(stats.bytes_sent),
+                "server/bytes_received": float(stats.bytes_received),
+                "server/busy_share": stats.busy_s / t if t > 0 else 0.0,
+                "clocks/slowest": -1.0 if slowest == FINISHED else float(slowest),
+                "clocks/gap": float(ctx.clocks.gap())})
 
     def _snapshot(self, final: bool) -> None:
         began = time.monotonic()

@@ -17,11 +17,36 @@ ARGS = ("--servers", 2, "--epochs", 1, "--snapshot-every", 0.3)
 def runs(small_data, tmp_path_factory):
     """A BSP run and an SSP one of the same data."""
     root = tmp_path_factory.mktemp("report")
-    for name, extra in (("bsp", ()), ("ssp", ("--consistency", "ssp", "--staleness", 2))):
+    (root / "not-a-directory").write_text("a file where the ssp run's curves would go")
+    for name, extra in (("bsp", ("--tensorboard", root / "tb")),
+                        ("ssp", ("--consistency", "ssp", "--staleness", 2,
+                                 "--tensorboard", root / "not-a-directory"))):
         job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
                       "--out", root / name, *ARGS, *extra)
         assert job.returncode == 0, job.output
+        if name == "ssp":   # its curves could not be written: it trained all the same
+            assert "the live curves cannot be written" in job.output, job.output
     return root / "bsp", root / "ssp"
+
+
+def test_the_live_curves_read_back_in_tensorboard(runs):
+    """--tensorboard: the lead's event files, read with TensorBoard's own reader: the
+    training curves as the job trained, each worker's waiting, the configuration, and the
+    final model's held-out scores as the summary gives them."""
+    acc = read_back(runs[0].parent / "tb")
+    s = read_summary(runs[0])
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/logloss", "train/examples_per_s", "wait/worker_0_s", "wait/worker_1_s",
+            "server/bytes_sent", "test/logloss", "test/auc"} <= tags, tags
+    loss = acc.Scalars("train/logloss")
+    assert len(loss) >= 2 and all(a.step < b.step for a, b in zip(loss, loss[1:]))
+    assert 0 < loss[-1].value < 1 and loss[-1].step <= s["train_examples"]
+    sent = [e.value for e in acc.Scalars("server/bytes_sent")]
+    assert len(sent) >= 2 and sent == sorted(sent)
+    assert acc.Scalars("test/auc")[-1].value == pytest.approx(s["test_auc"], rel=1e-6)
+    assert acc.Scalars("test/logloss")[-1].step == s["train_examples"]
+    config = acc.Tensors("config")[0].tensor_proto.string_val[0].decode()
+    assert "| servers | 2 |" in config and "| epochs | 1 |" in config
 
 
 def test_every_rank_keeps_a_timeline_that_adds_up_to_its_summary(runs):
@@ -57,6 +82,18 @@ def test_the_report_of_two_runs_shows_every_plot_in_a_browser(runs, tmp_path):
                     "--window-size=1100,3000", f"--screenshot={shot}", page.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.stat().st_size > 50_000, "a page of plots, not a blank one"
+    # The snapshots it scored went beside the bsp run's live curves (--tensorboard).
+    scored = read_back(runs[0].parent / "tb").Scalars("test/logloss_snapshots")
+    assert len(scored) >= 2 and all(a.step < b.step for a, b in zip(scored, scored[1:]))
+
+
+def read_back(directory):
+    """The TensorBoard event files in `directory`, read with TensorBoard's own reader."""
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    acc = accumulator.EventAccumulator(str(directory), size_guidance={
+        accumulator.SCALARS: 0, accumulator.TENSORS: 0})
+    acc.Reload()
+    return acc
 
 
 def test_one_run_gets_its_report_in_its_directory(runs):
