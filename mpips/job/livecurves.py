@@ -42,7 +42,7 @@ class LiveCurves:
 
     def line(self, examples: int, loss: float, rate: float, epoch: float) -> None:
         """A progress line's figures: the recent training logloss, examples/s, epochs done."""
-        self._write(examples, {"train/logloss": loss, "train/examples_per_s": rate,
+        self.write(examples, {"train/logloss": loss, "train/examples_per_s": rate,
                                "train/epoch": epoch})
 
     def sample(self, examples: int, figures: dict) -> None:
@@ -50,9 +50,10 @@ class LiveCurves:
         now = time.monotonic()
         if now - self._last_sample >= SAMPLE_EVERY_S:
             self._last_sample = now
-            self._write(examples, figures)
+            self.write(examples, figures)
 
-    def _write(self, step: int, figures: dict) -> None:
+    def write(self, step: int, figures: dict) -> None:
+        """Scalars {tag: value} at `step`."""
         if self._writer is None:
             return
         try:
@@ -85,7 +86,7 @@ def write_final(directory: str, summary: dict) -> None:
                "train/logloss_whole_run": summary.get("train_logloss"),
                "train/examples_per_s_whole_run": summary.get("examples_per_s")}
     curves = LiveCurves(directory, suffix="end")
-    curves._write(int(summary.get("train_examples") or 0),
+    curves.write(int(summary.get("train_examples") or 0),
                   {tag: v for tag, v in figures.items() if v is not None})
     curves.close()
 
@@ -101,6 +102,6 @@ def write_snapshots(directory: str, curve: list) -> None:
         if point.get("trained_examples") is not None:
             figures = {"test/logloss_snapshots": point["logloss"],
                        "test/auc_snapshots": point.get("auc")}
-            curves._write(point["trained_examples"],
+            curves.write(point["trained_examples"],
                           {tag: v for tag, v in figures.items() if v is not None})
     curves.close()

@@ -283,7 +283,6 @@ RECORD = (("train", "data", "train"), ("out", "data", "out"), ("test", "data", "
           ("test_events", "diagnostics", "test_events"),
           ("record_pulls", "diagnostics", "record_pulls"),
           ("snapshot_every", "diagnostics", "snapshot_every"),
-          ("tensorboard", "diagnostics", "tensorboard"),
           ("skip_bad_lines", "data", "skip_bad_lines"), ("overwrite", "data", "overwrite"),
           ("checkpoint_dir", "checkpointing", "dir"),
           ("checkpoint_every", "checkpointing", "every"),
@@ -301,7 +300,8 @@ RECORD = (("train", "data", "train"), ("out", "data", "out"), ("test", "data", "
           ("format", "data", "format"), ("stages", "pipeline", "stages"),
           ("micro_batches", "pipeline", "micro_batches"), ("pipeline", "pipeline", "schedule"),
           ("push_values", "push", "values"), ("push_threshold", "push", "threshold"),
-          ("push_skip_zeros", "push", "skip_zeros"))
+          ("push_skip_zeros", "push", "skip_zeros"),
+          ("tensorboard", "diagnostics", "tensorboard"))
 
 
 @dataclass(frozen=True)
