@@ -330,7 +330,7 @@ class Server:
         if self.clocks.all_finished:
             ctx.hooks.reached("scoring", 0, ctx.lead)
             self.stats.train_bytes_sent = self.stats.bytes_sent
-            self.stats.train_requests = self.stats.requests
+            self.stats.train_requests = self.stats.train_requests or self.stats.requests
             self.timers.final_snapshot()
 
     def _on_bye(self, source: int, r, buf) -> None:

@@ -185,6 +185,7 @@ class Pushes:
                 and slowest != FINISHED):
             ctx.rounds.take(stop_at)
             ctx.gate.stopped = True
+            ctx.stats.train_requests = ctx.stats.requests   # (what follows is not training)
         ctx.members.reached()
         ctx.reads.release()
         self.apply_backups()   # replication overlaps the workers' next minibatch
