@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..base.budget import Budget, OverBudget
-from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError
+from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError, said_by
 from ..base.files import keep_trying, write_hdf5
 from ..base.log import say
 from ..data import fingerprint
@@ -278,7 +278,7 @@ class ServerPart:
         try:
             stats = server.run()
         except Exception as e:
-            reason = f"server {roles.index}: {log_failure(e)}"
+            reason = said_by(f"server {roles.index}", log_failure(e))
             # A second signal stops at once: no wait for space.
             self.save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.faults.disk_wait)
             others = [roles.servers[i] for i in server.placement.others(roles.index)]
