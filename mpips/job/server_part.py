@@ -129,7 +129,7 @@ class ServerPart:
                  locks: RunLocks):
         self.cfg, self.roles, self.name, self.resume, self.locks = cfg, roles, name, resume, locks
         self.placement = placement
-        self.budget = Budget(cfg.layout.max_rank_memory, f"server {roles.index}")
+        self.budget = Budget(cfg.layout.max_rank_memory)
         model = cfg.model.spec()
         self.store = KVStore(width=model.width, optimizer=cfg.optimizer, budget=self.budget,
                              init=None if model.starts_at_zero else model.init)
