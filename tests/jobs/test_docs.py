@@ -77,9 +77,13 @@ def environment() -> dict:
 
 
 def workdir(tmp_path: Path) -> Path:
-    """A directory in which the Makefile's `make run` finds the checkout's venv, installed."""
-    for name in ("Makefile", "pyproject.toml", ".venv"):
+    """A directory in which the Makefile's `make run` finds the checkout's venv, installed:
+    its pyproject.toml is an empty one older than any venv, so that make never reinstalls
+    the checkout's venv from a test."""
+    for name in ("Makefile", ".venv"):
         (tmp_path / name).symlink_to(ROOT / name)
+    (tmp_path / "pyproject.toml").touch()
+    os.utime(tmp_path / "pyproject.toml", (0, 0))
     return tmp_path
 
 
