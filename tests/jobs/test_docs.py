@@ -72,7 +72,10 @@ def pages_with_blocks() -> list:
 def environment() -> dict:
     env = {**os.environ, **MPI_ENV}
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    env.pop("MPIPS_TESTING", None)   # what a user runs
+    # What a user runs: not a testing launch, nor a sub-make of `make test` (whose make
+    # would say "Entering directory" around make run's output).
+    for name in ("MPIPS_TESTING", "MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"):
+        env.pop(name, None)
     return env
 
 
