@@ -26,15 +26,16 @@ def mib(n: int) -> str:
 
 
 class Budget:
-    """What `who` (e.g. "server 1") holds, against `limit` bytes (None: no limit)."""
+    """What a rank holds, against `limit` bytes (None: no limit). The refusal does not name
+    the rank: the line that logs it does, and so does a relay of it (errors.said_by)."""
 
-    def __init__(self, limit: int | None = None, who: str = "this rank"):
-        self.limit, self.who = limit, who
+    def __init__(self, limit: int | None = None):
+        self.limit = limit
         self.held = self.peak = 0
 
     def take(self, nbytes: int, what: str) -> None:
         if self.limit is not None and self.held + nbytes > self.limit:
-            raise OverBudget(f"{self.who}: {what} needs {mib(nbytes)}, and it holds "
+            raise OverBudget(f"{what} needs {mib(nbytes)}, and it holds "
                              f"{mib(self.held)} already: --max-rank-memory {mib(self.limit)} "
                              f"would be exceeded. Spread the model over more servers, or "
                              f"raise the limit")

@@ -56,3 +56,10 @@ class CheckpointsFailing(MpipsError):
 
 class Diverged(MpipsError):
     """The training loss stopped being a finite number."""
+
+
+def said_by(source: str, text: str) -> str:
+    """`text` as said by `source` ("worker 1: ..."), naming it once: a text that starts with
+    the name already (an error that named its rank, or a reason relayed by another rank)
+    is kept as it is."""
+    return text if text.startswith(f"{source}: ") else f"{source}: {text}"

@@ -7,7 +7,7 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from ..base.errors import ConfigError, Interrupted, MpipsError
+from ..base.errors import ConfigError, Interrupted, MpipsError, said_by
 from ..ranks.bounded import wait_until
 from ..ranks.roles import Roles
 from ..ranks.ulfm import CannotFailOver, is_failure, what_died
@@ -40,7 +40,7 @@ def saving_on_failure(roles: Roles, placement, timeout: float):
     except Exception as e:
         if isinstance(e, ConfigError):
             raise   # every rank stops with it, before training
-        reason = f"worker {roles.index}: {log_failure(e)}"
+        reason = said_by(f"worker {roles.index}", log_failure(e))
         if not isinstance(e, (Interrupted, CannotFailOver)):
             living = [roles.servers[i] for i in placement.living]
             try:

@@ -98,7 +98,7 @@ class FullBatchWorker:
         self.group, self.n_workers = roles.group, len(roles.workers)
         self.driver = roles.index == 0
         self.stop_asked = False   # a stop signal (Slurm's warning, SIGUSR1) reached some worker
-        self.budget = Budget(cfg.layout.max_rank_memory, f"worker {roles.index}")
+        self.budget = Budget(cfg.layout.max_rank_memory)
         self.names = lbfgs.tables(cfg.solver.history, cfg.optimizer.l1)
         # Its rows and the solver's tables: set by _load, which run() calls first.
         self.part: Part

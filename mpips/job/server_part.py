@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..base.budget import Budget, OverBudget
-from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError
+from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError, said_by
 from ..base.files import keep_trying, write_hdf5
 from ..base.log import say
 from ..data import fingerprint
@@ -130,7 +130,7 @@ class ServerPart:
                  locks: RunLocks):
         self.cfg, self.roles, self.name, self.resume, self.locks = cfg, roles, name, resume, locks
         self.placement = placement
-        self.budget = Budget(cfg.layout.max_rank_memory, f"server {roles.index}")
+        self.budget = Budget(cfg.layout.max_rank_memory)
         model = cfg.model.spec()
         self.store = KVStore(width=model.width, optimizer=cfg.optimizer, budget=self.budget,
                              init=None if model.starts_at_zero else model.init)
@@ -295,7 +295,7 @@ class ServerPart:
         try:
             stats = server.run()
         except Exception as e:
-            reason = f"server {roles.index}: {log_failure(e)}"
+            reason = said_by(f"server {roles.index}", log_failure(e))
             # A second signal stops at once: no wait for space.
             self.save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.faults.disk_wait)
             others = [roles.servers[i] for i in server.placement.others(roles.index)]

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 from mpi4py import MPI
 
-from ..base.errors import ProtocolError, WaitTimeout
+from ..base.errors import ProtocolError, WaitTimeout, said_by
 from ..membership.requests import Membership
 from ..models.optimizer import Optimizer
 from ..ranks.bounded import Backoff
@@ -339,7 +339,7 @@ class Server:
 
     def _on_error(self, source: int, r, buf) -> None:
         ctx = self.ctx
-        ctx.hooks.failed(f"{ctx.sender(source).split(' (')[0]}: {messages.Error.of(buf).reason}")
+        ctx.hooks.failed(said_by(ctx.sender(source).split(" (")[0], messages.Error.of(buf).reason))
         ctx.send(np.ones(1, np.int64), source, tags.ERROR_ACK_TAG)
 
     def _servers_died(self, gone: set, was_lead: bool) -> None:

@@ -4,6 +4,8 @@ names the option; never a job that runs into NaN or a message that is sometimes 
 To add a case: append (arguments, what the message must say) to REFUSED; each is checked
 in one process, and a few of each kind are launched under mpiexec too (LAUNCHED).
 """
+import re
+
 import pytest
 from support import run_job
 
@@ -147,3 +149,12 @@ def test_a_model_past_the_memory_limit_stops_the_job_naming_the_table(small_data
     assert job.returncode != 0
     assert "needs 16.0 MiB" in job.output and "--max-rank-memory 100.0 MiB would be " \
                                                "exceeded" in job.output, job.output
+    # Each line names the server the error is from once: the failing server's own line in
+    # its prefix alone (its text once began "server 0: " too), a relay after "stopping:".
+    said = [line.split("ERROR ", 1)[1] for line in job.output.splitlines()
+            if "would be exceeded" in line]
+    assert said, job.output
+    for text in said:
+        relayed = text.removeprefix("stopping: ")
+        assert relayed.startswith("table ") if relayed == text else \
+            re.match(r"server \d: table ", relayed) and relayed.count("server ") == 1, said

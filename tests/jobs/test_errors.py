@@ -32,11 +32,17 @@ def test_malformed_line_stops_the_job_and_names_file_and_line(tmp_path):
     assert job.returncode != 0
     assert f"{bad}:95001: feature index is not a non-negative integer" in job.stderr
     assert "'1 123:4 oops:1'" in job.stderr
+    # Worker 1 read the bad line and told the server, which says so naming worker 1 once
+    # (the server's relay once repeated the worker's own prefix).
+    assert f"ERROR stopping: worker 1: {bad}:95001:" in job.stderr, job.stderr
+    relayed = [line for line in job.stderr.splitlines() if "ERROR stopping:" in line]
+    assert all(line.count("worker 1:") == 1 for line in relayed), relayed
     assert no_processes_mention(str(run)), "every rank of the failed job has exited"
     # The worker that failed told the server, which saved what had been trained.
     with h5py.File(run / "model" / "server-0000.h5") as f:
         assert not f.attrs["complete"]
-        assert "95001" in f.attrs["note"]
+        assert f.attrs["note"].startswith(f"worker 1: {bad}:95001:"), f.attrs["note"]
+        assert f.attrs["note"].count("worker 1:") == 1, f.attrs["note"]
         assert f["keys"].shape[0] > 1000
         assert abs(f["weights"][:]).max() > 0
 

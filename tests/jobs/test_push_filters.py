@@ -126,7 +126,7 @@ def test_filters_by_key_fail_over_to_the_uninterrupted_runs_bits(small_data, by_
 def test_int8_after_a_failover_loses_no_push_and_keeps_its_logloss(small_data, unfiltered,
                                                                     tmp_path):
     """int8's scales are per block of a server's part: not the same bits after a failover
-    (the README says so), but every push applied and the logloss of an unfiltered run."""
+    (docs/push-filters.md says so), but every push applied and the logloss of an unfiltered run."""
     run = tmp_path / "run"
     job = filtered_run(small_data, run, "--push-values", "int8", "--test-event", KILL,
                        launcher=ULFM)

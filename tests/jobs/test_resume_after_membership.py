@@ -1,7 +1,7 @@
 """Resuming a job from a checkpoint written after a worker left (`mpips ctl remove-worker`) or
 joined again (`mpips ctl add-worker`).
 
-What the design promises (README, "Checkpoints and restarts"; docs/architecture.md,
+What the design promises (docs/checkpoints.md; docs/architecture.md,
 "Checkpoints and stopping"): under BSP a checkpoint is the exact state after its clock, and a
 run resumed from it ends with the same model, bit for bit, as the run that was never stopped.
 A worker change is not itself reproducible (the clock at which the worker reads the lead's

@@ -93,7 +93,7 @@ def test_a_forged_estimate_asks_for_no_more_than_the_data_could_fill(dataset, fo
 
 def test_a_reservation_over_the_memory_limit_is_skipped_not_fatal(dataset, caplog):
     path, meta, _ = dataset
-    store = KVStore(1, Optimizer("adagrad", lr=0.1), budget=Budget(40 << 10, "server 0"))
+    store = KVStore(1, Optimizer("adagrad", lr=0.1), budget=Budget(40 << 10))
     with caplog.at_level(logging.INFO, logger="mpips"):
         _reserve(store, str(path), 1.0)
     assert store.capacity < 2000
@@ -104,7 +104,7 @@ def test_a_table_too_large_for_the_machine_is_skipped_and_holds_nothing(dataset,
     """Within --max-rank-memory (or without one) the allocation itself may fail: the budget
     counts nothing of it, and training goes on growing the table as before."""
     path, meta, _ = dataset
-    budget = Budget(None, "server 0")
+    budget = Budget(None)
     store = KVStore(1, Optimizer("adagrad", lr=0.1), budget=budget)
     held, peak = budget.held, budget.peak
     with pytest.raises(MemoryError):

@@ -1,6 +1,7 @@
 """What a user imports comes from `mpips` itself (issue 31): every public name resolves,
-`import mpips` alone starts nothing (no MPI, no numba), and the README's Python snippets
-import from `mpips` only, never from the packages below it, which may move."""
+`import mpips` alone starts nothing (no MPI, no numba), and the Python snippets of the README
+and the user guide (docs/) import from `mpips` only, never from the packages below it, which
+may move."""
 import json
 import re
 import subprocess
@@ -11,7 +12,10 @@ import pytest
 
 import mpips
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+# What a user reads: the README and the guide (architecture.md is for those who change mpips).
+PAGES = [ROOT / "README.md", *(p for p in sorted((ROOT / "docs").rglob("*.md"))
+                               if p.name != "architecture.md")]
 
 
 @pytest.mark.parametrize("name", sorted(set(mpips.__all__) - {"__version__"}))
@@ -38,7 +42,8 @@ def test_importing_mpips_starts_neither_mpi_nor_numba():
     assert json.loads(done.stdout) == ["mpips.base", "mpips.base.version"]
 
 
-def test_the_readme_imports_from_mpips_only():
-    code = "\n".join(re.findall(r"```python\n(.*?)```", README.read_text(), re.S))
+def test_the_docs_import_from_mpips_only():
+    code = "\n".join(block for page in PAGES
+                     for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S))
     assert "import mpips" in code or "from mpips import" in code
     assert not re.findall(r"from mpips\.\w+", code)
