@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -111,14 +112,25 @@ def atomic_file(path: str, mode: str = "wb", tmp: str | None = None, size: int |
         raise
 
 
-def write_bytes(path: str, data, tmp: str | None = None) -> None:
-    """Write `data` (bytes-like) to `path` atomically; SaveError if it cannot be done."""
+def write_bytes(path: str, data, tmp: str | None = None,
+                midway: Callable[[], object] | None = None) -> None:
+    """Write `data` (bytes-like) to `path` atomically; SaveError if it cannot be done.
+    `midway()` is called once half of it is written (a test's point of failure)."""
     with atomic_file(path, "wb", tmp, size=len(data)) as f:
-        f.write(data)
+        if midway is None:
+            f.write(data)
+            return
+        half = len(data) // 2
+        f.write(data[:half])
+        f.flush()
+        midway()
+        f.write(data[half:])
 
 
-def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:
-    """Write datasets and attributes to `path` atomically; SaveError if it cannot be done.
+def write_hdf5(path: str, datasets: dict, attrs: dict,
+               midway: Callable[[], object] | None = None) -> None:
+    """Write datasets and attributes to `path` atomically; SaveError if it cannot be done
+    (`midway` as for write_bytes).
 
     The HDF5 file is built in memory and written with plain writes: the HDF5 library, when a
     write fails under it, leaves objects it can no longer close and crashes at exit. That
@@ -131,7 +143,7 @@ def write_hdf5(path: str, datasets: dict, attrs: dict) -> None:
         for name, value in attrs.items():
             # A str enum (a configuration's choice) as its plain string: h5py stores only str.
             f.attrs[name] = str(value) if isinstance(value, str) else value
-    write_bytes(path, image.getbuffer())
+    write_bytes(path, image.getbuffer(), midway=midway)
 
 
 def sha256(array: np.ndarray) -> str:

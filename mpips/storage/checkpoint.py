@@ -19,6 +19,7 @@ import glob
 import json
 import logging
 import os
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -38,15 +39,20 @@ def clock_dir(root: str, clock: int) -> str:
     return os.path.join(root, f"clock-{clock:012d}")
 
 
+def shard_path(root: str, clock: int, server: int) -> str:
+    return os.path.join(clock_dir(root, clock), f"server-{server:04d}.h5")
+
+
 def write_shard(root: str, clock: int, server: int, store, attrs: dict,
-                ranges: list | None = None) -> dict:
+                ranges: list | None = None, midway: Callable[[], object] | None = None) -> dict:
     """Write one server's shard of checkpoint `clock` (the key `ranges` it is primary for);
-    returns its entry for the manifest."""
+    returns its entry for the manifest. `midway`: see files.write_bytes."""
     keys, state = store.items()
-    name = f"server-{server:04d}.h5"
-    write_hdf5(os.path.join(clock_dir(root, clock), name), {"keys": keys, "state": state},
+    path = shard_path(root, clock, server)
+    name = os.path.basename(path)
+    write_hdf5(path, {"keys": keys, "state": state},
                {"clock": clock, "server": server, "width": store.width,
-                "optimizer": store.optimizer.name, **attrs})
+                "optimizer": store.optimizer.name, **attrs}, midway=midway)
     return {"file": name, "server": server, "keys": int(keys.shape[0]),
             "ranges": [server] if ranges is None else ranges,
             "sha256": {"keys": sha256(keys), "state": sha256(state)}}

@@ -1,0 +1,121 @@
+"""A checkpoint file written by a forked child (base/forked): the same bytes as a write in
+the process, of the state at the fork whatever the process does after it; and a child that
+fails, is killed mid-write, hangs, or loses its parent, is reported and leaves nothing."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from mpips.base.forked import ForkedWrite
+from mpips.base.processes import process_state
+from mpips.models.optimizer import Optimizer
+from mpips.server.store import KVStore
+from mpips.storage import checkpoint
+
+BOUND_S = 30.0   # every wait here is for something that takes well under a second
+
+
+def store_of(n: int, seed: int = 0) -> KVStore:
+    store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1))
+    rng = np.random.default_rng(seed)
+    keys = np.unique(rng.integers(0, 2**64 - 1, n, dtype=np.uint64))
+    store.push(keys, rng.normal(size=(keys.shape[0], 1)).astype(np.float32), 0)
+    return store
+
+
+def wait_for(done, what: str) -> None:
+    deadline = time.monotonic() + BOUND_S
+    while not done():
+        assert time.monotonic() < deadline, f"waited {BOUND_S:g} s for {what}"
+        time.sleep(0.005)
+
+
+def gone(pid: int) -> bool:
+    found = process_state(pid)
+    return found is None or found.state in ("Z", "X")
+
+
+def test_a_forked_file_is_the_inline_one_bit_for_bit_at_the_fork(tmp_path):
+    store = store_of(20_000)
+    inline = checkpoint.write_shard(str(tmp_path / "inline"), 7, 0, store, {"run_id": "r"})
+    forked = ForkedWrite(lambda: checkpoint.write_shard(str(tmp_path / "forked"), 7, 0, store,
+                                                        {"run_id": "r"}), "server-0000.h5")
+    # The process goes on at once: pushes and new keys after the fork are not in the file.
+    store.push(np.arange(1, 5000, dtype=np.uint64), np.ones((4999, 1), np.float32), 1)
+    entry = forked.wait(BOUND_S)
+    assert entry == inline
+    ours = (tmp_path / "forked" / "clock-000000000007" / "server-0000.h5").read_bytes()
+    theirs = (tmp_path / "inline" / "clock-000000000007" / "server-0000.h5").read_bytes()
+    assert ours == theirs
+    assert forked.poll() == entry, "asked again, the same entry"
+
+
+def test_a_writer_that_fails_says_why(tmp_path):
+    def failing() -> dict:
+        raise OSError(28, "No space left on device")
+
+    entry = ForkedWrite(failing, "server-0001.h5").wait(BOUND_S)
+    assert entry["error"].startswith("the writer of server-0001.h5 (process ")
+    assert "failed (exit status 1): OSError: [Errno 28] No space left on device" in entry["error"]
+
+
+def test_a_writer_killed_mid_write_leaves_no_file(tmp_path):
+    """Its temporary file is written, then it waits (as a slow disk makes it): SIGKILL."""
+    tmp = tmp_path / "server-0000.h5.tmp"
+    go_on = tmp_path / "go-on"
+
+    def slow() -> dict:
+        tmp.write_bytes(b"half a file")
+        wait_for(go_on.exists, "the test")   # never comes: the writer is killed first
+        return {}
+
+    removed = []
+    writer = ForkedWrite(slow, "server-0000.h5",
+                         cleanup=lambda pid: (removed.append(pid), os.remove(tmp)))
+    wait_for(tmp.exists, "the writer's temporary file")
+    assert writer.poll() is None, "still writing"
+    os.kill(writer.pid, signal.SIGKILL)
+    wait_for(lambda: writer.poll() is not None, "the killed writer to be reaped")
+    assert "was killed by signal 9 (SIGKILL) before it finished" in writer.poll()["error"]
+    assert removed == [writer.pid] and not tmp.exists()
+
+
+def test_a_writer_that_hangs_is_stopped_at_the_bound(tmp_path):
+    writer = ForkedWrite(lambda: wait_for(lambda: False, "nothing") or {}, "server-0000.h5")
+    entry = writer.wait(0.2)
+    assert "did not finish within 0.2 s and was stopped" in entry["error"]
+    assert gone(writer.pid)
+
+
+def test_a_writer_dies_with_its_parent(tmp_path):
+    """The rank is killed outright mid-write: its writer must not outlive it."""
+    pid_file = tmp_path / "writer.pid"
+    script = (f"import time\n"
+              f"from mpips.base.forked import ForkedWrite\n"
+              f"w = ForkedWrite(lambda: time.sleep({BOUND_S}) or {{}}, 'f')\n"
+              f"open({str(pid_file)!r}, 'w').write(str(w.pid))\n"
+              f"time.sleep({BOUND_S})\n")
+    rank = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text(), "the writer's pid")
+        writer = int(pid_file.read_text())
+        assert not gone(writer)
+        rank.kill()
+        rank.wait(BOUND_S)
+        wait_for(lambda: gone(writer), f"the writer (process {writer}) to die with its parent")
+    finally:
+        rank.kill()
+
+
+@pytest.mark.parametrize("text", ["kill rank 0 at writing 2", "busy rank 1 for 2 s at writing 17"])
+def test_writing_is_a_servers_point(text, monkeypatch):
+    from mpips.run import testevents
+    assert testevents.parse(text).point == "writing"
+    monkeypatch.setenv(testevents.ENABLE, "1")
+    testevents.check([text], n_ranks=4, n_servers=2, full_batch=False)
+    with pytest.raises(testevents.EventError, match="only servers write checkpoints"):
+        testevents.check([text], n_ranks=4, n_servers=0, full_batch=False)
