@@ -15,6 +15,7 @@ from mpi4py import MPI
 from ..base.budget import Budget, OverBudget
 from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError, said_by
 from ..base.files import keep_trying, write_hdf5
+from ..base.forked import ForkedWrite, Written
 from ..base.log import say
 from ..data import fingerprint
 from ..data.shards import data_format, distinct_keys, spans
@@ -25,6 +26,7 @@ from ..run import signals, summary, testevents
 from ..run.config import TrainConfig
 from ..run.startup import process_age, ready
 from ..server.checkpoint_rounds import Checkpoints
+from ..server.context import ShardWrite
 from ..server.dense_tables import DenseTables
 from ..server.loop import Hooks, Server
 from ..server.progress import Progress
@@ -55,21 +57,32 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryK
     assert keep is not None, "the job fills in --keep-checkpoints before any server starts"
     # What the workers read, as it was when this launch started: a resume compares it.
     inputs = {"train": fingerprint.of_input(cfg.data.train)}   # any server may come to lead
-    written = []
+    started = []
 
-    def write_shard(clock: int) -> dict:
-        start = time.monotonic()
+    def write(clock: int, writer: int) -> dict:
+        """The file, in the process that writes it (test events at its midpoint)."""
         try:
-            entry = checkpoint.write_shard(root, clock, roles.index, own, {"run_id": name},
-                                           ranges=own.ranges())
+            return checkpoint.write_shard(root, clock, roles.index, own, {"run_id": name},
+                                          ranges=own.ranges(),
+                                          midway=lambda: testevents.reached("writing", writer))
         except SaveError as e:
-            log.error("checkpoint at clock %d: %s", clock, e)
             return {"server": roles.index, "error": str(e)}
-        log.info("wrote %d keys of checkpoint clock %d in %.2f s", entry["keys"], clock,
-                 time.monotonic() - start)
-        written.append(clock)
-        testevents.reached("checkpoint", len(written))
-        return entry
+
+    def cleanup(clock: int, pid: int) -> None:
+        """What a writer that did not finish left: its temporary file."""
+        with contextlib.suppress(OSError):
+            os.remove(f"{checkpoint.shard_path(root, clock, roles.index)}.tmp-{pid}")
+
+    def write_shard(clock: int) -> ShardWrite:
+        started.append(clock)
+        writer = len(started)
+        if cfg.checkpointing.inline:
+            start = time.monotonic()
+            return Written(write(clock, writer), start)
+        forked = ForkedWrite(lambda: write(clock, writer), f"server-{roles.index:04d}.h5",
+                             lambda pid: cleanup(clock, pid))
+        testevents.handed_over("writing", writer)   # they fire in the writer (the fork's copy)
+        return forked
 
     def write_manifest(clock: int, shards: list, positions: dict,
                        deaths: list) -> str | None:
@@ -163,6 +176,8 @@ class ServerPart:
         cfg, roles, resume = self.cfg, self.roles, self.resume
         if not cfg.solver.full_batch:   # a full-batch solver's servers hold dense tables
             _reserve(self.store, cfg.data.train, self.placement.held_ranges(roles.index).mean())
+            # Here rather than in each forked checkpoint writer (h5py's import takes 0.1-0.3 s)
+            import h5py  # noqa: F401
         if not resume:
             return
         directory, manifest = resume

@@ -197,6 +197,7 @@ class CheckpointConfig:
     keep: int | None = None
     resume: str | None = None       # a checkpoint directory to continue from
     allow_changed_data: bool = False   # resume even if --train changed since the checkpoint
+    inline: bool = False            # write a server's file in its loop, not in a forked writer
 
     def check(self) -> None:
         """ConfigError for intervals or counts out of range, a --resume that is no directory."""
@@ -290,6 +291,7 @@ RECORD = (("train", "data", "train"), ("out", "data", "out"), ("test", "data", "
           ("keep_checkpoints", "checkpointing", "keep"),
           ("resume", "checkpointing", "resume"),
           ("allow_changed_data", "checkpointing", "allow_changed_data"),
+          ("checkpoint_inline", "checkpointing", "inline"),
           ("timeout", "faults", "timeout"), ("disk_wait", "faults", "disk_wait"),
           ("log_every", "diagnostics", "log_every"), ("solver", "solver", "name"),
           ("dim", "solver", "dim"), ("history", "solver", "history"),

@@ -295,6 +295,11 @@ OPTIONS = (
                  "worker), or every T seconds with a suffix s, m or h (30s, 10m), "
                  "and when training ends (default: with --resume, as the run "
                  "resumed did; else 0, only when asked to stop)"),
+    _option("backup", "--checkpoint-inline", action="store_true",
+            help="write each server's checkpoint file in the server's loop, every worker "
+                 "waiting meanwhile, instead of in a forked process that takes the state at "
+                 "the checkpoint's clock and writes it while the server goes on serving (for "
+                 "an MPI whose transport must not see its rank fork)"),
     _option("backup", "--checkpoint-dir", metavar="DIR",
             help="where checkpoints go (default: RUN_DIR/checkpoints)"),
     _option("backup", "--keep-checkpoints", type=int, metavar="K",
@@ -504,7 +509,8 @@ def _config(v: dict) -> TrainConfig:
                                     timeout=v["timeout"], disk_wait=v["disk_wait"]),
         checkpointing=CheckpointConfig(dir=v["checkpoint_dir"], every=every, seconds=seconds,
                                        keep=v["keep_checkpoints"], resume=v["resume"],
-                                       allow_changed_data=v["allow_changed_data"]),
+                                       allow_changed_data=v["allow_changed_data"],
+                                       inline=v["checkpoint_inline"]),
         pipeline=PipelineConfig(stages=v["stages"], micro_batches=v["micro_batches"],
                                 schedule=v["pipeline"]),
         push=PushConfig(values=v["push_values"], threshold=v["push_threshold"],

@@ -23,6 +23,10 @@ Points:
   epoch E       a worker, before its first minibatch of epoch E
   checkpoint K  a server: its file of its K-th checkpoint of this launch is written and not
                 yet reported, so the checkpoint is not complete
+  writing K     a server's K-th checkpoint of this launch, half its file written (under a
+                temporary name): the event acts in the process that writes it, the forked
+                writer (`kill rank N` kills the writer, `busy rank N` makes it slow), or the
+                rank itself with --checkpoint-inline
   iteration I   --solver lbfgs: the driver (worker 0) has finished iteration I; it signals
                 rank N by its process id (ranks on its own node only)
   scoring       the rank starts its part of scoring the test file
@@ -59,7 +63,8 @@ FROM_ENVIRONMENT = "MPIPS_TEST_EVENTS"
 RECORDS = "test-events"   # in the run's directory: the events fired so far
 SIGNALS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "stop": signal.SIGUSR1,
            "term": signal.SIGTERM}
-POINTS = ("clock", "epoch", "checkpoint", "iteration", "scoring", "saving", "chunk", "move")
+POINTS = ("clock", "epoch", "checkpoint", "writing", "iteration", "scoring", "saving", "chunk",
+          "move")
 UNNUMBERED = ("scoring", "saving")   # points reached once, without a number
 
 _EVENT = re.compile(
@@ -154,7 +159,7 @@ def check(texts, n_ranks: int, n_servers: int, full_batch: bool) -> None:
         if e.point == "chunk" and server:
             raise EventError(f"--test-event {text!r}: rank {e.rank} is a server, which is "
                              f"handed no chunks under ULFM: name a worker")
-        if e.point == "checkpoint" and not server:
+        if e.point in ("checkpoint", "writing") and not server:
             raise EventError(f"--test-event {text!r}: only servers write checkpoints")
         if e.point == "move" and not server:
             raise EventError(f"--test-event {text!r}: only servers are asked about a move")
@@ -206,6 +211,11 @@ class Events:
                 continue
             self._fire(e, value)
         return asked
+
+    def handed_over(self, point: str, value: int) -> None:
+        """The events due at `point` `value` fire in another process (a checkpoint's forked
+        writer, which has this one's events): not here."""
+        self.pending = [e for e in self.pending if e.point != point or value < e.value]
 
     def _say(self, e: Event, value: int) -> None:
         at = e.point if e.point in UNNUMBERED else f"{e.point} {value}"
@@ -276,6 +286,10 @@ def arm(texts, rank: int, server: bool, pids: dict | None = None, run_dir: str |
 
 def reached(point: str, value: int = 0, lead: bool = False) -> bool:
     return _events.reached(point, value, lead)
+
+
+def handed_over(point: str, value: int) -> None:
+    _events.handed_over(point, value)
 
 
 def unfired() -> None:

@@ -12,18 +12,21 @@ when its slowest worker reaches the clock, with every worker's latest position.
 import json
 import logging
 import time
+from typing import NamedTuple
 
 from ..base.errors import CheckpointsFailing, ProtocolError
 from ..wire import messages
 from ..wire.clocks import FINISHED
 from ..wire.placement import describe_ranges
 from ..wire.protocol import Op
+from .context import ShardWrite
 
 log = logging.getLogger("mpips")
 
 # Checkpoints that fail one after another (a full or read-only disk) stop the job after this
 # many: training on without a way back is a risk the user did not choose.
 FAILURES_IN_A_ROW = 3
+CHECK_WRITER_S = 2e-3   # how often the loop asks whether the file being written is in
 
 
 class Checkpoints:
@@ -177,27 +180,48 @@ class Checkpoints:
                 for clock in sorted(self._entries)]
 
 
+class Writing(NamedTuple):
+    """This server's file of checkpoint `clock` being written, and where each worker stood
+    at the clock (for the manifest, if this server leads when the file is in)."""
+    clock: int
+    file: ShardWrite
+    positions: dict
+
+
 class CheckpointRounds:
-    """Taking checkpoints on a server: its file at each clock due, and on the lead, the
-    manifest once every file is in, and the timed checkpoints named."""
+    """Taking checkpoints on a server: its file at each clock due (its state taken at the
+    clock, written while the server goes on; one at a time), and on the lead, the manifest
+    once every file is in, and the timed checkpoints named."""
     def __init__(self, ctx):
         self.ctx = ctx
         self.next_timed = float("inf")
+        self.next_check = float("inf")   # when the loop next calls poll
+        self.writing: Writing | None = None
+        self.written = 0   # files written in this launch (test events count them)
+        self._said_ending = False
         ctx.register({Op.CHECKPOINT_AT: self.on_checkpoint_at,
                       Op.SHARD_SAVED: self.on_shard_saved})
 
     def start(self, start: float) -> None:
         seconds = self.ctx.ckpt.seconds
-        self.next_timed = start + seconds if seconds else float("inf")
+        self.next_check = self.next_timed = start + seconds if seconds else float("inf")
 
     def poll(self, now: float) -> None:
-        """The lead: a timed checkpoint named, if due."""
+        """The file being written, if it is done; the lead: a timed checkpoint named, if due."""
+        if self.writing is not None:
+            self._check(now)
         if now >= self.next_timed and self.ctx.lead:
             self._name_timed()
             self.next_timed = time.monotonic() + self.ctx.ckpt.seconds
+        self._schedule(now)
+
+    def _schedule(self, now: float) -> None:
+        self.next_check = min(self.next_timed,
+                              now + CHECK_WRITER_S if self.writing else float("inf"))
 
     def take(self, clock: int) -> None:
-        """Write this server's file of checkpoint `clock` (once), and tell the lead."""
+        """Take this server's state for checkpoint `clock` (once): its file is written while
+        the server goes on, and the lead told once it is in."""
         ctx = self.ctx
         ctx.pushes.apply_backups()   # a checkpoint is of the whole store at its clock
         if ctx.hooks.write_shard is None or not ctx.ckpt.begin(clock):
@@ -209,10 +233,78 @@ class CheckpointRounds:
             log.warning("not writing checkpoint clock %d: this server has applied clock %d "
                         "already", clock, ctx.pushes.buffer.applied - 1)
             return
-        entry = ctx.hooks.write_shard(clock)
-        ctx.stats.checkpoints += "error" not in entry
+        if self.writing is not None:
+            self._wait_for_file(f"checkpoint clock {clock} is due")
+        positions = ctx.ckpt.positions_at(clock)   # before forget_before drops them
+        self.writing = Writing(clock, ctx.hooks.write_shard(clock), positions)
+        now = time.monotonic()
+        self._check(now)   # written in the loop (--checkpoint-inline): done now
+        self._schedule(now)
+
+    def ending(self) -> bool:
+        """At the end, nothing else to serve: whether the loop goes on until the file being
+        written is in (within --timeout of its start, see _check)."""
+        if self.writing is None:
+            return False
+        if not self._said_ending:
+            self._said_ending = True
+            log.info("waiting for this server's file of checkpoint clock %d (process %d, up "
+                     "to --timeout %g s) before ending", self.writing.clock,
+                     self.writing.file.pid, self.ctx.timeout)
+        return True
+
+    def abandon(self, why: str) -> None:
+        """The server stops on an error: the file being written is given up (its writer
+        ended, what it left removed); the checkpoint is not complete."""
+        if self.writing is not None:
+            clock, file, _ = self.writing
+            self.writing = None
+            entry = file.stop(f"its writer was stopped with the server ({why})")
+            if "error" in entry:
+                log.error("checkpoint at clock %d is not complete: %s", clock, entry["error"])
+
+    def _wait_for_file(self, because: str) -> None:
+        """Hold the loop until the file being written is in, within --timeout."""
+        assert self.writing is not None, "called while a file is being written"
+        clock, file, _ = self.writing
+        log.warning("%s: waiting for the file of checkpoint clock %d, still being written "
+                    "after %.1f s (process %d; up to --timeout %g s)%s", because, clock,
+                    time.monotonic() - file.started, file.pid, self.ctx.timeout,
+                    ": checkpoints come faster than they are written, and workers wait; a "
+                    "longer --checkpoint-every avoids it")
+        file.wait(self.ctx.timeout)
+        self._check(time.monotonic())
+
+    def _check(self, now: float) -> None:
+        """The file being written: if it is done (or over --timeout, then stopped), the lead
+        told."""
+        assert self.writing is not None, "called while a file is being written"
+        clock, file, positions = self.writing
+        entry = file.poll()
+        if entry is None:
+            if now - file.started <= self.ctx.timeout:
+                return
+            entry = file.stop(f"this server's file was not written within --timeout "
+                              f"{self.ctx.timeout:g} s (its writer, process {file.pid}, was "
+                              f"stopped): is the checkpoint directory's file system slow or "
+                              f"hung?")
+        self.writing = None
+        self._written(clock, entry, positions, now - file.started)
+
+    def _written(self, clock: int, entry: dict, positions: dict, seconds: float) -> None:
+        """This server's file of checkpoint `clock` is in (or failed): the lead told."""
+        ctx = self.ctx
+        if "error" in entry:
+            entry = {**entry, "server": ctx.roles.index}
+            log.error("checkpoint at clock %d: %s", clock, entry["error"])
+        else:
+            ctx.stats.checkpoints += 1
+            self.written += 1
+            log.info("wrote %d keys of checkpoint clock %d in %.2f s", entry.get("keys", 0),
+                     clock, seconds)
+            ctx.hooks.reached("checkpoint", self.written, ctx.lead)
         if ctx.lead:
-            self._shard_in(clock, entry, ctx.ckpt.positions_at(clock))
+            self._shard_in(clock, entry, positions)
         else:
             ctx.send(messages.ShardSaved(clock, json.dumps(entry)).pack(), ctx.lead_rank)
 

@@ -53,12 +53,23 @@ class ServerStats:
     test_keys_known: int = 0  # of them, the keys the model holds
 
 
+class ShardWrite(Protocol):
+    """A server's file of a checkpoint being written (base.forked: ForkedWrite, or Written,
+    done in the loop). Its entry: the manifest's, or {"error": why}."""
+    started: float   # time.monotonic() when the state was taken
+    pid: int         # the process writing it
+
+    def poll(self) -> dict | None: ...          # the entry once written, else None
+    def wait(self, timeout: float) -> dict: ...  # the entry, waiting up to `timeout` s
+    def stop(self, why: str) -> dict: ...       # ended now: the entry, {"error": why} if cut
+
+
 @dataclass
 class Hooks:
     """What a server asks of the job around it. Writers report a failure in what they return
     (a checkpoint that could not be written does not stop training by itself)."""
-    write_shard: Callable[[int], dict] | None = None   # clock -> this server's manifest entry,
-                                                       # or {"server", "error"}
+    # clock -> this server's file of the checkpoint at clock, its state taken now
+    write_shard: Callable[[int], ShardWrite] | None = None
     write_manifest: Callable[[int, list, dict], str | None] | None = None
     # server 0: clock, entries, positions -> None, or why it failed
     snapshot: Callable[[bool], None] | None = None     # final -> None, every snapshot_every s

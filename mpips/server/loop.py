@@ -178,12 +178,16 @@ class Server:
         self._next_check = start
         self.timers.start(start)
         ctx.rounds.start(start)
-        while self._serving():
-            try:
-                self._step()
-            except MPI.Exception as e:
-                if not survived(self.ctx, e):
-                    raise
+        try:
+            while self._serving():
+                try:
+                    self._step()
+                except MPI.Exception as e:
+                    if not survived(self.ctx, e):
+                        raise
+        except BaseException as e:
+            ctx.rounds.abandon(f"{type(e).__name__}: {e}")
+            raise
         if not ctx.lead:   # after this server's last SHARD_SAVED, in MPI's order
             ctx.send(messages.Bye().pack(), ctx.lead_rank)
         for clock, missing in ctx.ckpt.incomplete():
@@ -203,9 +207,13 @@ class Server:
         return self.stats
 
     def _serving(self) -> bool:
+        """Whether the loop goes on: for the workers, the other servers, range copies and
+        test rows; after them, until this server's checkpoint file being written is in."""
         ctx = self.ctx
-        return bool(ctx.watchdog.talking or self._servers_left or ctx.copies.awaited()
-                    or (ctx.scoring and ctx.scoring.busy))
+        if (ctx.watchdog.talking or self._servers_left or ctx.copies.awaited()
+                or (ctx.scoring and ctx.scoring.busy)):
+            return True
+        return ctx.rounds.ending()   # bounded by --timeout (see CheckpointRounds._check)
 
     def _step(self) -> None:
         """One turn of the loop: the timers, then one message received and dispatched (or a
@@ -218,7 +226,7 @@ class Server:
         ctx.stopping.poll()
         if ctx.lead:
             ctx.members.poll(now)
-        if now >= ctx.rounds.next_timed:
+        if now >= ctx.rounds.next_check:   # timed checkpoints, the file being written
             ctx.rounds.poll(now)
         if ctx.copies.sending:   # a few ranges a turn
             ctx.copies.send_copies()
@@ -265,7 +273,7 @@ class Server:
         ctx = self.ctx
         if now >= self._next_check:
             talking = ctx.watchdog.talking
-            if talking or (ctx.scoring and ctx.scoring.scoring_here):
+            if talking or (ctx.scoring and ctx.scoring.scoring_here) or ctx.rounds.writing:
                 if talking:
                     ctx.watchdog.check()
                 self._quiet_since = now

@@ -10,6 +10,7 @@ import pytest
 from mpi4py import MPI
 from serving import server_for
 
+from mpips.base.forked import Written
 from mpips.ranks.bounded import wait_all
 from mpips.server.checkpoint_rounds import Checkpoints
 from mpips.worker.kvworker import KVWorker
@@ -44,7 +45,7 @@ def test_a_backup_holds_its_primarys_bits_at_every_clock(push_filter):
         if roles.is_server:
             server = None
 
-            def write_shard(clock: int) -> dict:
+            def write_shard(clock: int) -> Written:
                 keys, state = server.store.items()
                 if push_filter is not None:
                     keys, state = keys[state.any(axis=1)], state[state.any(axis=1)]
@@ -53,7 +54,7 @@ def test_a_backup_holds_its_primarys_bits_at_every_clock(push_filter):
                     mine = ranges == r
                     digests[clock, r] = np.frombuffer(digest(keys[mine], state[mine]), np.uint8)
                     counts[clock, r] = mine.sum()
-                return {"server": roles.index}
+                return Written({"server": roles.index}, 0.0)
 
             server = server_for(
                 roles, Optimizer("adagrad", lr=0.3, l2=0.01), placement=PLACEMENT,
