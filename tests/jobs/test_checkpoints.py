@@ -61,13 +61,29 @@ def test_a_stopped_and_resumed_run_ends_bitwise_equal(small_data, uninterrupted,
     assert clocks(run / "checkpoints") == [15, 30, STOPPED_AT]
     with h5py.File(run / "model" / "server-0000.h5") as f:
         assert not f.attrs["complete"] and "resume" in f.attrs["note"]
+    # Resumed with its files written in the servers' loops: the same bits at the same clocks
+    # as the uninterrupted run's forked writers wrote.
     resumed = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
-                      "--servers", 2, "--out", run, *TRAIN, "--resume", run / "checkpoints")
+                      "--servers", 2, "--out", run, *TRAIN, "--resume", run / "checkpoints",
+                      "--checkpoint-inline")
     assert resumed.returncode == 0, resumed.output
     assert f"resumed from checkpoint clock {stopped['stopped_at_clock']}" in resumed.output
     ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
     np.testing.assert_array_equal(ours[0], theirs[0])
     np.testing.assert_array_equal(ours[1], theirs[1])   # bit for bit
+    inline, forked = clocks(run / "checkpoints"), clocks(uninterrupted / "checkpoints")
+    assert inline == forked and len(inline) == 3, (inline, forked)
+    for clock in inline:
+        for server in (0, 1):
+            name = os.path.join(f"clock-{clock:012d}", f"server-{server:04d}.h5")
+            with h5py.File(run / "checkpoints" / name) as a, \
+                    h5py.File(uninterrupted / "checkpoints" / name) as b:
+                # in key order: a resumed table holds its keys in other rows
+                ours, theirs = np.argsort(a["keys"][()]), np.argsort(b["keys"][()])
+                for dataset in ("keys", "state"):
+                    assert a[dataset][()][ours].tobytes() == b[dataset][()][theirs].tobytes(), \
+                        (name, dataset)
+                assert a.attrs["run_id"] != b.attrs["run_id"], "two runs' files"
     assert read_summary(run)["train_examples"] == EPOCHS * 20000
     assert read_summary(run)["test_logloss"] == read_summary(uninterrupted)["test_logloss"]
 
@@ -262,6 +278,36 @@ def test_a_killed_rank_then_resume_finishes_as_well(small_data, uninterrupted, t
     theirs = read_summary(uninterrupted)["test_logloss"]
     print(f"held-out logloss: resumed {ours:.6f}, uninterrupted {theirs:.6f}")
     assert abs(ours - theirs) / theirs < 0.005
+
+
+def test_a_killed_writer_fails_its_checkpoint_and_the_last_file_is_waited_for(
+        small_data, uninterrupted, tmp_path):
+    """Server 0's second writer is killed halfway through its file: checkpoint 30 is not
+    complete, 15 stays the newest until 45, the job says so and trains on (one failure).
+    Server 1's last writer (the final checkpoint, its 17th: every 15 clocks and the last) is
+    kept busy 2 s: the job ends only once it is in, the final checkpoint complete."""
+    run = tmp_path / "run"
+    kill, slow = "kill rank 0 at writing 2", "busy rank 1 for 2 s at writing 17"
+    job = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--out", run, *TRAIN,
+                  "--keep-checkpoints", 100, "--test-event", kill, "--test-event", slow)
+    assert job.returncode == 0, job.output
+    fired(job, kill)
+    fired(job, slow)
+    assert "checkpoint at clock 30 was not written (server 0: the writer of server-0000.h5 " \
+           "(process " in job.output
+    assert "was killed by signal 9 (SIGKILL) before it finished" in job.output
+    assert "training goes on, and stops if 3 in a row fail" in job.output
+    last = clocks(uninterrupted / "checkpoints")[-1]
+    every = sorted({*range(15, last + 1, 15), last})
+    assert len(every) == 17, "the final checkpoint is server 1's 17th"
+    assert clocks(run / "checkpoints") == [c for c in every if c != 30]
+    failed = run / "checkpoints" / "clock-000000000030"
+    assert not (failed / "manifest.json").exists()
+    assert os.listdir(failed) == ["server-0001.h5"], "server 0's temporary file removed"
+    assert f"waiting for this server's file of checkpoint clock {last}" in job.output
+    assert checkpoint.verify(str(run / "checkpoints" / f"clock-{last:012d}")) is None
+    ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
+    np.testing.assert_array_equal(ours[1], theirs[1])
 
 
 UNEVEN_EPOCHS = 6
