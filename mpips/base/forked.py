@@ -4,9 +4,10 @@ once while the child writes.
 
 The child calls no MPI, runs no exit handlers (os._exit: mpi4py's would finalize MPI) and
 gives its result back through a pipe, as JSON. It lowers its own priority (the ranks that
-serve come first), and dies with its parent (PR_SET_PDEATHSIG on Linux): a killed rank leaves
-no writer behind. The parent asks with waitpid(WNOHANG) whether it has finished; a child that
-fails, dies or is stopped gives an entry {"error": why}, never a finished file.
+serve come first), ignores the signals that ask the job to stop (the job waits for its file)
+and dies with its parent (PR_SET_PDEATHSIG on Linux): a killed rank leaves no writer behind.
+The parent asks with waitpid(WNOHANG) whether it has finished; a child that fails, dies or
+is stopped gives an entry {"error": why}, never a finished file.
 """
 import contextlib
 import ctypes
@@ -162,9 +163,16 @@ def _die_with_parent(parent: int) -> None:
         os._exit(3)
 
 
+# Signals meant for the job (Ctrl-C, Slurm's SIGTERM and warning, SIGUSR2 for stacks) reach
+# a writer in its process group too: they must not cut the file a stopping job waits for.
+_JOBS_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
 def _run_child(write: Callable[[], dict], pipe: int, parent: int) -> None:
     code = 1
     try:
+        for sig in _JOBS_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         _die_with_parent(parent)
         os.nice(NICE)
         try:

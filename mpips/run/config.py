@@ -291,7 +291,6 @@ RECORD = (("train", "data", "train"), ("out", "data", "out"), ("test", "data", "
           ("keep_checkpoints", "checkpointing", "keep"),
           ("resume", "checkpointing", "resume"),
           ("allow_changed_data", "checkpointing", "allow_changed_data"),
-          ("checkpoint_inline", "checkpointing", "inline"),
           ("timeout", "faults", "timeout"), ("disk_wait", "faults", "disk_wait"),
           ("log_every", "diagnostics", "log_every"), ("solver", "solver", "name"),
           ("dim", "solver", "dim"), ("history", "solver", "history"),
@@ -303,7 +302,8 @@ RECORD = (("train", "data", "train"), ("out", "data", "out"), ("test", "data", "
           ("micro_batches", "pipeline", "micro_batches"), ("pipeline", "pipeline", "schedule"),
           ("push_values", "push", "values"), ("push_threshold", "push", "threshold"),
           ("push_skip_zeros", "push", "skip_zeros"),
-          ("tensorboard", "diagnostics", "tensorboard"))
+          ("tensorboard", "diagnostics", "tensorboard"),
+          ("checkpoint_inline", "checkpointing", "inline"))
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,7 @@ class CheckpointRounds:
         self.next_check = float("inf")   # when the loop next calls poll
         self.writing: Writing | None = None
         self.written = 0   # files written in this launch (test events count them)
-        self._said_ending = False
+        self._said_ending = self._said_waiting = False
         ctx.register({Op.CHECKPOINT_AT: self.on_checkpoint_at,
                       Op.SHARD_SAVED: self.on_shard_saved})
 
@@ -267,11 +267,13 @@ class CheckpointRounds:
         """Hold the loop until the file being written is in, within --timeout."""
         assert self.writing is not None, "called while a file is being written"
         clock, file, _ = self.writing
-        log.warning("%s: waiting for the file of checkpoint clock %d, still being written "
-                    "after %.1f s (process %d; up to --timeout %g s)%s", because, clock,
-                    time.monotonic() - file.started, file.pid, self.ctx.timeout,
-                    ": checkpoints come faster than they are written, and workers wait; a "
-                    "longer --checkpoint-every avoids it")
+        # Said once as a warning (it is the interval that is too short), then quietly.
+        (log.info if self._said_waiting else log.warning)(
+            "%s: waiting for the file of checkpoint clock %d, still being written after "
+            "%.1f s (process %d; up to --timeout %g s): checkpoints come faster than they are "
+            "written, and workers wait; a longer --checkpoint-every avoids it", because, clock,
+            time.monotonic() - file.started, file.pid, self.ctx.timeout)
+        self._said_waiting = True
         file.wait(self.ctx.timeout)
         self._check(time.monotonic())
 

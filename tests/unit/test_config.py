@@ -23,7 +23,7 @@ RECORD_KEYS = [
     "allow_changed_data", "timeout", "disk_wait", "log_every", "solver", "dim", "history",
     "max_iter", "tol", "max_rank_memory", "model", "factors", "embedding_dim", "hidden",
     "fields", "format", "stages", "micro_batches", "pipeline", "push_values",
-    "push_threshold", "push_skip_zeros", "tensorboard"]
+    "push_threshold", "push_skip_zeros", "tensorboard", "checkpoint_inline"]
 
 ARGV = ["--train", "x.svm", "--model", "widedeep", "--hidden", "16,8", "--stages", "2",
         "--pipeline", "gpipe", "--straggler", "0:3", "--consistency", "ssp", "--staleness",

@@ -84,6 +84,23 @@ def test_a_writer_killed_mid_write_leaves_no_file(tmp_path):
     assert removed == [writer.pid] and not tmp.exists()
 
 
+def test_the_jobs_stop_signals_do_not_cut_a_write(tmp_path):
+    """Ctrl-C or Slurm's SIGTERM reach the writer too: the stopping job waits for its file."""
+    started, go_on = tmp_path / "started", tmp_path / "go-on"
+
+    def write() -> dict:
+        started.write_text("")
+        wait_for(go_on.exists, "the test")
+        return {"file": "f"}
+
+    writer = ForkedWrite(write, "f")
+    wait_for(started.exists, "the writer to start")
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        os.kill(writer.pid, sig)
+    go_on.write_text("")
+    assert writer.wait(BOUND_S) == {"file": "f"}
+
+
 def test_a_writer_that_hangs_is_stopped_at_the_bound(tmp_path):
     writer = ForkedWrite(lambda: wait_for(lambda: False, "nothing") or {}, "server-0000.h5")
     entry = writer.wait(0.2)
