@@ -59,12 +59,13 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryK
     inputs = {"train": fingerprint.of_input(cfg.data.train)}   # any server may come to lead
     started = []
 
-    def write(clock: int, writer: int) -> dict:
-        """The file, in the process that writes it (test events at its midpoint)."""
+    def write(clock: int, writer: int, forked: bool) -> dict:
+        """The file, in the process that writes it (test events at its midpoint); a forked
+        writer streams it, block by block, which only a process about to end may do."""
+        how = checkpoint.stream_shard if forked else checkpoint.write_shard
         try:
-            return checkpoint.write_shard(root, clock, roles.index, own, {"run_id": name},
-                                          ranges=own.ranges(),
-                                          midway=lambda: testevents.reached("writing", writer))
+            return how(root, clock, roles.index, own, {"run_id": name}, ranges=own.ranges(),
+                       midway=lambda: testevents.reached("writing", writer))
         except SaveError as e:
             return {"server": roles.index, "error": str(e)}
 
@@ -78,8 +79,9 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryK
         writer = len(started)
         if cfg.checkpointing.inline:
             start = time.monotonic()
-            return Written(write(clock, writer), start)
-        forked = ForkedWrite(lambda: write(clock, writer), f"server-{roles.index:04d}.h5",
+            return Written(write(clock, writer, forked=False), start)
+        forked = ForkedWrite(lambda: write(clock, writer, forked=True),
+                             f"server-{roles.index:04d}.h5",
                              lambda pid: cleanup(clock, pid))
         testevents.handed_over("writing", writer)   # they fire in the writer (the fork's copy)
         return forked

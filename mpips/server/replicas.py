@@ -31,6 +31,18 @@ class PrimaryKeys:
         mine = self.placement.owners(keys) == self.server
         return keys[mine], state[mine]
 
+    @property
+    def columns(self) -> int:
+        return self.store.columns
+
+    def blocks(self, rows: int = 1 << 18, state: bool = True):
+        """`items` a block of table rows at a time (see KVStore.blocks)."""
+        for keys, values in self.store.blocks(rows, state):
+            if self.placement.has_backups:
+                mine = self.placement.owners(keys) == self.server
+                keys, values = keys[mine], (values[mine] if state else None)
+            yield keys, values
+
     def __len__(self) -> int:
         if not self.placement.has_backups:
             return len(self.store)

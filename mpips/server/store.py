@@ -12,6 +12,8 @@ from ..base.budget import Budget
 from ..kernels import requests, table
 from ..models.optimizer import Optimizer
 
+_ONES = 0xFFFFFFFF   # a key word of an empty row
+
 
 class KVStore:
     def __init__(self, width: int, optimizer: Optimizer, capacity: int = 1 << 10,
@@ -174,3 +176,17 @@ class KVStore:
         """(keys, state rows) of everything stored; state columns start with the weights."""
         slots, keys = self.stored()
         return keys, self._state[slots]
+
+    def blocks(self, rows: int = 1 << 18, state: bool = True):
+        """`items` a block of `rows` table rows at a time, in the same order (the state rows
+        only if `state`, else None): to write the table without a copy of all of it."""
+        cap = self.capacity
+        for start in range(0, cap, rows):
+            block = self._rows[start:min(start + rows, cap)]
+            used = np.flatnonzero((block[:, 0] != _ONES) | (block[:, 1] != _ONES))
+            keys = (block[used, 0].astype(np.uint64)
+                    | (block[used, 1].astype(np.uint64) << np.uint64(32)))
+            yield keys, (self._state[start + used] if state else None)
+        if self._meta[1]:   # the key that equals EMPTY, in its own row (see kernels.table)
+            yield (np.array([table.EMPTY], np.uint64),
+                   self._state[cap:cap + 1].copy() if state else None)

@@ -16,6 +16,7 @@ worker's epoch and offset are its whole state; the manifest records that as
 "worker_random_state": null.
 """
 import glob
+import hashlib
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..base.errors import DamagedFile
-from ..base.files import mismatched, open_hdf5, sha256, write_hdf5, write_json
+from ..base.files import atomic_file, mismatched, open_hdf5, sha256, write_hdf5, write_json
 from ..data.workplan import Handover
 from .dense_files import read_blocks
 from .rundir import remove_checkpoint
@@ -56,6 +57,40 @@ def write_shard(root: str, clock: int, server: int, store, attrs: dict,
     return {"file": name, "server": server, "keys": int(keys.shape[0]),
             "ranges": [server] if ranges is None else ranges,
             "sha256": {"keys": sha256(keys), "state": sha256(state)}}
+
+
+def stream_shard(root: str, clock: int, server: int, store, attrs: dict,
+                 ranges: list | None = None, midway: Callable[[], object] | None = None,
+                 rows: int = 1 << 18) -> dict:
+    """`write_shard`'s file and entry (the same datasets, attributes and checksums), written
+    straight to disk `rows` table rows at a time: a forked writer then holds a block, not
+    the shard twice (its copy and the file's image). Not in a process that goes on: HDF5,
+    when a write fails under it, leaves objects that crash that process at exit (see
+    files.write_hdf5)."""
+    import h5py  # not at the top: as in base.files
+    n = sum(keys.shape[0] for keys, _ in store.blocks(rows, state=False))
+    path = shard_path(root, clock, server)
+    digests = {"keys": hashlib.sha256(), "state": hashlib.sha256()}
+    with atomic_file(path, "w+b", size=n * (8 + 4 * store.columns)) as f, \
+            h5py.File(f, "w") as h5:
+        datasets = {"keys": h5.create_dataset("keys", (n,), np.uint64),
+                    "state": h5.create_dataset("state", (n, store.columns), np.float32)}
+        at, half = 0, (n + 1) // 2
+        for keys, state in store.blocks(rows):
+            for name, block in (("keys", keys), ("state", state)):
+                datasets[name][at:at + keys.shape[0]] = block
+                digests[name].update(np.ascontiguousarray(block).view(np.uint8).data)
+            if midway is not None and at < half <= at + keys.shape[0]:
+                midway()
+            at += keys.shape[0]
+        if at != n:
+            raise RuntimeError(f"the table changed while written ({at:,} keys, not {n:,})")
+        for name, value in {"clock": clock, "server": server, "width": store.width,
+                            "optimizer": store.optimizer.name, **attrs}.items():
+            h5.attrs[name] = str(value) if isinstance(value, str) else value
+    return {"file": os.path.basename(path), "server": server, "keys": n,
+            "ranges": [server] if ranges is None else ranges,
+            "sha256": {name: d.hexdigest() for name, d in digests.items()}}
 
 
 def write_dense_shard(root: str, clock: int, server: int, datasets: dict, attrs: dict) -> dict:

@@ -7,14 +7,17 @@ import subprocess
 import sys
 import time
 
+import h5py
 import numpy as np
 import pytest
 
 from mpips.base.forked import ForkedWrite
 from mpips.base.processes import process_state
 from mpips.models.optimizer import Optimizer
+from mpips.server.replicas import PrimaryKeys
 from mpips.server.store import KVStore
 from mpips.storage import checkpoint
+from mpips.wire.placement import Placement
 
 BOUND_S = 30.0   # every wait here is for something that takes well under a second
 
@@ -52,6 +55,35 @@ def test_a_forked_file_is_the_inline_one_bit_for_bit_at_the_fork(tmp_path):
     theirs = (tmp_path / "inline" / "clock-000000000007" / "server-0000.h5").read_bytes()
     assert ours == theirs
     assert forked.poll() == entry, "asked again, the same entry"
+
+
+@pytest.mark.parametrize("replicas", [1, 2], ids=["own keys", "primary keys of copies"])
+def test_a_streamed_shard_holds_what_write_shard_writes(tmp_path, replicas):
+    """Block by block (a forked writer's way): the same datasets, attributes and entry;
+    with copies of other servers' ranges, only the keys it is primary for; the key equal to
+    the table's empty marker too."""
+    store = store_of(30_000, seed=4)
+    store.push(np.array([2**64 - 1], np.uint64), np.ones((1, 1), np.float32), 0)
+    own = PrimaryKeys(store, Placement(2, replicas), 0)
+    whole = checkpoint.write_shard(str(tmp_path / "whole"), 3, 0, own, {"run_id": "r"},
+                                   ranges=own.ranges())
+    halves = []
+    streamed = checkpoint.stream_shard(str(tmp_path / "streamed"), 3, 0, own, {"run_id": "r"},
+                                       ranges=own.ranges(), midway=lambda: halves.append(1),
+                                       rows=1000)
+    assert streamed == whole and halves == [1]
+    assert whole["keys"] < len(store) if replicas > 1 else whole["keys"] == len(store)
+    name = os.path.join("clock-000000000003", "server-0000.h5")
+    with h5py.File(tmp_path / "whole" / name) as a, h5py.File(tmp_path / "streamed" / name) as b:
+        for dataset in ("keys", "state"):
+            assert a[dataset][()].tobytes() == b[dataset][()].tobytes()
+        assert dict(a.attrs) == dict(b.attrs)
+    assert 2**64 - 1 in checkpoint_keys(tmp_path / "streamed" / name) or replicas > 1
+
+
+def checkpoint_keys(path) -> set:
+    with h5py.File(path) as f:
+        return set(f["keys"][()].tolist())
 
 
 def test_a_writer_that_fails_says_why(tmp_path):
