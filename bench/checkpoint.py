@@ -1,15 +1,32 @@
-"""Checkpoint write and read time for one server holding 10^7 keys, for each optimizer.
+"""Checkpoint write and read time for one server holding 10^7 keys, for each optimizer; and
+what a checkpoint costs the workers while the server serves, forked or written in its loop.
 
     python bench/checkpoint.py [--keys 10000000] [--dir bench/out/checkpoint]
+                               [--serve-seconds 24] [--every 3]
 
 Fills one server's table (KVStore) with random 64-bit keys, then times, as a job does:
 writing its shard (HDF5 to a temporary name, fsynced, renamed) and the manifest; verifying
 the checkpoint's SHA-256 checksums (what --resume does before choosing it); and loading the
-shard into an empty table. Writes bench/results/checkpoint.json.
+shard into an empty table.
+
+Then, serving (bench/checkpoint_serving.py, 1 server + 2 workers under mpiexec, AdaGrad,
+BSP, each worker reading and updating 10,000 of the keys a clock, a timed checkpoint every
+--every seconds), once with the file written by a forked writer (what jobs do) and once in
+the server's loop (--checkpoint-inline): for each checkpoint the write time (from taking the
+state to the file in) against the longest a worker was held because of it (its longest
+clock from the moment the state is taken to the file's arrival, less the median clock
+outside checkpoints); the workers' clocks per second while a file is being written against
+outside; and the memory of server and writer during the write beyond the server's alone
+(proportional set sizes: copy-on-write pages counted once). Writes
+bench/results/checkpoint.json.
 """
 import argparse
+import json
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -19,8 +36,10 @@ from mpips.models.optimizer import NAMES, Optimizer
 from mpips.wire.placement import Placement
 from mpips.server.store import KVStore
 from report import save
+from workers import mpiexec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+WARMUP_S = 1.0   # the workers' first second (caches, first growth) is left out
 
 
 def filled(name: str, n_keys: int) -> KVStore:
@@ -55,22 +74,119 @@ def measure(name: str, n_keys: int, root: str) -> dict:
             "read_s": verify_s + load_s}
 
 
+def serving(mode: str, n_keys: int, seconds: float, every: float, root: str) -> dict:
+    """One launch of checkpoint_serving.py: the figures of its checkpoints taken while the
+    workers ran."""
+    out = tempfile.mkdtemp(prefix=f"serving-{mode}-", dir=root)
+    cmd = [mpiexec(), "-n", "3", sys.executable, os.path.join(HERE, "checkpoint_serving.py"),
+           mode, str(n_keys), str(seconds), str(every), out]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600 + 4 * seconds)
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
+    ranks = []
+    for r in range(3):
+        with open(os.path.join(out, f"rank-{r}.json")) as f:
+            ranks.append(json.load(f))
+    shutil.rmtree(out, ignore_errors=True)
+    server = next(r for r in ranks if r["role"] == "server")
+    steps = [np.array(r["steps"]) for r in ranks if r["role"] == "worker"]
+    return analyse(mode, server, steps)
+
+
+def analyse(mode: str, server: dict, steps: list) -> dict:
+    """Hold against write time, and clocks per second during writes against outside."""
+    begin = max(s[0, 0] for s in steps) + WARMUP_S
+    end = min(s[-1, 1] for s in steps)
+    windows = [(c["take"], c["done"]) for c in server["checkpoints"]
+               if begin <= c["take"] and c.get("done", end) <= end and not c.get("error")]
+    if not windows:
+        sys.exit(f"{mode}: no checkpoint fell within the workers' run: give more "
+                 f"--serve-seconds or a smaller --every")
+
+    def during(t0, t1, a, b):
+        return (t1 > a) & (t0 < b)
+
+    quiet = []
+    for s in steps:
+        inside = np.zeros(s.shape[0], bool)
+        for a, b in windows:
+            inside |= during(s[:, 0], s[:, 1], a, b)
+        quiet.append(s[~inside & (s[:, 0] >= begin)])
+    typical = float(np.median(np.concatenate([q[:, 1] - q[:, 0] for q in quiet])))
+    rows = []
+    for c in server["checkpoints"]:
+        a, b = c["take"], c.get("done")
+        if b is None or not (begin <= a and b <= end) or c.get("error"):
+            continue
+        held = max(float(((s[:, 1] - s[:, 0])[during(s[:, 0], s[:, 1], a, b)]).max(initial=0))
+                   for s in steps) - typical
+        rows.append({"clock": c["clock"], "write_s": b - a, "take_s": c["taken"] - a,
+                     "held_s": max(held, 0.0),
+                     "memory_mb": (c["pss_peak_kb"] - c["pss_before_kb"]) / 1e3
+                     if c["pss_peak_kb"] else 0.0})
+    # Clocks completed per second (both workers) while a file was being written, and outside.
+    ends = np.concatenate([s[s[:, 1] >= begin, 1] for s in steps])
+    in_windows = np.zeros(ends.shape[0], bool)
+    for a, b in windows:
+        in_windows |= (ends >= a) & (ends < b)
+    window_s = sum(min(b, end) - max(a, begin) for a, b in windows)
+    rate_during = in_windows.sum() / window_s
+    rate_without = (~in_windows).sum() / (end - begin - window_s)
+    write_s = max(r["write_s"] for r in rows)
+    held_s = max(r["held_s"] for r in rows)
+    return {"mode": mode, "keys": server["keys"], "table_mb": server["table_bytes"] / 1e6,
+            "server_pss_mb": server["pss_kb"] / 1e3, "checkpoints": rows,
+            "typical_clock_s": typical, "write_s": write_s, "held_s": held_s,
+            "held_of_write": held_s / write_s,
+            "clocks_per_s_during": rate_during, "clocks_per_s_without": rate_without,
+            "throughput_during": rate_during / rate_without,
+            "memory_mb": max(r["memory_mb"] for r in rows)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=10_000_000)
     parser.add_argument("--dir", default=os.path.join(HERE, "out", "checkpoint"))
     parser.add_argument("--out", default=os.path.join(HERE, "results", "checkpoint.json"))
+    parser.add_argument("--serve-seconds", type=float, default=24.0)
+    parser.add_argument("--every", type=float, default=3.0)
+    parser.add_argument("--serving-only", action="store_true",
+                        help="skip the table of write and read times per optimizer")
     args = parser.parse_args()
-    rows = [measure(name, args.keys, args.dir) for name in NAMES]
+    os.makedirs(args.dir, exist_ok=True)
+    served = [serving(mode, args.keys, args.serve_seconds, args.every, args.dir)
+              for mode in ("fork", "inline")]
+    report_serving(served)
+    rows = [] if args.serving_only else [measure(name, args.keys, args.dir) for name in NAMES]
     print(f"{'':8} {'keys':>11} {'MB':>7} {'write s':>8} {'MB/s':>6} {'verify s':>8} "
           f"{'load s':>7} {'read s':>7}")
     for r in rows:
         print(f"{r['optimizer']:8} {r['keys']:>11,} {r['bytes'] / 1e6:7.0f} {r['write_s']:8.2f} "
               f"{r['write_mb_per_s']:6.0f} {r['verify_s']:8.2f} {r['load_s']:7.2f} "
               f"{r['read_s']:7.2f}")
-    save(args.out, "checkpoint", rows=rows,
-         note="one server's shard; read_s = verify_s (checksums) + load_s")
+    save(args.out, "checkpoint", rows=rows, serving=served,
+         note="rows: one server's shard; read_s = verify_s (checksums) + load_s. serving: "
+              "1 server + 2 workers, AdaGrad, BSP, a timed checkpoint every "
+              f"{args.every:g} s; held_s: the longest a worker was held because of a "
+              "checkpoint (its longest clock during the write less the median clock), "
+              "write_s: from taking the state to the file in; memory_mb: server and "
+              "writer together (Pss) beyond the server alone")
+
+
+def report_serving(served: list) -> None:
+    print(f"serving {served[0]['keys']:,} keys (table {served[0]['table_mb']:.0f} MB, server "
+          f"{served[0]['server_pss_mb']:.0f} MB), a checkpoint every few seconds:")
+    print(f"{'writer':8} {'files':>5} {'write s':>8} {'held s':>8} {'held/write':>10} "
+          f"{'take ms':>8} {'clocks/s during':>15} {'without':>8} {'ratio':>6} {'memory MB':>9}")
+    for r in served:
+        take = max(c["take_s"] for c in r["checkpoints"]) * 1e3
+        print(f"{r['mode']:8} {len(r['checkpoints']):>5} {r['write_s']:8.3f} "
+              f"{r['held_s']:8.3f} {r['held_of_write']:10.3f} {take:8.1f} "
+              f"{r['clocks_per_s_during']:15.1f} {r['clocks_per_s_without']:8.1f} "
+              f"{r['throughput_during']:6.2f} {r['memory_mb']:9.0f}")
+    print("(write s, held s: the longest over the checkpoints; take ms: the longest the server "
+          "took to take the state; targets for fork: held/write <= 0.05, ratio >= 0.90)")
 
 
 if __name__ == "__main__":

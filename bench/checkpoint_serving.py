@@ -1,0 +1,151 @@
+"""One launch of bench/checkpoint.py's serving part: 1 server holding N keys (AdaGrad, BSP)
+and 2 workers pulling and pushing 10,000 of them a clock, with a timed checkpoint every few
+seconds, written as a job writes it: forked (`fork`) or in the server's loop (`inline`).
+
+    mpiexec -n 3 python bench/checkpoint_serving.py MODE KEYS SECONDS EVERY OUT_DIR
+
+Each rank writes its figures to OUT_DIR/rank-R.json (time.monotonic, the same clock for
+every process of a node): a worker the start and end of each clock (pull, push); the server,
+for each checkpoint, when it took the state, when the state was taken (the server serves
+again), when the file was in, and the memory of server and writer meanwhile.
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from mpips.base.forked import ForkedWrite, Written
+from mpips.models.optimizer import Optimizer
+from mpips.ranks.bounded import wait_all
+from mpips.ranks.roles import split
+from mpips.server.checkpoint_rounds import Checkpoints
+from mpips.server.loop import Hooks, Server
+from mpips.server.store import KVStore
+from mpips.storage import checkpoint
+from mpips.wire.clocks import ClockTable
+from mpips.worker.kvworker import KVWorker
+
+PULL = 10_000      # keys a worker reads and updates each clock
+TIMEOUT = 300.0
+SAMPLE_S = 0.05    # how often the memory of server and writer is read during a write
+
+
+def keys_of(n: int) -> np.ndarray:
+    """The server's keys (every rank makes the same)."""
+    return np.unique(np.random.default_rng(0).integers(0, 2**64 - 1, n, dtype=np.uint64))
+
+
+def pss_kb(pid: int) -> int:
+    """Proportional set size: shared pages counted once over the processes sharing them."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+class Timed:
+    """A ShardWrite whose end, and the memory of server and writer meanwhile, are noted."""
+
+    def __init__(self, file, record: dict):
+        self.file, self.record = file, record
+        self.started, self.pid = file.started, file.pid
+        self._next_sample = 0.0
+
+    def _sample(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_sample and self.pid != os.getpid():
+            both = pss_kb(os.getpid()) + pss_kb(self.pid)
+            self.record["pss_peak_kb"] = max(self.record["pss_peak_kb"], both)
+            self._next_sample = now + SAMPLE_S
+
+    def poll(self):
+        self._sample()
+        entry = self.file.poll()
+        if entry is not None and "done" not in self.record:
+            self.record["done"] = time.monotonic()
+            self.record["error"] = entry.get("error")
+        return entry
+
+    def wait(self, timeout: float):
+        entry = self.file.wait(timeout)
+        return self.poll() or entry
+
+    def stop(self, why: str):
+        return self.file.stop(why)
+
+
+def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
+    store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1), capacity=2 * n_keys)
+    keys = keys_of(n_keys)
+    store.push(keys, np.random.default_rng(1).normal(size=(keys.shape[0], 1)).astype(
+        np.float32), 0)
+    del keys
+    import h5py  # noqa: F401 -- as a job's server does, before the first checkpoint
+    records: list = []
+
+    def write_shard(clock: int):
+        record = {"clock": clock, "take": time.monotonic(), "pss_before_kb": pss_kb(os.getpid()),
+                  "pss_peak_kb": 0}
+        records.append(record)
+        if mode == "inline":
+            file = Written(checkpoint.write_shard(root, clock, 0, store, {}), record["take"])
+        else:
+            file = ForkedWrite(lambda: checkpoint.stream_shard(root, clock, 0, store, {}),
+                               "server-0000.h5")
+        record["taken"] = time.monotonic()
+        return Timed(file, record)
+
+    def write_manifest(clock, shards, positions, deaths):
+        checkpoint.write_manifest(root, clock, shards, servers=1, positions={}, config={})
+        checkpoint.prune(root, 2, checkpoint.clock_dir(root, clock))
+
+    ready(roles)
+    rss = pss_kb(os.getpid())
+    server = Server(roles, store, ClockTable(len(roles.workers), 0), TIMEOUT,
+                    hooks=Hooks(write_shard=write_shard, write_manifest=write_manifest),
+                    checkpoints=Checkpoints(0, every, 1, bsp=True))
+    server.run()
+    return {"role": "server", "keys": len(store), "table_bytes": store.nbytes,
+            "pss_kb": rss, "checkpoints": records}
+
+
+def work(roles, n_keys: int, seconds: float) -> dict:
+    keys = keys_of(n_keys)
+    rng = np.random.default_rng(10 + roles.index)
+    kv = KVWorker(roles, timeout=TIMEOUT)
+    ready(roles)
+    steps = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        chosen = np.unique(keys[rng.integers(0, keys.shape[0], PULL)])
+        start = time.monotonic()
+        kv.wait(kv.pull(chosen))
+        kv.wait(kv.push(chosen, np.full((chosen.shape[0], 1), 0.01, np.float32), clock=True))
+        steps.append((start, time.monotonic()))
+    kv.close()
+    return {"role": "worker", "steps": steps}
+
+
+def ready(roles) -> None:
+    """Every rank set up (the server's table filled) before the workers start the clock."""
+    wait_all([roles.comm.Ibarrier()], TIMEOUT, lambda: "every rank to have set up")
+
+
+def main() -> None:
+    mode, n_keys, seconds, every, out = sys.argv[1:6]
+    roles = split(1, MPI.COMM_WORLD)
+    root = os.path.join(out, "checkpoints")
+    if roles.is_server:
+        figures = serve(roles, mode, int(n_keys), float(every), root)
+    else:
+        figures = work(roles, int(n_keys), float(seconds))
+    with open(os.path.join(out, f"rank-{MPI.COMM_WORLD.rank}.json"), "w") as f:
+        json.dump(figures, f)
+
+
+if __name__ == "__main__":
+    main()
