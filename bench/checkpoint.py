@@ -40,6 +40,7 @@ from workers import mpiexec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARMUP_S = 1.0   # the workers' first second (caches, first growth) is left out
+SAMPLE_S = 0.1   # how often the memory of the serving bench's server and writer is read
 
 
 def filled(name: str, n_keys: int) -> KVStore:
@@ -80,9 +81,12 @@ def serving(mode: str, n_keys: int, seconds: float, every: float, root: str) -> 
     out = tempfile.mkdtemp(prefix=f"serving-{mode}-", dir=root)
     cmd = [mpiexec(), "-n", "3", sys.executable, os.path.join(HERE, "checkpoint_serving.py"),
            mode, str(n_keys), str(seconds), str(every), out]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600 + 4 * seconds)
-    if proc.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+        memory = watch_memory(proc, os.path.join(out, "server.pid"), 600 + 4 * seconds)
+        log.seek(0)
+        if proc.returncode != 0:
+            sys.exit(f"failed: {' '.join(cmd)}\n{log.read()}")
     ranks = []
     for r in range(3):
         with open(os.path.join(out, f"rank-{r}.json")) as f:
@@ -90,7 +94,42 @@ def serving(mode: str, n_keys: int, seconds: float, every: float, root: str) -> 
     shutil.rmtree(out, ignore_errors=True)
     server = next(r for r in ranks if r["role"] == "server")
     steps = [np.array(r["steps"]) for r in ranks if r["role"] == "worker"]
-    return analyse(mode, server, steps)
+    return {**analyse(mode, server, steps), **memory}
+
+
+def pss_mb(pid: int) -> float:
+    """Proportional set size: pages shared by server and writer counted once between them."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Pss:")) / 1e3
+    except (OSError, StopIteration):
+        return 0.0
+
+
+def watch_memory(proc, pid_file: str, timeout: float) -> dict:
+    """Until `proc` ends (within `timeout`): the server's memory alone (its largest) and with
+    its writer (their largest sum), read from /proc every SAMPLE_S."""
+    alone = together = 0.0
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            proc.kill()
+            sys.exit(f"the serving bench did not end within {timeout:g} s")
+        time.sleep(SAMPLE_S)
+        try:
+            with open(pid_file) as f:
+                server = int(f.read())
+            with open(f"/proc/{server}/task/{server}/children") as f:
+                writers = [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        mine = pss_mb(server)
+        if writers:
+            together = max(together, mine + sum(pss_mb(w) for w in writers))
+        else:
+            alone = max(alone, mine)
+    return {"server_mb": alone, "with_writer_mb": together,
+            "memory_mb": max(together - alone, 0.0) if together else 0.0}
 
 
 def analyse(mode: str, server: dict, steps: list) -> dict:
@@ -121,9 +160,7 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
         held = max(float(((s[:, 1] - s[:, 0])[during(s[:, 0], s[:, 1], a, b)]).max(initial=0))
                    for s in steps) - typical
         rows.append({"clock": c["clock"], "write_s": b - a, "take_s": c["taken"] - a,
-                     "held_s": max(held, 0.0),
-                     "memory_mb": (c["pss_peak_kb"] - c["pss_before_kb"]) / 1e3
-                     if c["pss_peak_kb"] else 0.0})
+                     "held_s": max(held, 0.0)})
     # Clocks completed per second (both workers) while a file was being written, and outside.
     ends = np.concatenate([s[s[:, 1] >= begin, 1] for s in steps])
     in_windows = np.zeros(ends.shape[0], bool)
@@ -139,8 +176,7 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
             "typical_clock_s": typical, "write_s": write_s, "held_s": held_s,
             "held_of_write": held_s / write_s,
             "clocks_per_s_during": rate_during, "clocks_per_s_without": rate_without,
-            "throughput_during": rate_during / rate_without,
-            "memory_mb": max(r["memory_mb"] for r in rows)}
+            "throughput_during": rate_during / rate_without}
 
 
 def main() -> None:
@@ -171,12 +207,12 @@ def main() -> None:
               f"{args.every:g} s; held_s: the longest a worker was held because of a "
               "checkpoint (its longest clock during the write less the median clock), "
               "write_s: from taking the state to the file in; memory_mb: server and "
-              "writer together (Pss) beyond the server alone")
+              "writer together (Pss, read from /proc every 0.1 s) beyond the server alone")
 
 
 def report_serving(served: list) -> None:
     print(f"serving {served[0]['keys']:,} keys (table {served[0]['table_mb']:.0f} MB, server "
-          f"{served[0]['server_pss_mb']:.0f} MB), a checkpoint every few seconds:")
+          f"{served[0]['server_mb']:.0f} MB), a checkpoint every few seconds:")
     print(f"{'writer':8} {'files':>5} {'write s':>8} {'held s':>8} {'held/write':>10} "
           f"{'take ms':>8} {'clocks/s during':>15} {'without':>8} {'ratio':>6} {'memory MB':>9}")
     for r in served:
@@ -184,9 +220,11 @@ def report_serving(served: list) -> None:
         print(f"{r['mode']:8} {len(r['checkpoints']):>5} {r['write_s']:8.3f} "
               f"{r['held_s']:8.3f} {r['held_of_write']:10.3f} {take:8.1f} "
               f"{r['clocks_per_s_during']:15.1f} {r['clocks_per_s_without']:8.1f} "
-              f"{r['throughput_during']:6.2f} {r['memory_mb']:9.0f}")
+              f"{r['throughput_during']:6.2f} "
+              f"{r['memory_mb'] if r['with_writer_mb'] else float('nan'):9.0f}")
     print("(write s, held s: the longest over the checkpoints; take ms: the longest the server "
-          "took to take the state; targets for fork: held/write <= 0.05, ratio >= 0.90)")
+          "took to take the state; memory: server and writer beyond the server alone, Pss; "
+          "targets for fork: held/write <= 0.05, ratio >= 0.90)")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ seconds, written as a job writes it: forked (`fork`) or in the server's loop (`i
 Each rank writes its figures to OUT_DIR/rank-R.json (time.monotonic, the same clock for
 every process of a node): a worker the start and end of each clock (pull, push); the server,
 for each checkpoint, when it took the state, when the state was taken (the server serves
-again), when the file was in, and the memory of server and writer meanwhile.
+again) and when the file was in; and its pid in OUT_DIR/server.pid, for bench/checkpoint.py
+to read the memory of server and writer from /proc.
 """
 import json
 import os
@@ -30,7 +31,6 @@ from mpips.worker.kvworker import KVWorker
 
 PULL = 10_000      # keys a worker reads and updates each clock
 TIMEOUT = 300.0
-SAMPLE_S = 0.05    # how often the memory of server and writer is read during a write
 
 
 def keys_of(n: int) -> np.ndarray:
@@ -48,22 +48,14 @@ def pss_kb(pid: int) -> int:
 
 
 class Timed:
-    """A ShardWrite whose end, and the memory of server and writer meanwhile, are noted."""
+    """A ShardWrite whose end is noted (its memory is read from outside: bench/checkpoint.py
+    reads /proc, which costs the server nothing)."""
 
     def __init__(self, file, record: dict):
         self.file, self.record = file, record
         self.started, self.pid = file.started, file.pid
-        self._next_sample = 0.0
-
-    def _sample(self) -> None:
-        now = time.monotonic()
-        if now >= self._next_sample and self.pid != os.getpid():
-            both = pss_kb(os.getpid()) + pss_kb(self.pid)
-            self.record["pss_peak_kb"] = max(self.record["pss_peak_kb"], both)
-            self._next_sample = now + SAMPLE_S
 
     def poll(self):
-        self._sample()
         entry = self.file.poll()
         if entry is not None and "done" not in self.record:
             self.record["done"] = time.monotonic()
@@ -88,8 +80,7 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
     records: list = []
 
     def write_shard(clock: int):
-        record = {"clock": clock, "take": time.monotonic(), "pss_before_kb": pss_kb(os.getpid()),
-                  "pss_peak_kb": 0}
+        record = {"clock": clock, "take": time.monotonic()}
         records.append(record)
         if mode == "inline":
             file = Written(checkpoint.write_shard(root, clock, 0, store, {}), record["take"])
@@ -103,6 +94,8 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
         checkpoint.write_manifest(root, clock, shards, servers=1, positions={}, config={})
         checkpoint.prune(root, 2, checkpoint.clock_dir(root, clock))
 
+    with open(os.path.join(os.path.dirname(root), "server.pid"), "w") as f:
+        f.write(str(os.getpid()))
     ready(roles)
     rss = pss_kb(os.getpid())
     server = Server(roles, store, ClockTable(len(roles.workers), 0), TIMEOUT,
