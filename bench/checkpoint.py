@@ -108,8 +108,9 @@ def pss_mb(pid: int) -> float:
 
 def watch_memory(proc, pid_file: str, timeout: float) -> dict:
     """Until `proc` ends (within `timeout`): the server's memory alone (its largest) and with
-    its writer (their largest sum), read from /proc every SAMPLE_S."""
-    alone = together = 0.0
+    its writer (their largest sum), read from /proc every SAMPLE_S; and the largest growth of
+    the two over the server alone just before the writer started."""
+    alone = together = growth = before = 0.0
     deadline = time.monotonic() + timeout
     while proc.poll() is None:
         if time.monotonic() > deadline:
@@ -125,11 +126,11 @@ def watch_memory(proc, pid_file: str, timeout: float) -> dict:
             continue
         mine = pss_mb(server)
         if writers:
-            together = max(together, mine + sum(pss_mb(w) for w in writers))
+            both = mine + sum(pss_mb(w) for w in writers)
+            together, growth = max(together, both), max(growth, both - before)
         else:
-            alone = max(alone, mine)
-    return {"server_mb": alone, "with_writer_mb": together,
-            "memory_mb": max(together - alone, 0.0) if together else 0.0}
+            alone, before = max(alone, mine), mine
+    return {"server_mb": alone, "with_writer_mb": together, "memory_mb": growth}
 
 
 def analyse(mode: str, server: dict, steps: list) -> dict:
