@@ -13,9 +13,10 @@ import numpy as np
 from mpi4py import MPI
 
 from ..base.errors import ConfigError
-from .bounded import crowded
+from .bounded import crowded, wait_all
 from .ulfm import know_neighbours, survivors
 
+MEET_S = 120.0   # split's bound on the wait for every rank
 CPU_IDS = 4096   # the cores counted (by Linux's number) when telling whether ranks outnumber them
 
 
@@ -90,9 +91,16 @@ def check_servers(n_servers: int, n_ranks: int, spares: int = 0) -> None:
             f"lower --servers.")
 
 
-def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD) -> Roles:
-    """Collective over `comm`: assign roles and build the communicators."""
+def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD,
+          timeout: float = MEET_S) -> Roles:
+    """Collective over `comm`: assign roles and build the communicators. Waits at most
+    `timeout` seconds for every rank to come."""
     check_servers(n_servers, comm.size)
+    # The blocking collectives below busy-poll until the last rank comes: the ranks meet
+    # first in a wait that sleeps (bounded.wait_all). Ranks that came in turns to a job's
+    # split (a rank off its core, kernels loaded at different speeds) burned 0.15 CPU-s of
+    # a 4-rank launch on 2 cores there.
+    wait_all([comm.Ibarrier()], timeout, lambda: "every rank to take its role")
     ps = comm.Dup()
     is_server = ps.rank < n_servers
     # An intracommunicator split gives intracommunicators; mpi4py types it as any Comm.
