@@ -2,16 +2,17 @@ import gc
 import os
 import sys
 
+# numba asks, as it loads, whether scipy's BLAS is there (for np.dot in jitted code) by
+# importing scipy.linalg: a quarter of a second for every rank of every launch, and for every
+# `score`, when scipy is installed. No mpips kernel calls BLAS (the network's layers use
+# numpy's), and no command uses anything of scipy.
+if "scipy.linalg.cython_blas" not in sys.modules:
+    sys.modules["scipy.linalg.cython_blas"] = None  # type: ignore[assignment]  # None: not importable
 if sys.argv[1:2] == ["train"]:
     # Start-up makes about 150,000 objects that live as long as the process (numba's above
     # all), and the cyclic collector would go over them again and again: 40 ms of a rank's
     # 0.4 s. It stays off until startup.ready, which keeps them out of later collections.
     gc.disable()
-    # numba asks, as it loads, whether scipy's BLAS is there (for np.dot in jitted code) by
-    # importing scipy.linalg: a quarter of a second for every rank of every launch when scipy
-    # is installed. No mpips kernel calls BLAS (the network's layers use numpy's), and a
-    # training rank uses nothing of scipy.
-    sys.modules.setdefault("scipy.linalg.cython_blas", None)  # type: ignore[arg-type]  # None: not importable
     # numpy's OpenBLAS starts a thread for every core as it loads (about 40 ms of each rank's
     # start), and ranks that fill the cores then share them with each other's BLAS threads,
     # which spin: the power iteration on the defaults' sample took 0.3 s instead of 0.04.

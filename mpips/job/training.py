@@ -164,7 +164,7 @@ def _run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float
          verdict: Verdict, locks: rundir.RunLocks):
     cfg, chosen, compile_s = _agree_on_choices(cfg, comm, resume, bound)
     # Collective: nobody writes before the old run is gone.
-    roles = split(cfg.server_ranks, comm)
+    roles = split(cfg.server_ranks, comm, bound)
     # The one key placement every part uses: the key ranges dealt to the servers, none to
     # the spares.
     placement = Placement(len(roles.servers), cfg.faults.replicas, roles.nodes[:len(roles.servers)],

@@ -13,7 +13,11 @@ import numpy as np
 from mpi4py import MPI
 
 from ..base.errors import ConfigError
+from .bounded import crowded, wait_all
 from .ulfm import know_neighbours, survivors
+
+MEET_S = 120.0   # split's bound on the wait for every rank
+CPU_IDS = 4096   # the cores counted (by Linux's number) when telling whether ranks outnumber them
 
 
 @dataclass(frozen=True)
@@ -87,9 +91,16 @@ def check_servers(n_servers: int, n_ranks: int, spares: int = 0) -> None:
             f"lower --servers.")
 
 
-def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD) -> Roles:
-    """Collective over `comm`: assign roles and build the communicators."""
+def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD,
+          timeout: float = MEET_S) -> Roles:
+    """Collective over `comm`: assign roles and build the communicators. Waits at most
+    `timeout` seconds for every rank to come."""
     check_servers(n_servers, comm.size)
+    # The blocking collectives below busy-poll until the last rank comes: the ranks meet
+    # first in a wait that sleeps (bounded.wait_all). Ranks that came in turns to a job's
+    # split (a rank off its core, kernels loaded at different speeds) burned 0.15 CPU-s of
+    # a 4-rank launch on 2 cores there.
+    wait_all([comm.Ibarrier()], timeout, lambda: "every rank to take its role")
     ps = comm.Dup()
     is_server = ps.rank < n_servers
     # An intracommunicator split gives intracommunicators; mpi4py types it as any Comm.
@@ -107,11 +118,17 @@ def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD) -> Roles:
 
 def whereabouts(comm: MPI.Intracomm) -> tuple[tuple, tuple]:
     """Collective: for each rank, the lowest rank on its node (so that backups can be put on
-    other nodes than their primaries), and its process id."""
+    other nodes than their primaries), and its process id. Tells bounded.crowded whether
+    this node's ranks outnumber the cores they may run on."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     try:
         first = np.array([comm.rank], np.int64)
         node.Bcast(first, root=0)
+        if hasattr(os, "sched_getaffinity"):
+            cores = np.zeros(CPU_IDS, np.uint8)   # the cores any rank of the node may use
+            cores[[c for c in os.sched_getaffinity(0) if c < CPU_IDS]] = 1
+            node.Allreduce(MPI.IN_PLACE, cores, op=MPI.BOR)
+            crowded(node.size > int(cores.sum()))
     finally:
         node.Free()
     mine = np.array([first[0], os.getpid()], np.int64)
