@@ -1,0 +1,180 @@
+"""Arrow columns (a Parquet row group read by pyarrow) into CSR rows: which column types
+are features and how (`kind_of`), and the rows of a table (`rows_of`). The mapping is
+data.parquet's docstring; the loops over entries are kernels.columns'."""
+import numpy as np
+import pyarrow.types as pt
+
+from ..kernels import columns as kernels
+from ..kernels.criteo import feature_key
+from .textfile import Rows
+
+ID, NUMBER, BAG, PAIRS = "categorical", "numeric", "bag", "pairs"
+ACCEPTED = ("integer, bool, string or binary (categorical), floating point (numeric), a "
+            "dictionary of categorical values, list<categorical> (a bag of categories), "
+            "list<struct<key: categorical, value: number>> or map<categorical, number> (lists "
+            "of key and value)")
+NUMERIC_ID = 0   # a numeric column's one key is its field's feature_key of this id
+
+
+class BadValue(ValueError):
+    """A value the mapping refuses: its column and its row in the table."""
+
+    def __init__(self, column: str, row: int, what: str):
+        super().__init__(what)
+        self.column, self.row, self.what = column, row, what
+
+
+def _is_id(t) -> bool:
+    return (pt.is_integer(t) or pt.is_boolean(t) or pt.is_string(t) or pt.is_large_string(t)
+            or pt.is_binary(t) or pt.is_large_binary(t)
+            or (pt.is_dictionary(t) and _is_id(t.value_type)))
+
+
+def _is_number(t) -> bool:
+    return pt.is_floating(t) or pt.is_integer(t) or pt.is_boolean(t)
+
+
+def kind_of(t) -> str | None:
+    """How a column of Arrow type `t` becomes features (ID, NUMBER, BAG, PAIRS); None if it
+    cannot."""
+    if _is_id(t):
+        return ID
+    if pt.is_floating(t):
+        return NUMBER
+    if pt.is_map(t):
+        return PAIRS if _is_id(t.key_type) and _is_number(t.item_type) else None
+    if pt.is_list(t) or pt.is_large_list(t):
+        item = t.value_type
+        if _is_id(item):
+            return BAG
+        if (pt.is_struct(item) and item.num_fields == 2 and item.field(0).name == "key"
+                and item.field(1).name == "value" and _is_id(item.field(0).type)
+                and _is_number(item.field(1).type)):
+            return PAIRS
+    return None
+
+
+def is_label_type(t) -> bool:
+    return _is_number(t)
+
+
+def _valid(arr) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.ones(len(arr), bool)
+    return arr.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _ids(arr) -> tuple[np.ndarray, np.ndarray]:
+    """(uint64 id, valid) of each value of a categorical array: an integer itself (two's
+    complement), a bool 0 or 1, bytes their hash; a dictionary's values once."""
+    if pt.is_dictionary(arr.type):
+        ids, ok = _ids(arr.dictionary)
+        at = arr.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        return ids[at], _valid(arr) & ok[at]
+    valid = _valid(arr)
+    if pt.is_integer(arr.type) or pt.is_boolean(arr.type):
+        values = arr.fill_null(0).to_numpy(zero_copy_only=False)
+        if values.dtype == np.uint64:
+            return values, valid
+        return values.astype(np.int64).view(np.uint64), valid
+    wide = pt.is_large_string(arr.type) or pt.is_large_binary(arr.type)
+    buffers = arr.buffers()
+    offsets = np.frombuffer(buffers[1], np.int64 if wide else np.int32)
+    offsets = offsets[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+    data = (np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None
+            else np.zeros(1, np.uint8))
+    return kernels.hash_bytes(offsets, data), valid
+
+
+def _numbers(arr, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 value, valid) of a numeric array: null and NaN are missing; an infinite or
+    out of float32's range value is refused."""
+    values = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
+    valid = _valid(arr) & ~np.isnan(values)
+    bad = np.flatnonzero(valid & ~(np.abs(values) <= np.finfo(np.float32).max))
+    if bad.size:
+        raise BadValue(name, int(bad[0]), f"value {values[bad[0]]} is not a finite float32")
+    return values.astype(np.float32), valid
+
+
+def _lists(arr) -> tuple:
+    """(row of each element, whether its list is not null, the elements) of a list or map
+    array."""
+    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    rows = np.repeat(np.arange(len(arr), dtype=np.int64), np.diff(offsets))
+    return rows, _valid(arr)[rows], arr.values.slice(lo, hi - lo)
+
+
+def entries(field: int, kind: str, arr, name: str) -> tuple:
+    """(row, key, value) of each feature of column `name` (field `field`, of `kind`) in
+    `arr`, one Arrow array."""
+    if kind == ID:
+        ids, valid = _ids(arr)
+        rows = np.flatnonzero(valid)
+        return rows, kernels.keys_of(field, ids[rows]), np.ones(rows.shape[0], np.float32)
+    if kind == NUMBER:
+        values, valid = _numbers(arr, name)
+        rows = np.flatnonzero(valid)
+        key = feature_key(field, NUMERIC_ID)
+        return rows, np.full(rows.shape[0], key, np.uint64), values[rows]
+    rows, listed, items = _lists(arr)
+    if kind == BAG:
+        ids, valid = _ids(items)
+        keep = np.flatnonzero(valid & listed)
+        return rows[keep], kernels.keys_of(field, ids[keep]), np.ones(keep.shape[0], np.float32)
+    key_arr, value_arr = items.flatten()   # a null struct makes both null
+    ids, valid = _ids(key_arr)
+    try:
+        values, ok = _numbers(value_arr, name)
+    except BadValue as e:
+        raise BadValue(name, int(rows[e.row]), e.what) from None
+    keep = np.flatnonzero(valid & ok & listed)
+    return rows[keep], kernels.keys_of(field, ids[keep]), values[keep]
+
+
+def labels_of(arr, name: str) -> np.ndarray:
+    """float32 labels of an array: BadValue at the first null or not 0 or 1."""
+    values = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float32)
+    bad = kernels.first_bad_label(values, _valid(arr))
+    if bad >= 0:
+        value = "null" if arr[bad].as_py() is None else repr(arr[bad].as_py())
+        raise BadValue(name, int(bad), f"label {value}, not 0 or 1")
+    return values
+
+
+def rows_of(table, label: int, fields: list, first_row: int) -> Rows:
+    """The CSR rows of `table`: its column `label` the labels, `fields` (column index,
+    kind) its features, field i the i-th; origins from `first_row` on. BadValue (its row in
+    the table) at a value the mapping refuses."""
+    n = table.num_rows
+    names = table.column_names
+    labels = np.empty(n, np.float32)
+    start = 0
+    for chunk in table.column(label).chunks:
+        try:
+            labels[start:start + len(chunk)] = labels_of(chunk, names[label])
+        except BadValue as e:
+            raise BadValue(e.column, start + e.row, e.what) from None
+        start += len(chunk)
+    rows, keys, values = [], [], []
+    for field, (column, kind) in enumerate(fields):
+        start = 0
+        for chunk in table.column(column).chunks:
+            try:
+                r, k, v = entries(field, kind, chunk, names[column])
+            except BadValue as e:
+                raise BadValue(e.column, start + e.row, e.what) from None
+            rows.append(r + start)
+            keys.append(k)
+            values.append(v)
+            start += len(chunk)
+    if rows:
+        indptr, indices, vals = kernels.by_row(n, np.concatenate(rows), np.concatenate(keys),
+                                               np.concatenate(values))
+    else:
+        indptr, indices, vals = (np.zeros(n + 1, np.int64), np.empty(0, np.uint64),
+                                 np.empty(0, np.float32))
+    return Rows(labels, indptr, indices, vals,
+                np.arange(first_row, first_row + n, dtype=np.int64))
+
