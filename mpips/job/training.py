@@ -30,7 +30,8 @@ from ..base import timeline
 from ..base.errors import ConfigError, MpipsError
 from ..base.log import setup
 from ..base.processes import Process
-from ..data.shards import check_examples, sample_rows
+from ..data.samples import sample_rows
+from ..data.shards import check_examples
 from ..models import defaults
 from ..models.lbfgs import Step
 from ..pipeline.schedule import logged_bubbles, theoretical_bubble
