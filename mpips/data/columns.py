@@ -64,16 +64,23 @@ def _valid(arr) -> np.ndarray:
     return arr.is_valid().to_numpy(zero_copy_only=False)
 
 
+def _filled(arr) -> np.ndarray:
+    """The values of an integer, bool or floating array, a null as 0 (False)."""
+    if arr.null_count:
+        arr = arr.fill_null(False if pt.is_boolean(arr.type) else 0)
+    return arr.to_numpy(zero_copy_only=False)
+
+
 def _ids(arr) -> tuple[np.ndarray, np.ndarray]:
     """(uint64 id, valid) of each value of a categorical array: an integer itself (two's
     complement), a bool 0 or 1, bytes their hash; a dictionary's values once."""
     if pt.is_dictionary(arr.type):
         ids, ok = _ids(arr.dictionary)
-        at = arr.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        at = _filled(arr.indices).astype(np.int64)
         return ids[at], _valid(arr) & ok[at]
     valid = _valid(arr)
     if pt.is_integer(arr.type) or pt.is_boolean(arr.type):
-        values = arr.fill_null(0).to_numpy(zero_copy_only=False)
+        values = _filled(arr)
         if values.dtype == np.uint64:
             return values, valid
         return values.astype(np.int64).view(np.uint64), valid
@@ -89,7 +96,7 @@ def _ids(arr) -> tuple[np.ndarray, np.ndarray]:
 def _numbers(arr, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(float32 value, valid) of a numeric array: null and NaN are missing; an infinite or
     out of float32's range value is refused."""
-    values = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
+    values = _filled(arr).astype(np.float64)
     valid = _valid(arr) & ~np.isnan(values)
     bad = np.flatnonzero(valid & ~(np.abs(values) <= np.finfo(np.float32).max))
     if bad.size:
@@ -135,7 +142,7 @@ def entries(field: int, kind: str, arr, name: str) -> tuple:
 
 def labels_of(arr, name: str) -> np.ndarray:
     """float32 labels of an array: BadValue at the first null or not 0 or 1."""
-    values = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float32)
+    values = _filled(arr).astype(np.float32)
     bad = kernels.first_bad_label(values, _valid(arr))
     if bad >= 0:
         value = "null" if arr[bad].as_py() is None else repr(arr[bad].as_py())

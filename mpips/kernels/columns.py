@@ -13,8 +13,8 @@ _EIGHT = np.uint64(8)
 
 @njit(cache=True, nogil=True)
 def hash_bytes(offsets, data):
-    """A 64-bit hash of each byte string data[offsets[i]:offsets[i + 1]]: eight bytes a mix
-    (little-endian), then the rest and the length."""
+    """A 64-bit hash of each byte string data[offsets[i]:offsets[i + 1]]: its length, then
+    eight bytes a mix (little-endian), then the rest, then how many those were."""
     n = offsets.shape[0] - 1
     out = np.empty(n, np.uint64)
     for i in range(n):
@@ -29,7 +29,7 @@ def hash_bytes(offsets, data):
         w = np.uint64(0)
         for j in range(b - a):
             w |= np.uint64(data[a + j]) << (_EIGHT * np.uint64(j))
-        out[i] = mix64(h ^ w ^ np.uint64(b - a + 1))
+        out[i] = mix64(mix64(h ^ w) ^ np.uint64(b - a))
     return out
 
 
