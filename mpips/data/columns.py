@@ -14,6 +14,7 @@ ACCEPTED = ("integer, bool, string or binary (categorical), floating point (nume
             "list<struct<key: categorical, value: number>> or map<categorical, number> (lists "
             "of key and value)")
 NUMERIC_ID = 0   # a numeric column's one key is its field's feature_key of this id
+_NO_VALUES = np.empty(0, np.float32)   # a bag's: each feature of value 1
 
 
 class BadValue(ValueError):
@@ -113,31 +114,44 @@ def _lists(arr) -> tuple:
     return rows, _valid(arr)[rows], arr.values.slice(lo, hi - lo)
 
 
-def entries(field: int, kind: str, arr, name: str) -> tuple:
-    """(row, key, value) of each feature of column `name` (field `field`, of `kind`) in
-    `arr`, one Arrow array."""
+def piece(field: int, kind: str, arr, name: str) -> tuple:
+    """What kernels.columns places of column `name` (field `field`, of `kind`) in `arr`,
+    one Arrow array: (ID, valid, ids), (NUMBER, valid, values) or, of a list column,
+    (BAG, rows, keep, ids, values: empty for 1)."""
     if kind == ID:
         ids, valid = _ids(arr)
-        rows = np.flatnonzero(valid)
-        return rows, kernels.keys_of(field, ids[rows]), np.ones(rows.shape[0], np.float32)
+        return ID, valid, ids
     if kind == NUMBER:
         values, valid = _numbers(arr, name)
-        rows = np.flatnonzero(valid)
-        key = feature_key(field, NUMERIC_ID)
-        return rows, np.full(rows.shape[0], key, np.uint64), values[rows]
+        return NUMBER, valid, values
     rows, listed, items = _lists(arr)
     if kind == BAG:
         ids, valid = _ids(items)
-        keep = np.flatnonzero(valid & listed)
-        return rows[keep], kernels.keys_of(field, ids[keep]), np.ones(keep.shape[0], np.float32)
+        return BAG, rows, valid & listed, ids, _NO_VALUES
     key_arr, value_arr = items.flatten()   # a null struct makes both null
     ids, valid = _ids(key_arr)
     try:
         values, ok = _numbers(value_arr, name)
     except BadValue as e:
         raise BadValue(name, int(rows[e.row]), e.what) from None
-    keep = np.flatnonzero(valid & ok & listed)
-    return rows[keep], kernels.keys_of(field, ids[keep]), values[keep]
+    return BAG, rows, valid & ok & listed, ids, values
+
+
+def _count(counts: np.ndarray, start: int, p: tuple) -> None:
+    if p[0] == BAG:
+        counts += np.bincount(p[1][p[2]] + start, minlength=counts.shape[0])
+    else:
+        counts[start:start + p[1].shape[0]] += p[1]
+
+
+def _place(fill: np.ndarray, start: int, field: int, p: tuple, keys, values) -> None:
+    if p[0] == ID:
+        kernels.place_ids(fill[start:], p[1], field, p[2], keys, values)
+    elif p[0] == NUMBER:
+        kernels.place_numbers(fill[start:], p[1], feature_key(field, NUMERIC_ID), p[2], keys,
+                              values)
+    else:
+        kernels.place_listed(fill[start:], p[1], p[2], field, p[3], p[4], keys, values)
 
 
 def labels_of(arr, name: str) -> np.ndarray:
@@ -164,24 +178,24 @@ def rows_of(table, label: int, fields: list, first_row: int) -> Rows:
         except BadValue as e:
             raise BadValue(e.column, start + e.row, e.what) from None
         start += len(chunk)
-    rows, keys, values = [], [], []
+    pieces = []   # (field, first row, piece)
     for field, (column, kind) in enumerate(fields):
         start = 0
         for chunk in table.column(column).chunks:
             try:
-                r, k, v = entries(field, kind, chunk, names[column])
+                pieces.append((field, start, piece(field, kind, chunk, names[column])))
             except BadValue as e:
                 raise BadValue(e.column, start + e.row, e.what) from None
-            rows.append(r + start)
-            keys.append(k)
-            values.append(v)
             start += len(chunk)
-    if rows:
-        indptr, indices, vals = kernels.by_row(n, np.concatenate(rows), np.concatenate(keys),
-                                               np.concatenate(values))
-    else:
-        indptr, indices, vals = (np.zeros(n + 1, np.int64), np.empty(0, np.uint64),
-                                 np.empty(0, np.float32))
-    return Rows(labels, indptr, indices, vals,
+    counts = np.zeros(n, np.int64)
+    for _, start, p in pieces:
+        _count(counts, start, p)
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    fill = indptr[:-1].copy()
+    keys = np.empty(int(indptr[-1]), np.uint64)
+    values = np.empty(int(indptr[-1]), np.float32)
+    for field, start, p in pieces:
+        _place(fill, start, field, p, keys, values)
+    return Rows(labels, indptr, keys, values,
                 np.arange(first_row, first_row + n, dtype=np.int64))
-

@@ -1,6 +1,6 @@
 """Columns of a table into CSR rows: hashes of byte strings over Arrow's offsets and data
-buffers, feature keys of ids, and the entries of every column gathered row by row. Pure
-numba over numpy arrays (data.columns reads the Arrow columns into them)."""
+buffers, and each column's features placed in their rows. Pure numba over numpy arrays
+(data.columns reads the Arrow columns into them)."""
 import numpy as np
 from numba import njit
 
@@ -33,34 +33,45 @@ def hash_bytes(offsets, data):
     return out
 
 
-@njit(cache=True, nogil=True)
-def keys_of(field, ids):
-    """criteo.feature_key(field, id) of each id (uint64)."""
-    out = np.empty(ids.shape[0], np.uint64)
-    for i in range(ids.shape[0]):
-        out[i] = feature_key(field, ids[i])
-    return out
+# A row group's entries go straight to their places in its CSR arrays: `fill[r]` is where
+# row r's next entry goes (from its row pointer on), and the columns are placed in field
+# order, so that a row's entries keep the order of their fields.
 
 
 @njit(cache=True, nogil=True)
-def by_row(n, rows, keys, values):
-    """(indptr, keys, values) of CSR rows 0..n-1 from entries given column after column
-    (`rows`: each entry's row): a stable counting sort, so that a row's entries keep the
-    order of their columns."""
-    indptr = np.zeros(n + 1, np.int64)
+def place_ids(fill, valid, field, ids, out_keys, out_values):
+    """Row i's feature (criteo.feature_key(field, ids[i]), 1) if valid[i]."""
+    for i in range(valid.shape[0]):
+        if valid[i]:
+            at = fill[i]
+            out_keys[at] = feature_key(field, ids[i])
+            out_values[at] = 1.0
+            fill[i] = at + 1
+
+
+@njit(cache=True, nogil=True)
+def place_numbers(fill, valid, key, values, out_keys, out_values):
+    """Row i's feature (key, values[i]) if valid[i]."""
+    for i in range(valid.shape[0]):
+        if valid[i]:
+            at = fill[i]
+            out_keys[at] = key
+            out_values[at] = values[i]
+            fill[i] = at + 1
+
+
+@njit(cache=True, nogil=True)
+def place_listed(fill, rows, keep, field, ids, values, out_keys, out_values):
+    """Element i of a list column, in row rows[i], if keep[i]: (feature_key(field,
+    ids[i]), values[i]), or value 1 if `values` is empty."""
+    weighted = values.shape[0] > 0
     for i in range(rows.shape[0]):
-        indptr[rows[i] + 1] += 1
-    for r in range(n):
-        indptr[r + 1] += indptr[r]
-    fill = indptr[:-1].copy()
-    out_keys = np.empty(rows.shape[0], np.uint64)
-    out_values = np.empty(rows.shape[0], np.float32)
-    for i in range(rows.shape[0]):
-        at = fill[rows[i]]
-        out_keys[at] = keys[i]
-        out_values[at] = values[i]
-        fill[rows[i]] = at + 1
-    return indptr, out_keys, out_values
+        if keep[i]:
+            r = rows[i]
+            at = fill[r]
+            out_keys[at] = feature_key(field, ids[i])
+            out_values[at] = values[i] if weighted else np.float32(1.0)
+            fill[r] = at + 1
 
 
 @njit(cache=True, nogil=True)
