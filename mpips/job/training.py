@@ -30,6 +30,7 @@ from ..base import timeline
 from ..base.errors import ConfigError, MpipsError
 from ..base.log import setup
 from ..base.processes import Process
+from ..data.parquet import is_parquet
 from ..data.samples import sample_rows
 from ..data.shards import check_examples
 from ..models import defaults
@@ -227,7 +228,9 @@ def _agree_on_choices(cfg: TrainConfig, comm, resume, bound: float) -> tuple:
     compile_s = compile_per_node(comm, bound, role, model=cfg.model.spec(),
                                  optimizer=cfg.optimizer.name,
                                  full_batch=cfg.solver.full_batch,
-                                 push_filter=cfg.push.filtered)
+                                 push_filter=cfg.push.filtered,
+                                 parquet=any(is_parquet(p) for p in (cfg.data.train,
+                                                                     cfg.data.test) if p))
     chosen, workers = None, comm.size - cfg.server_ranks
     if comm.rank == sampler:   # with --stages, a pipeline reads as one worker does
         chosen = json.dumps(_choose(cfg, workers // cfg.pipeline.stages, resume))

@@ -188,3 +188,35 @@ def test_checks_samples_and_fingerprint_of_a_folder(tmp_path):
     assert "trained on parquet data" in format_mismatch(str(svm), "parquet", "the model")
     assert "is parquet data" in format_mismatch(path, "svmlight", "the model")
     assert format_mismatch(path, "parquet", "the model") is None
+
+
+WARMED = """
+import json, sys
+from mpips.data.shards import open_shard
+from mpips.kernels import columns
+from mpips.models import catalog
+from mpips.run.warmup import compile_kernels
+def typed():
+    return {name: len(getattr(columns, name).signatures) for name in
+            ("hash_bytes", "place_ids", "place_numbers", "place_listed", "first_bad_label")}
+compile_kernels(model=catalog.LogisticRegression(), optimizer="sgd", full_batch=False,
+                push_filter=False, role="worker", parquet=True)
+warmed = typed()
+list(open_shard(sys.argv[1], 0, 1).minibatches(2))
+print(json.dumps([warmed, typed()]))
+"""
+
+
+def test_a_worker_warmed_up_for_parquet_compiles_nothing_reading_it(tmp_path):
+    """Every kernel of the reading has its signatures from the warm-up, and reading
+    every kind of column adds none (a kernel numba would compile once the clock runs)."""
+    import json
+    import subprocess
+    import sys
+    path = str(tmp_path / "k.parquet")
+    pq.write_table(every_kind(), path, row_group_size=3)
+    done = subprocess.run([sys.executable, "-c", WARMED, path], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    warmed, read = json.loads(done.stdout.strip().splitlines()[-1])
+    assert warmed == read and min(warmed.values()) >= 1, warmed
