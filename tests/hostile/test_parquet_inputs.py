@@ -1,5 +1,6 @@
 """Parquet input that cannot be read as rows: each error names the file (and the row group,
 row and column where there is one) and says what to do."""
+import re
 import sys
 
 import numpy as np
@@ -77,14 +78,15 @@ def test_a_label_of_another_type_and_too_many_fields_are_refused(tmp_path):
 
 def test_a_truncated_or_damaged_file_is_named(tmp_path):
     path = write(tmp_path / "x.parquet", pa.table({"label": [0, 1] * 100, "id": range(200)}))
-    data = open(path, "rb").read()
+    with open(path, "rb") as f:
+        data = f.read()
     with open(path, "wb") as f:
         f.write(data[:len(data) // 2])
-    with pytest.raises(ConfigError, match=f"--train {path}: not a readable Parquet file"):
+    with pytest.raises(ConfigError, match=re.escape(f"--train {path}: not a readable Parquet")):
         check_input(path, "--train")
     with open(path, "wb") as f:   # the footer whole, a data page overwritten
         f.write(data[:4] + b"\xff" * 60 + data[64:])
-    with pytest.raises((InputError, ConfigError), match=f"{path}"):
+    with pytest.raises((InputError, ConfigError), match=re.escape(path)):
         check_input(path, "--train")
         read_all(path)
 
@@ -94,7 +96,7 @@ def test_an_empty_folder_and_a_folder_of_other_files_say_there_is_nothing(tmp_pa
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "notes.txt").write_text("x")
     for folder in ("e", "o"):
-        with pytest.raises(ConfigError, match="nor a folder of Parquet files .*nothing to read"):
+        with pytest.raises(ConfigError, match=r"nor a folder of Parquet files .*nothing to read"):
             check_input(str(tmp_path / folder), "--train")
 
 

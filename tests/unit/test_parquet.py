@@ -33,9 +33,9 @@ def text_hash(s: bytes) -> int:
                           np.frombuffer(s or b"\0", np.uint8))[0])
 
 
-def criteo_lines(n: int, seed: int) -> tuple[list, list, list]:
-    """(lines, integer columns, hexadecimal columns) of `n` Criteo rows, a fifth of the
-    fields empty (None in the columns)."""
+def criteo_lines(n: int, seed: int) -> tuple[list, list]:
+    """(lines, [labels, integer columns, hexadecimal columns]) of `n` Criteo rows, a fifth
+    of the fields empty (None in the columns)."""
     rng = np.random.default_rng(seed)
     ints = [[None if rng.random() < 0.2 else int(rng.integers(-3, 5000)) for _ in range(n)]
             for _ in range(criteo.INTEGER_FIELDS)]
@@ -47,14 +47,14 @@ def criteo_lines(n: int, seed: int) -> tuple[list, list, list]:
         cells = [str(labels[r])] + ["" if c[r] is None else str(c[r]) for c in ints]
         cells += ["" if c[r] is None else f"{c[r]:08x}" for c in hexes]
         lines.append("\t".join(cells))
-    return lines, [labels, ints, hexes], []
+    return lines, [labels, ints, hexes]
 
 
 def test_criteo_values_in_parquet_give_the_criteo_readers_keys(tmp_path):
-    lines, (labels, ints, hexes), _ = criteo_lines(300, 1)
+    lines, (labels, ints, hexes) = criteo_lines(300, 1)
     tsv = tmp_path / "c.tsv"
     tsv.write_text("\n".join(lines) + "\n")
-    text = list(TextShard(str(tsv)).rows())[0]
+    text, = TextShard(str(tsv)).rows()
     columns = {"label": pa.array(labels, pa.int64())}
     for i, col in enumerate(ints):   # Criteo buckets its counts; the bucket is the id
         columns[f"I{i + 1}"] = pa.array([None if v is None else int(criteo.bucket(v))
@@ -220,3 +220,17 @@ def test_a_worker_warmed_up_for_parquet_compiles_nothing_reading_it(tmp_path):
     assert done.returncode == 0, done.stderr
     warmed, read = json.loads(done.stdout.strip().splitlines()[-1])
     assert warmed == read and min(warmed.values()) >= 1, warmed
+
+
+def test_text_input_does_not_import_pyarrow(tmp_path):
+    import subprocess
+    import sys
+    svm = tmp_path / "x.svm"
+    svm.write_text("1 1:1\n0 2:1\n")
+    code = ("import sys; import mpips.job.training, mpips.job.scoring, mpips.data.convert; "
+            "from mpips.data.shards import check_input, open_shard; "
+            f"check_input({str(svm)!r}, '--train'); list(open_shard({str(svm)!r}, 0, 1).rows()); "
+            "print('pyarrow' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
