@@ -161,10 +161,12 @@ class ParquetData:
         name = self.files[f]
         try:
             pf = self._file(f)
+            # One thread: a rank is one core's worth of a node the job fills with ranks.
             if limit is None:
-                table = pf.read_row_group(local)
+                table = pf.read_row_group(local, use_threads=False)
             else:
-                batch = next(pf.iter_batches(batch_size=max(limit, 1), row_groups=[local]))
+                batch = next(pf.iter_batches(batch_size=max(limit, 1), row_groups=[local],
+                                             use_threads=False))
                 table = pa.Table.from_batches([batch])
         except (pa.ArrowException, OSError, StopIteration) as e:
             raise InputError(f"{name}: row group {local} cannot be read ({e}): the file is "
