@@ -192,7 +192,11 @@ def test_checks_samples_and_fingerprint_of_a_folder(tmp_path):
 
 WARMED = """
 import json, sys
-from mpips.data.shards import open_shard
+import mpips.data.convert, mpips.job.scoring, mpips.job.training
+from mpips.data.shards import check_input, open_shard
+check_input(sys.argv[2], "--train")
+list(open_shard(sys.argv[2], 0, 1).rows())
+text_imports_pyarrow = "pyarrow" in sys.modules
 from mpips.kernels import columns
 from mpips.models import catalog
 from mpips.run.warmup import compile_kernels
@@ -203,34 +207,25 @@ compile_kernels(model=catalog.LogisticRegression(), optimizer="sgd", full_batch=
                 push_filter=False, role="worker", parquet=True)
 warmed = typed()
 list(open_shard(sys.argv[1], 0, 1).minibatches(2))
-print(json.dumps([warmed, typed()]))
+print(json.dumps([text_imports_pyarrow, warmed, typed()]))
 """
 
 
-def test_a_worker_warmed_up_for_parquet_compiles_nothing_reading_it(tmp_path):
-    """Every kernel of the reading has its signatures from the warm-up, and reading
-    every kind of column adds none (a kernel numba would compile once the clock runs)."""
+def test_a_warmed_up_worker_compiles_nothing_reading_parquet_and_text_needs_no_pyarrow(
+        tmp_path):
+    """Every kernel of the reading has its signatures from the warm-up, and reading every
+    kind of column adds none (a kernel numba would compile once the clock runs); reading
+    text imports no pyarrow (it is an optional extra)."""
     import json
     import subprocess
     import sys
     path = str(tmp_path / "k.parquet")
     pq.write_table(every_kind(), path, row_group_size=3)
-    done = subprocess.run([sys.executable, "-c", WARMED, path], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    warmed, read = json.loads(done.stdout.strip().splitlines()[-1])
-    assert warmed == read and min(warmed.values()) >= 1, warmed
-
-
-def test_text_input_does_not_import_pyarrow(tmp_path):
-    import subprocess
-    import sys
     svm = tmp_path / "x.svm"
     svm.write_text("1 1:1\n0 2:1\n")
-    code = ("import sys; import mpips.job.training, mpips.job.scoring, mpips.data.convert; "
-            "from mpips.data.shards import check_input, open_shard; "
-            f"check_input({str(svm)!r}, '--train'); list(open_shard({str(svm)!r}, 0, 1).rows()); "
-            "print('pyarrow' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+    done = subprocess.run([sys.executable, "-c", WARMED, path, str(svm)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    text_imports_pyarrow, warmed, read = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not text_imports_pyarrow
+    assert warmed == read and min(warmed.values()) >= 1, warmed
