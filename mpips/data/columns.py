@@ -31,6 +31,11 @@ def _is_id(t) -> bool:
             or (pt.is_dictionary(t) and _is_id(t.value_type)))
 
 
+def is_bytes(t) -> bool:
+    """A string or binary type (not a dictionary of them)."""
+    return pt.is_string(t) or pt.is_large_string(t) or pt.is_binary(t) or pt.is_large_binary(t)
+
+
 def _is_number(t) -> bool:
     return pt.is_floating(t) or pt.is_integer(t) or pt.is_boolean(t)
 

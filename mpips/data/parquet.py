@@ -102,12 +102,18 @@ class ParquetData:
             else:
                 _same_schema(first, schema, name, this)
             sizes += [(f, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+        assert schema is not None, "files_of gives one file at least"
         self.schema = schema
         self.groups = np.array(sizes, np.int64).reshape(-1, 3)
         self.starts = np.concatenate([[0], np.cumsum(self.groups[:, 2])]).astype(np.int64)
         self.rows = int(self.starts[-1])
         self.label, self.fields = self._mapping(first, schema)
         self._open: tuple = (-1, None)   # (file, its ParquetFile)
+        # String and binary columns read as their dictionary and indices, as Parquet stores
+        # them: each distinct value is hashed once per row group, not once per row.
+        self._as_dictionary = [schema.names[i] for i, kind in self.fields
+                               if kind == self._columns.ID and self._columns.is_bytes(
+                                   schema.types[i])]
 
     def _mapping(self, name: str, schema) -> tuple[int, list]:
         """(label column, [(column, kind)] of the fields) of `schema`, the schema of `name`."""
@@ -151,7 +157,8 @@ class ParquetData:
     def _file(self, f: int):
         """The ParquetFile of file `f`: one kept open at a time."""
         if self._open[0] != f:
-            self._open = (f, self.pq.ParquetFile(self.files[f]))
+            self._open = (f, self.pq.ParquetFile(self.files[f],
+                                                 read_dictionary=self._as_dictionary))
         return self._open[1]
 
     def group(self, g: int, limit: int | None = None) -> Rows:

@@ -4,7 +4,7 @@ buffers, and each column's features placed in their rows. Pure numba over numpy 
 import numpy as np
 from numba import njit
 
-from .criteo import feature_key
+from .criteo import field_seed, seeded_key
 from .hashing import mix64
 
 _SEED = np.uint64(0x5BD1E9955BD1E995)
@@ -41,10 +41,11 @@ def hash_bytes(offsets, data):
 @njit(cache=True, nogil=True)
 def place_ids(fill, valid, field, ids, out_keys, out_values):
     """Row i's feature (criteo.feature_key(field, ids[i]), 1) if valid[i]."""
+    seed = field_seed(field)
     for i in range(valid.shape[0]):
         if valid[i]:
             at = fill[i]
-            out_keys[at] = feature_key(field, ids[i])
+            out_keys[at] = seeded_key(field, seed, ids[i])
             out_values[at] = 1.0
             fill[i] = at + 1
 
@@ -65,11 +66,12 @@ def place_listed(fill, rows, keep, field, ids, values, out_keys, out_values):
     """Element i of a list column, in row rows[i], if keep[i]: (feature_key(field,
     ids[i]), values[i]), or value 1 if `values` is empty."""
     weighted = values.shape[0] > 0
+    seed = field_seed(field)
     for i in range(rows.shape[0]):
         if keep[i]:
             r = rows[i]
             at = fill[r]
-            out_keys[at] = feature_key(field, ids[i])
+            out_keys[at] = seeded_key(field, seed, ids[i])
             out_values[at] = values[i] if weighted else np.float32(1.0)
             fill[r] = at + 1
 
