@@ -36,7 +36,7 @@ from workers import mpiexec, run  # noqa: E402
 
 from mpips.models.evaluate import read_rows  # noqa: E402
 from mpips.kernels.logistic import mean_logloss  # noqa: E402
-from mpips.data.shards import features_per_row  # noqa: E402
+from mpips.data.samples import features_per_row  # noqa: E402
 
 SETS = {   # name: make-data arguments
     "census": ["--kind", "census", "--rows", "30000", "--test-rows", "15000"],

@@ -13,8 +13,19 @@ file, the best of `--repeats` runs of:
   kernel  data.TextParser on those chunks already in memory: the parse alone
   pass    TextShard.rows, reading and parsing: what training and convert do
 
-Prints MB/s and rows/s of each and its share of the read's rate; writes
-bench/results/formats.json.
+Prints MB/s and rows/s of each and its share of the read's rate. Then the Criteo rows as
+each kind of input a worker reads, side by side in rows/s (a pass of minibatches of 10,000
+rows, each batch's keys touched):
+
+  text     the Criteo TSV (TextShard)
+  shards   its conversion (`mpips convert`, CsrShard: memory-mapped, no parsing)
+  parquet  the same rows as Parquet (row groups of 65,536 rows, snappy; the 13 integer
+           columns int64, the 26 categorical ones strings, as a table would hold them),
+           read by ParquetShard; `parquet_decode` is pyarrow's reading of the row groups
+           alone (the strings as dictionaries, as ParquetShard reads them), what the
+           mapping to keys adds to
+
+Writes bench/results/formats.json.
 """
 import argparse
 import os
@@ -28,7 +39,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from report import save  # noqa: E402
 
+from mpips.data.shards import open_shard  # noqa: E402
 from mpips.data.textfile import TextParser, TextShard, sniff  # noqa: E402
+
+BATCH = 10000
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_btl": "^ofi", "OMPI_MCA_osc": "^ucx"}
 
 
 def dataset(fmt: str, rows: int) -> str:
@@ -106,6 +122,64 @@ def rates(path: str, repeats: int) -> dict:
     return out
 
 
+def inputs_of(tsv: str) -> dict:
+    """The Criteo TSV, its conversion and its Parquet file (made once beside it)."""
+    stem = tsv[:-len(".train.tsv")]
+    shards, table = f"{stem}.train.bin", f"{stem}.train.parquet"
+    if not os.path.exists(shards):
+        subprocess.run([sys.executable, "-m", "mpips", "convert", tsv, shards], check=True,
+                       capture_output=True, env={**os.environ, **MPI_ENV})
+    if not os.path.exists(table):
+        import pyarrow as pa
+        import pyarrow.csv as csv
+        import pyarrow.parquet as pq
+        names = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+        types = {"label": pa.int8(), **{f"I{i}": pa.int64() for i in range(1, 14)},
+                 **{f"C{i}": pa.string() for i in range(1, 27)}}
+        read = csv.read_csv(tsv, csv.ReadOptions(column_names=names),
+                            csv.ParseOptions(delimiter="\t"),
+                            csv.ConvertOptions(column_types=types, strings_can_be_null=True))
+        pq.write_table(read, table + ".tmp", row_group_size=1 << 16)
+        os.replace(table + ".tmp", table)
+    return {"text": tsv, "shards": shards, "parquet": table}
+
+
+def minibatch_pass(path: str) -> tuple[int, int]:
+    """(rows, features) of a worker's pass over all of `path` in minibatches, each batch's
+    keys read once (a memory-mapped batch is otherwise a view not yet read)."""
+    rows = nnz = 0
+    for batch in open_shard(path, 0, 1).minibatches(BATCH):
+        np.bitwise_xor.reduce(batch.indices)
+        rows += len(batch)
+        nnz += batch.indices.shape[0]
+    return rows, nnz
+
+
+def parquet_decode(path: str) -> None:
+    import pyarrow.parquet as pq
+    schema = pq.read_schema(path)
+    strings = [f.name for f in schema if str(f.type) == "string"]   # as ParquetShard reads
+    f = pq.ParquetFile(path, read_dictionary=strings)
+    for g in range(f.num_row_groups):
+        f.read_row_group(g, use_threads=False)   # as ParquetShard reads: one core
+
+
+def sources(tsv: str, repeats: int) -> dict:
+    """rows/s of a minibatch pass over the Criteo rows as text, shards and Parquet."""
+    paths = inputs_of(tsv)
+    out: dict = {}
+    for name, path in paths.items():
+        rows, nnz = minibatch_pass(path)
+        seconds = best(lambda path=path: minibatch_pass(path), repeats)
+        out[name] = {"path": os.path.basename(path), "rows": rows, "nnz": nnz,
+                     "seconds": seconds, "rows_per_s": rows / seconds}
+    if len({(r["rows"], r["nnz"]) for r in out.values()}) != 1:
+        raise AssertionError(f"the inputs disagree on rows and features: {out}")
+    seconds = best(lambda: parquet_decode(paths["parquet"]), repeats)
+    out["parquet_decode"] = {"seconds": seconds, "rows_per_s": out["parquet"]["rows"] / seconds}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,7 +199,11 @@ def main() -> None:
     c, s = results["criteo"]["pass"], results["svmlight"]["pass"]
     print(f"criteo / svmlight, whole pass: {c['mb_per_s'] / s['mb_per_s']:.2f}x in MB/s, "
           f"{c['rows_per_s'] / s['rows_per_s']:.2f}x in rows/s (one core)")
-    save(args.out, "formats", rows=args.rows, results=results)
+    side = sources(dataset("criteo", args.rows), args.repeats)
+    print("Criteo rows as each input, a pass of minibatches (one core):")
+    for name, r in side.items():
+        print(f"  {name:15} {r['rows_per_s'] / 1e3:7.0f}k rows/s")
+    save(args.out, "formats", rows=args.rows, results=results, inputs=side)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,14 @@ from ..ranks.exits import exit_together, fail
 
 def convert_parser(sub):
     p = sub.add_parser(
-        "convert", help="convert svmlight text to binary CSR shards that workers memory-map",
+        "convert", help="convert text or Parquet to binary CSR shards that workers memory-map",
         description="Write OUT/ with one part of CSR arrays (.npy: labels, row pointers, uint64 "
                     "keys, float32 values) per rank and a meta.json. Under mpiexec -n K each "
-                    "rank converts its own byte range of IN in parallel. `train --train OUT` "
+                    "rank converts its own part of IN (a byte range of text, row groups of "
+                    "Parquet) in parallel. `train --train OUT` "
                     "then reads it without parsing; each worker maps only its rows.")
-    p.add_argument("src", metavar="IN", help="svmlight text file")
+    p.add_argument("src", metavar="IN", help="a text file (svmlight, libffm, Criteo, Avazu), a "
+                   "Parquet file, or a folder of Parquet files")
     p.add_argument("dst", metavar="OUT", help="output directory")
     p.add_argument("--skip-bad-lines", action="store_true",
                    help="count and skip malformed lines instead of stopping at the first one")

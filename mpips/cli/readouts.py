@@ -13,7 +13,8 @@ def score_parser(sub):
                     "must fit in memory). RUN_DIR is a run's --out directory or a model "
                     "directory of server-NNNN.h5 files.")
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--test", required=True, metavar="FILE", help="svmlight test data")
+    p.add_argument("--test", required=True, metavar="FILE", help="test data: text, a directory "
+                   "from convert, or Parquet (of the training data's format)")
     p.add_argument("--snapshots", action="store_true",
                    help="score every snapshot in RUN_DIR/snapshots/ (from --snapshot-every)")
     p.add_argument("--allow-partial", action="store_true",

@@ -1,5 +1,6 @@
-"""Converting svmlight-style text into binary CSR shards (`python -m mpips convert`): every
-converting rank writes one part from its own byte range of the text (its arrays go to
+"""Converting svmlight-style text or Parquet into binary CSR shards (`python -m mpips
+convert`): every converting rank writes one part from its own byte range of the text or
+span of Parquet's rows (its arrays go to
 scratch .raw files, then each .npy is written atomically, its header ahead of the raw
 bytes); rank 0 writes meta.json once every part exists. Reading the shards is `shards`."""
 import contextlib
@@ -17,16 +18,18 @@ from ..kernels import distinct
 from ..kernels.hashing import FIELD_SHIFT
 from ..ranks.bounded import wait_all
 from ..ranks.collectives import agree
-from .shards import ARRAYS, FORMAT, is_dataset, part_file
-from .textfile import FIELDS, LIBFFM, TextShard, check_file, sniff
+from .parquet import ParquetShard, is_parquet
+from .shards import ARRAYS, FORMAT, check_input, data_format, is_dataset, open_shard, part_file
+from .textfile import FIELDS, LIBFFM, check_file
 
 log = logging.getLogger("mpips")
 
 
 def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict:
-    """Convert byte range `rank` of `size` of the svmlight file `src` into part `rank`."""
+    """Convert part `rank` of `size` of `src` (text or Parquet) into part `rank`."""
     name = f"part-{rank:04d}"
-    shard = TextShard(src, rank, size, skip_bad=skip_bad)
+    shard = open_shard(src, rank, size, skip_bad=skip_bad)
+    parquet = isinstance(shard, ParquetShard)
     rows = nnz = 0
     top = -1   # libffm: the largest field seen
     keys = distinct.sketch()
@@ -42,7 +45,7 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
             raw["values"].write(chunk.values.tobytes())
             rows += len(chunk)
             nnz += int(chunk.indptr[-1])
-            if shard.fmt is LIBFFM and chunk.indices.size:
+            if not parquet and shard.fmt is LIBFFM and chunk.indices.size:
                 top = max(top, int((chunk.indices >> FIELD_SHIFT).max()))
     for array, dtype in ARRAYS:   # .npy needs the length up front: the raw bytes go behind it
         npy = part_file(dst, name, array)
@@ -55,7 +58,8 @@ def write_part(src: str, dst: str, rank: int, size: int, skip_bad: bool) -> dict
             shutil.copyfileobj(f, out, 64 << 20)
         os.remove(npy + ".raw")
     return {"name": name, "rows": rows, "nnz": nnz, "bad_lines": shard.bad_lines,
-            "fields": FIELDS.get(shard.fmt.name, top + 1), "keys": keys}
+            "fields": len(shard.data.fields) if parquet else FIELDS.get(shard.fmt.name, top + 1),
+            "keys": keys}
 
 
 # What `convert` writes in its output directory (and the temporary files on the way): only
@@ -93,7 +97,10 @@ def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = 
     """Collective over `comm`: every rank converts its byte range of `src`; rank 0 writes
     meta.json once all parts exist. Returns the metadata on rank 0."""
     def check() -> None:
-        check_file(src, "IN")
+        if is_parquet(src):
+            check_input(src, "IN")
+        else:
+            check_file(src, "IN")
         check_output(dst, overwrite)
 
     agree(comm, check, timeout)
@@ -115,7 +122,7 @@ def convert(src: str, dst: str, comm, skip_bad: bool = False, overwrite: bool = 
     if comm.rank != 0:
         return None
     meta = {"format": FORMAT, "version": 1, "source": os.path.abspath(src),
-            "text_format": sniff(src).name,
+            "text_format": data_format(src),
             "rows": int(every[:, 0].sum()), "nnz": int(every[:, 1].sum()),
             "distinct_keys": distinct.estimate(sketches.max(axis=0)),
             "bad_lines": int(every[:, 2].sum()), "fields": int(every[:, 3].max()),

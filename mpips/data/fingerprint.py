@@ -9,6 +9,8 @@ import hashlib
 import os
 import time
 
+from .parquet import SUFFIX
+
 SAMPLE_BYTES = 1 << 20        # of a text file, from each end
 PART_SAMPLE_BYTES = 64 << 10  # of each file of a converted dataset, which may have hundreds
 
@@ -25,11 +27,12 @@ def of_file(path: str, sample: int = SAMPLE_BYTES) -> dict:
 
 
 def of_input(path: str) -> dict:
-    """A text file's fingerprint, or for a converted dataset (a directory) each file's."""
+    """A file's fingerprint (text or Parquet), or for a folder (a converted dataset, Parquet
+    files) each of its data files'."""
     if os.path.isdir(path):
         return {"files": {name: of_file(os.path.join(path, name), PART_SAMPLE_BYTES)
                           for name in sorted(os.listdir(path))
-                          if name == "meta.json" or name.endswith(".npy")}}
+                          if name == "meta.json" or name.endswith((".npy", SUFFIX))}}
     return of_file(path)
 
 

@@ -11,19 +11,24 @@ A dataset is a directory:
 
 `convert` (data/convert.py) writes one part per converting rank; `CsrShard` gives worker w
 of W the rows [N*w/W, N*(w+1)/W) without reading anything else.
+
+The functions below the shards (open_shard, spans, check_input, ...) are the interface of
+every input: svmlight-style text, a converted dataset, or Parquet (data.parquet, told
+apart first by `is_parquet`).
 """
 import contextlib
 import copy
 import json
 import logging
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..base.errors import ConfigError, InputError
 from ..kernels.csr import first_bad_label, first_bad_pointer
-from .textfile import FIELDS, Rows, TextShard, byte_range, check_file, sniff
+from . import parquet
+from .parquet import is_parquet
+from .textfile import FIELDS, Rows, TextShard, check_file, sniff
 
 log = logging.getLogger("mpips")
 
@@ -242,100 +247,23 @@ def _will_need(array: np.ndarray, first: int, last: int) -> None:
             os.close(fd)
 
 
-def features_per_row(path: str, samples: int = 8, sample_bytes: int = 1 << 17) -> float:
-    """Mean non-zeros per row: exact for a converted dataset; for text, from the first
-    `sample_bytes` of each of `samples` evenly spaced parts of the file (a sorted file, or
-    one whose first rows are unusual, is still measured fairly)."""
-    if os.path.isdir(path):
-        meta = read_meta(path)
-        return meta["nnz"] / max(meta["rows"], 1)
-    rows = nnz = 0
-    for part in range(samples):
-        shard = TextShard(path, part, samples, chunk_bytes=sample_bytes, skip_bad=True,
-                              log_bad=False)
-        chunk = next(shard.rows(), None)
-        if chunk is not None:
-            rows += len(chunk)
-            nnz += int(chunk.indptr[-1])
-    return nnz / rows if rows else 0.0
-
-
-@dataclass
-class Sample:
-    """Rows read from a training set to choose defaults, and how many rows each of the
-    workers will read (exact for a converted dataset or a file read whole, else estimated)."""
-    rows: Rows
-    per_part: list
-    exact: bool
-
-
-def _empty_rows() -> Rows:
-    return Rows(np.empty(0, np.float32), np.zeros(1, np.int64), np.empty(0, np.uint64),
-                np.empty(0, np.float32))
-
-
-def _checked_rows(path: str, part: str, a: int, b: int) -> Rows | None:
-    """Rows [a, b) of a part of a converted dataset, or None if their pointers are damaged
-    (the checks every rank agrees on report that; a sample only passes it by)."""
-    arrays = {name: np.load(part_file(path, part, name), mmap_mode="r") for name, _ in ARRAYS}
-    indptr = np.asarray(arrays["indptr"][a:b + 1])
-    if indptr.shape[0] < 2 or first_bad_pointer(indptr, arrays["indices"].shape[0]) >= 0:
-        return None
-    lo, hi = int(indptr[0]), int(indptr[-1])
-    return Rows(np.asarray(arrays["labels"][a:b]), indptr - lo,
-                np.asarray(arrays["indices"][lo:hi]), np.asarray(arrays["values"][lo:hi]))
-
-
-def sample_rows(path: str, parts: int, whole_bytes: int = 64 << 20, samples: int = 8,
-                sample_rows_each: int = 4000, sample_bytes: int = 1 << 19) -> Sample:
-    """Rows to measure `path` by, for `parts` workers: a text file up to `whole_bytes` is read
-    whole (every worker's row count is then exact); beyond that, the first `sample_bytes` of
-    `samples` evenly spaced parts of it. From a converted dataset, `samples` evenly spaced
-    runs of `sample_rows_each` rows."""
-    if os.path.isdir(path):
-        meta = read_meta(path)
-        n = sum(p["rows"] for p in meta["parts"])
-        pieces = []
-        for p in meta["parts"]:
-            share = -(-p["rows"] * samples // max(n, 1))   # runs, spread as the rows are
-            for i in range(share):
-                a = p["rows"] * i // share
-                rows = _checked_rows(path, p["name"], a, min(a + sample_rows_each, p["rows"]))
-                if rows is not None:
-                    pieces.append(rows)
-        return Sample(Rows.concat(pieces) if pieces else _empty_rows(),
-                      [n * (w + 1) // parts - n * w // parts for w in range(parts)], True)
-    size = os.path.getsize(path)
-    try:
-        if size <= whole_bytes:
-            chunks = list(TextShard(path, skip_bad=True, log_bad=False).rows())
-            rows = Rows.concat(chunks) if chunks else _empty_rows()
-            bounds = [byte_range(size, w, parts)[0] for w in range(parts)] + [size]
-            origins = rows.origins if chunks else np.empty(0, np.int64)
-            assert origins is not None, "text rows carry their lines' byte offsets"
-            at = np.searchsorted(origins, bounds)
-            return Sample(rows, np.diff(at).tolist(), True)
-        chunks, spanned = [], 0
-        for part in range(samples):
-            shard = TextShard(path, part, samples, chunk_bytes=sample_bytes, skip_bad=True,
-                                  log_bad=False)
-            chunk = next(shard.rows(), None)
-            if chunk is not None and len(chunk) > 1:
-                chunks.append(chunk)
-                spanned += int(chunk.origins[-1] - chunk.origins[0])
-    except InputError:   # the workers' reading reports it; the sample passes it by
-        return Sample(_empty_rows(), [], False)
-    if not chunks:
-        return Sample(_empty_rows(), [0] * parts, False)
-    rows = Rows.concat(chunks)
-    total = size * (len(rows) - len(chunks)) / max(spanned, 1)   # from bytes per line
-    return Sample(rows, [int(total / parts)] * parts, False)
-
-
 def check_input(path: str, flag: str, fmt: str | None = None) -> None:
     """ConfigError unless `path` is a readable non-empty text file (of format `fmt`, if
-    given: svmlight, criteo or avazu) or a whole converted dataset."""
+    given: svmlight, criteo or avazu), a whole converted dataset, or Parquet whose schema
+    maps to rows."""
+    if is_parquet(path):
+        if fmt is not None:
+            raise ConfigError(f"{flag} {path}: Parquet, but --format {fmt} names a text "
+                              f"format; leave --format out")
+        try:
+            parquet.ParquetData(path)
+        except ConfigError as e:
+            raise ConfigError(f"{flag} {e}") from None
+        return
     if os.path.isdir(path):
+        if not is_dataset(path):
+            raise ConfigError(f"{flag} {path}: not a converted dataset (no meta.json) nor a "
+                              f"folder of Parquet files (no *{parquet.SUFFIX}): nothing to read")
         check_parts(path, read_meta(path))
         return
     check_file(path, flag)
@@ -349,6 +277,11 @@ def check_examples(path: str, flag: str, skip_bad: bool) -> None:
     """ConfigError unless the data at `path` holds an example: of text, the lines are read up
     to the first one (all of them if there is none); of a converted dataset, its rows are
     counted. Of the whole, not of a worker's part, which may hold none."""
+    if is_parquet(path):
+        if not parquet.ParquetData(path).rows:
+            raise ConfigError(f"{flag} {path}: no examples (Parquet of 0 rows): nothing to "
+                              f"train on")
+        return
     if os.path.isdir(path):
         if not sum(p["rows"] for p in read_meta(path)["parts"]):
             raise ConfigError(f"{flag} {path}: no examples (a dataset of 0 rows): nothing to "
@@ -372,8 +305,11 @@ def check_examples(path: str, flag: str, skip_bad: bool) -> None:
 def fields_of(path: str) -> int:
     """How many fields the data's keys carry in their top byte (0: none, as in svmlight):
     Criteo's and Avazu's; a converted dataset's, as counted when converting. libffm text
-    says its fields line by line only: 0 here (give --fields)."""
+    says its fields line by line only: 0 here (give --fields). Parquet's: its feature
+    columns."""
     try:
+        if is_parquet(path):
+            return len(parquet.ParquetData(path).fields)
         if os.path.isdir(path):
             return int(read_meta(path).get("fields", 0))
         return FIELDS.get(sniff(path).name, 0)
@@ -383,7 +319,10 @@ def fields_of(path: str) -> int:
 
 def data_format(path: str) -> str | None:
     """The format of the data at `path`: a text file's (from its first line), or the text a
-    dataset was converted from (None if `convert` did not record it: an older dataset)."""
+    dataset was converted from (None if `convert` did not record it: an older dataset), or
+    "parquet"."""
+    if is_parquet(path):
+        return parquet.FORMAT
     if os.path.isdir(path):
         return read_meta(path).get("text_format")
     return sniff(path).name
@@ -402,7 +341,10 @@ def format_mismatch(test: str, trained: str | None, model: str) -> str | None:
 
 
 def open_shard(path: str, part: int, nparts: int, skip_bad: bool = False):
-    """Part `part` of `nparts` of a dataset: svmlight text, or a directory from `convert`."""
+    """Part `part` of `nparts` of a dataset: svmlight text, a directory from `convert`, or
+    Parquet."""
+    if is_parquet(path):
+        return parquet.ParquetShard(parquet.ParquetData(path), part, nparts)
     if os.path.isdir(path):
         return CsrShard(path, part, nparts)
     return TextShard(path, part, nparts, skip_bad=skip_bad)
@@ -410,9 +352,16 @@ def open_shard(path: str, part: int, nparts: int, skip_bad: bool = False):
 
 def spans(path: str, nparts: int) -> list:
     """(start, stop) of each of the `nparts` parts of a dataset: bytes of text (a reader
-    takes the lines that start in them) or rows of binary shards."""
+    takes the lines that start in them) or rows of binary shards or Parquet."""
+    if is_parquet(path):
+        return parquet.ParquetData(path).spans(nparts)
     if os.path.isdir(path):
         n = sum(int(p["rows"]) for p in read_meta(path)["parts"])
     else:
         n = os.path.getsize(path)
     return [(n * k // nparts, n * (k + 1) // nparts) for k in range(nparts)]
+
+
+def counts_rows(path: str) -> bool:
+    """Whether spans of the data at `path` are rows (binary shards, Parquet), not bytes."""
+    return os.path.isdir(path) or is_parquet(path)

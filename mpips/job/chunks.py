@@ -4,11 +4,11 @@ under ULFM who holds the scores of which (`HandOut`). Pure but for opening the f
 """
 import logging
 import math
-import os
 from typing import NamedTuple
 
 from ..base.errors import InputError, ProtocolError
-from ..data.shards import CsrShard, open_shard, spans
+from ..data.parquet import ParquetShard
+from ..data.shards import CsrShard, counts_rows, is_dataset, open_shard, spans
 from ..data.textfile import TextShard
 
 log = logging.getLogger("mpips")
@@ -55,11 +55,11 @@ class HeldOutFile:
 
     def __init__(self, cfg):
         self.path = cfg.data.test
-        self.binary = os.path.isdir(cfg.data.test)   # spans of rows; else of bytes
+        self.binary = counts_rows(cfg.data.test)   # spans of rows; else of bytes
         try:
             # A chunk's rows are checked as it is opened (`chunk`), not the whole file on
             # every rank.
-            self._whole = (CsrShard(cfg.data.test, check=False) if self.binary else
+            self._whole = (CsrShard(cfg.data.test, check=False) if is_dataset(cfg.data.test) else
                            open_shard(cfg.data.test, 0, 1, skip_bad=cfg.data.skip_bad_lines))
             self.total = spans(cfg.data.test, 1)[0][1]
         except OSError as e:
@@ -68,7 +68,7 @@ class HeldOutFile:
     def chunks(self, ranks: int) -> Chunks:
         return Chunks(self.total, ranks, EVAL_BATCH if self.binary else 1)
 
-    def chunk(self, span, sender: str) -> CsrShard | TextShard | None:
+    def chunk(self, span, sender: str) -> CsrShard | TextShard | ParquetShard | None:
         """The shard of chunk `span` (start, stop) handed out by `sender`; None for none left
         (or LOST)."""
         start, stop = (int(x) for x in span)

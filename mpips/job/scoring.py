@@ -29,6 +29,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..base.errors import WaitTimeout
+from ..data.parquet import ParquetShard
 from ..data.shards import CsrShard, open_shard, spans
 from ..data.textfile import KeyIndexer, Rows, TextShard
 from ..run import testevents
@@ -159,7 +160,7 @@ class Scoring:
         self._chunk: tuple[MPI.Request | None, np.ndarray] | None = None
         self._chunk_asked = 0.0
         # The chunk being scored, and its batches.
-        self._shard: CsrShard | TextShard | None = None
+        self._shard: CsrShard | TextShard | ParquetShard | None = None
         self._batches: Iterator[Rows] | None = None
         self._in_flight: list[_Batch] = []
         self._ts = 0

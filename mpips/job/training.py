@@ -30,7 +30,9 @@ from ..base import timeline
 from ..base.errors import ConfigError, MpipsError
 from ..base.log import setup
 from ..base.processes import Process
-from ..data.shards import check_examples, sample_rows
+from ..data.parquet import is_parquet
+from ..data.samples import sample_rows
+from ..data.shards import check_examples
 from ..models import defaults
 from ..models.lbfgs import Step
 from ..pipeline.schedule import logged_bubbles, theoretical_bubble
@@ -226,7 +228,9 @@ def _agree_on_choices(cfg: TrainConfig, comm, resume, bound: float) -> tuple:
     compile_s = compile_per_node(comm, bound, role, model=cfg.model.spec(),
                                  optimizer=cfg.optimizer.name,
                                  full_batch=cfg.solver.full_batch,
-                                 push_filter=cfg.push.filtered)
+                                 push_filter=cfg.push.filtered,
+                                 parquet=any(is_parquet(p) for p in (cfg.data.train,
+                                                                     cfg.data.test) if p))
     chosen, workers = None, comm.size - cfg.server_ranks
     if comm.rank == sampler:   # with --stages, a pipeline reads as one worker does
         chosen = json.dumps(_choose(cfg, workers // cfg.pipeline.stages, resume))

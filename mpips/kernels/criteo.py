@@ -45,9 +45,21 @@ _HEX[65:71] = range(10, 16)
 
 
 @njit(cache=True, nogil=True, inline="always")
+def field_seed(field):
+    """What feature_key mixes a value of `field` with: one per field, to compute once."""
+    return mix64(np.uint64(field) ^ _FIELD_SALT)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def seeded_key(field, seed, value):
+    """feature_key(field, value), given field_seed(field)."""
+    return field_key(field, mix64(seed ^ np.uint64(value)))
+
+
+@njit(cache=True, nogil=True, inline="always")
 def feature_key(field, value):
     """The key of `value` (a bucket or a hexadecimal number) in `field`."""
-    return field_key(field, mix64(mix64(np.uint64(field) ^ _FIELD_SALT) ^ np.uint64(value)))
+    return seeded_key(field, field_seed(field), value)
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -7,8 +7,8 @@ import numpy as np
 
 from ..base.files import open_hdf5
 from ..data.dense_rows import Part
-from ..data.shards import CsrShard, format_mismatch
-from ..data.textfile import BIAS_KEY, Rows, TextShard
+from ..data.shards import CsrShard, format_mismatch, is_dataset, open_shard
+from ..data.textfile import BIAS_KEY, Rows
 from ..kernels.logistic import held_out
 from ..storage.model_files import load_full_batch, load_model, model_info
 from . import catalog
@@ -19,11 +19,12 @@ _LR = catalog.LogisticRegression()   # the default model (it holds no state)
 
 
 def read_rows(path: str) -> Rows:
-    """All rows of an svmlight file or converted dataset (for test sets that fit in memory)."""
-    if os.path.isdir(path):
+    """All rows of a text file, converted dataset or Parquet (for test sets that fit in
+    memory)."""
+    if is_dataset(path):
         shard = CsrShard(path)
         return shard.parts[0] if len(shard.parts) == 1 else Rows.concat(shard.parts)
-    chunks = list(TextShard(path).rows())
+    chunks = list(open_shard(path, 0, 1).rows())
     if not chunks:
         raise ValueError(f"{path}: no examples")
     return Rows.concat(chunks)

@@ -7,7 +7,6 @@ import os
 from ..base.errors import ConfigError
 from ..data import fingerprint
 from ..data.shards import check_input, data_format, fields_of, format_mismatch
-from ..data.textfile import sniff
 from ..models.catalog import ModelName
 from ..ranks.roles import check_servers
 from . import testevents
@@ -97,7 +96,7 @@ def _check_fields(cfg: TrainConfig) -> None:
                           f"concatenates: it needs --model widedeep (got --model "
                           f"{model})")
     fixed = fields_of(train)
-    if os.path.isfile(train) and sniff(train).name == "svmlight":
+    if os.path.isfile(train) and data_format(train) == "svmlight":
         raise ConfigError(f"--fields {fields}: --train {train} is svmlight text, "
                           f"whose features carry no field; use libffm text (label "
                           f"field:idx:val ...), Criteo or Avazu, or --fields 0 to sum the "

@@ -236,7 +236,7 @@ GROUPS = {
 OPTIONS = (
     _option("io", "--train", required=True, metavar="FILE",
             help="training data: svmlight or libffm text, Criteo TSV, Avazu CSV, "
-                 "or a directory from convert"),
+                 "a directory from convert, or a Parquet file or folder of them"),
     _option("io", "--format", choices=values(DataFormat),
             help="the text's format: svmlight (label idx:val ...); libffm (label "
                  "field:idx:val ..., field 0 to 254, idx below 2^56); criteo (label, 13 "

@@ -29,9 +29,10 @@ from ..worker.pushfilter import PushFilter
 
 def compile_kernels(model=None, optimizer: str | None = None,
                     full_batch: bool | None = None, push_filter: bool | None = None,
-                    role: str | None = None) -> None:
+                    role: str | None = None, parquet: bool | None = None) -> None:
     """The kernels of `model` (a models.* object), `optimizer` (a name), the full-batch
-    solver if `full_batch` and the push filters if `push_filter`, with the reading and
+    solver if `full_batch`, the push filters if `push_filter` and Parquet's reading if
+    `parquet` (None: if pyarrow is installed), with the reading and
     scoring every job does; each None: all of them. `role`, "worker" or "server": only the
     kernels of a worker's minibatches or of a server's table (None: both); a server parses
     no text (a worker samples the data for the defaults). A job loads only its own: each
@@ -57,6 +58,8 @@ def compile_kernels(model=None, optimizer: str | None = None,
         first_bad_pointer(mapped, batch.indices.shape[0])
         first_bad_label(batch.labels)
         defaults.measure(batch, bias=True)   # the defaults, from the data's sample
+        if parquet or parquet is None:
+            _parquet_rows(required=bool(parquet))
     if role != "worker":
         # The sorted unique keys a pull carries, the bias's last (as KeyIndexer gives them).
         _server_table(np.append(np.unique(batch.indices), BIAS_KEY), optimizer)
@@ -72,6 +75,34 @@ def compile_kernels(model=None, optimizer: str | None = None,
         _factorization_machine(batch)
     if name in (None, "widedeep"):
         _wide_and_deep()
+
+
+def _parquet_rows(required: bool) -> None:
+    """A tiny Parquet file of every kind of column read as a worker reads one (the kernels
+    see the array types pyarrow gives); nothing without pyarrow unless `required`."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        if required:
+            raise
+        return
+    from ..data.parquet import ParquetData, ParquetShard
+    pair = pa.struct([("key", pa.int64()), ("value", pa.float64())])
+    table = pa.table({
+        "label": pa.array([1, 0], pa.int8()), "i": pa.array([3, None], pa.int64()),
+        "u": pa.array([3, 4], pa.uint64()), "s": pa.array(["a", None]),
+        "d": pa.array(["x", "y"]).dictionary_encode(), "f": pa.array([0.5, None]),
+        "bag": pa.array([[1, 2], None], pa.list_(pa.int64())),
+        "kv": pa.array([[{"key": 1, "value": 0.5}], []], pa.list_(pair)),
+        "m": pa.array([[(1, 2.0)], None], pa.map_(pa.int32(), pa.float32()))})
+    fd, path = tempfile.mkstemp(suffix=".parquet")
+    os.close(fd)
+    try:
+        pq.write_table(table, path)
+        list(ParquetShard(ParquetData(path)).rows())
+    finally:
+        os.unlink(path)
 
 
 def _tiny_batch() -> Rows:

@@ -3,7 +3,7 @@ takes it in parallel, a job trains on it (text or converted) to a model that has
 planted one; a job trains on Avazu's CSV; Wide & Deep concatenates the fields each format
 gives (Criteo's 39 known, libffm's counted when converting, --fields on text)."""
 import numpy as np
-from support import read_summary, run_job, run_mpips
+from support import read_summary, run_job, run_mpips, same_model
 
 from mpips.models.evaluate import read_rows
 from mpips.storage.model_files import load_model
@@ -103,3 +103,70 @@ def test_wide_and_deep_concatenates_the_fields_of_criteo_and_libffm(criteo, tmp_
                   *net, "--fields", 4)
     assert job.returncode != 0 and "a feature in field 4" in job.output
     assert "give --fields 5 or more" in job.output
+
+
+def parquet_table(rows: int, seed: int):
+    """Rows of a click log as Parquet columns of each kind the reader maps: a site (string),
+    an hour (integer), a price (floating), tags (list<int32>), bids (map<int32, float32>);
+    clicks from a planted model over them."""
+    import pyarrow as pa
+    world = np.random.default_rng(0)
+    site_lift, tag_lift = world.normal(0, 1.2, 40), world.normal(0, 0.8, 20)
+    rng = np.random.default_rng(seed)
+    site, hour = rng.integers(0, 40, rows), rng.integers(0, 24, rows)
+    price = rng.random(rows)
+    counts = rng.integers(0, 4, rows)
+    tags = rng.integers(0, 20, counts.sum())
+    at = np.concatenate([[0], np.cumsum(counts)])
+    margin = (-1.0 + site_lift[site] + 0.8 * ((18 <= hour) & (hour <= 22)) + price
+              + np.add.reduceat(np.append(tag_lift[tags], 0), at[:-1]) * (counts > 0))
+    label = (rng.random(rows) < 1 / (1 + np.exp(-margin))).astype(np.int8)
+    bids = pa.MapArray.from_arrays(pa.array(np.arange(rows + 1, dtype=np.int32)),
+                                   pa.array(rng.integers(0, 10, rows).astype(np.int32)),
+                                   pa.array(rng.random(rows).astype(np.float32)))
+    return pa.table({"label": label, "site": [f"site-{s}" for s in site],
+                     "hour": hour.astype(np.int8), "price": price,
+                     "tags": pa.ListArray.from_arrays(pa.array(at.astype(np.int32)),
+                                                      pa.array(tags.astype(np.int32))),
+                     "bids": bids})
+
+
+def test_a_job_trains_on_a_parquet_folder_as_on_its_conversion(tmp_path):
+    """2 workers, each its two row groups of a folder of two files; held-out Parquet; the
+    folder converted to shards trains the same model, bit for bit (BSP)."""
+    import pyarrow.parquet as pq
+    folder = tmp_path / "train"
+    folder.mkdir()
+    for f in range(2):
+        pq.write_table(parquet_table(2000, 1 + f), folder / f"part-{f}.parquet",
+                       row_group_size=1000)
+    test = tmp_path / "test.parquet"
+    pq.write_table(parquet_table(1000, 9), test)
+    converted = tmp_path / "train.bin"
+    job = run_job(2, "convert", folder, converted)
+    assert job.returncode == 0, job.output
+    ours, theirs = read_rows(str(folder)), read_rows(converted)
+    for field in ("labels", "indptr", "indices", "values"):
+        np.testing.assert_array_equal(getattr(theirs, field), getattr(ours, field))
+    assert read_meta(converted)["fields"] == 5
+    assert read_meta(converted)["text_format"] == "parquet"
+    runs = []
+    for name, source in (("parquet", folder), ("shards", converted)):
+        runs.append(tmp_path / name)
+        job = run_job(3, "train", "--train", source, "--test", test, "--out", runs[-1],
+                      "--epochs", 2, "--lr", 0.1)
+        assert job.returncode == 0, job.output
+    same_model(*runs)
+    s = read_summary(runs[0])
+    base = np.mean(read_rows(str(test)).labels)
+    entropy = -(base * np.log(base) + (1 - base) * np.log(1 - base))
+    print(f"parquet test logloss {s['test_logloss']:.4f}, base rate {entropy:.4f}")
+    assert s["train_examples"] == 2 * 4000 and s["test_examples"] == 1000
+    assert s["test_logloss"] < 0.95 * entropy and s["test_auc"] > 0.7
+    scored = run_mpips("score", runs[0], "--test", test)
+    assert scored.returncode == 0 and f"logloss {s['test_logloss']:.4f}" in scored.stdout, \
+        scored.output
+    text = tmp_path / "t.svm"
+    text.write_text("1 1:1\n")
+    scored = run_mpips("score", runs[0], "--test", text)
+    assert scored.returncode == 2 and "trained on parquet data" in scored.stderr, scored.output

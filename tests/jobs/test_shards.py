@@ -5,7 +5,8 @@ from support import read_summary, run_job
 
 from mpips.models.evaluate import read_rows
 from mpips.storage.model_files import load_model
-from mpips.data.shards import CsrShard, features_per_row
+from mpips.data.samples import features_per_row
+from mpips.data.shards import CsrShard
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from mpips.data.textfile import Rows, TextShard
 from mpips.models.evaluate import read_rows
 from mpips.data.synthetic import make_data
 from mpips.models.optimizer import Optimizer
-from mpips.data.shards import sample_rows
+from mpips.data.samples import sample_rows
 
 
 def csr(dense: np.ndarray, labels=None) -> Rows:

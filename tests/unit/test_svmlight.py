@@ -271,7 +271,7 @@ def test_skipped_lines_are_named_and_counted_per_pass(tmp_path, caplog):
 
 
 def test_features_per_row_samples_the_whole_file(tmp_path, caplog):
-    from mpips.data.shards import features_per_row
+    from mpips.data.samples import features_per_row
     sparse_head = ["0"] * 500 + ["1 " + " ".join(f"{k}:1" for k in range(30))] * 500
     path = _write(tmp_path, sparse_head + ["oops"])
     assert 12 < features_per_row(path) < 18, "about half the rows have 30 features"
