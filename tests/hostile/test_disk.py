@@ -115,9 +115,11 @@ def test_checkpoints_failing_in_a_row_keep_the_model_until_space_is_freed(small_
                          "--checkpoint-every", 10, "--disk-wait", 120)
         line = job.wait_for("the model trained so far is kept in memory")
         assert "No space left on device (it needs about" in line
-        assert not temporary_files(run), "the failed attempts left nothing behind"
         os.remove(ballast)                      # the user frees space
         ended = job.finish()
+        # (checked once the job has ended: another server's writer of the last failed
+        # checkpoint may still be at work when the lead says the third failed)
+        assert not temporary_files(run), "the failed attempts left nothing behind"
         assert ended.returncode != 0, ended.output
         assert "3 checkpoints in a row could not be written" in ended.output
         assert "wrote the model trained so far after all" in ended.output
