@@ -75,7 +75,8 @@ class Balance:
             self.at[worker] = self.epochs
             return Chunk(self.epochs, 0, 0, batch)
         self.handed[worker].append(span)
-        return Chunk(*span, batch)
+        epoch, start, stop = span
+        return Chunk(epoch, start, stop, batch)
 
     def share(self, worker: int) -> float:
         """`worker`'s part of the speed of the workers sharing the rows (those not measured
@@ -153,8 +154,8 @@ class Balance:
         (worker -> (epoch, chunks done, offset)): the rest of its chunks given back."""
         b = cls(int(state["total"]), epochs, workers, batch, multiple)
         b.taken = [int(t) for t in state["taken"]][:epochs] + [0] * (epochs - len(state["taken"]))
-        b.returned = sorted(tuple(int(x) for x in r) for r in state["returned"])
-        b.handed = [[tuple(int(x) for x in c) for c in h] for h in state["handed"]]
+        b.returned = sorted(_span(r) for r in state["returned"])
+        b.handed = [[_span(c) for c in h] for h in state["handed"]]
         b.speed = [float(s) for s in state["speed"]]
         for w in range(workers):
             epoch, done, offset = places.get(w, (0, 0, -1))
@@ -163,3 +164,9 @@ class Balance:
             if epoch >= epochs:
                 b.out.add(w)
         return b
+
+
+def _span(fields) -> tuple[int, int, int]:
+    """(epoch, start, stop) of a checkpoint's list."""
+    epoch, start, stop = (int(x) for x in fields)
+    return epoch, start, stop

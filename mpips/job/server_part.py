@@ -17,6 +17,7 @@ from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError
 from ..base.files import keep_trying, write_hdf5
 from ..base.log import say
 from ..data import fingerprint
+from ..data.balance import Balance
 from ..data.shards import data_format, distinct_keys, spans
 from ..models.lbfgs import Step
 from ..ranks.roles import Roles
@@ -29,6 +30,7 @@ from ..server.dense_tables import DenseTables
 from ..server.loop import Hooks, Server
 from ..server.progress import Progress
 from ..server.replicas import PrimaryKeys
+from ..server.rowhandout import RowHandOut
 from ..server.store import KVStore
 from ..storage import checkpoint
 from ..storage.model_files import save_shard, shard_path
@@ -258,14 +260,27 @@ class ServerPart:
                                   cfg.consistency.max_staleness == 0, self.positions)
         scoring = ((lambda s: Scoring(s, cfg, core_to_spare(roles) and not hot, hot))
                    if shared(cfg) else None)
-        return Server(roles, self.store, self.clocks, cfg.faults.timeout, hooks=self._hooks(),
-                      progress=self.progress, dense=self.dense,
-                      record_pulls=cfg.diagnostics.record_pulls, checkpoints=checkpoints,
-                      placement=self.placement, failover=failover, workers_fail_over=hot,
-                      epochs=cfg.solver.epochs,
-                      parts=spans(cfg.data.train, len(roles.workers)) if elastic else (),
-                      deaths=checkpoint.deaths(self.resume), run_dir=cfg.data.out,
-                      run_id=self.name, scoring=scoring)
+        server = Server(roles, self.store, self.clocks, cfg.faults.timeout,
+                        hooks=self._hooks(), progress=self.progress, dense=self.dense,
+                        record_pulls=cfg.diagnostics.record_pulls, checkpoints=checkpoints,
+                        placement=self.placement, failover=failover, workers_fail_over=hot,
+                        epochs=cfg.solver.epochs,
+                        parts=spans(cfg.data.train, len(roles.workers)) if elastic else (),
+                        deaths=checkpoint.deaths(self.resume), run_dir=cfg.data.out,
+                        run_id=self.name, scoring=scoring)
+        server.ctx.handout = RowHandOut(server.ctx, self._balance())
+        return server
+
+    def _balance(self) -> Balance | None:
+        """The hand-out of the training rows (--balance dynamic), as the checkpoint resumed
+        from left it, if any; None under --balance static."""
+        cfg = self.cfg
+        if not cfg.consistency.dynamic:
+            return None
+        workers, epochs = len(self.roles.workers), cfg.solver.epochs
+        assert cfg.solver.batch_size, "the minibatch size is chosen before the servers start"
+        total = spans(cfg.data.train, 1)[0][1]
+        return Balance(total, epochs, workers, cfg.solver.batch_size)
 
     def run(self, server: Server):
         """Every rank ready, the server's loop until the workers are done; after an error,
@@ -365,7 +380,8 @@ class ServerPart:
         r["push_bytes"] = stats.push_bytes
         r["train_requests"] = stats.train_requests or stats.requests
         r["ranges_lost"] = lost
-        r["rows_abandoned"] = len(abandoned)
+        r["rows_abandoned"] = len(abandoned) + (server.ctx.handout.abandoned
+                                                 if server.ctx.handout else 0)
         r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
         r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
         r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)

@@ -26,8 +26,9 @@ from ..wire.placement import Placement
 from ..worker.kvworker import KVWorker
 from ..worker.pushfilter import Plain, PushFilter
 from .failing import saving_on_failure
-from .part_result import PartResult
+from .part_result import EPOCH_ROWS, PartResult
 from .scoring import Share, worker_share
+from .shared_rows import SharedWork, Speed
 from .stage_part import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
 from .worker_rows import Minibatch, Work
 
@@ -97,7 +98,9 @@ class WorkerLoop:
         self.cfg, self.roles, self.kv, self.lead = cfg, roles, kv, kv.lead
         self.deaths, self.hot, self.part, self.front = deaths, hot, part, front
         self.model = front or cfg.model.spec()
-        self.slowdown = cfg.diagnostics.slowdown(roles.index)
+        self.shared = cfg.consistency.dynamic and front is None   # --balance dynamic
+        self.speed = Speed()
+        self.epoch_rows: dict[int, int] = {}   # rows trained in this launch, by epoch
         self.handing_on = front is None
         self.examples, self.loss = 0, 0.0
         self.push_ts: int | None = None   # the latest push, not yet waited for
@@ -107,7 +110,7 @@ class WorkerLoop:
         self.timeline = Timeline()
         # This worker's rows and its stream of minibatches: set by _start, which run() calls
         # first.
-        self.work: Work
+        self.work: Work | SharedWork
         self.stream: Iterator[Minibatch]
         self.t0 = self.mark = self.startup_s = 0.0
         self.position = position      # where a checkpoint says this worker stood
@@ -139,6 +142,9 @@ class WorkerLoop:
                 p = self.position
                 epoch, segment, offset = p["epoch"], p.get("segment", 0), p["offset"]
                 taken = list(p.get("taken", []))
+            if self.shared:
+                opened.append(self._open_shared(epoch))
+                return
             try:
                 shard = open_shard(cfg.data.train, index, parts, skip_bad=cfg.data.skip_bad_lines)
                 plan = WorkPlan(spans(cfg.data.train, parts), cfg.solver.epochs, self.deaths)
@@ -153,6 +159,17 @@ class WorkerLoop:
         self.startup_s = process_age()
         (self.work, first), = opened
         self.stream = self.work.minibatches(*first)
+
+    def _open_shared(self, epoch: int) -> tuple:
+        """(SharedWork over the whole training file, where it starts): --balance dynamic."""
+        cfg = self.cfg
+        try:
+            shard = open_shard(cfg.data.train, 0, 1, skip_bad=cfg.data.skip_bad_lines)
+            total = spans(cfg.data.train, 1)[0][1]
+        except OSError as e:
+            raise InputError(f"--train {cfg.data.train}: {e.strerror or e}") from None
+        work = SharedWork(cfg, shard, self.lead, self.model.reserved_keys(), self.speed, total)
+        return work, (epoch, 0, -1)
 
     def _sample(self, t: float, force: bool = False) -> None:
         if force or self.timeline.due(t):
@@ -216,7 +233,7 @@ class WorkerLoop:
         self._sample(time.monotonic() - self.t0)
         leaving = self.lead.asked_to_leave
         self._push(current, grad, last=upcoming is None or leaving)
-        self._straggle(waited)
+        self._pace(waited, len(current.rows))
         if upcoming and leaving:
             self.left = upcoming
             return None, None
@@ -230,7 +247,8 @@ class WorkerLoop:
         worker that joins a share of them, it splits them there."""
         lead = self.lead
         upcoming = next(self.stream, None)
-        if upcoming and lead.asked_to_give and not lead.asked_to_leave:
+        if (upcoming and lead.asked_to_give and not lead.asked_to_leave
+                and isinstance(self.work, Work)):
             self.stream = self.work.share_with_joiner(lead, self.kv.clock, lead.asked_to_give,
                                                       upcoming, self.cfg.faults.timeout)
             upcoming = next(self.stream, None)
@@ -248,6 +266,9 @@ class WorkerLoop:
                                      batch_loss))
         self.loss += batch_loss
         self.examples += len(current.rows)
+        self.epoch_rows[current.epoch] = self.epoch_rows.get(current.epoch, 0) + len(current.rows)
+        if isinstance(self.work, SharedWork):
+            grad *= np.float32(self.work.weight(len(current.rows)))
         return grad
 
     def _push(self, current: Minibatch, grad: np.ndarray, last: bool) -> None:
@@ -259,20 +280,28 @@ class WorkerLoop:
             testevents.reached("clock", self.kv.clock)
         self.push_ts = self.kv.push(current.keys, grad, clock=True, flush=last)
 
-    def _straggle(self, waited: float) -> None:
-        """--straggler, a testing aid: take `slowdown` times as long (as if a minibatch took
-        at least 1 ms: a test's slowed job then lasts about as long however fast the machine
-        and the code). `waited`: the time waited on pulls before this minibatch."""
-        if self.slowdown > 1:
+    def _pace(self, waited: float, rows: int) -> None:
+        """The time this minibatch of `rows` rows kept the worker busy (not waiting on the
+        servers), for its speed; and --straggler, a testing aid: take `slowdown` times as
+        long (as if a minibatch took at least 1 ms: a test's slowed job then lasts about as
+        long however fast the machine and the code). `waited`: the time waited on pulls
+        before this minibatch."""
+        busy = time.monotonic() - self.mark - (self.kv.wait_s - waited)
+        slowdown = self.cfg.diagnostics.slowdown(self.roles.index, self.kv.clock)
+        if slowdown > 1:
+            time.sleep((slowdown - 1) * max(busy, STRAGGLER_LEAST_BUSY_S))
             busy = time.monotonic() - self.mark - (self.kv.wait_s - waited)
-            time.sleep((self.slowdown - 1) * max(busy, STRAGGLER_LEAST_BUSY_S))
-            self.mark = time.monotonic()
+        self.speed.add(rows, busy)
+        self.mark = time.monotonic()
 
     # Hand-overs: rows handed to this worker, or left by it.
 
     def _more_to_train(self) -> bool:
         """Before this worker says FINISH: whether the lead has handed it rows of a dead worker
-        that it has not trained (told of, or on their way)."""
+        that it has not trained (told of, or on their way). Under --balance dynamic its
+        stream ended once the lead said none is left."""
+        if isinstance(self.work, SharedWork):
+            return False
         self.work.catch_up(self.lead, self.lead.status()["deaths"], self.cfg.faults.timeout)
         return self.work.segment + 1 < len(self.work.segments(self.work.epoch))
 
@@ -314,7 +343,9 @@ class WorkerLoop:
             began = time.monotonic()
             testevents.reached("scoring")
             # Those that died in this launch (a resume's dead workers live again).
-            share = worker_share(cfg, self.roles, kv, self.work.plan.deaths[len(self.deaths):],
+            deaths = (self.work.plan.deaths[len(self.deaths):] if isinstance(self.work, Work)
+                      else ())
+            share = worker_share(cfg, self.roles, kv, deaths,
                                  self.part, self.front, self.hot)
             score_s = time.monotonic() - began
         if self.front is not None:
@@ -341,8 +372,10 @@ class WorkerLoop:
         r["stopped_at"] = kv.clock if self.stopped else -1   # a worker: where it was stopped
         for name, value in kv.filter.figures().items():
             r[name] = value
+        epoch_rows = np.array([(self.roles.index, e, n)
+                               for e, n in sorted(self.epoch_rows.items())], EPOCH_ROWS)
         return PartResult(r, share.margins, share.labels, np.zeros(len(self.roles.workers)),
-                          samples=self.timeline.samples())
+                          samples=self.timeline.samples(), epoch_rows=epoch_rows)
 
 
 def _diverged(cfg: TrainConfig, clock: int, current: Minibatch, shard, loss: float) -> str:
@@ -355,7 +388,7 @@ def _diverged(cfg: TrainConfig, clock: int, current: Minibatch, shard, loss: flo
 
 
 def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
-                            work: "Work | None" = None, hot: bool = False) -> bool:
+                            work: "Work | SharedWork | None" = None, hot: bool = False) -> bool:
     """Wait until every worker has finished training, however long that takes, as long as
     the slowest keeps advancing: the bound is --timeout without progress. With `work` (not a
     pipeline), workers may die or leave meanwhile: the lead server, not a barrier, says

@@ -35,6 +35,7 @@ def check(cfg: TrainConfig, n_ranks: int) -> None:
         raise ConfigError(f"--average-after needs --optimizer sgd (got --optimizer "
                           f"{cfg.optimizer.name})")
     cfg.consistency.check()
+    _check_balance(cfg)
     cfg.diagnostics.check(n_ranks - cfg.server_ranks)
     try:
         testevents.check(cfg.diagnostics.test_events, n_ranks, cfg.server_ranks,
@@ -125,6 +126,18 @@ def _check_push_filter(cfg: TrainConfig) -> None:
                           f"{cfg.pipeline.stages} the later stages push the network's "
                           f"layers, whose held-back rows no last push would deliver: train "
                           f"without the filters, or without --stages")
+
+def _check_balance(cfg: TrainConfig) -> None:
+    """--balance dynamic hands out a minibatch solver's rows to the workers themselves."""
+    if not cfg.consistency.dynamic:
+        return
+    fixed = (f"--solver {cfg.solver.name}" if cfg.solver.full_batch else
+             f"--stages {cfg.pipeline.stages}" if cfg.pipeline.stages > 1 else None)
+    if fixed:
+        raise ConfigError(f"--balance dynamic hands each worker minibatches of the rows it "
+                          f"asks for; {fixed} trains fixed parts of the data: use --balance "
+                          f"static")
+
 
 def _check_solver(cfg: TrainConfig) -> None:
     solver, optimizer = cfg.solver, cfg.optimizer
