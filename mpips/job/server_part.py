@@ -48,9 +48,10 @@ NO_STEPS = np.empty((0, len(Step._fields)))   # a full-batch solver's, which onl
 
 
 def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys,
-                        trained_on: str | None) -> dict:
+                        trained_on: str | None, handed_out: Callable[[], dict]) -> dict:
     """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest
-    (`trained_on`: the training data's format)."""
+    (`trained_on`: the training data's format; `handed_out`: the hand-out of the training
+    rows under --balance dynamic, else {})."""
     root = cfg.checkpoints
     keep = cfg.checkpointing.keep
     assert keep is not None, "the job fills in --keep-checkpoints before any server starts"
@@ -81,6 +82,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryK
                 consistency=cfg.consistency.mode, inputs=inputs, data_format=trained_on,
                 placement=own.placement.describe(),
                 positions={str(w): p for w, p in sorted(positions.items())}, deaths=deaths,
+                **handed_out(),
                 worker_random_state=None,   # workers draw no random numbers (file order)
                 written=time.strftime("%Y-%m-%d %H:%M:%S"))
         except SaveError as e:
@@ -141,6 +143,7 @@ class ServerPart:
         self.positions = checkpoint.positions(resume)
         for worker, p in self.positions.items():
             self.clocks.resume(worker, p["clock"])
+        self.handout: RowHandOut | None = None   # made with the server's loop
         self.dense_written: list[int] = []
         self.dense.checkpointer = self.write_dense
         minibatch = not cfg.solver.full_batch
@@ -240,7 +243,8 @@ class ServerPart:
         def now_leads() -> None:
             self.locks.take_over(f"server {self.roles.index} leads the run now")
 
-        return Hooks(**_checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on),
+        return Hooks(**_checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on,
+                                           self._handed_out),
                      placement_changed=placement_changed,
                      snapshot=self.snapshot if cfg.diagnostics.snapshot_every else None,
                      snapshot_every=cfg.diagnostics.snapshot_every or 0.0,
@@ -268,8 +272,13 @@ class ServerPart:
                         parts=spans(cfg.data.train, len(roles.workers)) if elastic else (),
                         deaths=checkpoint.deaths(self.resume), run_dir=cfg.data.out,
                         run_id=self.name, scoring=scoring)
-        server.ctx.handout = RowHandOut(server.ctx, self._balance())
+        server.ctx.handout = self.handout = RowHandOut(server.ctx, self._balance())
         return server
+
+    def _handed_out(self) -> dict:
+        """What a checkpoint's manifest keeps of the hand-out of the training rows."""
+        balance = self.handout.balance if self.handout else None
+        return {"balance": balance.state()} if balance else {}
 
     def _balance(self) -> Balance | None:
         """The hand-out of the training rows (--balance dynamic), as the checkpoint resumed
@@ -280,7 +289,16 @@ class ServerPart:
         workers, epochs = len(self.roles.workers), cfg.solver.epochs
         assert cfg.solver.batch_size, "the minibatch size is chosen before the servers start"
         total = spans(cfg.data.train, 1)[0][1]
-        return Balance(total, epochs, workers, cfg.solver.batch_size)
+        state = self.resume.manifest.get("balance") if self.resume else None
+        if not state:
+            return Balance(total, epochs, workers, cfg.solver.batch_size)
+        # Each worker goes on from its place in the checkpoint holding no chunk: the rest of
+        # those it held goes back to the pool, and its place starts over in this launch.
+        places = {w: (p["epoch"], p.get("segment", 0), p["offset"])
+                  for w, p in self.positions.items()}
+        for p in self.positions.values():
+            p["segment"], p["offset"] = 0, -1
+        return Balance.of_state(state, epochs, workers, cfg.solver.batch_size, 1, places)
 
     def run(self, server: Server):
         """Every rank ready, the server's loop until the workers are done; after an error,

@@ -195,7 +195,8 @@ def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int,
             ("--hidden", list(then.model.hidden), list(now.model.hidden) if widedeep else None),
             ("--fields", then.model.fields or 0,   # written before --fields: 0
              now.model.fields if widedeep else None),
-            ("--stages", then.pipeline.stages, now.pipeline.stages)):   # places per worker
+            ("--stages", then.pipeline.stages, now.pipeline.stages),   # places per worker
+            ("--balance", then.consistency.balance, now.consistency.balance)):
         if before != given and given is not None:   # a batch size not given: the checkpoint's
             raise ConfigError(f"{where} was written with {flag} {before}, this job has {given}")
     if cfg.solver.full_batch:   # the solver's history is of this objective

@@ -46,7 +46,7 @@ class RowHandOut:
         if self.balance is None:
             return
         done, offset = int(place.get("segment", 0)), int(place.get("offset", -1))
-        if place.get("finished") or place.get("epoch", 0) >= self.balance.epochs:
+        if place.get("epoch", 0) >= self.balance.epochs:   # it had trained all it was handed
             done, offset = len(self.balance.handed[worker]), -1
         before = len(self.balance.abandoned)
         back = self.balance.give_back(worker, done, offset)
