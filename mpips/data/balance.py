@@ -5,10 +5,11 @@ Every clock still trains about workers x --batch-size rows, as static BSP does, 
 part of them follows its share of the workers' summed speed (rows per busy second, which it
 says when it asks for a chunk): each clock then costs every worker about the same time, so
 none is held for a slow one. Each epoch's rows (the whole training file, in bytes of text or
-rows of binary shards) form a pool; a chunk is the worker's share of 1/GUIDE of the rows
-left (guided self-scheduling, as job.chunks hands out the test file): large first, smaller
-as the pool runs out, so that the workers end each epoch together. A worker's first chunk,
-its speed not yet known, is a small one.
+rows of binary shards) form a pool; a chunk is the worker's rows of as many clocks as 1/GUIDE
+of the rows left makes (guided self-scheduling, as job.chunks hands out the test file), so
+every worker's chunk lasts about as many clocks: at most MOST_CLOCKS (the minibatch sizes
+then follow a speed that changes), fewer as the pool runs out, so that the workers end each
+epoch together. A worker's first chunk, its speed and rows' size not yet known, is small.
 
 A chunk handed to a worker that dies or leaves goes back, from where its place says it
 stood, and is handed out first to the next worker that asks in that epoch or a later one:
@@ -18,8 +19,10 @@ done, where it stood in the next: -1 for its start), as its reports say.
 import math
 from typing import NamedTuple
 
-GUIDE = 4              # a chunk: the worker's share of 1/GUIDE of the pool left
-SMALLEST = 16          # the smallest chunk: its share of 1/SMALLEST of an epoch's rows
+GUIDE = 4              # a chunk: the clocks 1/GUIDE of the pool left makes, ...
+MOST_CLOCKS = 32       # ... at most this many, ...
+LEAST_CLOCKS = 2       # ... and at least this many
+FIRST = 128            # a worker's first chunk: its share of 1/FIRST of an epoch's rows
 
 
 class Chunk(NamedTuple):
@@ -49,14 +52,17 @@ class Balance:
         self.taken = [0] * epochs           # per epoch: rows handed out of [0, total)
         self.returned: list[tuple[int, int, int]] = []   # (epoch, start, stop), by epoch
         self.speed = [0.0] * workers        # rows per busy second, as last said (0: unknown)
+        self.units = [0.0] * workers        # units (bytes or rows) per row, as last said
         self.at = [0] * workers             # the epoch each worker is in
         self.handed: list[list[tuple[int, int, int]]] = [[] for _ in range(workers)]
         self.out: set[int] = set()          # workers dead, gone or done: not sharing
         self.abandoned: list[tuple[int, int, int]] = []   # returned when none could take it
 
-    def ask(self, worker: int, epoch: int, speed: float) -> Chunk:
+    def ask(self, worker: int, epoch: int, speed: float, units: float = 0.0) -> Chunk:
         """The next chunk for `worker`, in epoch `epoch` (the one it is in), its speed
-        `speed` (0: not measured yet); Refused if it is in no such epoch."""
+        `speed` (0: not measured yet) and the units of the file a row of its takes (bytes of
+        text, 1 for binary shards; 0: not measured yet); Refused if it is in no such
+        epoch."""
         if not 0 <= worker < self.workers:
             raise Refused(f"a chunk for worker {worker}, of {self.workers}")
         if worker in self.out or epoch != self.at[worker]:
@@ -65,11 +71,19 @@ class Balance:
             raise Refused(f"a chunk of epoch {epoch}, which it is not in (it {where})")
         if not (math.isfinite(speed) and speed >= 0):
             raise Refused(f"a chunk at a speed of {speed} rows per second")
+        if not (math.isfinite(units) and units >= 0):
+            raise Refused(f"a chunk of rows of {units} units each")
         if speed > 0:
             self.speed[worker] = speed
+        if units > 0:
+            self.units[worker] = units
         share = self.share(worker)
-        batch = max(1, round(share * self.workers * self.batch))
-        span = self._returned(epoch) or self._fresh(worker, share)
+        sharing = self.workers - len(self.out - {worker})
+        batch = max(1, round(share * sharing * self.batch))
+        given_back = sum(b - a for e, a, b in self.returned if e <= epoch)
+        size = self._chunk_size(worker, share, batch, sharing,
+                                given_back + self.total - self.taken[epoch])
+        span = self._returned(epoch, size) or self._fresh(worker, share, batch, sharing)
         if span is None:
             self.out.add(worker)
             self.at[worker] = self.epochs
@@ -87,23 +101,35 @@ class Balance:
         speeds = {w: self.speed[w] or mean for w in sharing}
         return speeds[worker] / sum(speeds.values())
 
-    def _returned(self, epoch: int):
-        """The first piece given back of an epoch up to `epoch`, if any."""
-        for i, (e, _, _) in enumerate(self.returned):
+    def _returned(self, epoch: int, size: int):
+        """The first piece given back of an epoch up to `epoch` (at most `size` units of it;
+        the rest stays given back), if any."""
+        for i, (e, start, stop) in enumerate(self.returned):
             if e <= epoch:
+                if stop - start > size:
+                    self.returned[i] = (e, start + size, stop)
+                    return e, start, start + size
                 return self.returned.pop(i)
         return None
 
-    def _fresh(self, worker: int, share: float):
+    def _chunk_size(self, worker: int, share: float, batch: int, sharing: int,
+                    left: int) -> int:
+        """Units of `worker`'s next chunk, `left` units being left in its epoch's pool."""
+        units = self.units[worker]
+        if self.speed[worker] == 0 or units == 0:
+            return max(1, math.ceil(self.total * share / FIRST))
+        clocks = math.ceil(left / units / (GUIDE * sharing * self.batch))
+        clocks = min(MOST_CLOCKS, max(LEAST_CLOCKS, clocks))
+        return max(1, math.ceil(clocks * batch * units))
+
+    def _fresh(self, worker: int, share: float, batch: int, sharing: int):
         """A new chunk of the worker's epoch, moving it on to the next while its pool is
         empty; None once none is left."""
         while self.at[worker] < self.epochs:
             e = self.at[worker]
             left = self.total - self.taken[e]
             if left > 0:
-                smallest = math.ceil(self.total * share / SMALLEST)
-                size = (smallest if self.speed[worker] == 0
-                        else max(smallest, math.ceil(left * share / GUIDE)))
+                size = self._chunk_size(worker, share, batch, sharing, left)
                 size = math.ceil(size / self.multiple) * self.multiple
                 start, self.taken[e] = self.taken[e], min(self.total, self.taken[e] + size)
                 return e, start, self.taken[e]

@@ -51,6 +51,7 @@ class SharedWork:
         self.taken: list = []   # (no shares of dead workers' rows: the lead hands them out)
         self.chunks: list[Chunk] = []   # handed to it, in order
         self.batch = cfg.solver.batch_size or 1
+        self.units, self.rows = 0, 0   # of the chunks trained: a row's size in the file
 
     def weight(self, rows: int) -> float:
         """What a minibatch of `rows` rows multiplies its mean gradient by."""
@@ -58,7 +59,8 @@ class SharedWork:
 
     def _ask(self, epoch: int) -> Chunk:
         kv = self.lead.kv
-        answer = kv.wait(self.lead.work_chunk(epoch, self.speed.value))
+        units = self.units / self.rows if self.rows else 0.0
+        answer = kv.wait(self.lead.work_chunk(epoch, self.speed.value, units))
         assert answer is not None, "the lead's answer is its int64 fields"
         chunk = Chunk(*(int(x) for x in answer))
         epochs = self.cfg.solver.epochs
@@ -89,8 +91,10 @@ class SharedWork:
             for batch in reader.minibatches(chunk.batch):
                 keys, cols, bias_col = index(batch, self.cfg.model.bias, reader.path)
                 progress = chunk.epoch + min(batch.start / self.total, 1.0)
+                self.rows += len(batch)
                 yield Minibatch(batch, keys, cols, bias_col, progress, chunk.epoch,
                                 self.segment)
+            self.units += chunk.stop - chunk.start
 
     # What the worker loop asks of its rows (see worker_rows.Work): hand-overs are the lead's.
     def apply_notices(self, notices: list) -> None:

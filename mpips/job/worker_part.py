@@ -289,7 +289,10 @@ class WorkerLoop:
         busy = time.monotonic() - self.mark - (self.kv.wait_s - waited)
         slowdown = self.cfg.diagnostics.slowdown(self.roles.index, self.kv.clock)
         if slowdown > 1:
-            time.sleep((slowdown - 1) * max(busy, STRAGGLER_LEAST_BUSY_S))
+            # Minibatches of any size (--balance dynamic): as if --batch-size rows took 1 ms.
+            least = STRAGGLER_LEAST_BUSY_S * (self.work.weight(rows)
+                                              if isinstance(self.work, SharedWork) else 1)
+            time.sleep((slowdown - 1) * max(busy, least))
             busy = time.monotonic() - self.mark - (self.kv.wait_s - waited)
         self.speed.add(rows, busy)
         self.mark = time.monotonic()

@@ -34,7 +34,7 @@ class RowHandOut:
         worker = ctx.roles.worker_index(source)
         try:
             ask = messages.WorkAsk.of(buf)
-            chunk = self.balance.ask(worker, ask.epoch, ask.speed)
+            chunk = self.balance.ask(worker, ask.epoch, ask.speed, ask.units)
         except (ValueError, Refused) as e:
             raise ProtocolError(f"{ctx.sender(source)} asked for {e}: refused, and the job "
                                 f"stops") from None

@@ -307,21 +307,25 @@ class PlacementAnswer(NamedTuple):
 
 class WorkAsk(NamedTuple):
     """A worker to the lead (--balance dynamic): its next chunk of training rows, in epoch
-    `epoch`, at its speed `speed` (rows per busy second; 0: not measured yet). The answer:
-    `chunk_of`."""
+    `epoch`, at its speed `speed` (rows per busy second), a row of its taking `units` units
+    of the file (bytes of text; 1 for binary shards); 0: not measured yet. The answer:
+    `work_answer`."""
     epoch: int
     speed: float
+    units: float = 0.0
 
     def fields(self) -> np.ndarray:
-        return np.array([self.epoch, round(self.speed * 1000)], np.int64)
+        return np.array([self.epoch, round(self.speed * 1000), round(self.units * 1000)],
+                        np.int64)
 
     @staticmethod
     def of(buf: np.ndarray) -> "WorkAsk":
-        """ValueError unless the payload holds an epoch and a speed."""
+        """ValueError unless the payload holds an epoch, a speed and a row's size."""
         fields = _ints(buf)
-        if fields.shape[0] != 2:
-            raise ValueError(f"{fields.shape[0]} numbers where an epoch and a speed go")
-        return WorkAsk(int(fields[0]), int(fields[1]) / 1000)
+        if fields.shape[0] != 3:
+            raise ValueError(f"{fields.shape[0]} numbers where an epoch, a speed and a row's "
+                             f"size go")
+        return WorkAsk(int(fields[0]), int(fields[1]) / 1000, int(fields[2]) / 1000)
 
 
 def work_answer(chunk) -> np.ndarray:

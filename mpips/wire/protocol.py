@@ -107,8 +107,9 @@ class Op(IntEnum):
     SCORED = 26      # a server to the others: it has scored its chunks; it reads no more
     # --balance dynamic (see data/balance):
     WORK = 27        # a worker to the lead: its next chunk of training rows (`nkeys` int64:
-                     # its epoch, its speed in milli-rows per busy second). Reply: int64
-                     # epoch, start, stop, minibatch rows (start == stop: none left)
+                     # its epoch, its speed in milli-rows per busy second, a row's size in
+                     # milli-units of the file). Reply: int64 epoch, start, stop, minibatch
+                     # rows (start == stop: none left)
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock

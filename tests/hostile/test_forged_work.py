@@ -12,8 +12,8 @@ from mpips.wire.placement import Placement
 from mpips.wire.protocol import Header, Op
 
 
-def work(epoch: int, speed: float = 100.0, **fields) -> np.ndarray:
-    payload = messages.WorkAsk(epoch, speed).fields()
+def work(epoch: int, speed: float = 100.0, units: float = 40.0, **fields) -> np.ndarray:
+    payload = messages.WorkAsk(epoch, speed, units).fields()
     return protocol.pack(Header(Op.WORK, nkeys=payload.shape[0], ts=5, **fields), payload)
 
 
@@ -25,7 +25,7 @@ def check(buf, role: str, to_lead: bool):
 @pytest.mark.parametrize("role, to_lead, build, says", [
     ("server", True, lambda: work(0), "WORK, which this server may not send"),
     ("worker", False, lambda: work(0), "WORK, which a worker may not send"),
-    ("worker", True, lambda: work(0)[:-8], "WORK of 56 bytes"),
+    ("worker", True, lambda: work(0)[:-8], "WORK of 64 bytes"),
 ], ids=["a server asking the lead", "a worker asking a server that does not lead",
         "cut short"])
 def test_a_forged_request_for_rows_is_refused_at_admission(role, to_lead, build, says):
@@ -38,7 +38,7 @@ def test_a_forged_request_for_rows_is_refused_at_admission(role, to_lead, build,
 def test_a_worker_asking_the_lead_is_admitted():
     request = check(work(0), "worker", True)
     assert request.op is Op.WORK
-    assert messages.WorkAsk.of(work(2, 12.5)) == messages.WorkAsk(2, 12.5)
+    assert messages.WorkAsk.of(work(2, 12.5, 3.25)) == messages.WorkAsk(2, 12.5, 3.25)
 
 
 class Lead:
@@ -80,6 +80,7 @@ def test_the_lead_answers_with_a_chunk_and_a_minibatch_size():
     (work(1), "worker 1 (rank 3) asked for a chunk of epoch 1, which it is not in (it is in "
               "epoch 0)"),
     (work(0, -2.0), "worker 1 (rank 3) asked for a chunk at a speed of -2.0 rows per second"),
+    (work(0, 10.0, -1.0), "worker 1 (rank 3) asked for a chunk of rows of -1.0 units each"),
 ])
 def test_a_request_for_rows_the_worker_may_not_have_is_refused_naming_it(buf, says):
     lead = Lead()

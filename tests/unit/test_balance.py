@@ -21,7 +21,7 @@ def drain(b: Balance, speeds: dict, counts: np.ndarray, epochs: dict | None = No
             credit[w] += s
             while credit[w] >= 1 and at[w] < b.epochs:
                 credit[w] -= 1
-                c = b.ask(w, at[w], s)
+                c = b.ask(w, at[w], s, 1.0)
                 at[w] = max(at[w], c.epoch)
                 if not c.none:
                     counts[c.epoch, c.start:c.stop] += 1
@@ -50,12 +50,23 @@ def test_minibatches_follow_speed_and_keep_the_global_batch():
     assert sum(sizes) == 4 * 30
 
 
-def test_a_first_chunk_is_small_and_chunks_shrink():
-    b = Balance(TOTAL, 1, 2, batch=10)
-    first = b.ask(0, 0, 0.0)
-    assert first.stop - first.start == TOTAL // (2 * 16) + 1
-    sizes = [(c.stop - c.start) for c in (b.ask(0, 0, 5.0) for _ in range(6)) if not c.none]
-    assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
+def test_chunks_last_as_many_clocks_at_most_then_shrink():
+    b = Balance(100_000, 1, 2, batch=10)
+    first = b.ask(0, 0, 0.0, 0.0)   # neither speed nor row size known yet
+    assert first.stop - first.start == 100_000 // (2 * 128) + 1
+    b.ask(1, 0, 100.0, 2.0)   # 2 units a row; worker 0's speed not known: as fast
+    fast = b.ask(0, 0, 200.0, 2.0)
+    slow = b.ask(1, 0, 100.0, 2.0)   # a third of the summed speed
+    assert (slow.batch, fast.batch) == (7, 13)
+    assert slow.stop - slow.start == 32 * 7 * 2 and fast.stop - fast.start == 32 * 13 * 2
+    sizes = []
+    b.out.add(1)   # worker 1 gone: worker 0 alone
+    while not (c := b.ask(0, 0, 200.0, 2.0)).none:
+        sizes.append(c.stop - c.start)
+    assert max(sizes) == 32 * 10 * 2, "alone, at most 32 clocks of --batch-size rows"
+    tail = sizes[sizes.index(max(sizes)) + 1:]
+    assert tail == sorted(tail, reverse=True) and len(tail) > 3
+    assert min(tail[:-1]) == 2 * 10 * 2, "at least 2 clocks, but the last of the pool"
 
 
 @pytest.mark.parametrize("done, offset", [(0, -1), (1, -1), (1, 40), (2, -1)])
