@@ -104,3 +104,11 @@ def test_a_bad_keyword_option_is_named(options, says):
     with pytest.raises(ConfigError) as refused:
         config_from(options)
     assert says in str(refused.value)
+
+
+def test_a_straggler_slowed_for_some_clocks_comes_and_goes():
+    cfg = parsed("--train", "x.svm", "--straggler", "0:3:10", "--straggler", "1:2")
+    slow = cfg.diagnostics.slowdown
+    assert [slow(0, c) for c in (0, 9, 10, 19, 20)] == [3.0, 3.0, 1.0, 1.0, 3.0]
+    assert slow(1, 15) == 2.0 and slow(2, 0) == 1.0
+    assert list(map(list, cfg.to_record()["stragglers"])) == [[0, 3.0, 10], [1, 2.0]]
