@@ -136,9 +136,10 @@ class Balance:
             self.at[worker] = e + 1
         return None
 
-    def give_back(self, worker: int, done: int, offset: int) -> list:
-        """`worker` died or left, having done its first `done` chunks and the next up to
-        `offset` (-1: none of it): the rest of its chunks go back; returns them."""
+    def give_back(self, worker: int, done: int, offset: int, gone: bool = True) -> list:
+        """`worker` died or left (`gone`; else it goes on, holding no chunk), having done its
+        first `done` chunks and the next up to `offset` (-1: none of it): the rest of its
+        chunks go back; returns them."""
         back = []
         for i, (e, start, stop) in enumerate(self.handed[worker]):
             if i < done:
@@ -148,8 +149,10 @@ class Balance:
             if start < stop:
                 back.append((e, start, stop))
         self.handed[worker] = self.handed[worker][:done]
-        self.out.add(worker)
         self.returned = sorted(self.returned + back)
+        if not gone:
+            return back
+        self.out.add(worker)
         if len(self.out) >= self.workers and self.returned:
             self.abandoned += self.returned
             self.returned = []
@@ -185,8 +188,8 @@ class Balance:
         b.speed = [float(s) for s in state["speed"]]
         for w in range(workers):
             epoch, done, offset = places.get(w, (0, 0, -1))
-            b.give_back(w, done, offset)
-            b.rejoin(w, epoch if epoch < epochs else epochs)
+            b.give_back(w, done, offset, gone=False)
+            b.rejoin(w, epoch)
             if epoch >= epochs:
                 b.out.add(w)
         return b

@@ -398,8 +398,7 @@ class ServerPart:
         r["push_bytes"] = stats.push_bytes
         r["train_requests"] = stats.train_requests or stats.requests
         r["ranges_lost"] = lost
-        r["rows_abandoned"] = len(abandoned) + (server.ctx.handout.abandoned
-                                                 if server.ctx.handout else 0)
+        r["rows_abandoned"] = len(abandoned)
         r["stopped_at"] = server.stop_at if server.stopped else -1   # a server: its checkpoint
         r["stop_saved"] = server.stop_at in server.completed   # known to server 0 only
         r["examples"] = server.losses.examples if server.losses else 0   # dead workers' (lead)

@@ -55,9 +55,9 @@ class RowHandOut:
                         "workers that ask: %s", worker,
                         ", ".join(f"[{a}, {b}) of epoch {e}" for e, a, b in back))
         for e, a, b in self.balance.abandoned[before:]:
-            log.error("rows [%d, %d) of epoch %d: no worker is left to train them", a, b, e)
-
-    @property
-    def abandoned(self) -> int:
-        """Pieces of chunks given back once no worker could take them."""
-        return 0 if self.balance is None else len(self.balance.abandoned)
+            why = (f"worker {worker} gave back rows [{a}, {b}) of epoch {e} once no other "
+                   f"worker was training")
+            log.error("%s: nobody can train them; the job stops for a resume from its last "
+                      "checkpoint once the others are done", why)
+            if self.ctx.losses:   # the model is incomplete, as when a plan's rows are
+                self.ctx.losses.abandoned.append(why)

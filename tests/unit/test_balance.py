@@ -140,3 +140,15 @@ def test_a_checkpoint_state_resumes_from_each_workers_place():
     resumed = Balance.of_state(b.state(), EPOCHS, 2, 10, 1, places)
     drain(resumed, {0: 1.0, 1: 2.0}, counts, {0: places[0][0], 1: places[1][0]})
     assert (counts == 1).all()
+
+
+def test_a_resume_gives_back_to_a_worker_going_on_though_the_others_are_done():
+    b = Balance(TOTAL, 1, 2, batch=10)
+    c = b.ask(1, 0, 1.0, 1.0)
+    counts = np.zeros((1, TOTAL), np.int64)
+    drain(b, {0: 1.0}, counts, {0: 0})   # worker 0 trains the rest: done
+    places = {0: (1, len(b.handed[0]), -1), 1: (0, 0, c.start + 3)}
+    resumed = Balance.of_state(b.state(), 1, 2, 10, 1, places)
+    assert resumed.returned == [(0, c.start + 3, c.stop)] and not resumed.abandoned
+    got = resumed.ask(1, 0, 1.0, 1.0)
+    assert got.start == c.start + 3 and got.stop <= c.stop, "given back first (cut to size)"
