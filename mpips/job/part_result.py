@@ -21,6 +21,11 @@ def no_epoch_rows() -> np.ndarray:
     return np.zeros(0, EPOCH_ROWS)
 
 
+def epoch_rows(worker: int, counts: dict) -> np.ndarray:
+    """EPOCH_ROWS of `worker`'s rows trained, {epoch: rows}."""
+    return np.array([(worker, e, n) for e, n in sorted(counts.items())], EPOCH_ROWS)
+
+
 def no_steps() -> np.ndarray:
     """A full-batch solver's steps, where there are none (every rank but its driver's)."""
     return np.empty((0, len(Step._fields)))

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..base.errors import ProtocolError
+from ..base.errors import InputError, ProtocolError
 from ..data.balance import Chunk
+from ..data.shards import open_shard, spans
 from ..data.textfile import KeyIndexer
 from ..run.config import TrainConfig
 from ..worker.lead_channel import LeadChannel
@@ -35,6 +36,18 @@ class Speed:
             return
         now = rows / seconds
         self.value = now if self.value == 0 else (1 - EMA) * self.value + EMA * now
+
+
+def open_shared(cfg: TrainConfig, lead: LeadChannel, reserved: np.ndarray,
+                speed: Speed) -> "SharedWork":
+    """SharedWork over the whole training file (`reserved`: the model's own rows every
+    minibatch pulls)."""
+    try:
+        shard = open_shard(cfg.data.train, 0, 1, skip_bad=cfg.data.skip_bad_lines)
+        total = spans(cfg.data.train, 1)[0][1]
+    except OSError as e:
+        raise InputError(f"--train {cfg.data.train}: {e.strerror or e}") from None
+    return SharedWork(cfg, shard, lead, reserved, speed, total)
 
 
 class SharedWork:

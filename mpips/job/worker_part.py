@@ -26,9 +26,9 @@ from ..wire.placement import Placement
 from ..worker.kvworker import KVWorker
 from ..worker.pushfilter import Plain, PushFilter
 from .failing import saving_on_failure
-from .part_result import EPOCH_ROWS, PartResult
+from .part_result import PartResult, epoch_rows
 from .scoring import Share, worker_share
-from .shared_rows import SharedWork, Speed
+from .shared_rows import SharedWork, Speed, open_shared
 from .stage_part import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
 from .worker_rows import Minibatch, Work
 
@@ -132,7 +132,7 @@ class WorkerLoop:
 
     def _start(self) -> None:
         """Open this worker's rows (once every rank is ready) and its first minibatches."""
-        opened = []
+        opened: list[tuple[Work | SharedWork, tuple]] = []
 
         def open_data() -> None:
             cfg, (index, parts) = self.cfg, self.part or (self.roles.index,
@@ -143,7 +143,8 @@ class WorkerLoop:
                 epoch, segment, offset = p["epoch"], p.get("segment", 0), p["offset"]
                 taken = list(p.get("taken", []))
             if self.shared:
-                opened.append(self._open_shared(epoch))
+                opened.append((open_shared(cfg, self.lead, self.model.reserved_keys(),
+                                           self.speed), (epoch, 0, -1)))
                 return
             try:
                 shard = open_shard(cfg.data.train, index, parts, skip_bad=cfg.data.skip_bad_lines)
@@ -159,17 +160,6 @@ class WorkerLoop:
         self.startup_s = process_age()
         (self.work, first), = opened
         self.stream = self.work.minibatches(*first)
-
-    def _open_shared(self, epoch: int) -> tuple:
-        """(SharedWork over the whole training file, where it starts): --balance dynamic."""
-        cfg = self.cfg
-        try:
-            shard = open_shard(cfg.data.train, 0, 1, skip_bad=cfg.data.skip_bad_lines)
-            total = spans(cfg.data.train, 1)[0][1]
-        except OSError as e:
-            raise InputError(f"--train {cfg.data.train}: {e.strerror or e}") from None
-        work = SharedWork(cfg, shard, self.lead, self.model.reserved_keys(), self.speed, total)
-        return work, (epoch, 0, -1)
 
     def _sample(self, t: float, force: bool = False) -> None:
         if force or self.timeline.due(t):
@@ -281,11 +271,10 @@ class WorkerLoop:
         self.push_ts = self.kv.push(current.keys, grad, clock=True, flush=last)
 
     def _pace(self, waited: float, rows: int) -> None:
-        """The time this minibatch of `rows` rows kept the worker busy (not waiting on the
-        servers), for its speed; and --straggler, a testing aid: take `slowdown` times as
-        long (as if a minibatch took at least 1 ms: a test's slowed job then lasts about as
-        long however fast the machine and the code). `waited`: the time waited on pulls
-        before this minibatch."""
+        """The worker's speed, from the time its minibatch of `rows` rows kept it busy (not
+        waiting on pulls: `waited` before it); --straggler, a testing aid: that time
+        `slowdown` times over (as if a minibatch took at least 1 ms: a slowed test job lasts
+        about as long however fast the machine)."""
         busy = time.monotonic() - self.mark - (self.kv.wait_s - waited)
         slowdown = self.cfg.diagnostics.slowdown(self.roles.index, self.kv.clock)
         if slowdown > 1:
@@ -301,8 +290,7 @@ class WorkerLoop:
 
     def _more_to_train(self) -> bool:
         """Before this worker says FINISH: whether the lead has handed it rows of a dead worker
-        that it has not trained (told of, or on their way). Under --balance dynamic its
-        stream ended once the lead said none is left."""
+        that it has not trained (told of, or on their way); none under --balance dynamic."""
         if isinstance(self.work, SharedWork):
             return False
         self.work.catch_up(self.lead, self.lead.status()["deaths"], self.cfg.faults.timeout)
@@ -375,10 +363,9 @@ class WorkerLoop:
         r["stopped_at"] = kv.clock if self.stopped else -1   # a worker: where it was stopped
         for name, value in kv.filter.figures().items():
             r[name] = value
-        epoch_rows = np.array([(self.roles.index, e, n)
-                               for e, n in sorted(self.epoch_rows.items())], EPOCH_ROWS)
         return PartResult(r, share.margins, share.labels, np.zeros(len(self.roles.workers)),
-                          samples=self.timeline.samples(), epoch_rows=epoch_rows)
+                          samples=self.timeline.samples(),
+                          epoch_rows=epoch_rows(self.roles.index, self.epoch_rows))
 
 
 def _diverged(cfg: TrainConfig, clock: int, current: Minibatch, shard, loss: float) -> str:
