@@ -93,6 +93,7 @@ def train(prefix, key, args, test) -> dict:
     run([mpiexec(), "-n", str(1 + WORKERS), sys.executable, "-m", "mpips", "train",
          "--servers", "1", "--train", prefix + ".train.svm", "--test", prefix + ".test.svm",
          "--out", out, "--overwrite", "--epochs", str(args.epochs), "--snapshot-every",
+         *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
          str(args.every), "--balance", balance, *straggler_args(slowness, args),
          *consistency_args(s)])
     with open(os.path.join(out, "summary.json")) as f:
@@ -122,6 +123,8 @@ def main() -> None:
     parser.add_argument("--target", type=float, help="logloss to reach (default: see above)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each; medians reported")
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, help="rows a minibatch (default: mpips's "
+                                                           "choice)")
     parser.add_argument("--period", type=int, default=100,
                         help="clocks slowed, then as many not, for the on/off runs")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "consistency.json"))
@@ -148,7 +151,8 @@ def main() -> None:
     alone = next(r["epoch_s"] for r in runs if r["straggler"] == NONE)
     print(f"target held-out logloss {target:.4f}; worker 0 slowed {args.slowdown:g}x (on/off: "
           f"for {args.period} clocks in every {2 * args.period}); 1 server, {WORKERS} workers, "
-          f"{args.rows:,} rows, {args.epochs} epoch(s); medians of {args.repeats} runs")
+          f"{args.rows:,} rows, {args.epochs} epoch(s), minibatches of "
+          f"{args.batch_size or 'the default'}; medians of {args.repeats} runs")
     print("ideal: the epoch time with no straggler, scaled to the workers' summed speed; "
           "'held' is time pulls were held for the clocks; 'wait' adds round trips")
     print(f"{'':>22} {'epoch s':>7} {'ideal s':>7} {'/ideal':>6} {'to target s':>11} "
@@ -166,6 +170,7 @@ def main() -> None:
               f"{r['final_logloss']:>7.4f} {r['logloss_vs_bsp']:>+7.2%} {r['max_clock_gap']:>7} "
               f"{r['held_s_others']:>11.2f} {r['rows_straggler'] or 0:>9,}")
     save(args.out, "consistency", rows=args.rows, slowdown=args.slowdown, epochs=args.epochs,
+         batch_size=args.batch_size,
          period=args.period, target_logloss=target, cpus=os.cpu_count(), runs=runs)
     plot(runs, target, args, os.path.splitext(args.out)[0] + ".png")
 

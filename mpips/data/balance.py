@@ -23,6 +23,10 @@ GUIDE = 4              # a chunk: the clocks 1/GUIDE of the pool left makes, ...
 MOST_CLOCKS = 32       # ... at most this many, ...
 LEAST_CLOCKS = 2       # ... and at least this many
 FIRST = 128            # a worker's first chunk: its share of 1/FIRST of an epoch's rows
+# The least minibatch: 1/LEAST_BATCH of --batch-size. Below it a minibatch's time is mostly
+# what a clock costs whatever its rows, and the speed measured on it says little of the
+# worker's: a worker slowed for a while would hardly get rows back once fast again.
+LEAST_BATCH = 16
 
 
 class Chunk(NamedTuple):
@@ -79,7 +83,7 @@ class Balance:
             self.units[worker] = units
         share = self.share(worker)
         sharing = self.workers - len(self.out - {worker})
-        batch = max(1, round(share * sharing * self.batch))
+        batch = max(math.ceil(self.batch / LEAST_BATCH), round(share * sharing * self.batch))
         given_back = sum(b - a for e, a, b in self.returned if e <= epoch)
         size = self._chunk_size(worker, share, batch, sharing,
                                 given_back + self.total - self.taken[epoch])

@@ -92,7 +92,10 @@ def gather_to_root(comm: MPI.Intracomm, local: np.ndarray, counts: np.ndarray, t
 
 
 def rows_per_epoch(entries: np.ndarray, workers: int, epochs: int) -> list:
-    """[worker][epoch]: rows trained in this launch, from part_result.EPOCH_ROWS entries."""
+    """[worker][epoch]: rows trained in this launch, from part_result.EPOCH_ROWS entries
+    (a worker that died has a row of zeros; `workers`: those living, at least)."""
+    if entries.shape[0]:
+        workers = max(workers, int(entries["worker"].max()) + 1)
     out = np.zeros((workers, epochs), np.int64)
     np.add.at(out, (entries["worker"], entries["epoch"]), entries["rows"])
     return out.tolist()

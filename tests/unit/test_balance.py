@@ -152,3 +152,11 @@ def test_a_resume_gives_back_to_a_worker_going_on_though_the_others_are_done():
     assert resumed.returned == [(0, c.start + 3, c.stop)] and not resumed.abandoned
     got = resumed.ask(1, 0, 1.0, 1.0)
     assert got.start == c.start + 3 and got.stop <= c.stop, "given back first (cut to size)"
+
+
+def test_a_slow_worker_keeps_a_least_minibatch():
+    b = Balance(TOTAL, 1, 2, batch=160)
+    b.ask(0, 0, 1.0, 1.0)
+    fast = b.ask(1, 0, 1000.0, 1.0)
+    slow = b.ask(0, 0, 1.0, 1.0)
+    assert (slow.batch, fast.batch) == (10, 320), "a 16th of --batch-size at least"
