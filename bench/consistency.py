@@ -93,9 +93,8 @@ def train(prefix, key, args, test) -> dict:
     run([mpiexec(), "-n", str(1 + WORKERS), sys.executable, "-m", "mpips", "train",
          "--servers", "1", "--train", prefix + ".train.svm", "--test", prefix + ".test.svm",
          "--out", out, "--overwrite", "--epochs", str(args.epochs), "--snapshot-every",
-         *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
-         str(args.every), "--balance", balance, *straggler_args(slowness, args),
-         *consistency_args(s)])
+         str(args.every), *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
+         "--balance", balance, *straggler_args(slowness, args), *consistency_args(s)])
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
     fast = len(summary["wait_s"]) - 1
