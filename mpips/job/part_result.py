@@ -13,6 +13,19 @@ TASK_LOG = np.dtype([("worker", "<i4"), ("clock", "<i8"), ("stage", "<i4"), ("ki
                      ("micro", "<i4"), ("start", "<f8"), ("end", "<f8")])
 
 
+# Rows a worker trained in this launch, per epoch (the summary's rows_per_epoch).
+EPOCH_ROWS = np.dtype([("worker", "<i4"), ("epoch", "<i4"), ("rows", "<i8")])
+
+
+def no_epoch_rows() -> np.ndarray:
+    return np.zeros(0, EPOCH_ROWS)
+
+
+def epoch_rows(worker: int, counts: dict) -> np.ndarray:
+    """EPOCH_ROWS of `worker`'s rows trained, {epoch: rows}."""
+    return np.array([(worker, e, n) for e, n in sorted(counts.items())], EPOCH_ROWS)
+
+
 def no_steps() -> np.ndarray:
     """A full-batch solver's steps, where there are none (every rank but its driver's)."""
     return np.empty((0, len(Step._fields)))
@@ -31,3 +44,4 @@ class PartResult:
     steps: np.ndarray = field(default_factory=no_steps)   # float64[k, len(Step._fields)]
     samples: np.ndarray = field(default_factory=timeline.empty)   # its timeline
     tasks: np.ndarray = field(default_factory=no_tasks)   # a pipeline's tasks (TASK_LOG)
+    epoch_rows: np.ndarray = field(default_factory=no_epoch_rows)   # a worker's (EPOCH_ROWS)

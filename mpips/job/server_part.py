@@ -18,6 +18,7 @@ from ..base.files import keep_trying, write_hdf5
 from ..base.forked import ForkedWrite, Written
 from ..base.log import say
 from ..data import fingerprint
+from ..data.balance import Balance
 from ..data.shards import data_format, distinct_keys, spans
 from ..models.lbfgs import Step
 from ..ranks.roles import Roles
@@ -31,6 +32,7 @@ from ..server.dense_tables import DenseTables
 from ..server.loop import Hooks, Server
 from ..server.progress import Progress
 from ..server.replicas import PrimaryKeys
+from ..server.rowhandout import RowHandOut
 from ..server.store import KVStore
 from ..storage import checkpoint
 from ..storage.model_files import save_shard, shard_path
@@ -49,9 +51,10 @@ NO_STEPS = np.empty((0, len(Step._fields)))   # a full-batch solver's, which onl
 
 
 def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys,
-                        trained_on: str | None) -> dict:
+                        trained_on: str | None, handed_out: Callable[[], dict]) -> dict:
     """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest
-    (`trained_on`: the training data's format)."""
+    (`trained_on`: the training data's format; `handed_out`: the hand-out of the training
+    rows under --balance dynamic, else {})."""
     root = cfg.checkpoints
     keep = cfg.checkpointing.keep
     assert keep is not None, "the job fills in --keep-checkpoints before any server starts"
@@ -95,6 +98,7 @@ def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryK
                 consistency=cfg.consistency.mode, inputs=inputs, data_format=trained_on,
                 placement=own.placement.describe(),
                 positions={str(w): p for w, p in sorted(positions.items())}, deaths=deaths,
+                **handed_out(),
                 worker_random_state=None,   # workers draw no random numbers (file order)
                 written=time.strftime("%Y-%m-%d %H:%M:%S"))
         except SaveError as e:
@@ -155,6 +159,7 @@ class ServerPart:
         self.positions = checkpoint.positions(resume)
         for worker, p in self.positions.items():
             self.clocks.resume(worker, p["clock"])
+        self.handout: RowHandOut | None = None   # made with the server's loop
         self.dense_written: list[int] = []
         self.dense.checkpointer = self.write_dense
         minibatch = not cfg.solver.full_batch
@@ -260,7 +265,8 @@ class ServerPart:
             self.locks.take_over(f"server {self.roles.index} leads the run now")
             self._draw_curves()
 
-        return Hooks(**_checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on),
+        return Hooks(**_checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on,
+                                           self._handed_out),
                      placement_changed=placement_changed,
                      snapshot=self.snapshot if cfg.diagnostics.snapshot_every else None,
                      snapshot_every=cfg.diagnostics.snapshot_every or 0.0,
@@ -292,14 +298,41 @@ class ServerPart:
                                   cfg.consistency.max_staleness == 0, self.positions)
         scoring = ((lambda s: Scoring(s, cfg, core_to_spare(roles) and not hot, hot))
                    if shared(cfg) else None)
-        return Server(roles, self.store, self.clocks, cfg.faults.timeout, hooks=self._hooks(),
-                      progress=self.progress, dense=self.dense,
-                      record_pulls=cfg.diagnostics.record_pulls, checkpoints=checkpoints,
-                      placement=self.placement, failover=failover, workers_fail_over=hot,
-                      epochs=cfg.solver.epochs,
-                      parts=spans(cfg.data.train, len(roles.workers)) if elastic else (),
-                      deaths=checkpoint.deaths(self.resume), run_dir=cfg.data.out,
-                      run_id=self.name, scoring=scoring)
+        server = Server(roles, self.store, self.clocks, cfg.faults.timeout,
+                        hooks=self._hooks(), progress=self.progress, dense=self.dense,
+                        record_pulls=cfg.diagnostics.record_pulls, checkpoints=checkpoints,
+                        placement=self.placement, failover=failover, workers_fail_over=hot,
+                        epochs=cfg.solver.epochs,
+                        parts=spans(cfg.data.train, len(roles.workers)) if elastic else (),
+                        deaths=checkpoint.deaths(self.resume), run_dir=cfg.data.out,
+                        run_id=self.name, scoring=scoring)
+        server.ctx.handout = self.handout = RowHandOut(server.ctx, self._balance())
+        return server
+
+    def _handed_out(self) -> dict:
+        """What a checkpoint's manifest keeps of the hand-out of the training rows."""
+        balance = self.handout.balance if self.handout else None
+        return {"balance": balance.state()} if balance else {}
+
+    def _balance(self) -> Balance | None:
+        """The hand-out of the training rows (--balance dynamic), as the checkpoint resumed
+        from left it, if any; None under --balance static."""
+        cfg = self.cfg
+        if not cfg.consistency.dynamic:
+            return None
+        workers, epochs = len(self.roles.workers), cfg.solver.epochs
+        assert cfg.solver.batch_size, "the minibatch size is chosen before the servers start"
+        total = spans(cfg.data.train, 1)[0][1]
+        state = self.resume.manifest.get("balance") if self.resume else None
+        if not state:
+            return Balance(total, epochs, workers, cfg.solver.batch_size)
+        # Each worker goes on from its place in the checkpoint holding no chunk: the rest of
+        # those it held goes back to the pool, and its place starts over in this launch.
+        places = {w: (p["epoch"], p.get("segment", 0), p["offset"])
+                  for w, p in self.positions.items()}
+        for p in self.positions.values():
+            p["segment"], p["offset"] = 0, -1
+        return Balance.of_state(state, epochs, workers, cfg.solver.batch_size, 1, places)
 
     def run(self, server: Server):
         """Every rank ready, the server's loop until the workers are done; after an error,

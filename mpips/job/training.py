@@ -398,12 +398,15 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
     record, margins, labels, held = part.record, part.margins, part.labels, part.held
     steps, samples, tasks = part.steps, part.samples, part.tasks
     record["samples"], record["tasks"] = samples.shape[0], tasks.shape[0]
+    record["epoch_entries"] = part.epoch_rows.shape[0]
     records = summary.allgather(comm, record, cfg.faults.timeout)
     _refuse_a_model_that_lacks_some(records, comm)
     samples = summary.gather_to_root(comm, samples, records["samples"], cfg.faults.timeout,
                                      "the timelines")
     tasks = summary.gather_to_root(comm, tasks, records["tasks"], cfg.faults.timeout,
                                    "the pipeline's tasks")
+    epoch_rows = summary.gather_to_root(comm, part.epoch_rows, records["epoch_entries"],
+                                        cfg.faults.timeout, "the rows trained per epoch")
     held = summary.max_over_ranks(comm, held, cfg.faults.timeout, "the servers' hold times")
     counts = records["test_rows"]
     margins = summary.gather_to_root(comm, margins, counts, cfg.faults.timeout, "the test scores")
@@ -420,8 +423,8 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
     scored = stopped or covered(cfg, int(records["test_units"].sum()))
     result = None
     if comm.rank == 0:
-        assert steps is not None and samples is not None and tasks is not None, \
-            "gathered to rank 0"
+        assert (steps is not None and samples is not None and tasks is not None
+                and epoch_rows is not None), "gathered to rank 0"
         result = summary.build(
             records, len(roles.servers), margins if scored else None, labels, held,
             run_id=name, config=cfg.to_record(), consistency=cfg.consistency.mode,
@@ -430,6 +433,9 @@ def _finish(cfg, roles, name, part: PartResult, started, failures: list,
             stopped_at_clock=stopped_at if stopped else None,
             checkpoints=os.path.abspath(cfg.checkpoints), wall_s=time.monotonic() - started,
             model_dir=os.path.abspath(cfg.model_dir), failures=failures, moves=list(moves),
+            balance=cfg.consistency.balance,
+            rows_per_epoch=summary.rows_per_epoch(epoch_rows, len(roles.workers),
+                                                  cfg.solver.epochs),
             **({"solver": summary.solver_steps(steps.reshape(-1, width))}
                if cfg.solver.full_batch else {}))
         if cfg.pipeline.stages > 1:

@@ -26,8 +26,9 @@ from ..wire.placement import Placement
 from ..worker.kvworker import KVWorker
 from ..worker.pushfilter import Plain, PushFilter
 from .failing import saving_on_failure
-from .part_result import PartResult
+from .part_result import PartResult, epoch_rows
 from .scoring import Share, worker_share
+from .shared_rows import SharedWork, Speed, open_shared
 from .stage_part import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
 from .worker_rows import Minibatch, Work
 
@@ -97,7 +98,9 @@ class WorkerLoop:
         self.cfg, self.roles, self.kv, self.lead = cfg, roles, kv, kv.lead
         self.deaths, self.hot, self.part, self.front = deaths, hot, part, front
         self.model = front or cfg.model.spec()
-        self.slowdown = cfg.diagnostics.slowdown(roles.index)
+        self.shared = cfg.consistency.dynamic and front is None   # --balance dynamic
+        self.speed = Speed()
+        self.epoch_rows: dict[int, int] = {}   # rows trained in this launch, by epoch
         self.handing_on = front is None
         self.examples, self.loss = 0, 0.0
         self.push_ts: int | None = None   # the latest push, not yet waited for
@@ -107,7 +110,7 @@ class WorkerLoop:
         self.timeline = Timeline()
         # This worker's rows and its stream of minibatches: set by _start, which run() calls
         # first.
-        self.work: Work
+        self.work: Work | SharedWork
         self.stream: Iterator[Minibatch]
         self.t0 = self.mark = self.startup_s = 0.0
         self.position = position      # where a checkpoint says this worker stood
@@ -129,7 +132,7 @@ class WorkerLoop:
 
     def _start(self) -> None:
         """Open this worker's rows (once every rank is ready) and its first minibatches."""
-        opened = []
+        opened: list[tuple[Work | SharedWork, tuple]] = []
 
         def open_data() -> None:
             cfg, (index, parts) = self.cfg, self.part or (self.roles.index,
@@ -139,6 +142,10 @@ class WorkerLoop:
                 p = self.position
                 epoch, segment, offset = p["epoch"], p.get("segment", 0), p["offset"]
                 taken = list(p.get("taken", []))
+            if self.shared:
+                opened.append((open_shared(cfg, self.lead, self.model.reserved_keys(),
+                                           self.speed), (epoch, 0, -1)))
+                return
             try:
                 shard = open_shard(cfg.data.train, index, parts, skip_bad=cfg.data.skip_bad_lines)
                 plan = WorkPlan(spans(cfg.data.train, parts), cfg.solver.epochs, self.deaths)
@@ -216,7 +223,7 @@ class WorkerLoop:
         self._sample(time.monotonic() - self.t0)
         leaving = self.lead.asked_to_leave
         self._push(current, grad, last=upcoming is None or leaving)
-        self._straggle(waited)
+        self._pace(waited, len(current.rows))
         if upcoming and leaving:
             self.left = upcoming
             return None, None
@@ -230,7 +237,8 @@ class WorkerLoop:
         worker that joins a share of them, it splits them there."""
         lead = self.lead
         upcoming = next(self.stream, None)
-        if upcoming and lead.asked_to_give and not lead.asked_to_leave:
+        if (upcoming and lead.asked_to_give and not lead.asked_to_leave
+                and isinstance(self.work, Work)):
             self.stream = self.work.share_with_joiner(lead, self.kv.clock, lead.asked_to_give,
                                                       upcoming, self.cfg.faults.timeout)
             upcoming = next(self.stream, None)
@@ -248,6 +256,9 @@ class WorkerLoop:
                                      batch_loss))
         self.loss += batch_loss
         self.examples += len(current.rows)
+        self.epoch_rows[current.epoch] = self.epoch_rows.get(current.epoch, 0) + len(current.rows)
+        if isinstance(self.work, SharedWork):
+            grad *= np.float32(self.work.weight(len(current.rows)))
         return grad
 
     def _push(self, current: Minibatch, grad: np.ndarray, last: bool) -> None:
@@ -259,20 +270,29 @@ class WorkerLoop:
             testevents.reached("clock", self.kv.clock)
         self.push_ts = self.kv.push(current.keys, grad, clock=True, flush=last)
 
-    def _straggle(self, waited: float) -> None:
-        """--straggler, a testing aid: take `slowdown` times as long (as if a minibatch took
-        at least 1 ms: a test's slowed job then lasts about as long however fast the machine
-        and the code). `waited`: the time waited on pulls before this minibatch."""
-        if self.slowdown > 1:
+    def _pace(self, waited: float, rows: int) -> None:
+        """The worker's speed, from the time its minibatch of `rows` rows kept it busy (not
+        waiting on pulls: `waited` before it); --straggler, a testing aid: that time
+        `slowdown` times over (as if a minibatch took at least 1 ms: a slowed test job lasts
+        about as long however fast the machine)."""
+        busy = time.monotonic() - self.mark - (self.kv.wait_s - waited)
+        slowdown = self.cfg.diagnostics.slowdown(self.roles.index, self.kv.clock)
+        if slowdown > 1:
+            # Minibatches of any size (--balance dynamic): as if --batch-size rows took 1 ms.
+            least = STRAGGLER_LEAST_BUSY_S * (self.work.weight(rows)
+                                              if isinstance(self.work, SharedWork) else 1)
+            time.sleep((slowdown - 1) * max(busy, least))
             busy = time.monotonic() - self.mark - (self.kv.wait_s - waited)
-            time.sleep((self.slowdown - 1) * max(busy, STRAGGLER_LEAST_BUSY_S))
-            self.mark = time.monotonic()
+        self.speed.add(rows, busy)
+        self.mark = time.monotonic()
 
     # Hand-overs: rows handed to this worker, or left by it.
 
     def _more_to_train(self) -> bool:
         """Before this worker says FINISH: whether the lead has handed it rows of a dead worker
-        that it has not trained (told of, or on their way)."""
+        that it has not trained (told of, or on their way); none under --balance dynamic."""
+        if isinstance(self.work, SharedWork):
+            return False
         self.work.catch_up(self.lead, self.lead.status()["deaths"], self.cfg.faults.timeout)
         return self.work.segment + 1 < len(self.work.segments(self.work.epoch))
 
@@ -314,7 +334,9 @@ class WorkerLoop:
             began = time.monotonic()
             testevents.reached("scoring")
             # Those that died in this launch (a resume's dead workers live again).
-            share = worker_share(cfg, self.roles, kv, self.work.plan.deaths[len(self.deaths):],
+            deaths = (self.work.plan.deaths[len(self.deaths):] if isinstance(self.work, Work)
+                      else ())
+            share = worker_share(cfg, self.roles, kv, deaths,
                                  self.part, self.front, self.hot)
             score_s = time.monotonic() - began
         if self.front is not None:
@@ -342,7 +364,8 @@ class WorkerLoop:
         for name, value in kv.filter.figures().items():
             r[name] = value
         return PartResult(r, share.margins, share.labels, np.zeros(len(self.roles.workers)),
-                          samples=self.timeline.samples())
+                          samples=self.timeline.samples(),
+                          epoch_rows=epoch_rows(self.roles.index, self.epoch_rows))
 
 
 def _diverged(cfg: TrainConfig, clock: int, current: Minibatch, shard, loss: float) -> str:
@@ -355,7 +378,7 @@ def _diverged(cfg: TrainConfig, clock: int, current: Minibatch, shard, loss: flo
 
 
 def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
-                            work: "Work | None" = None, hot: bool = False) -> bool:
+                            work: "Work | SharedWork | None" = None, hot: bool = False) -> bool:
     """Wait until every worker has finished training, however long that takes, as long as
     the slowest keeps advancing: the bound is --timeout without progress. With `work` (not a
     pipeline), workers may die or leave meanwhile: the lead server, not a barrier, says

@@ -96,6 +96,12 @@ class Told(Protocol):
     def reached(self) -> Callable[[str, int, bool], bool]: ...
 
 
+class RowsHandedOut(Protocol):
+    """The lead's hand-out of training rows (server.rowhandout.RowHandOut)."""
+    @property
+    def dynamic(self) -> bool: ...
+
+
 class MembershipContext(Protocol):
     """What membership's parts read and do of their server."""
     placement: Placement   # replaced when key ranges move
@@ -116,6 +122,8 @@ class MembershipContext(Protocol):
     def copies(self) -> Copies: ...
     @property
     def losses(self) -> Losses | None: ...
+    @property
+    def handout(self) -> RowsHandedOut | None: ...
     @property
     def dense(self) -> DenseHolder: ...
     @property

@@ -97,6 +97,9 @@ class WorkerMoves:
         problem = self._worker_refusal("joins", worker)
         if problem:
             return problem
+        if self.ctx.handout and self.ctx.handout.dynamic:
+            return ("a worker joins only a job of --balance static: under --balance dynamic "
+                    "the lead hands out no chunks to a worker that joins (not yet)")
         if worker is not None and worker not in self._idle_workers():
             return f"worker {worker} is training"
         if not self._idle_workers():

@@ -162,6 +162,9 @@ class WorkerLosses:
     def _hand_on(self, worker: int, clock: int, place: dict) -> None:
         """The lead: the dead worker's rows left go to the living workers still training."""
         self.examples += int(place.get("examples", 0))
+        if self.ctx.handout and self.ctx.handout.dynamic:   # the next that ask take them
+            self.ctx.handout.worker_gone(worker, place)
+            return
         if place.get("finished") or place["epoch"] >= self.epochs:
             log.warning("worker %d had finished its rows: nothing to hand over", worker)
             return
@@ -212,6 +215,10 @@ class WorkerLosses:
         given = [d for d in self.deaths if worker in d.survivors]
         # (a full-batch solver's worker says no epoch: it left only if it was asked to)
         leaving = worker in self.ctx.members.leaving and place["epoch"] < self.epochs
+        if self.ctx.handout and self.ctx.handout.dynamic:
+            if self.ctx.lead and leaving:   # its chunks left go to the next that ask
+                self.ctx.handout.worker_gone(worker, place)
+            return None
         if not self.ctx.lead or (len(taken) >= len(given) and not leaving):
             return None
         if leaving:   # shares it had not taken yet join the epoch it left in

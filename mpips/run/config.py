@@ -29,6 +29,12 @@ class Consistency(Choice):
     ASP = "asp"
 
 
+class Balance(Choice):
+    """Who trains which rows of an epoch (see data.balance)."""
+    STATIC = "static"     # each worker its own part, whatever its speed (bitwise repeatable)
+    DYNAMIC = "dynamic"   # chunks handed out as the workers ask, shares following speed
+
+
 class Schedule(Choice):
     """A pipeline's schedule (pipeline.schedule.POLICIES)."""
     GPIPE = "gpipe"
@@ -138,9 +144,16 @@ class ConsistencyConfig:
     """When a worker may read (see wire.clocks)."""
     mode: Consistency = Consistency.BSP
     staleness: int | None = None    # SSP only
+    balance: Balance = Balance.STATIC
 
     def __post_init__(self):
         _set_choice(self, "mode", Consistency, "--consistency")
+        _set_choice(self, "balance", Balance, "--balance")
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the lead hands out the rows as the workers ask (--balance dynamic)."""
+        return self.balance == Balance.DYNAMIC
 
     def check(self) -> None:
         """ConfigError for a staleness SSP lacks, or that is not SSP's."""
@@ -250,16 +263,19 @@ class DiagnosticsConfig:
     snapshot_every: float | None = None
     tensorboard: str | None = None  # where the lead writes TensorBoard's event files
     record_pulls: bool = False
-    stragglers: tuple = ()          # ((worker, slowdown factor), ...): a testing aid
+    stragglers: tuple = ()          # ((worker, slowdown factor[, clocks]), ...): a testing aid
     test_events: tuple = ()         # events at a point of the job: a testing aid (testevents)
 
     def check(self, workers: int) -> None:
         """ConfigError for a straggler that is no worker of `workers`, or named twice, or a
         snapshot interval not positive."""
-        slowed = [worker for worker, _ in self.stragglers]
+        slowed = [worker for worker, *_ in self.stragglers]
         if len(set(slowed)) < len(slowed):
             raise ConfigError(f"--straggler names a worker more than once: {sorted(slowed)}")
-        for worker, factor in self.stragglers:
+        for worker, factor, *clocks in self.stragglers:
+            if clocks and not clocks[0] >= 1:
+                raise ConfigError(f"--straggler {worker}:{factor}:{clocks[0]}: slowed for "
+                                  f"{clocks[0]} clocks in every {2 * clocks[0]}: give 1 or more")
             if not 0 <= worker < workers:
                 raise ConfigError(f"--straggler {worker}:{factor}: worker {worker} does not exist "
                                   f"(workers are 0..{workers - 1})")
@@ -268,8 +284,12 @@ class DiagnosticsConfig:
         if self.snapshot_every is not None and not self.snapshot_every > 0:
             raise ConfigError(f"--snapshot-every must be positive, got {self.snapshot_every}")
 
-    def slowdown(self, worker: int) -> float:
-        return dict(self.stragglers).get(worker, 1.0)
+    def slowdown(self, worker: int, clock: int = 0) -> float:
+        """How many times as long `worker` takes for its minibatch of clock `clock`."""
+        for slowed, factor, *clocks in self.stragglers:
+            if slowed == worker:
+                return factor if not clocks or (clock // clocks[0]) % 2 == 0 else 1.0
+        return 1.0
 
 
 # The record's flat keys, in its order, and where each is in a TrainConfig (part, field).
@@ -303,7 +323,8 @@ RECORD = (("train", "data", "train"), ("out", "data", "out"), ("test", "data", "
           ("push_values", "push", "values"), ("push_threshold", "push", "threshold"),
           ("push_skip_zeros", "push", "skip_zeros"),
           ("tensorboard", "diagnostics", "tensorboard"),
-          ("checkpoint_inline", "checkpointing", "inline"))
+          ("checkpoint_inline", "checkpointing", "inline"),
+          ("balance", "consistency", "balance"))
 
 
 @dataclass(frozen=True)

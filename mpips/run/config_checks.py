@@ -34,6 +34,7 @@ def check(cfg: TrainConfig, n_ranks: int) -> None:
         raise ConfigError(f"--average-after needs --optimizer sgd (got --optimizer "
                           f"{cfg.optimizer.name})")
     cfg.consistency.check()
+    _check_balance(cfg)
     cfg.diagnostics.check(n_ranks - cfg.server_ranks)
     try:
         testevents.check(cfg.diagnostics.test_events, n_ranks, cfg.server_ranks,
@@ -125,6 +126,18 @@ def _check_push_filter(cfg: TrainConfig) -> None:
                           f"layers, whose held-back rows no last push would deliver: train "
                           f"without the filters, or without --stages")
 
+def _check_balance(cfg: TrainConfig) -> None:
+    """--balance dynamic hands out a minibatch solver's rows to the workers themselves."""
+    if not cfg.consistency.dynamic:
+        return
+    fixed = (f"--solver {cfg.solver.name}" if cfg.solver.full_batch else
+             f"--stages {cfg.pipeline.stages}" if cfg.pipeline.stages > 1 else None)
+    if fixed:
+        raise ConfigError(f"--balance dynamic hands each worker minibatches of the rows it "
+                          f"asks for; {fixed} trains fixed parts of the data: use --balance "
+                          f"static")
+
+
 def _check_solver(cfg: TrainConfig) -> None:
     solver, optimizer = cfg.solver, cfg.optimizer
     if not solver.full_batch:
@@ -181,7 +194,8 @@ def check_resumable(cfg: TrainConfig, manifest: dict, n_workers: int,
             ("--hidden", list(then.model.hidden), list(now.model.hidden) if widedeep else None),
             ("--fields", then.model.fields or 0,   # written before --fields: 0
              now.model.fields if widedeep else None),
-            ("--stages", then.pipeline.stages, now.pipeline.stages)):   # places per worker
+            ("--stages", then.pipeline.stages, now.pipeline.stages),   # places per worker
+            ("--balance", then.consistency.balance, now.consistency.balance)):
         if before != given and given is not None:   # a batch size not given: the checkpoint's
             raise ConfigError(f"{where} was written with {flag} {before}, this job has {given}")
     if cfg.solver.full_batch:   # the solver's history is of this objective

@@ -15,6 +15,7 @@ from ..models import catalog
 from ..models.optimizer import NAMES, Optimizer
 from . import testevents
 from .config import (
+    Balance,
     CheckpointConfig,
     Consistency,
     ConsistencyConfig,
@@ -105,11 +106,15 @@ def _size(text: str) -> int:
 
 
 def _straggler(text: str):
-    worker, _sep, factor = text.partition(":")
+    worker, _sep, rest = text.partition(":")
+    factor, _sep, clocks = rest.partition(":")
     try:
+        if clocks:
+            return int(worker), finite_float(factor), int(clocks)
         return int(worker), finite_float(factor)
     except (ValueError, argparse.ArgumentTypeError):
-        raise argparse.ArgumentTypeError(f"expected W:FACTOR such as 0:3, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected W:FACTOR such as 0:3, or W:FACTOR:CLOCKS "
+                                         f"such as 0:3:50, got {text!r}") from None
 
 
 @dataclass(frozen=True)
@@ -280,6 +285,12 @@ OPTIONS = (
     _option("job", "--staleness", type=int, metavar="S",
             help="for --consistency ssp: how many clocks the fastest worker may be ahead "
                  "of the slowest (0 behaves as bsp)"),
+    _option("job", "--balance", choices=values(Balance), default="static",
+            help="who trains which rows: static, each worker its own part of the data, "
+                 "a run with a fixed seed repeatable bit for bit (default); dynamic, the "
+                 "lead server hands each epoch's rows out in chunks as the workers ask, "
+                 "each worker's minibatch following its speed, so that a slow worker holds "
+                 "no clock back (the hand-out, so the model, then depends on timing)"),
     _option("job", "--timeout", type=finite_float, default=600.0, metavar="SECONDS",
             help="longest any rank waits for another before failing the job "
                  "(default: %(default)g)"),
@@ -328,11 +339,12 @@ OPTIONS = (
             help="each server writes every pull it served to RUN_DIR/pulls/ (worker, "
                  "its clock, the slowest worker's clock, time held), to check the "
                  "consistency model from outside"),
-    _option("diag", "--straggler", action="append", default=[], metavar="W:FACTOR",
+    _option("diag", "--straggler", action="append", default=[], metavar="W:FACTOR[:CLOCKS]",
             type=_straggler,
             help="make worker W (0-based among workers) take FACTOR times as long per "
-                 "minibatch (at least 1 ms), by sleeping; to test and measure the "
-                 "consistency models (repeatable)"),
+                 "minibatch (at least 1 ms), by sleeping; with CLOCKS, only for CLOCKS "
+                 "clocks in every 2 x CLOCKS (slowness that comes and goes); to test and "
+                 "measure the consistency models and --balance (repeatable)"),
     _option("diag", "--test-event", action="append", default=[], metavar="EVENT",
             help="a testing aid for mpips's own tests, refused unless MPIPS_TESTING=1: "
                  "fire EVENT when the job reaches a point, e.g. 'kill rank 1 at clock "
@@ -504,7 +516,8 @@ def _config(v: dict) -> TrainConfig:
         solver=SolverConfig(name=v["solver"], epochs=v["epochs"], batch_size=v["batch_size"],
                             average_after=v["average_after"], dim=v["dim"],
                             history=v["history"], max_iter=v["max_iter"], tol=v["tol"]),
-        consistency=ConsistencyConfig(mode=v["consistency"], staleness=v["staleness"]),
+        consistency=ConsistencyConfig(mode=v["consistency"], staleness=v["staleness"],
+                                      balance=v["balance"]),
         faults=FaultToleranceConfig(replicas=v["replicas"], spares=v["spares"],
                                     timeout=v["timeout"], disk_wait=v["disk_wait"]),
         checkpointing=CheckpointConfig(dir=v["checkpoint_dir"], every=every, seconds=seconds,

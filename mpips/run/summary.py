@@ -44,6 +44,7 @@ RECORD = np.dtype([
     ("train_requests", "<i8"),   # servers: messages received until training ended
     ("ranges_lost", "<i8"),   # servers: key ranges in no model file (see job/server_part)
     ("rows_abandoned", "<i8"),   # the lead: dead workers' rows no worker could take over
+    ("epoch_entries", "<i8"),    # workers: epochs they trained rows of (job/part_result)
     # Workers: their push filter's work (see pushfilter.FIGURES).
     ("push_rows", "<i8"), ("push_rows_held", "<i8"), ("residual_keys_dropped", "<i8"),
     ("residual_keys_flushed", "<i8"), ("residual_flushed", "<f8"),
@@ -88,6 +89,16 @@ def gather_to_root(comm: MPI.Intracomm, local: np.ndarray, counts: np.ndarray, t
     req = comm.Igatherv(local, [recv, counts] if recv is not None else None, root=0)
     wait_all([req], timeout, lambda: what)
     return recv
+
+
+def rows_per_epoch(entries: np.ndarray, workers: int, epochs: int) -> list:
+    """[worker][epoch]: rows trained in this launch, from part_result.EPOCH_ROWS entries
+    (a worker that died has a row of zeros; `workers`: those living, at least)."""
+    if entries.shape[0]:
+        workers = max(workers, int(entries["worker"].max()) + 1)
+    out = np.zeros((workers, epochs), np.int64)
+    np.add.at(out, (entries["worker"], entries["epoch"]), entries["rows"])
+    return out.tolist()
 
 
 def key_spread(keys: np.ndarray) -> float | None:

@@ -20,7 +20,7 @@ from ..wire.protocol import HEADER_BYTES, Op
 # their end, a stop they were asked for) and server 0 to the others (clocks to checkpoint at).
 FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STOP,
                 Op.DENSE}
-WORKERS_TO_LEAD = {Op.PLACEMENT, Op.SPLIT, Op.CHUNK}
+WORKERS_TO_LEAD = {Op.PLACEMENT, Op.SPLIT, Op.CHUNK, Op.WORK}
 FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP, Op.MOVE_CLOCK, Op.MOVED,
                         Op.CHUNK}
 FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH, Op.MOVE_ASK, Op.MOVE_TO, Op.MOVE_AT,
@@ -40,7 +40,8 @@ ALLOWED = {(worker, to_lead, from_lead): frozenset(
 TEXT_LIMIT = 1 << 20
 _OPS = frozenset(int(op) for op in Op)
 MAX_SHARES_TAKEN = 1 << 16   # a report's shares of dead workers' rows (kept per worker)
-INT64_PAYLOAD = frozenset({Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK})
+INT64_PAYLOAD = frozenset({Op.DEATH, Op.SPLIT, Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK,
+                           Op.WORK})
 PER_RANGE = frozenset({Op.MOVE_TO, Op.MOVE_AT, Op.MOVE_CLOCK})   # a figure per key range
 KEYED = frozenset({Op.PULL, Op.PUSH, Op.READ})            # keys, values, maybe a report
 PLACED = KEYED | {Op.COPY}                                 # keys split by a placement

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .readgate import ReadGate
     from .reads import Reads
     from .rowcache import RowCache
+    from .rowhandout import RowHandOut
     from .stopping import Stopping
     from .store import KVStore
     from .watchdog import Watchdog
@@ -134,6 +135,7 @@ class ServerContext:
         self.takeover: Takeover | None = None
         self.losses: WorkerLosses | None = None
         self.scoring: Scorer | None = None
+        self.handout: RowHandOut | None = None   # the training rows, under --balance dynamic
         # Servers died (the placement already without them): (indices, whether this server
         # led before) -> None. The loop's.
         self.servers_died: Callable[[set, bool], None] = lambda gone, was_lead: None

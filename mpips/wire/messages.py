@@ -305,6 +305,35 @@ class PlacementAnswer(NamedTuple):
                    Placement.extra_of(answer[3 + q:].reshape(q, p.replicas)))
 
 
+class WorkAsk(NamedTuple):
+    """A worker to the lead (--balance dynamic): its next chunk of training rows, in epoch
+    `epoch`, at its speed `speed` (rows per busy second), a row of its taking `units` units
+    of the file (bytes of text; 1 for binary shards); 0: not measured yet. The answer:
+    `work_answer`."""
+    epoch: int
+    speed: float
+    units: float = 0.0
+
+    def fields(self) -> np.ndarray:
+        return np.array([self.epoch, round(self.speed * 1000), round(self.units * 1000)],
+                        np.int64)
+
+    @staticmethod
+    def of(buf: np.ndarray) -> "WorkAsk":
+        """ValueError unless the payload holds an epoch, a speed and a row's size."""
+        fields = _ints(buf)
+        if fields.shape[0] != 3:
+            raise ValueError(f"{fields.shape[0]} numbers where an epoch, a speed and a row's "
+                             f"size go")
+        return WorkAsk(int(fields[0]), int(fields[1]) / 1000, int(fields[2]) / 1000)
+
+
+def work_answer(chunk) -> np.ndarray:
+    """The lead's answer to WORK: a data.balance.Chunk as int64 (epoch, start, stop,
+    minibatch rows)."""
+    return np.array(tuple(chunk), np.int64)
+
+
 class LeaveNotice(NamedTuple):
     """Leave after this clock (mpips ctl remove-worker)."""
 
@@ -362,4 +391,4 @@ TYPES = {Op.BYE: Bye, Op.ERROR: Error, Op.STOP: Stop, Op.SCORED: Scored, Op.STOP
 # (server.admission.Request: keys, values, a report), and the requests a worker sends the
 # lead for an answer (its clock and ts in the header). Every op is in one of the two.
 DATA_PLANE = frozenset({Op.PULL, Op.PUSH, Op.READ, Op.FINISH, Op.DENSE, Op.STATUS,
-                        Op.CHUNK})
+                        Op.CHUNK, Op.WORK})

@@ -105,6 +105,11 @@ class Op(IntEnum):
     READ = 25        # a server to another, once training is over: the final weights of the
                      # `nkeys` sorted keys that follow (reply: float32, as to a PULL)
     SCORED = 26      # a server to the others: it has scored its chunks; it reads no more
+    # --balance dynamic (see data/balance):
+    WORK = 27        # a worker to the lead: its next chunk of training rows (`nkeys` int64:
+                     # its epoch, its speed in milli-rows per busy second, a row's size in
+                     # milli-units of the file). Reply: int64 epoch, start, stop, minibatch
+                     # rows (start == stop: none left)
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock
@@ -395,7 +400,7 @@ def copied_positions(buf: np.ndarray, h: Header) -> np.ndarray:
 
 
 def int64_fields(buf: np.ndarray) -> np.ndarray:
-    """The int64 payload of DEATH, SPLIT, MOVE_AT or MOVE_CLOCK (a view of `buf`)."""
+    """The int64 payload of DEATH, SPLIT, MOVE_AT, MOVE_CLOCK or WORK (a view of `buf`)."""
     return buf[HEADER_BYTES:].view(np.int64)
 
 

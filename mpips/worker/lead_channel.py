@@ -12,7 +12,7 @@ from mpi4py import MPI
 from ..base.errors import ProtocolError, WaitTimeout
 from ..data.workplan import Handover
 from ..ranks.ulfm import dead_ranks, is_failure
-from ..wire import protocol, tags
+from ..wire import messages, protocol, tags
 from ..wire.messages import GiveNotice, JoinNotice, LeaveNotice, notice_of
 from ..wire.protocol import Op
 from .requests import Pending, Reply
@@ -47,20 +47,33 @@ class LeadChannel:
         return self._ask(Op.CHUNK, np.empty(2, np.int64), "to hand out a chunk of the test "
                                                           "rows")
 
-    def _ask(self, op: Op, out: np.ndarray, what: str, timeout: float | None = None) -> int:
-        """Start asking the lead server `op`, its answer into `out`; kv.wait(ts) completes
-        it. Should the lead die meanwhile (under failover), the next lead is asked."""
+    def work_chunk(self, epoch: int, speed: float, units: float) -> int:
+        """Start asking the lead for this worker's next chunk of training rows in `epoch`, at
+        its speed, a row taking `units` of the file (--balance dynamic, see data/balance);
+        kv.wait(ts) gives it, as int64 (epoch, start, stop, minibatch rows): start == stop
+        once none is left."""
+        fields = messages.WorkAsk(epoch, speed, units).fields()
+        return self._ask(Op.WORK, np.empty(4, np.int64), "to hand out a chunk of the training "
+                         "rows", payload=(fields,))
+
+    def _ask(self, op: Op, out: np.ndarray, what: str, timeout: float | None = None,
+             payload: tuple = ()) -> int:
+        """Start asking the lead server `op` (int64 `payload` after the header), its answer
+        into `out`; kv.wait(ts) completes it. Should the lead die meanwhile (under failover),
+        the next lead is asked."""
         kv = self.kv
         ts = kv.new_ts()
         lead = self.server()
+        nkeys = sum(p.shape[0] for p in payload)
 
         def ask_next_lead(pending: Pending) -> Reply:
             kv.new_ts()
             lead = self.server()
-            pending.sends.append(kv.send(lead, op))
+            pending.sends.append(kv.send(lead, op, payload, nkeys=nkeys))
             return kv.reply_into(pending.out, lead)
         kv.track(ts, Pending(what=f"server rank {kv.rank_of(lead)} {what}",
-                             sends=[kv.send(lead, op)], replies=[kv.reply_into(out, lead)],
+                             sends=[kv.send(lead, op, payload, nkeys=nkeys)],
+                             replies=[kv.reply_into(out, lead)],
                              out=out, version=kv.placement.version,
                              ask_next_lead=ask_next_lead, timeout=timeout))
         return ts

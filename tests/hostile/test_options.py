@@ -18,8 +18,11 @@ REFUSED = [
     (("--timeout", "nan"), "argument --timeout: 'nan': give a finite number"),
     (("--checkpoint-every", "nans"), "'nans': must be a finite number, not negative"),
     (("--checkpoint-every", "-3"), "'-3': must be a finite number, not negative"),
-    (("--straggler", "0:inf"), "expected W:FACTOR such as 0:3, got '0:inf'"),
+    (("--straggler", "0:inf"), "expected W:FACTOR such as 0:3, or W:FACTOR:CLOCKS such as "
+                                 "0:3:50, got '0:inf'"),
+    (("--straggler", "0:3:0"), "slowed for 0 clocks in every 0: give 1 or more"),
     (("--optimizer", "rmsprop"), "argument --optimizer: invalid choice: 'rmsprop'"),
+    (("--balance", "fast"), "argument --balance: invalid choice: 'fast'"),
     (("--disk-wait", "-1"), "--disk-wait must be a number of seconds >= 0, got -1.0"),
     (("--allow-changed-data",), "--allow-changed-data applies to --resume only"),
     (("--lr", "-0.1"), "--lr must be positive, got -0.1"),

@@ -23,7 +23,7 @@ RECORD_KEYS = [
     "allow_changed_data", "timeout", "disk_wait", "log_every", "solver", "dim", "history",
     "max_iter", "tol", "max_rank_memory", "model", "factors", "embedding_dim", "hidden",
     "fields", "format", "stages", "micro_batches", "pipeline", "push_values",
-    "push_threshold", "push_skip_zeros", "tensorboard", "checkpoint_inline"]
+    "push_threshold", "push_skip_zeros", "tensorboard", "checkpoint_inline", "balance"]
 
 ARGV = ["--train", "x.svm", "--model", "widedeep", "--hidden", "16,8", "--stages", "2",
         "--pipeline", "gpipe", "--straggler", "0:3", "--consistency", "ssp", "--staleness",
@@ -95,6 +95,8 @@ def test_every_option_has_a_keyword_of_its_name():
     ({"train": "x", "optimizer": "rmsprop"}, "argument --optimizer: invalid choice: 'rmsprop'"),
     ({"train": "x", "straggler": "0:3"}, "straggler='0:3': give a list of (worker, factor)"),
     ({"train": "x", "epochs": "two"}, "argument --epochs: invalid int value: 'two'"),
+    ({"train": "x", "balance": "fast"},
+     "argument --balance: invalid choice: 'fast' (choose from 'static', 'dynamic')"),
     ({"servers": 2}, "mpips.train needs train=FILE"),
     ({"train": "x", "print_schedule": True}, "print_schedule is the command line's"),
 ])
@@ -102,3 +104,11 @@ def test_a_bad_keyword_option_is_named(options, says):
     with pytest.raises(ConfigError) as refused:
         config_from(options)
     assert says in str(refused.value)
+
+
+def test_a_straggler_slowed_for_some_clocks_comes_and_goes():
+    cfg = parsed("--train", "x.svm", "--straggler", "0:3:10", "--straggler", "1:2")
+    slow = cfg.diagnostics.slowdown
+    assert [slow(0, c) for c in (0, 9, 10, 19, 20)] == [3.0, 3.0, 1.0, 1.0, 3.0]
+    assert slow(1, 15) == 2.0 and slow(2, 0) == 1.0
+    assert list(map(list, cfg.to_record()["stragglers"])) == [[0, 3.0, 10], [1, 2.0]]

@@ -1,0 +1,63 @@
+"""The lead's side of --balance dynamic: it answers each worker's WORK with its next chunk of
+training rows and minibatch size (data.balance), takes back the chunks of a worker that dies
+or leaves, and keeps the hand-out for checkpoints and the summary. A server that does not
+lead refuses WORK (admission); under --balance static every server does.
+"""
+import logging
+
+from ..base.errors import ProtocolError
+from ..data.balance import Balance, Refused
+from ..wire import messages
+from ..wire.protocol import Op
+
+log = logging.getLogger("mpips")
+
+
+class RowHandOut:
+    """`balance`: the lead's hand-out (None under --balance static: WORK is refused)."""
+
+    def __init__(self, ctx, balance: Balance | None):
+        self.ctx = ctx
+        self.balance = balance
+        ctx.register({Op.WORK: self.on_work})
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the lead hands out the rows (--balance dynamic)."""
+        return self.balance is not None
+
+    def on_work(self, source: int, request, buf) -> None:
+        ctx = self.ctx
+        if self.balance is None:
+            raise ProtocolError(f"{ctx.sender(source)} asked for a chunk of training rows "
+                                f"(WORK), but this job hands out none (--balance static)")
+        worker = ctx.roles.worker_index(source)
+        try:
+            ask = messages.WorkAsk.of(buf)
+            chunk = self.balance.ask(worker, ask.epoch, ask.speed, ask.units)
+        except (ValueError, Refused) as e:
+            raise ProtocolError(f"{ctx.sender(source)} asked for {e}: refused, and the job "
+                                f"stops") from None
+        ctx.reply(messages.work_answer(chunk), source, request.header.ts)
+
+    def worker_gone(self, worker: int, place: dict) -> None:
+        """`worker` died or left where `place` (a checkpoint's position) says: the chunks it
+        had not trained go back to the pool, to the next workers that ask."""
+        if self.balance is None:
+            return
+        done, offset = int(place.get("segment", 0)), int(place.get("offset", -1))
+        if place.get("epoch", 0) >= self.balance.epochs:   # it had trained all it was handed
+            done, offset = len(self.balance.handed[worker]), -1
+        before = len(self.balance.abandoned)
+        back = self.balance.give_back(worker, done, offset)
+        if back:
+            log.warning("worker %d's chunks of training rows not trained go to the next "
+                        "workers that ask: %s", worker,
+                        ", ".join(f"[{a}, {b}) of epoch {e}" for e, a, b in back))
+        for e, a, b in self.balance.abandoned[before:]:
+            why = (f"worker {worker} gave back rows [{a}, {b}) of epoch {e} once no other "
+                   f"worker was training")
+            log.error("%s: nobody can train them; the job stops for a resume from its last "
+                      "checkpoint once the others are done", why)
+            if self.ctx.losses:   # the model is incomplete, as when a plan's rows are
+                self.ctx.losses.abandoned.append(why)

@@ -1,0 +1,77 @@
+"""--balance dynamic: the lead hands each epoch's rows out in chunks, each worker's minibatch
+following its speed. With a worker slowed 3x, one that dies (ULFM) or one that leaves (ctl
+remove-worker), every row is still trained once per epoch (rows_per_epoch, in the summary)."""
+import numpy as np
+import pytest
+from support import ULFM, fired, read_summary, run_job, run_mpips
+
+from mpips.storage.checkpoint import latest_valid
+
+ROWS, EPOCHS, BATCH = 600, 3, 10
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    prefix = tmp_path_factory.mktemp("tiny") / "t"
+    job = run_mpips("make-data", "--rows", ROWS, "--test-rows", 100, "--features", 300,
+                    "--nnz", 5, "--seed", 7, prefix)
+    assert job.returncode == 0, job.output
+    return f"{prefix}.train.svm", f"{prefix}.test.svm"
+
+
+def train(tiny, run, workers: int, *extra, launcher=(), status=0):
+    job = run_job(1 + workers, "train", "--train", tiny[0], "--test", tiny[1], "--out", run,
+                  "--epochs", EPOCHS, "--batch-size", BATCH, "--balance", "dynamic",
+                  "--timeout", 60, *extra, launcher=launcher)
+    assert job.returncode == status, job.output
+    return job, read_summary(run)
+
+
+def test_every_row_trains_once_per_epoch_with_a_straggler(tiny, tmp_path):
+    """4 workers (2 workers: see the leave, and the stop and resume, below)."""
+    workers = 4
+    _, s = train(tiny, tmp_path / "run", workers, "--straggler", "0:3")
+    per_epoch = np.array(s["rows_per_epoch"])   # [worker][epoch]
+    assert per_epoch.sum(axis=0).tolist() == [ROWS] * EPOCHS, per_epoch
+    assert s["train_examples"] == EPOCHS * ROWS and s["status"] == "complete"
+    assert s["balance"] == "dynamic"
+    rows = per_epoch.sum(axis=1)
+    assert rows[0] < rows[1:].max(), f"the straggler trained fewer rows: {rows}"
+
+
+def test_a_dead_workers_chunks_are_handed_on(tiny, tmp_path):
+    kill = "kill rank 2 at clock 20"   # worker 1, in its first epoch (30 clocks of 20 rows)
+    job, s = train(tiny, tmp_path / "run", 2, "--test-event", kill, launcher=ULFM)
+    fired(job, kill)
+    assert "worker 1's chunks of training rows not trained go to the next" in job.output
+    assert s["train_examples"] == EPOCHS * ROWS, "every example once per epoch"
+    assert s["failures"][0]["worker"] == 1
+
+
+def test_a_leaving_workers_chunks_are_handed_on(tiny, tmp_path):
+    """2 workers, worker 0 slowed 3x: worker 1 leaves at clock 20, in epoch 0."""
+    leave = "ctl remove-worker 1 at clock 20"
+    job, s = train(tiny, tmp_path / "run", 2, "--straggler", "0:3", "--test-event", leave)
+    fired(job, leave)
+    assert "worker 1's chunks of training rows not trained go to the next" in job.output
+    per_epoch = np.array(s["rows_per_epoch"])
+    assert per_epoch.sum(axis=0).tolist() == [ROWS] * EPOCHS, per_epoch
+    assert per_epoch[1, 1:].sum() == 0 < per_epoch[1, 0] < ROWS, "it left in epoch 0"
+
+
+def test_a_stopped_job_resumes_where_its_checkpoint_says(tiny, tmp_path):
+    """Stopped at clock 40 (in epoch 1) and resumed: the checkpoint records the hand-out and
+    each worker's place in its chunks; every row is still trained once per epoch across the
+    two launches."""
+    stop, run = "stop rank 1 at clock 40", tmp_path / "run"
+    job, stopped = train(tiny, run, 2, "--straggler", "0:3", "--test-event", stop, status=75)
+    fired(job, stop)
+    assert stopped["status"] == "stopped"
+    found = latest_valid(str(run / "checkpoints"))
+    assert found is not None and "balance" in found[1], "the manifest keeps the hand-out"
+    before = np.array(stopped["rows_per_epoch"])
+    assert 0 < before.sum() == stopped["train_examples"] < EPOCHS * ROWS
+    _, s = train(tiny, run, 2, "--straggler", "0:3", "--resume", run / "checkpoints")
+    per_epoch = before + np.array(s["rows_per_epoch"])
+    assert per_epoch.sum(axis=0).tolist() == [ROWS] * EPOCHS, per_epoch
+    assert s["train_examples"] == EPOCHS * ROWS and s["status"] == "complete"
