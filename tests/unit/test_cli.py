@@ -4,7 +4,7 @@ import argparse
 import pytest
 from support import run_mpips
 
-from mpips.run.options import checkpoint_interval
+from mpips.run.option_spec import checkpoint_interval
 
 
 def test_help_explains_each_option():
