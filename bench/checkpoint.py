@@ -109,8 +109,8 @@ def pss_mb(pid: int) -> float:
 def watch_memory(proc, pid_file: str, timeout: float) -> dict:
     """Until `proc` ends (within `timeout`): the server's memory alone (its largest) and with
     its writer (their largest sum), read from /proc every SAMPLE_S; and the largest growth of
-    the two over the server alone just before the writer started."""
-    alone = together = growth = before = 0.0
+    the two over the server alone before the writer started."""
+    alone = together = growth = 0.0
     deadline = time.monotonic() + timeout
     while proc.poll() is None:
         if time.monotonic() > deadline:
@@ -127,9 +127,9 @@ def watch_memory(proc, pid_file: str, timeout: float) -> dict:
         mine = pss_mb(server)
         if writers:
             both = mine + sum(pss_mb(w) for w in writers)
-            together, growth = max(together, both), max(growth, both - before)
-        else:
-            alone, before = max(alone, mine), mine
+            together, growth = max(together, both), max(growth, both - alone)
+        else:   # (its largest so far: read as a writer starts, it counts half the pages)
+            alone = max(alone, mine)
     return {"server_mb": alone, "with_writer_mb": together, "memory_mb": growth}
 
 
@@ -188,12 +188,14 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(HERE, "results", "checkpoint.json"))
     parser.add_argument("--serve-seconds", type=float, default=24.0)
     parser.add_argument("--every", type=float, default=3.0)
+    parser.add_argument("--writers", default="fork,inline",
+                        help="the ways of writing measured serving (default: %(default)s)")
     parser.add_argument("--serving-only", action="store_true",
                         help="skip the table of write and read times per optimizer")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     served = [serving(mode, args.keys, args.serve_seconds, args.every, args.dir)
-              for mode in ("fork", "inline")]
+              for mode in args.writers.split(",")]
     report_serving(served)
     rows = [] if args.serving_only else [measure(name, args.keys, args.dir) for name in NAMES]
     print(f"{'':8} {'keys':>11} {'MB':>7} {'write s':>8} {'MB/s':>6} {'verify s':>8} "

@@ -18,6 +18,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from mpips.base import forked
 from mpips.base.forked import ForkedWrite, Written
 from mpips.models.optimizer import Optimizer
 from mpips.ranks.bounded import wait_all
@@ -130,6 +131,8 @@ def ready(roles) -> None:
 
 def main() -> None:
     mode, n_keys, seconds, every, out = sys.argv[1:6]
+    if "MPIPS_WRITER_NICE" in os.environ:   # to measure the writer's priority
+        forked.NICE = int(os.environ["MPIPS_WRITER_NICE"])
     roles = split(1, MPI.COMM_WORLD)
     root = os.path.join(out, "checkpoints")
     if roles.is_server:

@@ -2,6 +2,7 @@
 push buffer, checkpoint coordination and the stop protocol; and how the server's modules reach
 each other."""
 
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -203,3 +204,70 @@ def test_a_stop_waits_for_a_move_to_end():
     ctx, stopping = stopping_lead(busy=True)
     stopping.poll()
     assert stopping.asked and ctx.ckpt.stop_at is None and not ctx.outbox.messages
+
+
+class FakeWrite:
+    """A file being written: done when the test says (`entry`), as a forked writer is."""
+    def __init__(self, clock: int):
+        self.clock, self.started, self.pid, self.entry = clock, time.monotonic(), 1000 + clock, None
+        self.waited = False
+
+    def poll(self):
+        return self.entry
+
+    def wait(self, timeout: float):
+        self.waited = True
+        self.entry = self.entry or {"server": 1, "keys": 1}
+        return self.entry
+
+    def stop(self, why: str):
+        self.entry = self.entry or {"error": why}
+        return self.entry
+
+
+def writing_server():
+    """Server 1 of 2 (not the lead), its files written by FakeWrite."""
+    from mpips.server.checkpoint_rounds import CheckpointRounds
+    from mpips.server.context import Hooks
+    from mpips.wire.placement import Placement
+    files = []
+
+    def write_shard(clock: int) -> FakeWrite:
+        files.append(FakeWrite(clock))
+        return files[-1]
+
+    roles = SimpleNamespace(index=1, servers=[0, 1], workers=[2, 3])
+    ctx = ServerContext(roles, None, ClockTable(2), 60.0, Hooks(write_shard=write_shard),
+                        Placement(2), SimpleNamespace(checkpoints=0))
+    ctx.outbox = Sent()
+    ctx.ckpt = Checkpoints(every=15, seconds=0, n_servers=2, bsp=True)
+    ctx.pushes = SimpleNamespace(apply_backups=lambda: None, buffer=SimpleNamespace(applied=0))
+    return ctx, CheckpointRounds(ctx), files
+
+
+def test_a_file_is_reported_only_once_written_and_one_is_written_at_a_time():
+    ctx, rounds, files = writing_server()
+    rounds.take(15)
+    assert [f.clock for f in files] == [15] and ctx.outbox.messages == [], "state taken, not in"
+    rounds.poll(time.monotonic())
+    assert ctx.outbox.messages == [] and rounds.ending(), "still written: the loop goes on"
+    files[0].entry = {"server": 1, "keys": 5}
+    rounds.poll(time.monotonic())
+    assert ctx.outbox.messages == [(Op.SHARD_SAVED, 15, 0)] and not rounds.ending()
+    assert ctx.stats.checkpoints == 1
+    rounds.take(30)
+    rounds.take(45)   # due while 30's file is still written: waits for it first
+    assert files[1].waited and [f.clock for f in files] == [15, 30, 45]
+    assert ctx.outbox.messages[1:] == [(Op.SHARD_SAVED, 30, 0)]
+
+
+def test_a_writer_that_fails_or_outlives_the_timeout_reports_a_failed_file():
+    ctx, rounds, files = writing_server()
+    rounds.take(15)
+    files[0].entry = {"error": "the writer of server-0001.h5 (process 1015) was killed"}
+    rounds.poll(time.monotonic())
+    rounds.take(30)
+    rounds.poll(files[1].started + 61)   # past --timeout (60 s) since it started: stopped
+    assert ctx.outbox.messages == [(Op.SHARD_SAVED, 15, 0), (Op.SHARD_SAVED, 30, 0)]
+    assert "was not written within --timeout 60 s" in files[1].entry["error"]
+    assert ctx.stats.checkpoints == 0
