@@ -246,7 +246,10 @@ class WorkerMoves:
                   "from_epoch": handed.epoch if handed else None,
                   "handed_to": list(handed.survivors) if handed else []}
         self.members.done.append(result)
+        dynamic = self.ctx.handout is not None and self.ctx.handout.dynamic
         log.warning("ctl remove-worker %d done: it left at clock %d%s", worker, clock,
                     f"; its rows left from epoch {handed.epoch} go to worker(s) "
-                    f"{list(handed.survivors)}" if handed else ", having trained all its rows")
+                    f"{list(handed.survivors)}" if handed else
+                    "; its chunks left go to the next workers that ask" if dynamic else
+                    ", having trained all its rows")
         self.members.answer(request, result)

@@ -1,12 +1,15 @@
 """The lead's side of --balance dynamic: it answers each worker's WORK with its next chunk of
 training rows and minibatch size (data.balance), takes back the chunks of a worker that dies
-or leaves, and keeps the hand-out for checkpoints and the summary. A server that does not
-lead refuses WORK (admission); under --balance static every server does.
+or leaves, and keeps the hand-out for checkpoints. A server that does not lead refuses WORK
+(admission); under --balance static every server does. The hand-out is not copied: should
+the lead die, the server that leads next stops the job at the next WORK (a resume from a
+checkpoint goes on from the hand-out it kept).
 """
 import logging
 
 from ..base.errors import ProtocolError
 from ..data.balance import Balance, Refused
+from ..ranks.ulfm import CannotFailOver
 from ..wire import messages
 from ..wire.protocol import Op
 
@@ -19,6 +22,7 @@ class RowHandOut:
     def __init__(self, ctx, balance: Balance | None):
         self.ctx = ctx
         self.balance = balance
+        self.led = ctx.lead   # the hand-out is the first lead's alone (not replicated)
         ctx.register({Op.WORK: self.on_work})
 
     @property
@@ -31,6 +35,10 @@ class RowHandOut:
         if self.balance is None:
             raise ProtocolError(f"{ctx.sender(source)} asked for a chunk of training rows "
                                 f"(WORK), but this job hands out none (--balance static)")
+        if not self.led:
+            raise CannotFailOver("the lead server that handed out the training rows "
+                                 "(--balance dynamic) died, and its hand-out with it: the job "
+                                 "stops, to resume from its last checkpoint")
         worker = ctx.roles.worker_index(source)
         try:
             ask = messages.WorkAsk.of(buf)

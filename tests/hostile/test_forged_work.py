@@ -44,10 +44,11 @@ def test_a_worker_asking_the_lead_is_admitted():
 class Lead:
     """What RowHandOut reads of its server: workers at ranks 2 and 3, replies kept."""
 
-    def __init__(self):
+    def __init__(self, lead: bool = True):
         self.handlers: dict = {}
         self.replies: list = []
         self.roles = self
+        self.lead = lead
 
     def register(self, handlers: dict) -> None:
         self.handlers.update(handlers)
@@ -93,3 +94,10 @@ def test_a_request_for_rows_under_static_balance_is_refused():
     with pytest.raises(ProtocolError, match=r"worker 0 \(rank 2\) asked for a chunk of training "
                                             r"rows \(WORK\), but this job hands out none"):
         ask(RowHandOut(Lead(), None), 2, work(0))
+
+
+def test_a_server_that_comes_to_lead_stops_the_job_rather_than_hand_out_rows_again():
+    from mpips.ranks.ulfm import CannotFailOver
+    hand_out = RowHandOut(Lead(lead=False), Balance(1000, 2, 2, batch=10))
+    with pytest.raises(CannotFailOver, match="died, and its hand-out with it"):
+        ask(hand_out, 2, work(0))
