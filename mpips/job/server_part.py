@@ -1,13 +1,11 @@
 """The server side of a training job: a store of the keys this server holds, loaded from a
-checkpoint when resuming; the hooks that write its checkpoint files, snapshots and (server
-0) manifests; serving until the workers are done; the model it saves at the end or after an
-error.
+checkpoint when resuming; the hooks the loop calls (its checkpoint files and manifests, see
+server_files; snapshots; live curves); serving until the workers are done; the model it
+saves at the end or after an error.
 """
-import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -15,19 +13,15 @@ from mpi4py import MPI
 from ..base.budget import Budget, OverBudget
 from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError, said_by
 from ..base.files import keep_trying, write_hdf5
-from ..base.forked import ForkedWrite, Written
-from ..base.log import say
-from ..data import fingerprint
 from ..data.balance import Balance
 from ..data.shards import data_format, distinct_keys, spans
 from ..models.lbfgs import Step
 from ..ranks.roles import Roles
-from ..ranks.ulfm import CannotFailOver, agreed_dead
+from ..ranks.ulfm import CannotFailOver
 from ..run import signals, summary, testevents
 from ..run.config import TrainConfig
 from ..run.startup import process_age, ready
 from ..server.checkpoint_rounds import Checkpoints
-from ..server.context import ShardWrite
 from ..server.dense_tables import DenseTables
 from ..server.loop import Hooks, Server
 from ..server.progress import Progress
@@ -35,79 +29,20 @@ from ..server.replicas import PrimaryKeys
 from ..server.rowhandout import RowHandOut
 from ..server.store import KVStore
 from ..storage import checkpoint
-from ..storage.model_files import save_shard, shard_path
+from ..storage.model_files import save_shard
 from ..storage.rundir import RunLocks
 from ..wire.clocks import FINISHED, ClockTable
-from ..wire.placement import Placement, describe_ranges
+from ..wire.placement import Placement
 from .chunks import shared
 from .failing import log_failure, tell_servers_to_save
 from .livecurves import LiveCurves
 from .part_result import PartResult
 from .scoring import Scoring, core_to_spare
+from .server_files import checkpoint_writers, checkpoints_hint, write_for_the_dead
 
 log = logging.getLogger("mpips")
 
 NO_STEPS = np.empty((0, len(Step._fields)))   # a full-batch solver's, which only its driver has
-
-
-def _checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys,
-                        trained_on: str | None, handed_out: Callable[[], dict]) -> dict:
-    """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest
-    (`trained_on`: the training data's format; `handed_out`: the hand-out of the training
-    rows under --balance dynamic, else {})."""
-    root = cfg.checkpoints
-    keep = cfg.checkpointing.keep
-    assert keep is not None, "the job fills in --keep-checkpoints before any server starts"
-    # What the workers read, as it was when this launch started: a resume compares it.
-    inputs = {"train": fingerprint.of_input(cfg.data.train)}   # any server may come to lead
-    started = []
-
-    def write(clock: int, writer: int, forked: bool) -> dict:
-        """The file, in the process that writes it (test events at its midpoint); a forked
-        writer streams it, block by block, which only a process about to end may do."""
-        how = checkpoint.stream_shard if forked else checkpoint.write_shard
-        try:
-            return how(root, clock, roles.index, own, {"run_id": name}, ranges=own.ranges(),
-                       midway=lambda: testevents.reached("writing", writer))
-        except SaveError as e:
-            return {"server": roles.index, "error": str(e)}
-
-    def cleanup(clock: int, pid: int) -> None:
-        """What a writer that did not finish left: its temporary file."""
-        with contextlib.suppress(OSError):
-            os.remove(f"{checkpoint.shard_path(root, clock, roles.index)}.tmp-{pid}")
-
-    def write_shard(clock: int) -> ShardWrite:
-        started.append(clock)
-        writer = len(started)
-        if cfg.checkpointing.inline:
-            start = time.monotonic()
-            return Written(write(clock, writer, forked=False), start)
-        forked = ForkedWrite(lambda: write(clock, writer, forked=True),
-                             f"server-{roles.index:04d}.h5",
-                             lambda pid: cleanup(clock, pid))
-        testevents.handed_over("writing", writer)   # they fire in the writer (the fork's copy)
-        return forked
-
-    def write_manifest(clock: int, shards: list, positions: dict,
-                       deaths: list) -> str | None:
-        try:
-            directory = checkpoint.write_manifest(
-                root, clock, shards, run_id=name, config=cfg.to_record(),
-                servers=len(roles.servers), workers=len(roles.workers),
-                consistency=cfg.consistency.mode, inputs=inputs, data_format=trained_on,
-                placement=own.placement.describe(),
-                positions={str(w): p for w, p in sorted(positions.items())}, deaths=deaths,
-                **handed_out(),
-                worker_random_state=None,   # workers draw no random numbers (file order)
-                written=time.strftime("%Y-%m-%d %H:%M:%S"))
-        except SaveError as e:
-            return str(e)
-        checkpoint.prune(root, keep, directory)
-        say(f"checkpoint at clock {clock}: {directory}")
-        return None
-
-    return {"write_shard": write_shard, "write_manifest": write_manifest}
 
 
 def _reserve(store: KVStore, train: str, share: float) -> None:
@@ -127,7 +62,7 @@ def serve_job(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Plac
               failover: bool, failures: list, locks: RunLocks, hot: bool = False,
               moves: list | None = None, ulfm: bool = False) -> PartResult:
     """`failover`: go on when another server dies; `hot` (under ULFM): when a worker dies;
-    `ulfm`: servers that die as the model is saved are found (see _write_for_the_dead).
+    `ulfm`: servers that die as the model is saved are found (see server_files.write_for_the_dead).
     `locks`: the run's directories' locks, which this server takes over if it comes to
     lead."""
     part = ServerPart(cfg, roles, name, resume, placement, locks)
@@ -247,7 +182,7 @@ class ServerPart:
                 wait_s, "the model trained so far")
         except SaveError as e:
             log.error("could not save the %d keys trained so far: %s%s", len(own), e,
-                      _checkpoints_hint(self.cfg))
+                      checkpoints_hint(self.cfg))
             return
         log.error("saved the %d keys trained so far to %s", len(own), path)
 
@@ -265,7 +200,7 @@ class ServerPart:
             self.locks.take_over(f"server {self.roles.index} leads the run now")
             self._draw_curves()
 
-        return Hooks(**_checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on,
+        return Hooks(**checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on,
                                            self._handed_out),
                      placement_changed=placement_changed,
                      snapshot=self.snapshot if cfg.diagnostics.snapshot_every else None,
@@ -393,11 +328,11 @@ class ServerPart:
         began = time.monotonic()
         try:
             save_model()
-            lost = (_write_for_the_dead(self.roles, own, dense, cfg.model_dir, save_model)
+            lost = (write_for_the_dead(self.roles, own, dense, cfg.model_dir, save_model)
                     if ulfm else 0)
         except SaveError as e:
             raise SaveError(f"the model of server {self.roles.index} ({len(own):,} keys) could "
-                            f"not be saved: {e}{_checkpoints_hint(cfg)}") from None
+                            f"not be saved: {e}{checkpoints_hint(cfg)}") from None
         self.save_s = time.monotonic() - began
         if cfg.diagnostics.record_pulls:
             self._write_pulls(server)
@@ -452,44 +387,3 @@ class ServerPart:
         r["test_rows"] = margins.shape[0]
         return PartResult(r, margins, labels, server.held_s, NO_STEPS,
                           server.timeline.samples())
-
-
-def _write_for_the_dead(roles: Roles, own: PrimaryKeys, dense: DenseTables, model_dir: str,
-                        save: Callable[[], None]) -> int:
-    """Under ULFM, once every living server has written its part of the model: the key ranges
-    of the servers that died meanwhile (their file written or not), written again by their
-    new primaries from their copies, as a failover places them (each writes its own file again,
-    with them); a dead server's file, if any, goes. Returns how many key ranges no living
-    server has a copy of (the model is short of them: the job must not end as if whole)."""
-    dead = agreed_dead(roles.group)
-    if not dead:
-        return 0
-    before = own.placement
-    after = before.without(dead)
-    lost = set(after.lost) | {r for r, h in enumerate(after.holders)
-                              if h and not before.held_ranges(h[0])[r]}
-    first = roles.index == after.lead   # the first living server
-    if lost:
-        if first:
-            log.error("every copy of key range(s) %s died with server(s) %s before it was "
-                      "written to the model", describe_ranges(lost), sorted(dead))
-        return len(lost)
-    took = np.flatnonzero(after.primary_ranges(roles.index) & ~before.primary_ranges(roles.index))
-    if took.shape[0]:
-        own.placement = after
-        dense.placement_changed(after)
-        save()
-        log.warning("server(s) %s died before writing their part of the model: key range(s) %s "
-                    "are written from the living copies here", sorted(dead), describe_ranges(took))
-    if first:   # a file one wrote before it died holds ranges the survivors' files hold now
-        for server in dead:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(shard_path(model_dir, server))
-    return 0
-
-
-def _checkpoints_hint(cfg: TrainConfig) -> str:
-    """Where the model is kept as of an earlier clock, if anywhere."""
-    found = checkpoint.complete_checkpoints(cfg.checkpoints)
-    return (f"; the newest checkpoint, {found[0]}, holds it as of its clock" if found else
-            "; there is no checkpoint of it")

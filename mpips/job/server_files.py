@@ -1,0 +1,130 @@
+"""The files a server writes for its job beside serving: a checkpoint's shard (by a forked
+writer, or inline) and, on the lead, its manifest (the server's writer hooks); under ULFM, the
+key ranges of servers that died as the model was saved, written again by their new
+primaries; and where the model is kept as of an earlier clock, for messages.
+"""
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..base.errors import SaveError
+from ..base.forked import ForkedWrite, Written
+from ..base.log import say
+from ..data import fingerprint
+from ..ranks.roles import Roles
+from ..ranks.ulfm import agreed_dead
+from ..run import testevents
+from ..run.config import TrainConfig
+from ..server.context import ShardWrite
+from ..server.dense_tables import DenseTables
+from ..server.replicas import PrimaryKeys
+from ..storage import checkpoint
+from ..storage.model_files import shard_path
+from ..wire.placement import describe_ranges
+
+log = logging.getLogger("mpips")
+
+
+def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys,
+                        trained_on: str | None, handed_out: Callable[[], dict]) -> dict:
+    """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest
+    (`trained_on`: the training data's format; `handed_out`: the hand-out of the training
+    rows under --balance dynamic, else {})."""
+    root = cfg.checkpoints
+    keep = cfg.checkpointing.keep
+    assert keep is not None, "the job fills in --keep-checkpoints before any server starts"
+    # What the workers read, as it was when this launch started: a resume compares it.
+    inputs = {"train": fingerprint.of_input(cfg.data.train)}   # any server may come to lead
+    started = []
+
+    def write(clock: int, writer: int, forked: bool) -> dict:
+        """The file, in the process that writes it (test events at its midpoint); a forked
+        writer streams it, block by block, which only a process about to end may do."""
+        how = checkpoint.stream_shard if forked else checkpoint.write_shard
+        try:
+            return how(root, clock, roles.index, own, {"run_id": name}, ranges=own.ranges(),
+                       midway=lambda: testevents.reached("writing", writer))
+        except SaveError as e:
+            return {"server": roles.index, "error": str(e)}
+
+    def cleanup(clock: int, pid: int) -> None:
+        """What a writer that did not finish left: its temporary file."""
+        with contextlib.suppress(OSError):
+            os.remove(f"{checkpoint.shard_path(root, clock, roles.index)}.tmp-{pid}")
+
+    def write_shard(clock: int) -> ShardWrite:
+        started.append(clock)
+        writer = len(started)
+        if cfg.checkpointing.inline:
+            start = time.monotonic()
+            return Written(write(clock, writer, forked=False), start)
+        forked = ForkedWrite(lambda: write(clock, writer, forked=True),
+                             f"server-{roles.index:04d}.h5",
+                             lambda pid: cleanup(clock, pid))
+        testevents.handed_over("writing", writer)   # they fire in the writer (the fork's copy)
+        return forked
+
+    def write_manifest(clock: int, shards: list, positions: dict,
+                       deaths: list) -> str | None:
+        try:
+            directory = checkpoint.write_manifest(
+                root, clock, shards, run_id=name, config=cfg.to_record(),
+                servers=len(roles.servers), workers=len(roles.workers),
+                consistency=cfg.consistency.mode, inputs=inputs, data_format=trained_on,
+                placement=own.placement.describe(),
+                positions={str(w): p for w, p in sorted(positions.items())}, deaths=deaths,
+                **handed_out(),
+                worker_random_state=None,   # workers draw no random numbers (file order)
+                written=time.strftime("%Y-%m-%d %H:%M:%S"))
+        except SaveError as e:
+            return str(e)
+        checkpoint.prune(root, keep, directory)
+        say(f"checkpoint at clock {clock}: {directory}")
+        return None
+
+    return {"write_shard": write_shard, "write_manifest": write_manifest}
+
+
+def write_for_the_dead(roles: Roles, own: PrimaryKeys, dense: DenseTables, model_dir: str,
+                        save: Callable[[], None]) -> int:
+    """Under ULFM, once every living server has written its part of the model: the key ranges
+    of the servers that died meanwhile (their file written or not), written again by their
+    new primaries from their copies, as a failover places them (each writes its own file again,
+    with them); a dead server's file, if any, goes. Returns how many key ranges no living
+    server has a copy of (the model is short of them: the job must not end as if whole)."""
+    dead = agreed_dead(roles.group)
+    if not dead:
+        return 0
+    before = own.placement
+    after = before.without(dead)
+    lost = set(after.lost) | {r for r, h in enumerate(after.holders)
+                              if h and not before.held_ranges(h[0])[r]}
+    first = roles.index == after.lead   # the first living server
+    if lost:
+        if first:
+            log.error("every copy of key range(s) %s died with server(s) %s before it was "
+                      "written to the model", describe_ranges(lost), sorted(dead))
+        return len(lost)
+    took = np.flatnonzero(after.primary_ranges(roles.index) & ~before.primary_ranges(roles.index))
+    if took.shape[0]:
+        own.placement = after
+        dense.placement_changed(after)
+        save()
+        log.warning("server(s) %s died before writing their part of the model: key range(s) %s "
+                    "are written from the living copies here", sorted(dead), describe_ranges(took))
+    if first:   # a file one wrote before it died holds ranges the survivors' files hold now
+        for server in dead:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(shard_path(model_dir, server))
+    return 0
+
+
+def checkpoints_hint(cfg: TrainConfig) -> str:
+    """Where the model is kept as of an earlier clock, if anywhere."""
+    found = checkpoint.complete_checkpoints(cfg.checkpoints)
+    return (f"; the newest checkpoint, {found[0]}, holds it as of its clock" if found else
+            "; there is no checkpoint of it")
