@@ -77,7 +77,7 @@ def _run_train(args) -> None:
 def _leave(e: Exception, cfg, world, log) -> None:
     """How `train` ends on this rank after `e`: an exit status, and a message said once."""
     from ..base.errors import ConfigError, Interrupted, MpipsError
-    from ..job.training import JobStopped, NotScored
+    from ..job.ending import JobStopped, NotScored
     from ..ranks.ulfm import LOST, CannotFailOver, is_failure, leave_after_failure, what_died
     from ..run import signals
 

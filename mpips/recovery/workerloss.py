@@ -180,7 +180,7 @@ class WorkerLosses:
 
     def _abandon(self, why: str) -> None:
         """Rows nobody can train: the job ends as usual (the other servers do not know), and
-        then stops everywhere for a resume (job._finish, from this server's record)."""
+        then stops everywhere for a resume (job.ending.finish, from this server's record)."""
         self.abandoned.append(why)
         log.error("%s: nobody can train its rows left; the job stops for a resume from its "
                   "last checkpoint once the others are done", why)
