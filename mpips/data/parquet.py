@@ -33,7 +33,7 @@ import numpy as np
 
 from ..base.errors import ConfigError, InputError
 from ..kernels.hashing import MAX_FIELDS
-from .textfile import Rows
+from .textfile import Rows, in_minibatches
 
 SUFFIX = ".parquet"
 MAGIC = b"PAR1"
@@ -254,19 +254,7 @@ class ParquetShard:
 
     def minibatches(self, batch_size: int, start: int | None = None):
         """Yield Rows of `batch_size` rows (the last may be smaller), from row `start`."""
-        carry = None
-        for rows in self.rows(start):
-            if carry is not None:
-                rows = Rows.concat([carry, rows])
-            full = len(rows) // batch_size * batch_size
-            for a in range(0, full, batch_size):
-                b = a + batch_size
-                self.handed_out = int(rows.origins[b]) if b < len(rows) else self.position
-                yield rows.slice(a, b)
-            carry = rows.slice(full, len(rows)) if full < len(rows) else None
-        if carry is not None:
-            self.handed_out = self.stop
-            yield carry
+        return in_minibatches(self, batch_size, start)
 
 
 def sample(data: ParquetData, samples: int = 8, rows_each: int = 4000) -> Rows | None:

@@ -385,16 +385,23 @@ class TextShard:
 
     def minibatches(self, batch_size: int, start: int | None = None):
         """Yield Rows of `batch_size` rows (the last may be smaller), from byte `start`."""
-        carry = None
-        for rows in self.rows(start):
-            if carry is not None:
-                rows = Rows.concat([carry, rows])
-            full = len(rows) // batch_size * batch_size
-            for a in range(0, full, batch_size):
-                b = a + batch_size
-                self.handed_out = int(rows.origins[b]) if b < len(rows) else self.position
-                yield rows.slice(a, b)
-            carry = rows.slice(full, len(rows)) if full < len(rows) else None
+        return in_minibatches(self, batch_size, start)
+
+
+def in_minibatches(shard, batch_size: int, start: int | None = None):
+    """The rows `shard.rows(start)` yields in pieces, as Rows of `batch_size` rows (the last
+    may be smaller); `shard.handed_out` follows where the rows handed out end (a byte or a
+    row: where the next minibatch starts)."""
+    carry = None
+    for rows in shard.rows(start):
         if carry is not None:
-            self.handed_out = self.stop
-            yield carry
+            rows = Rows.concat([carry, rows])
+        full = len(rows) // batch_size * batch_size
+        for a in range(0, full, batch_size):
+            b = a + batch_size
+            shard.handed_out = int(rows.origins[b]) if b < len(rows) else shard.position
+            yield rows.slice(a, b)
+        carry = rows.slice(full, len(rows)) if full < len(rows) else None
+    if carry is not None:
+        shard.handed_out = shard.stop
+        yield carry
