@@ -1,10 +1,9 @@
 """Bounded waits: poll MPI requests with backoff, and fail loudly when time runs out.
 
 Open MPI and MPICH busy-poll inside blocking calls. Polling here first yields the
-core between polls (an idle core answers at once), then, once a wait has lasted a
-while, sleeps a little longer each round. Where a node's ranks outnumber its cores,
-waits sleep from the start: there the yielding of ranks that all wait took a fifth
-of the job's CPU time, in system calls, from the ranks with work to do.
+core between polls (another rank on the same core runs; an idle core answers at
+once), then, once a wait has lasted a while, sleeps a little longer each round,
+which leaves the cores to computation when ranks outnumber them.
 """
 import os
 import time
@@ -14,25 +13,13 @@ from mpi4py import MPI
 
 from ..base.errors import WaitTimeout
 
-SPIN_S = 2e-3
-_crowded = False   # whether this node's ranks outnumber its cores (see crowded)
-
-
-def crowded(yes: bool) -> None:
-    """Say whether this node's ranks outnumber its cores: if so, the waits that begin after
-    sleep from the start (a Backoff's `spin` is 0 unless given)."""
-    global _crowded
-    _crowded = yes
-
 
 class Backoff:
-    """Yield between polls for the first `spin` seconds of a wait (None: SPIN_S, or 0 where
-    ranks outnumber cores, see `crowded`), then sleep from `first` up to `longest` seconds,
-    doubling."""
+    """Yield between polls for the first `spin` seconds of a wait, then sleep from `first`
+    up to `longest` seconds, doubling."""
 
-    def __init__(self, spin: float | None = None, first: float = 5e-5, longest: float = 2e-4):
-        self.spin = (0.0 if _crowded else SPIN_S) if spin is None else spin
-        self.first, self.longest = first, longest
+    def __init__(self, spin: float = 2e-3, first: float = 5e-5, longest: float = 2e-4):
+        self.spin, self.first, self.longest = spin, first, longest
         self.reset()
 
     def reset(self) -> None:

@@ -13,11 +13,10 @@ import numpy as np
 from mpi4py import MPI
 
 from ..base.errors import ConfigError
-from .bounded import crowded, wait_all
+from .bounded import wait_all
 from .ulfm import know_neighbours, survivors
 
 MEET_S = 120.0   # split's bound on the wait for every rank
-CPU_IDS = 4096   # the cores counted (by Linux's number) when telling whether ranks outnumber them
 
 
 @dataclass(frozen=True)
@@ -118,17 +117,11 @@ def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD,
 
 def whereabouts(comm: MPI.Intracomm) -> tuple[tuple, tuple]:
     """Collective: for each rank, the lowest rank on its node (so that backups can be put on
-    other nodes than their primaries), and its process id. Tells bounded.crowded whether
-    this node's ranks outnumber the cores they may run on."""
+    other nodes than their primaries), and its process id."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     try:
         first = np.array([comm.rank], np.int64)
         node.Bcast(first, root=0)
-        if hasattr(os, "sched_getaffinity"):
-            cores = np.zeros(CPU_IDS, np.uint8)   # the cores any rank of the node may use
-            cores[[c for c in os.sched_getaffinity(0) if c < CPU_IDS]] = 1
-            node.Allreduce(MPI.IN_PLACE, cores, op=MPI.BOR)
-            crowded(node.size > int(cores.sum()))
     finally:
         node.Free()
     mine = np.array([first[0], os.getpid()], np.int64)

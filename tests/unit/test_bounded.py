@@ -3,8 +3,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpips.ranks.bounded import SPIN_S, Backoff, crowded, wait_all
-from mpips.ranks.roles import whereabouts
+from mpips.ranks.bounded import wait_all
 from mpips.base.errors import WaitTimeout
 
 
@@ -40,22 +39,3 @@ def test_no_progress_fails_even_with_a_progress_check():
         wait_all([req], 0.2, lambda: "x", progress=lambda: "same", check_every=0.05)
     MPI.COMM_SELF.Send(np.ones(1, np.int64), 0, tag=9)
     req.Wait()
-
-
-def test_where_ranks_outnumber_cores_a_wait_sleeps_from_the_start():
-    crowded(True)
-    try:
-        assert Backoff().spin == 0
-        assert Backoff(spin=1e-3).spin == 1e-3, "a spin given is kept"
-    finally:
-        crowded(False)
-    assert Backoff().spin == SPIN_S
-
-
-def test_a_node_of_one_rank_is_not_crowded():
-    crowded(True)
-    try:
-        whereabouts(MPI.COMM_SELF)   # one rank, and at least one core
-        assert Backoff().spin == SPIN_S
-    finally:
-        crowded(False)
