@@ -75,7 +75,8 @@ def load_run(path: str, test: str | None = None) -> Run:
         run.curve = _score(path, test, run.notes)
         if run.curve and summary["config"].get("tensorboard"):   # beside the live curves
             from ..job.livecurves import write_snapshots
-            write_snapshots(summary["config"]["tensorboard"], run.curve)
+            write_snapshots(summary["config"]["tensorboard"], run.curve,
+                            str(summary.get("run_id", "run")))
     return run
 
 

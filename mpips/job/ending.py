@@ -62,7 +62,7 @@ def _refuse_a_model_that_lacks_some(records, comm) -> None:
 
 
 def finish(cfg, roles, name, part: PartResult, started, failures: list,
-            moves: Sequence[dict] = ()) -> dict | None:
+           moves: Sequence[dict] = ()) -> dict | None:
     """Gather every rank's figures, the test scores, a full-batch solver's steps, the
     timelines and a pipeline's tasks (`part`: this rank's); rank 0 writes the summary and
     RUN_DIR/timeline.h5."""

@@ -43,7 +43,7 @@ class LiveCurves:
     def line(self, examples: int, loss: float, rate: float, epoch: float) -> None:
         """A progress line's figures: the recent training logloss, examples/s, epochs done."""
         self.write(examples, {"train/logloss": loss, "train/examples_per_s": rate,
-                               "train/epoch": epoch})
+                              "train/epoch": epoch})
 
     def sample(self, examples: int, figures: dict) -> None:
         """The servers' figures ({tag: value}), if a second has passed since the last."""
@@ -87,21 +87,28 @@ def write_final(directory: str, summary: dict) -> None:
                "train/examples_per_s_whole_run": summary.get("examples_per_s")}
     curves = LiveCurves(directory, suffix="end")
     curves.write(int(summary.get("train_examples") or 0),
-                  {tag: v for tag, v in figures.items() if v is not None})
+                 {tag: v for tag, v in figures.items() if v is not None})
     curves.close()
 
 
-def write_snapshots(directory: str, curve: list) -> None:
-    """The held-out logloss and AUC of each snapshot (evaluate.score_snapshots' entries, as
-    `mpips report` scores them) at the examples it had trained, in place of those written
-    before."""
-    for old in glob.glob(os.path.join(directory, "events.out.tfevents.*.snapshots")):
-        os.remove(old)
-    curves = LiveCurves(directory, suffix="snapshots")
+def write_snapshots(directory: str, curve: list, run_id: str) -> None:
+    """The held-out logloss and AUC of each snapshot of run `run_id` (evaluate.score_snapshots'
+    entries, as `mpips report` scores them) at the examples it had trained, in place of those
+    written for it before. A directory that cannot be written costs these points, not the
+    report."""
+    suffix = f"snapshots-{run_id}"
+    try:
+        for old in glob.glob(os.path.join(directory, f"events.out.tfevents.*.{suffix}")):
+            os.remove(old)
+    except OSError as e:
+        log.warning("--tensorboard %s: the snapshots' held-out scores are not written (%s)",
+                    directory, e)
+        return
+    curves = LiveCurves(directory, suffix=suffix)
     for point in curve:
         if point.get("trained_examples") is not None:
             figures = {"test/logloss_snapshots": point["logloss"],
                        "test/auc_snapshots": point.get("auc")}
             curves.write(point["trained_examples"],
-                          {tag: v for tag, v in figures.items() if v is not None})
+                         {tag: v for tag, v in figures.items() if v is not None})
     curves.close()

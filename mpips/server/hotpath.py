@@ -82,7 +82,10 @@ class HotPath:
                 or not self._push(worker, source, push, push_h)):
             return Taken.NONE
         self.ctx.watchdog.message_from(worker)
-        pull_h = protocol.Header(h.op, h.flags & ~protocol.WITH_PUSH, *h[2:])
+        # Asked again: the push may have moved the clocks to a new placement.
+        pull_h = protocol.without_flag(h, protocol.WITH_PUSH)
+        if self._worker(source, pull_h) is None:
+            return Taken.PUSH
         return Taken.BOTH if self._pull(worker, source, buf[:cut], pull_h) else Taken.PUSH
 
     def _pull(self, worker: int, source: int, buf: np.ndarray, h) -> bool:

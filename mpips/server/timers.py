@@ -48,10 +48,10 @@ class Timers:
     def sample(self, t: float, force: bool = False) -> None:
         ctx = self.ctx
         stats, gate = ctx.stats, ctx.gate
-        slowest = ctx.clocks.slowest()
+        slowest, gap = ctx.clocks.slowest(), ctx.clocks.gap()
         self.timeline.add(t, force, busy_s=stats.busy_s, bytes_sent=stats.bytes_sent,
                           held_s=float(gate.held_s.sum()), pulls_held=gate.pulls_held,
-                          pushes=stats.pushes_applied, gap=ctx.clocks.gap(),
+                          pushes=stats.pushes_applied, gap=gap,
                           clock=-1 if slowest == FINISHED else slowest)
         if ctx.lead and ctx.hooks.sampled:
             ctx.hooks.sampled({
@@ -60,7 +60,7 @@ class Timers:
                 "server/bytes_received": float(stats.bytes_received),
                 "server/busy_share": stats.busy_s / t if t > 0 else 0.0,
                 "clocks/slowest": -1.0 if slowest == FINISHED else float(slowest),
-                "clocks/gap": float(ctx.clocks.gap())})
+                "clocks/gap": float(gap)})
 
     def _snapshot(self, final: bool) -> None:
         began = time.monotonic()

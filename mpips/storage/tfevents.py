@@ -108,25 +108,24 @@ class EventWriter:
                                             f"{socket.gethostname()}.{os.getpid()}.{suffix}")
         self._file = open(self.path, "ab")  # noqa: SIM115 (open while the job trains)
         self.events = 0
-        self._write(version_event(now))
+        self._write(record(version_event(now)))
 
     def scalar(self, tag: str, value: float, step: int, wall_time: float | None = None) -> None:
-        self._write(scalar_event(tag, float(value), int(step),
-                                 time.time() if wall_time is None else wall_time))
+        self.scalars({tag: value}, step, wall_time)
 
-    def scalars(self, values: dict, step: int) -> None:
-        """Several scalars of one step, {tag: value}."""
-        now = time.time()
-        for tag, value in values.items():
-            self.scalar(tag, value, step, now)
+    def scalars(self, values: dict, step: int, wall_time: float | None = None) -> None:
+        """Several scalars of one step, {tag: value}, in one write."""
+        now = time.time() if wall_time is None else wall_time
+        self._write(b"".join(record(scalar_event(tag, float(value), int(step), now))
+                             for tag, value in values.items()), len(values))
 
     def text(self, tag: str, text: str, step: int = 0) -> None:
-        self._write(text_event(tag, text, int(step), time.time()))
+        self._write(record(text_event(tag, text, int(step), time.time())))
 
-    def _write(self, event: bytes) -> None:
-        self._file.write(record(event))
+    def _write(self, records: bytes, events: int = 1) -> None:
+        self._file.write(records)
         self._file.flush()
-        self.events += 1
+        self.events += events
 
     def close(self) -> None:
         self._file.close()

@@ -335,7 +335,13 @@ def unbundle(buf: np.ndarray, h: Header) -> tuple | None:
     cut = HEADER_BYTES + 8 * h.nkeys
     if h.nkeys < 0 or cut + HEADER_BYTES > buf.shape[0]:
         return None
-    return buf[cut:], buf[:cut], Header(h.op, h.flags & ~WITH_PUSH, *h[2:])
+    return buf[cut:], buf[:cut], without_flag(h, WITH_PUSH)
+
+
+def without_flag(h: Header, flag: int) -> Header:
+    """`h` with `flag` cleared (faster than NamedTuple._replace, asked of every bundle)."""
+    return Header(op=h.op, flags=h.flags & ~flag, ts=h.ts, clock=h.clock, nkeys=h.nkeys,
+                  width=h.width, placement=h.placement, arg=h.arg)
 
 
 def report_at(buf: np.ndarray, offset: int) -> Report:
