@@ -55,11 +55,11 @@ class Progress:
             return
         recent = (loss - loss0) / max(examples - ex0, 1)
         rate = (examples - ex0) / max(now - t0, 1e-9)
+        if self.curves and examples > ex0:   # the last line's window too: a short run's only
+            self.curves(examples, recent, rate, float(self.done.mean()))
         if final:
             recent = loss / max(examples, 1)
             rate = (examples - self._first[1]) / max(now - self._start, 1e-9)
-        if self.curves and not final:
-            self.curves(examples, recent, rate, float(self.done.mean()))
         say(f"{'trained' if final else 'training'}: epoch {self.done.mean():.2f}/{self.epochs}"
             f"  {examples:,} examples  {rate / 1e3:,.1f}k examples/s"
             f"  train logloss {recent:.4f}{' (whole run)' if final else ''}")

@@ -88,10 +88,11 @@ def test_a_checkpoint_written_after_the_failover_resumes_bitwise(failed_over, un
     dead = {int(os.path.basename(d)[len("clock-"):]): read_manifest(d)["placement"].get("dead")
             for d in kept}
     # Killed at clock 60: the checkpoint at clock 50 was written before the failover, every
-    # one from clock 100 on after it, without server 1.
-    assert sorted(dead)[:4] == [50, 100, 150, 200], dead
-    assert not dead[50] and all(dead[c] == [1] for c in sorted(dead)[1:]), dead
-    mid = kept[1]
+    # one from clock 100 on after it, without server 1 (the oldest kept is 50, or 100 if the
+    # final one, at the end, was complete too and pruned it).
+    assert {100, 150, 200} <= set(dead) <= {50, 100, 150, 200, 204}, dead
+    assert all(not dead[c] if c < 60 else dead[c] == [1] for c in dead), dead
+    mid = next(d for d in kept if d.endswith("clock-000000000100"))
     assert read_manifest(mid)["positions"]["0"]["epoch"] < EPOCHS
     ckpt = tmp_path / "ckpt"
     shutil.copytree(mid, ckpt / os.path.basename(mid))
@@ -281,8 +282,11 @@ def test_a_server_killed_as_it_saves_the_model_leaves_its_ranges_to_their_copies
     ended = launch(small_data, run, *events(kill)).finish(timeout=300)
     assert ended.returncode == 0, ended.output
     fired(ended, kill)
+    # The others learn of it as they save, or, if one is still in its loop (its last
+    # checkpoint file, the others' BYE), there: either way the copies answer for it.
     assert ("server(s) [1] died before writing their part of the model: key range(s) "
-            in ended.output)
+            in ended.output or "server 1 (rank 1) died; the living copies of its keys take over"
+            in ended.output), ended.output
     same_model(run, uninterrupted["bsp"])
     assert read_summary(run)["keys_stored"] == read_summary(uninterrupted["bsp"])["keys_stored"]
     assert sorted(os.listdir(run / "model")) == ["server-0000.h5", "server-0002.h5"]
