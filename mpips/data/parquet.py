@@ -33,7 +33,8 @@ import numpy as np
 
 from ..base.errors import ConfigError, InputError
 from ..kernels.hashing import MAX_FIELDS
-from .textfile import Rows, in_minibatches
+from .batching import in_minibatches
+from .textfile import Rows
 
 SUFFIX = ".parquet"
 MAGIC = b"PAR1"

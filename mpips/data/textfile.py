@@ -13,6 +13,7 @@ from ..base.errors import ConfigError, InputError
 from ..kernels import avazu, criteo, svmlight
 from ..kernels.keys import sorted_entries, sorted_unique_inverse
 from ..kernels.svmlight import capacity, parse_lines
+from .batching import in_minibatches
 
 log = logging.getLogger("mpips")
 
@@ -386,22 +387,3 @@ class TextShard:
     def minibatches(self, batch_size: int, start: int | None = None):
         """Yield Rows of `batch_size` rows (the last may be smaller), from byte `start`."""
         return in_minibatches(self, batch_size, start)
-
-
-def in_minibatches(shard, batch_size: int, start: int | None = None):
-    """The rows `shard.rows(start)` yields in pieces, as Rows of `batch_size` rows (the last
-    may be smaller); `shard.handed_out` follows where the rows handed out end (a byte or a
-    row: where the next minibatch starts)."""
-    carry = None
-    for rows in shard.rows(start):
-        if carry is not None:
-            rows = Rows.concat([carry, rows])
-        full = len(rows) // batch_size * batch_size
-        for a in range(0, full, batch_size):
-            b = a + batch_size
-            shard.handed_out = int(rows.origins[b]) if b < len(rows) else shard.position
-            yield rows.slice(a, b)
-        carry = rows.slice(full, len(rows)) if full < len(rows) else None
-    if carry is not None:
-        shard.handed_out = shard.stop
-        yield carry
