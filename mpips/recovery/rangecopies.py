@@ -89,6 +89,17 @@ class RangeCopies:
         """Key ranges this server holds anew and still waits for a copy of."""
         return sorted(self.rebuilds.incoming)
 
+    def needed(self) -> bool:
+        """Whether this server must still wait for copies of ranges it holds anew. Once every
+        worker has finished, only for ranges it answers for: a copy that only restores a
+        range's backups (after a server died as the job ended) serves no read and is not
+        written to the model, and the server that would send it may have left its loop."""
+        s = self.ctx
+        if not self.rebuilds.incoming or not s.clocks.all_finished:
+            return bool(self.rebuilds.incoming)
+        primary = s.placement.primary_ranges(s.roles.index)
+        return any(primary[r] for r in self.rebuilds.incoming)
+
     def on_copy(self, source: int, r, buf) -> None:
         """A copy of a range this server holds anew: load it, then apply the pushes kept
         meanwhile that it lacks, in the order its primary applied them."""

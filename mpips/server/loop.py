@@ -210,21 +210,10 @@ class Server:
         """Whether the loop goes on: for the workers, the other servers, range copies and
         test rows; after them, until this server's checkpoint file being written is in."""
         ctx = self.ctx
-        if (ctx.watchdog.talking or self._servers_left or self._copies_needed()
+        if (ctx.watchdog.talking or self._servers_left or ctx.copies.needed()
                 or (ctx.scoring and ctx.scoring.busy)):
             return True
         return ctx.rounds.ending()   # bounded by --timeout (see CheckpointRounds._check)
-
-    def _copies_needed(self) -> bool:
-        """Whether this server waits for copies of key ranges it holds anew. Once every worker
-        has finished, only for ranges it answers for: a copy that only restores a range's
-        backups (after a server died as the job ended) serves no read and is not written to
-        the model, and the server that would send it may have left its loop already."""
-        awaited = self.ctx.copies.awaited()
-        if not awaited or not self.clocks.all_finished:
-            return bool(awaited)
-        primary = self.ctx.placement.primary_ranges(self.roles.index)
-        return any(primary[r] for r in awaited)
 
     def _step(self) -> None:
         """One turn of the loop: the timers, then one message received and dispatched (or a
