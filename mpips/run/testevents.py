@@ -6,6 +6,8 @@ dies, freezes, is signalled, pauses, or a `ctl` request comes, instead of racing
 An event is `ACTION at POINT`. Actions (rank N: the MPI rank, servers first):
 
   kill rank N               SIGKILL (the rank dies)
+  kill ranks N,M,...        SIGKILL of them all at once, by the first of them to reach the
+                            point (ranks on one node): deaths that no rank can act between
   freeze rank N [for S s]   SIGSTOP (thawed with SIGCONT after S seconds, if given)
   busy rank N for S s       the rank computes for S seconds without calling MPI (as a long
                             compile or parse does)
@@ -69,6 +71,7 @@ UNNUMBERED = ("scoring", "saving")   # points reached once, without a number
 
 _EVENT = re.compile(
     r"^(?:(?P<signal>kill|freeze|stop|term) rank (?P<rank>\d+)(?: for (?P<seconds>[\d.]+) ?s)?"
+    r"|kill ranks (?P<ranks>\d+(?:,\d+)+)"
     r"|busy rank (?P<busy>\d+) for (?P<busy_s>[\d.]+) ?s"
     r"|pause rank (?P<paused>\d+) until (?P<file>\S+)"
     r"|ctl (?P<command>[a-z-]+)(?: (?P<target>\d+))?)"
@@ -90,6 +93,11 @@ class Event:
     file: str | None = None        # pause: waits until it exists
     command: str | None = None     # ctl
     target: int | None = None      # ctl's server or worker
+    together: tuple = ()           # kill ranks: the others killed with `rank`
+
+    def ranks(self) -> tuple:
+        """The ranks the event acts on (none: ctl)."""
+        return () if self.rank is None else (self.rank, *self.together)
 
 
 def parse(text: str) -> Event:
@@ -109,6 +117,11 @@ def parse(text: str) -> Event:
         if seconds is not None and m["signal"] != "freeze":
             raise EventError(f"--test-event {text!r}: only a freeze lasts a number of seconds")
         return Event(text, m["signal"], point, value, rank=int(m["rank"]), seconds=seconds)
+    if m["ranks"]:
+        ranks = tuple(int(r) for r in m["ranks"].split(","))
+        if len(set(ranks)) != len(ranks):
+            raise EventError(f"--test-event {text!r}: a rank named twice")
+        return Event(text, "kill", point, value, rank=ranks[0], together=ranks[1:])
     if m["busy"]:
         return Event(text, "busy", point, value, rank=int(m["busy"]), seconds=float(m["busy_s"]))
     if m["paused"]:
@@ -145,9 +158,13 @@ def check(texts, n_ranks: int, n_servers: int, full_batch: bool) -> None:
                          f"in the launch's environment to allow it")
     for text in texts:
         e = parse(text)
-        if e.rank is not None and not 0 <= e.rank < n_ranks:
-            raise EventError(f"--test-event {text!r}: there is no rank {e.rank} (ranks 0-"
-                             f"{n_ranks - 1})")
+        for rank in e.ranks():
+            if not 0 <= rank < n_ranks:
+                raise EventError(f"--test-event {text!r}: there is no rank {rank} (ranks 0-"
+                                 f"{n_ranks - 1})")
+        if e.together and len({r < n_servers for r in e.ranks()}) > 1:
+            raise EventError(f"--test-event {text!r}: ranks killed together are all servers "
+                             f"or all workers (they reach the same points)")
         server = e.rank is not None and e.rank < n_servers
         if e.point == "iteration" and not full_batch:
             raise EventError(f"--test-event {text!r}: iterations are --solver lbfgs's")
@@ -186,7 +203,7 @@ class Events:
         events = [parse(t) for t in texts
                   if not (run_dir and os.path.exists(record(run_dir, t)))]   # fired before
         self.pending = [e for e in events
-                        if (e.rank == rank and e.point != "iteration")
+                        if (rank in e.ranks() and e.point != "iteration")
                         or (server and e.action == "ctl")
                         or (driver and e.point == "iteration")]
         self.fired: list[str] = []
@@ -228,7 +245,12 @@ class Events:
             stream.flush()
 
     def _fire(self, e: Event, value: int) -> None:
+        if e.together and self.run_dir and os.path.exists(record(self.run_dir, e.text)):
+            return   # another of the ranks killed together reached the point first
         self._say(e, value)
+        if e.together:
+            self._kill_together(e)
+            return
         if e.action == "pause":
             self._pause(e)
             return
@@ -249,6 +271,16 @@ class Events:
                               f"os.kill({pid}, {int(signal.SIGCONT)})"],
                              start_new_session=True)
         os.kill(pid, SIGNALS[e.action])
+
+    def _kill_together(self, e: Event) -> None:
+        missing = [r for r in e.ranks() if r != self.rank and r not in self.pids]
+        if missing:
+            log.error("test event %r: rank(s) %s are not on this node", e.text, missing)
+            return
+        for rank in e.ranks():
+            if rank != self.rank:
+                os.kill(self.pids[rank], signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def _pause(self, e: Event) -> None:
         from ..base.files import write_bytes

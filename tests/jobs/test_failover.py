@@ -144,16 +144,17 @@ def test_under_asp_a_killed_server_loses_no_example_and_no_push(small_data, unin
 
 
 def test_losing_every_copy_of_a_range_stops_for_a_resume(small_data, uninterrupted, tmp_path):
-    """Servers 1 and 2, killed together as each has written its file of the checkpoint at
-    clock 100, hold range 1's two copies: the job cannot go on. It says which keys are gone
+    """Servers 1 and 2, killed together as the first of them has written its file of the
+    checkpoint at clock 100, hold range 1's two copies: the job cannot go on. It says which keys are gone
     and exits 75; the newest complete checkpoint is clock 50's, and the resume from it ends
     on the uninterrupted model."""
     run = tmp_path / "run"
-    kills = ("kill rank 1 at checkpoint 2", "kill rank 2 at checkpoint 2")
-    ended = launch(small_data, run, *events(*kills)).finish(timeout=300)
+    # Both at once, by whichever reaches the point first: apart, the copies of the first's
+    # ranges could be rebuilt before the second dies (a forked writer takes its own time).
+    kill = "kill ranks 1,2 at checkpoint 2"
+    ended = launch(small_data, run, *events(kill)).finish(timeout=300)
     assert ended.returncode == 75, ended.output
-    for kill in kills:
-        fired(ended, kill)
+    fired(ended, kill)
     assert (f"every whole copy of key range(s) {SERVER_1_RANGES} died with server(s) [1, 2]"
             in ended.output)
     assert "continue from its last checkpoint with --resume" in ended.output
@@ -302,8 +303,9 @@ def test_a_server_killed_as_it_saves_its_only_copy_stops_for_a_resume(
     ended = launch(small_data, run, "--replicas", 1, *events(kill)).finish(timeout=300)
     assert ended.returncode == 75, ended.output
     fired(ended, kill)
-    assert (f"every copy of key range(s) {SERVER_1_RANGES} "
-            f"died with server(s) [1] before it was written to the model") in ended.output
+    # Server 0 learns of it as it saves, or still in its loop (server 1's loop can end first).
+    assert (f"every copy of key range(s) {SERVER_1_RANGES} died with server(s) [1]"
+            in ended.output), ended.output
     assert "continue from its last checkpoint with --resume" in ended.output
     assert not os.path.exists(run / "summary.json"), "no summary of a model short of keys"
     resumed = run_job(5, "train", "--train", small_data[0], "--out", run, *ARGS,

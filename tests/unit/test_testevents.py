@@ -25,6 +25,8 @@ from mpips.run.testevents import Event, EventError, Events, check, parse
     ("ctl remove-server 0 at clock 40",
      Event("ctl remove-server 0 at clock 40", "ctl", "clock", 40, command="remove-server",
            target=0)),
+    ("kill ranks 1,2 at checkpoint 2",
+     Event("kill ranks 1,2 at checkpoint 2", "kill", "checkpoint", 2, rank=1, together=(2,))),
     ("ctl add-server at clock 9", Event("ctl add-server at clock 9", "ctl", "clock", 9,
                                         command="add-server")),
 ])
@@ -41,6 +43,8 @@ def test_events_are_read_as_written(text, event):
     ("kill rank 1 for 3 s at clock 3", "only a freeze lasts"),
     ("ctl dance at clock 3", "ctl dance is not one of status, add-server"),
     ("ctl add-server at epoch 3", "a ctl request comes at a clock"),
+    ("kill ranks 1,1 at clock 3", "a rank named twice"),
+    ("kill ranks 1 at clock 3", "expected ACTION at POINT"),
 ])
 def test_a_malformed_event_is_refused_saying_why(text, says):
     with pytest.raises(EventError, match=re.escape(says)):
@@ -61,6 +65,8 @@ def allowed(monkeypatch):
     ("pause rank 0 until /tmp/x at clock 3", False, "only a worker pauses"),
     ("kill rank 1 at iteration 3", False, "iterations are --solver lbfgs's"),
     ("kill rank 1 at clock 3", True, "a full-batch job counts iterations"),
+    ("kill ranks 1,5 at clock 3", False, "there is no rank 5 (ranks 0-4)"),
+    ("kill ranks 1,2 at clock 3", False, "all servers or all workers"),
 ])
 def test_an_event_the_job_cannot_reach_is_refused(allowed, text, full_batch, says):
     with pytest.raises(EventError, match=re.escape(says)):
@@ -158,3 +164,21 @@ def test_an_event_fires_once_per_run_whatever_the_launches(signalled, tmp_path):
     resumed.reached("clock", 9)
     assert signalled[-1] == (os.getpid(), signal.SIGUSR1)
     assert not Events(texts, rank=1, run_dir=str(tmp_path)).pending
+
+
+def test_ranks_killed_together_die_by_the_first_to_reach_the_point(signalled, tmp_path):
+    texts = ["kill ranks 1,2 at checkpoint 2"]
+    pids = {1: 1111, 2: os.getpid()}
+    first = Events(texts, rank=2, server=True, pids=pids, run_dir=str(tmp_path))
+    second = Events(texts, rank=1, server=True, pids={1: os.getpid(), 2: 2222},
+                    run_dir=str(tmp_path))
+    assert first.pending and second.pending and not Events(texts, rank=0, server=True).pending
+    first.reached("checkpoint", 1)
+    assert signalled == []
+    first.reached("checkpoint", 2)
+    assert signalled == [(1111, signal.SIGKILL), (os.getpid(), signal.SIGKILL)]
+    second.reached("checkpoint", 2)   # already killed by the first: nothing more
+    assert len(signalled) == 2 and second.fired == []
+    elsewhere = Events(texts, rank=1, server=True, pids={1: os.getpid()})
+    elsewhere.reached("checkpoint", 2)   # rank 2 not on this node: said, nobody killed
+    assert len(signalled) == 2
