@@ -122,6 +122,8 @@ def finish(cfg, roles, name, part: PartResult, started, failures: list,
         summary.print_lines(result, summary.write(cfg.data.out, result))
         if cfg.diagnostics.tensorboard:
             livecurves.write_final(cfg.diagnostics.tensorboard, result)
+    if part.scorer:   # the lead's; the others wait for it at the end, bounded by --timeout
+        part.scorer.finish(cfg.faults.timeout / 2)
     _end_unless_done(cfg, comm, stopped_at if stopped else None, scored)
     return result
 

@@ -91,12 +91,27 @@ def write_final(directory: str, summary: dict) -> None:
     curves.close()
 
 
+def snapshots_suffix(run_id: str) -> str:
+    """The name's end of the event file of run `run_id`'s snapshot scores."""
+    return f"snapshots-{run_id}"
+
+
+def snapshot_point(scored: dict) -> tuple | None:
+    """(step, {tag: value}) of a scored snapshot (evaluate.score_snapshot's entry); None for
+    a snapshot of an older run, which did not record the examples it had trained."""
+    if scored.get("trained_examples") is None:
+        return None
+    figures = {"test/logloss_snapshots": scored["logloss"],
+               "test/auc_snapshots": scored.get("auc")}
+    return scored["trained_examples"], {tag: v for tag, v in figures.items() if v is not None}
+
+
 def write_snapshots(directory: str, curve: list, run_id: str) -> None:
     """The held-out logloss and AUC of each snapshot of run `run_id` (evaluate.score_snapshots'
     entries, as `mpips report` scores them) at the examples it had trained, in place of those
-    written for it before. A directory that cannot be written costs these points, not the
-    report."""
-    suffix = f"snapshots-{run_id}"
+    written for it before (by the job's snapshot scorer, or an earlier report). A directory
+    that cannot be written costs these points, not the report."""
+    suffix = snapshots_suffix(run_id)
     try:
         for old in glob.glob(os.path.join(directory, f"events.out.tfevents.*.{suffix}")):
             os.remove(old)
@@ -105,10 +120,8 @@ def write_snapshots(directory: str, curve: list, run_id: str) -> None:
                     directory, e)
         return
     curves = LiveCurves(directory, suffix=suffix)
-    for point in curve:
-        if point.get("trained_examples") is not None:
-            figures = {"test/logloss_snapshots": point["logloss"],
-                       "test/auc_snapshots": point.get("auc")}
-            curves.write(point["trained_examples"],
-                         {tag: v for tag, v in figures.items() if v is not None})
+    for scored in curve:
+        point = snapshot_point(scored)
+        if point:
+            curves.write(*point)
     curves.close()

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..base import timeline
 from ..models.lbfgs import Step
+from .snapshot_scorer import SnapshotScorer
 
 # One row per task a pipeline's stage ran, for the run's record (timeline.h5, the report's
 # plot of a step): wall-clock seconds, comparable across ranks and nodes to NTP's precision.
@@ -45,3 +46,4 @@ class PartResult:
     samples: np.ndarray = field(default_factory=timeline.empty)   # its timeline
     tasks: np.ndarray = field(default_factory=no_tasks)   # a pipeline's tasks (TASK_LOG)
     epoch_rows: np.ndarray = field(default_factory=no_epoch_rows)   # a worker's (EPOCH_ROWS)
+    scorer: SnapshotScorer | None = None   # the lead's, scoring the snapshots (--tensorboard)

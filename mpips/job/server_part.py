@@ -39,6 +39,7 @@ from .livecurves import LiveCurves
 from .part_result import PartResult
 from .scoring import Scoring, core_to_spare
 from .server_files import checkpoint_writers, checkpoints_hint, write_for_the_dead
+from .snapshot_scorer import SnapshotScorer
 
 log = logging.getLogger("mpips")
 
@@ -108,6 +109,7 @@ class ServerPart:
         self.started = time.monotonic()
         self.snapshots_taken: list[float] = []
         self.curves: LiveCurves | None = None
+        self.scorer: SnapshotScorer | None = None
         if roles.index == 0:   # the lead, at the start
             self._draw_curves()
         self.reasons: list[str] = []
@@ -215,6 +217,10 @@ class ServerPart:
         if directory and self.curves is None and self.progress:
             self.curves = LiveCurves(directory, self.cfg.to_record())
             self.progress.curves = self.curves.line
+            cfg = self.cfg
+            if cfg.data.test and cfg.diagnostics.snapshot_every and self.scorer is None:
+                self.scorer = SnapshotScorer.start(cfg.run_dir, directory, cfg.data.test,
+                                                   self.name)
 
     def _sampled(self, figures: dict) -> None:
         if self.curves and self.progress:
@@ -280,6 +286,8 @@ class ServerPart:
         try:
             stats = server.run()
         except Exception as e:
+            if self.scorer:
+                self.scorer.training_over()
             reason = said_by(f"server {roles.index}", log_failure(e))
             # A second signal stops at once: no wait for space.
             self.save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.faults.disk_wait)
@@ -386,4 +394,4 @@ class ServerPart:
             r["test_units"] = server.scoring.units
         r["test_rows"] = margins.shape[0]
         return PartResult(r, margins, labels, server.held_s, NO_STEPS,
-                          server.timeline.samples())
+                          server.timeline.samples(), scorer=self.scorer)

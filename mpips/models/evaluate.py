@@ -110,7 +110,7 @@ def score_snapshots(run_dir: str, rows: Rows, skipped: list, test: str | None = 
     # Numbered snapshots in order, then "final" (taken when every worker had finished).
     for snap in sorted(glob.glob(os.path.join(run_dir, "snapshots", "*"))):
         try:
-            scored = _score_snapshot(snap, rows, test)
+            scored = score_snapshot(snap, rows, test)
         except (ValueError, KeyError) as e:   # DamagedFile; a shard mpips did not write
             skipped.append(f"snapshot {os.path.basename(snap)} left out: {e}")
             continue
@@ -119,7 +119,7 @@ def score_snapshots(run_dir: str, rows: Rows, skipped: list, test: str | None = 
     return out
 
 
-def _score_snapshot(snap: str, rows: Rows, test: str | None) -> dict | None:
+def score_snapshot(snap: str, rows: Rows, test: str | None) -> dict | None:
     """A snapshot's entry (see score_snapshots); None if the run stopped before its servers
     had all written it."""
     paths = sorted(glob.glob(os.path.join(snap, "server-*.h5")))

@@ -148,9 +148,10 @@ OPTIONS = (
     train_option("diag", "--tensorboard", metavar="DIR",
             help="write live curves for TensorBoard to DIR as the job trains (training "
                  "loss, examples/s, each worker's waiting, server bytes; the held-out "
-                 "logloss and AUC at the end, and at each snapshot once `mpips report` "
-                 "scores them): `tensorboard --logdir DIR` shows them (TensorBoard is not "
-                 "needed to write them)"),
+                 "logloss and AUC of each --snapshot-every snapshot as it is taken, scored "
+                 "on --test by a process beside the lead, and of the final model): "
+                 "`tensorboard --logdir DIR` shows them (TensorBoard is not needed to "
+                 "write them)"),
     train_option("diag", "--record-pulls", action="store_true",
             help="each server writes every pull it served to RUN_DIR/pulls/ (worker, "
                  "its clock, the slowest worker's clock, time held), to check the "
