@@ -18,7 +18,7 @@ from ..kernels.logistic import mean_logloss, roc_auc
 from ..kernels.requests import first_not_finite, pull_keys
 from ..models import catalog, defaults
 from ..models.optimizer import NAMES, Optimizer
-from ..wire import protocol
+from ..wire import dense_request, protocol
 from ..wire.placement import Placement
 from ..wire.protocol import Op
 from ..worker.pushfilter import PushFilter
@@ -221,7 +221,7 @@ def _full_batch(batch) -> None:
             if kernel is not None:
                 ints = [name_id(kernel)]
             rows = np.array([0, 1], np.uint64) if f.name in ("gather", "scatter_add") else None
-            fields, payload = protocol.dense_payload(
+            fields, payload = dense_request.dense_payload(
                 [name, *(name_id(t.name) for t in names[:f.tables]), *(ints or [])],
                 [1.0] * (1 if f.name == "combine" else f.scalars), rows,
                 np.ones(2) if f.name == "scatter_add" else None)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..base.errors import ProtocolError
 from ..kernels.requests import first_not_finite
-from ..wire import messages, protocol
+from ..wire import dense_request, messages, protocol
 from ..wire.protocol import HEADER_BYTES, Op
 
 # Who may send what: workers talk to every server; servers to server 0 (their checkpoint files,
@@ -92,7 +92,7 @@ def _check(buf: np.ndarray, from_worker: bool, to_lead: bool, from_lead: bool, w
     if op in INT64_PAYLOAD:
         return Request(op, h, _NO_KEYS, _NO_VALUES, None)
     if op is Op.DENSE:   # what its fields mean is the function's to check (dense_tables)
-        _, scalars, _, values = protocol.dense_fields(buf, h)
+        _, scalars, _, values = dense_request.dense_fields(buf, h)
         for these in (scalars, values):
             if these.size and first_not_finite(these) >= 0:
                 raise ProtocolError("DENSE with a value that is not finite")
@@ -170,10 +170,10 @@ def _checked_size(buf: np.ndarray, op: Op, h, n_workers: int):
     rows_sent = _rows_sent(buf, h) if op is Op.PUSH and h.flags & protocol.MASK else None
     rows = None if rows_sent is None else rows_sent.shape[0]
     if op is Op.DENSE:   # fields the header counts, then float64 values
-        fixed = protocol.dense_fixed_bytes(h)
-        if protocol.dense_rows(h) < 0 or buf.shape[0] < fixed or (buf.shape[0] - fixed) % 8:
+        fixed = dense_request.dense_fixed_bytes(h)
+        if dense_request.dense_rows(h) < 0 or buf.shape[0] < fixed or (buf.shape[0] - fixed) % 8:
             raise ProtocolError(f"DENSE of {buf.shape[0]} bytes, where its header ({h.nkeys} "
-                                f"integers, {h.width} scalars, {protocol.dense_rows(h)} rows) "
+                                f"integers, {h.width} scalars, {dense_request.dense_rows(h)} rows) "
                                 f"makes it {fixed} and whole float64 values after")
     elif op in TEXT_PAYLOAD:
         if buf.shape[0] > HEADER_BYTES + TEXT_LIMIT:

@@ -37,7 +37,7 @@ from ..base.budget import Budget
 from ..base.errors import ProtocolError, SaveError
 from ..base.files import write_hdf5
 from ..storage.dense_files import index_of, read_blocks
-from ..wire import protocol
+from ..wire import dense_request
 from ..wire.dense_layout import MAX_LISTED, MAX_ROWS, NAME_LIMIT, Layout, name_id, name_of
 from ..wire.placement import describe_ranges
 from ..wire.protocol import Op
@@ -162,7 +162,7 @@ class DenseTables:
 
     def call(self, worker: int, header, buf: np.ndarray) -> np.ndarray:
         """Run one admitted DENSE request of `worker`; its reply (float64)."""
-        ints, scalars, indices, values = protocol.dense_fields(buf, header)
+        ints, scalars, indices, values = dense_request.dense_fields(buf, header)
         function = FUNCTIONS.get(int(ints[0])) if ints.shape[0] else None
         if function is None:
             raise ProtocolError(f"DENSE naming no registered function "

@@ -291,6 +291,9 @@ def own_values_at(buf: np.ndarray, h: Header, sent: int | None = None) -> tuple[
     return start + 4 * backup * h.width, rows
 
 
+_NO_VALUES = np.empty((0, 0), np.float32)
+
+
 def unpack(buf: np.ndarray, sent: int | None = None, h: Header | None = None):
     """(header, keys, values, report) of a received buffer: views of it, keys and values
     empty when absent, report None. `sent`: a MASK push's bits set, if counted already;
@@ -360,44 +363,10 @@ def backup_of(buf: np.ndarray, h: Header):
     return keys, values
 
 
-_NO_VALUES = np.empty((0, 0), np.float32)
-
-
-def dense_payload(ints, scalars=(), rows=None, values=None) -> tuple:
-    """(header fields, payload arrays) of a DENSE request."""
-    ints = np.asarray(ints, np.int64)
-    scalars = np.asarray(scalars, np.float64)
-    rows = np.empty(0, np.uint64) if rows is None else np.asarray(rows, np.uint64)
-    values = np.empty(0) if values is None else np.asarray(values, np.float64).reshape(-1)
-    return ({"nkeys": ints.shape[0], "width": scalars.shape[0], "arg": rows.shape[0]},
-            (ints, scalars, rows, values))
-
-
 def backup_part_header(h: Header, nkeys: int) -> Header:
     """The header of a BACKUP push's backup part, applied as a push of its own: `nkeys`
     float32 rows with their keys, no flags."""
     return h._replace(flags=0, nkeys=nkeys, arg=0)
-
-
-def dense_rows(h: Header) -> int:
-    """How many uint64 rows a DENSE request names (its header's `arg`)."""
-    return h.arg
-
-
-def dense_fixed_bytes(h: Header) -> int:
-    """A DENSE request's bytes before its values."""
-    return HEADER_BYTES + 8 * (h.nkeys + h.width + h.arg)
-
-
-def dense_fields(buf: np.ndarray, h: Header):
-    """(ints, scalars, rows, values) of a DENSE request: views of `buf`."""
-    pos = HEADER_BYTES
-    ints = buf[pos:pos + 8 * h.nkeys].view(np.int64)
-    pos += 8 * h.nkeys
-    scalars = buf[pos:pos + 8 * h.width].view(np.float64)
-    pos += 8 * h.width
-    rows = buf[pos:pos + 8 * h.arg].view(np.uint64)
-    return ints, scalars, rows, buf[pos + 8 * h.arg:].view(np.float64)
 
 
 def copied_positions(buf: np.ndarray, h: Header) -> np.ndarray:

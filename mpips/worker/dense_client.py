@@ -32,7 +32,7 @@ from ..base.errors import InputError, SaveError, WaitTimeout
 from ..base.files import write_json
 from ..kernels import elementwise
 from ..storage.dense_files import INDEX, INDEX_FORMAT, index_of
-from ..wire import protocol
+from ..wire import dense_request
 from ..wire.dense_layout import (
     BLOCK_ROWS,
     MAX_LISTED,
@@ -161,7 +161,7 @@ class DenseClient:
         requests, replies = {}, {}
         for s in servers:
             rows, values = parts[s] if parts is not None else (None, None)
-            requests[s] = protocol.dense_payload(head, scalars, rows, values)
+            requests[s] = dense_request.dense_payload(head, scalars, rows, values)
             replies[s] = np.empty((sizes or {}).get(s, 0))
         self.kv.call(Op.DENSE, requests, replies,
                      f"the servers to run {function}"

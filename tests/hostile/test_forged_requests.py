@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mpips.data.workplan import Handover
-from mpips.wire import protocol
+from mpips.wire import dense_request, protocol
 from mpips.server.admission import admit
 from mpips.wire.dense_layout import Layout, name_id, name_words
 from mpips.server.dense_tables import DenseTables
@@ -355,7 +355,7 @@ def test_a_copy_of_a_range_the_server_holds_is_admitted():
 # blocks of 2: blocks 0 and 3 here), with one worker per round.
 def dense(function, tables=("t",), ints=(), scalars=(), rows=None, values=None, raw=None):
     head = [raw if raw is not None else name_id(function), *(name_id(t) for t in tables), *ints]
-    fields, payload = protocol.dense_payload(head, scalars, rows, values)
+    fields, payload = dense_request.dense_payload(head, scalars, rows, values)
     return protocol.pack(Header(Op.DENSE, **fields), *payload)
 
 

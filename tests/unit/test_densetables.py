@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from mpips.wire import protocol
+from mpips.wire import dense_request, protocol
 from mpips.wire.dense_layout import Layout, name_id, name_of, name_words
 from mpips.storage.dense_files import read_blocks
 from mpips.server.dense_tables import DenseTables
@@ -42,7 +42,7 @@ class Cluster:
             if parts is not None and s not in parts:
                 continue
             rows, values = parts[s] if parts is not None else (None, None)
-            fields, payload = protocol.dense_payload(head, scalars, rows, values)
+            fields, payload = dense_request.dense_payload(head, scalars, rows, values)
             message = protocol.pack(Header(Op.DENSE, placement=self.placement.version,
                                            **fields), *payload)
             out[s] = self.servers[s].call(worker, protocol.header(message), message)
@@ -117,7 +117,7 @@ class Cluster:
 
         def run(s):
             self.servers[s].link = Link(s)
-            fields, payload = protocol.dense_payload([name_id("restore")])
+            fields, payload = dense_request.dense_payload([name_id("restore")])
             message = protocol.pack(Header(Op.DENSE, placement=self.placement.version,
                                            **fields), *payload)
             replies[s] = self.servers[s].call(0, protocol.header(message), message)
@@ -239,7 +239,7 @@ def test_a_read_split_by_another_placement_is_answered_by_the_version_alone():
     c.create("x")
     old = c.placement
     c.kill(2)
-    fields, payload = protocol.dense_payload([name_id("dot"), name_id("x"), name_id("x")])
+    fields, payload = dense_request.dense_payload([name_id("dot"), name_id("x"), name_id("x")])
     message = protocol.pack(Header(Op.DENSE, placement=old.version, **fields), *payload)
     reply = c.servers[0].call(0, protocol.header(message), message)
     np.testing.assert_array_equal(reply, [float(c.placement.version)])
