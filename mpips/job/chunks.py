@@ -1,10 +1,13 @@
 """The test file in chunks, handed out by the lead server to whichever rank asks (see
 job.scoring): the file opened once (`HeldOutFile`), the sizes of the chunks (`Chunks`), and
-under ULFM who holds the scores of which (`HandOut`). Pure but for opening the file.
+under ULFM who holds the scores of which (`HandOut`); the scores of a rank's batches put
+together (`concatenated`). Pure but for opening the file.
 """
 import logging
 import math
 from typing import NamedTuple
+
+import numpy as np
 
 from ..base.errors import InputError, ProtocolError
 from ..data.parquet import ParquetShard
@@ -126,3 +129,11 @@ class HandOut:
 
     def _left(self) -> bool:
         return bool(self.returned) or self.chunks.taken < self.chunks.total
+
+
+def concatenated(scored: list) -> tuple[np.ndarray, np.ndarray]:
+    """(margins, labels) of batches scored, as (margins, labels) each."""
+    if not scored:
+        return np.empty(0), np.empty(0, np.float32)
+    margins, labels = zip(*scored)
+    return np.concatenate(margins), np.concatenate(labels)

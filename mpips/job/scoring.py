@@ -3,7 +3,7 @@
 The lead server hands out the test file in chunks (spans of rows, or of bytes of text), to
 whichever rank asks (CHUNK): large ones first, smaller as the rows run out (guided
 self-scheduling), so that a rank busy answering reads, or slow for any reason, takes less
-and the ranks finish together. A worker scores its chunks with pulls (`worker_share`). A server
+and the ranks finish together. A worker scores its chunks with pulls (job.worker_scoring). A server
 scores its chunks in its loop's idle turns, a small batch a turn, so that it answers the
 workers' reads first: the keys it holds are read from its own table, the others asked of
 their servers (READ). Every server answers READs until each has said it is done (SCORED).
@@ -30,12 +30,11 @@ from mpi4py import MPI
 
 from ..base.errors import WaitTimeout
 from ..data.parquet import ParquetShard
-from ..data.shards import CsrShard, open_shard, spans
+from ..data.shards import CsrShard
 from ..data.textfile import KeyIndexer, Rows, TextShard
-from ..run import testevents
 from ..wire import messages, protocol
 from ..wire.protocol import Op
-from .chunks import EVAL_BATCH, LOST, Asked, Chunks, HandOut, HeldOutFile, shared
+from .chunks import LOST, Asked, Chunks, HandOut, HeldOutFile, concatenated
 
 log = logging.getLogger("mpips")
 
@@ -52,81 +51,6 @@ def core_to_spare(roles) -> bool:
     if cores <= 1:   # bound to one core (or not known): are there as many as ranks?
         cores = os.cpu_count() or 1
     return roles.ranks_on_node() <= cores
-
-
-def _margins(model, kv, pull, batch, cols, bias_col):
-    """(margins, labels) of a test batch, once its pull is answered."""
-    return model.margins(batch, cols, bias_col, kv.wait(pull)), batch.labels
-
-
-@dataclass
-class Share:
-    """What a rank scored of the test file."""
-    margins: np.ndarray
-    labels: np.ndarray
-    bad_lines: int    # skipped
-    units: int        # rows or bytes of the file its chunks or part span (see chunks.covered)
-
-
-def worker_share(cfg, roles, kv, deaths: tuple = (), part: tuple | None = None, model=None,
-                 hot: bool = False) -> Share:
-    """A worker's part in scoring (`kv`: its KVWorker): its share of the test file under the
-    final model: the chunks the lead hands out, or else a part of the file, shared among the
-    workers alive (as far as this one knows) or the `part` (this one's, parts) given.
-    `model`: what gives margins (a pipeline's first stage), if not the job's model; `hot`:
-    under ULFM (each chunk asked for once the last is scored)."""
-    units: list[tuple[int, int]] = []   # the spans of the file scored
-    if part is None and shared(cfg):
-        shards = _chunks_handed_out(kv, HeldOutFile(cfg), units, ahead=not hot)
-    else:
-        dead = {d.worker for d in deaths if d.dead}
-        living = [w for w in range(len(roles.workers)) if w not in dead]
-        index, parts = part or (living.index(roles.index), len(living))
-        shards = [open_shard(cfg.data.test, index, parts, skip_bad=cfg.data.skip_bad_lines)]
-        units.append(spans(cfg.data.test, parts)[index])
-    model = model or cfg.model.spec()
-    scored, index, pending, bad_lines = [], KeyIndexer(model.reserved_keys()), None, 0
-    # One pull ahead: the servers look up the next batch's keys while this one is scored.
-    for number, shard in enumerate(shards, 1):
-        testevents.reached("chunk", number)
-        for batch in shard.minibatches(EVAL_BATCH):
-            keys, cols, bias_col = index(batch, cfg.model.bias, shard.path)
-            pull = kv.pull(keys, read_only=True)
-            if pending is not None:
-                scored.append(_margins(model, kv, *pending))
-            pending = (pull, batch, cols, bias_col)
-        bad_lines += shard.bad_lines
-        if hot and pending is not None:   # scored before the next chunk is asked for
-            scored.append(_margins(model, kv, *pending))
-            pending = None
-    if pending is not None:
-        scored.append(_margins(model, kv, *pending))
-    return Share(*_concatenated(scored), bad_lines, sum(b - a for a, b in units))
-
-
-def _concatenated(scored: list) -> tuple[np.ndarray, np.ndarray]:
-    """(margins, labels) of batches scored, as (margins, labels) each."""
-    if not scored:
-        return np.empty(0), np.empty(0, np.float32)
-    margins, labels = zip(*scored)
-    return np.concatenate(margins), np.concatenate(labels)
-
-
-def _chunks_handed_out(kv, test: HeldOutFile, units: list, ahead: bool = True):
-    """The shards of the chunks of the test file the lead hands this worker, each span added
-    to `units`; `ahead`: the next asked for while one is scored, else once it is."""
-    asked = kv.lead.test_chunk()
-    while True:
-        span = kv.wait(asked)
-        shard = test.chunk(span, "the lead server")
-        if shard is None:
-            return
-        units.append(tuple(span))
-        if ahead:
-            asked = kv.lead.test_chunk()
-        yield shard
-        if not ahead:
-            asked = kv.lead.test_chunk()
 
 
 @dataclass
@@ -192,7 +116,7 @@ class Scoring:
 
     def results(self) -> tuple[np.ndarray, np.ndarray]:
         """(margins, labels) of the rows this server scored."""
-        return _concatenated(self._scored)
+        return concatenated(self._scored)
 
     def poll(self) -> bool:
         """An idle turn of the loop: once training is over, score a batch whose weights are

@@ -16,7 +16,6 @@ from ..base.timeline import Timeline
 from ..data.shards import open_shard, spans
 from ..data.textfile import TextShard
 from ..data.workplan import WorkPlan
-from ..ranks.bounded import Backoff, wait_all, wait_until
 from ..ranks.roles import Roles
 from ..run import signals, summary, testevents
 from ..run.config import TrainConfig
@@ -26,11 +25,12 @@ from ..wire.placement import Placement
 from ..worker.kvworker import KVWorker
 from ..worker.pushfilter import Plain, PushFilter
 from .failing import saving_on_failure
+from .other_workers import wait_for_other_workers
 from .part_result import PartResult, epoch_rows
-from .scoring import Share, worker_share
 from .shared_rows import SharedWork, Speed, open_shared
 from .stage_part import FAILED, FINISHED, SCORED, STOPPED, Front, follow, pipe_of
 from .worker_rows import Minibatch, Work
+from .worker_scoring import Share, worker_share
 
 log = logging.getLogger("mpips")
 
@@ -58,7 +58,7 @@ def _work_in_pipeline(cfg: TrainConfig, roles: Roles, kv: KVWorker, position,
     pipe = pipe_of(cfg, roles, model)
     if pipe.stage > 0:
         return follow(cfg, roles, kv, pipe, model, position,
-                      lambda: _wait_for_other_workers(roles, kv, cfg.faults.timeout))
+                      lambda: wait_for_other_workers(roles, kv, cfg.faults.timeout))
     front = Front(model, pipe, kv, roles.index)
     try:
         out = WorkerLoop(cfg, roles, kv, position, checkpoint.deaths(resume),
@@ -178,7 +178,7 @@ class WorkerLoop:
                 return
             self._say_finish(self.left)
             self.finished = True
-            if not _wait_for_other_workers(self.roles, self.kv, self.cfg.faults.timeout, self.work,
+            if not wait_for_other_workers(self.roles, self.kv, self.cfg.faults.timeout, self.work,
                                            self.hot):
                 return
             log.warning("joining again at clock %d (mpips ctl add-worker)", self.lead.join_clock)
@@ -323,12 +323,12 @@ class WorkerLoop:
             train_bytes = kv.bytes_sent
             log.info("the job is stopping: a checkpoint holds the model at clock %d", kv.clock)
             # Every worker stops (none finishes): a barrier, unless one may have died.
-            _wait_for_other_workers(self.roles, kv, cfg.faults.timeout,
+            wait_for_other_workers(self.roles, kv, cfg.faults.timeout,
                                     self.work if self.hot else None, self.hot)
             return train_bytes, share, score_s
         if not self.finished:
             self._say_finish(None)
-            _wait_for_other_workers(self.roles, kv, cfg.faults.timeout)
+            wait_for_other_workers(self.roles, kv, cfg.faults.timeout)
         train_bytes = kv.bytes_sent
         if cfg.data.test:
             began = time.monotonic()
@@ -375,45 +375,3 @@ def _diverged(cfg: TrainConfig, clock: int, current: Minibatch, shard, loss: flo
             f"minibatch at {where} {current.start} of {shard.path}); nothing of it was pushed. "
             f"The learning rate ({cfg.optimizer.name} --lr {cfg.optimizer.lr:.4g}) may be too "
             f"large, or the data holds values that are not finite{kept}")
-
-
-def _wait_for_other_workers(roles: Roles, kv: KVWorker, timeout: float,
-                            work: "Work | SharedWork | None" = None, hot: bool = False) -> bool:
-    """Wait until every worker has finished training, however long that takes, as long as
-    the slowest keeps advancing: the bound is --timeout without progress. With `work` (not a
-    pipeline), workers may die or leave meanwhile: the lead server, not a barrier, says
-    when, and `work` applies every hand-over the lead numbered, so that all workers share
-    the test file alike; and the lead may ask this worker to join again (returns True). If
-    the job stops meanwhile, the others (stopped, not finished) meet in a barrier unless
-    workers may die (`hot`): this worker joins them there."""
-    latest = {}
-    lead = kv.lead
-
-    def progress():
-        lead.pass_on_stop(signals.stop_requested())
-        latest.update(lead.status())
-        return latest["slowest_clock"], latest["finished"], latest["deaths"]
-
-    def what() -> str:
-        return (f"the other workers to finish training (worker "
-                f"{latest.get('slowest_worker')} is at clock {latest.get('slowest_clock')})")
-
-    if work is None:
-        wait_all([roles.group.Ibarrier()], timeout, what, progress=progress, check_every=2.0)
-        return False
-
-    def all_finished() -> bool:
-        work.apply_notices(lead.notices())
-        if lead.join_clock is not None:
-            return True
-        progress()
-        return latest["finished"] == len(roles.workers) or (latest["stopping"] and not hot)
-    # Each poll asks the lead; progress is judged on its latest answer.
-    wait_until(all_finished, timeout, what, check_every=0.0, backoff=Backoff(longest=0.05),
-               progress=lambda: (latest["slowest_clock"], latest["finished"], latest["deaths"]))
-    if lead.join_clock is not None:
-        return True
-    if latest["stopping"] and not hot:
-        return _wait_for_other_workers(roles, kv, timeout)
-    work.catch_up(lead, latest["deaths"], timeout)
-    return False

@@ -25,7 +25,7 @@ from mpips.models.evaluate import read_rows
 from mpips.ranks.roles import split
 from mpips.wire.protocol import Header, Op
 from mpips.job.scoring import Scoring
-from mpips.job.scoring import worker_share
+from mpips.job.worker_scoring import worker_share
 
 pytestmark = pytest.mark.mpi(min_size=4)
 
