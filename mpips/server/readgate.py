@@ -42,7 +42,8 @@ class ReadGate:
         self.highest = -1         # the highest clock a training read was served for
         # A move is being agreed: reads past this clock wait.
         self.ceiling: int | None = None
-        # A range move switching placements (see membership/rangemoves).
+        # The latest range move's switch of placements (see membership/rangemoves), kept once
+        # made: a read split by an older placement, for its clock or later, stays refused.
         self.moving: Switch | None = None
         self.pulls_held = 0       # pulls that had to wait for other workers' clocks
         self.held_s = np.zeros(clocks.done.shape[0])   # per worker: time its pulls were held
