@@ -45,10 +45,11 @@ class LiveCurves:
         self.write(examples, {"train/logloss": loss, "train/examples_per_s": rate,
                               "train/epoch": epoch})
 
-    def sample(self, examples: int, figures: dict) -> None:
-        """The servers' figures ({tag: value}), if a second has passed since the last."""
+    def sample(self, examples: int, figures: dict, force: bool = False) -> None:
+        """The servers' figures ({tag: value}), if a second has passed since the last (or
+        `force`: the loop's last)."""
         now = time.monotonic()
-        if now - self._last_sample >= SAMPLE_EVERY_S:
+        if force or now - self._last_sample >= SAMPLE_EVERY_S:
             self._last_sample = now
             self.write(examples, figures)
 

@@ -222,9 +222,9 @@ class ServerPart:
                 self.scorer = SnapshotScorer.start(cfg.run_dir, directory, cfg.data.test,
                                                    self.name)
 
-    def _sampled(self, figures: dict) -> None:
+    def _sampled(self, figures: dict, force: bool) -> None:
         if self.curves and self.progress:
-            self.curves.sample(int(self.progress.examples.sum()), figures)
+            self.curves.sample(int(self.progress.examples.sum()), figures, force)
 
     def server(self, failover: bool, hot: bool) -> Server:
         """The server's loop over this part's store and tables."""

@@ -84,7 +84,7 @@ class Hooks:
     reached: Callable[[str, int, bool], bool] = lambda point, value, lead: False
     # The lead's serving figures as the timeline samples them ({name: value}), for live
     # curves (--tensorboard); None: not wanted.
-    sampled: Callable[[dict], None] | None = None
+    sampled: Callable[[dict, bool], None] | None = None
 
 
 class Scorer(Protocol):

@@ -60,7 +60,7 @@ class Timers:
                 "server/bytes_received": float(stats.bytes_received),
                 "server/busy_share": stats.busy_s / t if t > 0 else 0.0,
                 "clocks/slowest": -1.0 if slowest == FINISHED else float(slowest),
-                "clocks/gap": float(gap)})
+                "clocks/gap": float(gap)}, force)
 
     def _snapshot(self, final: bool) -> None:
         began = time.monotonic()

@@ -75,6 +75,8 @@ def test_the_live_curves_read_back_in_tensorboard(runs):
     assert 0 < loss[-1].value < 1 and loss[-1].step <= s["train_examples"]
     sent = [e.value for e in acc.Scalars("server/bytes_sent")]
     assert len(sent) >= 1 and sent == sorted(sent)
+    samples, ranks, _ = timeline.read(str(runs[0]))   # the loop's last sample is there too
+    assert sent[-1] == pytest.approx(samples[ranks == 0]["bytes_sent"][-1], rel=1e-6)
     assert acc.Scalars("test/auc")[-1].value == pytest.approx(s["test_auc"], rel=1e-6)
     assert acc.Scalars("test/logloss")[-1].step == s["train_examples"]
     config = acc.Tensors("config")[0].tensor_proto.string_val[0].decode()
