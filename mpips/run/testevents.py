@@ -165,6 +165,9 @@ def check(texts, n_ranks: int, n_servers: int, full_batch: bool) -> None:
         if e.together and len({r < n_servers for r in e.ranks()}) > 1:
             raise EventError(f"--test-event {text!r}: ranks killed together are all servers "
                              f"or all workers (they reach the same points)")
+        if e.together and e.point in ("iteration", "writing"):
+            raise EventError(f"--test-event {text!r}: ranks are killed together at a point "
+                             f"each of them reaches itself")
         server = e.rank is not None and e.rank < n_servers
         if e.point == "iteration" and not full_batch:
             raise EventError(f"--test-event {text!r}: iterations are --solver lbfgs's")

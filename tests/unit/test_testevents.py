@@ -67,6 +67,7 @@ def allowed(monkeypatch):
     ("kill rank 1 at clock 3", True, "a full-batch job counts iterations"),
     ("kill ranks 1,5 at clock 3", False, "there is no rank 5 (ranks 0-4)"),
     ("kill ranks 1,2 at clock 3", False, "all servers or all workers"),
+    ("kill ranks 0,1 at writing 1", False, "at a point each of them reaches itself"),
 ])
 def test_an_event_the_job_cannot_reach_is_refused(allowed, text, full_batch, says):
     with pytest.raises(EventError, match=re.escape(says)):
