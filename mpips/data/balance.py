@@ -145,14 +145,18 @@ class Balance:
         first `done` chunks and the next up to `offset` (-1: none of it): the rest of its
         chunks go back; returns them."""
         back = []
+        kept = self.handed[worker][:done]
         for i, (e, start, stop) in enumerate(self.handed[worker]):
             if i < done:
                 continue
             if i == done and offset >= 0:
-                start = max(start, min(offset, stop))
+                # The part it trained stays its chunk `done`: a worker that joins again numbers
+                # its next chunks on from it, as the places checkpoints keep of it do.
+                kept.append((e, start, max(start, min(offset, stop))))
+                start = kept[-1][2]
             if start < stop:
                 back.append((e, start, stop))
-        self.handed[worker] = self.handed[worker][:done]
+        self.handed[worker] = kept
         self.returned = sorted(self.returned + back)
         if not gone:
             return back
@@ -163,10 +167,19 @@ class Balance:
         return back
 
     def rejoin(self, worker: int, epoch: int) -> None:
-        """`worker` trains again (joined, or resumed), from epoch `epoch`, with no chunk."""
+        """`worker` goes on in a resumed launch, from epoch `epoch`, with no chunk (those of
+        this launch numbered from 0)."""
         self.out.discard(worker)
         self.handed[worker] = []
         self.at[worker] = min(epoch, self.epochs)
+
+    def join(self, worker: int) -> int:
+        """`worker` trains again (`mpips ctl add-worker`), having left or had none left: it
+        asks from the epoch it was in (the last, if it was done), its next chunks numbered on
+        from those it was handed. Returns that epoch."""
+        self.out.discard(worker)
+        self.at[worker] = min(self.at[worker], self.epochs - 1)
+        return self.at[worker]
 
     def left(self) -> int:
         """Rows of every epoch not yet handed out, or given back."""
