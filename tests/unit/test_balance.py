@@ -213,3 +213,24 @@ def test_a_checkpoint_about_a_join_gives_back_the_joiners_new_chunks(as_it_joins
     drain(resumed, {0: 1.0, 1: 1.0}, counts, {w: p[0] for w, p in places.items()})
     assert (counts == 1).all()
 
+
+def test_a_join_is_refused_once_every_row_is_handed_out():
+    """Under --balance dynamic an idle worker joins while rows are left to hand out; once none
+    is, the join is refused, saying so; a worker training is refused as under static."""
+    from types import SimpleNamespace
+
+    from mpips.membership.workermoves import WorkerMoves
+    from mpips.server.rowhandout import RowHandOut
+    from mpips.wire.clocks import ClockTable
+
+    b = Balance(TOTAL, 1, 2, batch=10)
+    handout = RowHandOut(SimpleNamespace(lead=True, register=lambda handlers: None), b)
+    clocks = ClockTable(2)
+    clocks.finish(1)
+    ctx = SimpleNamespace(roles=SimpleNamespace(workers=[1, 2]), losses=object(),
+                          dense=SimpleNamespace(tables={}), clocks=clocks, handout=handout)
+    moves = WorkerMoves(SimpleNamespace(ctx=ctx))
+    assert moves.join_refusal(1) is None
+    assert moves.join_refusal(0) == "worker 0 is training"
+    drain(b, {0: 1.0}, np.zeros((1, TOTAL), np.int64), {0: 0})
+    assert "every row of every epoch is handed out already" in moves.join_refusal(1)
