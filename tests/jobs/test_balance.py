@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from support import ULFM, ctl_answers, fired, read_summary, run_job, run_mpips
 
+from mpips.cli.ctl import describe
 from mpips.storage.checkpoint import latest_valid
 
 ROWS, EPOCHS, BATCH = 600, 3, 10
@@ -79,6 +80,7 @@ def test_a_worker_that_left_joins_again_and_asks_for_chunks(tiny, tmp_path):
     assert left["ok"] and left["command"] == "remove-worker" and left["target"] == 2, left
     assert joined["ok"] and joined["command"] == "add-worker" and joined["target"] == 2, joined
     assert joined["clock"] > 40 and joined["from"] == [], joined
+    assert "asking for chunks of the rows left" in describe(joined)
     for said in ("ctl add-worker 2 done: it trains again from clock",
                  "worker 2 asks for chunks of training rows again", "joining again at clock"):
         assert said in job.output, said
