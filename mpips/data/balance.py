@@ -14,7 +14,9 @@ epoch together. A worker's first chunk, its speed and rows' size not yet known, 
 A chunk handed to a worker that dies or leaves goes back, from where its place says it
 stood, and is handed out first to the next worker that asks in that epoch or a later one:
 every row is trained once per epoch. A worker's place is (the number of its chunks it had
-done, where it stood in the next: -1 for its start), as its reports say.
+done, where it stood in the next: -1 for its start), as its reports say. A worker that left,
+or had none left, may join again: it asks from the epoch it was in, its chunks numbered on
+from those it had.
 """
 import math
 from typing import NamedTuple
