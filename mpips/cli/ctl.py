@@ -24,7 +24,8 @@ the change is done:
                      training; it stays on, idle, and scores its share of the test file
   add-worker [N]     an idle worker (one that left, or finished its rows; by default the
                      first that left) joins again: each of the n workers training keeps n
-                     shares of the rows it has left and gives it one
+                     shares of the rows it has left and gives it one (under --balance
+                     dynamic it asks the lead for chunks of the rows left, as the others do)
 
 The lead server (server 0; after its death under hot failover, the first living server,
 which takes over RUN_DIR/mpips.lock) takes requests from RUN_DIR/control/ five times a
@@ -105,9 +106,11 @@ def describe(answer: dict) -> str:
         return "\n".join(lines)
     target = "" if answer.get("target") is None else f" {answer['target']}"
     if answer.get("command") == "add-worker":
-        return (f"add-worker{target} done: it trains again from clock {answer['clock']}, with "
-                f"a share of the rows left of worker(s) {', '.join(map(str, answer['from']))} "
-                f"({answer['seconds']:.2f} s after the request)")
+        rows = (f"with a share of the rows left of worker(s) "
+                f"{', '.join(map(str, answer['from']))}" if answer["from"] else
+                "asking for chunks of the rows left (--balance dynamic)")
+        return (f"add-worker{target} done: it trains again from clock {answer['clock']}, "
+                f"{rows} ({answer['seconds']:.2f} s after the request)")
     if answer.get("command") == "remove-worker":
         rest = (f"its rows left from epoch {answer['from_epoch']} go to worker(s) "
                 f"{', '.join(map(str, answer['handed_to']))}" if answer["handed_to"]

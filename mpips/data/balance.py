@@ -14,7 +14,9 @@ epoch together. A worker's first chunk, its speed and rows' size not yet known, 
 A chunk handed to a worker that dies or leaves goes back, from where its place says it
 stood, and is handed out first to the next worker that asks in that epoch or a later one:
 every row is trained once per epoch. A worker's place is (the number of its chunks it had
-done, where it stood in the next: -1 for its start), as its reports say.
+done, where it stood in the next: -1 for its start), as its reports say. A worker that left,
+or had none left, may join again: it asks from the epoch it was in, its chunks numbered on
+from those it had.
 """
 import math
 from typing import NamedTuple
@@ -145,14 +147,18 @@ class Balance:
         first `done` chunks and the next up to `offset` (-1: none of it): the rest of its
         chunks go back; returns them."""
         back = []
+        kept = self.handed[worker][:done]
         for i, (e, start, stop) in enumerate(self.handed[worker]):
             if i < done:
                 continue
             if i == done and offset >= 0:
-                start = max(start, min(offset, stop))
+                # The part it trained stays its chunk `done`: a worker that joins again numbers
+                # its next chunks on from it, as the places checkpoints keep of it do.
+                kept.append((e, start, max(start, min(offset, stop))))
+                start = kept[-1][2]
             if start < stop:
                 back.append((e, start, stop))
-        self.handed[worker] = self.handed[worker][:done]
+        self.handed[worker] = kept
         self.returned = sorted(self.returned + back)
         if not gone:
             return back
@@ -163,10 +169,19 @@ class Balance:
         return back
 
     def rejoin(self, worker: int, epoch: int) -> None:
-        """`worker` trains again (joined, or resumed), from epoch `epoch`, with no chunk."""
+        """`worker` goes on in a resumed launch, from epoch `epoch`, with no chunk (those of
+        this launch numbered from 0)."""
         self.out.discard(worker)
         self.handed[worker] = []
         self.at[worker] = min(epoch, self.epochs)
+
+    def join(self, worker: int) -> int:
+        """`worker` trains again (`mpips ctl add-worker`), having left or had none left: it
+        asks from the epoch it was in (the last, if it was done), its next chunks numbered on
+        from those it was handed. Returns that epoch."""
+        self.out.discard(worker)
+        self.at[worker] = min(self.at[worker], self.epochs - 1)
+        return self.at[worker]
 
     def left(self) -> int:
         """Rows of every epoch not yet handed out, or given back."""

@@ -126,7 +126,7 @@ class SharedWork:
 
     def rejoin(self, lead: LeadChannel) -> tuple[int]:
         """Asked to join again: go on from the clock the lead named, asking for chunks of the
-        epoch it left in."""
+        epoch it left in (the last, if it had none left), numbered on from those it was
+        handed, as the lead numbers them (see data.balance.Balance.join)."""
         lead.rejoin()
-        self.chunks, self.segment = [], -1
         return (min(self.epoch, self.cfg.solver.epochs - 1),)

@@ -217,7 +217,7 @@ class WorkerLoop:
         grad = self._gradient(current, weights)
         # Where the next minibatch starts, for checkpoints: the servers note it with the push.
         epoch, start, segment = ((upcoming.epoch, upcoming.start, upcoming.segment) if upcoming
-                                 else (self.cfg.solver.epochs, -1, 0))
+                                 else (self.cfg.solver.epochs, -1, self._end_segment()))
         kv.report(self.examples, self.loss, current.progress, epoch, start, segment,
                   taken=self.work.taken)
         self._sample(time.monotonic() - self.t0)
@@ -308,8 +308,15 @@ class WorkerLoop:
                       left.segment, taken=work.taken)
         else:
             work.end()
-            kv.report(self.examples, self.loss, epochs, epochs, -1, taken=work.taken)
+            kv.report(self.examples, self.loss, epochs, epochs, -1, self._end_segment(),
+                      taken=work.taken)
         kv.finish()
+
+    def _end_segment(self) -> int:
+        """The segment of a place after all this worker's rows: under --balance dynamic, after
+        the chunks it was handed (all done, should it join again or the job resume: see
+        data.balance), else 0."""
+        return len(self.work.chunks) if isinstance(self.work, SharedWork) else 0
 
     # After training: the test file, or the stop.
 

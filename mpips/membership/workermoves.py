@@ -9,6 +9,9 @@ and gives one (GIVE), and tells the lead (SPLIT, numbered as a death). Every wor
 split, the servers agree a clock C as for a move of key ranges (`rangemoves`); the joiner's
 clock becomes C - 1 on every server (JOIN_AT) and it trains from there (JOIN). Until then
 the lead counts it as training, so that no worker ends (and scores) before it.
+Under --balance dynamic nobody splits: the epoch's rows left are a pool the lead hands out to
+whoever asks (`rowhandout`), so the servers agree on C at once and the joiner asks for chunks
+again from there.
 """
 import logging
 import time
@@ -97,25 +100,37 @@ class WorkerMoves:
         problem = self._worker_refusal("joins", worker)
         if problem:
             return problem
-        if self.ctx.handout and self.ctx.handout.dynamic:
-            return ("a worker joins only a job of --balance static: under --balance dynamic "
-                    "the lead hands out no chunks to a worker that joins (not yet)")
         if worker is not None and worker not in self._idle_workers():
             return f"worker {worker} is training"
         if not self._idle_workers():
             return ("no worker is idle to join: one that left (ctl remove-worker) or finished "
                     "its rows can")
-        if not self._donors():
+        handout = self.ctx.handout
+        if handout is not None and handout.dynamic:
+            if not handout.rows_left():
+                return ("every row of every epoch is handed out already (--balance dynamic): "
+                        "a worker that joins would get none")
+        elif not self._donors():
             return "no worker is training to share its rows"
         return None
+
+    @property
+    def _dynamic(self) -> bool:
+        """Whether the lead hands out the rows (--balance dynamic): a join splits none."""
+        return self.ctx.handout is not None and self.ctx.handout.dynamic
 
     def ask_to_give(self, request: dict) -> None:
         """A worker joins: every worker training splits its rows left, keeping n shares for
         the one it gives (n: the workers training), and tells the lead (SPLIT); then the
-        servers agree on the clock it joins at (see `_join`)."""
+        servers agree on the clock it joins at (see `_join`). Under --balance dynamic, at
+        once."""
         s = self.ctx
         worker = request.get("target")
         worker = self._idle_workers()[0] if worker is None else worker
+        if self._dynamic:
+            self.joining = Join(request, worker, set(), time.monotonic())
+            self.members.move_lead.agree(request, self._join)
+            return
         donors = self._donors()
         self.joining = Join(request, worker, set(donors), time.monotonic())
         for w in donors:
@@ -166,13 +181,17 @@ class WorkerMoves:
             self.members.answer(j.request, {"ok": False, "error": error})
             self.joining = None
             return
+        if self._dynamic:
+            assert s.handout is not None, "_dynamic: the lead hands out the rows"
+            s.ckpt.place(worker, s.handout.worker_joins(worker, s.ckpt.positions[worker]))
         s.send(messages.JoinNotice(clock - 1).fields(), s.roles.workers[worker],
                tags.NOTICE_TAG)
         result = {"ok": True, "command": "add-worker", "target": worker, "clock": clock,
                   "seconds": round(time.monotonic() - j.began, 4), "from": j.given}
         self.members.done.append(result)
-        log.warning("ctl add-worker %d done: it trains again from clock %d, with a share of "
-                    "the rows left of worker(s) %s", worker, clock, j.given)
+        log.warning("ctl add-worker %d done: it trains again from clock %d, %s", worker, clock,
+                    "asking for chunks of the rows left" if self._dynamic else
+                    f"with a share of the rows left of worker(s) {j.given}")
         if worker in self.left:
             self.left.remove(worker)
         self.members.answer(j.request, result)
@@ -246,10 +265,9 @@ class WorkerMoves:
                   "from_epoch": handed.epoch if handed else None,
                   "handed_to": list(handed.survivors) if handed else []}
         self.members.done.append(result)
-        dynamic = self.ctx.handout is not None and self.ctx.handout.dynamic
         log.warning("ctl remove-worker %d done: it left at clock %d%s", worker, clock,
                     f"; its rows left from epoch {handed.epoch} go to worker(s) "
                     f"{list(handed.survivors)}" if handed else
-                    "; its chunks left go to the next workers that ask" if dynamic else
+                    "; its chunks left go to the next workers that ask" if self._dynamic else
                     ", having trained all its rows")
         self.members.answer(request, result)

@@ -67,6 +67,12 @@ class Checkpoints:
         if not finished:
             self._history.setdefault(worker, {})[clock] = position
 
+    def place(self, worker: int, position: dict) -> None:
+        """Where `worker` stands after position["clock"] clocks, said by the lead, not by the
+        worker (it joins again): as its report would be."""
+        self.positions[worker] = position
+        self._history.setdefault(worker, {})[position["clock"]] = position
+
     def positions_at(self, clock: int) -> dict:
         """Where each worker stood at `clock` (see the module's docstring)."""
         if not self.bsp:

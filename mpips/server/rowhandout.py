@@ -1,9 +1,10 @@
 """The lead's side of --balance dynamic: it answers each worker's WORK with its next chunk of
 training rows and minibatch size (data.balance), takes back the chunks of a worker that dies
-or leaves, and keeps the hand-out for checkpoints. A server that does not lead refuses WORK
-(admission); under --balance static every server does. The hand-out is not copied: should
-the lead die, the server that leads next stops the job at the next WORK (a resume from a
-checkpoint goes on from the hand-out it kept).
+or leaves, hands chunks again to one that joins (`mpips ctl add-worker`), and keeps the
+hand-out for checkpoints. A server that does not lead refuses WORK (admission); under
+--balance static every server does. The hand-out is not copied: should the lead die, the
+server that leads next stops the job at the next WORK (a resume from a checkpoint goes on
+from the hand-out it kept).
 """
 import logging
 
@@ -69,3 +70,17 @@ class RowHandOut:
                       "checkpoint once the others are done", why)
             if self.ctx.losses:   # the model is incomplete, as when a plan's rows are
                 self.ctx.losses.abandoned.append(why)
+
+    def rows_left(self) -> int:
+        """Rows of every epoch not yet handed out, or given back (0 under --balance static)."""
+        return self.balance.left() if self.balance else 0
+
+    def worker_joins(self, worker: int, place: dict) -> dict:
+        """`worker`, which had left or had none left, trains again (`mpips ctl add-worker`):
+        it asks for chunks again from the epoch it was in. Returns its place (`place`, a
+        checkpoint's position, updated): after the chunks it was handed, none started."""
+        assert self.balance is not None, "a join under --balance dynamic"
+        epoch = self.balance.join(worker)
+        log.warning("worker %d asks for chunks of training rows again, from epoch %d",
+                    worker, epoch)
+        return dict(place, epoch=epoch, segment=len(self.balance.handed[worker]), offset=-1)

@@ -1,10 +1,12 @@
 """--balance dynamic: the lead hands each epoch's rows out in chunks, each worker's minibatch
-following its speed. With a worker slowed 3x, one that dies (ULFM) or one that leaves (ctl
-remove-worker), every row is still trained once per epoch (rows_per_epoch, in the summary)."""
+following its speed. With a worker slowed 3x, one that dies (ULFM), one that leaves (ctl
+remove-worker) or leaves and joins again (ctl add-worker), every row is still trained once per
+epoch (rows_per_epoch, in the summary)."""
 import numpy as np
 import pytest
-from support import ULFM, fired, read_summary, run_job, run_mpips
+from support import ULFM, ctl_answers, fired, read_summary, run_job, run_mpips
 
+from mpips.cli.ctl import describe
 from mpips.storage.checkpoint import latest_valid
 
 ROWS, EPOCHS, BATCH = 600, 3, 10
@@ -57,6 +59,53 @@ def test_a_leaving_workers_chunks_are_handed_on(tiny, tmp_path):
     per_epoch = np.array(s["rows_per_epoch"])
     assert per_epoch.sum(axis=0).tolist() == [ROWS] * EPOCHS, per_epoch
     assert per_epoch[1, 1:].sum() == 0 < per_epoch[1, 0] < ROWS, "it left in epoch 0"
+
+
+LEAVE, JOIN = "ctl remove-worker 2 at clock 20", "ctl add-worker at clock 40"
+
+
+def test_a_worker_that_left_joins_again_and_asks_for_chunks(tiny, tmp_path):
+    """3 workers: worker 2 leaves at clock 20 (about the end of epoch 0) and joins again at
+    clock 40 (in epoch 1, which 2 workers train in about 30 clocks): it trains rows of epoch 2,
+    which it could only reach once joined. A join with no worker idle (clock 5), or of a
+    worker training (clock 30), is refused."""
+    idle, busy = "ctl add-worker at clock 5", "ctl add-worker 1 at clock 30"
+    run, asked = tmp_path / "run", (idle, LEAVE, busy, JOIN)
+    job, s = train(tiny, run, 3, *(a for e in asked for a in ("--test-event", e)))
+    for event in asked:
+        fired(job, event)
+    nobody, left, training, joined = ctl_answers(run)
+    assert not nobody["ok"] and "no worker is idle to join" in nobody["error"], nobody
+    assert not training["ok"] and training["error"] == "worker 1 is training", training
+    assert left["ok"] and left["command"] == "remove-worker" and left["target"] == 2, left
+    assert joined["ok"] and joined["command"] == "add-worker" and joined["target"] == 2, joined
+    assert joined["clock"] > 40 and joined["from"] == [], joined
+    assert "asking for chunks of the rows left" in describe(joined)
+    for said in ("ctl add-worker 2 done: it trains again from clock",
+                 "worker 2 asks for chunks of training rows again", "joining again at clock"):
+        assert said in job.output, said
+    per_epoch = np.array(s["rows_per_epoch"])
+    assert per_epoch.sum(axis=0).tolist() == [ROWS] * EPOCHS, per_epoch
+    assert s["train_examples"] == EPOCHS * ROWS and s["status"] == "complete"
+    assert per_epoch[2, EPOCHS - 1] > 0, f"worker 2 trained after it joined: {per_epoch}"
+    assert [m["command"] for m in s["moves"]] == ["remove-worker", "add-worker"]
+
+
+def test_a_job_stopped_after_a_join_resumes_where_its_checkpoint_says(tiny, tmp_path):
+    """Worker 2 leaves and joins again as above; the job stops at clock 46, the joiner a few
+    chunks on: the checkpoint numbers its chunks as the hand-out it keeps does, so every row
+    is still trained once per epoch across the two launches."""
+    stop, run = "stop rank 1 at clock 46", tmp_path / "run"
+    job, stopped = train(tiny, run, 3, "--test-event", LEAVE, "--test-event", JOIN,
+                         "--test-event", stop, status=75)
+    fired(job, stop)
+    assert [a["command"] for a in ctl_answers(run) if a["ok"]] == ["remove-worker",
+                                                                   "add-worker"]
+    before = np.array(stopped["rows_per_epoch"])
+    _, s = train(tiny, run, 3, "--resume", run / "checkpoints")
+    per_epoch = before + np.array(s["rows_per_epoch"])
+    assert per_epoch.sum(axis=0).tolist() == [ROWS] * EPOCHS, per_epoch
+    assert s["train_examples"] == EPOCHS * ROWS and s["status"] == "complete"
 
 
 def test_a_stopped_job_resumes_where_its_checkpoint_says(tiny, tmp_path):

@@ -160,3 +160,77 @@ def test_a_slow_worker_keeps_a_least_minibatch():
     fast = b.ask(1, 0, 1000.0, 1.0)
     slow = b.ask(0, 0, 1.0, 1.0)
     assert (slow.batch, fast.batch) == (10, 320), "a 16th of --batch-size at least"
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 40])
+def test_a_worker_that_left_joins_again_and_every_row_is_handed_out_once(offset):
+    """Worker 2 leaves in its second chunk (`offset` rows into it; -1: none), the others go
+    on, and it joins again: it asks from the epoch it left in, its chunks numbered on from
+    the part of that chunk it trained."""
+    b = Balance(TOTAL, EPOCHS, 3, batch=10)
+    counts = np.zeros((EPOCHS, TOTAL), np.int64)
+    at = drain(b, {0: 1.0, 1: 1.0, 2: 1.0}, counts, stop_after=7)
+    handed = list(b.handed[2])
+    cut = handed[1][1] + offset if offset >= 0 else -1
+    for e, start, stop in b.give_back(2, 1, cut):
+        counts[e, start:stop] -= 1
+    assert len(b.handed[2]) == (2 if offset >= 0 else 1), "the part it trained stays its own"
+    left_in = at.pop(2)
+    at = drain(b, {0: 1.0, 1: 1.0}, counts, at, stop_after=5)
+    numbered = len(b.handed[2])
+    assert b.join(2) == left_in
+    at[2] = left_in
+    drain(b, {0: 1.0, 1: 1.0, 2: 1.0}, counts, at)
+    assert (counts == 1).all()
+    e, start, _ = handed[1]
+    trained = [(e, start, cut)] if offset >= 0 else []
+    assert len(b.handed[2]) > numbered and b.handed[2][:numbered] == handed[:1] + trained
+
+
+@pytest.mark.parametrize("as_it_joins", [False, True])
+def test_a_checkpoint_about_a_join_gives_back_the_joiners_new_chunks(as_it_joins):
+    """The place a checkpoint keeps of a worker that left and joins again, where it left (3
+    rows into its second chunk) or where the lead puts it as it joins (after its chunks, none
+    started), may be older than the hand-out the checkpoint keeps: the chunks handed to it
+    since go back, and only they."""
+    b = Balance(TOTAL, EPOCHS, 2, batch=10)
+    counts = np.zeros((EPOCHS, TOTAL), np.int64)
+    at = drain(b, {0: 1.0, 1: 1.0}, counts, stop_after=5)
+    left = (b.at[1], 1, b.handed[1][1][1] + 3)
+    for e, start, stop in b.give_back(1, left[1], left[2]):
+        counts[e, start:stop] -= 1
+    at.pop(1)
+    at = drain(b, {0: 1.0}, counts, at, stop_after=3)
+    at[1] = b.join(1)
+    place = (at[1], len(b.handed[1]), -1) if as_it_joins else left
+    numbered = len(b.handed[1])
+    drain(b, {0: 1.0, 1: 1.0}, counts, at, stop_after=6)
+    assert len(b.handed[1]) > numbered, "chunks handed to it since"
+    for e, start, stop in b.handed[1][numbered:]:
+        counts[e, start:stop] -= 1
+    places = {0: (b.at[0], len(b.handed[0]), -1), 1: place}
+    resumed = Balance.of_state(b.state(), EPOCHS, 2, 10, 1, places)
+    drain(resumed, {0: 1.0, 1: 1.0}, counts, {w: p[0] for w, p in places.items()})
+    assert (counts == 1).all()
+
+
+def test_a_join_is_refused_once_every_row_is_handed_out():
+    """Under --balance dynamic an idle worker joins while rows are left to hand out; once none
+    is, the join is refused, saying so; a worker training is refused as under static."""
+    from types import SimpleNamespace
+
+    from mpips.membership.workermoves import WorkerMoves
+    from mpips.server.rowhandout import RowHandOut
+    from mpips.wire.clocks import ClockTable
+
+    b = Balance(TOTAL, 1, 2, batch=10)
+    handout = RowHandOut(SimpleNamespace(lead=True, register=lambda handlers: None), b)
+    clocks = ClockTable(2)
+    clocks.finish(1)
+    ctx = SimpleNamespace(roles=SimpleNamespace(workers=[1, 2]), losses=object(),
+                          dense=SimpleNamespace(tables={}), clocks=clocks, handout=handout)
+    moves = WorkerMoves(SimpleNamespace(ctx=ctx))
+    assert moves.join_refusal(1) is None
+    assert moves.join_refusal(0) == "worker 0 is training"
+    drain(b, {0: 1.0}, np.zeros((1, TOTAL), np.int64), {0: 0})
+    assert "every row of every epoch is handed out already" in moves.join_refusal(1)

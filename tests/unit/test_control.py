@@ -94,3 +94,14 @@ def test_ctl_prints_what_moved_and_what_was_refused():
         "placement version 0: 4 key ranges, 1 copy of each; 0 move(s) so far",
         "  server 0 (rank 0): owner, 4 range(s)", "  server 1 (rank 1): spare, 0 range(s)",
         "  worker 0 (rank 2): clock finished"]
+
+
+def test_ctl_prints_where_a_joining_workers_rows_come_from():
+    from mpips.cli.ctl import describe
+    joined = {"ok": True, "command": "add-worker", "target": 2, "clock": 42, "seconds": 0.5}
+    assert describe(dict(joined, **{"from": [0, 1]})) == (
+        "add-worker 2 done: it trains again from clock 42, with a share of the rows left of "
+        "worker(s) 0, 1 (0.50 s after the request)")
+    assert describe(dict(joined, **{"from": []})) == (
+        "add-worker 2 done: it trains again from clock 42, asking for chunks of the rows left "
+        "(--balance dynamic) (0.50 s after the request)")
