@@ -114,7 +114,8 @@ def describe(answer: dict) -> str:
     if answer.get("command") == "remove-worker":
         rest = (f"its rows left from epoch {answer['from_epoch']} go to worker(s) "
                 f"{', '.join(map(str, answer['handed_to']))}" if answer["handed_to"]
-                else "it had trained all its rows")
+                else "its chunks left go to the next workers that ask (--balance dynamic)"
+                if answer.get("chunks_back") else "it had trained all its rows")
         return (f"remove-worker{target} done: it left at clock {answer['clock']} "
                 f"({answer['seconds']:.2f} s after the request); {rest}")
     share = 100 * answer["fraction_moved"]

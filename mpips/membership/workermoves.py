@@ -263,7 +263,8 @@ class WorkerMoves:
         result = {"ok": True, "command": "remove-worker", "target": worker, "clock": clock,
                   "seconds": round(time.monotonic() - began, 4),
                   "from_epoch": handed.epoch if handed else None,
-                  "handed_to": list(handed.survivors) if handed else []}
+                  "handed_to": list(handed.survivors) if handed else [],
+                  "chunks_back": self._dynamic}
         self.members.done.append(result)
         log.warning("ctl remove-worker %d done: it left at clock %d%s", worker, clock,
                     f"; its rows left from epoch {handed.epoch} go to worker(s) "

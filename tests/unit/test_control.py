@@ -105,3 +105,14 @@ def test_ctl_prints_where_a_joining_workers_rows_come_from():
     assert describe(dict(joined, **{"from": []})) == (
         "add-worker 2 done: it trains again from clock 42, asking for chunks of the rows left "
         "(--balance dynamic) (0.50 s after the request)")
+
+
+def test_ctl_prints_where_a_leaving_workers_rows_go():
+    from mpips.cli.ctl import describe
+    left = {"ok": True, "command": "remove-worker", "target": 1, "clock": 20, "seconds": 0.25,
+            "from_epoch": 0, "handed_to": []}
+    assert describe(dict(left, handed_to=[0, 2])).endswith(
+        "its rows left from epoch 0 go to worker(s) 0, 2")
+    assert describe(dict(left, chunks_back=True)).endswith(
+        "its chunks left go to the next workers that ask (--balance dynamic)")
+    assert describe(dict(left, chunks_back=False)).endswith("it had trained all its rows")
