@@ -38,3 +38,35 @@ def imported(part: str) -> set:
 ])
 def test_a_rank_imports_no_module_its_part_does_not_use(part, unused):
     assert imported(part) & unused == set()
+
+
+REFUSED = """
+import sys
+from mpips.base.errors import ConfigError
+from mpips.cli.main import build_parser
+from mpips.run.config_checks import check
+from mpips.run.options import config_of
+import mpips.job.training
+build_parser().format_help()
+cfg = config_of(build_parser().parse_args(sys.argv[1:]))
+try:
+    check(cfg, 4)
+except ConfigError as e:
+    print("refused:", e)
+print(sorted(m for m in ("numba", "mpips.kernels.optim", "mpips.data.textfile") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["--train", "/nonexistent"],
+    ["--train", "/nonexistent", "--model", "widedeep", "--hidden", "0", "--optimizer", "ftrl"],
+])
+def test_a_launch_its_checks_refuse_loads_no_numba(args):
+    """Parsing options, checking them and everything a rank imports until they pass load no
+    numba (a quarter of a second of every rank): a refused launch is cheap."""
+    done = subprocess.run([sys.executable, "-c", REFUSED, "train", *args], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    refused, loaded = done.stdout.strip().splitlines()[-2:]
+    assert refused.startswith("refused: "), refused
+    assert loaded == "[]", f"{loaded} loaded to check the options"
