@@ -8,6 +8,10 @@ import sys
 # numpy's), and no command uses anything of scipy.
 if "scipy.linalg.cython_blas" not in sys.modules:
     sys.modules["scipy.linalg.cython_blas"] = None  # type: ignore[assignment]  # None: not importable
+# numba imports yaml (10 ms) only to read a .numba_config.yaml in the working directory, if
+# there is one: where there is none, it need not be importable.
+if "yaml" not in sys.modules and not os.path.isfile(".numba_config.yaml"):
+    sys.modules["yaml"] = None  # type: ignore[assignment]
 if sys.argv[1:2] == ["train"]:
     # Start-up makes about 150,000 objects that live as long as the process (numba's above
     # all), and the cyclic collector would go over them again and again: 40 ms of a rank's

@@ -13,9 +13,9 @@ import os
 import numpy as np
 
 from .base.files import open_hdf5
-from .data.shards import format_mismatch
+from .data.inputs import format_mismatch
 from .data.textfile import Rows
-from .models import catalog
+from .models import catalog, updates
 from .models.evaluate import (
     full_batch_margins,
     known_fraction,
@@ -162,7 +162,8 @@ def _from_checkpoint(directory: str) -> Model:
     state = np.concatenate(state_parts)
     state = state[first]
     width = catalog.from_config(info.config).width
-    weights = Optimizer(**info.config["optimizer"]).weights(state, width, manifest["clock"])
+    weights = updates.weights(Optimizer(**info.config["optimizer"]), state, width,
+                              manifest["clock"])
     return Model(keys, weights, info, directory)
 
 

@@ -77,15 +77,17 @@ def _run_train(args) -> None:
 def _leave(e: Exception, cfg, world, log) -> None:
     """How `train` ends on this rank after `e`: an exit status, and a message said once."""
     from ..base.errors import ConfigError, Interrupted, MpipsError
-    from ..job.ending import JobStopped, NotScored
-    from ..ranks.ulfm import LOST, CannotFailOver, is_failure, leave_after_failure, what_died
-    from ..run import signals
 
     if isinstance(e, ConfigError):
         # Every rank raises the same error before any work starts: exit together, print once.
         exit_together(2, f"mpips train: error: {e}"
                       if getattr(e, "reported", world.rank == 0) else None)
-    elif isinstance(e, JobStopped):
+    # Not for a refused launch: job.ending loads numba.
+    from ..job.ending import JobStopped, NotScored
+    from ..ranks.ulfm import LOST, CannotFailOver, is_failure, leave_after_failure, what_died
+    from ..run import signals
+
+    if isinstance(e, JobStopped):
         if not getattr(e, "reported", False):
             log.info("%s", e)
         sys.exit(signals.RESUMABLE)

@@ -33,7 +33,7 @@ def _run_score(args) -> None:
     from ..base.errors import MpipsError
     from ..base.files import write_bytes
     from ..base.log import say, setup
-    from ..data.shards import check_input
+    from ..data.inputs import check_input
     from ..models.evaluate import read_rows, score_model, score_snapshots, warn_if_few_known
     from ..storage.model_files import model_dir_of
     setup("score")

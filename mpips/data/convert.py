@@ -15,12 +15,23 @@ import numpy as np
 from ..base.errors import ConfigError
 from ..base.files import atomic_file, write_bytes
 from ..kernels import distinct
-from ..kernels.hashing import FIELD_SHIFT
+from ..kernels.shapes import FIELD_SHIFT
 from ..ranks.bounded import wait_all
 from ..ranks.collectives import agree
-from .parquet import ParquetShard, is_parquet
-from .shards import ARRAYS, FORMAT, check_input, data_format, is_dataset, open_shard, part_file
-from .textfile import FIELDS, LIBFFM, check_file
+from .inputs import (
+    ARRAYS,
+    FIELDS,
+    FORMAT,
+    check_file,
+    check_input,
+    data_format,
+    is_dataset,
+    is_parquet,
+    part_file,
+)
+from .parquet import ParquetShard
+from .shards import open_shard
+from .textfile import LIBFFM
 
 log = logging.getLogger("mpips")
 

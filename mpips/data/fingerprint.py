@@ -9,7 +9,7 @@ import hashlib
 import os
 import time
 
-from .parquet import SUFFIX
+from .inputs import SUFFIX
 
 SAMPLE_BYTES = 1 << 20        # of a text file, from each end
 PART_SAMPLE_BYTES = 64 << 10  # of each file of a converted dataset, which may have hundreds

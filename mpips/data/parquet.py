@@ -32,28 +32,13 @@ from itertools import pairwise
 import numpy as np
 
 from ..base.errors import ConfigError, InputError
-from ..kernels.hashing import MAX_FIELDS
+from ..kernels.shapes import MAX_FIELDS
 from .batching import in_minibatches
+from .inputs import SUFFIX
 from .textfile import Rows
 
-SUFFIX = ".parquet"
-MAGIC = b"PAR1"
 LABEL = "label"
-FORMAT = "parquet"   # what data_format says of it, and a model trained on it keeps
 INSTALL = "pip install 'mpips[parquet]' (or pip install pyarrow)"
-
-
-def is_parquet(path: str) -> bool:
-    """A file that starts as Parquet files do, or a folder of *.parquet files that is not a
-    converted dataset (meta.json)."""
-    if os.path.isdir(path):
-        return (not os.path.isfile(os.path.join(path, "meta.json"))
-                and any(name.endswith(SUFFIX) for name in os.listdir(path)))
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == MAGIC
-    except OSError:
-        return False
 
 
 def files_of(path: str) -> list:

@@ -8,8 +8,7 @@ import numpy as np
 from ..base.errors import InputError
 from ..kernels.csr import first_bad_pointer
 from . import parquet
-from .parquet import is_parquet
-from .shards import ARRAYS, part_file, read_meta
+from .inputs import ARRAYS, is_parquet, part_file, read_meta
 from .textfile import Rows, TextShard, byte_range
 
 

@@ -12,13 +12,13 @@ A dataset is a directory:
 `convert` (data/convert.py) writes one part per converting rank; `CsrShard` gives worker w
 of W the rows [N*w/W, N*(w+1)/W) without reading anything else.
 
-The functions below the shards (open_shard, spans, check_input, ...) are the interface of
-every input: svmlight-style text, a converted dataset, or Parquet (data.parquet, told
-apart first by `is_parquet`).
+The functions below the shards (open_shard, spans, check_examples, ...) are the interface
+of every input that reads rows: svmlight-style text, a converted dataset, or Parquet
+(data.parquet, told apart first by `is_parquet`); what is checked before any row is read is
+data.inputs'.
 """
 import contextlib
 import copy
-import json
 import logging
 import os
 
@@ -27,36 +27,12 @@ import numpy as np
 from ..base.errors import ConfigError, InputError
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from . import parquet
-from .parquet import is_parquet
-from .textfile import FIELDS, Rows, TextShard, check_file, sniff
+from .inputs import ARRAYS, check_parts, is_dataset, is_parquet, part_file, read_meta
+from .textfile import Rows, TextShard
 
 log = logging.getLogger("mpips")
 
-FORMAT = "mpips-csr"
 READAHEAD_BYTES = 64 << 20   # of the shard's files asked for ahead of the rows being read
-ARRAYS = (("labels", np.float32), ("indptr", np.int64), ("indices", np.uint64),
-          ("values", np.float32))
-
-
-def is_dataset(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "meta.json"))
-
-
-def read_meta(path: str) -> dict:
-    try:
-        with open(os.path.join(path, "meta.json")) as f:
-            meta = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: not a converted dataset ({e})") from None
-    if meta.get("format") != FORMAT:
-        raise ConfigError(f"{path}/meta.json: format is {meta.get('format')!r}, not {FORMAT!r}")
-    try:
-        for p in meta["parts"]:
-            if not (isinstance(p["name"], str) and p["rows"] >= 0 and p["nnz"] >= 0):
-                raise ValueError(p)
-    except (KeyError, TypeError, ValueError):
-        raise ConfigError(f"{path}/meta.json: its list of parts is damaged") from None
-    return meta
 
 
 def distinct_keys(path: str) -> int | None:
@@ -74,44 +50,6 @@ def distinct_keys(path: str) -> int | None:
     except (ConfigError, OSError, ValueError, KeyError, TypeError):
         return None
     return min(n, on_disk)
-
-
-def _array_lengths(part: dict) -> dict:
-    return {"labels": part["rows"], "indptr": part["rows"] + 1, "indices": part["nnz"],
-            "values": part["nnz"]}
-
-
-def check_parts(path: str, meta: dict) -> None:
-    """ConfigError unless every part's arrays are there, of the type and length meta.json
-    says, and whole: from the .npy headers and the file sizes, without reading the data."""
-    for part in meta["parts"]:
-        for array, dtype in ARRAYS:
-            name = part_file(path, part["name"], array)
-            want = (_array_lengths(part)[array],)
-            try:
-                with open(name, "rb") as f:
-                    version = np.lib.format.read_magic(f)
-                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                            else np.lib.format.read_array_header_2_0)
-                    shape, fortran, found = read(f)
-                    start = f.tell()
-                size = os.path.getsize(name)
-            except FileNotFoundError:
-                raise ConfigError(f"{name}: missing from the dataset") from None
-            except (OSError, ValueError) as e:
-                raise ConfigError(f"{name}: not a readable .npy file ({e})") from None
-            if found != np.dtype(dtype) or shape != want or fortran:
-                raise ConfigError(f"{name}: holds {found}{list(shape)}, where meta.json makes it "
-                                  f"{np.dtype(dtype)}{list(want)}")
-            expected = start + want[0] * np.dtype(dtype).itemsize
-            if size != expected:
-                how = "truncated" if size < expected else "too long"
-                raise ConfigError(f"{name}: {size:,} bytes, where its header makes it "
-                                  f"{expected:,} ({how})")
-
-
-def part_file(path: str, part: str, array: str) -> str:
-    return os.path.join(path, f"{part}.{array}.npy")
 
 
 class CsrShard:
@@ -247,32 +185,6 @@ def _will_need(array: np.ndarray, first: int, last: int) -> None:
             os.close(fd)
 
 
-def check_input(path: str, flag: str, fmt: str | None = None) -> None:
-    """ConfigError unless `path` is a readable non-empty text file (of format `fmt`, if
-    given: svmlight, criteo or avazu), a whole converted dataset, or Parquet whose schema
-    maps to rows."""
-    if is_parquet(path):
-        if fmt is not None:
-            raise ConfigError(f"{flag} {path}: Parquet, but --format {fmt} names a text "
-                              f"format; leave --format out")
-        try:
-            parquet.ParquetData(path)
-        except ConfigError as e:
-            raise ConfigError(f"{flag} {e}") from None
-        return
-    if os.path.isdir(path):
-        if not is_dataset(path):
-            raise ConfigError(f"{flag} {path}: not a converted dataset (no meta.json) nor a "
-                              f"folder of Parquet files (no *{parquet.SUFFIX}): nothing to read")
-        check_parts(path, read_meta(path))
-        return
-    check_file(path, flag)
-    found = sniff(path).name
-    if fmt is not None and found != fmt:
-        raise ConfigError(f"{flag} {path}: --format {fmt}, but its first line is {found} "
-                          f"text")
-
-
 def check_examples(path: str, flag: str, skip_bad: bool) -> None:
     """ConfigError unless the data at `path` holds an example: of text, the lines are read up
     to the first one (all of them if there is none); of a converted dataset, its rows are
@@ -300,44 +212,6 @@ def check_examples(path: str, flag: str, skip_bad: bool) -> None:
         next(TextShard(path, chunk_bytes=1 << 16).rows(), None)
     except InputError as e:   # the first bad line, as a worker would have said it
         raise ConfigError(str(e)) from None
-
-
-def fields_of(path: str) -> int:
-    """How many fields the data's keys carry in their top byte (0: none, as in svmlight):
-    Criteo's and Avazu's; a converted dataset's, as counted when converting. libffm text
-    says its fields line by line only: 0 here (give --fields). Parquet's: its feature
-    columns."""
-    try:
-        if is_parquet(path):
-            return len(parquet.ParquetData(path).fields)
-        if os.path.isdir(path):
-            return int(read_meta(path).get("fields", 0))
-        return FIELDS.get(sniff(path).name, 0)
-    except (OSError, ConfigError):
-        return 0   # the checks of the input say what is wrong with it
-
-
-def data_format(path: str) -> str | None:
-    """The format of the data at `path`: a text file's (from its first line), or the text a
-    dataset was converted from (None if `convert` did not record it: an older dataset), or
-    "parquet"."""
-    if is_parquet(path):
-        return parquet.FORMAT
-    if os.path.isdir(path):
-        return read_meta(path).get("text_format")
-    return sniff(path).name
-
-
-def format_mismatch(test: str, trained: str | None, model: str) -> str | None:
-    """Why the data at `test` cannot be scored by `model` (its description), trained on data
-    of format `trained`: the formats make different keys of the same features. None if they
-    agree or either is not known."""
-    found = data_format(test)
-    if not (found and trained) or found == trained:
-        return None
-    return (f"{test} is {found} data, but {model} was trained on {trained} data: their keys "
-            f"do not match, and every row would score as if the model knew none of its "
-            f"features; give test data in the {trained} format")
 
 
 def open_shard(path: str, part: int, nparts: int, skip_bad: bool = False):

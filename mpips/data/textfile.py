@@ -9,11 +9,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..base.errors import ConfigError, InputError
+from ..base.errors import InputError
 from ..kernels import avazu, criteo, svmlight
 from ..kernels.keys import sorted_entries, sorted_unique_inverse
+from ..kernels.shapes import AVAZU_COLUMNS
 from ..kernels.svmlight import capacity, parse_lines
 from .batching import in_minibatches
+from .inputs import criteo_line, text_format
 
 log = logging.getLogger("mpips")
 
@@ -36,43 +38,25 @@ LIBFFM = TextFormat("libffm", svmlight.LIBFFM, svmlight.LIBFFM_ERROR_TEXT, "libf
 CRITEO = TextFormat("criteo", svmlight.CRITEO, criteo.ERROR_TEXT, "Criteo TSV")
 AVAZU = TextFormat("avazu", svmlight.AVAZU, avazu.ERROR_TEXT, "Avazu CSV")
 FORMATS = {f.name: f for f in (SVMLIGHT, LIBFFM, CRITEO, AVAZU)}
-FIELDS = {"criteo": criteo.FIELDS, "avazu": avazu.FEATURES}   # formats of a fixed field count
 
 
 def sniff(path: str) -> TextFormat:
-    """The format of a text file, from its first line: Avazu's is its header ("id,click,
-    hour,..."), Criteo's has 39 tabs and no ':'; libffm's first feature has two ':'; else
-    svmlight."""
-    with open(path, "rb") as f:
-        head = f.read(1 << 16)
-    first = head.lstrip(b"\r\n").split(b"\n", 1)[0]
-    if first.startswith(b"id,click,hour,"):
-        return AVAZU
-    if _criteo_line(first):
-        return CRITEO
-    tokens = first.split(b"#", 1)[0].split()
-    return LIBFFM if len(tokens) > 1 and tokens[1].count(b":") == 2 else SVMLIGHT
-
-
-def _criteo_line(line: bytes) -> bool:
-    return line.count(b"\t") == criteo.FIELDS and b":" not in line
+    """The format of a text file, from its first line (inputs.text_format)."""
+    return FORMATS[text_format(path)]
 
 
 def looks_like(line: bytes) -> TextFormat | None:
     """The format a line of text is plainly in (every feature of svmlight's or libffm's
     form, Criteo's tabs, Avazu's columns), or None: to name a line of another format than
     its file's."""
-    if _criteo_line(line):
+    if criteo_line(line):
         return CRITEO
-    if line.count(b",") == avazu.COLUMNS - 1 and b"\t" not in line:
+    if line.count(b",") == AVAZU_COLUMNS - 1 and b"\t" not in line:
         return AVAZU
     colons = {t.count(b":") for t in line.split(b"#", 1)[0].split()[1:]}
     if colons == {1}:
         return SVMLIGHT
     return LIBFFM if colons == {2} else None
-# Compressed files by their first bytes: (magic, format, how to decompress keeping the file).
-COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"),
-              (b"\xfd7zXZ\x00", "xz", "unxz -k"), (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))
 MAX_LINE_BYTES = 256 << 20   # a longer "line" is not svmlight text (or a newline is missing)
 
 
@@ -174,26 +158,6 @@ class KeyIndexer:
                              f"bias feature; renumber it, or train with --no-bias")
         keys[m] = BIAS_KEY
         return keys[:m + 1], cols, m
-
-
-def check_file(path: str, flag: str) -> None:
-    """ConfigError unless `path` is a readable, non-empty file."""
-    if not os.path.exists(path):
-        raise ConfigError(f"{flag} {path}: no such file")
-    if not os.path.isfile(path):
-        raise ConfigError(f"{flag} {path}: not a regular file")
-    if os.path.getsize(path) == 0:
-        raise ConfigError(f"{flag} {path}: the file is empty")
-    if not os.access(path, os.R_OK):
-        raise ConfigError(f"{flag} {path}: not readable")
-    with open(path, "rb") as f:
-        head = f.read(6)
-    for magic, kind, tool in COMPRESSED:
-        if head.startswith(magic):
-            raise ConfigError(f"{flag} {path}: {kind}-compressed. Workers read byte ranges of "
-                              f"plain text in parallel, which a compressed file does not allow: "
-                              f"decompress it first ({tool} {path}), then train on it or "
-                              f"convert it to binary shards (python -m mpips convert)")
 
 
 def byte_range(size: int, part: int, nparts: int) -> tuple[int, int]:

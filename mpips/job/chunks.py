@@ -10,8 +10,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ..base.errors import InputError, ProtocolError
+from ..data.inputs import is_dataset
 from ..data.parquet import ParquetShard
-from ..data.shards import CsrShard, counts_rows, is_dataset, open_shard, spans
+from ..data.shards import CsrShard, counts_rows, open_shard, spans
 from ..data.textfile import TextShard
 
 log = logging.getLogger("mpips")

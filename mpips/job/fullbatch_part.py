@@ -19,7 +19,8 @@ from ..base.errors import InputError, SaveError
 from ..base.log import say
 from ..data import fingerprint
 from ..data.dense_rows import Part
-from ..data.shards import data_format, open_shard
+from ..data.inputs import data_format
+from ..data.shards import open_shard
 from ..data.textfile import Rows
 from ..models import lbfgs
 from ..ranks.bounded import wait_all

@@ -14,7 +14,8 @@ from ..base.budget import Budget, OverBudget
 from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError, said_by
 from ..base.files import keep_trying, write_hdf5
 from ..data.balance import Balance
-from ..data.shards import data_format, distinct_keys, spans
+from ..data.inputs import data_format
+from ..data.shards import distinct_keys, spans
 from ..models.lbfgs import Step
 from ..ranks.roles import Roles
 from ..ranks.ulfm import CannotFailOver

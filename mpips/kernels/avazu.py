@@ -11,9 +11,8 @@ import numpy as np
 from numba import njit
 
 from .hashing import field_key, mix64
+from .shapes import AVAZU_COLUMNS as COLUMNS
 
-COLUMNS = 24            # id, click, hour, and 21 categorical columns
-FEATURES = 2 + 21       # hour of day, weekday, the categorical columns
 OK, BAD_LABEL, BAD_HOUR, FIELD_COUNT = range(4)
 ERROR_TEXT = {
     BAD_LABEL: "click must be 0 or 1",

@@ -13,6 +13,8 @@ import numpy as np
 from numba import njit
 
 from .hashing import field_key, mix64
+from .shapes import CRITEO_FIELDS as FIELDS
+from .shapes import CRITEO_INTEGERS as INTEGER_FIELDS
 from .text import (
     ZEROS,
     ends_line,
@@ -24,8 +26,6 @@ from .text import (
     non_digits,
 )
 
-INTEGER_FIELDS, CATEGORICAL_FIELDS = 13, 26
-FIELDS = INTEGER_FIELDS + CATEGORICAL_FIELDS
 OK, BAD_LABEL, BAD_INTEGER, BAD_HEX, FIELD_COUNT = range(5)
 ERROR_TEXT = {
     BAD_LABEL: "label must be 0 or 1",

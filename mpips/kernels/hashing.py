@@ -2,6 +2,8 @@
 import numpy as np
 from numba import njit
 
+from .shapes import FIELD_SHIFT, LOW_BITS
+
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30 = np.uint64(30)
@@ -93,11 +95,6 @@ def first_misplaced(keys, bounds, salt, allowed, counts):
         if count:
             counts[r] += 1
     return -1, 0
-
-
-FIELD_SHIFT = np.uint64(56)   # a key of data with fields: its field in the top byte
-LOW_BITS = np.uint64((1 << 56) - 1)
-MAX_FIELDS = 255              # fields 0..254: the top byte 255 is the bias's and the models'
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -16,9 +16,6 @@ from numba import njit
 
 from .prefetch import AHEAD, prefetch
 
-STATE_COLUMNS = {"sgd": 2, "adagrad": 2, "ftrl": 3, "adam": 3}   # per weight
-KEY_COLUMNS = {"sgd": 1, "adam": 1}   # and per key: averaged sgd's span, adam's step count
-
 
 @njit(cache=True, nogil=True)
 def sgd_update(state, slots, grads, lr, l2, span, averaged):

@@ -9,10 +9,10 @@ the key is hashing.field_key(field, idx).
 import numpy as np
 from numba import njit
 
-from . import avazu, criteo
 from .avazu import parse_line as avazu_line
 from .criteo import parse_line as criteo_line
-from .hashing import LOW_BITS, MAX_FIELDS, field_key
+from .hashing import field_key
+from .shapes import AVAZU_FEATURES, CRITEO_FIELDS, LOW_BITS, MAX_FIELDS
 from .text import ZEROS, eight_digits, ends_line, first_set_byte, leading_digits, load8, non_digits
 
 # Error codes returned by parse_lines; ERROR_TEXT gives the message.
@@ -254,7 +254,7 @@ SVMLIGHT, CRITEO, AVAZU, LIBFFM = 0, 1, 2, 3   # the line formats parse_lines kn
 # The fewest bytes of a line that becomes a row, with its newline (only the last line may
 # lack it): svmlight's label; Criteo's label and 39 tabs; Avazu's click, hour and 23 commas.
 _ROW_BYTES = {SVMLIGHT: 2, LIBFFM: 2, CRITEO: 41, AVAZU: 33}
-_LINE_FEATURES = {CRITEO: criteo.FIELDS, AVAZU: avazu.FEATURES}
+_LINE_FEATURES = {CRITEO: CRITEO_FIELDS, AVAZU: AVAZU_FEATURES}
 
 
 def capacity(n, fmt):

@@ -12,25 +12,16 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..base.choices import Choice
 from ..base.errors import ConfigError, InputError
 from ..data.textfile import BIAS_KEY
 from ..kernels.fm import fm_gradient, fm_init, fm_margins
-from ..kernels.hashing import FIELD_SHIFT, MAX_FIELDS
 from ..kernels.logistic import logistic_gradient, logistic_margins
 from ..kernels.mlp import dense_backward, dense_forward, logistic_loss
+from ..kernels.shapes import FIELD_SHIFT
 from ..kernels.widedeep import scatter_sparse, wide_and_pooled
+from . import specs
 from .network import init_layer, mlp
-
-
-class ModelName(Choice):
-    """--model: the models there are (MODELS)."""
-    LR = "lr"
-    FM = "fm"
-    WIDEDEEP = "widedeep"
-
-
-NAMES = tuple(name.value for name in ModelName)
+from .specs import ModelName
 
 
 @runtime_checkable
@@ -107,8 +98,7 @@ class FactorizationMachine:
     starts_at_zero = False
 
     def __post_init__(self):
-        if not 1 <= self.factors <= 1024:
-            raise ConfigError(f"--factors must be from 1 to 1024, got {self.factors}")
+        specs.check_factors(self.factors)
 
     @property
     def width(self) -> int:
@@ -156,18 +146,7 @@ class WideDeep:
     starts_at_zero = False
 
     def __post_init__(self):
-        if not 1 <= self.embedding_dim <= 1024:
-            raise ConfigError(f"--embedding-dim must be from 1 to 1024, got {self.embedding_dim}")
-        if not self.hidden or not all(1 <= h <= 4096 for h in self.hidden):
-            raise ConfigError(f"--hidden must be layer widths from 1 to 4096, got "
-                              f"{','.join(map(str, self.hidden)) or 'none'}")
-        if not 0 <= self.fields < MAX_FIELDS:
-            raise ConfigError(f"--fields must be from 0 (sum the embeddings) to "
-                              f"{MAX_FIELDS - 1}, got {self.fields}")
-        if self.deep_inputs > 1 << 16:
-            raise ConfigError(f"--fields {self.fields} x --embedding-dim {self.embedding_dim}: "
-                              f"the network's input would be {self.deep_inputs} wide, more "
-                              f"than {1 << 16}")
+        specs.check_network(self.embedding_dim, self.hidden, self.fields)
 
     @property
     def width(self) -> int:
@@ -176,7 +155,7 @@ class WideDeep:
     @property
     def deep_inputs(self) -> int:
         """The network's input width: k, or the concatenated fields' F k."""
-        return self.embedding_dim * max(self.fields, 1)
+        return specs.deep_inputs(self.embedding_dim, self.fields)
 
     @property
     def layers(self) -> list:
@@ -309,7 +288,7 @@ def model_of(name: str = "lr", factors: int = 8, embedding_dim: int = 8,
         return FactorizationMachine(factors)
     if name == ModelName.WIDEDEEP:
         return WideDeep(embedding_dim, tuple(hidden), fields)
-    raise ConfigError(f"--model must be one of {', '.join(NAMES)}, got {name!r}")
+    raise ConfigError(f"--model must be one of {', '.join(specs.NAMES)}, got {name!r}")
 
 
 def from_config(config: dict) -> Model:

@@ -7,7 +7,8 @@ import numpy as np
 
 from ..base.files import open_hdf5
 from ..data.dense_rows import Part
-from ..data.shards import CsrShard, format_mismatch, is_dataset, open_shard
+from ..data.inputs import format_mismatch, is_dataset
+from ..data.shards import CsrShard, open_shard
 from ..data.textfile import BIAS_KEY, Rows
 from ..kernels.logistic import held_out
 from ..storage.model_files import load_full_batch, load_model, model_info

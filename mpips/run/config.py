@@ -9,10 +9,10 @@ from typing import Any, get_type_hints
 
 from ..base.choices import Choice
 from ..base.errors import ConfigError
-from ..data.shards import fields_of
-from ..models import catalog
-from ..models.catalog import ModelName
+from ..data.inputs import fields_of
+from ..models import specs
 from ..models.optimizer import Optimizer
+from ..models.specs import ModelName
 
 MAX_VNODES = 4096
 STARTUP_S = 120.0   # the least time a rank waits for the others before training
@@ -105,10 +105,15 @@ class ModelConfig:
     def __post_init__(self):
         _set_choice(self, "name", ModelName, "--model")
 
-    def spec(self) -> catalog.Model:
-        """The models.* object this job trains."""
+    def spec(self):
+        """The models.* object this job trains (a catalog.Model)."""
+        from ..models import catalog  # not at the top: its kernels load numba
         return catalog.model_of(self.name, self.factors, self.embedding_dim, self.hidden,
                                self.fields or 0)
+
+    def check(self) -> None:
+        """ConfigError if the model's sizes are out of range (as `spec` would raise)."""
+        specs.check(self.name, self.factors, self.embedding_dim, self.hidden, self.fields or 0)
 
 
 @dataclass(frozen=True)
@@ -371,7 +376,7 @@ class TrainConfig:
 
     def with_data_fields(self) -> "TrainConfig":
         """--fields not given: as many as the training data's keys carry (see
-        shards.fields_of), for Wide & Deep."""
+        inputs.fields_of), for Wide & Deep."""
         if self.model.fields is not None:
             return self
         fields = fields_of(self.data.train) if self.model.name == ModelName.WIDEDEEP else 0

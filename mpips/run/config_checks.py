@@ -6,8 +6,8 @@ import os
 
 from ..base.errors import ConfigError
 from ..data import fingerprint
-from ..data.shards import check_input, data_format, fields_of, format_mismatch
-from ..models.catalog import ModelName
+from ..data.inputs import check_input, data_format, fields_of, format_mismatch
+from ..models.specs import ModelName
 from ..ranks.roles import check_servers
 from . import testevents
 from .config import MAX_VNODES, Consistency, Solver, TrainConfig
@@ -43,7 +43,7 @@ def check(cfg: TrainConfig, n_ranks: int) -> None:
         raise ConfigError(str(e)) from None
     _check_solver(cfg)
     _check_push_filter(cfg)
-    cfg.with_data_fields().model.spec()   # sizes out of range
+    cfg.with_data_fields().model.check()   # sizes out of range
     check_stages(cfg, n_ranks - cfg.server_ranks)
     if layout.max_rank_memory is not None and layout.max_rank_memory < 1 << 20:
         raise ConfigError(f"--max-rank-memory must be at least 1M, got "

@@ -1,12 +1,11 @@
-"""What every rank must share before a job starts: the verdict on the configuration,
-the run id, and numba kernels compiled once per node."""
+"""What every rank must share before a job starts: numba kernels compiled once per node,
+and every rank ready to train."""
 import contextlib
 import gc
 import glob
 import hashlib
 import logging
 import os
-import secrets
 import sys
 import time
 
@@ -15,16 +14,10 @@ from mpi4py import MPI
 
 from .. import kernels
 from ..ranks.bounded import wait_all
-from ..ranks.collectives import agree, broadcast_text
+from ..ranks.collectives import agree
 from .warmup import CompileWatch, compile_kernels
 
 log = logging.getLogger("mpips")
-
-
-def run_id(comm: MPI.Intracomm, timeout: float) -> str:
-    """A name for this run, the same on every rank: start time and a random suffix."""
-    text = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}" if comm.rank == 0 else None
-    return broadcast_text(comm, text, timeout)
 
 
 def compile_per_node(comm: MPI.Intracomm, timeout: float, role: str | None = None,

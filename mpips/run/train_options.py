@@ -1,8 +1,8 @@
 """`train`'s options, one table (OPTIONS) in their groups (GROUPS): flags, types, defaults
 and help, from which the command line's parser is built (run/options)."""
 
-from ..models import catalog
 from ..models.optimizer import NAMES
+from ..models.specs import ModelName
 from .config import (
     Balance,
     Consistency,
@@ -168,7 +168,7 @@ OPTIONS = (
                  "30', 'freeze rank 3 at epoch 2', 'stop rank 2 at checkpoint 1', "
                  "'ctl add-server at clock 40' (`python -m mpips.run.testevents` lists "
                  "them; repeatable)"),
-    train_option("opt", "--model", choices=values(catalog.ModelName), default="lr",
+    train_option("opt", "--model", choices=values(ModelName), default="lr",
             help="lr: logistic regression; fm: a factorization machine (Rendle 2010): "
                  "each key's row on the servers holds its weight and a latent vector, "
                  "and pairs of features interact through their vectors' dot product; "

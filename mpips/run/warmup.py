@@ -16,7 +16,7 @@ from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import is_sorted_unique
 from ..kernels.logistic import mean_logloss, roc_auc
 from ..kernels.requests import first_not_finite, pull_keys
-from ..models import catalog, defaults
+from ..models import catalog, defaults, updates
 from ..models.optimizer import NAMES, Optimizer
 from ..wire import dense_request, protocol
 from ..wire.placement import Placement
@@ -154,8 +154,8 @@ def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
         store.model_weights(store.find(wire_keys), clocks=2)
         store.items()
         # A pipeline stage's dense layers: contiguous state (a store's is a strided view).
-        Optimizer(name, lr=0.1).update(np.zeros((2, store.columns), np.float32),
-                                      np.arange(2), np.ones((2, 1), np.float32), 1)
+        updates.update(Optimizer(name, lr=0.1), np.zeros((2, store.columns), np.float32),
+                       np.arange(2), np.ones((2, 1), np.float32), 1)
     store.remove(many[:2])   # key ranges moving off a server (mpips ctl)
 
 

@@ -20,6 +20,9 @@ class PrimaryKeys:
     def optimizer(self):
         return self.store.optimizer
 
+    def weights(self, state: np.ndarray, clocks: int) -> np.ndarray:
+        return self.store.weights(state, clocks)
+
     def ranges(self) -> list:
         """The key ranges this server answers for (its own, and a dead server's it took)."""
         return np.flatnonzero(self.placement.primary_ranges(self.server)).tolist()

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..base.budget import Budget
 from ..kernels import requests, table
+from ..models import updates
 from ..models.optimizer import Optimizer
 
 _ONES = 0xFFFFFFFF   # a key word of an empty row
@@ -117,7 +118,7 @@ class KVStore:
     def update(self, slots: np.ndarray, grads: np.ndarray, clock: int) -> None:
         """Apply the optimizer to the rows with gradients grads[len(slots), width], pushed
         at a worker's `clock`."""
-        self.optimizer.update(self._state, slots, grads, clock)
+        updates.update(self.optimizer, self._state, slots, grads, clock)
 
     def pull(self, keys: np.ndarray, out: np.ndarray, insert: bool = True) -> np.ndarray:
         """Weights of `keys` into out[len(keys), width]. Unknown keys are stored (at zero)
@@ -130,10 +131,14 @@ class KVStore:
         worker's `clock`."""
         self.update(self.find(keys), grads, clock)
 
+    def weights(self, state: np.ndarray, clocks: int) -> np.ndarray:
+        """The model's weights of these state rows (of `items`) once `clocks` clocks are
+        done (see `updates.weights`)."""
+        return updates.weights(self.optimizer, state, self.width, clocks)
+
     def model_weights(self, slots: np.ndarray, clocks: int) -> np.ndarray:
-        """The model's weights of these rows (-1: zeros) once `clocks` clocks are done (see
-        `Optimizer.weights`)."""
-        weights = self.optimizer.weights(self._state[slots], self.width, clocks)
+        """The model's weights of these rows (-1: zeros) once `clocks` clocks are done."""
+        weights = self.weights(self._state[slots], clocks)
         weights[slots < 0] = 0   # keys not stored (a read that does not insert)
         return weights
 

@@ -35,12 +35,12 @@ def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict,
                n_ranges: int | None = None,
                dense: dict | None = None) -> str:
     """Write one server's keys, the model's weights once `clocks` clocks are done (see
-    `Optimizer.weights`) and the optimizer state, sorted by key. `weights_only` (snapshots
+    `models.updates.weights`) and the optimizer state, sorted by key. `weights_only` (snapshots
     for learning curves) skips the optimizer state and the sort. `ranges`: the key ranges
     the shard holds (by default the server's own: after a server died, another holds its
     keys). `dense`: the server's blocks of dense tables (DenseTables.datasets)."""
     keys, state = store.items()
-    weights = store.optimizer.weights(state, store.width, clocks)
+    weights = store.weights(state, clocks)
     datasets = {"keys": keys, "weights": weights}
     if not weights_only:
         order = np.argsort(keys)   # keys are unique: any sort gives this order, quicksort fastest

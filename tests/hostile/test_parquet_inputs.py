@@ -10,7 +10,8 @@ import pytest
 from support import run_mpips
 
 from mpips.base.errors import ConfigError, InputError
-from mpips.data.shards import check_input, open_shard
+from mpips.data.inputs import check_input
+from mpips.data.shards import open_shard
 
 
 def write(path, table, **kw) -> str:

@@ -7,7 +7,7 @@ from support import read_summary, run_job, run_mpips, same_model
 
 from mpips.models.evaluate import read_rows
 from mpips.storage.model_files import load_model
-from mpips.data.shards import read_meta
+from mpips.data.inputs import read_meta
 
 
 def test_a_job_learns_from_criteo_text_and_its_conversion_alike(criteo, tmp_path):

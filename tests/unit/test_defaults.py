@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mpips.models import defaults
+from mpips.models import defaults, updates
 from mpips.data.textfile import Rows, TextShard
 from mpips.models.evaluate import read_rows
 from mpips.data.synthetic import make_data
@@ -196,9 +196,8 @@ def test_ftrl_beta_and_adagrad_eps_are_the_per_example_one_in_minibatch_units(ce
     adagrad = choose(rows, "adagrad", lr=0.1)
     assert adagrad["eps"] == pytest.approx(1 / adagrad["batch_size"])
     with pytest.raises(ValueError, match="no FTRL beta"):
-        Optimizer("ftrl", lr=0.1, beta=None).update(np.zeros((1, 3), np.float32),
-                                                     np.zeros(1, np.int64),
-                                                     np.zeros((1, 1), np.float32))
+        updates.update(Optimizer("ftrl", lr=0.1, beta=None), np.zeros((1, 3), np.float32),
+                       np.zeros(1, np.int64), np.zeros((1, 1), np.float32))
 
 
 @pytest.mark.parametrize("parts", [1, 3])

@@ -8,7 +8,7 @@ from mpips.data.textfile import LIBFFM, SVMLIGHT, TextShard, sniff
 from mpips.base.errors import InputError
 from mpips.kernels import svmlight
 from mpips.data.synthetic import make_data
-from mpips.data.shards import fields_of
+from mpips.data.inputs import fields_of
 
 
 def rows_of(tmp_path, text: str, **options):

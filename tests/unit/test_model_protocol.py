@@ -4,7 +4,8 @@ import inspect
 
 import pytest
 
-from mpips.models.catalog import MODELS, Model, ModelName, model_of
+from mpips.models.catalog import MODELS, Model, model_of
+from mpips.models.specs import ModelName
 
 PROTOCOL_METHODS = [name for name, member in vars(Model).items()
                     if inspect.isfunction(member) and not name.startswith("_")]

@@ -8,18 +8,10 @@ import pytest
 
 from mpips.data import fingerprint, parquet
 from mpips.data.samples import sample_rows
-from mpips.data.shards import (
-    check_examples,
-    check_input,
-    counts_rows,
-    data_format,
-    fields_of,
-    format_mismatch,
-    open_shard,
-    spans,
-)
+from mpips.data.inputs import check_input, data_format, fields_of, format_mismatch
+from mpips.data.shards import check_examples, counts_rows, open_shard, spans
 from mpips.data.textfile import TextShard
-from mpips.kernels import criteo
+from mpips.kernels import criteo, shapes
 from mpips.kernels.columns import hash_bytes
 from mpips.models.evaluate import read_rows
 
@@ -38,9 +30,9 @@ def criteo_lines(n: int, seed: int) -> tuple[list, list]:
     of the fields empty (None in the columns)."""
     rng = np.random.default_rng(seed)
     ints = [[None if rng.random() < 0.2 else int(rng.integers(-3, 5000)) for _ in range(n)]
-            for _ in range(criteo.INTEGER_FIELDS)]
+            for _ in range(shapes.CRITEO_INTEGERS)]
     hexes = [[None if rng.random() < 0.2 else int(rng.integers(0, 2**32)) for _ in range(n)]
-             for _ in range(criteo.CATEGORICAL_FIELDS)]
+             for _ in range(shapes.CRITEO_CATEGORICALS)]
     labels = rng.integers(0, 2, n)
     lines = []
     for r in range(n):
@@ -65,7 +57,7 @@ def test_criteo_values_in_parquet_give_the_criteo_readers_keys(tmp_path):
     rows = read_rows(str(tmp_path / "c.parquet"))
     for name in ("labels", "indptr", "indices", "values"):
         np.testing.assert_array_equal(getattr(rows, name), getattr(text, name))
-    assert fields_of(str(tmp_path / "c.parquet")) == criteo.FIELDS
+    assert fields_of(str(tmp_path / "c.parquet")) == shapes.CRITEO_FIELDS
     np.testing.assert_array_equal(rows.origins, np.arange(300))
 
 
@@ -193,7 +185,8 @@ def test_checks_samples_and_fingerprint_of_a_folder(tmp_path):
 WARMED = """
 import json, sys
 import mpips.data.convert, mpips.job.scoring, mpips.job.training
-from mpips.data.shards import check_input, open_shard
+from mpips.data.inputs import check_input
+from mpips.data.shards import open_shard
 check_input(sys.argv[2], "--train")
 list(open_shard(sys.argv[2], 0, 1).rows())
 text_imports_pyarrow = "pyarrow" in sys.modules

@@ -11,7 +11,7 @@ from mpips.data.textfile import Rows
 from mpips.storage.dense_files import read_table
 from mpips.models.evaluate import known_fraction
 from mpips.base.files import mismatched, sha256, write_hdf5
-from mpips.data.shards import data_format, format_mismatch
+from mpips.data.inputs import data_format, format_mismatch
 
 CRITEO_LINE = "1\t" + "\t".join(["5"] * 13 + ["68fd1e64"] * 26) + "\n"
 

@@ -38,3 +38,32 @@ def imported(part: str) -> set:
 ])
 def test_a_rank_imports_no_module_its_part_does_not_use(part, unused):
     assert imported(part) & unused == set()
+
+
+
+def loaded(*args) -> tuple:
+    """(the exit status, the error's last line, the top-level packages imported) of
+    `python -m mpips ARGS`, a plain process."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "mpips", *args],
+                          capture_output=True, text=True, timeout=300)
+    names = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+             if line.startswith("import time:")}
+    said = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    return done.returncode, said[-1] if said else "", names
+
+
+@pytest.mark.parametrize("args", [
+    ["--train", "/nonexistent"],
+    ["--train", "/nonexistent", "--model", "widedeep", "--hidden", "0", "--optimizer", "ftrl"],
+])
+def test_a_launch_its_checks_refuse_loads_no_numba(args):
+    """Parsing options, checking them and leaving load no numba (a quarter of a second of
+    every rank): a refused launch is cheap."""
+    status, said, names = loaded("train", *args)
+    assert status == 2 and "mpips train: error:" in said, said
+    assert "numba" not in names and "mpips.kernels.optim" not in names
+
+
+def test_help_loads_no_numba():
+    status, _, names = loaded("train", "--help")
+    assert status == 0 and "numba" not in names and "mpi4py" not in names
