@@ -149,3 +149,28 @@ def cannot(reason: str) -> None:
     if os.environ.get("MPIPS_REQUIRE_SYSTEM_TESTS") == "1":
         pytest.fail(f"{reason} (MPIPS_REQUIRE_SYSTEM_TESTS=1: this must run here)")
     pytest.skip(reason)
+
+
+def refusal(argv, n_ranks: int) -> tuple:
+    """(exit status, message) of `mpips train ARGV` refused before any work, found in this
+    process as every rank of an `n_ranks` launch would: the parser's message (its status), or
+    the configuration's check (a ConfigError: status 2, "mpips train: error: ..."); (0,
+    "(accepted)") if neither refuses. For refusals of a kind that tests also launch under
+    mpiexec (tests/hostile/test_options.py: the parser's, the configuration's, the data's, a
+    layout's), where what is tested is the check and its message, not the launch."""
+    import contextlib
+    import io
+
+    from mpips.base.errors import ConfigError
+    from mpips.cli import main as cli
+    from mpips.run.config_checks import check
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            args = cli.build_parser().parse_args(["train", *map(str, argv)])
+        check(cli.config_of(args), n_ranks)
+    except SystemExit as e:
+        return e.code, said.getvalue()
+    except ConfigError as e:
+        return 2, f"mpips train: error: {e}"
+    return 0, "(accepted)"

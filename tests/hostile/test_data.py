@@ -13,15 +13,17 @@ import time
 import h5py
 import numpy as np
 import pytest
-from support import read_summary, run_job, run_mpips
+from support import read_summary, refusal, run_job, run_mpips
 
 from mpips.data import textfile as data
 from mpips.storage.checkpoint import read_manifest
-from mpips.data.shards import spans
+from mpips.data.shards import check_examples, spans
 from mpips.data.textfile import TextShard
-from mpips.base.errors import InputError
+from mpips.base.errors import ConfigError, InputError
 
-ARGS = ("--batch-size", 200, "--epochs", 4, "--checkpoint-every", 15, "--servers", 2)
+# 1 server and 2 workers (each worker reads its own part of the data: what these tests
+# damage); the test of the servers' tables launches 2 servers.
+ARGS = ("--batch-size", 200, "--epochs", 4, "--checkpoint-every", 15, "--servers", 1)
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +49,20 @@ def copy_of(converted, tmp_path):
     return dst
 
 
-def train(source, run, *extra, timeout=60):
+def train(source, run, *extra, timeout=60, ranks=3):
     """A job that would wait 600 s for a missing rank; the tests give it 60 to fail."""
     started = time.monotonic()
-    job = run_job(4, "train", "--train", source, "--out", run, *ARGS, *extra, timeout=timeout)
+    job = run_job(ranks, "train", "--train", source, "--out", run, *ARGS, *extra,
+                  timeout=timeout)
     job.seconds = time.monotonic() - started
     return job
 
 
 @pytest.mark.parametrize("damage", ["truncated", "missing", "wrong-type"])
 def test_a_damaged_part_is_named_before_any_rank_waits(converted, tmp_path, damage):
+    """The check every rank makes of --train before it waits for any other (check_input, in
+    `config_checks.check`). A truncated part is launched under mpiexec: the job stops at once,
+    saying it once; the other damages are found by the same check, here in this process."""
     dataset = copy_of(converted, tmp_path)
     victim = dataset / "part-0001.indices.npy"
     if damage == "truncated":
@@ -65,10 +71,14 @@ def test_a_damaged_part_is_named_before_any_rank_waits(converted, tmp_path, dama
         os.remove(victim)
     else:
         np.save(victim, np.load(victim).astype(np.int64))
-    job = train(dataset, tmp_path / "run")
-    assert job.returncode == 2, job.output
     expected = {"truncated": "bytes, where its header makes it", "missing": "missing from the "
                 "dataset", "wrong-type": "holds int64"}[damage]
+    if damage != "truncated":
+        status, said = refusal(["--train", dataset, "--out", tmp_path / "run", *ARGS], 3)
+        assert status == 2 and f"{victim}: " in said and expected in said, said
+        return
+    job = train(dataset, tmp_path / "run")
+    assert job.returncode == 2, job.output
     assert f"{victim}: " in job.stderr and expected in job.stderr
     assert job.stderr.count("mpips train: error:") == 1
     assert job.seconds < 30, "not held in a barrier until --timeout"
@@ -116,10 +126,11 @@ def test_a_forged_count_of_distinct_keys_sizes_no_table_past_the_data(converted,
     table) is held to the keys the parts hold, and the job trains as before."""
     dataset = copy_of(converted, tmp_path)
     meta = json.loads((dataset / "meta.json").read_text())
-    job = train(dataset, tmp_path / "run")
+    servers = ("--servers", 2)   # each sizes its part of the table
+    job = train(dataset, tmp_path / "run", *servers, ranks=4)
     assert job.returncode == 0, job.output
     (dataset / "meta.json").write_text(json.dumps({**meta, "distinct_keys": 10**15}))
-    forged = train(dataset, tmp_path / "forged")
+    forged = train(dataset, tmp_path / "forged", *servers, ranks=4)
     assert forged.returncode == 0, forged.output
     run, forged = read_summary(tmp_path / "run"), read_summary(tmp_path / "forged")
     for figure in ("train_logloss", "keys_stored"):
@@ -212,8 +223,19 @@ def test_resuming_on_a_shortened_file_if_allowed_goes_on_from_valid_places(small
 ], ids=["comments", "avazu-header", "bad-lines-skipped", "bad-lines"])
 def test_a_file_without_examples_is_refused_before_anything_is_written(tmp_path, text, extra,
                                                                         says):
+    """The last rank reads up to the first example before any work (check_examples): each
+    way a file can hold none is found by it here in this process, and the first is also
+    launched under mpiexec (every rank stops, the message said once, nothing written)."""
     empty, run = tmp_path / "empty.txt", tmp_path / "run"
     empty.write_text(text)
+    try:
+        check_examples(str(empty), "--train", "--skip-bad-lines" in extra)
+    except ConfigError as e:
+        assert f"{empty}" in str(e) and says in str(e), str(e)
+    else:
+        pytest.fail(f"{text!r} was taken for data with examples")
+    if text != "# nothing\n\n   \n# here\n":
+        return
     job = run_job(3, "train", "--train", empty, "--out", run, *extra, timeout=60)
     assert job.returncode == 2, job.output
     assert f"{empty}" in job.stderr and says in job.stderr, job.output

@@ -126,20 +126,39 @@ def test_a_bad_option_is_refused_naming_it(small_data, tmp_path, capsys, args, s
     assert not (tmp_path / "run").exists()
 
 
+@pytest.fixture(scope="module")
+def launched(small_data, tmp_path_factory) -> dict:
+    """Each LAUNCHED case run once under mpiexec (4 ranks): its arguments -> (the job, its
+    --out)."""
+    jobs = {}
+    for args, _ in LAUNCHED:
+        run = tmp_path_factory.mktemp("refused") / "run"
+        jobs[args] = (run_job(4, "train", "--train", small_data[0], "--out", run, *args,
+                              timeout=60), run)
+    return jobs
+
+
 @pytest.mark.parametrize("args, says", LAUNCHED, ids=[" ".join(a) for a, _ in LAUNCHED])
-def test_a_bad_option_is_refused_with_one_message(small_data, tmp_path, args, says):
-    job = run_job(4, "train", "--train", small_data[0], "--out", tmp_path / "run", *args,
-                  timeout=60)
+def test_a_bad_option_is_refused_with_one_message(launched, args, says):
+    job, run = launched[args]
     assert job.returncode == 2, job.output
     assert says in job.stderr
     assert job.stderr.count("error:") == 1, "said once, not once per rank"
-    assert not (tmp_path / "run").exists(), "nothing written for a refused job"
+    assert not run.exists(), "nothing written for a refused job"
 
 
-def test_the_message_is_never_lost_when_every_rank_exits_at_once(small_data, tmp_path):
+# Launches of a refusal, in all: LAUNCHED's, then as many more of one option as it takes.
+NEVER_LOST_LAUNCHES = 8
+
+
+def test_the_message_is_never_lost_when_every_rank_exits_at_once(small_data, launched):
     """The launcher kills the other ranks when one exits with an error: rank 0 must have
-    printed before any rank exits (it used to be lost about one launch in six)."""
-    for attempt in range(8):
+    printed before any rank exits (it used to be lost about one launch in six). Every rank
+    exits at once in each launched refusal: LAUNCHED's (one of each kind) and more of
+    --checkpoint-every -3, 8 launches in all, each says its message."""
+    for args, says in LAUNCHED:
+        assert says in launched[args][0].stderr, f"launch of {' '.join(args)}"
+    for attempt in range(NEVER_LOST_LAUNCHES - len(LAUNCHED)):
         job = run_job(4, "train", "--train", small_data[0], "--checkpoint-every", "-3",
                       timeout=60)
         assert "must be a finite number, not negative" in job.stderr, f"launch {attempt}"

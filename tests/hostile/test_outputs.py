@@ -7,10 +7,12 @@ directory as the careless user would, and assert what must survive and what the 
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 
 import h5py
+import pytest
 from support import ULFM, fired, read_summary, run_job
 from mounts import tmpfs
 from watch import WatchedJob, rank_pids, wait_for_file
@@ -28,9 +30,18 @@ def run_id_of(run) -> str:
     return read_summary(run)["run_id"]
 
 
-def test_resume_refuses_to_replace_another_runs_outputs(small_data, tmp_path):
-    first, second = tmp_path / "first", tmp_path / "second"
-    assert train(small_data[0], first, "--checkpoint-every", 20).returncode == 0
+@pytest.fixture(scope="module")
+def checkpointed(small_data, tmp_path_factory):
+    """A finished run with checkpoints (every 20 clocks), left as it ended: a test that
+    resumes it in place resumes a copy."""
+    run = tmp_path_factory.mktemp("checkpointed") / "run"
+    job = train(small_data[0], run, "--checkpoint-every", 20)
+    assert job.returncode == 0, job.output
+    return run
+
+
+def test_resume_refuses_to_replace_another_runs_outputs(small_data, checkpointed, tmp_path):
+    first, second = checkpointed, tmp_path / "second"
     assert train(small_data[0], second).returncode == 0
     before = (second / "summary.json").read_bytes()
     job = train(small_data[0], second, "--resume", first / "checkpoints")
@@ -42,9 +53,9 @@ def test_resume_refuses_to_replace_another_runs_outputs(small_data, tmp_path):
         assert f.attrs["run_id"] == run_id_of(second)
 
 
-def test_resume_goes_on_under_its_own_run_id(small_data, tmp_path):
+def test_resume_goes_on_under_its_own_run_id(small_data, checkpointed, tmp_path):
     run = tmp_path / "run"
-    assert train(small_data[0], run, "--checkpoint-every", 20).returncode == 0
+    shutil.copytree(checkpointed, run)
     first_id = run_id_of(run)
     job = train(small_data[0], run, "--resume", run / "checkpoints", "--epochs", 2,
                 "--checkpoint-every", 20)
@@ -93,9 +104,8 @@ def test_a_second_job_on_the_same_out_stops_at_once_naming_the_first(small_data,
             in second.stderr)
     assert run_id_of(run) == lock["run_id"], "the first job's outputs only"
     assert not (run / "mpips.lock").exists(), "released when the job ended"
-    also = train(small_data[0], tmp_path / "other", "--checkpoint-dir", run / "checkpoints",
-                 "--checkpoint-every", 10, timeout=60)
-    assert also.returncode == 2 and "already holds checkpoints" in also.stderr
+    # (A new job given its --checkpoint-dir, which holds its checkpoint, is refused:
+    # tests/jobs/test_checkpoints.py, test_a_new_run_keeps_out_of_old_checkpoints.)
 
 
 def test_a_lock_left_by_a_dead_job_is_taken_over(small_data, tmp_path):

@@ -189,13 +189,17 @@ def test_ssp_and_asp_runs_stop_and_resume(small_data, uninterrupted, tmp_path, c
 
 def test_timed_checkpoints_resume_to_the_same_model(small_data, uninterrupted, tmp_path):
     """--checkpoint-every in seconds: server 0 names the clock, every server writes there.
-    Worker 0 (rank 2) is frozen for 1 s, 20 intervals, at clocks 30, 90 and 150: a timed
-    checkpoint falls due during each, named two clocks past the slowest worker's."""
+    Worker 0 (rank 2) is frozen for 1 s, 10 intervals, at clocks 30, 90 and 150: a timed
+    checkpoint falls due during each, named two clocks past the slowest worker's. (Every
+    0.1 s, not less: each is a forked writer per server, and a shorter interval only writes
+    more of them between the freezes.)"""
     run = tmp_path / "run"
     freezes = [f"freeze rank 2 for 1 s at clock {c}" for c in (30, 90, 150)]
     job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
-                  "--out", run, *TRAIN[:4], "--checkpoint-every", "0.05s",
-                  "--keep-checkpoints", 100, *[a for e in freezes for a in ("--test-event", e)])
+                  "--out", run, *TRAIN[:4], "--checkpoint-every", "0.1s",
+                  # all kept: a loaded machine's run of 10 s or more writes over 100
+                  "--keep-checkpoints", 10000,
+                  *[a for e in freezes for a in ("--test-event", e)])
     assert job.returncode == 0, job.output
     for event in freezes:
         fired(job, event)
@@ -358,36 +362,51 @@ def test_a_new_run_keeps_out_of_old_checkpoints(small_data, uninterrupted, tmp_p
     args = ("train", "--train", small_data[0], "--out", tmp_path / "run", "--checkpoint-dir",
             ckpt, *TRAIN)
     refused = run_job(3, *args)
-    assert refused.returncode == 2 and f"--checkpoint-dir {ckpt} already holds" in refused.output
+    assert refused.returncode == 2, refused.output
+    assert f"--checkpoint-dir {ckpt} already holds checkpoints" in refused.stderr, refused.output
     replaced = run_job(3, *args, "--overwrite", "--epochs", 1, "--keep-checkpoints", 100)
     assert replaced.returncode == 0, replaced.output
     for directory in checkpoint.all_checkpoints(ckpt):   # only this run's checkpoints
         assert read_manifest(directory)["servers"] == 1
 
 
-def test_sigterm_to_the_ranks_checkpoints_and_stops(small_data, tmp_path):
-    """As srun delivers it: SIGTERM to every rank, KillWait before SIGKILL."""
-    run = tmp_path / "run"
-    terms = [f"term rank {r} at clock 40" for r in range(3)]   # each rank, at its clock 40
-    ended = run_job(3, "train", "--train", small_data[0], "--out", run, *TRAIN,
-                    *[a for e in terms for a in ("--test-event", e)])
-    assert ended.returncode == 75, ended.output
-    for event in terms:
-        fired(ended, event)
-    stop = read_summary(run)["stopped_at_clock"]
-    assert stop == STOPPED_AT
-    assert os.path.exists(run / "checkpoints" / f"clock-{stop:012d}" / "manifest.json")
+# SIGTERM to every rank, each at its clock 20, as srun delivers it (KillWait before SIGKILL):
+# the job checkpoints and stops two clocks past it, at 22.
+TERMS = [f"term rank {r} at clock 20" for r in range(3)]
+TERMED_AT = 22
 
 
-def test_a_resume_keeps_the_checkpoint_settings_of_its_run(small_data, tmp_path):
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def termed(small_data, tmp_path_factory):
+    """1 server + 2 workers, 2 epochs, a checkpoint every 15 clocks and the newest 2 kept,
+    stopped by SIGTERM (TERMS): (the run's arguments, the ended job, its summary and the
+    clocks of its checkpoints as it left them; a test may resume it in place)."""
+    run = tmp_path_factory.mktemp("termed") / "run"
     args = ("train", "--train", small_data[0], "--out", run, "--epochs", 2, "--batch-size", 200)
-    stop = "stop rank 0 at clock 20"
-    stopped = run_job(3, *args, "--checkpoint-every", 15, "--keep-checkpoints", 2,
-                      "--test-event", stop)
+    ended = run_job(3, *args, "--checkpoint-every", 15, "--keep-checkpoints", 2,
+                    *[a for e in TERMS for a in ("--test-event", e)])
+    manifest = run / "checkpoints" / f"clock-{TERMED_AT:012d}" / "manifest.json"
+    summary = read_summary(run) if os.path.exists(run / "summary.json") else None
+    return args, ended, summary, clocks(run / "checkpoints"), os.path.exists(manifest)
+
+
+def test_sigterm_to_the_ranks_checkpoints_and_stops(termed):
+    """As srun delivers it: SIGTERM to every rank, KillWait before SIGKILL."""
+    _, ended, summary, _, manifest = termed
+    assert ended.returncode == 75, ended.output
+    for event in TERMS:
+        fired(ended, event)
+    assert summary["stopped_at_clock"] == TERMED_AT
+    assert manifest, "the checkpoint of the stop's clock is complete"
+
+
+def test_a_resume_keeps_the_checkpoint_settings_of_its_run(termed):
+    """The run of `termed`, stopped at clock 22, resumed in place without checkpoint options:
+    it goes on with those of its run."""
+    args, stopped, _, written, _ = termed
+    run = args[args.index("--out") + 1]
     assert stopped.returncode == 75, stopped.output
-    fired(stopped, stop)
-    assert clocks(run / "checkpoints") == [15, 22]
+    assert written == [15, 22]
     resumed = run_job(3, *args, "--resume", run / "checkpoints")   # no checkpoint options
     assert resumed.returncode == 0, resumed.output
     assert "checkpoints every 15 clocks, keeping the newest 2" in resumed.output

@@ -3,7 +3,7 @@ import subprocess
 
 import h5py
 import pytest
-from support import read_summary, run_job, run_mpips
+from support import read_summary, refusal, run_job, run_mpips
 
 from mpips.storage.model_files import load_model
 
@@ -63,19 +63,28 @@ def test_skip_bad_lines_counts_and_reports(small_data, tmp_path):
     ("empty", "--train {dir}/empty.svm: the file is empty"),
 ])
 def test_missing_or_empty_file(tmp_path, case, message):
+    """The missing file is launched under mpiexec (every rank stops, the message said once);
+    the empty one is found by the same check of --train (check_input, as each rank makes it),
+    here in this process."""
     (tmp_path / "empty.svm").write_text("")
-    job = run_job(3, "train", "--train", tmp_path / f"{case}.svm", "--out", tmp_path / "run",
-                  timeout=60)
+    argv = ["--train", tmp_path / f"{case}.svm", "--out", tmp_path / "run"]
+    if case == "empty":
+        status, said = refusal(argv, 3)
+        assert status == 2 and message.format(dir=tmp_path) in said, said
+        return
+    job = run_job(3, "train", *argv, timeout=60)
     assert job.returncode != 0
     assert message.format(dir=tmp_path) in job.stderr
     assert job.stderr.count("mpips train: error:") == 1, "printed once, not once per rank"
 
 
 def test_too_many_servers(small_data, tmp_path):
-    job = run_job(3, "train", "--train", small_data[0], "--servers", 3, "--out", tmp_path / "r",
-                  timeout=60)
-    assert job.returncode != 0
-    assert "--servers 3 leaves no worker: the job has 3 rank(s)" in job.stderr
+    """The layout's check as each rank of a 3-rank launch makes it, in this process
+    (tests/hostile/test_options.py launches a refused layout under mpiexec)."""
+    status, said = refusal(["--train", small_data[0], "--servers", 3, "--out", tmp_path / "r"],
+                           3)
+    assert status == 2, said
+    assert "--servers 3 leaves no worker: the job has 3 rank(s)" in said
 
 
 def test_without_mpiexec_the_error_says_how_to_launch(small_data, tmp_path):

@@ -85,11 +85,24 @@ def model(run_dir, dim: int = DIM) -> np.ndarray:
     return w
 
 
+@pytest.fixture(scope="module")
+def census_run(data, tmp_path_factory):
+    """The census set on 2 servers and 3 workers, scored on its test rows: (run directory,
+    summary)."""
+    run = tmp_path_factory.mktemp("census") / "run"
+    return run, train(data["census"][0], run, "--test", data["census"][1], ranks=5)
+
+
 @pytest.mark.parametrize("kind", ["census", "dense", "ctr"])
-def test_lbfgs_reaches_scikit_learns_objective(data, tmp_path, kind):
-    summary = train(data[kind][0], tmp_path / "run", "--test", data[kind][1])
+def test_lbfgs_reaches_scikit_learns_objective(data, tmp_path, kind, request):
+    """(The census set's run is `census_run`, of 3 workers; the others', of 2.)"""
+    if kind == "census":
+        run, summary = request.getfixturevalue("census_run")
+    else:
+        run = tmp_path / "run"
+        summary = train(data[kind][0], run, "--test", data[kind][1])
     best = sklearn_optimum(data[kind][0])
-    mine = objective(data[kind][0], model(tmp_path / "run"))
+    mine = objective(data[kind][0], model(run))
     assert mine == pytest.approx(summary["solver"]["objective"], rel=1e-9), \
         "the saved model is the one the solver reported"
     assert abs(mine - best) / best <= 1e-6, (mine, best)
@@ -108,12 +121,13 @@ def test_owlqn_reaches_the_l1_optimum_with_exact_zeros(data, tmp_path):
     assert 0 < np.count_nonzero(w[used]) < used.shape[0] * 0.9, "L1 zeroes some weights"
 
 
-def test_the_same_job_gives_the_same_bits(data, tmp_path):
+def test_the_same_job_gives_the_same_bits(data, census_run, tmp_path):
     """Sums over workers and servers are taken in a fixed order: two runs agree to the bit,
-    with three workers whose rows arrive in any order."""
-    first = train(data["census"][0], tmp_path / "a", ranks=5)
-    second = train(data["census"][0], tmp_path / "b", ranks=5)
-    np.testing.assert_array_equal(model(tmp_path / "a"), model(tmp_path / "b"))
+    with three workers whose rows arrive in any order (`census_run`, and the same job
+    again)."""
+    (a, first), b = census_run, tmp_path / "b"
+    second = train(data["census"][0], b, "--test", data["census"][1], ranks=5)
+    np.testing.assert_array_equal(model(a), model(b))
     assert first["solver"]["objective"] == second["solver"]["objective"]
 
 

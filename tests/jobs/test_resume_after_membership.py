@@ -78,25 +78,31 @@ def manifest(run, clock: int) -> dict:
     return read_manifest(directory)
 
 
-def resume(small_data, run, clock: int, out):
+def resume(small_data, run, clock: int, out, checkpoints: bool = True):
     """A new job resumed from `run`'s checkpoint at `clock` (copied on its own, so that the
-    resume takes that one), training into `out`, with the job's options (no test events)."""
+    resume takes that one), training into `out`, with the job's options (no test events);
+    without `checkpoints`, it writes none (--checkpoint-every 0: a checkpoint at every clock
+    costs a forked writer per server per clock, and only the tests that read a resumed run's
+    own checkpoints need them; under BSP they change no bit of the model)."""
     source = clock_dir(run / "checkpoints", clock)
     ckpt = out.parent / f"{out.name}-checkpoint"
     shutil.copytree(source, ckpt / os.path.basename(source))
-    job = run_job(5, *data(small_data), "--out", out, *ARGS, "--resume", ckpt)
+    quiet = () if checkpoints else ("--checkpoint-every", 0)
+    job = run_job(5, *data(small_data), "--out", out, *ARGS, *quiet, "--resume", ckpt)
     return job
 
 
-def resumer(small_data, run, base):
+def resumer(small_data, run, base, checkpointed=lambda clock: False):
     """A function that resumes a copy of `run`'s checkpoint at a clock into a new directory
-    under `base`, once per clock: (its directory, the job)."""
+    under `base`, once per clock: (its directory, the job). The runs resumed at the clocks
+    `checkpointed` says write checkpoints as the job's options ask (every clock); the others
+    none."""
     runs = {}
 
     def resumed(clock: int):
         if clock not in runs:
             out = base / f"resumed-{clock}"
-            runs[clock] = (out, resume(small_data, run, clock, out))
+            runs[clock] = (out, resume(small_data, run, clock, out, checkpointed(clock)))
         return runs[clock]
     return resumed
 
@@ -149,7 +155,8 @@ def leave(small_data, tmp_path_factory):
     left_soon(answer)
     assert answer["handed_to"] == [0, 2], answer
     assert read_summary(whole)["train_examples"] == EPOCHS * ROWS
-    resumed = resumer(small_data, whole, base)
+    # The run resumed at L + 10 writes its checkpoints: the test of those reads them.
+    resumed = resumer(small_data, whole, base, lambda clock: clock == answer["clock"] + 10)
     return whole, answer, resumed
 
 
@@ -254,7 +261,8 @@ def test_a_run_stopped_after_a_leave_resumes_to_the_same_model(small_data, tmp_p
     assert again.returncode == 0, again.output[-4000:]
     assert f"resumed from checkpoint clock {stop}" in again.output
     reference = tmp_path / "reference"
-    went_on = run_job(5, *data(small_data), "--out", reference, *ARGS, "--resume", kept)
+    went_on = run_job(5, *data(small_data), "--out", reference, *ARGS, "--checkpoint-every", 0,
+                      "--resume", kept)
     resumed_like(went_on, reference, run)
 
 

@@ -13,7 +13,12 @@ from support import ULFM, fired, read_summary, run_job, run_mpips, same_model
 
 from mpips.storage.model_files import load_model
 from mpips.pipeline.schedule import POLICIES
+from mpips.base.errors import ConfigError
 from mpips.base.timeline import read_tasks
+from mpips.cli.main import build_parser
+from mpips.run.config_checks import check_resumable
+from mpips.run.options import config_of
+from mpips.storage.checkpoint import read_manifest
 
 ROWS = 6000
 ARGS = ("--servers", 1, "--model", "widedeep", "--embedding-dim", 4, "--hidden", "16,8",
@@ -125,9 +130,13 @@ def test_a_checkpoint_resumes_to_the_uninterrupted_bits(paired, tmp_path):
     job = run_job(3, "train", "--train", paired[0], "--out", tmp_path / "other", *ARGS,
                   "--resume", mid.parent)
     assert job.returncode == 2 and "was written with --stages 2, this job has 1" in job.output
-    job = run_job(3, "train", "--train", paired[0], "--out", tmp_path / "other", *ARGS,
-                  "--stages", 2, "--fields", 0, "--resume", mid.parent)
-    assert job.returncode == 2 and "was written with --fields 6, this job has 0" in job.output
+    # The same check (check_resumable, as each rank makes it) of another setting, here in
+    # this process: a job of 2 workers, its configuration as the job completes it.
+    args = build_parser().parse_args(["train", "--train", paired[0], "--out",
+                                      str(tmp_path / "other"), *map(str, ARGS), "--stages", "2",
+                                      "--fields", "0", "--resume", str(mid.parent)])
+    with pytest.raises(ConfigError, match="was written with --fields 6, this job has 0"):
+        check_resumable(config_of(args).with_data_fields(), read_manifest(mid), 2)
 
 
 def test_print_schedule_shows_the_stages_and_their_tasks():
