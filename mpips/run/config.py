@@ -1,8 +1,8 @@
 """The configuration of a training job, in parts (the data, the model, the optimizer, the
 solver, consistency, fault tolerance, checkpoints, the pipeline, push filters, diagnostics),
-enums for its closed choices, the checks each part makes of itself, and its flat record in
+the checks each part makes of itself, and its flat record in
 summary.json, the model files and the checkpoints' manifests (the checks of the whole:
-config_checks)."""
+config_checks; its closed choices: config_choices)."""
 import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, get_type_hints
@@ -13,61 +13,18 @@ from ..data.inputs import fields_of
 from ..models import specs
 from ..models.optimizer import Optimizer
 from ..models.specs import ModelName
+from .config_choices import (
+    Balance,
+    Consistency,
+    DataFormat,
+    PushValues,
+    Schedule,
+    Solver,
+    set_choice,
+)
 
 MAX_VNODES = 4096
 STARTUP_S = 120.0   # the least time a rank waits for the others before training
-
-
-class Solver(Choice):
-    MINIBATCH = "minibatch"   # the servers' optimizers, a push per minibatch
-    LBFGS = "lbfgs"           # full batch over dense tables (see fullbatch_part)
-
-
-class Consistency(Choice):
-    BSP = "bsp"
-    SSP = "ssp"
-    ASP = "asp"
-
-
-class Balance(Choice):
-    """Who trains which rows of an epoch (see data.balance)."""
-    STATIC = "static"     # each worker its own part, whatever its speed (bitwise repeatable)
-    DYNAMIC = "dynamic"   # chunks handed out as the workers ask, shares following speed
-
-
-class Schedule(Choice):
-    """A pipeline's schedule (pipeline.schedule.POLICIES)."""
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-
-
-class PushValues(Choice):
-    """How pushed values travel (wire.protocol.ENCODINGS)."""
-    FLOAT32 = "float32"
-    FLOAT16 = "float16"
-    INT8 = "int8"
-
-
-class DataFormat(Choice):
-    """The text formats --format names (data.textfile.FORMATS)."""
-    SVMLIGHT = "svmlight"
-    LIBFFM = "libffm"
-    CRITEO = "criteo"
-    AVAZU = "avazu"
-
-
-def choice(kind: type[Choice], value, flag: str):
-    """`value` as a member of `kind`; ConfigError naming `flag` if it is none of them."""
-    try:
-        return kind(value)
-    except ValueError:
-        raise ConfigError(f"{flag} must be one of {', '.join(kind)}, got {value!r}") from None
-
-
-def _set_choice(part, name: str, kind: type[Choice], flag: str) -> None:
-    value = getattr(part, name)
-    if value is not None:
-        object.__setattr__(part, name, choice(kind, value, flag))
 
 
 @dataclass(frozen=True)
@@ -81,7 +38,7 @@ class DataConfig:
     overwrite: bool = False
 
     def __post_init__(self):
-        _set_choice(self, "format", DataFormat, "--format")
+        set_choice(self, "format", DataFormat, "--format")
 
 
 @dataclass(frozen=True)
@@ -103,7 +60,7 @@ class ModelConfig:
     fields: int | None = None       # widedeep: fields concatenated (0: summed; None: the data's)
 
     def __post_init__(self):
-        _set_choice(self, "name", ModelName, "--model")
+        set_choice(self, "name", ModelName, "--model")
 
     def spec(self):
         """The models.* object this job trains (a catalog.Model)."""
@@ -130,7 +87,7 @@ class SolverConfig:
     tol: float = 1e-10              # lbfgs: stop when an iteration gains less (relative)
 
     def __post_init__(self):
-        _set_choice(self, "name", Solver, "--solver")
+        set_choice(self, "name", Solver, "--solver")
 
     @property
     def full_batch(self) -> bool:
@@ -152,8 +109,8 @@ class ConsistencyConfig:
     balance: Balance = Balance.STATIC
 
     def __post_init__(self):
-        _set_choice(self, "mode", Consistency, "--consistency")
-        _set_choice(self, "balance", Balance, "--balance")
+        set_choice(self, "mode", Consistency, "--consistency")
+        set_choice(self, "balance", Balance, "--balance")
 
     @property
     def dynamic(self) -> bool:
@@ -242,7 +199,7 @@ class PipelineConfig:
     schedule: Schedule = Schedule.ONE_F_ONE_B
 
     def __post_init__(self):
-        _set_choice(self, "schedule", Schedule, "--pipeline")
+        set_choice(self, "schedule", Schedule, "--pipeline")
 
 
 @dataclass(frozen=True)
@@ -253,7 +210,7 @@ class PushConfig:
     skip_zeros: bool = False        # ftrl --l1: held back while its weight would stay 0
 
     def __post_init__(self):
-        _set_choice(self, "values", PushValues, "--push-values")
+        set_choice(self, "values", PushValues, "--push-values")
 
     @property
     def filtered(self) -> bool:

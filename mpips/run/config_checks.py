@@ -10,7 +10,8 @@ from ..data.inputs import check_input, data_format, fields_of, format_mismatch
 from ..models.specs import ModelName
 from ..ranks.roles import check_servers
 from . import testevents
-from .config import MAX_VNODES, Consistency, Solver, TrainConfig
+from .config import MAX_VNODES, TrainConfig
+from .config_choices import Consistency, Solver
 
 
 def check(cfg: TrainConfig, n_ranks: int) -> None:

@@ -9,8 +9,9 @@ from mpips.base.errors import ConfigError
 from mpips.cli.main import build_parser
 from mpips.data.textfile import FORMATS
 from mpips.pipeline.schedule import POLICIES
-from mpips.run.config import (ConsistencyConfig, DataConfig, DataFormat, ModelConfig,
-                              PushValues, Schedule, Solver, SolverConfig, TrainConfig)
+from mpips.run.config import (ConsistencyConfig, DataConfig, ModelConfig, SolverConfig,
+                              TrainConfig)
+from mpips.run.config_choices import DataFormat, PushValues, Schedule, Solver
 from mpips.run.options import OPTIONS, config_from, config_of
 from mpips.wire.protocol import ENCODINGS
 
