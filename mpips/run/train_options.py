@@ -3,14 +3,7 @@ and help, from which the command line's parser is built (run/options)."""
 
 from ..models.optimizer import NAMES
 from ..models.specs import ModelName
-from .config import (
-    Balance,
-    Consistency,
-    DataFormat,
-    PushValues,
-    Schedule,
-    Solver,
-)
+from .config_choices import Balance, Consistency, DataFormat, PushValues, Schedule, Solver
 from .option_spec import (
     byte_size,
     checkpoint_interval,
