@@ -91,7 +91,9 @@ def test_a_checkpoint_written_after_the_failover_resumes_bitwise(failed_over, un
     # one from clock 100 on after it, without server 1 (the oldest kept is 50, or 100 if the
     # final one, at the end, was complete too and pruned it).
     assert {100, 150, 200} <= set(dead) <= {50, 100, 150, 200, 204}, dead
-    assert all(not dead[c] if c < 60 else dead[c] == [1] for c in dead), dead
+    # (A manifest says the placement as the lead writes it: on a loaded machine clock 50's
+    # files can come in after the failover, and its manifest then names server 1 too.)
+    assert all(dead[c] in ([], None, [1]) if c < 60 else dead[c] == [1] for c in dead), dead
     mid = next(d for d in kept if d.endswith("clock-000000000100"))
     assert read_manifest(mid)["positions"]["0"]["epoch"] < EPOCHS
     ckpt = tmp_path / "ckpt"
@@ -297,7 +299,8 @@ def test_a_server_killed_as_it_saves_its_only_copy_stops_for_a_resume(
         small_data, uninterrupted, tmp_path):
     """One copy of each key range: server 1's die with it before it writes its part of the
     model. The job says so and exits 75 instead of ending with a model short of them; its
-    last checkpoint, at the last clock, holds the whole model."""
+    last complete checkpoint holds the model as of its clock, and the resume ends on the
+    uninterrupted model."""
     run = tmp_path / "run"
     kill = "kill rank 1 at saving"
     ended = launch(small_data, run, "--replicas", 1, *events(kill)).finish(timeout=300)
@@ -313,5 +316,8 @@ def test_a_server_killed_as_it_saves_its_only_copy_stops_for_a_resume(
     resumed = run_job(5, "train", "--train", small_data[0], "--out", run, *ARGS,
                       "--replicas", 1, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
-    assert "nothing is left to train" in resumed.output
+    # The last clock's checkpoint, or the one before if a server's file of the last was still
+    # being written (by its forked writer) when server 1 died.
+    assert ("nothing is left to train" in resumed.output
+            or "resumed from checkpoint clock 200" in resumed.output), resumed.output
     same_model(run, uninterrupted["bsp"])
