@@ -1,6 +1,24 @@
 """A shard's rows cut in minibatches: the pieces its reader yields (a chunk of text, a Parquet
 row group), joined and cut in minibatches of a fixed number of rows, with where the rows
-handed out end. Shared by the text and Parquet readers."""
+handed out end. Shared by the text and Parquet readers; `RowSpan`, the rows of a shard read by
+row number (a converted dataset's, Parquet's)."""
+
+
+class RowSpan:
+    """A shard's rows [start, stop) of its input, by row number."""
+    start: int
+    stop: int
+
+    def next_row_at(self, row: int) -> int | None:
+        """The first of this shard's rows at or after `row` (None if there is none)."""
+        if row >= self.stop:
+            return None
+        return max(row, self.start)
+
+    def fraction_at(self, row: int) -> float:
+        """How much of the shard comes before `row`."""
+        span = self.stop - self.start
+        return 1.0 if span <= 0 else (row - self.start) / span
 
 
 def in_minibatches(shard, batch_size: int, start: int | None = None):

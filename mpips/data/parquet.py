@@ -33,7 +33,7 @@ import numpy as np
 
 from ..base.errors import ConfigError, InputError
 from ..kernels.shapes import MAX_FIELDS
-from .batching import in_minibatches
+from .batching import RowSpan, in_minibatches
 from .inputs import SUFFIX
 from .textfile import Rows
 
@@ -190,7 +190,7 @@ def _describe(field) -> str:
     return "missing" if field is None else f"{field.name!r} ({field.type})"
 
 
-class ParquetShard:
+class ParquetShard(RowSpan):
     """Rows [start, stop) of a Parquet input: the row groups that hold them, a group at a
     time; the shard interface of data.shards (over, next_row_at, fraction_done, rows,
     minibatches)."""
@@ -207,16 +207,9 @@ class ParquetShard:
     def over(self, start: int, stop: int) -> "ParquetShard":
         return ParquetShard(self.data, span=(start, stop))
 
-    def next_row_at(self, row: int) -> int | None:
-        """The first of this shard's rows at or after `row` (None if there is none)."""
-        if row >= self.stop:
-            return None
-        return max(row, self.start)
-
     @property
     def fraction_done(self) -> float:
-        span = self.stop - self.start
-        return 1.0 if span <= 0 else (self.handed_out - self.start) / span
+        return self.fraction_at(self.handed_out)
 
     def rows(self, start: int | None = None):
         """Yield the shard's rows a row group at a time, from row `start`."""

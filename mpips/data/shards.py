@@ -27,6 +27,7 @@ import numpy as np
 from ..base.errors import ConfigError, InputError
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from . import parquet
+from .batching import RowSpan
 from .inputs import ARRAYS, check_parts, is_dataset, is_parquet, part_file, read_meta
 from .textfile import Rows, TextShard
 
@@ -52,7 +53,7 @@ def distinct_keys(path: str) -> int | None:
     return min(n, on_disk)
 
 
-class CsrShard:
+class CsrShard(RowSpan):
     """Rows [N*part/nparts, N*(part+1)/nparts) of a converted dataset, memory-mapped. The row
     pointers and labels of those rows are checked when it is opened: the kernels index with
     them unchecked, and a damaged file must not send them outside the arrays."""
@@ -114,16 +115,9 @@ class CsrShard:
                                  f"{lo + bad} is {rows.labels[lo + bad]}, not 0 or 1: the file "
                                  f"is damaged")
 
-    def next_row_at(self, row: int) -> int | None:
-        """The first of this shard's rows at or after `row` (None if there is none)."""
-        if row >= self.stop:
-            return None
-        return max(row, self.start)
-
     @property
     def fraction_done(self) -> float:
-        span = self.stop - self.start
-        return 1.0 if span <= 0 else (self.position - self.start) / span
+        return self.fraction_at(self.position)
 
     def _rows(self, a: int, b: int) -> Rows:
         """Global rows [a, b), as views unless they span parts."""
