@@ -126,7 +126,7 @@ class Scoring:
         if me not in self._scoring or not self.busy:
             return False
         if self.began is None:
-            if not self.server.clocks.all_finished:
+            if not self.server.clocks.final:
                 return False
             self.began = time.monotonic()
             self._test = self._test or HeldOutFile(self._cfg)
@@ -163,8 +163,8 @@ class Scoring:
     def on_read(self, source: int, request, buf) -> None:
         """Another server's READ of test keys: this server's final weights of them, once
         every worker's FINISH is in here too (it may come after the READ: they come from
-        different ranks)."""
-        if self.server.clocks.all_finished:
+        different ranks) and their last clocks are applied."""
+        if self.server.clocks.final:
             self.server.reply(self.server.final_weights(request.keys), source,
                               request.header.ts)
             return
@@ -174,7 +174,7 @@ class Scoring:
     def _answer_early_reads(self) -> None:
         if not self._early_reads:
             return
-        if self.server.clocks.all_finished:
+        if self.server.clocks.final:
             for source, ts, keys, _ in self._early_reads:
                 self.server.reply(self.server.final_weights(keys), source, ts)
             self._early_reads.clear()

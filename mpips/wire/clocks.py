@@ -112,10 +112,11 @@ class ClockTable:
     def may_read(self, worker: int, clock: int) -> bool:
         """Whether `worker` may now read for `clock`: once it has itself completed the clocks
         before, and every worker has completed clock - staleness of them; after FINISH, once
-        every worker has finished (the final model)."""
+        every worker has finished, here and on every server this one waits for (`commit`):
+        only then are their last clocks applied here (the final model)."""
         done = self.done[worker]
         if done == FINISHED:
-            return self.all_finished
+            return self.final
         return done >= clock and (self.staleness is None
                                   or self.slowest() >= clock - self.staleness)
 
@@ -131,3 +132,9 @@ class ClockTable:
     @property
     def all_finished(self) -> bool:
         return bool((self.done == FINISHED).all())
+
+    @property
+    def final(self) -> bool:
+        """Every worker has finished, here and on every server this one waits for (`commit`):
+        their last clocks are applied here, the model is the final one."""
+        return self.slowest() == FINISHED

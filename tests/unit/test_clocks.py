@@ -97,6 +97,23 @@ def test_a_finished_worker_reads_the_final_model():
         assert c.may_read(0, FINISHED) and c.may_read(1, FINISHED)
 
 
+def test_a_finished_worker_reads_once_every_server_holds_the_last_clocks():
+    """Hot BSP (`commit`): a clock is applied here only once the other servers hold it too.
+    Every worker may have finished here while another server has not yet said it holds their
+    last clocks: a read for scoring then waits, or it would score a model short of them."""
+    c = ClockTable(2, staleness=0)
+    c.commit([1])
+    for w in (0, 1):
+        c.tick(w)
+        c.finish(w)
+    assert c.all_finished
+    assert not c.may_read(0, FINISHED), "server 1 has not said it holds clock 0"
+    c.have(1, 1)
+    assert not c.may_read(0, FINISHED), "server 1 holds clock 0 but has not seen FINISH"
+    c.have(1, FINISHED)
+    assert c.may_read(0, FINISHED) and c.may_read(1, FINISHED)
+
+
 def test_slowest_kept_as_clocks_move_matches_the_table():
     """here() and slowest() are kept between changes (a count of workers at the slowest):
     after any sequence of ticks, finishes, deaths, resumes and other servers' reports they
