@@ -1,5 +1,5 @@
 """Checkpoint write and read time for one server holding 10^7 keys, for each optimizer; and
-what a checkpoint costs the workers while the server serves, forked or written in its loop.
+what a checkpoint costs the workers while the server serves, three ways of writing it.
 
     python bench/checkpoint.py [--keys 10000000] [--dir bench/out/checkpoint]
                                [--serve-seconds 24] [--every 3]
@@ -11,8 +11,10 @@ shard into an empty table.
 
 Then, serving (bench/checkpoint_serving.py, 1 server + 2 workers under mpiexec, AdaGrad,
 BSP, each worker reading and updating 10,000 of the keys a clock, a timed checkpoint every
---every seconds), once with the file written by a forked writer (what jobs do) and once in
-the server's loop (--checkpoint-inline): for each checkpoint the write time (from taking the
+--every seconds), with the file written as jobs do (`snapshot`: the table copied a span per
+turn of the loop, then written by a forked child), by a child forked from the live table
+(`fork`: copy-on-write pages, what jobs did before) and in the server's loop
+(`inline`, --checkpoint-inline): for each checkpoint the write time (from taking the
 state to the file in) against the longest a worker was held because of it (its longest
 clock from the moment the state is taken to the file's arrival, less the median clock
 outside checkpoints); the workers' clocks per second while a file is being written against
@@ -188,7 +190,7 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(HERE, "results", "checkpoint.json"))
     parser.add_argument("--serve-seconds", type=float, default=24.0)
     parser.add_argument("--every", type=float, default=3.0)
-    parser.add_argument("--writers", default="fork,inline",
+    parser.add_argument("--writers", default="snapshot,fork,inline",
                         help="the ways of writing measured serving (default: %(default)s)")
     parser.add_argument("--serving-only", action="store_true",
                         help="skip the table of write and read times per optimizer")
@@ -227,7 +229,7 @@ def report_serving(served: list) -> None:
               f"{r['memory_mb'] if r['with_writer_mb'] else float('nan'):9.0f}")
     print("(write s, held s: the longest over the checkpoints; take ms: the longest the server "
           "took to take the state; memory: server and writer beyond the server alone, Pss; "
-          "targets for fork: held/write <= 0.05, ratio >= 0.90)")
+          "targets for snapshot (what jobs do): held/write <= 0.05, ratio >= 0.90)")
 
 
 if __name__ == "__main__":

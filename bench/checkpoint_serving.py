@@ -1,6 +1,8 @@
 """One launch of bench/checkpoint.py's serving part: 1 server holding N keys (AdaGrad, BSP)
 and 2 workers pulling and pushing 10,000 of them a clock, with a timed checkpoint every few
-seconds, written as a job writes it: forked (`fork`) or in the server's loop (`inline`).
+seconds, written as a job writes it (`snapshot`: the table copied a span per turn of the
+loop, then written by a forked child), by a child forked at the clock from the live table
+(`fork`: copy-on-write pages, what jobs did before) or in the server's loop (`inline`).
 
     mpiexec -n 3 python bench/checkpoint_serving.py MODE KEYS SECONDS EVERY OUT_DIR
 
@@ -19,7 +21,8 @@ import numpy as np
 from mpi4py import MPI
 
 from mpips.base import forked
-from mpips.base.forked import ForkedWrite, Written
+from mpips.base.forked import ForkedWrite, Written, keep_from_children
+from mpips.job.snapshot_write import SnapshotWrite
 from mpips.models.optimizer import Optimizer
 from mpips.ranks.bounded import wait_all
 from mpips.ranks.roles import split
@@ -54,7 +57,15 @@ class Timed:
 
     def __init__(self, file, record: dict):
         self.file, self.record = file, record
-        self.started, self.pid = file.started, file.pid
+        self.started = file.started
+
+    @property
+    def pid(self) -> int:
+        return self.file.pid
+
+    @property
+    def copying(self) -> bool:
+        return self.file.copying
 
     def poll(self):
         entry = self.file.poll()
@@ -77,6 +88,8 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
     store.push(keys, np.random.default_rng(1).normal(size=(keys.shape[0], 1)).astype(
         np.float32), 0)
     del keys
+    if mode == "fork":   # the child reads the live table (store.py leaves it out)
+        keep_from_children(store._rows, keep=False)
     import h5py  # noqa: F401 -- as a job's server does, before the first checkpoint
     records: list = []
 
@@ -85,6 +98,10 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
         records.append(record)
         if mode == "inline":
             file = Written(checkpoint.write_shard(root, clock, 0, store, {}), record["take"])
+        elif mode == "snapshot":
+            file = SnapshotWrite(store, lambda table: checkpoint.stream_shard(
+                root, clock, 0, table, {}), "server-0000.h5", lambda pid: None,
+                forked=lambda: record.update(forked=time.monotonic()))
         else:
             file = ForkedWrite(lambda: checkpoint.stream_shard(root, clock, 0, store, {}),
                                "server-0000.h5")

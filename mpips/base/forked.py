@@ -26,6 +26,7 @@ NICE = 10   # the writer's priority below its rank's: on a shared node, serving 
 
 class Written:
     """A write done in this process (no child): its entry is ready."""
+    copying = False
 
     def __init__(self, entry: dict, started: float):
         self.entry, self.started = entry, started
@@ -45,6 +46,7 @@ class ForkedWrite:
     """`write()` run in a forked child: a dict that can be sent as JSON, or an exception,
     which becomes {"error": ...}. `what`: the file, in messages. `cleanup(pid)`: what a child
     that did not finish may have left (its temporary files), removed by the parent."""
+    copying = False
 
     def __init__(self, write: Callable[[], dict], what: str,
                  cleanup: Callable[[int], None] = lambda pid: None):
@@ -153,6 +155,30 @@ def _reap(pid: int, timeout: float) -> tuple[int, int]:
         if time.monotonic() > deadline:
             raise WaitTimeout(f"process {pid} did not end within {timeout:g} s of SIGKILL")
         time.sleep(POLL_S)
+
+
+# Arrays this size and larger are mappings of their own (glibc's malloc maps anything over
+# 32 MB apart), so none of the heap that a child goes on using lies in their pages.
+APART_BYTES = 64 << 20
+_MADV_DONTFORK, _MADV_DOFORK = 10, 11   # Linux
+
+
+def keep_from_children(array, keep: bool = True) -> bool:
+    """Leave the pages of `array` out of forked children (Linux: madvise MADV_DONTFORK), so
+    that writing to it after a fork copies no page; a child must never read it (`keep`
+    False: share them again). Only for arrays of APART_BYTES or more; whether it was
+    done."""
+    if array.nbytes < APART_BYTES:
+        return False
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = -(-array.ctypes.data // page) * page   # whole pages inside it
+    end = (array.ctypes.data + array.nbytes) // page * page
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
+                            _MADV_DONTFORK if keep else _MADV_DOFORK) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _die_with_parent(parent: int) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..base.errors import SaveError
-from ..base.forked import ForkedWrite, Written
+from ..base.forked import Written
 from ..base.log import say
 from ..data import fingerprint
 from ..ranks.roles import Roles
@@ -25,6 +25,7 @@ from ..server.replicas import PrimaryKeys
 from ..storage import checkpoint
 from ..storage.model_files import shard_path
 from ..wire.placement import describe_ranges
+from .snapshot_write import SnapshotWrite
 
 log = logging.getLogger("mpips")
 
@@ -41,12 +42,12 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
     inputs = {"train": fingerprint.of_input(cfg.data.train)}   # any server may come to lead
     started = []
 
-    def write(clock: int, writer: int, forked: bool) -> dict:
-        """The file, in the process that writes it (test events at its midpoint); a forked
-        writer streams it, block by block, which only a process about to end may do."""
+    def write(clock: int, writer: int, keys: PrimaryKeys, forked: bool) -> dict:
+        """The file of `keys`, in the process that writes it (test events at its midpoint); a
+        forked writer streams it, block by block, which only a process about to end may do."""
         how = checkpoint.stream_shard if forked else checkpoint.write_shard
         try:
-            return how(root, clock, roles.index, own, {"run_id": name}, ranges=own.ranges(),
+            return how(root, clock, roles.index, keys, {"run_id": name}, ranges=keys.ranges(),
                        midway=lambda: testevents.reached("writing", writer))
         except SaveError as e:
             return {"server": roles.index, "error": str(e)}
@@ -61,12 +62,14 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
         writer = len(started)
         if cfg.checkpointing.inline:
             start = time.monotonic()
-            return Written(write(clock, writer, forked=False), start)
-        forked = ForkedWrite(lambda: write(clock, writer, forked=True),
-                             f"server-{roles.index:04d}.h5",
-                             lambda pid: cleanup(clock, pid))
-        testevents.handed_over("writing", writer)   # they fire in the writer (the fork's copy)
-        return forked
+            return Written(write(clock, writer, own, forked=False), start)
+        placement = own.placement   # the ranges as at the clock, whatever happens meanwhile
+        return SnapshotWrite(
+            own.store,
+            lambda table: write(clock, writer, PrimaryKeys(table, placement, roles.index), True),
+            f"server-{roles.index:04d}.h5", lambda pid: cleanup(clock, pid),
+            # the events at its midpoint fire in the writer (the fork's copy), not here
+            forked=lambda: testevents.handed_over("writing", writer))
 
     def write_manifest(clock: int, shards: list, positions: dict,
                        deaths: list) -> str | None:

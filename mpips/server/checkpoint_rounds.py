@@ -222,8 +222,11 @@ class CheckpointRounds:
         self._schedule(now)
 
     def _schedule(self, now: float) -> None:
-        self.next_check = min(self.next_timed,
-                              now + CHECK_WRITER_S if self.writing else float("inf"))
+        if self.writing is None:
+            later = float("inf")
+        else:   # a table being copied: a span every turn (see job.snapshot_write)
+            later = now if self.writing.file.copying else now + CHECK_WRITER_S
+        self.next_check = min(self.next_timed, later)
 
     def take(self, clock: int) -> None:
         """Take this server's state for checkpoint `clock` (once): its file is written while

@@ -60,6 +60,9 @@ class ShardWrite(Protocol):
     started: float   # time.monotonic() when the state was taken
     pid: int         # the process writing it
 
+    @property
+    def copying(self) -> bool: ...              # the state still being copied: poll each turn
+
     def poll(self) -> dict | None: ...          # the entry once written, else None
     def wait(self, timeout: float) -> dict: ...  # the entry, waiting up to `timeout` s
     def stop(self, why: str) -> dict: ...       # ended now: the entry, {"error": why} if cut

@@ -6,12 +6,16 @@ its weights and its optimizer state share one row, so a lookup and an update
 touch one cache line. A large table grows by 25% when 90% full, so it stays
 72-90% full: 12 bytes a key for SGD with width 1 use 13.3-16.7 bytes of table.
 """
+import copy
+
 import numpy as np
 
 from ..base.budget import Budget
+from ..base.forked import keep_from_children
 from ..kernels import requests, table
 from ..models import updates
 from ..models.optimizer import Optimizer
+from .table_snapshot import TableSnapshot
 
 _ONES = 0xFFFFFFFF   # a key word of an empty row
 
@@ -31,6 +35,7 @@ class KVStore:
         self.columns = optimizer.state_columns(width)
         self.generation = 0          # rows are renumbered when this changes (the table grew)
         self._meta = np.zeros(2, np.int64)
+        self.snapshot: TableSnapshot | None = None   # a copy being made (take_snapshot)
         self._allocate(max(int(capacity), 16))
 
     def _allocate(self, cap: int) -> None:
@@ -39,10 +44,45 @@ class KVStore:
                                           f"the key-value table of {cap:,} rows",
                                           lambda: np.zeros(shape, np.uint32))
         self._rows[:, :table.KEY_WORDS] = 0xFFFFFFFF
+        # A checkpoint's forked writer reads a copy (TableSnapshot): the live table is not
+        # shared with it, and the server's writes after the fork copy no pages.
+        keep_from_children(self._rows)
         self._state = self._rows.view(np.float32)[:, table.KEY_WORDS:]
 
     def __len__(self) -> int:
         return int(self._meta[0])
+
+    def take_snapshot(self) -> TableSnapshot:
+        """The table as it is now, copied while it goes on changing (server.table_snapshot);
+        `snapshot_of` reads it once complete. One at a time."""
+        self.end_snapshot()
+        self.snapshot = TableSnapshot(self._rows, self._meta)
+        return self.snapshot
+
+    def end_snapshot(self) -> None:
+        """The copy is complete or given up: the store no longer keeps it up."""
+        if self.snapshot is not None:
+            self.snapshot.finish()
+            self.snapshot = None
+
+    def snapshot_of(self, taken: TableSnapshot) -> "KVStore":
+        """A store over a complete snapshot's rows, to read as this one is read (`blocks`,
+        `items`, `stored`); nothing may be stored in it."""
+        assert taken.complete, "a snapshot is read once its copy is complete"
+        view = copy.copy(self)
+        view.reads(taken)
+        return view
+
+    def reads(self, taken: TableSnapshot) -> None:
+        """This store (a copy, see `snapshot_of`) reads `taken`'s rows from now on."""
+        self.snapshot = None
+        self._rows, self._meta = taken.rows, taken.meta
+        self._state = taken.rows.view(np.float32)[:, table.KEY_WORDS:]
+
+    def _settle_snapshot(self) -> None:
+        """The table is about to be rebuilt or its rows moved: a copy being made is made now."""
+        if self.snapshot is not None:
+            self.snapshot.finish()
 
     @property
     def capacity(self) -> int:
@@ -85,6 +125,8 @@ class KVStore:
                 if done < 0:
                     return None, -1 - done
                 src = None
+            if insert and self.snapshot is not None:
+                self.snapshot.stored_in(slots[:done], fresh[:done])
             if self.init is not None or done < n:
                 inserted = np.zeros(n, np.uint8) if inserted is None else inserted
                 inserted[:done] |= fresh[:done]
@@ -101,6 +143,7 @@ class KVStore:
             self._grow(at_least=len(self) + n - done)
 
     def _grow(self, at_least: int) -> None:
+        self._settle_snapshot()
         cap = self.capacity
         # Small tables double (fewer rebuilds); large ones grow by `growth` (less memory).
         grown = int(cap * (2.0 if cap < 1 << 20 else self.growth)) + 1
@@ -118,6 +161,8 @@ class KVStore:
     def update(self, slots: np.ndarray, grads: np.ndarray, clock: int) -> None:
         """Apply the optimizer to the rows with gradients grads[len(slots), width], pushed
         at a worker's `clock`."""
+        if self.snapshot is not None:
+            self.snapshot.before_write(slots)
         updates.update(self.optimizer, self._state, slots, grads, clock)
 
     def pull(self, keys: np.ndarray, out: np.ndarray, insert: bool = True) -> np.ndarray:
@@ -148,11 +193,14 @@ class KVStore:
             raise ValueError(f"state of shape {state.shape} for {keys.shape[0]} keys; this "
                              f"{self.optimizer.name} store keeps {self.columns} columns a key")
         slots = self.find(keys)   # may grow the table: look up before touching _state
+        if self.snapshot is not None:
+            self.snapshot.before_write(slots)
         self._state[slots] = state
 
     def keep(self, kept: np.ndarray) -> None:
         """Keep only the rows whose `kept` (bool, in the order of `items`) is set: the table is
         rebuilt, its rows renumbered."""
+        self._settle_snapshot()
         keys, state = self.items()
         old = self._rows
         self._meta[:] = 0
@@ -166,6 +214,7 @@ class KVStore:
         """Delete these keys (those stored) in place: rows renumbered, the table's size
         kept. Cheaper than `keep` when few keys go."""
         if keys.shape[0]:
+            self._settle_snapshot()
             table.remove(self._rows, self._meta, np.ascontiguousarray(keys, np.uint64))
             self.generation += 1
 

@@ -208,6 +208,8 @@ def test_a_stop_waits_for_a_move_to_end():
 
 class FakeWrite:
     """A file being written: done when the test says (`entry`), as a forked writer is."""
+    copying = False
+
     def __init__(self, clock: int):
         self.clock, self.started, self.pid, self.entry = clock, time.monotonic(), 1000 + clock, None
         self.waited = False

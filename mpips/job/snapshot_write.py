@@ -1,0 +1,73 @@
+"""A checkpoint's shard written from a copy of the table taken at its clock: the copy is made
+a span of rows per turn of the server's loop (server.table_snapshot), then a forked child
+writes the file from it (base.forked). The server is held only as long as a span's copy and
+a fork take; the live table is kept out of the child (base.memory.keep_from_children), so
+the server's writes after the fork copy no pages.
+"""
+import os
+import time
+from collections.abc import Callable
+
+from ..base.forked import ForkedWrite
+from ..server.store import KVStore
+
+
+class SnapshotWrite:
+    """A ShardWrite (server.context): `write(store)` run in a forked child over a store that
+    reads the table as it was when this was made; `forked()` is called in this process once
+    the child runs."""
+
+    def __init__(self, store: KVStore, write: Callable[[KVStore], dict], what: str,
+                 cleanup: Callable[[int], None], forked: Callable[[], None]):
+        self.started = time.monotonic()   # the state is the table's now
+        self.pid = os.getpid()            # the writer's, once forked
+        self._store, self._write, self._what = store, write, what
+        self._cleanup, self._forked = cleanup, forked
+        self._taken = store.take_snapshot()
+        self._file: ForkedWrite | None = None
+        self._entry: dict | None = None
+
+    @property
+    def copying(self) -> bool:
+        """Whether the table is still being copied (the loop then polls every turn)."""
+        return self._file is None and self._entry is None
+
+    def poll(self) -> dict | None:
+        if self._file is None:
+            if self._entry is not None:
+                return self._entry
+            if not self._taken.step():
+                return None
+            self._fork()
+        assert self._file is not None, "forked once the copy is complete"
+        return self._file.poll()
+
+    def wait(self, timeout: float) -> dict:
+        if self.copying:
+            self._taken.finish()
+            self._fork()
+        if self._file is None:
+            assert self._entry is not None, "stopped before it was forked"
+            return self._entry
+        return self._file.wait(timeout - (time.monotonic() - self.started))
+
+    def stop(self, why: str) -> dict:
+        if self._file is not None:
+            return self._file.stop(why)
+        if self._entry is None:
+            self._release()
+            self._entry = {"error": why}
+        return self._entry
+
+    def _fork(self) -> None:
+        view = self._store.snapshot_of(self._taken)
+        self._release()
+        self._file = ForkedWrite(lambda: self._write(view), self._what, self._cleanup)
+        self.pid = self._file.pid
+        self._forked()
+
+    def _release(self) -> None:
+        """The store no longer keeps the copy up; this process lets go of it (a forked
+        writer has its own)."""
+        if self._store.snapshot is self._taken:
+            self._store.end_snapshot()

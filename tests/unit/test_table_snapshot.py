@@ -1,0 +1,86 @@
+"""A table's snapshot, copied a span at a time while the store goes on changing: once
+complete it holds the table as it was when taken, bit for bit."""
+import os
+
+import numpy as np
+import pytest
+
+from mpips.base.forked import APART_BYTES, keep_from_children
+from mpips.models.optimizer import Optimizer
+from mpips.server.store import KVStore
+
+
+def sorted_items(store):
+    keys, state = store.items()
+    order = np.argsort(keys)
+    return keys[order], state[order]
+
+
+def trained_store(rng, n=3000):
+    store = KVStore(2, Optimizer("adagrad", lr=0.1), capacity=64)
+    keys = np.unique(rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True))
+    store.push(keys, rng.normal(size=(keys.shape[0], 2)).astype(np.float32), 0)
+    return store, keys
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_snapshot_holds_the_table_as_taken_whatever_changes_meanwhile(seed):
+    """Pushes to stored keys, new keys stored by pulls and pushes, the EMPTY-valued key, a
+    growth of the table and removed keys, between spans of the copy."""
+    rng = np.random.default_rng(seed)
+    store, keys = trained_store(rng)
+    if seed % 2:
+        store.push(np.array([2**64 - 1], np.uint64), np.ones((1, 2), np.float32), 0)
+    want = sorted_items(store)
+    taken = store.take_snapshot()
+    clock = 1
+    while not taken.step(int(rng.integers(1, 400))):
+        what = int(rng.integers(6))
+        old = rng.choice(keys, 50)
+        new = rng.integers(0, 2**64 - 1, 20, dtype=np.uint64, endpoint=True)
+        if what <= 2:
+            some = np.unique(np.concatenate([old, new]))
+            store.push(some, rng.normal(size=(some.shape[0], 2)).astype(np.float32), clock)
+        elif what == 3:
+            store.pull(np.unique(new), np.empty((np.unique(new).shape[0], 2), np.float32))
+        elif what == 4 and rng.random() < 0.2:
+            many = rng.integers(0, 2**64 - 1, 4000, dtype=np.uint64, endpoint=True)
+            store.push(np.unique(many), np.ones((np.unique(many).shape[0], 2), np.float32),
+                       clock)   # the table grows: the rest is copied first
+        elif what == 5 and rng.random() < 0.2:
+            store.remove(np.unique(old[:5]))
+        clock += 1
+    got = sorted_items(store.snapshot_of(taken))
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    live = sorted_items(store)
+    assert live[0].shape != want[0].shape or not np.array_equal(live[1], want[1]), \
+        "the live table moved on meanwhile"
+
+
+def test_a_snapshot_given_up_leaves_the_store_as_it_was():
+    store, keys = trained_store(np.random.default_rng(1))
+    store.take_snapshot()
+    store.end_snapshot()
+    assert store.snapshot is None
+    store.push(keys[:10], np.ones((10, 2), np.float32), 1)   # no copy is kept up
+
+
+def test_a_large_table_is_left_out_of_forked_children():
+    """A child would copy every page the server writes after the fork: it never sees them."""
+    small = np.ones(1 << 10, np.uint8)
+    assert not keep_from_children(small), "small arrays may share heap pages with others"
+    big = np.ones(APART_BYTES, np.uint8)
+    assert keep_from_children(big)
+    inside = big.ctypes.data + big.nbytes // 2
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        with open("/proc/self/maps") as maps:
+            mapped = any(int(lo, 16) <= inside < int(hi, 16) for lo, hi in
+                         (line.split()[0].split("-") for line in maps))
+        os.write(write, b"1" if mapped else b"0")
+        os._exit(0)
+    os.close(write)
+    seen = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert seen == b"0", "the child has the array's pages"
