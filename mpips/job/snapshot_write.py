@@ -8,8 +8,10 @@ import os
 import time
 from collections.abc import Callable
 
+from ..base.budget import OverBudget
 from ..base.forked import ForkedWrite
 from ..server.store import KVStore
+from ..server.table_snapshot import TableSnapshot
 
 
 class SnapshotWrite:
@@ -23,9 +25,17 @@ class SnapshotWrite:
         self.pid = os.getpid()            # the writer's, once forked
         self._store, self._write, self._what = store, write, what
         self._cleanup, self._forked = cleanup, forked
-        self._taken = store.take_snapshot()
         self._file: ForkedWrite | None = None
         self._entry: dict | None = None
+        self._held = store.nbytes   # the copy's, against --max-rank-memory until the end
+        self._taken: TableSnapshot | None = None
+        try:
+            self._taken = store.take_snapshot()
+        except (OverBudget, MemoryError) as e:
+            self._held = 0
+            self._entry = {"error": f"no memory for a copy of this server's table to write "
+                                    f"{what} from ({e or 'the machine refused it'}); "
+                                    f"training goes on, the checkpoint is not complete"}
 
     @property
     def copying(self) -> bool:
@@ -36,30 +46,40 @@ class SnapshotWrite:
         if self._file is None:
             if self._entry is not None:
                 return self._entry
+            assert self._taken is not None, "a copy is being made"
             if not self._taken.step():
                 return None
             self._fork()
         assert self._file is not None, "forked once the copy is complete"
-        return self._file.poll()
+        return self._ended(self._file.poll())
 
     def wait(self, timeout: float) -> dict:
         if self.copying:
+            assert self._taken is not None, "a copy is being made"
             self._taken.finish()
             self._fork()
         if self._file is None:
             assert self._entry is not None, "stopped before it was forked"
             return self._entry
-        return self._file.wait(timeout - (time.monotonic() - self.started))
+        return self._ended(self._file.wait(timeout - (time.monotonic() - self.started)))
 
     def stop(self, why: str) -> dict:
         if self._file is not None:
-            return self._file.stop(why)
+            return self._ended(self._file.stop(why))
         if self._entry is None:
             self._release()
             self._entry = {"error": why}
-        return self._entry
+        return self._ended(self._entry)
+
+    def _ended(self, entry):
+        """`entry`, and if the write has ended, the copy's memory given back to the budget."""
+        if entry is not None and self._held:
+            self._store.budget.release(self._held)
+            self._held = 0
+        return entry
 
     def _fork(self) -> None:
+        assert self._taken is not None, "a copy was made"
         view = self._store.snapshot_of(self._taken)
         self._release()
         self._file = ForkedWrite(lambda: self._write(view), self._what, self._cleanup)
@@ -69,5 +89,6 @@ class SnapshotWrite:
     def _release(self) -> None:
         """The store no longer keeps the copy up; this process lets go of it (a forked
         writer has its own)."""
-        if self._store.snapshot is self._taken:
+        if self._taken is not None and self._store.snapshot is self._taken:
             self._store.end_snapshot()
+        self._taken = None

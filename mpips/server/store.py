@@ -54,9 +54,12 @@ class KVStore:
 
     def take_snapshot(self) -> TableSnapshot:
         """The table as it is now, copied while it goes on changing (server.table_snapshot);
-        `snapshot_of` reads it once complete. One at a time."""
+        `snapshot_of` reads it once complete. One at a time. The copy counts against the
+        budget until `budget.release(copy's nbytes)` (OverBudget: none is taken)."""
         self.end_snapshot()
-        self.snapshot = TableSnapshot(self._rows, self._meta)
+        self.snapshot = self.budget.allocate(
+            self._rows.nbytes, "a checkpoint's copy of the key-value table",
+            lambda: TableSnapshot(self._rows, self._meta))
         return self.snapshot
 
     def end_snapshot(self) -> None:

@@ -1,11 +1,14 @@
 """A table's snapshot, copied a span at a time while the store goes on changing: once
 complete it holds the table as it was when taken, bit for bit."""
 import os
+import time
 
 import numpy as np
 import pytest
 
+from mpips.base.budget import Budget
 from mpips.base.forked import APART_BYTES, keep_from_children
+from mpips.job.snapshot_write import SnapshotWrite
 from mpips.models.optimizer import Optimizer
 from mpips.server.store import KVStore
 
@@ -84,3 +87,41 @@ def test_a_large_table_is_left_out_of_forked_children():
     seen = os.read(read, 1)
     os.waitpid(pid, 0)
     assert seen == b"0", "the child has the array's pages"
+
+
+def test_a_snapshot_write_forks_once_copied_and_gives_its_memory_back():
+    """The writer (a real fork) reads the table as it was at the clock, though keys were
+    pushed before the copy was complete; the copy counts against the budget until it ends."""
+    rng = np.random.default_rng(3)
+    store, keys = trained_store(rng)
+    store.budget = Budget(limit=None)
+    held = store.budget.held
+    want = sorted_items(store)
+
+    def write(table):
+        got = sorted_items(table)
+        return {"same": bool(np.array_equal(got[0], want[0])
+                             and np.array_equal(got[1], want[1]))}
+
+    forks = []
+    file = SnapshotWrite(store, write, "server-0000.h5", lambda pid: None,
+                         forked=lambda: forks.append(1))
+    assert file.copying and store.budget.held == held + store.nbytes
+    store.push(keys[:100], np.ones((100, 2), np.float32), 1)   # before any span is copied
+    deadline = time.monotonic() + 60
+    while (entry := file.poll()) is None:
+        assert time.monotonic() < deadline, "the writer did not end within 60 s"
+    assert entry == {"same": True} and forks == [1] and not file.copying
+    assert store.snapshot is None and store.budget.held == held
+
+
+def test_no_memory_for_the_copy_fails_the_file_not_the_server():
+    store, _ = trained_store(np.random.default_rng(4))
+    store.budget = Budget(limit=store.nbytes + store.nbytes // 2)
+    store.budget.take(store.nbytes, "the table")
+    file = SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
+                         forked=lambda: None)
+    entry = file.poll()
+    assert "no memory for a copy of this server's table" in entry["error"]
+    assert "--max-rank-memory" in entry["error"] and not file.copying
+    assert store.snapshot is None and store.budget.held == store.nbytes
