@@ -12,7 +12,9 @@ import numpy as np
 
 from ..kernels import snapshot
 
-SPAN = 1 << 15   # rows copied a turn: at 8-40 bytes a row, 0.25-1.3 MB (about 0.1 ms)
+SPAN = 1 << 15   # rows copied a turn at most: at 8-40 bytes a row, 0.25-1.3 MB (0.1 ms)
+TURNS = 64       # ... and a small table's copy spread over as many turns: the same path
+LEAST = 256      # for every size (a row written before its span came is copied first)
 
 
 class TableSnapshot:
@@ -28,10 +30,12 @@ class TableSnapshot:
     def complete(self) -> bool:
         return self._source is None
 
-    def step(self, rows: int = SPAN) -> bool:
-        """Copy the next `rows` rows; whether the copy is complete."""
+    def step(self, rows: int | None = None) -> bool:
+        """Copy the next `rows` rows (by default a turn's); whether the copy is complete."""
         if self._source is None or self._copied is None:
             return True
+        if rows is None:
+            rows = min(SPAN, max(LEAST, self._source.shape[0] // TURNS))
         stop = min(self._at + rows, self._source.shape[0])
         snapshot.copy_span(self._source, self.rows, self._copied, self._at, stop)
         self._at = stop
