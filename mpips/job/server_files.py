@@ -1,5 +1,6 @@
 """The files a server writes for its job beside serving: a checkpoint's shard (by a forked
-writer, or inline) and, on the lead, its manifest (the server's writer hooks); under ULFM, the
+writer, or inline) and, on the lead, its manifest (the server's writer hooks); the model as it
+stands for learning curves (--snapshot-every, by a forked writer but the last); under ULFM, the
 key ranges of servers that died as the model was saved, written again by their new
 primaries; and where the model is kept as of an earlier clock, for messages.
 """
@@ -23,7 +24,8 @@ from ..server.context import ShardWrite
 from ..server.dense_tables import DenseTables
 from ..server.replicas import PrimaryKeys
 from ..storage import checkpoint
-from ..storage.model_files import shard_path
+from ..storage.model_files import save_shard, shard_path
+from ..wire.clocks import FINISHED, ClockTable
 from ..wire.placement import describe_ranges
 from .snapshot_write import SnapshotWrite
 
@@ -90,6 +92,51 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
         return None
 
     return {"write_shard": write_shard, "write_manifest": write_manifest}
+
+
+def snapshot_writer(cfg: TrainConfig, roles: Roles, own: PrimaryKeys, attrs: dict,
+                    clocks: ClockTable, examples: Callable[[], int],
+                    started: float) -> Callable[[bool], ShardWrite | None]:
+    """The server's hook that writes the model as it is now, for learning curves
+    (--snapshot-every): weights only, to RUN_DIR/snapshots/NNNN, by a forked child from a
+    copy of the table taken now (job.snapshot_write); the last one (`final`, every worker
+    has finished) to snapshots/final, in the loop. `examples()`: those trained so far."""
+    taken: list[float] = []
+
+    def snapshot(final: bool) -> ShardWrite | None:
+        taken.append(time.monotonic() - started)
+        slowest = clocks.slowest()
+        label = "final" if final else f"{len(taken) - 1:04d}"
+        directory = os.path.join(cfg.run_dir, "snapshots", label)
+        meta = {**attrs, "complete": True, "elapsed_s": taken[-1],
+                "slowest_clock": -1 if slowest == FINISHED else slowest,
+                "examples": examples()}
+        longest, placement = clocks.longest, own.placement   # as they are now
+
+        def write(keys: PrimaryKeys) -> dict:
+            path = save_shard(directory, roles.index, len(roles.servers), keys, meta, longest,
+                              weights_only=True, ranges=keys.ranges(),
+                              n_ranges=placement.n_ranges)
+            return {"file": path}
+
+        if not final:
+            return SnapshotWrite(
+                own.store, lambda table: write(PrimaryKeys(table, placement, roles.index)),
+                f"snapshot {label}",
+                lambda pid: _remove(f"{shard_path(directory, roles.index)}.tmp-{pid}"),
+                forked=lambda: None)
+        try:
+            write(own)
+        except SaveError as e:
+            log.warning("snapshot %s not written: %s", label, e)
+        return None
+
+    return snapshot
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
 
 
 def write_for_the_dead(roles: Roles, own: PrimaryKeys, dense: DenseTables, model_dir: str,

@@ -32,14 +32,14 @@ from ..server.store import KVStore
 from ..storage import checkpoint
 from ..storage.model_files import save_shard
 from ..storage.rundir import RunLocks
-from ..wire.clocks import FINISHED, ClockTable
+from ..wire.clocks import ClockTable
 from ..wire.placement import Placement
 from .chunks import shared
 from .failing import log_failure, tell_servers_to_save
 from .livecurves import LiveCurves
 from .part_result import PartResult
 from .scoring import Scoring, core_to_spare
-from .server_files import checkpoint_writers, checkpoints_hint, write_for_the_dead
+from .server_files import checkpoint_writers, checkpoints_hint, snapshot_writer, write_for_the_dead
 from .snapshot_scorer import SnapshotScorer
 
 log = logging.getLogger("mpips")
@@ -108,7 +108,6 @@ class ServerPart:
         self.attrs = {"run_id": name, "config": cfg.to_record(),
                       "data_format": self.trained_on or ""}
         self.started = time.monotonic()
-        self.snapshots_taken: list[float] = []
         self.curves: LiveCurves | None = None
         self.scorer: SnapshotScorer | None = None
         if roles.index == 0:   # the lead, at the start
@@ -149,25 +148,9 @@ class ServerPart:
             log.error("checkpoint at iteration %d: %s", iteration, e)
             return False
 
-    def snapshot(self, final: bool) -> None:
-        """The model as it is now, for learning curves (--snapshot-every); the last one
-        when every worker has finished training."""
-        taken = self.snapshots_taken
-        taken.append(time.monotonic() - self.started)
-        slowest = self.clocks.slowest()
-        label = "final" if final else f"{len(taken) - 1:04d}"
-        own = self.own
-        try:
-            save_shard(os.path.join(self.cfg.run_dir, "snapshots", label), self.roles.index,
-                       len(self.roles.servers), own,
-                       {**self.attrs, "complete": True, "elapsed_s": taken[-1],
-                        "slowest_clock": -1 if slowest == FINISHED else slowest,
-                        "examples": (int(self.progress.examples.sum()) if self.progress
-                                     else -1)},
-                       self.clocks.longest, weights_only=True, ranges=own.ranges(),
-                       n_ranges=own.placement.n_ranges)
-        except SaveError as e:
-            log.warning("snapshot %s not written: %s", label, e)
+    def _examples(self) -> int:
+        """The examples trained so far, as the workers' reports say (-1: not counted)."""
+        return int(self.progress.examples.sum()) if self.progress else -1
 
     def save_partial(self, reason: str, wait_s: float) -> None:
         """After an error: on a full disk, tried again for `wait_s`. A rank that told this one
@@ -206,7 +189,9 @@ class ServerPart:
         return Hooks(**checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on,
                                            self._handed_out),
                      placement_changed=placement_changed,
-                     snapshot=self.snapshot if cfg.diagnostics.snapshot_every else None,
+                     snapshot=(snapshot_writer(
+                         cfg, self.roles, self.own, self.attrs, self.clocks, self._examples,
+                         self.started) if cfg.diagnostics.snapshot_every else None),
                      snapshot_every=cfg.diagnostics.snapshot_every or 0.0,
                      failed=another_rank_failed, stop_requested=signals.stop_requested,
                      reached=testevents.reached, now_leads=now_leads,

@@ -76,7 +76,8 @@ class Hooks:
     write_shard: Callable[[int], ShardWrite] | None = None
     write_manifest: Callable[[int, list, dict], str | None] | None = None
     # server 0: clock, entries, positions -> None, or why it failed
-    snapshot: Callable[[bool], None] | None = None     # final -> None, every snapshot_every s
+    # final -> its file's write if beside the loop, else None (written); every snapshot_every s
+    snapshot: Callable[[bool], ShardWrite | None] | None = None
     snapshot_every: float = 0.0
     failed: Callable[[str], None] = lambda reason: None   # another rank failed: keep the model
     stop_requested: Callable[[], bool] = lambda: False    # polled by every server

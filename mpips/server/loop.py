@@ -201,6 +201,7 @@ class Server:
                 if not survived(self.ctx, e):
                     raise
         self.stats.pulls_held = ctx.gate.pulls_held
+        self.timers.finish_writing()
         self.timers.sample(time.monotonic() - start, force=True)
         if self.progress and ctx.lead:
             self.progress.log(final=True)

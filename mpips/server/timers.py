@@ -1,10 +1,21 @@
 """A server's timed work between messages: the job's snapshots (every snapshot_every
 seconds, and once at the end of training) and the samples of its timeline.
+
+A snapshot's file may be written beside the loop (the hook returns the write, a ShardWrite:
+its copy of the table is made a span per turn, then a forked child writes it). None is
+passed over, so that every server's snapshot N is of the same moment of the job (a copy not
+complete when the next is taken is completed then).
 """
+import logging
 import time
 
 from ..base.timeline import Timeline
 from ..wire.clocks import FINISHED
+from .context import ShardWrite
+
+log = logging.getLogger("mpips")
+WRITER_CHECK_S = 2e-3   # how often the loop asks whether a snapshot's writer has finished
+MOST_WRITING = 2   # snapshots written at once at most (each holds a copy of the table)
 
 
 class Timers:
@@ -14,6 +25,8 @@ class Timers:
         self._final_taken = False
         self._start = 0.0
         self._next_snapshot = float("inf")
+        self._writing: list[ShardWrite] = []   # snapshots being written beside the loop
+        self._said_waiting = False
         self.next_at = 0.0   # when tick has something to do (the loop calls it only then)
 
     def start(self, start: float) -> None:
@@ -26,6 +39,8 @@ class Timers:
     def tick(self, now: float) -> None:
         """A snapshot, a sample of the timeline, if due."""
         start = self._start
+        if self._writing:
+            self._writing = [w for w in self._writing if not self._ended(w.poll())]
         if now >= self._next_snapshot and not self._final_taken:
             every = self.ctx.hooks.snapshot_every
             self._snapshot(final=False)
@@ -37,13 +52,30 @@ class Timers:
 
     def _plan(self) -> None:
         snapshot = float("inf") if self._final_taken else self._next_snapshot
+        if self._writing:   # every turn while one copies, else now and then
+            copying = any(w.copying for w in self._writing)
+            snapshot = min(snapshot, time.monotonic() + (0.0 if copying else WRITER_CHECK_S))
         self.next_at = min(snapshot, self._start + self.timeline.next_due)
 
+    @staticmethod
+    def _ended(entry: dict | None) -> bool:
+        """Whether a snapshot being written is done (`entry`: its outcome, if in)."""
+        if entry is not None and "error" in entry:
+            log.warning("a snapshot was not written: %s", entry["error"])
+        return entry is not None
+
     def final_snapshot(self) -> None:
-        """Every worker has finished: the last snapshot (once)."""
+        """Every worker has finished: the last snapshot (once), after those being written."""
         if self.ctx.hooks.snapshot and not self._final_taken:
+            self.finish_writing()
             self._snapshot(final=True)
             self._final_taken = True
+
+    def finish_writing(self) -> None:
+        """Wait (within --timeout each) for the snapshots being written."""
+        for writing in self._writing:
+            self._ended(writing.wait(self.ctx.timeout))
+        self._writing = []
 
     def sample(self, t: float, force: bool = False) -> None:
         ctx = self.ctx
@@ -64,5 +96,15 @@ class Timers:
 
     def _snapshot(self, final: bool) -> None:
         began = time.monotonic()
-        self.ctx.hooks.snapshot(final)
+        if len(self._writing) >= MOST_WRITING:
+            if not self._said_waiting:
+                log.warning("a snapshot is due while %d are still being written: waiting for "
+                            "the oldest (snapshots come faster than they are written, and "
+                            "workers wait; a longer --snapshot-every avoids it)",
+                            len(self._writing))
+                self._said_waiting = True
+            self._ended(self._writing.pop(0).wait(self.ctx.timeout))
+        writing = self.ctx.hooks.snapshot(final)
+        if writing is not None:
+            self._writing.append(writing)
         self.ctx.stats.busy_s += time.monotonic() - began

@@ -273,3 +273,54 @@ def test_a_writer_that_fails_or_outlives_the_timeout_reports_a_failed_file():
     assert ctx.outbox.messages == [(Op.SHARD_SAVED, 15, 0), (Op.SHARD_SAVED, 30, 0)]
     assert "was not written within --timeout 60 s" in files[1].entry["error"]
     assert ctx.stats.checkpoints == 0
+
+
+def snapshotting_server(snapshot_every=1.0):
+    """A server whose learning-curve snapshots are written by FakeWrites (beside the loop)."""
+    from mpips.server.context import Hooks
+    from mpips.server.timers import Timers
+    from mpips.wire.placement import Placement
+    files = []
+
+    def snapshot(final: bool):
+        if final:
+            files.append("final")
+            return None
+        files.append(FakeWrite(len(files)))
+        return files[-1]
+
+    roles = SimpleNamespace(index=0, servers=[0], workers=[1, 2])
+    ctx = ServerContext(roles, None, ClockTable(2), 60.0,
+                        Hooks(snapshot=snapshot, snapshot_every=snapshot_every),
+                        Placement(1), SimpleNamespace(busy_s=0.0, bytes_sent=0,
+                                                      bytes_received=0, pushes_applied=0))
+    ctx.gate = SimpleNamespace(held_s=np.zeros(2), pulls_held=0)
+    timers = Timers(ctx)
+    return timers, files
+
+
+def test_snapshots_are_written_beside_the_loop_none_passed_over(caplog):
+    """A snapshot copying makes the loop call every turn; each due snapshot is taken (its
+    number is the same moment on every server), at most two written at once (a third waits
+    for the oldest, saying so once); a writer that failed is named; the last one waits."""
+    timers, files = snapshotting_server(snapshot_every=1000.0)
+    t0 = time.monotonic()
+    timers.start(t0)
+    due, between = t0 + 1000.0, t0 + 500.0   # (the due times follow the real clock)
+    timers.tick(due)
+    assert len(files) == 1
+    files[0].copying = True
+    timers.tick(between)
+    assert len(files) == 1 and timers.next_at <= time.monotonic(), \
+        "called every turn while a copy is made"
+    files[0].copying = False
+    timers.tick(due)
+    assert len(files) == 2 and not files[0].waited, "two at once: the second taken beside"
+    timers.tick(due)
+    assert len(files) == 3 and files[0].waited, "a third waits for the oldest"
+    assert "snapshots come faster than they are written" in caplog.text
+    files[1].entry = {"error": "the writer of snapshot 0001 failed"}
+    timers.tick(between)
+    assert "a snapshot was not written: the writer of snapshot 0001 failed" in caplog.text
+    timers.final_snapshot()
+    assert files[2].waited and files[-1] == "final"
