@@ -250,6 +250,11 @@ class CheckpointRounds:
         self._check(now)   # written in the loop (--checkpoint-inline): done now
         self._schedule(now)
 
+    @property
+    def copying(self) -> bool:
+        """Whether this server's state for the file being written is still being copied."""
+        return self.writing is not None and self.writing.file.copying
+
     def ending(self) -> bool:
         """At the end, nothing else to serve: whether the loop goes on until the file being
         written is in (within --timeout of its start, see _check)."""

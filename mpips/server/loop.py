@@ -282,6 +282,8 @@ class Server:
                 raise self._overdue()
             ctx.outbox.reap()
             self._next_check = now + CHECK_S
+        if ctx.rounds.copying or self.timers.copying:
+            return   # no wait: the next turn copies a span more (between looks for messages)
         self._backoff.idle()
 
     def _overdue(self) -> WaitTimeout:

@@ -57,6 +57,11 @@ class Timers:
             snapshot = min(snapshot, time.monotonic() + (0.0 if copying else WRITER_CHECK_S))
         self.next_at = min(snapshot, self._start + self.timeline.next_due)
 
+    @property
+    def copying(self) -> bool:
+        """Whether a snapshot's copy of the table is being made."""
+        return any(w.copying for w in self._writing)
+
     @staticmethod
     def _ended(entry: dict | None) -> bool:
         """Whether a snapshot being written is done (`entry`: its outcome, if in)."""
