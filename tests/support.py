@@ -99,6 +99,47 @@ def run_mpips(*args, timeout: float = 300) -> Job:
     return Job(proc.returncode, proc.stdout, proc.stderr)
 
 
+def run_here(*args) -> Job:
+    """`python -m mpips ARGS` of a one-process command (score, report, inspect) run in this
+    process: its exit status, standard output and standard error as the program's, without a
+    new interpreter's imports (report's matplotlib alone is a second of CPU). For tests of
+    what the command does with its inputs; each command also has tests that run it as a
+    program (`run_mpips`). The 'mpips' logger's warnings go to standard error as the
+    program's, whose logger has no handler, prints them (the message alone), and an
+    exception that escapes is printed with its traceback (status 1)."""
+    import contextlib
+    import io
+    import logging
+    import traceback
+
+    from mpips.cli.main import main
+    out, err = io.StringIO(), io.StringIO()
+    logger = logging.getLogger("mpips")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    last_resort = logging.StreamHandler(err)   # as logging.lastResort: WARNING, the message
+    last_resort.setLevel(logging.WARNING)
+    logger.handlers, logger.propagate = [last_resort], False
+    logger.setLevel(logging.WARNING)
+    status = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main([*map(str, args)])
+            except SystemExit as e:
+                if e.code is None or isinstance(e.code, int):
+                    status = e.code or 0
+                else:
+                    print(e.code, file=sys.stderr)
+                    status = 1
+            except Exception:
+                traceback.print_exc()
+                status = 1
+    finally:
+        logger.handlers, logger.propagate = saved[0], saved[2]
+        logger.setLevel(saved[1])
+    return Job(status, out.getvalue(), err.getvalue())
+
+
 def read_summary(run_dir) -> dict:
     with open(os.path.join(run_dir, "summary.json")) as f:
         return json.load(f)

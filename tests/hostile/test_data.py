@@ -13,7 +13,7 @@ import time
 import h5py
 import numpy as np
 import pytest
-from support import read_summary, refusal, run_job, run_mpips
+from support import read_summary, refusal, run_here, run_job
 
 from mpips.data import textfile as data
 from mpips.storage.checkpoint import read_manifest
@@ -98,14 +98,14 @@ def test_a_corrupt_row_pointer_is_an_error_not_a_segfault(converted, small_data,
     job = train(dataset, tmp_path / "run")
     assert job.returncode == 2, job.output
     assert f"{path}: row pointer 5000 is 1000000000000, out of order" in job.stderr
-    scored = run_mpips("score", tmp_path / "run", "--test", dataset)
+    scored = run_here("score", tmp_path / "run", "--test", dataset)
     assert scored.returncode == 2 and "Traceback" not in scored.output
 
 
 def test_score_on_a_corrupt_shard_says_which_file(converted, trained, tmp_path):
     dataset = copy_of(converted, tmp_path)
     path = corrupt_indptr(dataset, 10, -7)
-    scored = run_mpips("score", trained, "--test", dataset)
+    scored = run_here("score", trained, "--test", dataset)
     assert scored.returncode == 2, scored.output
     assert f"mpips: error: {path}: row pointer 10 is -7" in scored.stderr
     assert "Traceback" not in scored.output
@@ -278,7 +278,7 @@ def test_score_with_a_malformed_test_file_or_a_directory_says_so(trained, tmp_pa
     for test, says in ((bad, f"{bad}:2: feature index is not a non-negative integer"),
                        (tmp_path, "not a converted dataset"),
                        (tmp_path / "nothing.svm", "no such file")):
-        scored = run_mpips("score", trained, "--test", test)
+        scored = run_here("score", trained, "--test", test)
         assert scored.returncode == 2, scored.output
         assert says in scored.stderr and "Traceback" not in scored.output
 
@@ -294,7 +294,7 @@ def test_compressed_input_is_refused_saying_how_to_read_it(small_data, tmp_path,
     elif command == "convert":
         job = run_job(2, "convert", packed, tmp_path / "bin", timeout=60)
     else:
-        job = run_mpips("score", request.getfixturevalue("trained"), "--test", packed)
+        job = run_here("score", request.getfixturevalue("trained"), "--test", packed)
     assert job.returncode == 2, job.output
     assert f"{packed}: gzip-compressed" in job.stderr and f"gunzip -k {packed}" in job.stderr
     assert "Traceback" not in job.output

@@ -7,7 +7,7 @@ import os
 import shutil
 
 import pytest
-from support import run_job, run_mpips
+from support import run_here, run_job
 
 import mpips
 from mpips.cli.report import load_run
@@ -36,7 +36,7 @@ def test_what_is_no_run_is_refused_naming_it(run, tmp_path, damage, says):
     if damage == "damaged summary":
         target = copy_of(run, tmp_path)
         (target / "summary.json").write_text('{"servers": 2, "work')
-    job = run_mpips("report", target)
+    job = run_here("report", target)
     assert job.returncode == 2, job.output
     assert says in job.stderr and "Traceback" not in job.stderr
     assert not (target / "report.html").exists()
@@ -45,7 +45,7 @@ def test_what_is_no_run_is_refused_naming_it(run, tmp_path, damage, says):
 def test_a_damaged_timeline_leaves_the_page_without_its_plots_over_time(run, tmp_path):
     target = copy_of(run, tmp_path)
     (target / "timeline.h5").write_bytes(b"not hdf5 at all")
-    job = run_mpips("report", target)
+    job = run_here("report", target)
     assert job.returncode == 0, job.output
     page = (target / "report.html").read_text()
     assert f"{target / 'timeline.h5'}: not a readable timeline" in job.stderr
@@ -56,7 +56,7 @@ def test_a_damaged_timeline_leaves_the_page_without_its_plots_over_time(run, tmp
 def test_a_test_file_gone_leaves_the_learning_curve_out_saying_so(run, small_data, tmp_path):
     target = copy_of(run, tmp_path)
     missing = tmp_path / "moved.svm"
-    job = run_mpips("report", target, "--test", missing)
+    job = run_here("report", target, "--test", missing)
     assert job.returncode == 0, job.output
     assert f"no learning curve: {missing}" in job.stderr
     assert "no learning curve" in (target / "report.html").read_text()
@@ -64,7 +64,7 @@ def test_a_test_file_gone_leaves_the_learning_curve_out_saying_so(run, small_dat
 
 def test_a_page_that_cannot_be_written_is_one_line_of_error(run, tmp_path):
     (tmp_path / "notes").write_text("a file, where the page's directory would be")
-    job = run_mpips("report", run, "--out", tmp_path / "notes" / "r.html")
+    job = run_here("report", run, "--out", tmp_path / "notes" / "r.html")
     assert job.returncode == 2, job.output
     assert "r.html" in job.stderr and "Traceback" not in job.stderr
 
@@ -78,7 +78,7 @@ def cut_short(path) -> str:
 def test_a_model_cut_short_is_named_by_score_and_load(run, small_data, tmp_path):
     target = copy_of(run, tmp_path)
     shard = cut_short(target / "model" / "server-0000.h5")
-    job = run_mpips("score", target, "--test", small_data[1])
+    job = run_here("score", target, "--test", small_data[1])
     assert job.returncode == 2, job.output
     [line] = job.stderr.splitlines()
     assert f"{shard}: cut short" in line and "copy it again" in line
@@ -104,7 +104,7 @@ def with_a_cut_short_snapshot(run, tmp_path) -> tuple:
 
 def test_a_snapshot_cut_short_is_left_out_of_the_curve_naming_it(run, tmp_path):
     target, shard = with_a_cut_short_snapshot(run, tmp_path)
-    job = run_mpips("report", target)
+    job = run_here("report", target)
     assert job.returncode == 0, job.output
     assert f"{shard}: cut short" in job.stderr and "Traceback" not in job.stderr
     page = (target / "report.html").read_text()
@@ -114,7 +114,7 @@ def test_a_snapshot_cut_short_is_left_out_of_the_curve_naming_it(run, tmp_path):
 
 def test_score_of_the_snapshots_passes_over_one_cut_short_naming_it(run, small_data, tmp_path):
     target, shard = with_a_cut_short_snapshot(run, tmp_path)
-    job = run_mpips("score", target, "--test", small_data[1], "--snapshots")
+    job = run_here("score", target, "--test", small_data[1], "--snapshots")
     assert job.returncode == 0, job.output
     assert f"{shard}: cut short" in job.stderr and "Traceback" not in job.stderr
     assert "snapshot  0000" in job.stdout and "snapshot final" not in job.stdout
@@ -127,7 +127,7 @@ def test_a_crashed_run_among_several_is_a_note_and_the_others_are_reported(run, 
                   "--test-event", "kill rank 1 at clock 10", timeout=120)
     assert job.returncode != 0 and not (crashed / "summary.json").exists(), job.output
     page = tmp_path / "both.html"
-    job = run_mpips("report", run, crashed, "--out", page)
+    job = run_here("report", run, crashed, "--out", page)
     assert job.returncode == 0, job.output
     text = page.read_text()
     assert f"left out: {crashed}: no summary.json" in text

@@ -11,7 +11,8 @@ import subprocess
 import h5py
 import numpy as np
 import pytest
-from support import ASP_LOGLOSS_SLACK, close_logloss, fired, read_summary, run_job, run_mpips
+from support import (ASP_LOGLOSS_SLACK, close_logloss, fired, read_summary, run_here,
+                     run_job)
 from debian import ensure
 from watch import complete_checkpoints, rank_pids
 
@@ -22,7 +23,7 @@ from mpips.run.config import LayoutConfig
 from mpips.storage.model_files import load_model
 from mpips.wire.placement import Placement
 
-EPOCHS = 5
+EPOCHS = 3
 TRAIN = ("--epochs", EPOCHS, "--batch-size", 200, "--checkpoint-every", 15)
 CLOCK_ROWS = 2 * 200    # the examples of one clock: 2 workers x 200 rows
 # Asked to stop (a signal to the lead server, rank 0, when every worker has completed clock
@@ -189,12 +190,12 @@ def test_ssp_and_asp_runs_stop_and_resume(small_data, uninterrupted, tmp_path, c
 
 def test_timed_checkpoints_resume_to_the_same_model(small_data, uninterrupted, tmp_path):
     """--checkpoint-every in seconds: server 0 names the clock, every server writes there.
-    Worker 0 (rank 2) is frozen for 1 s, 10 intervals, at clocks 30, 90 and 150: a timed
+    Worker 0 (rank 2) is frozen for 1 s, 10 intervals, at clocks 30, 70 and 110: a timed
     checkpoint falls due during each, named two clocks past the slowest worker's. (Every
     0.1 s, not less: each is a forked writer per server, and a shorter interval only writes
     more of them between the freezes.)"""
     run = tmp_path / "run"
-    freezes = [f"freeze rank 2 for 1 s at clock {c}" for c in (30, 90, 150)]
+    freezes = [f"freeze rank 2 for 1 s at clock {c}" for c in (30, 70, 110)]
     job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
                   "--out", run, *TRAIN[:4], "--checkpoint-every", "0.1s",
                   # all kept: a loaded machine's run of 10 s or more writes over 100
@@ -203,7 +204,7 @@ def test_timed_checkpoints_resume_to_the_same_model(small_data, uninterrupted, t
     assert job.returncode == 0, job.output
     for event in freezes:
         fired(job, event)
-    assert {32, 92, 152} <= set(clocks(run / "checkpoints")), clocks(run / "checkpoints")
+    assert {32, 72, 112} <= set(clocks(run / "checkpoints")), clocks(run / "checkpoints")
     found = [os.path.dirname(p) for p in complete_checkpoints(run / "checkpoints")]
     assert len(found) >= 3, f"a run of several seconds wrote {len(found)} checkpoint(s)"
     for directory in found:
@@ -231,10 +232,10 @@ def test_a_damaged_checkpoint_is_passed_over(small_data, uninterrupted, tmp_path
         data = bytearray(f.read(8))
         f.seek(where)
         f.write(bytes(b ^ 0xFF for b in data))
-    report = run_mpips("inspect", ckpt, "--all")
+    report = run_here("inspect", ckpt, "--all")
     assert f"{os.path.basename(newest)}  NOT USABLE: server-0001.h5: dataset state does not " \
            f"match its checksum" in report.stdout
-    usual = run_mpips("inspect", ckpt)     # what a user types after a crash
+    usual = run_here("inspect", ckpt)     # what a user types after a crash
     assert usual.returncode == 0
     assert usual.stdout.index(f"{os.path.basename(newest)}  NOT USABLE") < usual.stdout.index(
         f"--resume {ckpt} takes:\n{os.path.basename(previous)}  complete, checksums match")
@@ -246,7 +247,7 @@ def test_a_damaged_checkpoint_is_passed_over(small_data, uninterrupted, tmp_path
     assert f"checkpoint {newest} is damaged or incomplete" in job.output
     assert f"resumed from checkpoint clock {read_manifest(previous)['clock']}" in job.output
     os.truncate(os.path.join(previous, "server-0000.h5"), 1000)   # and a truncated file
-    report = run_mpips("inspect", ckpt, "--all")
+    report = run_here("inspect", ckpt, "--all")
     assert report.returncode == 0 and "server-0000.h5: cut short (1,000 of its" in report.stdout
 
 
@@ -288,10 +289,10 @@ def test_a_killed_writer_fails_its_checkpoint_and_the_last_file_is_waited_for(
         small_data, uninterrupted, tmp_path):
     """Server 0's second writer is killed halfway through its file: checkpoint 30 is not
     complete, 15 stays the newest until 45, the job says so and trains on (one failure).
-    Server 1's last writer (the final checkpoint, its 17th: every 15 clocks and the last) is
+    Server 1's last writer (the final checkpoint, its 11th: every 15 clocks and the last) is
     kept busy 2 s: the job ends only once it is in, the final checkpoint complete."""
     run = tmp_path / "run"
-    kill, slow = "kill rank 0 at writing 2", "busy rank 1 for 2 s at writing 17"
+    kill, slow = "kill rank 0 at writing 2", "busy rank 1 for 2 s at writing 11"
     job = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--out", run, *TRAIN,
                   "--keep-checkpoints", 100, "--test-event", kill, "--test-event", slow)
     assert job.returncode == 0, job.output
@@ -303,7 +304,7 @@ def test_a_killed_writer_fails_its_checkpoint_and_the_last_file_is_waited_for(
     assert "training goes on, and stops if 3 in a row fail" in job.output
     last = clocks(uninterrupted / "checkpoints")[-1]
     every = sorted({*range(15, last + 1, 15), last})
-    assert len(every) == 17, "the final checkpoint is server 1's 17th"
+    assert len(every) == 11, "the final checkpoint is server 1's 11th"
     assert clocks(run / "checkpoints") == [c for c in every if c != 30]
     failed = run / "checkpoints" / "clock-000000000030"
     assert not (failed / "manifest.json").exists()

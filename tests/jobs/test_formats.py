@@ -3,7 +3,7 @@ takes it in parallel, a job trains on it (text or converted) to a model that has
 planted one; a job trains on Avazu's CSV; Wide & Deep concatenates the fields each format
 gives (Criteo's 39 known, libffm's counted when converting, --fields on text)."""
 import numpy as np
-from support import read_summary, refusal, run_job, run_mpips, same_model
+from support import read_summary, refusal, run_here, run_job, run_mpips, same_model
 
 from mpips.models.evaluate import read_rows
 from mpips.storage.model_files import load_model
@@ -166,10 +166,10 @@ def test_a_job_trains_on_a_parquet_folder_as_on_its_conversion(tmp_path):
     print(f"parquet test logloss {s['test_logloss']:.4f}, base rate {entropy:.4f}")
     assert s["train_examples"] == 2 * 4000 and s["test_examples"] == 1000
     assert s["test_logloss"] < 0.95 * entropy and s["test_auc"] > 0.7
-    scored = run_mpips("score", runs[0], "--test", test)
+    scored = run_here("score", runs[0], "--test", test)
     assert scored.returncode == 0 and f"logloss {s['test_logloss']:.4f}" in scored.stdout, \
         scored.output
     text = tmp_path / "t.svm"
     text.write_text("1 1:1\n")
-    scored = run_mpips("score", runs[0], "--test", text)
+    scored = run_here("score", runs[0], "--test", text)
     assert scored.returncode == 2 and "trained on parquet data" in scored.stderr, scored.output

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from support import ULFM, fired, read_summary, run_job, run_mpips
+from support import ULFM, fired, read_summary, run_here, run_job, run_mpips
 from sklearn.linear_model import LogisticRegression
 
 from mpips.run.config import LayoutConfig
@@ -260,7 +260,7 @@ def test_a_stop_signal_to_one_worker_checkpoints_and_resumes_on_the_same_bits(da
 
 def test_a_solvers_report_plots_its_objective(whole, tmp_path):
     page = tmp_path / "solver.html"
-    job = run_mpips("report", whole[0], "--out", page)
+    job = run_here("report", whole[0], "--out", page)
     assert job.returncode == 0, job.output
     text = page.read_text()
     assert 'alt="Full-batch solver"' in text and 'alt="Throughput"' not in text

@@ -13,7 +13,7 @@ a `workplan.Handover` that is not `dead`, a join one split per donor) and every 
 a resume from a clock after the change must end on that run's bits and train exactly its rows
 (`train_examples`, and each worker's `worker_examples`).
 
-Jobs: 2 servers + 3 workers on the 20,000 rows of `small_data`, 3 epochs of minibatches of
+Jobs: 2 servers + 3 workers on the 20,000 rows of `small_data`, 2 epochs of minibatches of
 200 rows (34 clocks an epoch per worker), a checkpoint at every clock, so that the
 checkpoints right after a change, where the bookkeeping is the most delicate, exist whatever
 the clock at which the change landed. The lead itself asks for each change at a clock the
@@ -33,11 +33,11 @@ from watch import complete_checkpoints
 
 from mpips.storage.checkpoint import clock_dir, read_manifest
 
-EPOCHS, ROWS = 3, 20000
+EPOCHS, ROWS = 2, 20000
 ARGS = ("--servers", 2, "--epochs", EPOCHS, "--batch-size", 200, "--timeout", 60,
         "--checkpoint-every", 1, "--keep-checkpoints", 1000)
 # The lead asks worker 1 to leave at clock 10; it leaves within a few clocks (and the others
-# take its rows left within a few more), far from the end of the job (about 140 clocks).
+# take its rows left within a few more), far from the end of the job (about 95 clocks).
 LEAVE = "ctl remove-worker 1 at clock 10"
 # ... and to join again at clock 30, some 20 clocks after it has left; the join is done a few
 # clocks later.

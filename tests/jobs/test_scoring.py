@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from support import ctl_answers, fired, read_summary, run_job, run_mpips
+from support import ctl_answers, fired, read_summary, run_here, run_job
 
 from mpips.job.scoring import core_to_spare
 
@@ -38,7 +38,7 @@ def test_every_row_is_scored_once_and_as_the_saved_model_scores_it(small_data, t
         assert by_rank[:servers] == [0] * servers, f"oversubscribed, servers do not: {by_rank}"
     # Whichever rank scored which chunk, the figures are the same bits (summed in one order).
     assert runs[1]["test_logloss"] == s["test_logloss"] and runs[1]["test_auc"] == s["test_auc"]
-    offline = run_mpips("score", tmp_path / "run0", "--test", small_data[1], "--json",
+    offline = run_here("score", tmp_path / "run0", "--test", small_data[1], "--json",
                         tmp_path / "score.json")
     assert offline.returncode == 0, offline.output
     with open(tmp_path / "score.json") as f:

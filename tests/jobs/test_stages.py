@@ -9,7 +9,7 @@ import shutil
 import h5py
 import numpy as np
 import pytest
-from support import ULFM, fired, read_summary, run_job, run_mpips, same_model
+from support import ULFM, fired, read_summary, run_here, run_job, run_mpips, same_model
 
 from mpips.storage.model_files import load_model
 from mpips.pipeline.schedule import POLICIES
@@ -88,7 +88,7 @@ def test_micro_batches_add_the_same_gradients_in_another_order(paired, whole, po
     assert pipeline["bubble_theory"] == pytest.approx(0.25)
     assert 0 < pipeline["bubble_measured"] < 1 and pipeline["steps_logged"] == 12
     assert summary["late_compiles"] == 0
-    report = run_mpips("report", tmp_path / "run")
+    report = run_here("report", tmp_path / "run")
     assert report.returncode == 0, report.output
     page = (tmp_path / "run" / "report.html").read_text()
     assert '<h2>Pipeline</h2><img alt="Pipeline" src="data:image/png;base64,' in page
@@ -96,7 +96,7 @@ def test_micro_batches_add_the_same_gradients_in_another_order(paired, whole, po
     with h5py.File(tmp_path / "run" / "timeline.h5", "r+") as f:
         del f["tasks/start"]
         f["tasks/start"] = np.zeros(3)
-    report = run_mpips("report", tmp_path / "run")
+    report = run_here("report", tmp_path / "run")
     assert report.returncode == 0, report.output
     page = (tmp_path / "run" / "report.html").read_text()
     assert "<h2>Pipeline</h2>" not in page and "<h2>Workers</h2>" in page
