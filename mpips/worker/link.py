@@ -14,6 +14,8 @@ from ..wire.placement import Placement, describe_ranges
 from ..wire.protocol import Op
 from .requests import Pending, Reply, Send
 
+_UNREAD = MPI.Status()   # where a send's status goes (never read: one for all)
+
 
 class Link:
     """A worker's link to the servers: request timestamps, messages and their replies,
@@ -155,7 +157,7 @@ class Link:
         parts = [p for p in pending.sends + pending.replies if not p.done]
         timeout = pending.timeout or self.timeout
         if not self.failover:
-            statuses = [p.status if isinstance(p, Reply) else MPI.Status() for p in parts]
+            statuses = [p.status if isinstance(p, Reply) else _UNREAD for p in parts]
             waited = wait_all([p.request for p in parts], timeout, pending.said,
                               statuses=statuses)
             for p in parts:
