@@ -59,7 +59,7 @@ class HotPath:
         if worker is None:
             return False
         if h.op == Op.PULL:
-            taken = self._pull(worker, source, buf, h)
+            taken = self._pull(worker, source, buf, h, h.flags)
         elif h.op == Op.PUSH:
             taken = self._push(worker, source, buf, h)
         else:
@@ -83,16 +83,17 @@ class HotPath:
             return Taken.NONE
         self.ctx.watchdog.message_from(worker)
         # Asked again: the push may have moved the clocks to a new placement.
-        pull_h = protocol.without_flag(h, protocol.WITH_PUSH)
-        if self._worker(source, pull_h) is None:
+        if self._worker(source, h) is None:
             return Taken.PUSH
-        return Taken.BOTH if self._pull(worker, source, buf[:cut], pull_h) else Taken.PUSH
+        pull = self._pull(worker, source, buf[:cut], h, h.flags & ~protocol.WITH_PUSH)
+        return Taken.BOTH if pull else Taken.PUSH
 
-    def _pull(self, worker: int, source: int, buf: np.ndarray, h) -> bool:
+    def _pull(self, worker: int, source: int, buf: np.ndarray, h, flags: int) -> bool:
+        """`h`'s flags but `flags` (a bundle's header, WITH_PUSH left out) are not read."""
         ctx = self.ctx
-        if h.flags & ~PULL_FLAGS or buf.shape[0] != HEADER_BYTES + 8 * h.nkeys:
+        if flags & ~PULL_FLAGS or buf.shape[0] != HEADER_BYTES + 8 * h.nkeys:
             return False
-        clock = ctx.clocks.read_clock(worker, bool(h.flags & protocol.NEXT_CLOCK))
+        clock = ctx.clocks.read_clock(worker, bool(flags & protocol.NEXT_CLOCK))
         verdict = ctx.gate.verdict(worker, clock, h.placement)
         if verdict == SERVE:
             return ctx.reads.serve_checked(worker, source, h, buf, clock)

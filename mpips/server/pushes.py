@@ -39,17 +39,35 @@ class ClockPushes:
         self.applied = applied    # every push of the clocks before this one has been given out
 
     def add(self, clock: int, worker: int, push) -> None:
-        self._pending.setdefault(clock, {}).setdefault(worker, []).append(push)
+        by_worker = self._pending.get(clock)
+        if by_worker is None:
+            self._pending[clock] = {worker: [push]}
+            return
+        pushes = by_worker.get(worker)
+        if pushes is None:
+            by_worker[worker] = [push]
+        else:
+            pushes.append(push)
 
     def until(self, clock: int) -> list:
         """The pushes of every clock before `clock` not given out yet, in clock, worker, then
         arrival order."""
         ready: list = []
-        for c in sorted(c for c in self._pending if c < clock):
-            pending = self._pending.pop(c)
-            for w in sorted(pending):
-                ready += pending[w]
-        self.applied = max(self.applied, clock)
+        pending = self._pending
+        if pending:
+            clocks = [c for c in pending if c < clock]
+            if len(clocks) > 1:
+                clocks.sort()
+            for c in clocks:
+                by_worker = pending.pop(c)
+                if len(by_worker) == 1:   # (the common case, asked of every clock)
+                    for pushes in by_worker.values():
+                        ready += pushes
+                    continue
+                for w in sorted(by_worker):
+                    ready += by_worker[w]
+        if clock > self.applied:
+            self.applied = clock
         return ready
 
     def drop(self, worker: int, from_clock: int) -> int:
@@ -143,8 +161,9 @@ class Pushes:
         kept for `apply_backups`, once the reads they let through are answered (reads go to
         primaries: no read needs the backed-up ranges). Not if a server died since the push
         arrived: its ranges may be this server's to answer now."""
+        since = self.ctx.placement.backups_since
         for pending in self.buffer.until(clock):
-            if pending.deferrable == self.ctx.placement.backups_since:
+            if pending.deferrable == since:
                 self._backups_due.append((pending.push, pending.clock))
             else:
                 self._apply(pending.push, pending.clock)
@@ -196,10 +215,11 @@ class Pushes:
         ctx = self.ctx
         ckpt, rounds = ctx.ckpt, ctx.rounds
         last = ckpt.last_clock(self._slowest) if slowest == FINISHED else slowest
-        for clock in range(self._slowest + 1, last + 1):
-            if ckpt.due(clock):
-                self._apply_until(clock)
-                rounds.take(clock)
+        if ckpt.every or ckpt.stop_at is not None or ckpt.planned:   # (else none is due)
+            for clock in range(self._slowest + 1, last + 1):
+                if ckpt.due(clock):
+                    self._apply_until(clock)
+                    rounds.take(clock)
         self._apply_until(last)
         if slowest == FINISHED and ckpt.periodic:
             rounds.take(last)   # every worker has finished: the final state

@@ -13,6 +13,8 @@ from .readgate import HOLD, SERVE, Pull
 class Reads:
     def __init__(self, ctx):
         self.ctx = ctx
+        self._check_of: tuple = (None, None)   # (placement, read counts) _check was made for
+        self._check: tuple = ()
         ctx.register({Op.PULL: self.on_pull})
 
     def on_pull(self, source: int, r, buf) -> None:
@@ -63,9 +65,14 @@ class Reads:
         return True
 
     def _key_check(self) -> tuple:
-        """How a kernel checks a pull's keys here (Placement.key_check), the reads counted."""
+        """How a kernel checks a pull's keys here (Placement.key_check), the reads counted;
+        made again only when the placement changes (asked of every pull)."""
         ctx = self.ctx
-        return ctx.placement.key_check(ctx.roles.index, True, ctx.members.load)
+        placement, load = self._check_of
+        if placement is not ctx.placement or load is not ctx.members.load:
+            placement, load = self._check_of = (ctx.placement, ctx.members.load)
+            self._check = placement.key_check(ctx.roles.index, True, load)
+        return self._check
 
     def _serve(self, pull: Pull) -> None:
         ctx = self.ctx

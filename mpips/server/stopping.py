@@ -26,7 +26,7 @@ class Stopping:
             log.info("asked to stop (a signal): the job checkpoints and stops")
             if not ctx.lead:
                 ctx.send(messages.Stop().pack(), ctx.lead_rank)
-        if (ctx.lead and self.asked and ctx.ckpt.stop_at is None
+        if (self.asked and ctx.lead and ctx.ckpt.stop_at is None
                 and not ctx.members.busy):   # a stop waits for a move to end
             slowest = ctx.clocks.slowest()
             if slowest != FINISHED:   # else training is over: nothing to stop

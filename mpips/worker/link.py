@@ -14,6 +14,8 @@ from ..wire.placement import Placement, describe_ranges
 from ..wire.protocol import Op
 from .requests import Pending, Reply, Send
 
+_UNREAD = MPI.Status()   # where a send's status goes (never read: one for all)
+
 
 class Link:
     """A worker's link to the servers: request timestamps, messages and their replies,
@@ -79,12 +81,15 @@ class Link:
         this worker's next PUSH that completes a clock to that server, in front of it
         (protocol.bundle: the server takes the push first), or alone if `send_held` is
         called first or another pull is held for that server."""
+        figures = self._report if report else None
+        if figures is not None:   # (set here: the header is not made twice)
+            fields["flags"] = fields.get("flags", 0) | protocol.REPORT
         h = protocol.Header(op, ts=self._ts, clock=self.clock,
                             placement=self._placement.version, **fields)
-        buf = protocol.pack(h, *payload, report=self._report if report else None)
-        self.bytes_sent += buf.nbytes
         rank = self.servers[server_index]
         if hold:
+            buf = protocol.pack(h, *payload, report=figures)
+            self.bytes_sent += buf.nbytes
             earlier = self._held.pop(server_index, None)
             if earlier is not None:   # one pull rides a push: an earlier one goes alone
                 earlier.request = self.comm.Isend(earlier.buffer, rank, tags.REQUEST_TAG)
@@ -92,10 +97,14 @@ class Link:
             return send
         clocked = op == Op.PUSH and fields.get("flags", 0) & protocol.CLOCK
         pull = self._held.pop(server_index, None) if clocked else None
-        if pull is not None:
-            buf = pull.buffer = protocol.bundle(pull.buffer, buf)
+        if pull is not None:   # packed behind the pull (protocol.bundle)
+            buf = protocol.pack(h, *payload, report=figures, behind=pull.buffer)
+            self.bytes_sent += buf.nbytes - pull.buffer.nbytes
+            pull.buffer = buf
             pull.request = self.comm.Isend(buf, rank, tags.REQUEST_TAG)
             return Send(pull.request, buf, server_index)
+        buf = protocol.pack(h, *payload, report=figures)
+        self.bytes_sent += buf.nbytes
         return Send(self.comm.Isend(buf, rank, tags.REQUEST_TAG), buf, server_index)
 
     def send_held(self) -> None:
@@ -148,7 +157,7 @@ class Link:
         parts = [p for p in pending.sends + pending.replies if not p.done]
         timeout = pending.timeout or self.timeout
         if not self.failover:
-            statuses = [p.status if isinstance(p, Reply) else MPI.Status() for p in parts]
+            statuses = [p.status if isinstance(p, Reply) else _UNREAD for p in parts]
             waited = wait_all([p.request for p in parts], timeout, pending.said,
                               statuses=statuses)
             for p in parts:

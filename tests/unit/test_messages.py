@@ -81,3 +81,22 @@ def test_every_op_is_typed_or_on_the_data_plane():
     typed, data = set(messages.TYPES), set(messages.DATA_PLANE)
     assert typed.isdisjoint(data)
     assert typed | data == set(Op)
+
+
+def test_a_push_packed_behind_its_pull_is_the_bundle_of_the_two():
+    """What a worker sends (protocol.pack with `behind`) is what protocol.bundle makes of the
+    two requests packed apart; payloads not contiguous or empty pack as their bytes."""
+    keys = np.arange(5, dtype=np.uint64) * 3
+    pull = protocol.pack(protocol.Header(Op.PULL, nkeys=5), keys)
+    values = np.arange(10, dtype=np.float32).reshape(5, 2)[:, :1]   # a strided column
+    report = protocol.Report(1, 2, 300, 4.5, 0.5, 6, 0, 0)
+    push = protocol.Header(Op.PUSH, flags=protocol.CLOCK, nkeys=5, width=1)
+    packed = protocol.pack(push, np.empty(0, np.uint64), values, report=report, behind=pull)
+    bundled = protocol.bundle(pull, protocol.pack(push, values, report=report))
+    assert packed.tobytes() == bundled.tobytes()
+    h = protocol.header(packed)
+    assert h.op == Op.PULL and h.flags & protocol.WITH_PUSH
+    push_h = protocol.header(packed[pull.shape[0]:])
+    assert push_h.flags == protocol.CLOCK | protocol.REPORT
+    assert np.array_equal(packed[pull.shape[0] + protocol.HEADER_BYTES:][:20].view(np.float32),
+                          values.ravel())
