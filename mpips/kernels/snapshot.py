@@ -1,8 +1,11 @@
 """A table's rows copied as they were at a moment while the table goes on changing: the
-copy made a span at a time, and a row about to change copied first. Pure numba.
+copy made a span at a time, and a row about to change logged first. Pure numba.
 
-`copied[r]` is set for a row copied out of its turn (before a write, or marked empty as it
-was); rows below the copy's mark `at` are all copied. See server.table_snapshot.
+`copied[r]` is set for a row logged out of its turn (its old value, or empty, in the log);
+rows below the copy's mark `at` are all copied or logged. The log is written into the copy
+once every span is: the copy's pages are then first touched in order, a span at a time,
+not at random by the rows a push changes (a fresh page's first touch zeroes it, and a
+huge page's 2 MB at once).
 """
 import numpy as np
 from numba import njit
@@ -12,30 +15,45 @@ _ONES = np.uint32(0xFFFFFFFF)
 
 @njit(cache=True, nogil=True)
 def copy_span(src, dst, copied, start, stop):
-    """Rows [start, stop) of `src` into `dst`, but those already copied."""
+    """Rows [start, stop) of `src` into `dst`, but those logged."""
     for r in range(start, stop):
         if not copied[r]:
             dst[r] = src[r]
 
 
 @njit(cache=True, nogil=True)
-def copy_before_write(src, dst, copied, at, rows):
-    """Rows `rows` of `src` (-1: none) that are about to change, into `dst` if not yet
-    copied."""
+def log_before_write(src, copied, at, rows, log_rows, log_values, n):
+    """Rows `rows` of `src` (-1: none) about to change, not yet copied or logged: appended
+    to the log at n (room for len(rows) more). Returns the log's new length."""
     for i in range(rows.shape[0]):
         r = rows[i]
         if r >= at and not copied[r]:
-            dst[r] = src[r]
+            log_rows[n] = r
+            log_values[n] = src[r]
             copied[r] = 1
+            n += 1
+    return n
 
 
 @njit(cache=True, nogil=True)
-def mark_empty(dst, copied, at, rows, fresh):
+def log_empty(copied, at, rows, fresh, log_rows, log_values, n):
     """Rows rows[i] with fresh[i] set were empty until now (a key was just stored there):
-    empty in `dst` (key words all ones), if not yet copied."""
+    logged as empty (key words all ones), if not yet copied or logged. Returns the log's
+    new length."""
     for i in range(rows.shape[0]):
         r = rows[i]
         if fresh[i] and r >= at and not copied[r]:
-            dst[r, 0] = _ONES
-            dst[r, 1] = _ONES
+            log_rows[n] = r
+            log_values[n, :] = 0
+            log_values[n, 0] = _ONES
+            log_values[n, 1] = _ONES
             copied[r] = 1
+            n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def apply_log(dst, log_rows, log_values, start, stop):
+    """Entries [start, stop) of the log written into `dst`."""
+    for i in range(start, stop):
+        dst[log_rows[i]] = log_values[i]

@@ -1,12 +1,14 @@
 """A server's table as of a checkpoint's clock, copied while the server goes on serving.
 
 Taken at the clock in no time: the copy is then made a span of rows at a time, one span a
-turn of the server's loop (`step`), and the store copies a row out of turn just before it
-changes it (`KVStore.update`, a key stored in an empty row, `kernels.snapshot`). Before the
-table is rebuilt (it grows, or keys are removed), the rest is copied at once. Once complete,
-the copy is the table as it was when taken, whatever was pushed since: a checkpoint's forked
-writer reads it, and the live table is not copied page by page as the server writes to it
-(`base.forked`), which held the server for the first clocks after each fork.
+turn of the server's loop (`step`), and the store logs a row's value just before it
+changes it (`KVStore.update`, a key stored in an empty row: `kernels.snapshot`); the log
+goes into the copy once every span is copied, a part per turn. Before the table is rebuilt
+(it grows, or keys are removed), the rest is copied at once. Once complete, the copy is the
+table as it was when taken, whatever was pushed since: a checkpoint's forked writer reads
+it, and the live table is not copied page by page as the server writes to it (as it would
+be, sharing the table with a child forked at the clock), nor are the copy's fresh pages
+touched out of order.
 """
 import numpy as np
 
@@ -14,7 +16,8 @@ from ..kernels import snapshot
 
 SPAN = 1 << 15   # rows copied a turn at most: at 8-40 bytes a row, 0.25-1.3 MB (0.1 ms)
 TURNS = 64       # ... and a small table's copy spread over as many turns: the same path
-LEAST = 256      # for every size (a row written before its span came is copied first)
+LEAST = 256      # for every size (a row written before its span came is logged first)
+LOG_SPAN = 1 << 14   # logged rows written into the copy a turn
 
 
 class TableSnapshot:
@@ -23,37 +26,64 @@ class TableSnapshot:
         self._source: np.ndarray | None = rows
         self.rows = np.empty_like(rows)
         self.meta = meta.copy()
-        self._copied: np.ndarray | None = np.zeros(rows.shape[0], np.uint8)
+        self._copied = np.zeros(rows.shape[0], np.uint8)
         self._at = 0
+        self._log_rows = np.empty(1024, np.int64)
+        self._log_values = np.empty((1024, rows.shape[1]), rows.dtype)
+        self._logged = self._written = 0   # log entries, and those written into the copy
 
     @property
     def complete(self) -> bool:
         return self._source is None
 
     def step(self, rows: int | None = None) -> bool:
-        """Copy the next `rows` rows (by default a turn's); whether the copy is complete."""
-        if self._source is None or self._copied is None:
+        """Copy the next `rows` rows (by default a turn's), or once all are, write a part of
+        the log into the copy; whether the copy is complete."""
+        source = self._source
+        if source is None:
             return True
-        if rows is None:
-            rows = min(SPAN, max(LEAST, self._source.shape[0] // TURNS))
-        stop = min(self._at + rows, self._source.shape[0])
-        snapshot.copy_span(self._source, self.rows, self._copied, self._at, stop)
-        self._at = stop
-        if stop == self._source.shape[0]:
-            self._source = self._copied = None   # the table may be freed, if rebuilt
+        if self._at < source.shape[0]:
+            if rows is None:
+                rows = min(SPAN, max(LEAST, source.shape[0] // TURNS))
+            stop = min(self._at + rows, source.shape[0])
+            snapshot.copy_span(source, self.rows, self._copied, self._at, stop)
+            self._at = stop
+            return False
+        stop = min(self._written + (rows or LOG_SPAN), self._logged)
+        snapshot.apply_log(self.rows, self._log_rows, self._log_values, self._written, stop)
+        self._written = stop
+        if stop == self._logged:   # the table may be freed now, if rebuilt
+            self._source = None
+            self._copied = self._log_rows = self._log_values = np.empty(0, np.uint8)
         return self._source is None
 
     def finish(self) -> None:
-        """Copy what is left, now (the table is about to be rebuilt)."""
-        if self._source is not None:
-            self.step(self._source.shape[0])
+        """Complete the copy now (the table is about to be rebuilt)."""
+        while not self.step(1 << 62):
+            pass
 
     def before_write(self, rows: np.ndarray) -> None:
         """The table's rows `rows` are about to change (-1: none)."""
-        if self._source is not None and self._copied is not None:
-            snapshot.copy_before_write(self._source, self.rows, self._copied, self._at, rows)
+        if self._source is not None and self._at < self._source.shape[0]:
+            self._room(rows.shape[0])
+            self._logged = snapshot.log_before_write(
+                self._source, self._copied, self._at, rows, self._log_rows, self._log_values,
+                self._logged)
 
     def stored_in(self, rows: np.ndarray, fresh: np.ndarray) -> None:
         """Keys were just stored in rows rows[i] where fresh[i] is set: empty when taken."""
-        if self._source is not None and self._copied is not None:
-            snapshot.mark_empty(self.rows, self._copied, self._at, rows, fresh)
+        if self._source is not None and self._at < self._source.shape[0]:
+            self._room(rows.shape[0])
+            self._logged = snapshot.log_empty(self._copied, self._at, rows, fresh,
+                                              self._log_rows, self._log_values, self._logged)
+
+    def _room(self, more: int) -> None:
+        """Room in the log for `more` entries."""
+        need = self._logged + more
+        if need <= self._log_rows.shape[0]:
+            return
+        size = max(need, 2 * self._log_rows.shape[0])
+        self._log_rows = np.resize(self._log_rows, size)
+        values = np.empty((size, self._log_values.shape[1]), self._log_values.dtype)
+        values[:self._logged] = self._log_values[:self._logged]
+        self._log_values = values
