@@ -10,6 +10,7 @@ import sys
 import time
 
 import numba
+import numpy as np
 from mpi4py import MPI
 
 from .. import kernels
@@ -28,7 +29,13 @@ def compile_per_node(comm: MPI.Intracomm, timeout: float, role: str | None = Non
     loads its `role`'s at once (see `warm_marker`). Returns seconds."""
     start = time.monotonic()
     marker = warm_marker(needs)
-    if marker and os.path.exists(marker):
+    # Decided together: a rank that saw the marker (another job had just written it) and one
+    # that did not would take different ways, one of them into a collective the other skips.
+    found = np.array([marker is not None and os.path.exists(marker)], np.int32)
+    everywhere = np.zeros(1, np.int32)
+    wait_all([comm.Iallreduce(found, everywhere, op=MPI.MIN)], timeout,
+             lambda: "every rank to say whether this node's numba kernels were compiled")
+    if everywhere[0]:
         _load_kernels(needs, role)
         return time.monotonic() - start
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
