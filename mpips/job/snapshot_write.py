@@ -27,12 +27,10 @@ class SnapshotWrite:
         self._cleanup, self._forked = cleanup, forked
         self._file: ForkedWrite | None = None
         self._entry: dict | None = None
-        self._held = store.nbytes   # the copy's, against --max-rank-memory until the end
-        self._taken: TableSnapshot | None = None
+        self._taken: TableSnapshot | None = None   # the copy, given back once not read
         try:
             self._taken = store.take_snapshot()
         except (OverBudget, MemoryError) as e:
-            self._held = 0
             self._entry = {"error": f"no memory for a copy of this server's table to write "
                                     f"{what} from ({e or 'the machine refused it'}); "
                                     f"training goes on, the checkpoint is not complete"}
@@ -72,23 +70,24 @@ class SnapshotWrite:
         return self._ended(self._entry)
 
     def _ended(self, entry):
-        """`entry`, and if the write has ended, the copy's memory given back to the budget."""
-        if entry is not None and self._held:
-            self._store.budget.release(self._held)
-            self._held = 0
+        """`entry`, and if the write has ended, the copy given back to the store."""
+        if entry is not None and self._taken is not None:
+            self._release()
+            self._store.give_back(self._taken)
+            self._taken = None
         return entry
 
     def _fork(self) -> None:
         assert self._taken is not None, "a copy was made"
         view = self._store.snapshot_of(self._taken)
         self._release()
+        # (the copy's pages are the child's and this process's alike until one writes them:
+        # neither does, and this one reuses them once the child has ended)
         self._file = ForkedWrite(lambda: self._write(view), self._what, self._cleanup)
         self.pid = self._file.pid
         self._forked()
 
     def _release(self) -> None:
-        """The store no longer keeps the copy up; this process lets go of it (a forked
-        writer has its own)."""
+        """The store no longer keeps the copy up to date."""
         if self._taken is not None and self._store.snapshot is self._taken:
             self._store.end_snapshot()
-        self._taken = None

@@ -21,10 +21,12 @@ LOG_SPAN = 1 << 14   # logged rows written into the copy a turn
 
 
 class TableSnapshot:
-    def __init__(self, rows: np.ndarray, meta: np.ndarray):
-        """The table `rows` (uint32[cap + 1, words], kernels.table) and its `meta`, as now."""
+    def __init__(self, rows: np.ndarray, meta: np.ndarray, into: np.ndarray | None = None):
+        """The table `rows` (uint32[cap + 1, words], kernels.table) and its `meta`, as now,
+        copied `into` an array of its shape (a copy's given back: its pages are in memory)
+        or a new one."""
         self._source: np.ndarray | None = rows
-        self.rows = np.empty_like(rows)
+        self.rows = np.empty_like(rows) if into is None else into
         self.meta = meta.copy()
         self._copied = np.zeros(rows.shape[0], np.uint8)
         self._at = 0

@@ -89,9 +89,10 @@ def test_a_large_table_is_left_out_of_forked_children():
     assert seen == b"0", "the child has the array's pages"
 
 
-def test_a_snapshot_write_forks_once_copied_and_gives_its_memory_back():
+def test_a_snapshot_write_forks_once_copied_and_its_array_serves_the_next():
     """The writer (a real fork) reads the table as it was at the clock, though keys were
-    pushed before the copy was complete; the copy counts against the budget until it ends."""
+    pushed before the copy was complete; the copy's array, counted against the budget, is
+    kept for the next copy (its pages in memory), not made again."""
     rng = np.random.default_rng(3)
     store, keys = trained_store(rng)
     store.budget = Budget(limit=None)
@@ -112,7 +113,12 @@ def test_a_snapshot_write_forks_once_copied_and_gives_its_memory_back():
     while (entry := file.poll()) is None:
         assert time.monotonic() < deadline, "the writer did not end within 60 s"
     assert entry == {"same": True} and forks == [1] and not file.copying
-    assert store.snapshot is None and store.budget.held == held
+    assert store.snapshot is None and store.budget.held == held + store.nbytes
+    want = sorted_items(store)
+    again = SnapshotWrite(store, write, "server-0000.h5", lambda pid: None,
+                          forked=lambda: forks.append(2))
+    assert store.budget.held == held + store.nbytes, "the same array again"
+    assert again.wait(60) == {"same": True} and forks == [1, 2]
 
 
 def test_no_memory_for_the_copy_fails_the_file_not_the_server():
