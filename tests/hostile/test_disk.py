@@ -15,14 +15,15 @@ from watch import WatchedJob, complete_checkpoints, wait_for_lines
 
 from mpips.storage.model_files import load_model
 
-ARGS = ("--servers", 2, "--batch-size", 200, "--epochs", 2)
+# 2 servers and 1 worker: 100 clocks (2 epochs of 20,000 rows in minibatches of 400).
+ARGS = ("--servers", 2, "--batch-size", 400, "--epochs", 2)
 
 
 @pytest.fixture(scope="module")
 def reference(small_data, tmp_path_factory):
     """The same job on a disk with room: the model every case must end with."""
     run = tmp_path_factory.mktemp("reference") / "run"
-    job = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS)
+    job = run_job(3, "train", "--train", small_data[0], "--out", run, *ARGS)
     assert job.returncode == 0, job.output
     return load_model(run / "model")
 
@@ -43,7 +44,7 @@ def test_a_full_out_keeps_the_model_until_space_is_freed(small_data, reference, 
     with tmpfs(tmp_path / "disk", "1m") as disk:
         run = disk / "run"
         ballast = fill(disk, leave=16 << 10)    # room for the lock and the summary only
-        job = WatchedJob(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+        job = WatchedJob(3, "train", "--train", small_data[0], "--out", run, *ARGS,
                          "--disk-wait", 120)
         for line in wait_for_lines(job, "is kept in memory", 2):   # server 0 and server 1
             assert "No space left on device (it needs about" in line and "free in" in line
@@ -61,7 +62,7 @@ def test_a_full_out_that_stays_full_says_so_in_one_line(small_data, tmp_path):
     with tmpfs(tmp_path / "disk", "1m") as disk:
         run = disk / "run"
         fill(disk, leave=16 << 10)
-        job = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+        job = run_job(3, "train", "--train", small_data[0], "--out", run, *ARGS,
                       "--checkpoint-dir", tmp_path / "ckpt", "--checkpoint-every", 20,
                       "--disk-wait", 1, timeout=120)
         assert job.returncode != 0
@@ -78,7 +79,7 @@ def test_failed_checkpoints_do_not_stop_training(small_data, reference, tmp_path
     with tmpfs(tmp_path / "disk", "1m") as disk:
         fill(disk, leave=8 << 10)
         run = tmp_path / "run"
-        job = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+        job = run_job(3, "train", "--train", small_data[0], "--out", run, *ARGS,
                       "--checkpoint-dir", disk / "ckpt", "--checkpoint-every", 60)
         assert job.returncode == 0, job.output
         assert job.output.count("was not written") == 2
@@ -91,7 +92,7 @@ def test_checkpoints_failing_in_a_row_stop_the_job_and_keep_the_model(small_data
     with tmpfs(tmp_path / "disk", "1m") as disk:
         fill(disk, leave=8 << 10)
         run = tmp_path / "run"
-        job = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+        job = run_job(3, "train", "--train", small_data[0], "--out", run, *ARGS,
                       "--checkpoint-dir", disk / "ckpt", "--checkpoint-every", 10,
                       timeout=120)
         assert job.returncode != 0
@@ -111,7 +112,7 @@ def test_checkpoints_failing_in_a_row_keep_the_model_until_space_is_freed(small_
     with tmpfs(tmp_path / "disk", "1m") as disk:
         run = disk / "run"
         ballast = fill(disk, leave=16 << 10)    # room for the lock only
-        job = WatchedJob(4, "train", "--train", small_data[0], "--out", run, *ARGS,
+        job = WatchedJob(3, "train", "--train", small_data[0], "--out", run, *ARGS,
                          "--checkpoint-every", 10, "--disk-wait", 120)
         line = job.wait_for("the model trained so far is kept in memory")
         assert "No space left on device (it needs about" in line

@@ -165,7 +165,7 @@ def test_the_message_is_never_lost_when_every_rank_exits_at_once(small_data, lau
 
 
 def test_a_model_past_the_memory_limit_stops_the_job_naming_the_table(small_data, tmp_path):
-    job = run_job(4, "train", "--train", small_data[0], "--out", tmp_path / "run",
+    job = run_job(3, "train", "--train", small_data[0], "--out", tmp_path / "run",
                   "--servers", 2, "--solver", "lbfgs", "--dim", 1 << 22,
                   "--max-rank-memory", "100M", timeout=120)
     assert job.returncode != 0

@@ -19,10 +19,11 @@ from watch import WatchedJob, rank_pids, wait_for_file
 
 from mpips.storage.model_files import load_model
 
-QUICK = ("--batch-size", 200)
+# One worker by default (2 ranks): 50 clocks an epoch of its 20,000 rows.
+QUICK = ("--batch-size", 400)
 
 
-def train(data, run, *extra, n=3, timeout=120):
+def train(data, run, *extra, n=2, timeout=120):
     return run_job(n, "train", "--train", data, "--out", run, *QUICK, *extra, timeout=timeout)
 
 
@@ -66,12 +67,12 @@ def test_resume_goes_on_under_its_own_run_id(small_data, checkpointed, tmp_path)
 def test_overwrite_removes_only_what_mpips_wrote(small_data, tmp_path):
     run = tmp_path / "run"
     assert train(small_data[0], run, "--snapshot-every", 0.01, "--checkpoint-every", 20,
-                 n=4, timeout=120).returncode == 0
+                 timeout=120).returncode == 0
     notes, photo = run / "model" / "notes.txt", run / "snapshots" / "photo.jpg"
     mine = run / "checkpoints" / "README"
     for path, text in ((notes, "my notes"), (photo, "jpeg"), (mine, "keep")):
         path.write_text(text)
-    job = train(small_data[0], run, "--overwrite", "--servers", 2, n=4)
+    job = train(small_data[0], run, "--overwrite", "--servers", 2, n=3)
     assert job.returncode == 0, job.output
     assert notes.read_text() == "my notes" and photo.read_text() == "jpeg"
     assert mine.read_text() == "keep"
@@ -87,7 +88,7 @@ def test_a_second_job_on_the_same_out_stops_at_once_naming_the_first(small_data,
     stop, exit 75)."""
     run, go = tmp_path / "run", tmp_path / "go"
     pause, stop = f"pause rank 1 until {go} at clock 5", "stop rank 1 at clock 5"
-    first = WatchedJob(3, "train", "--train", small_data[0], "--out", run, *QUICK,
+    first = WatchedJob(2, "train", "--train", small_data[0], "--out", run, *QUICK,
                        "--checkpoint-every", 200, "--timeout", 300,
                        "--test-event", pause, "--test-event", stop)
     wait_for_file(first, f"{go}.reached", timeout=120)
@@ -176,15 +177,15 @@ def test_a_killed_job_leaves_a_lock_that_its_resume_takes_over(small_data, tmp_p
     writes one file at a time, so server 1 had its file of clock 20 in before clock 40 (its
     file of clock 40 may still have been on its way: the resume is from clock 20 or 40)."""
     run = tmp_path / "run"
-    args = ("train", "--train", small_data[0], "--out", run, "--servers", 2, "--batch-size", 50,
-            "--epochs", 1, "--checkpoint-every", 20)   # 200 clocks
+    args = ("train", "--train", small_data[0], "--out", run, "--servers", 2, "--batch-size", 100,
+            "--epochs", 1, "--checkpoint-every", 20)   # 1 worker: 200 clocks
     kill = "kill rank 0 at checkpoint 3"
-    job = run_job(4, *args, "--test-event", kill)
+    job = run_job(3, *args, "--test-event", kill)
     assert job.returncode != 0
     fired(job, kill)
     assert f"test event: {kill} (reached checkpoint 3)" in job.output
     assert (run / "mpips.lock").exists()
-    resumed = run_job(4, *args, "--resume", run / "checkpoints")
+    resumed = run_job(3, *args, "--resume", run / "checkpoints")
     assert resumed.returncode == 0, resumed.output
     assert "is no longer running" in resumed.output
     assert re.search(r"resumed from checkpoint clock (20|40)\b", resumed.output), resumed.output

@@ -51,7 +51,7 @@ def test_skip_bad_lines_counts_and_reports(small_data, tmp_path):
     bad = with_bad_line(small_data[0], tmp_path / "bad.svm", 5, "2 1:1")
     bad = with_bad_line(bad, tmp_path / "bad2.svm", 19000, "1 1:1 2")
     run = tmp_path / "run"
-    job = run_job(3, "train", "--train", bad, "--servers", 1, "--out", run, "--skip-bad-lines",
+    job = run_job(2, "train", "--train", bad, "--servers", 1, "--out", run, "--skip-bad-lines",
                   "--batch-size", 500)
     assert job.returncode == 0, job.output
     assert read_summary(run)["bad_lines"] == 2
@@ -102,7 +102,7 @@ def test_an_earlier_run_is_kept_unless_overwrite(small_data, tmp_path):
     assert again.returncode == 2
     assert f"--out {run} already holds a run (summary.json, model)" in again.stderr
     assert (run / "model" / "server-0002.h5").exists(), "the earlier model is untouched"
-    third = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--out", run,
+    third = run_job(3, "train", "--train", small_data[0], "--servers", 2, "--out", run,
                     "--overwrite", *quick)
     assert third.returncode == 0, third.output
     # Only the new run's two shards, both of the same run: the 3-server files are gone.

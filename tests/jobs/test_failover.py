@@ -213,7 +213,7 @@ def lead_killed(small_data, tmp_path_factory):
     wait_for_file(job, f"{go}.reached")
     job.wait_for("server 1 leads from now on")
     status = run_mpips("ctl", run, "status", "--wait", 120, timeout=180)
-    second = run_job(3, "train", "--train", small_data[0], "--out", run, "--overwrite",
+    second = run_job(2, "train", "--train", small_data[0], "--out", run, "--overwrite",
                      "--epochs", 1, timeout=180)
     go.write_text("")
     return run, job.finish(timeout=300), status, second, kill, pause

@@ -22,8 +22,9 @@ def paired(tmp_path_factory):
     return f"{prefix}.train.svm", f"{prefix}.test.svm"
 
 
-def train(data, run, *extra):
-    job = run_job(4, "train", "--train", data[0], "--test", data[1], "--out", run, *ARGS,
+def train(data, run, *extra, n=3):
+    """A job on 2 servers and `n` - 2 workers."""
+    job = run_job(n, "train", "--train", data[0], "--test", data[1], "--out", run, *ARGS,
                   *extra)
     assert job.returncode == 0, job.output
     return read_summary(run)
@@ -44,8 +45,8 @@ def test_a_factorization_machine_beats_logistic_regression_on_interactions(paire
                                                                             lr_run):
     lr, fm = lr_run, fm_run[1]
     print(f"held-out logloss: lr {lr['test_logloss']:.4f}, fm {fm['test_logloss']:.4f}")
-    assert fm["test_logloss"] < 0.93 * lr["test_logloss"]   # measured: 0.4218 vs 0.4689
-    assert fm["test_auc"] > lr["test_auc"] + 0.03           # 0.812 vs 0.751
+    assert fm["test_logloss"] < 0.93 * lr["test_logloss"]   # measured: 0.4237 vs 0.4695
+    assert fm["test_auc"] > lr["test_auc"] + 0.03           # 0.810 vs 0.750
     assert fm["config"]["model"] == "fm" and fm["config"]["factors"] == 4
 
 
@@ -70,10 +71,10 @@ def test_wide_and_deep_beats_logistic_regression_and_scores_offline_as_in_the_jo
     tests/jobs/test_stages.py shows it is the whole network's model, bit for bit)."""
     run = tmp_path / "wd"
     wd = train(paired, run, "--model", "widedeep", "--embedding-dim", 8, "--hidden", "64,32",
-               "--stages", 2)
+               "--stages", 2, n=4)
     lr = lr_run
     print(f"held-out logloss: lr {lr['test_logloss']:.4f}, widedeep {wd['test_logloss']:.4f}")
-    assert wd["test_logloss"] < 0.96 * lr["test_logloss"]   # measured: 0.4407 vs 0.4689
+    assert wd["test_logloss"] < 0.96 * lr["test_logloss"]   # measured: 0.4407 vs 0.4695
     assert wd["config"]["hidden"] == [64, 32] and wd["config"]["embedding_dim"] == 8
     assert wd["pipeline"]["stages"] == 2
     keys, weights = load_model(run / "model")

@@ -9,6 +9,7 @@ from support import ULFM, close_logloss, fired, read_summary, run_job, same_mode
 from mpips.storage.model_files import load_model
 from mpips.worker.pushfilter import FIGURES
 
+# 2 servers and 1 worker (3 ranks), but where a test says otherwise.
 ARGS = ("--servers", 2, "--epochs", 3, "--batch-size", 100)
 FTRL = ("--optimizer", "ftrl", "--l1", 0.01)
 
@@ -19,7 +20,7 @@ def unfiltered(small_data, tmp_path_factory):
     out = {}
     for name, extra in (("adagrad", ()), ("ftrl", FTRL)):
         run = tmp_path_factory.mktemp("unfiltered") / name
-        job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
+        job = run_job(3, "train", "--train", small_data[0], "--test", small_data[1],
                       "--out", run, *ARGS, *extra)
         assert job.returncode == 0, job.output
         out[name] = read_summary(run)
@@ -36,7 +37,7 @@ def unfiltered(small_data, tmp_path_factory):
 def test_a_filter_pushes_fewer_bytes_for_the_same_logloss(small_data, tmp_path, unfiltered,
                                                           optimizer, args, at_most):
     run = tmp_path / "run"
-    job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--out", run,
+    job = run_job(3, "train", "--train", small_data[0], "--test", small_data[1], "--out", run,
                   *ARGS, *(FTRL if optimizer == "ftrl" else ()), *args)
     assert job.returncode == 0, job.output
     s, base = read_summary(run), unfiltered[optimizer]
@@ -58,7 +59,8 @@ def test_the_filters_work_is_reported_and_zero_without_one(unfiltered):
 def test_the_last_push_delivers_what_was_held_back_with_the_same_bits_every_run(small_data,
                                                                                  tmp_path):
     """A threshold no gradient reaches holds every row back: the model is all zeros until
-    each worker's last push, which delivers them all. BSP: two runs, the same bits."""
+    each worker's last push, which delivers them all. BSP: two runs, the same bits. (Two
+    workers, 4 ranks.)"""
     summaries, models = [], []
     for name in ("first", "second"):
         run = tmp_path / name
@@ -88,9 +90,9 @@ KILL = "kill rank 1 at clock 60"
 
 
 def filtered_run(small_data, run, *extra, servers: int = 3, launcher=()):
-    """A filtered job of 2 workers on `servers` servers (every key on 2 of them if 3)."""
+    """A filtered job of 1 worker on `servers` servers (every key on 2 of them if 3)."""
     copies = ("--replicas", 2) if servers == 3 else ()
-    return run_job(servers + 2, "train", "--train", small_data[0], "--test", small_data[1],
+    return run_job(servers + 1, "train", "--train", small_data[0], "--test", small_data[1],
                    "--out", run, *ARGS, "--servers", servers, *copies, *extra,
                    "--timeout", 60, launcher=launcher)
 

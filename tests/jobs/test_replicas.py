@@ -14,7 +14,8 @@ from mpips.run.config import LayoutConfig
 from mpips.storage.model_files import load_model
 from mpips.wire.placement import Placement
 
-TRAIN = ("--epochs", 3, "--batch-size", 200, "--checkpoint-every", 40)
+# One worker: 50 clocks an epoch (20,000 rows in minibatches of 400), a checkpoint every 40.
+TRAIN = ("--epochs", 3, "--batch-size", 400, "--checkpoint-every", 40)
 
 
 def train(n_ranks, data, run, servers, replicas, *more):
@@ -26,17 +27,17 @@ def train(n_ranks, data, run, servers, replicas, *more):
 
 @pytest.fixture(scope="module")
 def single(small_data, tmp_path_factory):
-    """2 servers + 2 workers, one copy of each key."""
+    """2 servers + 1 worker, one copy of each key."""
     run = tmp_path_factory.mktemp("single") / "run"
-    train(4, small_data, run, 2, 1)
+    train(3, small_data, run, 2, 1)
     return run
 
 
 @pytest.fixture(scope="module")
 def replicated(small_data, tmp_path_factory):
-    """3 servers + 2 workers, each key on 2 of them."""
+    """3 servers + 1 worker, each key on 2 of them."""
     run = tmp_path_factory.mktemp("replicated") / "run"
-    train(5, small_data, run, 3, 2)
+    train(4, small_data, run, 3, 2)
     return run
 
 
@@ -77,7 +78,7 @@ def test_a_replicated_checkpoint_resumes_on_any_layout(small_data, single, repli
     ckpt = tmp_path / "ckpt"
     shutil.copytree(mid, ckpt / os.path.basename(mid))
     run = tmp_path / "run"
-    job = train(servers + 2, small_data, run, servers, replicas, "--resume", ckpt)
+    job = train(servers + 1, small_data, run, servers, replicas, "--resume", ckpt)
     assert f"resumed from checkpoint clock {read_manifest(mid)['clock']}" in job.output
     same_model(run, single)
 
@@ -88,7 +89,7 @@ def test_the_key_ranges_spread_keys_and_reads_evenly_and_leave_the_bits(small_da
     """--vnodes cuts the hash into more ranges; which server holds a key never changes what
     it learns. The summary says how evenly the servers share the keys and the reads."""
     run = tmp_path / "64-ranges-each"
-    train(5, small_data, run, 3, 2, "--vnodes", 64)
+    train(4, small_data, run, 3, 2, "--vnodes", 64)
     same_model(run, single)
     for r in (run, replicated):
         s = read_summary(r)

@@ -52,7 +52,7 @@ def test_training_from_shards_equals_training_from_text(small_data, converted, t
 
 
 def test_convert_refuses_to_overwrite_on_every_rank(small_data, converted):
-    job = run_job(3, "convert", small_data[0], converted, timeout=60)
+    job = run_job(2, "convert", small_data[0], converted, timeout=60)
     assert job.returncode == 2 and job.stderr.count("exists; choose another output") == 1
 
 

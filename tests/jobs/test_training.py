@@ -81,7 +81,7 @@ def test_summary_and_model_files(small_data, tmp_path):
 
 def test_snapshots_make_a_learning_curve(small_data, tmp_path):
     run = tmp_path / "run"
-    job = run_job(4, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
+    job = run_job(3, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
                   "--out", run, "--epochs", 5, "--batch-size", 100, "--snapshot-every", 0.05,
                   "--lr", 0.05)   # a rate at which every epoch improves the held-out loss
     assert job.returncode == 0, job.output
