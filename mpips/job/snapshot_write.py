@@ -59,7 +59,7 @@ class SnapshotWrite:
         if self._file is None:
             assert self._entry is not None, "stopped before it was forked"
             return self._entry
-        return self._ended(self._file.wait(timeout - (time.monotonic() - self.started)))
+        return self._ended(self._file.wait(timeout))
 
     def stop(self, why: str) -> dict:
         if self._file is not None:
