@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from ..base.budget import OverBudget
-from ..base.forked import ForkedWrite
+from ..base.forked import ForkedWrite, keep_from_children
 from ..server.store import KVStore
 from ..server.table_snapshot import TableSnapshot
 
@@ -82,8 +82,11 @@ class SnapshotWrite:
         view = self._store.snapshot_of(self._taken)
         self._release()
         # (the copy's pages are the child's and this process's alike until one writes them:
-        # neither does, and this one reuses them once the child has ended)
+        # neither does, and this one reuses them once the child has ended; no other child
+        # gets them: see KVStore.take_snapshot)
+        keep_from_children(self._taken.rows, keep=False)
         self._file = ForkedWrite(lambda: self._write(view), self._what, self._cleanup)
+        keep_from_children(self._taken.rows)
         self.pid = self._file.pid
         self._forked()
 

@@ -67,6 +67,9 @@ class KVStore:
             spare = self.budget.allocate(self._rows.nbytes,
                                          "a checkpoint's copy of the key-value table",
                                          lambda: np.empty_like(self._rows))
+        # Out of other children too (another writer forked meanwhile would share its pages,
+        # and the copy's writes would copy them): only its own writer's fork takes it.
+        keep_from_children(spare)
         self.snapshot = TableSnapshot(self._rows, self._meta, into=spare)
         return self.snapshot
 

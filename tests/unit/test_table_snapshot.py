@@ -131,3 +131,34 @@ def test_no_memory_for_the_copy_fails_the_file_not_the_server():
     assert "no memory for a copy of this server's table" in entry["error"]
     assert "--max-rank-memory" in entry["error"] and not file.copying
     assert store.snapshot is None and store.budget.held == store.nbytes
+
+
+def test_a_large_copy_goes_to_its_own_writer_only():
+    """A copy being made is left out of other forked children (its writes would copy the
+    pages they share); its own writer, forked once it is complete, reads it."""
+    store = KVStore(1, Optimizer("sgd", lr=0.1), capacity=APART_BYTES // 12 + 1)
+    keys = np.arange(1, 5001, dtype=np.uint64)
+    store.push(keys, np.ones((keys.shape[0], 1), np.float32), 0)
+    want = sorted_items(store)
+
+    def in_a_child(address: int) -> bool:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            with open("/proc/self/maps") as maps:
+                mapped = any(int(lo, 16) <= address < int(hi, 16) for lo, hi in
+                             (line.split()[0].split("-") for line in maps))
+            os.write(write, b"1" if mapped else b"0")
+            os._exit(0)
+        os.close(write)
+        seen = os.read(read, 1)
+        os.waitpid(pid, 0)
+        return seen == b"1"
+
+    file = SnapshotWrite(store, lambda table: {"same": bool(
+        np.array_equal(sorted_items(table)[1], want[1]))}, "server-0000.h5", lambda pid: None,
+        forked=lambda: None)
+    copy = store.snapshot.rows
+    assert copy.nbytes >= APART_BYTES
+    assert not in_a_child(copy.ctypes.data + copy.nbytes // 2), "another child has the copy"
+    assert file.wait(60) == {"same": True}, "its own writer read it"
