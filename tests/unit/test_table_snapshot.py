@@ -19,6 +19,22 @@ def sorted_items(store):
     return keys[order], state[order]
 
 
+def mapped_in_a_child(address: int) -> bool:
+    """Whether a child forked now has the page at `address` (its /proc/self/maps)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        with open("/proc/self/maps") as maps:
+            mapped = any(int(lo, 16) <= address < int(hi, 16) for lo, hi in
+                         (line.split()[0].split("-") for line in maps))
+        os.write(write, b"1" if mapped else b"0")
+        os._exit(0)
+    os.close(write)
+    seen = os.read(read, 1)
+    os.waitpid(pid, 0)
+    return seen == b"1"
+
+
 def trained_store(rng, n=3000):
     store = KVStore(2, Optimizer("adagrad", lr=0.1), capacity=64)
     keys = np.unique(rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True))
@@ -74,19 +90,8 @@ def test_a_large_table_is_left_out_of_forked_children():
     assert not keep_from_children(small), "small arrays may share heap pages with others"
     big = np.ones(APART_BYTES, np.uint8)
     assert keep_from_children(big)
-    inside = big.ctypes.data + big.nbytes // 2
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        with open("/proc/self/maps") as maps:
-            mapped = any(int(lo, 16) <= inside < int(hi, 16) for lo, hi in
-                         (line.split()[0].split("-") for line in maps))
-        os.write(write, b"1" if mapped else b"0")
-        os._exit(0)
-    os.close(write)
-    seen = os.read(read, 1)
-    os.waitpid(pid, 0)
-    assert seen == b"0", "the child has the array's pages"
+    assert not mapped_in_a_child(big.ctypes.data + big.nbytes // 2), \
+        "the child has the array's pages"
 
 
 def test_a_snapshot_write_forks_once_copied_and_its_array_serves_the_next():
@@ -140,25 +145,10 @@ def test_a_large_copy_goes_to_its_own_writer_only():
     keys = np.arange(1, 5001, dtype=np.uint64)
     store.push(keys, np.ones((keys.shape[0], 1), np.float32), 0)
     want = sorted_items(store)
-
-    def in_a_child(address: int) -> bool:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            with open("/proc/self/maps") as maps:
-                mapped = any(int(lo, 16) <= address < int(hi, 16) for lo, hi in
-                             (line.split()[0].split("-") for line in maps))
-            os.write(write, b"1" if mapped else b"0")
-            os._exit(0)
-        os.close(write)
-        seen = os.read(read, 1)
-        os.waitpid(pid, 0)
-        return seen == b"1"
-
     file = SnapshotWrite(store, lambda table: {"same": bool(
         np.array_equal(sorted_items(table)[1], want[1]))}, "server-0000.h5", lambda pid: None,
         forked=lambda: None)
     copy = store.snapshot.rows
     assert copy.nbytes >= APART_BYTES
-    assert not in_a_child(copy.ctypes.data + copy.nbytes // 2), "another child has the copy"
+    assert not mapped_in_a_child(copy.ctypes.data + copy.nbytes // 2), "another child has the copy"
     assert file.wait(60) == {"same": True}, "its own writer read it"
