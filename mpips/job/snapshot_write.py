@@ -65,7 +65,7 @@ class SnapshotWrite:
         if self._file is not None:
             return self._ended(self._file.stop(why))
         if self._entry is None:
-            self._release()
+            self._release(complete=False)   # given up: what is left need not be copied
             self._entry = {"error": why}
         return self._ended(self._entry)
 
@@ -90,7 +90,7 @@ class SnapshotWrite:
         self.pid = self._file.pid
         self._forked()
 
-    def _release(self) -> None:
-        """The store no longer keeps the copy up to date."""
+    def _release(self, complete: bool = True) -> None:
+        """The store no longer keeps the copy up to date (see KVStore.end_snapshot)."""
         if self._taken is not None and self._store.snapshot is self._taken:
-            self._store.end_snapshot()
+            self._store.end_snapshot(complete)

@@ -121,6 +121,11 @@ class Checkpoints:
         return bool((self.every and clock % self.every == 0) or clock == self.stop_at
                     or clock in self.planned)
 
+    @property
+    def may_be_due(self) -> bool:
+        """Whether `due` can be true of any clock now (else none need be asked)."""
+        return bool(self.every or self.stop_at is not None or self.planned)
+
     def reached(self, slowest: int) -> list:
         """Clocks named for timed checkpoints that the slowest worker has reached: the name
         may arrive after this server passed the clock."""
@@ -225,7 +230,7 @@ class CheckpointRounds:
         if self.writing is None:
             later = float("inf")
         else:   # a table being copied: a span every turn (see job.snapshot_write)
-            later = now if self.writing.file.copying else now + CHECK_WRITER_S
+            later = now if self.copying else now + CHECK_WRITER_S
         self.next_check = min(self.next_timed, later)
 
     def take(self, clock: int) -> None:

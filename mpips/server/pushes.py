@@ -215,7 +215,7 @@ class Pushes:
         ctx = self.ctx
         ckpt, rounds = ctx.ckpt, ctx.rounds
         last = ckpt.last_clock(self._slowest) if slowest == FINISHED else slowest
-        if ckpt.every or ckpt.stop_at is not None or ckpt.planned:   # (else none is due)
+        if ckpt.may_be_due:
             for clock in range(self._slowest + 1, last + 1):
                 if ckpt.due(clock):
                     self._apply_until(clock)

@@ -82,10 +82,12 @@ class KVStore:
         else:
             self.budget.release(taken.rows.nbytes)
 
-    def end_snapshot(self) -> None:
-        """The copy is complete or given up: the store no longer keeps it up."""
+    def end_snapshot(self, complete: bool = True) -> None:
+        """The store no longer keeps the copy being made up to date; `complete`: what is left
+        of it is copied first (its writer will read it), else it is given up."""
         if self.snapshot is not None:
-            self.snapshot.finish()
+            if complete:
+                self.snapshot.finish()
             self.snapshot = None
 
     def snapshot_of(self, taken: TableSnapshot) -> "KVStore":

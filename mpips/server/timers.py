@@ -53,8 +53,8 @@ class Timers:
     def _plan(self) -> None:
         snapshot = float("inf") if self._final_taken else self._next_snapshot
         if self._writing:   # every turn while one copies, else now and then
-            copying = any(w.copying for w in self._writing)
-            snapshot = min(snapshot, time.monotonic() + (0.0 if copying else WRITER_CHECK_S))
+            snapshot = min(snapshot,
+                           time.monotonic() + (0.0 if self.copying else WRITER_CHECK_S))
         self.next_at = min(snapshot, self._start + self.timeline.next_due)
 
     @property

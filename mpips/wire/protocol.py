@@ -168,7 +168,7 @@ def pack(header: Header, *payload: np.ndarray, report: Report | None = None,
     out = buf.data   # (copies through memoryviews take half numpy's time)
     if behind is not None:
         buf[:pos] = behind
-        buf[4:8].view(np.int32)[0] |= WITH_PUSH
+        _mark_with_push(buf)
     _LAYOUT.pack_into(out, pos, *header)
     pos += HEADER_BYTES
     for p in payload:
@@ -336,8 +336,13 @@ def unpack(buf: np.ndarray, sent: int | None = None, h: Header | None = None):
 def bundle(pull: np.ndarray, push: np.ndarray) -> np.ndarray:
     """One message of a PULL request and the PUSH request to take before it (WITH_PUSH)."""
     out = np.concatenate((pull, push))
-    out[4:8].view(np.int32)[0] |= WITH_PUSH
+    _mark_with_push(out)
     return out
+
+
+def _mark_with_push(buf: np.ndarray) -> None:
+    """Set WITH_PUSH in the flags of the PULL request at the start of `buf`."""
+    buf[4:8].view(np.int32)[0] |= WITH_PUSH
 
 
 def unbundle(buf: np.ndarray, h: Header) -> tuple | None:
