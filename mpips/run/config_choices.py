@@ -28,7 +28,7 @@ class Schedule(Choice):
 
 
 class PushValues(Choice):
-    """How pushed values travel (wire.protocol.ENCODINGS)."""
+    """How pushed values travel (wire.encoding.ENCODINGS)."""
     FLOAT32 = "float32"
     FLOAT16 = "float16"
     INT8 = "int8"

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..base.errors import ProtocolError
 from ..kernels.requests import first_not_finite
-from ..wire import dense_request, messages, protocol
+from ..wire import dense_request, encoding, messages, protocol
 from ..wire.protocol import HEADER_BYTES, Op
 
 # Who may send what: workers talk to every server; servers to server 0 (their checkpoint files,
@@ -244,7 +244,7 @@ def _check_scales(buf: np.ndarray, h, sent: int | None) -> None:
     """An int8 push's block scales must be finite and not negative. `sent`: a MASK push's
     rows."""
     start, rows = protocol.own_values_at(buf, h, sent)
-    scales = protocol.int8_scales(buf[start:], rows, h.width)
+    scales = encoding.int8_scales(buf[start:], rows, h.width)
     bad = np.flatnonzero(~(np.isfinite(scales) & (scales >= 0)))
     if bad.shape[0]:
         raise ProtocolError(f"PUSH of int8 values whose block #{bad[0]} has scale "

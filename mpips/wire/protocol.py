@@ -24,7 +24,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..kernels.quantize import BLOCK, dequantize_int8, quantize_int8
+from .encoding import HALF as HALF
+from .encoding import INT8 as INT8
+from .encoding import decode_values, pad8, values_bytes
 from .tags import REPLY_TAG0
 
 
@@ -120,16 +122,12 @@ SAME_KEYS = 4    # PUSH flag: no keys in the message; they are those of pull `ar
 REPORT = 16      # PUSH or FINISH flag: a Report follows the payload
 BACKUP = 32      # PUSH flag: the message also carries the part of the push for ranges this
                  # server keeps a backup copy of, applied before its own part (see unpack)
-HALF = 64        # PUSH flag: the own part's values are float16
-INT8 = 128       # PUSH flag: the own part's values are int8, a float32 scale per BLOCK of them
-                 # first (see values_bytes)
+# HALF = 64, INT8 = 128: PUSH flags, the own part's values float16 or int8 (see encoding)
 MASK = 256       # PUSH flag, with SAME_KEYS: a bitmap over the pull's `nkeys` keys (bit i % 8
                  # of byte i // 8: key i) precedes the values, which are those of its set bits
 WITH_PUSH = 512  # PULL flag: a whole PUSH request (header and payload) follows the pull's keys
                  # in the message, taken first: a worker's push of a clock and its read for
                  # the next travel as one message (see `bundle`)
-ENCODINGS = {"float32": 0, "float16": HALF, "int8": INT8}
-HALF_MAX = 65504.0   # float16's largest finite value
 
 # Reply to STATUS: int64 values in this order. `slowest_worker` is -1 once all have finished;
 # `slowest_silent_ms` is how long server 0 has heard nothing from it; `deaths`: how many dead
@@ -190,25 +188,9 @@ def backup_count(buf: np.ndarray) -> int:
     return int(buf[HEADER_BYTES:HEADER_BYTES + 8].view(np.int64)[0])
 
 
-def _pad8(n: int) -> int:
-    return (n + 7) & ~7
-
-
-def values_bytes(rows: int, width: int, flags: int) -> int:
-    """The bytes of a push's own values, `rows` of `width` encoded as `flags` say: float32;
-    float16 (HALF), padded to 8 bytes; or int8 (INT8): the blocks' float32 scales, then the
-    values, each padded to 8 bytes."""
-    n = rows * width
-    if flags & HALF:
-        return _pad8(2 * n)
-    if flags & INT8:
-        return _pad8(4 * -(-n // BLOCK)) + _pad8(n)
-    return 4 * n
-
-
 def bitmap_bytes(nkeys: int) -> int:
     """The bytes of a MASK push's bitmap over `nkeys` keys (padded to 8)."""
-    return _pad8(-(-nkeys // 8))
+    return pad8(-(-nkeys // 8))
 
 
 def payload_bytes(h: Header, backup: int = 0, rows: int | None = None) -> int:
@@ -244,47 +226,6 @@ def set_bits(bits: np.ndarray) -> np.ndarray:
     """The indices (int64) of every bit set in a bitmap, its padding included: a MASK push's
     rows sent, and any bit past its keys, from one unpacking."""
     return np.flatnonzero(np.unpackbits(bits, bitorder="little"))
-
-
-def encode_values(rows: np.ndarray, flags: int):
-    """(the bytes of rows[m, width] (float32) encoded as `flags` say (HALF, INT8 or neither),
-    float32 values the server will decode them to)."""
-    if not flags & (HALF | INT8):
-        return rows, rows
-    n = rows.size
-    out = np.zeros(values_bytes(rows.shape[0], rows.shape[1], flags), np.uint8)
-    if flags & HALF:
-        half = np.clip(rows, -HALF_MAX, HALF_MAX).astype(np.float16)
-        out[:2 * n] = half.reshape(-1).view(np.uint8)
-        return out, half.astype(np.float32)
-    scales, q = _int8_fields(out, n)
-    applied = np.empty(rows.shape, np.float32)
-    quantize_int8(rows.reshape(-1), scales, q, applied.reshape(-1))
-    return out, applied
-
-
-def _int8_fields(data: np.ndarray, n: int):
-    """(scales, int8 values) of INT8 values' bytes for n values: views."""
-    blocks = -(-n // BLOCK)
-    at = _pad8(4 * blocks)
-    return data[:4 * blocks].view(np.float32), data[at:at + n].view(np.int8)
-
-
-def int8_scales(data: np.ndarray, rows: int, width: int) -> np.ndarray:
-    """The block scales of INT8 values' bytes (a view)."""
-    return _int8_fields(data, rows * width)[0]
-
-
-def decode_values(data: np.ndarray, rows: int, width: int, flags: int) -> np.ndarray:
-    """A push's own values[rows, width] (float32) from their bytes: a view when float32."""
-    if flags & HALF:
-        return data[:2 * rows * width].view(np.float16).astype(np.float32).reshape(rows, width)
-    if flags & INT8:
-        scales, q = _int8_fields(data, rows * width)
-        out = np.empty(rows * width, np.float32)
-        dequantize_int8(scales, q, out)
-        return out.reshape(rows, width)
-    return data.view(np.float32).reshape(rows, width)
 
 
 def own_values_at(buf: np.ndarray, h: Header, sent: int | None = None) -> tuple[int, int]:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..kernels import residuals
-from ..wire import protocol
+from ..wire import encoding
 
 log = logging.getLogger("mpips")
 
@@ -81,11 +81,11 @@ def merged(keys: np.ndarray, values: np.ndarray, more: np.ndarray):
 class PushFilter:
     def __init__(self, width: int, values: str = "float32", threshold: float = 0.0,
                  l1: float = 0.0, max_bytes: int = RESIDUAL_BYTES):
-        """`values`: float32, float16 or int8 (see protocol.encode_values); a row is held back
+        """`values`: float32, float16 or int8 (see encoding.encode_values); a row is held back
         while every entry is below `threshold` in magnitude, or (l1 > 0) while its pulled
         weights are 0 and every entry is at most `l1` (see kernels.residuals.select_rows)."""
         self.width = width
-        self.flags = protocol.ENCODINGS[values]
+        self.flags = encoding.ENCODINGS[values]
         self.threshold = threshold
         self.l1 = l1
         per_row = 9 + 4 * width
@@ -162,7 +162,7 @@ class PushFilter:
         kept = np.empty(n, np.bool_)
         held = n - residuals.select_rows(grads, self._none if weights is None else weights,
                                          self.threshold, self.l1, slots, kept)
-        row_bytes = protocol.values_bytes(BLOCK_ROWS, self.width, self.flags) / BLOCK_ROWS
+        row_bytes = encoding.values_bytes(BLOCK_ROWS, self.width, self.flags) / BLOCK_ROWS
         if not held or n / 8 >= held * row_bytes:
             return None, None
         return kept, (kept if perm is None else kept[perm])
@@ -198,7 +198,7 @@ class PushFilter:
         parts = []
         for s in range(offsets.shape[0] - 1):
             a, b = offsets[s], offsets[s + 1]
-            data, applied = protocol.encode_values(sgrads[a:b], flags)
+            data, applied = encoding.encode_values(sgrads[a:b], flags)
             svalues[a:b] = applied
             parts.append((flags, data))
         sent = svalues

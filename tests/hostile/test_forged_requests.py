@@ -10,6 +10,7 @@ import pytest
 
 from mpips.data.workplan import Handover
 from mpips.wire import dense_request, protocol
+from mpips.wire.encoding import ENCODINGS, encode_values, int8_scales
 from mpips.server.admission import admit
 from mpips.wire.dense_layout import Layout, name_id, name_words
 from mpips.server.dense_tables import DenseTables
@@ -45,10 +46,10 @@ def pull(keys, **fields):
 
 def encoded(keys, values, encoding, scale=None, **fields):
     """A push of values as float16 or int8 (see pushfilter); `scale`: int8 block 0's."""
-    flag = protocol.ENCODINGS[encoding]
-    data, _ = protocol.encode_values(values, flag)
+    flag = ENCODINGS[encoding]
+    data, _ = encode_values(values, flag)
     if scale is not None:
-        protocol.int8_scales(data, *values.shape)[0] = scale
+        int8_scales(data, *values.shape)[0] = scale
     return protocol.pack(Header(Op.PUSH, nkeys=keys.shape[0], width=1,
                                 flags=flag | fields.pop("flags", 0), **fields), keys, data)
 
@@ -65,8 +66,8 @@ def masked(pulled: int, sent, values, bits=None, **fields):
 
 def bad_scale(values):
     """int8 values' bytes whose block 0's scale is NaN."""
-    data, _ = protocol.encode_values(values, protocol.INT8)
-    protocol.int8_scales(data, *values.shape)[0] = np.nan
+    data, _ = encode_values(values, protocol.INT8)
+    int8_scales(data, *values.shape)[0] = np.nan
     return data
 
 
@@ -259,7 +260,7 @@ def test_a_push_with_a_backed_up_part_is_read_as_two_parts(same_keys):
 @pytest.mark.parametrize("encoding", ["float16", "int8"])
 def test_encoded_values_are_read_as_the_worker_counted_on(encoding):
     values = np.linspace(-3, 3, 8, dtype=np.float32).reshape(8, 1)
-    _, applied = protocol.encode_values(values, protocol.ENCODINGS[encoding])
+    _, applied = encode_values(values, ENCODINGS[encoding])
     request = check(encoded(K, values, encoding, flags=protocol.CLOCK), WORKER)
     assert request.keys.tolist() == K.tolist() and request.values.dtype == np.float32
     np.testing.assert_array_equal(request.values, applied)
@@ -268,8 +269,8 @@ def test_encoded_values_are_read_as_the_worker_counted_on(encoding):
 @pytest.mark.parametrize("encoding", ["float32", "int8"])
 def test_a_masked_push_names_the_pulled_rows_it_sends(encoding):
     values = np.arange(1, 4, dtype=np.float32).reshape(3, 1)
-    flag = protocol.ENCODINGS[encoding]
-    data, applied = protocol.encode_values(values, flag)
+    flag = ENCODINGS[encoding]
+    data, applied = encode_values(values, flag)
     request = check(masked(20, [1, 5, 19], data, flags=flag), WORKER)
     assert request.rows_sent.tolist() == [1, 5, 19] and request.keys.shape[0] == 0
     np.testing.assert_array_equal(request.values, applied)

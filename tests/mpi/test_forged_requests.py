@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 from serving import server_for
 
-from mpips.wire import protocol
+from mpips.wire import encoding, protocol
 
 from mpips.wire import tags
 from mpips.ranks.bounded import wait_all
@@ -35,8 +35,8 @@ def forged(kind: str, server: int) -> np.ndarray:
         values[-1] = np.nan
         return protocol.pack(Header(Op.PUSH, nkeys=mine.shape[0], width=1), mine, values)
     if kind in ("int8 scale", "int8 cut short"):   # (see pushfilter)
-        data, _ = protocol.encode_values(np.ones((mine.shape[0], 1), np.float32), protocol.INT8)
-        protocol.int8_scales(data, mine.shape[0], 1)[0] = np.nan if kind == "int8 scale" else 1
+        data, _ = encoding.encode_values(np.ones((mine.shape[0], 1), np.float32), protocol.INT8)
+        encoding.int8_scales(data, mine.shape[0], 1)[0] = np.nan if kind == "int8 scale" else 1
         buf = protocol.pack(Header(Op.PUSH, nkeys=mine.shape[0], width=1, flags=protocol.INT8),
                             mine, data)
         return buf if kind == "int8 scale" else buf[:-8]

@@ -13,7 +13,7 @@ from mpips.run.config import (ConsistencyConfig, DataConfig, ModelConfig, Solver
                               TrainConfig)
 from mpips.run.config_choices import DataFormat, PushValues, Schedule, Solver
 from mpips.run.options import OPTIONS, config_from, config_of
-from mpips.wire.protocol import ENCODINGS
+from mpips.wire.encoding import ENCODINGS
 
 # The record's keys, in order, as every run has written them.
 RECORD_KEYS = [

@@ -5,7 +5,7 @@ figures a filter reports."""
 import numpy as np
 import pytest
 
-from mpips.wire import protocol
+from mpips.wire import encoding, protocol
 from mpips.run import summary
 from mpips.kernels.quantize import BLOCK
 from mpips.wire.placement import Placement
@@ -24,9 +24,9 @@ def grads_like(n: int, width: int, scale: float = 1.0) -> np.ndarray:
 
 def test_int8_rounds_each_value_within_half_its_blocks_scale():
     values = grads_like(1000, 3)
-    data, applied = protocol.encode_values(values, protocol.INT8)
-    scales = protocol.int8_scales(data, 1000, 3)
-    assert data.nbytes == protocol.values_bytes(1000, 3, protocol.INT8)
+    data, applied = encoding.encode_values(values, protocol.INT8)
+    scales = encoding.int8_scales(data, 1000, 3)
+    assert data.nbytes == encoding.values_bytes(1000, 3, protocol.INT8)
     assert data.nbytes < values.nbytes / 3.5
     flat = values.reshape(-1)
     for b, scale in enumerate(scales):
@@ -34,22 +34,22 @@ def test_int8_rounds_each_value_within_half_its_blocks_scale():
         assert scale == np.float32(np.abs(block).max() / 127)
         err = np.abs(applied.reshape(-1)[b * BLOCK:(b + 1) * BLOCK] - block)
         assert err.max() <= scale * (0.5 + 1e-5)
-    decoded = protocol.decode_values(data, 1000, 3, protocol.INT8)
+    decoded = encoding.decode_values(data, 1000, 3, protocol.INT8)
     np.testing.assert_array_equal(decoded, applied)   # the server applies what the worker kept
 
 
 def test_float16_rounds_to_half_precision_and_clips_to_its_range():
     values = np.concatenate([grads_like(500, 2), [[1e6, -1e6]]]).astype(np.float32)
-    data, applied = protocol.encode_values(values, protocol.HALF)
-    assert data.nbytes == protocol.values_bytes(501, 2, protocol.HALF) == 2008
+    data, applied = encoding.encode_values(values, protocol.HALF)
+    assert data.nbytes == encoding.values_bytes(501, 2, protocol.HALF) == 2008
     np.testing.assert_allclose(applied[:500], values[:500], rtol=2**-11, atol=2**-24)
-    assert applied[500].tolist() == [protocol.HALF_MAX, -protocol.HALF_MAX]
-    np.testing.assert_array_equal(protocol.decode_values(data, 501, 2, protocol.HALF), applied)
+    assert applied[500].tolist() == [encoding.HALF_MAX, -encoding.HALF_MAX]
+    np.testing.assert_array_equal(encoding.decode_values(data, 501, 2, protocol.HALF), applied)
 
 
 def test_an_all_zero_block_has_scale_zero():
-    data, applied = protocol.encode_values(np.zeros((300, 1), np.float32), protocol.INT8)
-    assert (protocol.int8_scales(data, 300, 1) == 0).all() and (applied == 0).all()
+    data, applied = encoding.encode_values(np.zeros((300, 1), np.float32), protocol.INT8)
+    assert (encoding.int8_scales(data, 300, 1) == 0).all() and (applied == 0).all()
 
 
 def test_a_bitmap_names_the_rows_sent():
