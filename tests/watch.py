@@ -1,5 +1,7 @@
 """Watching a running job from a test: its output as it comes, its ranks' processes, its
-checkpoints. Every wait here has a deadline and fails the test when it passes."""
+checkpoints. Every wait here is woken by the job's output (or rechecks what the output does
+not announce, such as a file), has a deadline, and fails the test naming what it waited for
+when the deadline passes or the job ends first."""
 import glob
 import os
 import signal
@@ -14,14 +16,6 @@ from support import Job, mpiexec_path
 
 def complete_checkpoints(ckpt) -> list:
     return sorted(glob.glob(os.path.join(ckpt, "clock-*", "manifest.json")))
-
-
-def wait_for_checkpoint(ckpt, proc, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not complete_checkpoints(ckpt):
-        assert proc.poll() is None, "the job ended before writing a checkpoint"
-        assert time.monotonic() < deadline, f"no checkpoint in {ckpt} after {timeout} s"
-        time.sleep(0.05)
 
 
 def rank_pids(out_dir) -> list:
@@ -51,30 +45,48 @@ class WatchedJob:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True)
         self.lines = []
+        self._said = threading.Condition()   # notified at each line and at the output's end
+        self._ended = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            self.lines.append(line)
+            with self._said:
+                self.lines.append(line)
+                self._said.notify_all()
+        with self._said:
+            self._ended = True
+            self._said.notify_all()
 
     @property
     def output(self) -> str:
         return "".join(self.lines)
 
-    def wait_for(self, text: str, timeout: float = 120) -> str:
-        """Wait until a line of the output contains `text`; returns that line."""
+    def wait_until(self, found, what: str, timeout: float, recheck: float | None = None):
+        """The first truthy value of `found()`, asked again at each line the job says and, with
+        `recheck`, every `recheck` s (for what its output does not announce). Fails the test,
+        saying it waited for `what`, if the job's output ends first or `timeout` passes."""
         deadline = time.monotonic() + timeout
         while True:
-            for line in list(self.lines):
-                if text in line:
-                    return line
-            if self.proc.poll() is not None and not self._reader.is_alive():
-                pytest.fail(f"the job ended without saying {text!r}:\n{self.output}")
-            if time.monotonic() > deadline:
-                self.kill()
-                pytest.fail(f"the job did not say {text!r} within {timeout} s:\n{self.output}")
-            time.sleep(0.05)
+            with self._said:
+                got, ended = found(), self._ended
+                left = deadline - time.monotonic()
+                if not got and not ended and left > 0:
+                    self._said.wait(left if recheck is None else min(left, recheck))
+                    continue
+            if got:
+                return got
+            if ended:
+                self.finish(timeout=60)
+                pytest.fail(f"the job ended before {what}:\n{self.output}")
+            self.kill()
+            pytest.fail(f"{what}: not within {timeout} s:\n{self.output}")
+
+    def wait_for(self, text: str, timeout: float = 120) -> str:
+        """Wait until a line of the output contains `text`; returns that line."""
+        return self.wait_until(lambda: next((line for line in self.lines if text in line), None),
+                               f"a line saying {text!r}", timeout)
 
     def kill(self) -> None:
         try:
@@ -140,30 +152,13 @@ def ended_with_a_frozen_rank(job, out_dir, event: str, timeout: float = 300):
 def wait_for_file(job, path, timeout: float = 300) -> None:
     """Wait until `path` exists (e.g. FILE.reached, written by a rank that pauses at
     `--test-event "pause rank N until FILE at ..."`), while `job` runs."""
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if job.proc.poll() is not None:
-            job.finish(timeout=60)
-            pytest.fail(f"the job ended before {path} existed:\n{job.output}")
-        if time.monotonic() > deadline:
-            job.kill()
-            pytest.fail(f"no {path} after {timeout} s:\n{job.output}")
-        time.sleep(0.05)
+    job.wait_until(lambda: os.path.exists(path), f"{path} to exist", timeout, recheck=0.05)
 
 
 def wait_for_lines(job, text: str, n: int, timeout: float = 120) -> list:
     """Wait until `n` lines of `job`'s output contain `text` (e.g. each of several ranks
     saying that it is parked somewhere); returns those lines."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = [line for line in list(job.lines) if text in line]
-        if len(lines) >= n:
-            return lines
-        if job.proc.poll() is not None and not job._reader.is_alive():
-            pytest.fail(f"the job ended with {len(lines)} line(s) saying {text!r}, not {n}:\n"
-                        f"{job.output}")
-        if time.monotonic() > deadline:
-            job.kill()
-            pytest.fail(f"{len(lines)} line(s) saying {text!r} after {timeout} s, not {n}:\n"
-                        f"{job.output}")
-        time.sleep(0.05)
+    def enough():
+        lines = [line for line in job.lines if text in line]
+        return lines if len(lines) >= n else None
+    return job.wait_until(enough, f"{n} lines saying {text!r}", timeout)

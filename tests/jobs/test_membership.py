@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from support import (ASP_LOGLOSS_SLACK, ULFM, close_logloss, ctl_answers, fired, read_summary,
@@ -74,17 +73,13 @@ def requests(run, state: str = "*") -> list:
 def wait_for_requests(job, run, n: int, procs=(), state: str = "*") -> None:
     """Wait (bounded) until `n` ctl requests are in RUN/control/ (with `state` "taken": taken
     by the lead), while `job` runs and the `ctl` processes `procs` wait for their answers."""
-    deadline = time.monotonic() + WAIT_S
-    while len(requests(run, state)) < n:
+    def made():
         for proc in procs:
             if proc.poll() is not None:
                 job.kill()
                 pytest.fail(f"ctl ended before its request was made: {done(proc)}")
-        if job.proc.poll() is not None or time.monotonic() > deadline:
-            job.kill()
-            pytest.fail(f"{n} ctl request(s) not {state} in {run}/control within {WAIT_S} s:\n"
-                        f"{job.output}")
-        time.sleep(0.02)
+        return len(requests(run, state)) >= n
+    job.wait_until(made, f"{n} ctl request(s) {state} in {run}/control", WAIT_S, recheck=0.02)
 
 
 def release(go) -> None:

@@ -5,7 +5,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -47,17 +46,13 @@ def runs(small_data, tmp_path_factory):
 def held_out_points(directory, job, timeout: float = 120) -> list:
     """Wait until the live curves in `directory` have a snapshot's held-out logloss, while
     `job` runs (held at a pause); returns the points."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def points():
         acc = read_back(directory)
         if "test/logloss_snapshots" in acc.Tags()["scalars"]:
             return acc.Scalars("test/logloss_snapshots")
-        assert job.proc.poll() is None, f"the job ended first:\n{job.output}"
-        if time.monotonic() > deadline:
-            job.kill()
-            pytest.fail(f"no snapshot scored in {timeout} s while the job was held:\n"
-                        f"{job.output}")
-        time.sleep(0.1)
+        return None
+    return job.wait_until(points, f"a snapshot scored in {directory} while the job was held",
+                          timeout, recheck=0.1)
 
 
 def test_the_live_curves_read_back_in_tensorboard(runs):
