@@ -26,7 +26,7 @@ from mpips.job.snapshot_write import SnapshotWrite
 from mpips.models.optimizer import Optimizer
 from mpips.ranks.bounded import wait_all
 from mpips.ranks.roles import split
-from mpips.server.checkpoint_rounds import Checkpoints
+from mpips.server.checkpoint_clocks import Checkpoints
 from mpips.server.loop import Hooks, Server
 from mpips.server.store import KVStore
 from mpips.storage import checkpoint

@@ -20,6 +20,7 @@ from ..ranks.roles import Roles
 from ..ranks.ulfm import agreed_dead
 from ..run import testevents
 from ..run.config import TrainConfig
+from ..server.checkpoint_clocks import Standing
 from ..server.context import ShardWrite
 from ..server.dense_tables import DenseTables
 from ..server.replicas import PrimaryKeys
@@ -33,10 +34,9 @@ log = logging.getLogger("mpips")
 
 
 def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys,
-                        trained_on: str | None, handed_out: Callable[[], dict]) -> dict:
-    """The server's hooks that write a checkpoint: its shard, and (server 0) the manifest
-    (`trained_on`: the training data's format; `handed_out`: the hand-out of the training
-    rows under --balance dynamic, else {})."""
+                        trained_on: str | None) -> dict:
+    """The server's hooks that write a checkpoint: its shard, and (the lead) the manifest
+    (`trained_on`: the training data's format)."""
     root = cfg.checkpoints
     keep = cfg.checkpointing.keep
     assert keep is not None, "the job fills in --keep-checkpoints before any server starts"
@@ -73,7 +73,7 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
             # the events at its midpoint fire in the writer (the fork's copy), not here
             forked=lambda: testevents.handed_over("writing", writer))
 
-    def write_manifest(clock: int, shards: list, positions: dict,
+    def write_manifest(clock: int, shards: list, standing: Standing,
                        deaths: list) -> str | None:
         try:
             directory = checkpoint.write_manifest(
@@ -81,8 +81,8 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
                 servers=len(roles.servers), workers=len(roles.workers),
                 consistency=cfg.consistency.mode, inputs=inputs, data_format=trained_on,
                 placement=own.placement.describe(),
-                positions={str(w): p for w, p in sorted(positions.items())}, deaths=deaths,
-                **handed_out(),
+                positions={str(w): p for w, p in sorted(standing.positions.items())},
+                deaths=deaths, **(standing.handed_out or {}),
                 worker_random_state=None,   # workers draw no random numbers (file order)
                 written=time.strftime("%Y-%m-%d %H:%M:%S"))
         except SaveError as e:

@@ -22,7 +22,7 @@ from ..ranks.ulfm import CannotFailOver
 from ..run import signals, summary, testevents
 from ..run.config import TrainConfig
 from ..run.startup import process_age, ready
-from ..server.checkpoint_rounds import Checkpoints
+from ..server.checkpoint_clocks import Checkpoints
 from ..server.dense_tables import DenseTables
 from ..server.loop import Hooks, Server
 from ..server.progress import Progress
@@ -186,8 +186,7 @@ class ServerPart:
             self.locks.take_over(f"server {self.roles.index} leads the run now")
             self._draw_curves()
 
-        return Hooks(**checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on,
-                                           self._handed_out),
+        return Hooks(**checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on),
                      placement_changed=placement_changed,
                      snapshot=(snapshot_writer(
                          cfg, self.roles, self.own, self.attrs, self.clocks, self._examples,
@@ -235,11 +234,6 @@ class ServerPart:
                         run_id=self.name, scoring=scoring)
         server.ctx.handout = self.handout = RowHandOut(server.ctx, self._balance())
         return server
-
-    def _handed_out(self) -> dict:
-        """What a checkpoint's manifest keeps of the hand-out of the training rows."""
-        balance = self.handout.balance if self.handout else None
-        return {"balance": balance.state()} if balance else {}
 
     def _balance(self) -> Balance | None:
         """The hand-out of the training rows (--balance dynamic), as the checkpoint resumed

@@ -23,7 +23,7 @@ class Gate(Protocol):
 
 
 class Positions(Protocol):
-    """Where each worker stands (server.checkpoint_rounds.Checkpoints)."""
+    """Where each worker stands (server.checkpoint_clocks.Checkpoints)."""
     @property
     def positions(self) -> dict: ...
     @property

@@ -61,7 +61,7 @@ class ServerStore(Protocol):
 
 
 class WorkerPositions(Protocol):
-    """Where each worker stands (server.checkpoint_rounds.Checkpoints)."""
+    """Where each worker stands (server.checkpoint_clocks.Checkpoints)."""
     @property
     def positions(self) -> dict: ...
     def position_after(self, worker: int, clock: int, /) -> dict: ...

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from ..recovery.takeover import Takeover
     from ..recovery.workerloss import WorkerLosses
     from ..wire.clocks import ClockTable
-    from .checkpoint_rounds import CheckpointRounds, Checkpoints
+    from .checkpoint_clocks import Checkpoints, Standing
+    from .checkpoint_rounds import CheckpointRounds
     from .dense_tables import DenseTables
     from .outbox import Outbox
     from .pushes import Pushes
@@ -74,8 +75,9 @@ class Hooks:
     (a checkpoint that could not be written does not stop training by itself)."""
     # clock -> this server's file of the checkpoint at clock, its state taken now
     write_shard: Callable[[int], ShardWrite] | None = None
-    write_manifest: Callable[[int, list, dict], str | None] | None = None
-    # server 0: clock, entries, positions -> None, or why it failed
+    # the lead: clock, entries, where the job stood (Standing), deaths -> None, or why it
+    # failed
+    write_manifest: Callable[[int, list, Standing, list], str | None] | None = None
     # final -> its file's write if beside the loop, else None (written); every snapshot_every s
     snapshot: Callable[[bool], ShardWrite | None] | None = None
     snapshot_every: float = 0.0

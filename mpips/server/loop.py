@@ -37,7 +37,8 @@ from ..wire.clocks import ClockTable
 from ..wire.placement import Placement, describe_ranges
 from ..wire.protocol import Op, Report
 from .admission import admit, unbundle
-from .checkpoint_rounds import CheckpointRounds, Checkpoints
+from .checkpoint_clocks import Checkpoints
+from .checkpoint_rounds import CheckpointRounds
 from .context import Hooks, ServerContext, ServerStats
 from .dense_tables import DenseTables
 from .hotpath import HotPath, Taken

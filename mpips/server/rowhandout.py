@@ -71,6 +71,14 @@ class RowHandOut:
             if self.ctx.losses:   # the model is incomplete, as when a plan's rows are
                 self.ctx.losses.abandoned.append(why)
 
+    def state(self) -> dict | None:
+        """What a checkpoint's manifest keeps of the hand-out now: {"balance": ...} under
+        --balance dynamic, {} under static; None on a server that leads since the first lead
+        died (the hand-out died with it)."""
+        if self.balance is None:
+            return {}
+        return {"balance": self.balance.state()} if self.led else None
+
     def rows_left(self) -> int:
         """Rows of every epoch not yet handed out, or given back (0 under --balance static)."""
         return self.balance.left() if self.balance else 0

@@ -12,7 +12,7 @@ from serving import server_for
 
 from mpips.base.forked import Written
 from mpips.ranks.bounded import wait_all
-from mpips.server.checkpoint_rounds import Checkpoints
+from mpips.server.checkpoint_clocks import Checkpoints
 from mpips.worker.kvworker import KVWorker
 from mpips.models.optimizer import Optimizer
 from mpips.wire.placement import Placement

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mpips.base.errors import CheckpointsFailing, ProtocolError
-from mpips.server.checkpoint_rounds import FAILURES_IN_A_ROW, Checkpoints
+from mpips.server.checkpoint_clocks import FAILURES_IN_A_ROW, Checkpoints, Standing
 from mpips.server.context import ServerContext
 from mpips.server.pushes import ClockPushes
 from mpips.server.readgate import HOLD, REFUSE, SERVE, Pull, ReadGate
@@ -133,8 +133,8 @@ def test_server_0_completes_a_checkpoint_once_every_server_reported():
     ckpt = Checkpoints(every=10, seconds=0, n_servers=2, bsp=True)
     assert ckpt.begin(10) and not ckpt.begin(10), "written once"
     assert ckpt.shard_in(10, {"server": 1}) is None, "server 0's own file is still missing"
-    shards, positions = ckpt.shard_in(10, {"server": 0}, {0: {"clock": 10}})
-    assert [s["server"] for s in shards] == [1, 0] and positions == {0: {"clock": 10}}
+    shards, standing = ckpt.shard_in(10, {"server": 0}, Standing({0: {"clock": 10}}, {}))
+    assert [s["server"] for s in shards] == [1, 0] and standing.positions == {0: {"clock": 10}}
     ckpt.outcome(10, [])
     assert ckpt.completed == {10}
     ckpt.shard_in(20, {"server": 1})
@@ -227,8 +227,9 @@ class FakeWrite:
         return self.entry
 
 
-def writing_server():
-    """Server 1 of 2 (not the lead), its files written by FakeWrite."""
+def writing_server(index: int = 1, servers: int = 2):
+    """Server `index` of `servers` (by default server 1 of 2, not the lead), its files
+    written by FakeWrite."""
     from mpips.server.checkpoint_rounds import CheckpointRounds
     from mpips.server.context import Hooks
     from mpips.wire.placement import Placement
@@ -238,11 +239,12 @@ def writing_server():
         files.append(FakeWrite(clock))
         return files[-1]
 
-    roles = SimpleNamespace(index=1, servers=[0, 1], workers=[2, 3])
+    roles = SimpleNamespace(index=index, servers=list(range(servers)),
+                            workers=[servers, servers + 1])
     ctx = ServerContext(roles, None, ClockTable(2), 60.0, Hooks(write_shard=write_shard),
-                        Placement(2), SimpleNamespace(checkpoints=0))
+                        Placement(servers), SimpleNamespace(checkpoints=0))
     ctx.outbox = Sent()
-    ctx.ckpt = Checkpoints(every=15, seconds=0, n_servers=2, bsp=True)
+    ctx.ckpt = Checkpoints(every=15, seconds=0, n_servers=servers, bsp=True)
     ctx.pushes = SimpleNamespace(apply_backups=lambda: None, buffer=SimpleNamespace(applied=0))
     return ctx, CheckpointRounds(ctx), files
 
@@ -273,6 +275,46 @@ def test_a_writer_that_fails_or_outlives_the_timeout_reports_a_failed_file():
     assert ctx.outbox.messages == [(Op.SHARD_SAVED, 15, 0), (Op.SHARD_SAVED, 30, 0)]
     assert "was not written within --timeout 60 s" in files[1].entry["error"]
     assert ctx.stats.checkpoints == 0
+
+
+def leading_with_a_hand_out():
+    """The lead (one server), --balance dynamic: each of its two workers handed a first chunk
+    of an epoch of 1,000 rows; its manifests' (clock, Standing) in a list."""
+    from mpips.data.balance import Balance
+    from mpips.server.rowhandout import RowHandOut
+    ctx, rounds, files = writing_server(index=0, servers=1)
+    manifests = []
+    ctx.hooks.write_manifest = lambda clock, shards, standing, deaths: manifests.append(
+        (clock, standing))
+    ctx.handout = RowHandOut(ctx, Balance(1000, 1, 2, 10))
+    for worker in (0, 1):
+        ctx.handout.balance.ask(worker, 0, 0.0)
+    return ctx, rounds, files, manifests
+
+
+def test_a_manifest_keeps_the_hand_out_as_it_was_at_the_checkpoints_clock():
+    """A worker that leaves (or dies) while the files are written gives its chunk back from
+    its place then, past the checkpoint's: the manifest keeps the hand-out taken at the clock,
+    with the positions, so a resume puts the rows since the clock back to be trained."""
+    ctx, rounds, files, manifests = leading_with_a_hand_out()
+    at_clock = ctx.handout.state()
+    rounds.take(15)
+    ctx.handout.worker_gone(1, {"epoch": 0, "segment": 0, "offset": 6})   # left at clock 16
+    assert ctx.handout.state() != at_clock, "the leave gave rows back"
+    files[0].entry = {"server": 0, "keys": 5}
+    rounds.poll(time.monotonic())
+    assert [(clock, standing.handed_out) for clock, standing in manifests] == [(15, at_clock)]
+
+
+def test_a_checkpoint_without_the_hand_out_is_passed_over(caplog):
+    """A server leading since the first lead died does not hold the hand-out (it died with
+    that lead): a checkpoint completed then would put the rows back wrongly; none is made."""
+    ctx, rounds, files, manifests = leading_with_a_hand_out()
+    ctx.handout.led = False
+    rounds.take(15)
+    files[0].entry = {"server": 0, "keys": 5}
+    rounds.poll(time.monotonic())
+    assert manifests == [] and "hand-out of the training rows" in caplog.text
 
 
 def snapshotting_server(snapshot_every=1.0):

@@ -1,0 +1,192 @@
+"""At which clocks a server writes checkpoints and where each worker stood at them
+(`Checkpoints`; no MPI, no files), and what a checkpoint's manifest keeps of that moment
+(`Standing`).
+
+Under BSP a checkpoint is the state after its clock, and a worker may already have pushed
+beyond it: its position is kept by clock. Under SSP and ASP each server writes what it holds
+when its slowest worker reaches the clock, with every worker's latest position.
+"""
+import logging
+from typing import NamedTuple
+
+from ..base.errors import CheckpointsFailing
+
+log = logging.getLogger("mpips")
+
+# Checkpoints that fail one after another (a full or read-only disk) stop the job after this
+# many: training on without a way back is a risk the user did not choose.
+FAILURES_IN_A_ROW = 3
+
+
+class Standing(NamedTuple):
+    """Where the job stood at a checkpoint's clock, as its manifest keeps it: each worker's
+    position and, under --balance dynamic, the lead's hand-out of the training rows ({} under
+    static; None on a server that leads since the first lead died, the hand-out with it).
+    Both are taken at the clock: a resume puts each worker back among the chunks the hand-out
+    says it held then (a hand-out read later, once a worker had left or died meanwhile, gave
+    back its rows from a place past the checkpoint's)."""
+    positions: dict
+    handed_out: dict | None
+
+
+class Checkpoints:
+    def __init__(self, every: int | None, seconds: float | None, n_servers: int, bsp: bool,
+                 positions: dict | None = None):
+        """Every `every` clocks and every `seconds` seconds (None or 0: not by them)."""
+        self.every: int = every or 0
+        self.seconds: float = seconds or 0.0
+        self.bsp = bsp
+        self.living = set(range(n_servers))   # the servers whose files a checkpoint needs
+        # Where each worker's next minibatch starts, from its latest clock push; under BSP
+        # also by the clock it had reached, for checkpoints of earlier clocks.
+        self.positions: dict[int, dict] = dict(positions or {})
+        self._history: dict[int, dict[int, dict]] = {
+            w: {p["clock"]: p} for w, p in self.positions.items()}
+        self.stop_at: int | None = None   # the clock to checkpoint and stop at, once named
+        self.planned: set[int] = set()    # clocks named for timed checkpoints
+        self.written: set[int] = set()    # clocks this server has written (or tried to write) at
+        self._entries: dict[int, dict] = {}   # the lead: clock -> the servers' files and the
+                                              # positions
+        self.completed: set[int] = set()  # the lead: clocks whose manifest it wrote
+        self.failed_in_a_row = 0  # the lead: checkpoints failed since the last success
+
+    @property
+    def periodic(self) -> bool:
+        return bool(self.every or self.seconds)
+
+    def note(self, worker: int, clock: int, report, finished: bool) -> None:
+        """Where `worker` stands after `clock` clocks (its latest report)."""
+        before = self.positions.get(worker)
+        taken = before.get("taken", []) if before else []   # never changed in place: shared
+        if report.taken > len(taken):
+            taken = taken + [report.taken_epoch] * (report.taken - len(taken))
+        position = {"clock": clock, "epoch": report.epoch, "segment": report.segment,
+                    "offset": report.offset, "examples": report.examples, "loss": report.loss,
+                    "finished": finished, "taken": taken}
+        self.positions[worker] = position
+        if not finished:
+            self._history.setdefault(worker, {})[clock] = position
+
+    def place(self, worker: int, position: dict) -> None:
+        """Where `worker` stands after position["clock"] clocks, said by the lead, not by the
+        worker (it joins again): as its report would be."""
+        self.positions[worker] = position
+        self._history.setdefault(worker, {})[position["clock"]] = position
+
+    def positions_at(self, clock: int) -> dict:
+        """Where each worker stood at `clock` (see the module's docstring)."""
+        if not self.bsp:
+            return {w: dict(p) for w, p in self.positions.items()}
+        return {w: dict(self._history.get(w, {}).get(clock, latest))
+                for w, latest in self.positions.items()}
+
+    def position_after(self, worker: int, clock: int) -> dict:
+        """Where `worker` stood once it had completed `clock` clocks (a dead worker's place,
+        at the clocks every server holds): from its push of that clock (kept under BSP until
+        every worker has passed it; under SSP and ASP the nearest this server still knows),
+        else the place it started from."""
+        seen = self._history.get(worker, {})
+        earlier = [c for c in seen if c <= clock]
+        if earlier:
+            return dict(seen[max(earlier)])
+        if worker in self.positions:
+            return dict(self.positions[worker])
+        return {"clock": clock, "epoch": 0, "segment": 0, "offset": -1, "examples": 0,
+                "loss": 0.0, "finished": False, "taken": []}
+
+    def note_lost(self, worker: int, place: dict) -> None:
+        """`worker` died where `place` says (its clocks after it were dropped): checkpoints
+        from now on record it there."""
+        self.positions[worker] = dict(place, lost=True)
+        seen = self._history.get(worker, {})
+        for c in [c for c in seen if c > place["clock"]]:
+            del seen[c]
+
+    def forget_before(self, clock: int) -> None:
+        for seen in self._history.values():
+            for c in [c for c in seen if c < clock]:
+                del seen[c]
+
+    def last_clock(self, slowest_before: int) -> int:
+        """The last clock any worker completed, once all have finished."""
+        return max([p["clock"] for p in self.positions.values()] + [slowest_before])
+
+    def first_clock(self) -> int:
+        """The clock training starts from: 0, or the checkpoint's when resuming. Workers that
+        had finished, or left, stand at the clock they stopped at, before it: not counted."""
+        going = [p["clock"] for p in self.positions.values() if not p.get("finished")]
+        return min(going or [p["clock"] for p in self.positions.values()] or [0])
+
+    def due(self, clock: int) -> bool:
+        return bool((self.every and clock % self.every == 0) or clock == self.stop_at
+                    or clock in self.planned)
+
+    @property
+    def may_be_due(self) -> bool:
+        """Whether `due` can be true of any clock now (else none need be asked)."""
+        return bool(self.every or self.stop_at is not None or self.planned)
+
+    def reached(self, slowest: int) -> list:
+        """Clocks named for timed checkpoints that the slowest worker has reached: the name
+        may arrive after this server passed the clock."""
+        if not self.planned:
+            return []
+        ready = sorted(c for c in self.planned if c <= slowest)
+        self.planned.difference_update(ready)
+        return ready
+
+    def begin(self, clock: int) -> bool:
+        """Whether this server should write checkpoint `clock` now (once per clock)."""
+        if clock in self.written:
+            return False
+        self.written.add(clock)
+        self.planned.discard(clock)
+        return True
+
+    def shard_in(self, clock: int, entry: dict, standing: Standing | None = None):
+        """The lead: a server's entry for checkpoint `clock` (its own with where the job stood
+        at the clock). Returns (entries, standing) once all servers' entries are in, else
+        None."""
+        state = self._entries.setdefault(clock, {"shards": [], "standing": None})
+        state["shards"].append(entry)
+        if standing is not None:
+            state["standing"] = standing
+        return self._ready(clock)
+
+    def _ready(self, clock: int):
+        state = self._entries[clock]
+        if (not self.living <= {e["server"] for e in state["shards"]}
+                or state["standing"] is None):
+            return None
+        del self._entries[clock]
+        return state["shards"], state["standing"]
+
+    def servers_lost(self, living) -> list:
+        """The lead: servers died, `living` are left; checkpoints no longer wait for the dead
+        ones' files. Returns (clock, entries, standing) of those that are now complete."""
+        self.living = set(living)
+        ready = [(clock, self._ready(clock)) for clock in sorted(self._entries)]
+        return [(clock, *r) for clock, r in ready if r is not None]
+
+    def outcome(self, clock: int, failures: list) -> None:
+        """The lead: checkpoint `clock` was written (no failures) or not; several failed in a
+        row raise CheckpointsFailing."""
+        if not failures:
+            self.failed_in_a_row = 0
+            self.completed.add(clock)
+            return
+        self.failed_in_a_row += 1
+        why = "; ".join(failures)
+        if self.failed_in_a_row >= FAILURES_IN_A_ROW:
+            raise CheckpointsFailing(
+                f"{self.failed_in_a_row} checkpoints in a row could not be written (the last, "
+                f"at clock {clock}: {why}); stopping rather than training on without a "
+                f"checkpoint to come back to")
+        log.error("checkpoint at clock %d was not written (%s); training goes on, and stops if "
+                  "%d in a row fail", clock, why, FAILURES_IN_A_ROW)
+
+    def incomplete(self) -> list:
+        """The lead, at the end: (clock, servers missing) of checkpoints never completed."""
+        return [(clock, sorted(self.living
+                               - {e["server"] for e in self._entries[clock]["shards"]}))
+                for clock in sorted(self._entries)]
