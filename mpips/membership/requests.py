@@ -122,7 +122,7 @@ class Membership:
                              "clock": "finished" if done[w] == FINISHED else int(done[w]),
                              **({"state": "leaving"} if w in self.leaving else
                                 {"state": "dead"} if w in s.clocks.gone else {})}
-                            for w in range(done.shape[0])],
+                            for w in range(len(done))],
                 "moves": len(self.done)}
 
     def answer(self, request: dict, result: dict) -> None:
