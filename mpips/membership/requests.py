@@ -57,10 +57,12 @@ class Membership:
         self._next_poll = 0.0
 
     def poll(self, now: float) -> None:
-        """The requests waiting, oldest first, until one starts a change."""
+        """The lead: the requests waiting, oldest first, until one starts a change."""
         if now < self._next_poll or not self.run_dir:
             return
         self._next_poll = now + POLL_S
+        if not self.ctx.lead:   # (asked here, not by the loop on every turn)
+            return
         while self.move_lead.request is None and self.workers.joining is None:
             request = control.take(self.run_dir, self.run_id)
             if request is None:
