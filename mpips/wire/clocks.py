@@ -59,7 +59,8 @@ class ClockTable:
 
     def resume(self, worker: int, clock: int) -> None:
         """`worker` has completed `clock` clocks (a checkpoint's record)."""
-        self.done[worker] = int(clock)
+        clock = int(clock)
+        self.done[worker] = clock
         self.longest = max(self.longest, clock)
         self._here = self._slowest = None
 
