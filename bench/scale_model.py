@@ -13,7 +13,8 @@ minibatches of 1,000 rows and 2 epochs:
   one server and one worker  (mpiexec -n 2, the training loop's messages: each clock's push
                   and the next clock's pull as one message, BSP) for each share 1/k of every
                   minibatch's keys (the share a server gets when there are k servers): the
-                  server's handling time and the worker's time outside waits, per clock; a
+                  server's handling time (CPU, comm.handling_cpu_s) and the worker's time
+                  outside waits, per clock; a
                   straight line through them gives the cost per worker (its message of a
                   clock handled) and per key found, read and updated
   the link        an MPI ping-pong of 3 messages of the sizes a pull, its reply and a push
@@ -362,12 +363,13 @@ def probe_worker(roles, parts: list) -> tuple:
 
 def probe_server(roles) -> float:
     """Serve one worker session under BSP on a new table; seconds spent handling it."""
+    from comm import handling_cpu_s
     from mpips.wire.clocks import ClockTable
     from mpips.models.optimizer import Optimizer
     from mpips.server.loop import Server
     from mpips.server.store import KVStore
     store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.05))
-    return Server(roles, store, ClockTable(1, staleness=0), timeout=TIMEOUT).run().busy_s
+    return handling_cpu_s(Server(roles, store, ClockTable(1, staleness=0), timeout=TIMEOUT))
 
 
 def probe(out: str) -> None:

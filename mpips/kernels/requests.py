@@ -76,6 +76,14 @@ def pull_keys(buf, start, bounds, allowed, counts, keys):
 def first_not_finite(values):
     """The flat index of the first value that is not finite, or -1."""
     flat = values.reshape(-1)
+    # First whether any is, in a pass without a branch (it vectorizes: a fifth of the time of
+    # a loop that stops at the first), then where.
+    bad = False
+    for i in range(flat.shape[0]):
+        x = flat[i]
+        bad |= x - x != 0   # NaN for infinities and NaN, 0 for the others
+    if not bad:
+        return -1
     for i in range(flat.shape[0]):
         if not np.isfinite(flat[i]):
             return i

@@ -57,10 +57,12 @@ class Membership:
         self._next_poll = 0.0
 
     def poll(self, now: float) -> None:
-        """The requests waiting, oldest first, until one starts a change."""
+        """The lead: the requests waiting, oldest first, until one starts a change."""
         if now < self._next_poll or not self.run_dir:
             return
         self._next_poll = now + POLL_S
+        if not self.ctx.lead:   # (asked here, not by the loop on every turn)
+            return
         while self.move_lead.request is None and self.workers.joining is None:
             request = control.take(self.run_dir, self.run_id)
             if request is None:
@@ -122,7 +124,7 @@ class Membership:
                              "clock": "finished" if done[w] == FINISHED else int(done[w]),
                              **({"state": "leaving"} if w in self.leaving else
                                 {"state": "dead"} if w in s.clocks.gone else {})}
-                            for w in range(done.shape[0])],
+                            for w in range(len(done))],
                 "moves": len(self.done)}
 
     def answer(self, request: dict, result: dict) -> None:

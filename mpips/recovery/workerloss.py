@@ -109,7 +109,7 @@ class WorkerLosses:
         return bool(new)
 
     def _held_here(self, worker: int) -> int:
-        done = int(self.ctx.clocks.done[worker])
+        done = self.ctx.clocks.done[worker]
         if done == FINISHED:   # it had finished: its last clock
             return int(self.ctx.ckpt.positions.get(worker, {}).get("clock", 0))
         return done

@@ -19,7 +19,7 @@ from ..kernels.requests import first_not_finite
 from ..wire import protocol
 from ..wire.clocks import FINISHED
 from ..wire.protocol import HEADER_BYTES, REPORT_BYTES, Op
-from .admission import Request, report_ok
+from .admission import report_ok
 from .readgate import HOLD, SERVE
 
 PULL_FLAGS = protocol.READ_ONLY | protocol.NEXT_CLOCK
@@ -61,7 +61,7 @@ class HotPath:
         if h.op == Op.PULL:
             taken = self._pull(worker, source, buf, h, h.flags)
         elif h.op == Op.PUSH:
-            taken = self._push(worker, source, buf, h)
+            taken = self._push(worker, buf, h)
         else:
             return False
         if taken:
@@ -78,12 +78,15 @@ class HotPath:
         push = buf[cut:]
         push_h = protocol.header(push)
         if (push_h.op != Op.PUSH or push_h.placement != h.placement or push_h.ts < 0
-                or push_h.clock < 0 or push_h.nkeys < 0
-                or not self._push(worker, source, push, push_h)):
+                or push_h.clock < 0 or push_h.nkeys < 0 or not self._push(worker, push, push_h)):
             return Taken.NONE
-        self.ctx.watchdog.message_from(worker)
-        # Asked again: the push may have moved the clocks to a new placement.
-        if self._worker(source, h) is None:
+        ctx = self.ctx
+        ctx.watchdog.message_from(worker)
+        # `_worker` asked again of what the push may have changed: the clocks may have moved
+        # to a new placement.
+        clocks = ctx.clocks
+        if (h.placement != ctx.placement.version or clocks.done[worker] == FINISHED
+                or worker in clocks.gone):
             return Taken.PUSH
         pull = self._pull(worker, source, buf[:cut], h, h.flags & ~protocol.WITH_PUSH)
         return Taken.BOTH if pull else Taken.PUSH
@@ -99,7 +102,7 @@ class HotPath:
             return ctx.reads.serve_checked(worker, source, h, buf, clock)
         return verdict == HOLD and ctx.reads.hold_checked(worker, source, h, buf, clock)
 
-    def _push(self, worker: int, source: int, buf: np.ndarray, h) -> bool:
+    def _push(self, worker: int, buf: np.ndarray, h) -> bool:
         ctx = self.ctx
         n, width, flags = h.nkeys, h.width, h.flags
         if flags & ~PUSH_FLAGS or width != ctx.store.width:
@@ -107,9 +110,10 @@ class HotPath:
         # (protocol.payload_bytes for these flags: float32 values, keys unless SAME_KEYS)
         start = HEADER_BYTES if flags & protocol.SAME_KEYS else HEADER_BYTES + 8 * n
         end = start + 4 * n * width
-        if buf.shape[0] != (end + REPORT_BYTES if flags & protocol.REPORT else end):
+        nbytes = buf.shape[0]
+        if nbytes != (end + REPORT_BYTES if flags & protocol.REPORT else end):
             return False
-        values = buf[start:end].view(np.float32).reshape(n, width)
+        values = np.ndarray((n, width), np.float32, buf, start)   # (a view: buf[start:end])
         if first_not_finite(values) >= 0:
             return False
         report = None
@@ -122,5 +126,5 @@ class HotPath:
             return False
         if report is not None and self.progress:
             self.progress.update(worker, report, say=ctx.lead)
-        ctx.pushes.take(worker, Request(Op.PUSH, h, keys, values, report), buf.shape[0])
+        ctx.pushes.take_own(worker, h, keys, values, report, nbytes)
         return True

@@ -226,8 +226,7 @@ class Server:
         if now >= self.timers.next_at:
             self.timers.tick(now)
         ctx.stopping.poll()
-        if ctx.lead:
-            ctx.members.poll(now)
+        ctx.members.poll(now)
         if now >= ctx.rounds.next_check:   # timed checkpoints, the file being written
             ctx.rounds.poll(now)
         if ctx.copies.sending:   # a few ranges a turn

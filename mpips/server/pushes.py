@@ -96,25 +96,30 @@ class Pushes:
 
     def take(self, worker: int, r, nbytes: int) -> None:
         """`worker`'s push `r` (an admission.Request of `nbytes` bytes on the wire)."""
-        ctx = self.ctx
-        ctx.stats.push_bytes += nbytes
         if r.backup_keys.shape[0]:   # first the part for ranges this server backs up
             h = protocol.backup_part_header(r.header, r.backup_keys.shape[0])
-            self._take(worker, r._replace(header=h, keys=r.backup_keys,
-                                          values=r.backup_values, report=None,
-                                          rows_sent=None),
-                       backup=True)
-        self._take(worker, r)
+            self._take(worker, h, r.backup_keys, r.backup_values, None, None, backup=True)
+        self.take_own(worker, r.header, r.keys, r.values, r.report, nbytes, r.rows_sent)
+
+    def take_own(self, worker: int, h, keys: np.ndarray, values: np.ndarray, report,
+                 nbytes: int, rows_sent: np.ndarray | None = None) -> None:
+        """`worker`'s push (header `h`, `nbytes` on the wire) without a part for ranges this
+        server backs up, or the rest of one: `take` of its fields (the short way's, which
+        makes no Request)."""
+        ctx = self.ctx
+        ctx.stats.push_bytes += nbytes
+        self._take(worker, h, keys, values, report, rows_sent)
         ctx.copies.send_copies()
 
-    def _take(self, worker: int, r, backup: bool = False) -> None:
+    def _take(self, worker: int, h, keys: np.ndarray, values: np.ndarray, report,
+              rows_sent: np.ndarray | None, backup: bool = False) -> None:
         """`backup`: the part for ranges this server backs up (no read needs it at once)."""
         ctx = self.ctx
-        h, clocks = r.header, ctx.clocks
-        clock = int(clocks.done[worker])
+        clocks = ctx.clocks
+        clock = clocks.done[worker]
         bsp = clocks.staleness == 0
         push = ctx.copies.route(worker, clock, h.ts, h.placement,
-                                self._push_of(worker, r, copy=bsp))
+                                self._push_of(worker, h, keys, values, rows_sent, copy=bsp))
         if bsp:
             # Deferred (see _apply_until) only while the ranges stay backed up here: split by
             # a placement with this one's primaries, and still when the clock completes.
@@ -126,7 +131,7 @@ class Pushes:
             self._applied(worker, h.ts)
         if h.flags & protocol.CLOCK:
             clocks.tick(worker)
-            ctx.ckpt.note(worker, clock + 1, r.report or _NO_REPORT, False)
+            ctx.ckpt.note(worker, clock + 1, report or _NO_REPORT, False)
             self.advance()
 
     def keep(self, clock: int, worker: int, ts: int, keys: np.ndarray, values: np.ndarray,
@@ -135,16 +140,16 @@ class Pushes:
         self.buffer.add(clock, worker, Pending(Push(keys, None, -1, values), clock, worker, ts,
                                                deferrable))
 
-    def _push_of(self, worker: int, r, copy: bool) -> Push:
-        values = r.values.copy() if copy else r.values
-        if not r.header.flags & protocol.SAME_KEYS:
-            return Push((r.keys.copy() if copy else r.keys), None, -1, values)
-        if not r.header.nkeys:
-            return Push(r.keys, None, -1, values)
-        keys, rows, generation = self.ctx.rows.take(worker, messages.same_keys_of(r.header),
-                                                        r.header.nkeys)
-        if r.rows_sent is not None:   # a filtered push: values for these of the pull's keys
-            keys, rows = keys[r.rows_sent], rows[r.rows_sent]
+    def _push_of(self, worker: int, h, keys: np.ndarray, values: np.ndarray,
+                 rows_sent: np.ndarray | None, copy: bool) -> Push:
+        values = values.copy() if copy else values
+        if not h.flags & protocol.SAME_KEYS:
+            return Push((keys.copy() if copy else keys), None, -1, values)
+        if not h.nkeys:
+            return Push(keys, None, -1, values)
+        keys, rows, generation = self.ctx.rows.take(worker, messages.same_keys_of(h), h.nkeys)
+        if rows_sent is not None:   # a filtered push: values for these of the pull's keys
+            keys, rows = keys[rows_sent], rows[rows_sent]
         return Push(keys, rows, generation, values)
 
     def _apply(self, push: Push, clock: int) -> None:
@@ -206,8 +211,10 @@ class Pushes:
             ctx.gate.stopped = True
             ctx.stats.train_requests = ctx.stats.requests   # (what follows is not training)
         ctx.members.reached()
-        ctx.reads.release()
-        self.apply_backups()   # replication overlaps the workers' next minibatch
+        if ctx.gate.held:
+            ctx.reads.release()
+        if self._backups_due:
+            self.apply_backups()   # replication overlaps the workers' next minibatch
 
     def _slowest_moved(self, slowest: int) -> None:
         """The slowest worker moved on to `slowest`: the pushes of the clocks before it

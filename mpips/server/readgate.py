@@ -46,7 +46,7 @@ class ReadGate:
         # made: a read split by an older placement, for its clock or later, stays refused.
         self.moving: Switch | None = None
         self.pulls_held = 0       # pulls that had to wait for other workers' clocks
-        self.held_s = np.zeros(clocks.done.shape[0])   # per worker: time its pulls were held
+        self.held_s = np.zeros(len(clocks.done))   # per worker: time its pulls were held
         self.records: list[tuple] | None = [] if record else None
         self.start = time.monotonic()
 
@@ -117,12 +117,13 @@ class ReadGate:
         slowest = self.clocks.record_read(worker)
         if held:
             self.held_s[worker] += held
-        if self.clocks.done[worker] == FINISHED:
+        done = self.clocks.done[worker]
+        if done == FINISHED:
             return
         if clock > self.highest:
             self.highest = clock
         if self.records is not None:
-            self.records.append((worker, self.clocks.done[worker],
+            self.records.append((worker, done,
                                  -1 if slowest == FINISHED else slowest, held,
                                  time.monotonic() - self.start))
 

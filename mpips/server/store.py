@@ -49,6 +49,7 @@ class KVStore:
         # shared with it, and the server's writes after the fork copy no pages.
         keep_from_children(self._rows)
         self._state = self._rows.view(np.float32)[:, table.KEY_WORDS:]
+        self._limit = int(self.max_load * cap)   # keys stored before the table grows
 
     def __len__(self) -> int:
         return int(self._meta[0])
@@ -139,7 +140,7 @@ class KVStore:
         if out is None:
             out = np.empty((n, 0), np.float32)
         while True:
-            limit = int(self.max_load * self.capacity)
+            limit = self._limit
             if src is None:
                 done = table.find_and_read(self._rows, self._meta, keys, insert, limit, slots,
                                            out, fresh)

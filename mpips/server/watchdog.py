@@ -44,7 +44,7 @@ class Watchdog:
         values = {"slowest_clock": -1 if slowest < 0 else int(done[slowest]),
                   "slowest_worker": slowest,
                   # A worker joining counts as training before it does.
-                  "finished": int((done == FINISHED).sum()) - ctx.members.idle_joining(),
+                  "finished": done.count(FINISHED) - ctx.members.idle_joining(),
                   "slowest_silent_ms": int(silent * 1000),
                   "deaths": len(ctx.losses.deaths) if ctx.losses else 0,
                   "stopping": int(ctx.gate.stopped)}

@@ -18,7 +18,9 @@ FINISHED = np.iinfo(np.int64).max
 
 class ClockTable:
     def __init__(self, n_workers: int, staleness: int | None = 0):
-        self.done = np.zeros(n_workers, np.int64)
+        # (a list: read on every request, where a numpy array's element would be a numpy
+        # scalar, slower to make and to compare)
+        self.done: list[int] = [0] * n_workers
         self.staleness = staleness
         self.max_gap = 0
         self.longest = 0   # the most clocks any worker has completed, FINISH or not
@@ -57,12 +59,13 @@ class ClockTable:
 
     def resume(self, worker: int, clock: int) -> None:
         """`worker` has completed `clock` clocks (a checkpoint's record)."""
+        clock = int(clock)
         self.done[worker] = clock
         self.longest = max(self.longest, clock)
         self._here = self._slowest = None
 
     def tick(self, worker: int) -> None:
-        before = int(self.done[worker])
+        before = self.done[worker]
         if before == FINISHED:
             raise ProtocolError(f"worker {worker} completed a clock after it said FINISH")
         self.done[worker] = before + 1
@@ -71,7 +74,7 @@ class ClockTable:
         self._moved_from(before)
 
     def finish(self, worker: int) -> None:
-        before = int(self.done[worker])
+        before = self.done[worker]
         self.done[worker] = FINISHED
         self._moved_from(before)
 
@@ -86,15 +89,15 @@ class ClockTable:
         """The smallest clock among workers still training on this server (FINISHED if none
         is)."""
         if self._here is None:
-            done = self.done.tolist()   # (faster than numpy's for the few of a server)
+            done = self.done
             here = min(done)
             self._here, self._at_here = here, done.count(here)
         return self._here
 
     def gap(self) -> int:
         """How many clocks the fastest worker still training is ahead of the slowest."""
-        training = self.done[self.done != FINISHED]
-        return int(training.max() - training.min()) if training.shape[0] else 0
+        training = [c for c in self.done if c != FINISHED]
+        return max(training) - min(training) if training else 0
 
     def slowest(self) -> int:
         """The smallest clock among workers still training, on every server (FINISHED if none
@@ -106,7 +109,7 @@ class ClockTable:
     def read_clock(self, worker: int, next_clock: bool = False) -> int:
         """The clock a read by `worker` is for: its own, or the next one (a read sent ahead of
         the push that completes its current clock)."""
-        clock = int(self.done[worker])
+        clock = self.done[worker]
         return clock if clock == FINISHED or not next_clock else clock + 1
 
     def may_read(self, worker: int, clock: int) -> bool:
@@ -125,13 +128,13 @@ class ClockTable:
         the largest gap between a reader's clock and the slowest for the summary."""
         slowest = self.slowest()
         clock = self.done[worker]
-        if clock != FINISHED:
-            self.max_gap = max(self.max_gap, int(clock) - slowest)
+        if clock != FINISHED and clock - slowest > self.max_gap:
+            self.max_gap = clock - slowest
         return slowest
 
     @property
     def all_finished(self) -> bool:
-        return bool((self.done == FINISHED).all())
+        return all(c == FINISHED for c in self.done)
 
     @property
     def final(self) -> bool:

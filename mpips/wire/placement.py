@@ -222,6 +222,7 @@ class Placement:
         self.stand_in = dict(zip(sorted(self.dead & owners),
                                  [s for s in self.spares if s not in self.dead]))
         q = len(self.assign)
+        # (kernels.hashing.key_range finds a hash's range by this formula, without them)
         self.bounds = np.array([(r << 64) // q for r in range(q)], np.uint64)
         self.holders = tuple(
             _living_holders(r, h, self.assign, replicas, self.dead, self.stand_in)

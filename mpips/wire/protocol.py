@@ -19,8 +19,9 @@ pull's keys' rows (MASK: a bitmap over them); a backed-up part stays float32, th
 primary applies.
 """
 import struct
+from collections.abc import Callable
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -56,10 +57,15 @@ class Report(NamedTuple):
 
 # Little-endian, multiples of 8 bytes so the payload after the header stays aligned.
 _LAYOUT = struct.Struct("<iiqqqiiq")
+_new = tuple.__new__   # a record of the fields unpacked (NamedTuple._make checks their count)
+# The unpacking of a buffer: a numpy array is one (a memoryview of it, .data, took as long
+# as the unpacking).
+_header_fields: Callable[[Any, int], tuple] = _LAYOUT.unpack_from
 HEADER_BYTES = _LAYOUT.size
 assert HEADER_BYTES == 48
 _REPORT = struct.Struct("<qqqddqqq")
 REPORT_BYTES = _REPORT.size
+_report_fields: Callable[[Any, int], tuple] = _REPORT.unpack_from
 
 
 class Op(IntEnum):
@@ -180,7 +186,7 @@ def pack(header: Header, *payload: np.ndarray, report: Report | None = None,
 
 
 def header(buf: np.ndarray) -> Header:
-    return Header._make(_LAYOUT.unpack_from(buf.data, 0))
+    return _new(Header, _header_fields(buf, 0))
 
 
 def backup_count(buf: np.ndarray) -> int:
@@ -303,7 +309,7 @@ def without_flag(h: Header, flag: int) -> Header:
 
 def report_at(buf: np.ndarray, offset: int) -> Report:
     """The Report at buf[offset:]."""
-    return Report._make(_REPORT.unpack_from(buf.data, offset))
+    return _new(Report, _report_fields(buf, offset))
 
 
 def backup_of(buf: np.ndarray, h: Header):

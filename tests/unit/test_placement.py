@@ -84,7 +84,7 @@ def test_reads_go_to_the_primary_writes_to_any_holder():
 @pytest.mark.parametrize("n_servers, vnodes", [(1, 1), (2, 1), (3, 1), (3, 64), (5, 77),
                                                (16, 64)])
 def test_a_key_falls_in_the_range_its_hash_does(n_servers, vnodes):
-    """key_range steps from the hash's top bits times n: the same as a search of the sorted
+    """key_range computes the range from the hash: the same as a search of the sorted
     bounds, at the bounds, just below them and at the ends of the hash too."""
     from mpips.kernels.hashing import key_range
     p = Placement(n_servers, vnodes=vnodes)
