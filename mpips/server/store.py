@@ -18,8 +18,6 @@ from ..models import updates
 from ..models.optimizer import Optimizer
 from .table_snapshot import TableSnapshot
 
-_ONES = 0xFFFFFFFF   # a key word of an empty row
-
 
 class KVStore:
     def __init__(self, width: int, optimizer: Optimizer, capacity: int = 1 << 10,
@@ -274,15 +272,14 @@ class KVStore:
         only if `state`, else None): to write the table without a copy of all of it."""
         cap = self.capacity
         for start in range(0, cap, rows):
-            block = self._rows[start:min(start + rows, cap)]
-            used = np.flatnonzero((block[:, 0] != _ONES) | (block[:, 1] != _ONES))
-            keys = (block[used, 0].astype(np.uint64)
-                    | (block[used, 1].astype(np.uint64) << np.uint64(32)))
-            yield keys, (self._state[start + used] if state else None)
+            stop = min(start + rows, cap)
+            keys = np.empty(stop - start, np.uint64)
+            words = np.empty((stop - start, self.columns if state else 0), np.uint32)
+            n = table.gather(self._rows, start, stop, keys, words)
+            yield keys[:n], (words[:n].view(np.float32) if state else None)
         if self._meta[1]:   # the key that equals EMPTY, in its own row (see kernels.table)
             yield (np.array([table.EMPTY], np.uint64),
                    self._state[cap:cap + 1].copy() if state else None)
-
 
 def _array(memory: SharedArray | np.ndarray) -> np.ndarray:
     return memory.array if isinstance(memory, SharedArray) else memory
