@@ -1,8 +1,8 @@
 """One launch of bench/checkpoint.py's serving part: 1 server holding N keys (AdaGrad, BSP)
 and 2 workers pulling and pushing 10,000 of them a clock, with a timed checkpoint every few
 seconds, written as a job writes it (`resident`: the table copied a span per turn of the
-loop into shared memory, then written by the server's resident writer, forked at the first
-checkpoint and kept), from the same copy by a child forked for each file (`snapshot`, what
+loop into shared memory, then written by the server's resident writer, forked at the start and
+kept), from the same copy by a child forked for each file (`snapshot`, what
 jobs did before), by a child forked at the clock from the live table (`fork`: copy-on-write
 pages) or in the server's loop (`inline`).
 
@@ -92,6 +92,10 @@ class Timed:
 
 def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
     store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1), capacity=2 * n_keys)
+    resident = Resident(store, lambda task, table: checkpoint.stream_shard(
+        root, task["clock"], 0, table, {}))
+    if mode == "resident":   # as a job's server does, before its table is filled
+        resident.ready()
     keys = keys_of(n_keys)
     store.push(keys, np.random.default_rng(1).normal(size=(keys.shape[0], 1)).astype(
         np.float32), 0)
@@ -100,8 +104,6 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
         keep_from_children(store._rows, keep=False)
     import h5py  # noqa: F401 -- as a job's server does, before the first checkpoint
     records: list = []
-    resident = Resident(store, lambda task, table: checkpoint.stream_shard(
-        root, task["clock"], 0, table, {}))
 
     def write_shard(clock: int):
         record = {"clock": clock, "take": time.monotonic()}

@@ -62,6 +62,8 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
                      True)
 
     resident = Resident(own.store, in_writer)
+    if cfg.checkpointing.on and not cfg.checkpointing.inline:
+        resident.ready()   # before the table is filled or loaded
 
     def cleanup(clock: int, pid: int) -> None:
         """What a writer that did not finish left: its temporary file."""

@@ -1,6 +1,6 @@
 """A checkpoint's shard written from a copy of the table taken at its clock: the copy is made
 a span of rows per turn of the server's loop (server.table_snapshot) into shared memory, then
-the server's resident writer (base.writer_process: forked at the first checkpoint and kept)
+the server's resident writer (base.writer_process: forked as the server starts, and kept)
 maps it and writes the file; the server only sends it a line of JSON. Without shared memory,
 or while the resident writer is busy, a child forked for the write (base.forked) writes it:
 the live table is kept out of it (base.forked.keep_from_children), so the server's writes
@@ -21,13 +21,18 @@ from ..server.table_snapshot import TableSnapshot
 
 
 class Resident:
-    """A server's resident writer: `work(task, table)` run in a process forked at the first
-    write and kept (another one forked if it ended), over a store reading the copy that the
-    task's shared memory holds."""
+    """A server's resident writer: `work(task, table)` run in a process forked at the start
+    (`ready`) or the first write, and kept (another one forked if it ended), over a store
+    reading the copy that the task's shared memory holds."""
 
     def __init__(self, store: KVStore, work: Callable[[dict, KVStore], dict]):
         self._store, self.work = store, work
         self._process: WriterProcess | None = None
+
+    def ready(self) -> None:
+        """The process forked now (at the start, while the server is small: a cheap fork,
+        and none at the first checkpoint)."""
+        self.idle()
 
     def idle(self) -> WriterProcess | None:
         """The process, ready for a task (forked now if none lives); None if it is busy."""
