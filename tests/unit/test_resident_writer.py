@@ -108,3 +108,18 @@ def test_without_shared_memory_a_forked_child_writes_it(monkeypatch):
     assert file._taken.shared is None and store.budget.held == store.nbytes
     entry = file.wait(BOUND_S)
     assert entry["same"] and forks == [1] and resident._process is None, "no resident made"
+
+
+def test_a_resident_dead_between_writes_is_replaced_at_the_next():
+    """Killed while idle (the out-of-memory killer): the next write forks another."""
+    store, _ = trained_store(np.random.default_rng(9))
+    resident = Resident(store, same_as(sorted_items(store)))
+    try:
+        resident.ready()
+        first = resident._process.pid
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: gone(first), "the resident to die")
+        file = write(store, resident)
+        assert file.wait(BOUND_S)["same"] and file.pid != first
+    finally:
+        resident.close()
