@@ -28,7 +28,6 @@ class WriterProcess:
     """`work(task, fds)` run in a child forked now and kept, for each task `start` sends: a
     dict that can be sent as JSON, or an exception, which becomes {"error": ...}; `fds` are
     the task's descriptors, closed after it. `what`: the process, in messages."""
-    copying = False
 
     def __init__(self, work: Callable[[dict, list], dict], what: str):
         self.what = what
@@ -41,7 +40,6 @@ class WriterProcess:
         theirs.close()
         mine.setblocking(False)
         self.pid, self._sock = pid, mine
-        self.started = time.monotonic()
         self.busy = False
         self.ended: str | None = None   # why it takes no more tasks
         self._said = b""
@@ -64,7 +62,7 @@ class WriterProcess:
         messages."""
         assert self.idle, "one task at a time"
         self.what = what or self.what
-        self.started, self.busy, self._cleanup = time.monotonic(), True, cleanup
+        self.busy, self._cleanup = True, cleanup
         data = f"{json.dumps(task, allow_nan=False)}\n".encode()
         try:   # a small message into an empty socket buffer: it goes at once
             sent = socket.send_fds(self._sock, [data], fds)

@@ -36,18 +36,12 @@ class Resident:
 
     def idle(self) -> WriterProcess | None:
         """The process, ready for a task (forked now if none lives); None if it is busy."""
-        if self._process is not None and self._process.ended is not None:
-            self._process = None
-        if self._process is None:
-            self._process = WriterProcess(self._in_child, "a checkpoint's file")
-        return self._process if self._process.idle else self._retry()
-
-    def _retry(self) -> WriterProcess | None:
-        """Not idle: busy, or it ended between writes (then a new one)."""
-        if self._process is not None and self._process.ended is not None:
-            self._process = None
-            return self.idle()
-        return None
+        process = self._process
+        if process is not None and not process.idle and process.ended is not None:
+            process = None   # it failed, was stopped, or died between writes
+        if process is None:
+            process = self._process = WriterProcess(self._in_child, "a checkpoint's file")
+        return process if process.idle else None
 
     def close(self) -> None:
         """The process ends (between writes)."""
@@ -61,9 +55,9 @@ class Resident:
 
 
 class SnapshotWrite:
-    """A ShardWrite (server.context): `write(store)` run in a forked child over a store that
-    reads the table as it was when this was made; `forked()` is called in this process once
-    the child runs."""
+    """A ShardWrite (server.context): the file written from a store that reads the table as
+    it was when this was made, by the resident writer or else `write(store)` in a forked
+    child; `forked()` is called in this process once the writer has it."""
 
     def __init__(self, store: KVStore, write: Callable[[KVStore], dict], what: str,
                  cleanup: Callable[[int], None], forked: Callable[[], None],
