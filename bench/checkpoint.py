@@ -182,7 +182,9 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
             "typical_clock_s": typical, "write_s": write_s, "held_s": held_s,
             "held_of_write": held_s / write_s,
             "clocks_per_s_during": rate_during, "clocks_per_s_without": rate_without,
-            "throughput_during": rate_during / rate_without}
+            "throughput_during": rate_during / rate_without,
+            # what a checkpoint costs the workers in all: the clocks they would have done
+            "clocks_lost_per_checkpoint": (rate_without - rate_during) * window_s / len(windows)}
 
 
 def main() -> None:
@@ -224,7 +226,7 @@ def report_serving(served: list) -> None:
           f"{served[0]['server_mb']:.0f} MB), a checkpoint every few seconds:")
     print(f"{'writer':8} {'files':>5} {'write s':>8} {'held s':>8} {'held/write':>10} "
           f"{'take ms':>8} {'span ms':>8} {'start ms':>8} {'clocks/s during':>15} "
-          f"{'without':>8} {'ratio':>6} {'memory MB':>9}")
+          f"{'without':>8} {'ratio':>6} {'lost':>5} {'memory MB':>9}")
     for r in served:
         def most(field: str) -> float:
             return max(c.get(field, 0.0) for c in r["checkpoints"]) * 1e3
@@ -232,13 +234,14 @@ def report_serving(served: list) -> None:
               f"{r['held_s']:8.3f} {r['held_of_write']:10.3f} {most('take_s'):8.1f} "
               f"{most('copy_turn_s'):8.2f} {most('start_writer_s'):8.2f} "
               f"{r['clocks_per_s_during']:15.1f} {r['clocks_per_s_without']:8.1f} "
-              f"{r['throughput_during']:6.2f} "
+              f"{r['throughput_during']:6.2f} {r['clocks_lost_per_checkpoint']:5.0f} "
               f"{r['memory_mb'] if r['with_writer_mb'] else float('nan'):9.0f}")
         held = " ".join(f"{c['held_s'] / c['write_s']:.3f}" for c in r["checkpoints"])
         print(f"{'':8} held/write per checkpoint: {held}")
     print("(write s, held s: the longest over the checkpoints; take ms: the longest the server "
           "took to take the state; span ms: its longest turn copying a span; start ms: its "
-          "longest turn starting the writer (a fork, or the task sent); memory: server and "
+          "longest turn starting the writer (a fork, or the task sent); lost: the clocks a "
+          "checkpoint cost the workers, (without - during) x its write time; memory: server and "
           "writers at most beyond the server before any checkpoint, Pss; targets for resident "
           "(what jobs do): held/write <= 0.05, ratio >= 0.90)")
 
