@@ -22,6 +22,8 @@ class SharedArray:
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape)) * dtype.itemsize
         self.fd = -1
+        if not hasattr(os, "memfd_create"):
+            raise OSError(f"no memfd_create on {os.uname().sysname}")
         self.fd = os.memfd_create(_NAME, os.MFD_CLOEXEC)
         try:
             os.ftruncate(self.fd, max(nbytes, 1))
