@@ -11,16 +11,18 @@ shard into an empty table.
 
 Then, serving (bench/checkpoint_serving.py, 1 server + 2 workers under mpiexec, AdaGrad,
 BSP, each worker reading and updating 10,000 of the keys a clock, a timed checkpoint every
---every seconds), with the file written as jobs do (`snapshot`: the table copied a span per
-turn of the loop, then written by a forked child), by a child forked from the live table
-(`fork`: copy-on-write pages, what jobs did before) and in the server's loop
+--every seconds), with the file written as jobs do (`resident`: the table copied a span per
+turn of the loop into shared memory, then written by the server's resident writer, forked
+once), from that copy by a child forked for each file (`snapshot`, what jobs did before), by
+a child forked from the live table (`fork`: copy-on-write pages) and in the server's loop
 (`inline`, --checkpoint-inline): for each checkpoint the write time (from taking the
 state to the file in) against the longest a worker was held because of it (its longest
 clock from the moment the state is taken to the file's arrival, less the median clock
-outside checkpoints); the workers' clocks per second while a file is being written against
-outside; and the memory of server and writer during the write beyond the server's alone
-(proportional set sizes: copy-on-write pages counted once). Writes
-bench/results/checkpoint.json.
+outside checkpoints), and the server's longest turn on it (a span's copy; the turn that
+started the writer: the fork, or the task sent); the workers' clocks per second while a
+file is being written against outside; and the memory of server and writers at most beyond
+the server's before any checkpoint (proportional set sizes: copy-on-write pages counted
+once). Writes bench/results/checkpoint.json.
 """
 import argparse
 import json
@@ -96,7 +98,9 @@ def serving(mode: str, n_keys: int, seconds: float, every: float, root: str) -> 
     shutil.rmtree(out, ignore_errors=True)
     server = next(r for r in ranks if r["role"] == "server")
     steps = [np.array(r["steps"]) for r in ranks if r["role"] == "worker"]
-    return {**analyse(mode, server, steps), **memory}
+    figures = analyse(mode, server, steps)
+    return {**figures, **memory, "memory_mb": memory["with_writer_mb"] - figures["server_pss_mb"]
+            if memory["with_writer_mb"] else 0.0}
 
 
 def pss_mb(pid: int) -> float:
@@ -110,9 +114,8 @@ def pss_mb(pid: int) -> float:
 
 def watch_memory(proc, pid_file: str, timeout: float) -> dict:
     """Until `proc` ends (within `timeout`): the server's memory alone (its largest) and with
-    its writer (their largest sum), read from /proc every SAMPLE_S; and the largest growth of
-    the two over the server alone before the writer started."""
-    alone = together = growth = 0.0
+    its writers (their largest sum), read from /proc every SAMPLE_S."""
+    alone = together = 0.0
     deadline = time.monotonic() + timeout
     while proc.poll() is None:
         if time.monotonic() > deadline:
@@ -128,11 +131,10 @@ def watch_memory(proc, pid_file: str, timeout: float) -> dict:
             continue
         mine = pss_mb(server)
         if writers:
-            both = mine + sum(pss_mb(w) for w in writers)
-            together, growth = max(together, both), max(growth, both - alone)
-        else:   # (its largest so far: read as a writer starts, it counts half the pages)
+            together = max(together, mine + sum(pss_mb(w) for w in writers))
+        else:
             alone = max(alone, mine)
-    return {"server_mb": alone, "with_writer_mb": together, "memory_mb": growth}
+    return {"server_mb": alone, "with_writer_mb": together}
 
 
 def analyse(mode: str, server: dict, steps: list) -> dict:
@@ -163,7 +165,8 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
         held = max(float(((s[:, 1] - s[:, 0])[during(s[:, 0], s[:, 1], a, b)]).max(initial=0))
                    for s in steps) - typical
         rows.append({"clock": c["clock"], "write_s": b - a, "take_s": c["taken"] - a,
-                     "held_s": max(held, 0.0)})
+                     "held_s": max(held, 0.0), "copy_turn_s": c.get("copy_turn_s", 0.0),
+                     "start_writer_s": c.get("start_writer_s", 0.0)})
     # Clocks completed per second (both workers) while a file was being written, and outside.
     ends = np.concatenate([s[s[:, 1] >= begin, 1] for s in steps])
     in_windows = np.zeros(ends.shape[0], bool)
@@ -179,7 +182,9 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
             "typical_clock_s": typical, "write_s": write_s, "held_s": held_s,
             "held_of_write": held_s / write_s,
             "clocks_per_s_during": rate_during, "clocks_per_s_without": rate_without,
-            "throughput_during": rate_during / rate_without}
+            "throughput_during": rate_during / rate_without,
+            # what a checkpoint costs the workers in all: the clocks they would have done
+            "clocks_lost_per_checkpoint": (rate_without - rate_during) * window_s / len(windows)}
 
 
 def main() -> None:
@@ -190,7 +195,7 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(HERE, "results", "checkpoint.json"))
     parser.add_argument("--serve-seconds", type=float, default=24.0)
     parser.add_argument("--every", type=float, default=3.0)
-    parser.add_argument("--writers", default="snapshot,fork,inline",
+    parser.add_argument("--writers", default="resident,snapshot,fork,inline",
                         help="the ways of writing measured serving (default: %(default)s)")
     parser.add_argument("--serving-only", action="store_true",
                         help="skip the table of write and read times per optimizer")
@@ -212,24 +217,33 @@ def main() -> None:
               f"{args.every:g} s; held_s: the longest a worker was held because of a "
               "checkpoint (its longest clock during the write less the median clock), "
               "write_s: from taking the state to the file in; memory_mb: server and "
-              "writer together (Pss, read from /proc every 0.1 s) beyond the server alone")
+              "writers together at most (Pss, read from /proc every 0.1 s) beyond the server "
+              "before any checkpoint")
 
 
 def report_serving(served: list) -> None:
     print(f"serving {served[0]['keys']:,} keys (table {served[0]['table_mb']:.0f} MB, server "
           f"{served[0]['server_mb']:.0f} MB), a checkpoint every few seconds:")
     print(f"{'writer':8} {'files':>5} {'write s':>8} {'held s':>8} {'held/write':>10} "
-          f"{'take ms':>8} {'clocks/s during':>15} {'without':>8} {'ratio':>6} {'memory MB':>9}")
+          f"{'take ms':>8} {'span ms':>8} {'start ms':>8} {'clocks/s during':>15} "
+          f"{'without':>8} {'ratio':>6} {'lost':>5} {'memory MB':>9}")
     for r in served:
-        take = max(c["take_s"] for c in r["checkpoints"]) * 1e3
+        def most(field: str) -> float:
+            return max(c.get(field, 0.0) for c in r["checkpoints"]) * 1e3
         print(f"{r['mode']:8} {len(r['checkpoints']):>5} {r['write_s']:8.3f} "
-              f"{r['held_s']:8.3f} {r['held_of_write']:10.3f} {take:8.1f} "
+              f"{r['held_s']:8.3f} {r['held_of_write']:10.3f} {most('take_s'):8.1f} "
+              f"{most('copy_turn_s'):8.2f} {most('start_writer_s'):8.2f} "
               f"{r['clocks_per_s_during']:15.1f} {r['clocks_per_s_without']:8.1f} "
-              f"{r['throughput_during']:6.2f} "
+              f"{r['throughput_during']:6.2f} {r['clocks_lost_per_checkpoint']:5.0f} "
               f"{r['memory_mb'] if r['with_writer_mb'] else float('nan'):9.0f}")
+        held = " ".join(f"{c['held_s'] / c['write_s']:.3f}" for c in r["checkpoints"])
+        print(f"{'':8} held/write per checkpoint: {held}")
     print("(write s, held s: the longest over the checkpoints; take ms: the longest the server "
-          "took to take the state; memory: server and writer beyond the server alone, Pss; "
-          "targets for snapshot (what jobs do): held/write <= 0.05, ratio >= 0.90)")
+          "took to take the state; span ms: its longest turn copying a span; start ms: its "
+          "longest turn starting the writer (a fork, or the task sent); lost: the clocks a "
+          "checkpoint cost the workers, (without - during) x its write time; memory: server and "
+          "writers at most beyond the server before any checkpoint, Pss; targets for resident "
+          "(what jobs do): held/write <= 0.05, ratio >= 0.90)")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,18 @@
 """One launch of bench/checkpoint.py's serving part: 1 server holding N keys (AdaGrad, BSP)
 and 2 workers pulling and pushing 10,000 of them a clock, with a timed checkpoint every few
-seconds, written as a job writes it (`snapshot`: the table copied a span per turn of the
-loop, then written by a forked child), by a child forked at the clock from the live table
-(`fork`: copy-on-write pages, what jobs did before) or in the server's loop (`inline`).
+seconds, written as a job writes it (`resident`: the table copied a span per turn of the
+loop into shared memory, then written by the server's resident writer, forked at the start and
+kept), from the same copy by a child forked for each file (`snapshot`, what
+jobs did before), by a child forked at the clock from the live table (`fork`: copy-on-write
+pages) or in the server's loop (`inline`).
 
     mpiexec -n 3 python bench/checkpoint_serving.py MODE KEYS SECONDS EVERY OUT_DIR
 
 Each rank writes its figures to OUT_DIR/rank-R.json (time.monotonic, the same clock for
 every process of a node): a worker the start and end of each clock (pull, push); the server,
 for each checkpoint, when it took the state, when the state was taken (the server serves
-again) and when the file was in; and its pid in OUT_DIR/server.pid, for bench/checkpoint.py
+again), when the file was in, the longest turn of the loop spent on it (a span's copy) and
+the turn that started its writer (the fork, or the task sent); and its pid in OUT_DIR/server.pid, for bench/checkpoint.py
 to read the memory of server and writer from /proc.
 """
 import json
@@ -22,7 +25,7 @@ from mpi4py import MPI
 
 from mpips.base import forked
 from mpips.base.forked import ForkedWrite, Written, keep_from_children
-from mpips.job.snapshot_write import SnapshotWrite
+from mpips.job.snapshot_write import Resident, SnapshotWrite
 from mpips.models.optimizer import Optimizer
 from mpips.ranks.bounded import wait_all
 from mpips.ranks.roles import split
@@ -68,7 +71,12 @@ class Timed:
         return self.file.copying
 
     def poll(self):
+        copying, start = self.file.copying, time.monotonic()
         entry = self.file.poll()
+        took = time.monotonic() - start
+        if copying:   # a span copied; the last one also starts the writer
+            key = "copy_turn_s" if self.file.copying else "start_writer_s"
+            self.record[key] = max(self.record.get(key, 0.0), took)
         if entry is not None and "done" not in self.record:
             self.record["done"] = time.monotonic()
             self.record["error"] = entry.get("error")
@@ -84,6 +92,10 @@ class Timed:
 
 def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
     store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1), capacity=2 * n_keys)
+    resident = Resident(store, lambda task, table: checkpoint.stream_shard(
+        root, task["clock"], 0, table, {}))
+    if mode == "resident":   # as a job's server does, before its table is filled
+        resident.ready()
     keys = keys_of(n_keys)
     store.push(keys, np.random.default_rng(1).normal(size=(keys.shape[0], 1)).astype(
         np.float32), 0)
@@ -98,10 +110,12 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
         records.append(record)
         if mode == "inline":
             file = Written(checkpoint.write_shard(root, clock, 0, store, {}), record["take"])
-        elif mode == "snapshot":
-            file = SnapshotWrite(store, lambda table: checkpoint.stream_shard(
-                root, clock, 0, table, {}), "server-0000.h5", lambda pid: None,
-                forked=lambda: record.update(forked=time.monotonic()))
+        elif mode in ("resident", "snapshot"):
+            task = {"clock": clock}
+            file = SnapshotWrite(store, lambda table: resident.work(task, table),
+                                 "server-0000.h5", lambda pid: None,
+                                 forked=lambda: record.update(forked=time.monotonic()),
+                                 resident=resident if mode == "resident" else None, task=task)
         else:
             file = ForkedWrite(lambda: checkpoint.stream_shard(root, clock, 0, store, {}),
                                "server-0000.h5")
@@ -120,6 +134,7 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
                     hooks=Hooks(write_shard=write_shard, write_manifest=write_manifest),
                     checkpoints=Checkpoints(0, every, 1, bsp=True))
     server.run()
+    resident.close()
     return {"role": "server", "keys": len(store), "table_bytes": store.nbytes,
             "pss_kb": rss, "checkpoints": records}
 

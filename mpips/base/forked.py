@@ -94,7 +94,7 @@ class ForkedWrite:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
         try:
-            _, status = _reap(self.pid, 10.0)
+            _, status = reap(self.pid, 10.0)
         except WaitTimeout as e:   # not seen on Linux: SIGKILL cannot be caught
             why = f"{why}; {e}"
         else:
@@ -124,11 +124,7 @@ class ForkedWrite:
         self._close()
         if os.WIFSIGNALED(status):
             self._cleanup(self.pid)
-            sig = os.WTERMSIG(status)
-            return {"error": f"the writer of {self.what} (process {self.pid}) was killed by "
-                             f"signal {sig} ({signal.Signals(sig).name}) before it finished "
-                             f"(by the out-of-memory killer? A forked writer may need as much "
-                             f"memory again as what it writes)"}
+            return {"error": killed(self.what, self.pid, os.WTERMSIG(status))}
         try:
             entry = json.loads(self._said.decode())
         except ValueError:
@@ -146,7 +142,15 @@ class ForkedWrite:
             self._pipe = -1
 
 
-def _reap(pid: int, timeout: float) -> tuple[int, int]:
+def killed(what: str, pid: int, sig: int) -> str:
+    """Why the writer of `what`, process `pid`, ended by signal `sig`."""
+    return (f"the writer of {what} (process {pid}) was killed by signal {sig} "
+            f"({signal.Signals(sig).name}) before it finished (by the out-of-memory killer? "
+            f"A forked writer may need as much memory again as what it writes)")
+
+
+def reap(pid: int, timeout: float) -> tuple[int, int]:
+    """waitpid on a child just killed, within `timeout` s (WaitTimeout)."""
     deadline = time.monotonic() + timeout
     while True:
         found, status = os.waitpid(pid, os.WNOHANG)
@@ -194,13 +198,19 @@ def _die_with_parent(parent: int) -> None:
 _JOBS_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
+def settle_child(parent: int) -> None:
+    """A writer just forked from `parent`: deaf to the job's signals, dying with its parent,
+    below its parent's priority."""
+    for sig in _JOBS_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    _die_with_parent(parent)
+    os.nice(NICE)
+
+
 def _run_child(write: Callable[[], dict], pipe: int, parent: int) -> None:
     code = 1
     try:
-        for sig in _JOBS_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        _die_with_parent(parent)
-        os.nice(NICE)
+        settle_child(parent)
         try:
             said = json.dumps(write(), allow_nan=False)
             code = 0

@@ -1,8 +1,8 @@
-"""The files a server writes for its job beside serving: a checkpoint's shard (by a forked
-writer, or inline) and, on the lead, its manifest (the server's writer hooks); the model as it
-stands for learning curves (--snapshot-every, by a forked writer but the last); under ULFM, the
-key ranges of servers that died as the model was saved, written again by their new
-primaries; and where the model is kept as of an earlier clock, for messages.
+"""The files a server writes for its job beside serving: a checkpoint's shard (by its resident
+writer, a forked one, or inline) and, on the lead, its manifest (the server's writer hooks);
+the model as it stands for learning curves (--snapshot-every, by a forked writer but the
+last); under ULFM, the key ranges of servers that died as the model was saved, written again
+by their new primaries; and where the model is kept as of an earlier clock, for messages.
 """
 import contextlib
 import logging
@@ -27,8 +27,8 @@ from ..server.replicas import PrimaryKeys
 from ..storage import checkpoint
 from ..storage.model_files import save_shard, shard_path
 from ..wire.clocks import FINISHED, ClockTable
-from ..wire.placement import describe_ranges
-from .snapshot_write import SnapshotWrite
+from ..wire.placement import Placement, describe_ranges
+from .snapshot_write import Resident, SnapshotWrite
 
 log = logging.getLogger("mpips")
 
@@ -54,6 +54,17 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
         except SaveError as e:
             return {"server": roles.index, "error": str(e)}
 
+    def in_writer(task: dict, table) -> dict:
+        """The file of checkpoint task["clock"], in the writer (resident or forked), from
+        `table`, a store over the copy of this server's table taken at the clock."""
+        placement = Placement.of_record(task["placement"])   # the ranges as at the clock
+        return write(task["clock"], task["writer"], PrimaryKeys(table, placement, roles.index),
+                     True)
+
+    resident = Resident(own.store, in_writer)
+    if cfg.checkpointing.on and not cfg.checkpointing.inline:
+        resident.ready()   # before the table is filled or loaded
+
     def cleanup(clock: int, pid: int) -> None:
         """What a writer that did not finish left: its temporary file."""
         with contextlib.suppress(OSError):
@@ -65,13 +76,14 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
         if cfg.checkpointing.inline:
             start = time.monotonic()
             return Written(write(clock, writer, own, forked=False), start)
-        placement = own.placement   # the ranges as at the clock, whatever happens meanwhile
+        task = {"clock": clock, "writer": writer, "placement": own.placement.record()}
         return SnapshotWrite(
-            own.store,
-            lambda table: write(clock, writer, PrimaryKeys(table, placement, roles.index), True),
-            f"server-{roles.index:04d}.h5", lambda pid: cleanup(clock, pid),
-            # the events at its midpoint fire in the writer (the fork's copy), not here
-            forked=lambda: testevents.handed_over("writing", writer))
+            own.store, lambda table: in_writer(task, table), f"server-{roles.index:04d}.h5",
+            lambda pid: cleanup(clock, pid),
+            # the events at its midpoint fire in the writer (a copy of this process as it was
+            # when forked, with this one's events), not here
+            forked=lambda: testevents.handed_over("writing", writer), resident=resident,
+            task=task)
 
     def write_manifest(clock: int, shards: list, standing: Standing,
                        deaths: list) -> str | None:

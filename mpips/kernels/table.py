@@ -153,6 +153,23 @@ def stored(rows, meta):
 
 
 @njit(cache=True, nogil=True)
+def gather(rows, start, stop, keys, state):
+    """The keys stored in rows [start, stop) (not the EMPTY-valued key's row) into `keys`,
+    in row order, and if state has columns their rows' words after the key into `state`
+    (rows' dtype, [stop - start, words - 2] at least): one pass, for writing a table a
+    block at a time. Returns how many."""
+    n = 0
+    words = state.shape[1]
+    for i in range(start, stop):
+        if not (rows[i, 0] == _ONES and rows[i, 1] == _ONES):
+            keys[n] = np.uint64(rows[i, 0]) | (np.uint64(rows[i, 1]) << _S32)
+            for j in range(words):
+                state[n, j] = rows[i, KEY_WORDS + j]
+            n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
 def remove(rows, meta, keys):
     """Delete `keys` (those stored) in place, each gap closed by moving back the rows after
     it that probing would otherwise no longer reach (linear probing's backward shift): no

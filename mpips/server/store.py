@@ -12,12 +12,11 @@ import numpy as np
 
 from ..base.budget import Budget
 from ..base.forked import keep_from_children
+from ..base.shared_memory import SharedArray
 from ..kernels import requests, table
 from ..models import updates
 from ..models.optimizer import Optimizer
 from .table_snapshot import TableSnapshot
-
-_ONES = 0xFFFFFFFF   # a key word of an empty row
 
 
 class KVStore:
@@ -36,7 +35,8 @@ class KVStore:
         self.generation = 0          # rows are renumbered when this changes (the table grew)
         self._meta = np.zeros(2, np.int64)
         self.snapshot: TableSnapshot | None = None   # a copy being made (take_snapshot)
-        self._spare: np.ndarray | None = None   # a copy's array given back, for the next
+        # a copy's array given back, for the next (in shared memory if it could be made)
+        self._spare: SharedArray | np.ndarray | None = None
         self._allocate(max(int(capacity), 16))
 
     def _allocate(self, cap: int) -> None:
@@ -57,29 +57,38 @@ class KVStore:
     def take_snapshot(self) -> TableSnapshot:
         """The table as it is now, copied while it goes on changing (server.table_snapshot);
         `snapshot_of` reads it once complete. One at a time. The copy goes into the array a
-        copy before gave back (`give_back`), else into a new one, which counts against the
-        budget until given back and dropped (OverBudget: none is taken)."""
+        copy before gave back (`give_back`), else into a new one, in shared memory (a
+        resident writer maps it; a fork copies none of its page tables) or, if none can be
+        made, private; it counts against the budget until given back and dropped
+        (OverBudget: none is taken)."""
         self.end_snapshot()
         spare, self._spare = self._spare, None
-        if spare is not None and spare.shape != self._rows.shape:
+        if spare is not None and _array(spare).shape != self._rows.shape:
             self.budget.release(spare.nbytes)   # the table grew since
             spare = None
         if spare is None:
             spare = self.budget.allocate(self._rows.nbytes,
                                          "a checkpoint's copy of the key-value table",
-                                         lambda: np.empty_like(self._rows))
+                                         self._copy_array)
         # Out of other children too (another writer forked meanwhile would share its pages,
         # and the copy's writes would copy them): only its own writer's fork takes it.
-        keep_from_children(spare)
+        keep_from_children(_array(spare))
         self.snapshot = TableSnapshot(self._rows, self._meta, into=spare)
         return self.snapshot
+
+    def _copy_array(self) -> SharedArray | np.ndarray:
+        """An array for a copy of the table: in shared memory if it can be made."""
+        try:
+            return SharedArray(self._rows.shape, self._rows.dtype)
+        except OSError:   # no memfd (not Linux), or tmpfs full: a private one serves too
+            return np.empty_like(self._rows)
 
     def give_back(self, taken: TableSnapshot) -> None:
         """A snapshot no longer read (its writer ended): its array is kept for the next copy,
         whose pages are then in memory already (a fresh array's pages, first touched as it is
         copied, held the loop up to hundreds of ms at 10^7 keys); one is kept at most."""
         if self._spare is None and taken.rows.shape == self._rows.shape:
-            self._spare = taken.rows
+            self._spare = taken.shared or taken.rows
         else:
             self.budget.release(taken.rows.nbytes)
 
@@ -95,15 +104,17 @@ class KVStore:
         """A store over a complete snapshot's rows, to read as this one is read (`blocks`,
         `items`, `stored`); nothing may be stored in it."""
         assert taken.complete, "a snapshot is read once its copy is complete"
-        view = copy.copy(self)
-        view.reads(taken)
-        return view
+        return self.reading(taken.rows, taken.meta)
 
-    def reads(self, taken: TableSnapshot) -> None:
-        """This store (a copy, see `snapshot_of`) reads `taken`'s rows from now on."""
-        self.snapshot = None
-        self._rows, self._meta = taken.rows, taken.meta
-        self._state = taken.rows.view(np.float32)[:, table.KEY_WORDS:]
+    def reading(self, rows: np.ndarray, meta: np.ndarray) -> "KVStore":
+        """A store like this one over a table's `rows` and `meta` (a snapshot's, maybe
+        mapped from another process), to read as this one is read; nothing may be stored
+        in it."""
+        view = copy.copy(self)
+        view.snapshot = None
+        view._rows, view._meta = rows, meta
+        view._state = rows.view(np.float32)[:, table.KEY_WORDS:]
+        return view
 
     def _settle_snapshot(self) -> None:
         """The table is about to be rebuilt or its rows moved: a copy being made is made now."""
@@ -262,11 +273,14 @@ class KVStore:
         only if `state`, else None): to write the table without a copy of all of it."""
         cap = self.capacity
         for start in range(0, cap, rows):
-            block = self._rows[start:min(start + rows, cap)]
-            used = np.flatnonzero((block[:, 0] != _ONES) | (block[:, 1] != _ONES))
-            keys = (block[used, 0].astype(np.uint64)
-                    | (block[used, 1].astype(np.uint64) << np.uint64(32)))
-            yield keys, (self._state[start + used] if state else None)
+            stop = min(start + rows, cap)
+            keys = np.empty(stop - start, np.uint64)
+            words = np.empty((stop - start, self.columns if state else 0), np.uint32)
+            n = table.gather(self._rows, start, stop, keys, words)
+            yield keys[:n], (words[:n].view(np.float32) if state else None)
         if self._meta[1]:   # the key that equals EMPTY, in its own row (see kernels.table)
             yield (np.array([table.EMPTY], np.uint64),
                    self._state[cap:cap + 1].copy() if state else None)
+
+def _array(memory: SharedArray | np.ndarray) -> np.ndarray:
+    return memory.array if isinstance(memory, SharedArray) else memory

@@ -12,6 +12,7 @@ touched out of order.
 """
 import numpy as np
 
+from ..base.shared_memory import SharedArray
 from ..kernels import snapshot
 
 SPAN = 1 << 15   # rows copied a turn at most: at 8-40 bytes a row, 0.25-1.3 MB (0.1 ms)
@@ -21,12 +22,15 @@ LOG_SPAN = 1 << 14   # logged rows written into the copy a turn
 
 
 class TableSnapshot:
-    def __init__(self, rows: np.ndarray, meta: np.ndarray, into: np.ndarray | None = None):
+    def __init__(self, rows: np.ndarray, meta: np.ndarray,
+                 into: np.ndarray | SharedArray | None = None):
         """The table `rows` (uint32[cap + 1, words], kernels.table) and its `meta`, as now,
-        copied `into` an array of its shape (a copy's given back: its pages are in memory)
-        or a new one."""
+        copied `into` an array of its shape (a copy's given back: its pages are in memory;
+        `shared` if in shared memory, which a resident writer maps) or a new one."""
         self._source: np.ndarray | None = rows
-        self.rows = np.empty_like(rows) if into is None else into
+        self.shared = into if isinstance(into, SharedArray) else None
+        self.rows = (np.empty_like(rows) if into is None else
+                     into.array if isinstance(into, SharedArray) else into)
         self.meta = meta.copy()
         self._copied = np.zeros(rows.shape[0], np.uint8)
         self._at = 0

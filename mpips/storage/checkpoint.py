@@ -64,35 +64,50 @@ def stream_shard(root: str, clock: int, server: int, store, attrs: dict,
                  rows: int = 1 << 18) -> dict:
     """`write_shard`'s file and entry (the same datasets, attributes and checksums), written
     straight to disk `rows` table rows at a time: a forked writer then holds a block, not
-    the shard twice (its copy and the file's image). Not in a process that goes on: HDF5,
-    when a write fails under it, leaves objects that crash that process at exit (see
+    the shard twice (its copy and the file's image). HDF5 makes the file, its datasets
+    contiguous and their space allocated; the blocks are written into that space (pwrite:
+    one copy, hashed as they go). Not in a process that goes on after a failure: HDF5, when
+    a write fails under it, leaves objects that crash that process at exit (see
     files.write_hdf5)."""
     import h5py  # not at the top: as in base.files
-    n = sum(keys.shape[0] for keys, _ in store.blocks(rows, state=False))
+    n = len(store)
     path = shard_path(root, clock, server)
     digests = {"keys": hashlib.sha256(), "state": hashlib.sha256()}
-    with atomic_file(path, "w+b", size=n * (8 + 4 * store.columns)) as f, \
-            h5py.File(f, "w") as h5:
-        datasets = {"keys": h5.create_dataset("keys", (n,), np.uint64),
-                    "state": h5.create_dataset("state", (n, store.columns), np.float32)}
+    with atomic_file(path, "w+b", size=n * (8 + 4 * store.columns)) as f:
+        with h5py.File(f, "w") as h5:
+            space = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            space.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)   # where the blocks go, now
+            space.set_fill_time(h5py.h5d.FILL_TIME_NEVER)     # and no fill written first
+            datasets = {"keys": h5.create_dataset("keys", (n,), "<u8", dcpl=space),
+                        "state": h5.create_dataset("state", (n, store.columns), "<f4",
+                                                   dcpl=space)}
+            for name, value in {"clock": clock, "server": server, "width": store.width,
+                                "optimizer": store.optimizer.name, **attrs}.items():
+                h5.attrs[name] = str(value) if isinstance(value, str) else value
+            offsets = {name: d.id.get_offset() for name, d in datasets.items()}
+        row_bytes = {"keys": 8, "state": 4 * store.columns}
         at, half = 0, (n + 1) // 2
         for keys, state in store.blocks(rows):
             for name, block in (("keys", keys), ("state", state)):
-                datasets[name][at:at + keys.shape[0]] = block
-                digests[name].update(np.ascontiguousarray(block).view(np.uint8).data)
+                data = np.ascontiguousarray(block).reshape(-1).view(np.uint8).data
+                if data.nbytes:
+                    _write_at(f.fileno(), data, offsets[name] + row_bytes[name] * at)
+                    digests[name].update(data)
             if midway is not None and at < half <= at + keys.shape[0]:
                 midway()
             at += keys.shape[0]
         if at != n:
             raise RuntimeError(f"the table changed while written ({at:,} keys, not {n:,})")
-        for name, value in {"clock": clock, "server": server, "width": store.width,
-                            "optimizer": store.optimizer.name, **attrs}.items():
-            h5.attrs[name] = str(value) if isinstance(value, str) else value
     return {"file": os.path.basename(path), "server": server, "keys": n,
             "ranges": [server] if ranges is None else ranges,
             "sha256": {name: d.hexdigest() for name, d in digests.items()}}
 
 
+def _write_at(fd: int, data: memoryview, offset: int) -> None:
+    """All of `data` at `offset` of file `fd` (OSError if the disk refuses it)."""
+    while data.nbytes:
+        done = os.pwrite(fd, data, offset)
+        data, offset = data[done:], offset + done
 def write_dense_shard(root: str, clock: int, server: int, datasets: dict, attrs: dict) -> dict:
     """A full-batch job's checkpoint at iteration `clock`: one server's blocks of the dense
     tables (DenseTables.datasets), and beside it its manifest entry as JSON, for the solver's

@@ -348,6 +348,17 @@ class Placement:
         are on one server."""
         return self._primary[blocks % self.n_ranges]
 
+    def record(self) -> dict:
+        """What makes this placement, as JSON (`of_record` makes it again)."""
+        return {"n_servers": self.n_servers, "replicas": self.replicas,
+                "nodes": list(self.nodes), "version": self.version, "dead": sorted(self.dead),
+                "assign": list(self.assign), "backups_since": self.backups_since,
+                "extra": {str(r): list(s) for r, s in self.extra.items()}}
+
+    @staticmethod
+    def of_record(record: dict) -> "Placement":
+        return Placement(**{**record, "dead": frozenset(record["dead"])})
+
     def describe(self) -> dict:
         """The map as plain data, for manifests and summaries."""
         return {"hash": "splitmix64 of key ^ salt, equal ranges of the hash",

@@ -154,6 +154,18 @@ def test_on_the_way_to_new_owners_the_new_holders_back_up_and_the_owners_answer(
                                              if set(s) - {1}}
 
 
+def test_a_placement_made_again_from_its_record_as_json_is_the_same():
+    """A resident checkpoint writer is told the placement at the clock as JSON."""
+    import json
+    before = Placement(4, 2, vnodes=4, assign=dealt(3, 4) + tuple([0] * 4))
+    moving = before.toward(Placement(4, 2, version=2, assign=with_server(before.assign, 3)))
+    for p in (before, moving.without({1}), Placement(1)):
+        again = Placement.of_record(json.loads(json.dumps(p.record())))
+        assert again.describe() == p.describe() and again.backups_since == p.backups_since
+        keys = np.arange(10_000, dtype=np.uint64)
+        np.testing.assert_array_equal(again.owners(keys), p.owners(keys))
+
+
 def test_a_leaving_servers_ranges_go_to_a_server_that_holds_none_yet():
     assert without_server((0, 1, 2), 0, servers=range(4)) == (3, 1, 2)
     assert without_server((0, 1, 2), 0) == (1, 1, 2), "without the members: the owners only"

@@ -1,0 +1,125 @@
+"""A server's resident writer (base.writer_process, job.snapshot_write.Resident): forked once,
+it writes each checkpoint from the table's copy in shared memory; one killed mid-write, or
+frozen, is reported and the next checkpoint gets a new one; without shared memory the
+checkpoint is written by a forked child as before."""
+import os
+import signal
+
+import numpy as np
+
+from mpips.base import shared_memory
+from mpips.base.budget import Budget
+from mpips.base.writer_process import WriterProcess
+from mpips.job.snapshot_write import Resident, SnapshotWrite
+from unit.test_forked import BOUND_S, gone, wait_for
+from unit.test_table_snapshot import sorted_items, trained_store
+
+
+def same_as(want):
+    """A resident's work: whether the table it reads is `want` (keys, state); a task may ask
+    it to die or hang there, as a test event would."""
+    def work(task, table) -> dict:
+        if task.get("die"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if task.get("hang"):
+            wait_for(lambda: False, "nothing")
+        got = sorted_items(table)
+        return {"same": bool(np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])),
+                "pid": os.getpid()}
+    return work
+
+
+def write(store, resident, task=None, forks=None):
+    return SnapshotWrite(store, lambda table: resident.work(task or {}, table), "server-0000.h5",
+                         lambda pid: None, forked=lambda: forks.append(1) if forks is not None
+                         else None, resident=resident, task=task or {})
+
+
+def test_the_resident_writes_each_copy_and_is_forked_once():
+    rng = np.random.default_rng(5)
+    store, keys = trained_store(rng)
+    want = sorted_items(store)
+    resident = Resident(store, same_as(want))
+    try:
+        first = write(store, resident)
+        assert first.copying and first._taken.shared is not None, "the copy in shared memory"
+        store.push(keys[:50], np.ones((50, 2), np.float32), 1)   # after the take: not in it
+        one = first.wait(BOUND_S)
+        assert one["same"] and one["pid"] == first.pid != os.getpid()
+        want = sorted_items(store)
+        resident.work = same_as(want)   # (the child has the work it was forked with)
+        second = write(store, resident)
+        two = second.wait(BOUND_S)
+        assert two["pid"] == one["pid"], "the same process, no fork"
+        assert not two["same"], "its work is the one it was forked with (the earlier table)"
+    finally:
+        resident.close()
+    assert gone(one["pid"])
+
+
+def test_a_resident_killed_mid_write_is_reported_and_replaced():
+    store, _ = trained_store(np.random.default_rng(6))
+    resident = Resident(store, same_as(sorted_items(store)))
+    try:
+        file = write(store, resident, {"die": True})
+        entry = file.wait(BOUND_S)
+        assert "was killed by signal 9 (SIGKILL) before it finished" in entry["error"]
+        assert store.snapshot is None and store._spare is not None, "the copy given back"
+        again = write(store, resident)
+        entry = again.wait(BOUND_S)
+        assert entry["same"] and again.pid != file.pid, "a new resident"
+    finally:
+        resident.close()
+
+
+def test_a_frozen_resident_is_stopped_at_the_bound_and_replaced():
+    store, _ = trained_store(np.random.default_rng(7))
+    resident = Resident(store, same_as(sorted_items(store)))
+    removed: list = []
+    try:
+        file = SnapshotWrite(store, lambda table: {}, "server-0000.h5", removed.append,
+                             forked=lambda: None, resident=resident, task={"hang": True})
+        entry = file.wait(0.3)
+        assert "did not finish within 0.3 s and was stopped" in entry["error"]
+        assert gone(file.pid) and removed == [file.pid], "killed, what it left removed"
+        assert write(store, resident).wait(BOUND_S)["same"]
+    finally:
+        resident.close()
+
+
+def test_a_failed_write_ends_the_resident():
+    """After a failure (HDF5 may be left unsound) it answers, then ends: a new one follows."""
+    process = WriterProcess(lambda task, fds: {"error": "disk full"}, "f")
+    process.start({}, [])
+    wait_for(lambda: process.poll() is not None or not process.busy, "the answer")
+    assert process.ended is not None and gone(process.pid)
+
+
+def test_without_shared_memory_a_forked_child_writes_it(monkeypatch):
+    def refused(*args):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(shared_memory.os, "memfd_create", refused)
+    store, _ = trained_store(np.random.default_rng(8))
+    store.budget = Budget(limit=None)
+    resident = Resident(store, same_as(sorted_items(store)))
+    forks: list = []
+    file = write(store, resident, forks=forks)
+    assert file._taken.shared is None and store.budget.held == store.nbytes
+    entry = file.wait(BOUND_S)
+    assert entry["same"] and forks == [1] and resident._process is None, "no resident made"
+
+
+def test_a_resident_dead_between_writes_is_replaced_at_the_next():
+    """Killed while idle (the out-of-memory killer): the next write forks another."""
+    store, _ = trained_store(np.random.default_rng(9))
+    resident = Resident(store, same_as(sorted_items(store)))
+    try:
+        resident.ready()
+        first = resident._process.pid
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: gone(first), "the resident to die")
+        file = write(store, resident)
+        assert file.wait(BOUND_S)["same"] and file.pid != first
+    finally:
+        resident.close()
