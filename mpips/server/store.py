@@ -111,10 +111,14 @@ class KVStore:
         mapped from another process), to read as this one is read; nothing may be stored
         in it."""
         view = copy.copy(self)
-        view.snapshot = None
-        view._rows, view._meta = rows, meta
-        view._state = rows.view(np.float32)[:, table.KEY_WORDS:]
+        view.reads(rows, meta)
         return view
+
+    def reads(self, rows: np.ndarray, meta: np.ndarray) -> None:
+        """This store (a copy, see `reading`) reads `rows` and `meta` from now on."""
+        self.snapshot = None
+        self._rows, self._meta = rows, meta
+        self._state = rows.view(np.float32)[:, table.KEY_WORDS:]
 
     def _settle_snapshot(self) -> None:
         """The table is about to be rebuilt or its rows moved: a copy being made is made now."""
