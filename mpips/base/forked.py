@@ -78,14 +78,7 @@ class ForkedWrite:
     def wait(self, timeout: float) -> dict:
         """The entry, waiting up to `timeout` s for the child; past it, the child is stopped and
         the entry says so."""
-        deadline = time.monotonic() + timeout
-        while (entry := self.poll()) is None:
-            if time.monotonic() > deadline:
-                return self.stop(f"the writer of {self.what} (process {self.pid}) did not "
-                                 f"finish within {timeout:g} s and was stopped: is the file "
-                                 f"system slow or hung?")
-            time.sleep(POLL_S)
-        return entry
+        return waited(self, timeout)
 
     def stop(self, why: str) -> dict:
         """Kill the child if it still runs; its entry is {"error": why} unless it had finished."""
@@ -147,6 +140,20 @@ def killed(what: str, pid: int, sig: int) -> str:
     return (f"the writer of {what} (process {pid}) was killed by signal {sig} "
             f"({signal.Signals(sig).name}) before it finished (by the out-of-memory killer? "
             f"A forked writer may need as much memory again as what it writes)")
+
+
+def waited(write, timeout: float) -> dict:
+    """The entry of `write` (a ForkedWrite, or a writer_process.WriterProcess's task: `poll`,
+    `stop`, `what`, `pid`), waiting up to `timeout` s; past it, its process is stopped and the
+    entry says so."""
+    deadline = time.monotonic() + timeout
+    while (entry := write.poll()) is None:
+        if time.monotonic() > deadline:
+            return write.stop(f"the writer of {write.what} (process {write.pid}) did not "
+                              f"finish within {timeout:g} s and was stopped: is the file "
+                              f"system slow or hung?")
+        time.sleep(POLL_S)
+    return entry
 
 
 def reap(pid: int, timeout: float) -> tuple[int, int]:

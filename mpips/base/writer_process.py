@@ -13,11 +13,10 @@ import json
 import os
 import signal
 import socket
-import time
 from collections.abc import Callable
 
 from .errors import WaitTimeout
-from .forked import POLL_S, killed, reap, settle_child
+from .forked import killed, reap, settle_child, waited
 from .shared_memory import forget_inherited
 
 READ_BYTES = 1 << 16
@@ -97,14 +96,7 @@ class WriterProcess:
     def wait(self, timeout: float) -> dict:
         """The task's entry, waiting up to `timeout` s; past it, the process is stopped and
         the entry says so."""
-        deadline = time.monotonic() + timeout
-        while (entry := self.poll()) is None:
-            if time.monotonic() > deadline:
-                return self.stop(f"the writer of {self.what} (process {self.pid}) did not "
-                                 f"finish within {timeout:g} s and was stopped: is the file "
-                                 f"system slow or hung?")
-            time.sleep(POLL_S)
-        return entry
+        return waited(self, timeout)
 
     def stop(self, why: str) -> dict:
         """The task ended now: its entry if it was written, else the process is killed and
