@@ -49,6 +49,11 @@ class SharedArray:
         self.close()
 
 
+def array_of(memory: "SharedArray | np.ndarray") -> np.ndarray:
+    """The array of `memory`: a SharedArray's, or `memory` itself."""
+    return memory.array if isinstance(memory, SharedArray) else memory
+
+
 def forget_inherited() -> None:
     """In a child just forked: the descriptors of its parent's shared arrays closed, so that
     a long-lived child does not keep memory its parent has let go."""

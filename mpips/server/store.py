@@ -12,7 +12,7 @@ import numpy as np
 
 from ..base.budget import Budget
 from ..base.forked import keep_from_children
-from ..base.shared_memory import SharedArray
+from ..base.shared_memory import SharedArray, array_of
 from ..kernels import requests, table
 from ..models import updates
 from ..models.optimizer import Optimizer
@@ -63,7 +63,7 @@ class KVStore:
         (OverBudget: none is taken)."""
         self.end_snapshot()
         spare, self._spare = self._spare, None
-        if spare is not None and _array(spare).shape != self._rows.shape:
+        if spare is not None and array_of(spare).shape != self._rows.shape:
             self.budget.release(spare.nbytes)   # the table grew since
             spare = None
         if spare is None:
@@ -72,7 +72,7 @@ class KVStore:
                                          self._copy_array)
         # Out of other children too (another writer forked meanwhile would share its pages,
         # and the copy's writes would copy them): only its own writer's fork takes it.
-        keep_from_children(_array(spare))
+        keep_from_children(array_of(spare))
         self.snapshot = TableSnapshot(self._rows, self._meta, into=spare)
         return self.snapshot
 
@@ -285,6 +285,3 @@ class KVStore:
         if self._meta[1]:   # the key that equals EMPTY, in its own row (see kernels.table)
             yield (np.array([table.EMPTY], np.uint64),
                    self._state[cap:cap + 1].copy() if state else None)
-
-def _array(memory: SharedArray | np.ndarray) -> np.ndarray:
-    return memory.array if isinstance(memory, SharedArray) else memory

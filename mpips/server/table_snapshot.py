@@ -12,7 +12,7 @@ touched out of order.
 """
 import numpy as np
 
-from ..base.shared_memory import SharedArray
+from ..base.shared_memory import SharedArray, array_of
 from ..kernels import snapshot
 
 SPAN = 1 << 15   # rows copied a turn at most: at 8-40 bytes a row, 0.25-1.3 MB (0.1 ms)
@@ -29,8 +29,7 @@ class TableSnapshot:
         `shared` if in shared memory, which a resident writer maps) or a new one."""
         self._source: np.ndarray | None = rows
         self.shared = into if isinstance(into, SharedArray) else None
-        self.rows = (np.empty_like(rows) if into is None else
-                     into.array if isinstance(into, SharedArray) else into)
+        self.rows = np.empty_like(rows) if into is None else array_of(into)
         self.meta = meta.copy()
         self._copied = np.zeros(rows.shape[0], np.uint8)
         self._at = 0

@@ -108,6 +108,8 @@ def _write_at(fd: int, data: memoryview, offset: int) -> None:
     while data.nbytes:
         done = os.pwrite(fd, data, offset)
         data, offset = data[done:], offset + done
+
+
 def write_dense_shard(root: str, clock: int, server: int, datasets: dict, attrs: dict) -> dict:
     """A full-batch job's checkpoint at iteration `clock`: one server's blocks of the dense
     tables (DenseTables.datasets), and beside it its manifest entry as JSON, for the solver's
