@@ -8,9 +8,9 @@ other non-empty value is hashed with its column. A key is its field (hour of day
 (hashing.field_key). Each feature has value 1.
 """
 import numpy as np
-from numba import njit
 
 from .hashing import field_key, mix64
+from .jit import njit
 from .shapes import AVAZU_COLUMNS as COLUMNS
 
 OK, BAD_LABEL, BAD_HOUR, FIELD_COUNT = range(4)

@@ -2,10 +2,10 @@
 buffers, and each column's features placed in their rows. Pure numba over numpy arrays
 (data.columns reads the Arrow columns into them)."""
 import numpy as np
-from numba import njit
 
 from .criteo import field_seed, seeded_key
 from .hashing import mix64
+from .jit import njit
 
 _SEED = np.uint64(0x5BD1E9955BD1E995)
 _EIGHT = np.uint64(8)

@@ -10,9 +10,9 @@ that counts spread over few keys.
 import math
 
 import numpy as np
-from numba import njit
 
 from .hashing import field_key, mix64
+from .jit import njit
 from .shapes import CRITEO_FIELDS as FIELDS
 from .shapes import CRITEO_INTEGERS as INTEGER_FIELDS
 from .text import (

@@ -1,7 +1,7 @@
 """CSR arrays: structure checks of those read from disk, before any kernel indexes with
 them (one sequential pass, no allocation), and the scatter-add of a sparse product. Pure
 numba."""
-from numba import njit
+from .jit import njit
 
 
 @njit(cache=True, nogil=True)

@@ -1,6 +1,6 @@
 """Level-1 vector kernels over the float64 blocks of dense tables: one pass, no temporaries.
 Pure numba; blocks are 1-d views (a block of rows of width k is flattened)."""
-from numba import njit
+from .jit import njit
 
 
 @njit(cache=True, nogil=True)

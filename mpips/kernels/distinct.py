@@ -9,10 +9,11 @@ standard error is 1.04 / sqrt(2^14)).
 import math
 
 import numpy as np
-from numba import njit
-from numba.cpython.unsafe.numbers import leading_zeros
 
 from .hashing import mix64
+from .jit import njit, numba_name
+
+leading_zeros = numba_name("numba.cpython.unsafe.numbers", "leading_zeros")
 
 PRECISION = 14
 REGISTERS = 1 << PRECISION

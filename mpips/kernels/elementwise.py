@@ -4,7 +4,7 @@ arrays; a request names them, so no code travels on the wire. To add one: write 
 and put it in MAPS or ZIPS under a new name (every rank imports this module)."""
 import math
 
-from numba import njit
+from .jit import njit
 
 
 @njit(cache=True, nogil=True)

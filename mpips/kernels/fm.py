@@ -9,9 +9,9 @@ weight only (its latent vector stays unused, at its first values).
 import math
 
 import numpy as np
-from numba import njit
 
 from .hashing import mix64
+from .jit import njit
 from .logistic import logloss_and_sigmoid
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -1,7 +1,7 @@
 """64-bit mixing and key-to-range grouping. Pure numba, no MPI."""
 import numpy as np
-from numba import njit
 
+from .jit import njit
 from .shapes import FIELD_SHIFT, LOW_BITS
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -15,9 +15,9 @@ Two ways, the first tried first:
   than a comparison sort for the ~20k keys of a typical minibatch.
 """
 import numpy as np
-from numba import njit
 
 from .hashing import mix64
+from .jit import njit
 
 _LOW32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)

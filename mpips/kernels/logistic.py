@@ -6,7 +6,8 @@ so `w[cols[p]]` is the weight the worker pulled for that key.
 import math
 
 import numpy as np
-from numba import njit
+
+from .jit import njit
 
 
 @njit(cache=True, nogil=True, inline="always")

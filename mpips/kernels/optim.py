@@ -12,8 +12,8 @@ keys a few places ahead (a pull found them, but other reads may have pushed them
 import math
 
 import numpy as np
-from numba import njit
 
+from .jit import njit
 from .prefetch import AHEAD, prefetch
 
 

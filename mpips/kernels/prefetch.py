@@ -3,10 +3,7 @@
 A table lookup per key waits about one memory latency for its row; asking for the
 rows of keys a few places ahead lets those misses overlap with the work on this one.
 """
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from .jit import intrinsic
 
 AHEAD = 16   # rows asked for ahead of the one worked on: enough to overlap the misses
 
@@ -15,6 +12,10 @@ AHEAD = 16   # rows asked for ahead of the one worked on: enough to overlap the 
 def prefetch(typingctx, array, row):
     """Hint that array[row] (along the first axis) will be read soon. No effect on results; a
     prefetch never faults, but keep `row` in bounds all the same."""
+    # Imported here, where numba compiles: a process of kernels compiled ahead loads no numba.
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
     sig = types.void(array, row)
 
     def codegen(context, builder, signature, args):

@@ -6,7 +6,8 @@ scale. The worker computes what the server will apply with the very expression t
 uses (`np.float32(q) * scale`), so its error feedback keeps exactly what was lost.
 """
 import numpy as np
-from numba import njit
+
+from .jit import njit
 
 BLOCK = 256
 

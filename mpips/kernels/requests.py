@@ -6,9 +6,9 @@ increasing and each in a key range the server may take, values finite. A request
 goes to admission, which names the fault; nothing of it is stored or counted first.
 """
 import numpy as np
-from numba import njit
 
 from .hashing import PLACEMENT_SALT, key_range, mix64
+from .jit import njit
 from .table import home_of, probe_and_read
 
 

@@ -8,9 +8,9 @@ A key is stored once its residual is not zero and stays (its residual may become
 encoding rounded off, if anything) or HELD (its last push held its row back).
 """
 import numpy as np
-from numba import njit
 
 from .hashing import mix64
+from .jit import njit
 
 NEW = -1       # a key without a residual, with room for one
 NO_ROOM = -2   # a key without a residual, and the table full: its row is sent whole

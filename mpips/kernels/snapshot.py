@@ -8,7 +8,8 @@ not at random by the rows a push changes (a fresh page's first touch zeroes it, 
 huge page's 2 MB at once).
 """
 import numpy as np
-from numba import njit
+
+from .jit import njit
 
 _ONES = np.uint32(0xFFFFFFFF)
 

@@ -7,11 +7,11 @@ libffm lines are the same with `field:idx:val` features, field 0 to 254 and idx 
 the key is hashing.field_key(field, idx).
 """
 import numpy as np
-from numba import njit
 
 from .avazu import parse_line as avazu_line
 from .criteo import parse_line as criteo_line
 from .hashing import field_key
+from .jit import njit
 from .shapes import AVAZU_FEATURES, CRITEO_FIELDS, LOW_BITS, MAX_FIELDS
 from .text import ZEROS, eight_digits, ends_line, first_set_byte, leading_digits, load8, non_digits
 

@@ -6,11 +6,11 @@ generated independently and the output depends only on the parameters.
 import math
 
 import numpy as np
-from numba import njit
 
 from .criteo import bucket as criteo_bucket
 from .criteo import feature_key as criteo_key
 from .hashing import mix64
+from .jit import njit
 
 _TWO_M53 = 1.0 / 9007199254740992.0
 _S11 = np.uint64(11)

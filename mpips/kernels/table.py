@@ -13,9 +13,9 @@ itself lives in the extra row `cap`. `meta[0]` counts stored keys, `meta[1]` is 
 when the EMPTY-valued key is stored.
 """
 import numpy as np
-from numba import njit
 
 from .hashing import PLACEMENT_SALT, mix64
+from .jit import njit
 from .prefetch import AHEAD, prefetch
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)

@@ -6,10 +6,10 @@ A call that passes an array costs numba a reference count up and down (atomic), 
 parsing a key: the word helpers take scalars, and the parsers call them on the common path.
 """
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.cpython.unsafe.numbers import trailing_zeros
-from numba.extending import intrinsic
+
+from .jit import intrinsic, njit, numba_name
+
+trailing_zeros = numba_name("numba.cpython.unsafe.numbers", "trailing_zeros")
 
 NL, CR = 10, 13
 ZEROS = np.uint64(0x3030303030303030)   # '0' in every byte
@@ -41,6 +41,10 @@ def ends_line(buf, i, n):
 @intrinsic
 def load8(typingctx, buf, i):
     """buf[i:i + 8] as one uint64, first byte lowest (the caller keeps i + 8 <= len)."""
+    # Imported here, where numba compiles: a process of kernels compiled ahead loads no numba.
+    from llvmlite import ir
+    from numba import types
+
     def codegen(context, builder, signature, args):
         array = context.make_array(signature.args[0])(context, builder, args[0])
         word = ir.IntType(64).as_pointer()

@@ -4,7 +4,8 @@ embedding sum of x_i e_i over the features i of slot s (a feature's field, when 
 the fields' embeddings concatenated; slot 0 for all, when it is their sum). Pure numba over
 the CSR minibatch; the dense layers on top are kernels.mlp."""
 import numpy as np
-from numba import njit
+
+from .jit import njit
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -9,11 +9,11 @@ import os
 import sys
 import time
 
-import numba
 import numpy as np
 from mpi4py import MPI
 
 from .. import kernels
+from ..kernels import jit
 from ..ranks.bounded import wait_all
 from ..ranks.collectives import agree
 from .warmup import CompileWatch, compile_kernels
@@ -31,7 +31,7 @@ def compile_per_node(comm: MPI.Intracomm, timeout: float, role: str | None = Non
     marker = warm_marker(needs)
     # Decided together: a rank that saw the marker (another job had just written it) and one
     # that did not would take different ways, one of them into a collective the other skips.
-    found = np.array([marker is not None and os.path.exists(marker)], np.int32)
+    found = np.array([jit.AHEAD or (marker is not None and os.path.exists(marker))], np.int32)
     everywhere = np.zeros(1, np.int32)
     wait_all([comm.Iallreduce(found, everywhere, op=MPI.MIN)], timeout,
              lambda: "every rank to say whether this node's numba kernels were compiled")
@@ -85,7 +85,11 @@ def _load_kernels(needs: dict, role: str | None) -> None:
 def warm_marker(needs: dict) -> str | None:
     """A file beside numba's cache of the kernels, there once this set of kernels has been
     compiled from these very sources (numba's cache goes stale by the same stamps: each
-    source's modification time and size), by this numba and Python."""
+    source's modification time and size), by this numba and Python. None where the
+    kernels are compiled ahead (kernels.jit): there is nothing to compile."""
+    if jit.AHEAD:
+        return None
+    import numba
     directory = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
         os.path.dirname(kernels.__file__), "__pycache__")
     if not os.access(directory, os.W_OK):

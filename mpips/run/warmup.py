@@ -1,17 +1,17 @@
-"""Compile every numba kernel a job uses (or load it from numba's cache) before training.
+"""Run every numba kernel a job uses on tiny inputs before training: compiled, or loaded.
 
 A miniature of each numeric step runs on tiny inputs, through the same code and
 with the same array types as a real job, so nothing compiles once the clock runs.
 `CompileWatch` checks that claim during a job.
 """
+import contextlib
 import os
 import tempfile
 
 import numpy as np
-from numba.core import event
 
 from ..data.textfile import BIAS_KEY, KeyIndexer, Rows, TextShard
-from ..kernels import distinct
+from ..kernels import distinct, jit
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import is_sorted_unique
 from ..kernels.logistic import mean_logloss, roc_auc
@@ -230,19 +230,38 @@ def _full_batch(batch) -> None:
     Layout(5, 1, 2).by_server(np.array([0, 3], np.uint64), Placement(2))
 
 
-class CompileWatch(event.Listener):
-    """Records the mpips kernels numba compiles while installed (cache loads do not count)."""
+class CompileWatch:
+    """Records the mpips kernels compiled while it watches: numba's compiles (cache loads do
+    not count) and calls of kernels compiled ahead with arguments of kinds their build does
+    not take (numba's JIT takes those, see kernels.jit)."""
 
     def __init__(self):
-        self.compiled = []
+        self.compiled: list[str] = []
 
-    def on_start(self, ev):
-        func = ev.data["dispatcher"].py_func
-        if func.__module__.startswith("mpips."):
-            self.compiled.append(f"{func.__name__}{ev.data['args']}")
-
-    def on_end(self, ev):
-        pass
-
+    @contextlib.contextmanager
     def watching(self):
-        return event.install_listener("numba:compile", self)
+        before = jit.missed()
+        if jit.AHEAD:   # no numba loaded, none to listen to
+            yield self
+        else:
+            with _listener(self.compiled):
+                yield self
+        self.compiled += [f"{name} (not in the ahead build: make kernels)"
+                          for name, n in jit.missed().items() if n > before.get(name, 0)]
+
+
+def _listener(into: list):
+    """A numba listener putting its compiles of mpips kernels, as 'name(argument types)',
+    into `into` (numba imported here: where kernels are compiled ahead, none is loaded)."""
+    from numba.core import event
+
+    class Compiles(event.Listener):
+        def on_start(self, ev):
+            func = ev.data["dispatcher"].py_func
+            if func.__module__.startswith(("mpips.", jit.TWIN + ".")):
+                into.append(f"{func.__name__}{ev.data['args']}")
+
+        def on_end(self, ev):
+            pass
+
+    return event.install_listener("numba:compile", Compiles())

@@ -15,13 +15,14 @@ from mpips.kernels import keys, logistic, optim, svmlight, table
 role = None if sys.argv[1] == "both" else sys.argv[1]
 compile_kernels(model=models.LogisticRegression(), optimizer="adagrad", full_batch=False,
                 push_filter=False, role=role)
-print(json.dumps({"table": bool(table.find_and_read.signatures),
-                  "update": bool(optim.adagrad_update.signatures),
-                  "gradient": bool(logistic.logistic_gradient.signatures),
-                  "parser": bool(svmlight.parse_lines.signatures),
+def used(kernel):   # compiled ahead: called; numba's: compiled or loaded from its cache
+    return bool(kernel.hits) if hasattr(kernel, "hits") else bool(kernel.signatures)
+print(json.dumps({"table": used(table.find_and_read),
+                  "update": used(optim.adagrad_update),
+                  "gradient": used(logistic.logistic_gradient),
+                  "parser": used(svmlight.parse_lines),
                   # both ways to a minibatch's keys: sorting entries, and for keys that bunch
-                  "keys": [bool(keys.sorted_entries.signatures),
-                           bool(keys.sorted_unique_inverse.signatures)]}))
+                  "keys": [used(keys.sorted_entries), used(keys.sorted_unique_inverse)]}))
 """
 
 
