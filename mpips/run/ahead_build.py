@@ -17,7 +17,6 @@ import sys
 import sysconfig
 import tempfile
 import time
-from typing import Any
 
 import numpy as np
 
@@ -33,6 +32,8 @@ def kinds(argtypes) -> bytes | None:
     from numba.core import types
     out = bytearray()
     for t in argtypes:
+        if isinstance(t, types.Literal):   # a callee's constant argument: not called so
+            return None
         if isinstance(t, types.Array):
             if not t.aligned or not isinstance(t.dtype, (types.Integer, types.Float,
                                                          types.Boolean)) or t.ndim > 15:
@@ -48,29 +49,41 @@ def kinds(argtypes) -> bytes | None:
     return bytes(out)
 
 
-def _specific_first(overload) -> int:
-    """Sort key: exports that take only contiguous arrays first (faster code), 'A' last."""
-    return sum(1 for t in overload.signature.args if getattr(t, "layout", "C") == "A")
-
-
-def collect() -> list[tuple[str, str, Any]]:
-    """(module, function, the numba signature) of each kernel compiled by the miniature
-    runs, each kernel's contiguous forms first."""
+def collect() -> list[tuple[str, str, tuple]]:
+    """(module, function, argument types) of each kernel the miniature runs call from
+    Python, the forms that take contiguous arrays first: what the guard will be asked for.
+    Kernels numba compiles as callees of others are left out (they are compiled into their
+    callers, and numba's ahead compiler fails to type some of them on their own)."""
     from numba.core.registry import CPUDispatcher
 
     from .warmup import compile_kernels
-    compile_kernels()
+    called: dict = {}
+    through = CPUDispatcher.__call__   # the C dispatcher's call
+
+    def recording(dispatcher, *args, **kwargs):
+        if not kwargs:
+            called.setdefault(dispatcher, set()).add(
+                tuple(dispatcher.typeof_pyval(a) for a in args))
+        return through(dispatcher, *args, **kwargs)
+
+    CPUDispatcher.__call__ = recording   # type: ignore[method-assign, assignment]
+    try:
+        compile_kernels()
+    finally:
+        del CPUDispatcher.__call__
     found = []
-    for name, module in sorted(sys.modules.items()):
-        if not name.startswith(jit.__package__ + "."):
-            continue
-        short = name.rsplit(".", 1)[-1]
-        for attr, obj in sorted(vars(module).items()):
-            if (isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == name
-                    and obj.targetoptions.get("inline") != "always"):
-                for overload in sorted(obj.overloads.values(), key=_specific_first):
-                    found.append((short, attr, overload.signature))  # type: ignore[attr-defined]
-    return found
+    for dispatcher, forms in called.items():
+        module, name = dispatcher.py_func.__module__, dispatcher.py_func.__name__
+        if module.startswith(jit.__package__ + "."):
+            for args in sorted(forms, key=lambda a: (_loose(a), str(a))):
+                found.append((module.rsplit(".", 1)[-1], name, args))
+    return sorted(found, key=lambda f: (f[0], f[1]))
+
+
+def _loose(args: tuple) -> int:
+    """How many arrays of `args` may be strided ('A'): forms with fewer go first (faster
+    code for contiguous arrays)."""
+    return sum(1 for t in args if getattr(t, "layout", "C") == "A")
 
 
 def build(directory: str = _KERNELS, jobs: int = 2) -> dict:
@@ -89,8 +102,8 @@ def build(directory: str = _KERNELS, jobs: int = 2) -> dict:
             os.unlink(os.path.join(directory, name))
     started = time.monotonic()
     by_module: dict[str, list] = {}
-    for module, name, signature in collect():
-        taken = kinds(signature.args)
+    for module, name, args in collect():
+        taken = kinds(args)
         if taken is not None and [name, taken.hex()] not in by_module.get(module, []):
             by_module.setdefault(module, []).append([name, taken.hex()])
     ordered = sorted(by_module, key=lambda m: -len(by_module[m]))

@@ -1,0 +1,173 @@
+"""The kernels compiled ahead of time (kernels/jit, kernels/guard.c, run/ahead_build): the
+same bits as numba's JIT, only arguments of the kinds an export takes reach it (the others go
+to numba, never to compiled code that would read them as another kind), and a build that is
+damaged, stale or asked off is not used."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mpips.kernels import dense, jit, logistic, optim, table
+from mpips.run.warmup import CompileWatch
+
+from support import cannot
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(autouse=True)
+def ahead():
+    if not jit.AHEAD:
+        cannot(f"the kernels are not compiled ahead here ({jit.WHY_NOT}): make kernels")
+
+
+def _counts(kernel):
+    return kernel.hits, kernel.misses
+
+
+def test_a_kernel_compiled_ahead_gives_numbas_bits():
+    """The exports and numba's JIT of the same source (the twin) agree to the bit on the
+    kernels a minibatch and a server's table run."""
+    rng = np.random.default_rng(7)
+    rows, nnz, keys = 50, 400, 60
+    indptr = np.sort(np.concatenate([[0, nnz], rng.integers(0, nnz, rows - 1)])).astype(np.int64)
+    cols = rng.integers(0, keys, nnz).astype(np.int64)
+    vals = rng.random(nnz).astype(np.float32)
+    labels = (rng.random(rows) < 0.3).astype(np.float32)
+    w = rng.normal(size=keys).astype(np.float32)
+    twin = jit.twin("logistic")
+    grads = [np.empty(keys, np.float32), np.empty(keys, np.float32)]
+    losses = [f(indptr, cols, vals, labels, 3, w, g)
+              for f, g in zip((logistic.logistic_gradient, twin.logistic_gradient), grads)]
+    assert logistic.logistic_gradient.hits > 0
+    assert losses[0] == losses[1]
+    assert grads[0].tobytes() == grads[1].tobytes()
+
+    state = [rng.random((keys, 2)).astype(np.float32) for _ in range(2)]
+    state[1][:] = state[0]
+    grad = rng.normal(size=(10, 1)).astype(np.float32)
+    rows_ = np.arange(0, 20, 2, dtype=np.int64)
+    for f, s in zip((optim.adagrad_update, jit.twin("optim").adagrad_update), state):
+        f(s, rows_, grad, 0.1, 0.0, 1e-6)
+    assert state[0].tobytes() == state[1].tobytes()
+
+
+def test_arguments_of_another_kind_go_to_numba_not_to_the_export():
+    """Each way an argument can differ from what an export takes (dtype, rank, layout, a
+    read-only array where the kernel writes, a bool or float for an int, keywords): the call
+    goes to numba's JIT, which computes it or refuses it; the export never sees it."""
+    x = np.arange(8, dtype=np.float64)
+    hits, misses = _counts(dense.total)
+    assert dense.total(x) == 28.0
+    assert _counts(dense.total) == (hits + 1, misses)
+    assert dense.total(x.astype(np.float32)) == 28.0            # another dtype
+    assert dense.total(x[::2]) == 12.0                          # not contiguous
+    assert dense.total(x=x) == 28.0                             # by keyword
+    assert _counts(dense.total) == (hits + 1, misses + 3)
+    with pytest.raises(Exception):
+        dense.total(x.reshape(2, 4))                            # another rank: numba refuses
+    frozen = x.copy()
+    frozen.setflags(write=False)
+    with pytest.raises(Exception):
+        dense.scale(2.0, frozen)                                # numba refuses to write it
+    assert frozen.tobytes() == x.tobytes()
+    with pytest.raises(Exception):
+        dense.total("ab")                                       # not an array at all
+    rows = np.full((5, 4), 0xFFFFFFFF, np.uint32)   # an empty table of capacity 4
+    meta = np.zeros(2, np.int64)
+    keys = np.arange(3, dtype=np.uint64)
+    out = np.zeros((3, 1), np.float32)
+    before = _counts(table.find_and_read)
+    try:   # int32 keys: numba may compile them or refuse; the export must not read them
+        table.find_and_read(rows, meta, np.arange(3, dtype=np.int32), True, 100,
+                            np.zeros(3, np.int64), out, np.zeros(3, np.uint8))
+    except Exception:
+        pass
+    table.find_and_read(rows, meta, keys, 1, 100, np.zeros(3, np.int64), out,
+                        np.zeros(3, np.uint8))                  # an int for the bool
+    assert _counts(table.find_and_read) == (before[0], before[1] + 2)
+
+
+def test_a_call_the_build_does_not_take_is_reported_by_the_compile_watch():
+    watch = CompileWatch()
+    with watch.watching():
+        dense.dot(np.ones(3, np.float32), np.ones(3, np.float32))
+    assert any(name.startswith("dense.dot") for name in watch.compiled), watch.compiled
+    quiet = CompileWatch()
+    with quiet.watching():
+        dense.dot(np.ones(3), np.ones(3))
+    assert quiet.compiled == []
+
+
+def test_a_guard_refuses_exports_it_cannot_check():
+    from mpips.kernels._guard import Guarded
+    with pytest.raises(TypeError):
+        Guarded("x.y", ((len, b"\0\0\0"),), len, len)     # kinds: 4 bytes an argument
+    with pytest.raises(TypeError):
+        Guarded("x.y", ((None, b"\0" * 4),), len, len)    # not callable
+    with pytest.raises(TypeError):
+        Guarded("x.y", (), None, len)                      # no fallback
+
+
+PROBE = """
+import json, numpy as np
+from mpips.kernels import dense, jit
+print(json.dumps([jit.AHEAD, jit.WHY_NOT, dense.total(np.arange(4.0))]))
+"""
+
+
+def _probe(tree, **env) -> list:
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                          timeout=300, cwd=tree,
+                          env={**os.environ, "PYTHONPATH": str(tree), **env})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A copy of mpips with its ahead build, to damage."""
+    shutil.copytree(os.path.join(ROOT, "mpips"), tmp_path / "mpips",
+                    ignore=shutil.ignore_patterns("*.nbi", "*.nbc"))
+    return tmp_path
+
+
+def test_a_copy_of_a_current_build_is_used(tree):
+    assert _probe(tree)[:2] == [True, ""]
+
+
+@pytest.mark.parametrize("damage, why", [
+    ("manifest-truncated", "unreadable"),
+    ("manifest-gone", "no ahead build"),
+    ("source-edited", "not of these sources"),
+    ("extension-gone", "does not load"),
+    ("guard-gone", "does not load"),
+    ("asked-off", "MPIPS_KERNELS=jit"),
+])
+def test_a_damaged_stale_or_unwanted_build_is_not_used_and_the_kernels_still_run(
+        tree, damage, why):
+    kernels = tree / "mpips" / "kernels"
+    manifest = kernels / "_ahead.json"
+    env = {}
+    if damage == "manifest-truncated":
+        manifest.write_text(manifest.read_text()[:100])
+    elif damage == "manifest-gone":
+        manifest.unlink()
+    elif damage == "source-edited":
+        with open(kernels / "dense.py", "a") as f:
+            f.write("\n# edited\n")
+    elif damage == "extension-gone":
+        for path in kernels.glob("_ahead_*.so"):
+            path.unlink()
+    elif damage == "guard-gone":
+        for path in kernels.glob("_guard*.so"):
+            path.unlink()
+    else:
+        env["MPIPS_KERNELS"] = "jit"
+    ahead, reason, total = _probe(tree, **env)
+    assert not ahead and why in reason, reason
+    assert total == 6.0
