@@ -13,6 +13,7 @@ from dataclasses import replace
 from ..base.log import setup
 from ..data.inputs import is_parquet
 from ..data.samples import sample_rows
+from ..kernels import jit
 from ..models import defaults
 from ..ranks.collectives import broadcast_text
 from ..ranks.roles import Roles, split
@@ -148,8 +149,11 @@ def _say_how_it_runs(cfg: TrainConfig, roles: Roles, name: str, resume, verdict:
         log.info("%s", line)
     for line in chosen["warnings"]:
         log.warning("%s", line)
-    log.info("numba kernels ready in %.1f s (compiled on the first run on a machine, "
-             "~20 s)", compile_s)
+    if jit.AHEAD:
+        log.info("kernels ready in %.1f s (compiled ahead by make kernels)", compile_s)
+    else:
+        log.info("numba kernels ready in %.1f s (compiled on the first run on a machine, "
+                 "~20 s; `make kernels` compiles them ahead: %s)", compile_s, jit.WHY_NOT)
 
 
 def _play_part(cfg: TrainConfig, roles: Roles, name: str, resume, placement: Placement,
