@@ -63,10 +63,13 @@ $(VENV)/.installed-test: pyproject.toml
 # change of the kernels' sources): a rank then loads no numba and starts in half the time.
 # Made beside the MPICH venv's install. Without it (or where it was made for another CPU)
 # the kernels are numba's, compiled into its cache at a job's start.
-KERNEL_SOURCES := $(wildcard mpips/kernels/*.py) mpips/kernels/guard.c
-AHEAD := mpips/kernels/_ahead.json
+# Paths from the checkout (this Makefile's own directory, through a link to it too).
+CHECKOUT := $(dir $(realpath $(firstword $(MAKEFILE_LIST))))
+KERNEL_SOURCES := $(wildcard $(CHECKOUT)mpips/kernels/*.py) $(CHECKOUT)mpips/kernels/guard.c
+AHEAD := $(CHECKOUT)mpips/kernels/_ahead.json
 
-$(AHEAD): $(KERNEL_SOURCES) mpips/run/ahead_build.py mpips/run/warmup.py | $(VENV)/.installed
+$(AHEAD): $(KERNEL_SOURCES) $(CHECKOUT)mpips/run/ahead_build.py $(CHECKOUT)mpips/run/warmup.py \
+          | $(VENV)/.installed
 	MPIPS_KERNELS=jit $(PY) -m mpips.run.ahead_build
 
 kernels: $(AHEAD)

@@ -1,5 +1,6 @@
 """Start-up: how long a job takes from its processes' start to its first minibatch, against an
-empty mpi4py program launched the same way.
+empty mpi4py program launched the same way, with the kernels compiled ahead (`make kernels`)
+and with numba's (MPIPS_KERNELS=jit: its cache loaded by every rank).
 
     python bench/startup.py [--np 2,4] [--rounds 5]
 
@@ -8,9 +9,10 @@ same `mpiexec -n NP`:
 - the reference: python imports mpi4py, MPI starts, every rank meets in a barrier; each rank
   says how long since its process started, and the slowest counts;
 - mpips: `train` on a small file (2,000 rows), whose summary says the same of the slowest
-  rank at its first minibatch (`startup_s`), beside `train_s`, `score_s` and `save_s`.
-Both also with the whole `mpiexec` wall time. Medians over the rounds, side by side, in
-bench/results/startup.json.
+  rank at its first minibatch (`startup_s`), beside `train_s`, `score_s` and `save_s`; once
+  with the kernels compiled ahead, once with numba's.
+Each also with the whole `mpiexec` wall time and the CPU time of all its processes. Medians
+over the rounds, side by side, in bench/results/startup.json.
 
 First mpips's modules are compiled to bytecode, as installing a package does and as the first
 run writes it: with PYTHONDONTWRITEBYTECODE set (as in some containers) and none written,
@@ -62,12 +64,22 @@ def mpiexec() -> str:
     return beside if os.path.exists(beside) else "mpiexec"
 
 
-def timed(cmd: list) -> tuple[float, str]:
-    began = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True)
+def timed(cmd: list, env: dict | None = None) -> tuple[float, float, str]:
+    """(wall s, CPU s of every process of the launch, its output)."""
+    began, cpu = time.monotonic(), _children_cpu()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd[:4])} ... failed:\n{done.stdout}\n{done.stderr}")
-    return time.monotonic() - began, done.stdout
+    return time.monotonic() - began, _children_cpu() - cpu, done.stdout
+
+
+def _children_cpu() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+# The kernels each way: compiled ahead (where `make kernels` built them), numba's JIT.
+WAYS = {"ahead": {}, "jit": {"MPIPS_KERNELS": "jit"}}
 
 
 def measure(np_: int, data: str, tmp: str, rounds: int) -> dict:
@@ -75,20 +87,25 @@ def measure(np_: int, data: str, tmp: str, rounds: int) -> dict:
     launch = [mpiexec(), "-n", str(np_)]
     each = []
     for i in range(rounds):
-        empty_wall, out = timed(launch + [sys.executable, "-c", EMPTY])
-        run = os.path.join(tmp, f"run{np_}-{i}")
-        mpips_wall, _ = timed(launch + [sys.executable, "-m", "mpips", "train", "--train",
-                                        f"{data}.train.svm", "--test", f"{data}.test.svm",
-                                        "--out", run])
-        with open(os.path.join(run, "summary.json")) as f:
-            s = json.load(f)
-        each.append({"empty_startup_s": float(out.split()[-1]), "empty_wall_s": empty_wall,
-                     "mpips_startup_s": s["startup_s"], "mpips_wall_s": mpips_wall,
-                     "train_s": s["train_s"], "score_s": s["score_s"],
-                     "save_s": s["save_s"], "compile_s": s["compile_s"]})
+        empty_wall, empty_cpu, out = timed([*launch, sys.executable, "-c", EMPTY])
+        one = {"empty_startup_s": float(out.split()[-1]), "empty_wall_s": empty_wall,
+               "empty_cpu_s": empty_cpu}
+        for way, env in WAYS.items():
+            run = os.path.join(tmp, f"run{np_}-{i}-{way}")
+            wall, cpu, _ = timed([*launch, sys.executable, "-m", "mpips", "train", "--train",
+                                  f"{data}.train.svm", "--test", f"{data}.test.svm",
+                                  "--out", run], {**os.environ, **env})
+            with open(os.path.join(run, "summary.json")) as f:
+                s = json.load(f)
+            one.update({f"{way}_startup_s": s["startup_s"], f"{way}_wall_s": wall,
+                        f"{way}_cpu_s": cpu, f"{way}_train_s": s["train_s"],
+                        f"{way}_compile_s": s["compile_s"]})
+        each.append(one)
     median = {k: round(statistics.median(r[k] for r in each), 3) for k in each[0]}
-    median["startup_beyond_empty_s"] = round(median["mpips_startup_s"]
-                                             - median["empty_startup_s"], 3)
+    for way in WAYS:
+        median[f"{way}_beyond_empty_s"] = round(median[f"{way}_startup_s"]
+                                                - median["empty_startup_s"], 3)
+    median["cpu_ahead_over_jit"] = round(median["ahead_cpu_s"] / median["jit_cpu_s"], 3)
     return {"rounds": each, "median": median}
 
 
@@ -115,16 +132,21 @@ def main() -> None:
         results = {n: measure(n, data, tmp, args.rounds) for n in counts}
     print(f"medians of {args.rounds} rounds (seconds), {os.cpu_count()} cores, mpips's bytecode "
           f"{bytecode}:")
-    print(f"{'ranks':>5} {'empty: ready':>13} {'mpips: ready':>13} {'beyond':>7} {'kernels':>8} "
-          f"{'empty wall':>11} {'mpips wall':>11} {'train':>6} {'score':>6} {'save':>6}")
+    print(f"{'ranks':>5} {'kernels':>8} {'ready':>6} {'beyond empty':>13} {'loading':>8} "
+          f"{'wall':>6} {'CPU':>6} {'train':>6}")
     for n, r in results.items():
         m = r["median"]
-        print(f"{n:>5} {m['empty_startup_s']:>13.2f} {m['mpips_startup_s']:>13.2f} "
-              f"{m['startup_beyond_empty_s']:>7.2f} {m['compile_s']:>8.2f} "
-              f"{m['empty_wall_s']:>11.2f} {m['mpips_wall_s']:>11.2f} {m['train_s']:>6.2f} "
-              f"{m['score_s']:>6.2f} {m['save_s']:>6.2f}")
-    print("ready: process start to the first minibatch (the slowest rank); beyond: mpips's "
-          "minus the empty program's; kernels: numba's cache loaded, part of it")
+        print(f"{n:>5} {'(empty)':>8} {m['empty_startup_s']:>6.2f} {'':>13} {'':>8} "
+              f"{m['empty_wall_s']:>6.2f} {m['empty_cpu_s']:>6.2f}")
+        for way in WAYS:
+            print(f"{n:>5} {way:>8} {m[way + '_startup_s']:>6.2f} "
+                  f"{m[way + '_beyond_empty_s']:>13.2f} {m[way + '_compile_s']:>8.2f} "
+                  f"{m[way + '_wall_s']:>6.2f} {m[way + '_cpu_s']:>6.2f} "
+                  f"{m[way + '_train_s']:>6.2f}")
+        print(f"{n:>5} CPU of the launch, ahead / jit: {m['cpu_ahead_over_jit']:.2f}")
+    print("ready: process start to the first minibatch (the slowest rank); beyond empty: "
+          "mpips's minus the empty program's; loading: the kernels', part of it; CPU: every "
+          "process of the launch")
     save(args.out, "startup", cpus=os.cpu_count(), rounds=args.rounds, bytecode=bytecode,
          dont_write_bytecode=bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
          by_ranks={str(n): r for n, r in results.items()})

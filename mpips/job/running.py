@@ -55,7 +55,7 @@ def run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float,
     testevents.arm(cfg.diagnostics.test_events, comm.rank, roles.is_server, roles.pids_on_node(),
                    cfg.data.out,
                    cfg.faults.timeout, driver=cfg.solver.full_batch and roles.index == 0
-                   and not roles.is_server, run_id=name)
+                   and not roles.is_server, run_id=name, checkpoints=cfg.checkpoints)
     ulfm = verdict.on
     failover = ulfm and cfg.faults.replicas > 1
     # A pipeline's stages need each other: a dead worker cannot be stood in for.

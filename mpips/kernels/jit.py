@@ -144,6 +144,12 @@ class _Fallback:
 def twin(module: str):
     """This package's module `module` loaded again, its kernels numba's dispatchers."""
     if TWIN not in sys.modules:
+        import numba
+        # A cache of its own: numba's entries name their module, and an entry the copy wrote
+        # beside the package's own would send a process of numba's kernels after a module
+        # of the copy's name.
+        numba.config.CACHE_DIR = os.path.join(  # type: ignore[attr-defined]
+            _HERE, "__pycache__", "jit-copy")
         spec = importlib.util.spec_from_file_location(
             TWIN, os.path.join(_HERE, "__init__.py"), submodule_search_locations=[_HERE])
         assert spec is not None and spec.loader is not None

@@ -50,8 +50,9 @@ def kinds(argtypes) -> bytes | None:
 
 
 def collect() -> list[tuple[str, str, tuple]]:
-    """(module, function, argument types) of each kernel the miniature runs call from
-    Python, the forms that take contiguous arrays first: what the guard will be asked for.
+    """(module, function, argument types) of each kernel the miniature runs (and
+    `make-data`'s) call from Python, the forms that take contiguous arrays first: what the
+    guard will be asked for.
     Kernels numba compiles as callees of others are left out (they are compiled into their
     callers, and numba's ahead compiler fails to type some of them on their own)."""
     from numba.core.registry import CPUDispatcher
@@ -69,6 +70,7 @@ def collect() -> list[tuple[str, str, tuple]]:
     CPUDispatcher.__call__ = recording   # type: ignore[method-assign, assignment]
     try:
         compile_kernels()
+        _make_data()
     finally:
         del CPUDispatcher.__call__
     found = []
@@ -78,6 +80,17 @@ def collect() -> list[tuple[str, str, tuple]]:
             for args in sorted(forms, key=lambda a: (_loose(a), str(a))):
                 found.append((module.rsplit(".", 1)[-1], name, args))
     return sorted(found, key=lambda f: (f[0], f[1]))
+
+
+def _make_data() -> None:
+    """`make-data`'s kernels, each kind and format written once (tiny)."""
+    from ..data.synthetic import make_data
+    with tempfile.TemporaryDirectory() as scratch:
+        for kind, fmt, interactions in (("ctr", "svmlight", 0), ("ctr", "libffm", 2),
+                                        ("ctr", "criteo", 0), ("census", "svmlight", 0),
+                                        ("dense", "svmlight", 0)):
+            make_data(os.path.join(scratch, f"{kind}-{fmt}"), 20, kind=kind, fmt=fmt,
+                      interactions=interactions)
 
 
 def _loose(args: tuple) -> int:

@@ -24,7 +24,11 @@ Points:
                 worker has completed clock C here (the clock the server stands at)
   epoch E       a worker, before its first minibatch of epoch E
   checkpoint K  a server: its file of its K-th checkpoint of this launch is written and not
-                yet reported, so the checkpoint is not complete
+                yet reported, so the checkpoint is not complete; a server other than the lead
+                first waits (bounded by --timeout) until the K - 1 before it are complete,
+                so that what dies there leaves them, however slow another server's writer
+                was (the lead completes them, a full-batch job's driver once every server
+                has answered: those cannot wait)
   writing K     a server's K-th checkpoint of this launch, half its file written (under a
                 temporary name): the event acts in the process that writes it, the forked
                 writer (`kill rank N` kills the writer, `busy rank N` makes it slow), or the
@@ -197,12 +201,14 @@ class Events:
 
     def __init__(self, texts=(), rank: int = 0, server: bool = False, pids: dict | None = None,
                  run_dir: str | None = None, timeout: float = 600.0, driver: bool = False,
-                 run_id: str | None = None):
+                 run_id: str | None = None, checkpoints: str | None = None):
         """`server`: this rank serves (and may lead: ctl requests); `pids`: rank -> process
         id of the ranks on this node (to act on another rank at an iteration); `driver`: this
-        rank drives a full-batch solver; `run_id`: the run its ctl requests are for."""
+        rank drives a full-batch solver; `run_id`: the run its ctl requests are for;
+        `checkpoints`: the run's checkpoint directory."""
         self.rank, self.pids, self.run_dir, self.timeout = rank, pids or {}, run_dir, timeout
-        self.run_id = run_id
+        self.run_id, self.checkpoints = run_id, checkpoints
+        self.complete_before = len(_complete(checkpoints))
         events = [parse(t) for t in texts
                   if not (run_dir and os.path.exists(record(run_dir, t)))]   # fired before
         self.pending = [e for e in events
@@ -229,8 +235,20 @@ class Events:
                     self._ctl(e, value)
                     asked = True
                 continue
+            if point == "checkpoint" and not lead:
+                self._earlier_complete(e, value)
             self._fire(e, value)
         return asked
+
+    def _earlier_complete(self, e: Event, value: int) -> None:
+        """Wait until this launch's checkpoints before the `value`-th are complete."""
+        from ..ranks.bounded import wait_until
+        if not self.checkpoints:
+            return
+        wanted = self.complete_before + value - 1
+        wait_until(lambda: len(_complete(self.checkpoints)) >= wanted, self.timeout,
+                   lambda: f"checkpoint {value - 1} of this launch to be complete in "
+                           f"{self.checkpoints} before --test-event {e.text!r}")
 
     def handed_over(self, point: str, value: int) -> None:
         """The events due at `point` `value` fire in another process (a checkpoint's forked
@@ -309,14 +327,23 @@ class Events:
                             e.text)
 
 
+def _complete(checkpoints: str | None) -> list:
+    """The complete checkpoints in `checkpoints` (none if None)."""
+    if not checkpoints:
+        return []
+    from ..storage.checkpoint import complete_checkpoints
+    return complete_checkpoints(checkpoints)
+
+
 _events = Events()
 
 
 def arm(texts, rank: int, server: bool, pids: dict | None = None, run_dir: str | None = None,
-        timeout: float = 600.0, driver: bool = False, run_id: str | None = None) -> None:
+        timeout: float = 600.0, driver: bool = False, run_id: str | None = None,
+        checkpoints: str | None = None) -> None:
     """This rank's events for the job (see Events)."""
     global _events
-    _events = Events(texts, rank, server, pids, run_dir, timeout, driver, run_id)
+    _events = Events(texts, rank, server, pids, run_dir, timeout, driver, run_id, checkpoints)
 
 
 def reached(point: str, value: int = 0, lead: bool = False) -> bool:

@@ -157,6 +157,27 @@ def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
         updates.update(Optimizer(name, lr=0.1), np.zeros((2, store.columns), np.float32),
                        np.arange(2), np.ones((2, 1), np.float32), 1)
     store.remove(many[:2])   # key ranges moving off a server (mpips ctl)
+    _checkpoint_copy(wire_keys, wire_values)
+
+
+def _checkpoint_copy(keys: np.ndarray, grad: np.ndarray) -> None:
+    """A checkpoint's copy of a table made while pushes and new keys change it (rows logged
+    before they change, server.table_snapshot), then read as its writer reads it."""
+    from ..server.store import KVStore
+    store = KVStore(1, Optimizer("adagrad", lr=0.1), capacity=256)
+    store.push(keys, grad, clock=1)
+    taken = store.take_snapshot()
+    taken.step(1)   # a row copied: the others are logged as they change
+    store.push(keys, grad, clock=2)
+    store.pull(np.arange(1000, 1004, dtype=np.uint64), np.empty((4, 1), np.float32))
+    while not taken.step():
+        pass
+    reader = store.snapshot_of(taken)
+    for state in (True, False):   # a checkpoint's file; the keys of a move
+        for _ in reader.blocks(state=state):
+            pass
+    store.end_snapshot()
+    store.give_back(taken)
 
 
 def _factorization_machine(batch) -> None:

@@ -95,29 +95,34 @@ def test_a_checkpoint_shard_cut_short_is_named_by_load(run, tmp_path):
 
 
 def with_a_cut_short_snapshot(run, tmp_path) -> tuple:
-    """A copy of `run` with two snapshots, 0000 (a copy of the final one) and the final one
-    cut short; (the copy, the damaged file)."""
+    """A copy of `run` with one more snapshot (a copy of the final one, numbered after those
+    the run took: how many it took depends on its speed) and the final one cut short; (the
+    copy, the damaged file, the numbered snapshots)."""
     target = copy_of(run, tmp_path)
-    shutil.copytree(target / "snapshots" / "final", target / "snapshots" / "0000")
-    return target, cut_short(target / "snapshots" / "final" / "server-0000.h5")
+    taken = [int(p.name) for p in (target / "snapshots").iterdir() if p.name.isdigit()]
+    shutil.copytree(target / "snapshots" / "final",
+                    target / "snapshots" / f"{max(taken, default=-1) + 1:04d}")
+    numbered = sorted(p.name for p in (target / "snapshots").iterdir() if p.name.isdigit())
+    return target, cut_short(target / "snapshots" / "final" / "server-0000.h5"), numbered
 
 
 def test_a_snapshot_cut_short_is_left_out_of_the_curve_naming_it(run, tmp_path):
-    target, shard = with_a_cut_short_snapshot(run, tmp_path)
+    target, shard, numbered = with_a_cut_short_snapshot(run, tmp_path)
     job = run_here("report", target)
     assert job.returncode == 0, job.output
     assert f"{shard}: cut short" in job.stderr and "Traceback" not in job.stderr
     page = (target / "report.html").read_text()
     assert "snapshot final left out" in page and "no learning curve" not in page
-    assert [p["snapshot"] for p in load_run(str(target)).curve] == ["0000"]
+    assert [p["snapshot"] for p in load_run(str(target)).curve] == numbered
 
 
 def test_score_of_the_snapshots_passes_over_one_cut_short_naming_it(run, small_data, tmp_path):
-    target, shard = with_a_cut_short_snapshot(run, tmp_path)
+    target, shard, numbered = with_a_cut_short_snapshot(run, tmp_path)
     job = run_here("score", target, "--test", small_data[1], "--snapshots")
     assert job.returncode == 0, job.output
     assert f"{shard}: cut short" in job.stderr and "Traceback" not in job.stderr
-    assert "snapshot  0000" in job.stdout and "snapshot final" not in job.stdout
+    assert all(f"snapshot  {name}" in job.stdout for name in numbered), job.stdout
+    assert "snapshot final" not in job.stdout
 
 
 def test_a_crashed_run_among_several_is_a_note_and_the_others_are_reported(run, small_data,

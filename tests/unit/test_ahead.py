@@ -171,3 +171,24 @@ def test_a_damaged_stale_or_unwanted_build_is_not_used_and_the_kernels_still_run
     ahead, reason, total = _probe(tree, **env)
     assert not ahead and why in reason, reason
     assert total == 6.0
+
+
+MISSED = """
+import json, sys, numpy as np
+from mpips.kernels import dense, jit
+print(json.dumps([jit.AHEAD, dense.total(np.arange(4, dtype=np.{dtype}))]))
+"""
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint16"])
+def test_numbas_cache_of_a_call_the_build_did_not_take_serves_numbas_own_processes(dtype):
+    """A process of kernels compiled ahead sends an int16 array to numba, which caches what it
+    compiles; a process of numba's kernels (MPIPS_KERNELS=jit) then compiles or loads the
+    same form: it must not be handed the first's cache entry (which names a module only the
+    first had)."""
+    for env, ahead in (({}, True), ({"MPIPS_KERNELS": "jit"}, False), ({}, True)):
+        done = subprocess.run([sys.executable, "-c", MISSED.format(dtype=dtype)],
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, **env})
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == [ahead, 6.0]

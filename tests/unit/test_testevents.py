@@ -183,3 +183,31 @@ def test_ranks_killed_together_die_by_the_first_to_reach_the_point(signalled, tm
     elsewhere = Events(texts, rank=1, server=True, pids={1: os.getpid()})
     elsewhere.reached("checkpoint", 2)   # rank 2 not on this node: said, nobody killed
     assert len(signalled) == 2
+
+
+def test_a_server_reaching_checkpoint_k_first_waits_for_the_earlier_ones(signalled, tmp_path):
+    """Not the lead: its event at checkpoint 2 fires only once checkpoint 1 of this launch is
+    complete (its manifest written), whichever server's writer was slow; one complete before
+    the launch does not count; the lead fires at once (it completes them)."""
+    from mpips.base.errors import WaitTimeout
+    from mpips.storage.checkpoint import MANIFEST
+    root = tmp_path / "checkpoints"
+    (root / "clock-000000000010").mkdir(parents=True)
+    (root / "clock-000000000010" / MANIFEST).write_text("{}")   # from an earlier launch
+    texts = ["kill rank 1 at checkpoint 2"]
+    waiting = Events(texts, rank=1, server=True, timeout=0.3, checkpoints=str(root))
+    with pytest.raises(WaitTimeout, match="checkpoint 1 of this launch to be complete"):
+        waiting.reached("checkpoint", 2)
+    assert signalled == []
+    (root / "clock-000000000020").mkdir()
+    (root / "clock-000000000020" / MANIFEST).write_text("{}")
+    ready = Events(texts, rank=1, server=True, timeout=0.3, checkpoints=str(root))
+    assert ready.complete_before == 2
+    (root / "clock-000000000030").mkdir()
+    (root / "clock-000000000030" / MANIFEST).write_text("{}")
+    ready.reached("checkpoint", 2)
+    assert signalled == [(os.getpid(), signal.SIGKILL)]
+    lead = Events(["kill rank 0 at checkpoint 3"], rank=0, server=True, timeout=0.3,
+                  checkpoints=str(root))
+    lead.reached("checkpoint", 3, lead=True)
+    assert signalled[-1] == (os.getpid(), signal.SIGKILL)
