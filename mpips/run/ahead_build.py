@@ -1,12 +1,19 @@
 """Compile the kernels ahead of time (`make kernels`): what kernels.jit loads instead of numba.
 
-The kernels' miniature runs (warmup.compile_kernels, every role, model and option) compile
-each kernel in numba with the kinds of arguments a job passes it; each of those is exported
-into one extension module, `kernels/_ahead*.so`, by numba's ahead-of-time compiler, with
-the call guard (kernels/guard.c) beside it, and `kernels/_ahead.json` lists the exports and
-the kinds each takes. The list is written last: a build cut short is not used.
+What to compile is `kernels/ahead_forms.json`, kept with the sources: each kernel the
+miniature runs (warmup.compile_kernels, every role, model and option, and make-data) call
+from Python, with the kinds of its arguments and its result's type, and the groups of
+kernels modules that numba's ahead compiler compiles together. Each group becomes an
+extension module, `kernels/_ahead_N*.so`, compiled by a process of its own, side by side,
+with the call guard (kernels/guard.c) beside them; `kernels/_ahead.json` lists the exports
+and the kinds each takes, written last: a build cut short is not used.
 
-    MPIPS_KERNELS=jit python -m mpips.run.ahead_build
+    MPIPS_KERNELS=jit python -m mpips.run.ahead_build            (make kernels)
+    MPIPS_KERNELS=jit python -m mpips.run.ahead_build --forms    (the forms found again)
+
+`--forms` runs the miniatures in numba to find the forms, builds them, and writes the
+forms and the groups that compiled; tests/unit/test_ahead.py fails, saying so, when a
+miniature calls a form the file lacks.
 """
 import importlib
 import json
@@ -99,13 +106,30 @@ def _loose(args: tuple) -> int:
     return sum(1 for t in args if getattr(t, "layout", "C") == "A")
 
 
-def build(directory: str = _KERNELS, jobs: int = 2) -> dict:
-    """Compile the ahead build into `directory` (the kernels' own, where jit looks): the
-    kernels modules in `jobs` groups, each an extension module compiled by a process of its
-    own, side by side. numba's ahead compiler carries typing state from one export to the
-    next, and some modules' exports fail to type after others' (hashing's and keys'): a
-    group that fails is split in two and each half compiled again; a module that fails
-    alone stays numba's. Returns the list written."""
+FORMS = os.path.join(_KERNELS, "ahead_forms.json")
+
+
+def found_forms() -> dict:
+    """{kernels module: [[function, kinds hex, its result's type], ...]} of the kernels the
+    miniatures call from Python (compiled in numba to run them)."""
+    by_module: dict[str, list] = {}
+    for module, name, args in collect():
+        taken = kinds(args)
+        dispatcher = getattr(importlib.import_module(f"{jit.__package__}.{module}"), name)
+        result = repr(dispatcher.overloads[args].signature.return_type)
+        if taken is not None and [name, taken.hex(), result] not in by_module.get(module, []):
+            by_module.setdefault(module, []).append([name, taken.hex(), result])
+    return by_module
+
+
+def build(forms: dict, groups: list | None = None, directory: str = _KERNELS,
+          jobs: int = 2) -> tuple[dict, list]:
+    """Compile `forms` (see found_forms) into `directory` (the kernels' own, where jit
+    looks), `groups` of kernels modules each an extension module (None: `jobs` groups of
+    about as many forms), `jobs` at a time. numba's ahead compiler carries typing state from
+    one export to the next, and some modules' exports fail to type after others' (hashing's
+    and keys'): a group that fails is split in two and each half compiled again; a module
+    that fails alone stays numba's. Returns (the list written, the groups compiled)."""
     if jit.AHEAD:
         raise SystemExit("mpips: the ahead build compiles with numba: run it with "
                          "MPIPS_KERNELS=jit")
@@ -114,20 +138,20 @@ def build(directory: str = _KERNELS, jobs: int = 2) -> dict:
         if name == os.path.basename(manifest_path) or name.startswith("_ahead_"):
             os.unlink(os.path.join(directory, name))
     started = time.monotonic()
-    by_module: dict[str, list] = {}
-    for module, name, args in collect():
-        taken = kinds(args)
-        if taken is not None and [name, taken.hex()] not in by_module.get(module, []):
-            by_module.setdefault(module, []).append([name, taken.hex()])
-    ordered = sorted(by_module, key=lambda m: -len(by_module[m]))
-    pending = [ordered[i::jobs] for i in range(jobs)]   # about as many exports in each
+    if groups is None:
+        ordered = sorted(forms, key=lambda m: -len(forms[m]))
+        groups = [ordered[i::jobs] for i in range(jobs)]
+    pending = [sorted(m for m in g if m in forms) for g in groups]
+    pending += [[m] for m in sorted(set(forms) - {m for g in groups for m in g})]
+    pending = [g for g in pending if g]
     running: list = []
     built: dict[str, str] = {}   # kernels module -> the extension module holding it
+    compiled: list[list] = []
     failed: list[str] = []
     count = 0
     while pending or running:
         while pending and len(running) < jobs:
-            group = sorted(pending.pop(0))
+            group = pending.pop(0)
             extension = f"_ahead_{count}"
             count += 1
             errors = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed once the child ends)
@@ -136,13 +160,14 @@ def build(directory: str = _KERNELS, jobs: int = 2) -> dict:
                  directory], stdin=subprocess.PIPE, stderr=errors, text=True,
                 env={**os.environ, "MPIPS_KERNELS": "jit", "CFLAGS": _HELPER_CFLAGS})
             assert child.stdin is not None
-            child.stdin.write(json.dumps({m: by_module[m] for m in group}))
+            child.stdin.write(json.dumps({m: forms[m] for m in group}))
             child.stdin.close()
             running.append((group, extension, child, errors))
         group, extension, child, errors = running.pop(0)
         with errors:
             if child.wait() == 0:
                 built.update((m, extension) for m in group)
+                compiled.append(group)
             elif len(group) > 1:
                 pending += [group[:len(group) // 2], group[len(group) // 2:]]
             else:
@@ -153,7 +178,7 @@ def build(directory: str = _KERNELS, jobs: int = 2) -> dict:
                       f"{last[0] if last else 'exit ' + str(child.returncode)}")
     kernels: dict[str, list] = {}
     for module, extension in built.items():
-        for i, (name, taken) in enumerate(by_module[module]):
+        for i, (name, taken, _) in enumerate(forms[module]):
             kernels.setdefault(f"{module}.{name}", []).append(
                 [extension, f"{module}__{name}__{i}", taken])
     _compile_guard(directory)
@@ -166,7 +191,43 @@ def build(directory: str = _KERNELS, jobs: int = 2) -> dict:
           f"into {count} modules in {directory} in {time.monotonic() - started:.0f} s"
           + (f"; not compiled ahead (numba's at run time): {', '.join(failed)}" if failed
              else ""))
-    return manifest
+    return manifest, sorted(compiled)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--group"]:
+        _build_group(argv[1], json.load(sys.stdin), argv[2])
+        return
+    if argv[:1] == ["--forms"]:
+        forms = found_forms()
+        _, compiled = build(forms)
+        with open(FORMS + ".tmp", "w") as f:
+            json.dump({"groups": compiled, "forms": forms}, f, indent=1, sort_keys=True)
+            f.write("\n")
+        os.replace(FORMS + ".tmp", FORMS)
+        print(f"mpips: the forms written to {FORMS}")
+        return
+    listed = read_forms(FORMS)
+    if listed is None:
+        build(found_forms())
+    else:
+        build(*listed)
+
+
+def read_forms(path: str) -> tuple[dict, list] | None:
+    """(forms, groups) kept in `path`, or None, saying why, if it cannot be read as such."""
+    try:
+        with open(path) as f:
+            listed = json.load(f)
+        forms, groups = listed["forms"], listed["groups"]
+        if not (isinstance(forms, dict) and isinstance(groups, list) and all(
+                isinstance(e, list) and len(e) == 3 and all(isinstance(x, str) for x in e)
+                for entries in forms.values() for e in entries)):
+            raise ValueError("not {forms: {module: [[function, kinds, result], ...]}, groups}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        print(f"mpips: {path} unreadable ({e}): the forms found again (slower)")
+        return None
+    return forms, groups
 
 
 # numba's C helpers (NRT's allocations, the module's glue) are compiled into every extension
@@ -176,20 +237,22 @@ _HELPER_CFLAGS = "-O1 -g0"
 
 
 def _build_group(extension: str, modules: dict, directory: str) -> None:
-    """The exports of `modules` {kernels module: [[function, kinds hex], ...]} into
+    """The forms of `modules` {kernels module: [[function, kinds hex, result], ...]} into
     `directory` as the extension module `extension`."""
+    from numba.core import types
     from numba.pycc import CC
     cc = CC(extension)
     cc.target_cpu = "host"   # as numba's JIT compiles: the stamp ties the build to this CPU
+    names = {**vars(types), "bool": types.boolean}
     for module, entries in modules.items():
         source = importlib.import_module(f"{jit.__package__}.{module}")
-        for i, (name, taken) in enumerate(entries):
-            dispatcher = getattr(source, name)
+        for i, (name, taken, result) in enumerate(entries):
             args = tuple(_numba_type(bytes.fromhex(taken)[j:j + 4])
                          for j in range(0, len(taken) // 2, 4))
-            dispatcher.compile(args)
-            cc.export(f"{module}__{name}__{i}", dispatcher.overloads[args].signature)(
-                dispatcher.py_func)
+            # A numba type's repr names its constructor in numba.core.types (kept with the
+            # sources, by --forms: nothing else is evaluated).
+            signature = eval(result, {"__builtins__": {}}, names)(*args)
+            cc.export(f"{module}__{name}__{i}", signature)(getattr(source, name).py_func)
     with tempfile.TemporaryDirectory() as scratch:
         cc.output_dir = scratch
         cc.compile()
@@ -221,7 +284,4 @@ def _compile_guard(directory: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--group"]:
-        _build_group(sys.argv[2], json.load(sys.stdin), sys.argv[3])
-    else:
-        build()
+    main(sys.argv[1:])

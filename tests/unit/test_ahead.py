@@ -192,3 +192,41 @@ def test_numbas_cache_of_a_call_the_build_did_not_take_serves_numbas_own_process
                               env={**os.environ, **env})
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout.strip().splitlines()[-1]) == [ahead, 6.0]
+
+
+COVERED = """
+import json
+from mpips.kernels import jit
+from mpips.run.ahead_build import _make_data
+from mpips.run.warmup import compile_kernels
+compile_kernels()
+_make_data()
+print(json.dumps([jit.AHEAD, jit.missed()]))
+"""
+
+
+def test_the_forms_kept_with_the_sources_cover_every_call_of_the_miniatures():
+    """kernels/ahead_forms.json lists what the build compiles: every kernel call of the
+    miniature runs (every role, model and option) and of make-data takes one of them. When
+    this fails, a kernel or a miniature changed: `MPIPS_KERNELS=jit python -m
+    mpips.run.ahead_build --forms` finds them again."""
+    done = subprocess.run([sys.executable, "-c", COVERED], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    ahead, missed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ahead and missed == {}, (
+        f"calls no form of the ahead build takes: {missed}; run MPIPS_KERNELS=jit python -m "
+        f"mpips.run.ahead_build --forms")
+
+
+@pytest.mark.parametrize("text", ['{"forms": {"dense": [["total", "00"]]}, "groups": []}',
+                                  '{"forms": [], "groups": []}', '{"groups": [[]]}', "{",
+                                  '{"forms": {"dense": "total"}, "groups": []}'])
+def test_a_damaged_forms_file_is_not_built_from(tmp_path, capsys, text):
+    from mpips.run.ahead_build import FORMS, read_forms
+    path = tmp_path / "forms.json"
+    path.write_text(text)
+    assert read_forms(str(path)) is None
+    assert "unreadable" in capsys.readouterr().out
+    forms, groups = read_forms(FORMS)
+    assert forms and groups
