@@ -1,5 +1,7 @@
 """Fixtures shared by the test folders; the helpers themselves are in support.py (imported as
 `support`: tests/ is on pytest's python path)."""
+import os
+
 import pytest
 from support import run_mpips
 
@@ -22,3 +24,23 @@ def criteo(tmp_path_factory):
                     "--features", 20000, "--seed", 4, prefix)
     assert job.returncode == 0, job.output
     return f"{prefix}.train.tsv", f"{prefix}.test.tsv"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With MPIPS_TEST_CPU_LOG=FILE: each test's CPU seconds (its setup, call and teardown,
+    this process's and its children's: the jobs it launched) appended to FILE, to see where
+    the suite's time goes."""
+    log = os.environ.get("MPIPS_TEST_CPU_LOG")
+    if not log:
+        yield
+        return
+    before = _cpu()
+    yield
+    with open(log, "a") as f:
+        f.write(f"{_cpu() - before:.2f}\t{item.nodeid}\n")
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system

@@ -32,7 +32,8 @@ def data(tmp_path_factory):
 
 
 def sklearn_optimum(train_path: str, test_path: str) -> float:
-    """Held-out logloss of a weakly regularized fit (C = 1e4: mpips' L2 is 0)."""
+    """Held-out logloss of a weakly regularized fit (C = 1e4: mpips' L2 is 0), to 1e-6 of
+    the gradient (tighter moves it by about 1e-6, against the 1% the tests allow)."""
     train, test = read_rows(train_path), read_rows(test_path)
     keys = np.unique(np.concatenate([train.indices, test.indices]))
 
@@ -40,7 +41,7 @@ def sklearn_optimum(train_path: str, test_path: str) -> float:
         return sp.csr_matrix((rows.values.astype(np.float64), np.searchsorted(keys, rows.indices),
                               rows.indptr), shape=(len(rows), keys.shape[0]))
 
-    model = LogisticRegression(C=1e4, max_iter=5000, tol=1e-8).fit(matrix(train), train.labels)
+    model = LogisticRegression(C=1e4, max_iter=5000, tol=1e-6).fit(matrix(train), train.labels)
     return float(mean_logloss(model.decision_function(matrix(test)), test.labels))
 
 
