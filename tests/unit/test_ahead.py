@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from mpips.kernels import dense, jit, logistic, optim, table
+from mpips.kernels import dense, jit, logistic, optim
 from mpips.run.warmup import CompileWatch
 
 from support import cannot
@@ -77,19 +77,11 @@ def test_arguments_of_another_kind_go_to_numba_not_to_the_export():
     assert frozen.tobytes() == x.tobytes()
     with pytest.raises(Exception):
         dense.total("ab")                                       # not an array at all
-    rows = np.full((5, 4), 0xFFFFFFFF, np.uint32)   # an empty table of capacity 4
-    meta = np.zeros(2, np.int64)
-    keys = np.arange(3, dtype=np.uint64)
-    out = np.zeros((3, 1), np.float32)
-    before = _counts(table.find_and_read)
-    try:   # int32 keys: numba may compile them or refuse; the export must not read them
-        table.find_and_read(rows, meta, np.arange(3, dtype=np.int32), True, 100,
-                            np.zeros(3, np.int64), out, np.zeros(3, np.uint8))
-    except Exception:
-        pass
-    table.find_and_read(rows, meta, keys, 1, 100, np.zeros(3, np.int64), out,
-                        np.zeros(3, np.uint8))                  # an int for the bool
-    assert _counts(table.find_and_read) == (before[0], before[1] + 2)
+    y = x.copy()
+    before = _counts(dense.scale)
+    dense.scale(2, y)                                           # an int for the float
+    assert y.tobytes() == (2 * x).tobytes()
+    assert _counts(dense.scale) == (before[0], before[1] + 1)
 
 
 def test_a_call_the_build_does_not_take_is_reported_by_the_compile_watch():
