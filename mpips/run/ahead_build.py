@@ -210,8 +210,8 @@ def main(argv: list[str]) -> None:
     listed = read_forms(FORMS)
     if listed is None:
         build(found_forms())
-    else:
-        build(*listed)
+    else:   # every group at once: their processes wait on the C compiler a part of the time
+        build(*listed, jobs=max(2, len(listed[1])))
 
 
 def read_forms(path: str) -> tuple[dict, list] | None:
