@@ -29,7 +29,7 @@ import numpy as np
 
 from ..kernels import jit
 
-_KERNELS = os.path.dirname(os.path.abspath(jit.__file__))
+_KERNELS = os.path.dirname(jit.MANIFEST)
 _LAYOUT_FLAG = {"C": 0x10, "F": 0x20, "A": 0}
 
 
@@ -37,23 +37,26 @@ def kinds(argtypes) -> bytes | None:
     """The guard's 4 bytes per argument (see guard.c) of numba argument types, or None if an
     argument is of a kind the guard does not check (it is then left to numba's JIT)."""
     from numba.core import types
+    numbers = (types.Integer, types.Float, types.Boolean)
     out = bytearray()
     for t in argtypes:
-        if isinstance(t, types.Literal):   # a callee's constant argument: not called so
-            return None
         if isinstance(t, types.Array):
-            if not t.aligned or not isinstance(t.dtype, (types.Integer, types.Float,
-                                                         types.Boolean)) or t.ndim > 15:
+            if not t.aligned or not isinstance(t.dtype, numbers) or t.ndim > 15:
                 return None
-            dtype = np.dtype(str(t.dtype) if not isinstance(t.dtype, types.Boolean) else "?")
+            dtype = _numpy_dtype(t.dtype)
             out += bytes([0, ord(dtype.kind), dtype.itemsize,
                           t.ndim | _LAYOUT_FLAG[t.layout] | (0x40 if t.mutable else 0x80)])
-        elif isinstance(t, (types.Integer, types.Float, types.Boolean)):
-            dtype = np.dtype(str(t) if not isinstance(t, types.Boolean) else "?")
+        elif isinstance(t, numbers):
+            dtype = _numpy_dtype(t)
             out += bytes([1, ord(dtype.kind), dtype.itemsize, 0])
         else:
             return None
     return bytes(out)
+
+
+def _numpy_dtype(t) -> np.dtype:
+    """The numpy dtype of a numba number type (numba names its boolean 'bool')."""
+    return np.dtype("?" if str(t) == "bool" else str(t))
 
 
 def collect() -> list[tuple[str, str, tuple]]:
@@ -63,8 +66,6 @@ def collect() -> list[tuple[str, str, tuple]]:
     Kernels numba compiles as callees of others are left out (they are compiled into their
     callers, and numba's ahead compiler fails to type some of them on their own)."""
     from numba.core.registry import CPUDispatcher
-
-    from .warmup import compile_kernels
     called: dict = {}
     through = CPUDispatcher.__call__   # the C dispatcher's call
 
@@ -76,8 +77,7 @@ def collect() -> list[tuple[str, str, tuple]]:
 
     CPUDispatcher.__call__ = recording   # type: ignore[method-assign, assignment]
     try:
-        compile_kernels()
-        _make_data()
+        miniatures()
     finally:
         del CPUDispatcher.__call__
     found = []
@@ -89,9 +89,12 @@ def collect() -> list[tuple[str, str, tuple]]:
     return sorted(found, key=lambda f: (f[0], f[1]))
 
 
-def _make_data() -> None:
-    """`make-data`'s kernels, each kind and format written once (tiny)."""
+def miniatures() -> None:
+    """What calls every kernel the build compiles: the warm-up's miniatures (every role,
+    model and option) and `make-data`'s writers, each kind and format once (tiny)."""
     from ..data.synthetic import make_data
+    from .warmup import compile_kernels
+    compile_kernels()
     with tempfile.TemporaryDirectory() as scratch:
         for kind, fmt, interactions in (("ctr", "svmlight", 0), ("ctr", "libffm", 2),
                                         ("ctr", "criteo", 0), ("census", "svmlight", 0),
@@ -188,7 +191,7 @@ def build(forms: dict, groups: list | None = None, directory: str = _KERNELS,
         json.dump(manifest, f, indent=1)
     os.replace(manifest_path + ".tmp", manifest_path)
     print(f"mpips: {manifest['exports']} kernel forms ({len(kernels)} kernels) compiled ahead "
-          f"into {count} modules in {directory} in {time.monotonic() - started:.0f} s"
+          f"into {len(compiled)} modules in {directory} in {time.monotonic() - started:.0f} s"
           + (f"; not compiled ahead (numba's at run time): {', '.join(failed)}" if failed
              else ""))
     return manifest, sorted(compiled)

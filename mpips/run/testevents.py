@@ -208,13 +208,15 @@ class Events:
         `checkpoints`: the run's checkpoint directory."""
         self.rank, self.pids, self.run_dir, self.timeout = rank, pids or {}, run_dir, timeout
         self.run_id, self.checkpoints = run_id, checkpoints
-        self.complete_before = len(_complete(checkpoints))
         events = [parse(t) for t in texts
                   if not (run_dir and os.path.exists(record(run_dir, t)))]   # fired before
         self.pending = [e for e in events
                         if (rank in e.ranks() and e.point != "iteration")
                         or (server and e.action == "ctl")
                         or (driver and e.point == "iteration")]
+        # Read once, and only by a rank with an event at a checkpoint (see _earlier_complete).
+        self.complete_before = (len(_complete(checkpoints)) if any(
+            e.point == "checkpoint" for e in self.pending) else 0)
         self.fired: list[str] = []
 
     def __bool__(self) -> bool:

@@ -189,10 +189,8 @@ def test_numbas_cache_of_a_call_the_build_did_not_take_serves_numbas_own_process
 COVERED = """
 import json
 from mpips.kernels import jit
-from mpips.run.ahead_build import _make_data
-from mpips.run.warmup import compile_kernels
-compile_kernels()
-_make_data()
+from mpips.run.ahead_build import miniatures
+miniatures()
 print(json.dumps([jit.AHEAD, jit.missed()]))
 """
 
