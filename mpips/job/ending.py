@@ -21,6 +21,7 @@ from ..run.config import TrainConfig
 from . import livecurves
 from .chunks import covered
 from .part_result import PartResult
+from .server_files import drop_unfinished_snapshots
 
 
 class JobStopped(MpipsError):
@@ -122,6 +123,8 @@ def finish(cfg, roles, name, part: PartResult, started, failures: list,
         summary.print_lines(result, summary.write(cfg.data.out, result))
         if cfg.diagnostics.tensorboard:
             livecurves.write_final(cfg.diagnostics.tensorboard, result)
+    if comm.rank == 0 and cfg.diagnostics.snapshot_every:
+        drop_unfinished_snapshots(cfg.run_dir, records["snapshots"][:len(roles.servers)])
     if part.scorer:   # the lead's; the others wait for it at the end, bounded by --timeout
         part.scorer.finish(cfg.faults.timeout / 2)
     _end_unless_done(cfg, comm, stopped_at if stopped else None, scored)

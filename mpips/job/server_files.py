@@ -5,8 +5,10 @@ last); under ULFM, the key ranges of servers that died as the model was saved, w
 by their new primaries; and where the model is kept as of an earlier clock, for messages.
 """
 import contextlib
+import glob
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 
@@ -25,7 +27,7 @@ from ..server.context import ShardWrite
 from ..server.dense_tables import DenseTables
 from ..server.replicas import PrimaryKeys
 from ..storage import checkpoint
-from ..storage.model_files import save_shard, shard_path
+from ..storage.model_files import save_shard, shard_path, written_whole
 from ..wire.clocks import FINISHED, ClockTable
 from ..wire.placement import Placement, describe_ranges
 from .snapshot_write import Resident, SnapshotWrite
@@ -144,6 +146,25 @@ def snapshot_writer(cfg: TrainConfig, roles: Roles, own: PrimaryKeys, attrs: dic
         return None
 
     return snapshot
+
+
+def drop_unfinished_snapshots(run_dir: str, taken: np.ndarray) -> list[str]:
+    """At the job's end (rank 0): the numbered snapshots past the last one every server took
+    (`taken`: each live server's count) that lack some server's file, removed. Each server
+    takes its numbered snapshots by its own timer, so one may take a last snapshot that
+    another, whose workers finished first, never does: no reader could use it. Those a
+    server's failure left incomplete earlier stay, for the readers to name. The removed."""
+    first = int(taken.min()) if taken.size else 0
+    removed = []
+    for directory in sorted(glob.glob(os.path.join(run_dir, "snapshots", "[0-9]*"))):
+        label = os.path.basename(directory)
+        if label.isdigit() and int(label) >= first and not written_whole(directory):
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(label)
+    if removed:
+        log.info("snapshot%s %s removed: taken by some servers only, as training ended",
+                 "s" * (len(removed) > 1), ", ".join(removed))
+    return removed
 
 
 def _remove(path: str) -> None:

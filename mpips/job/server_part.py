@@ -368,6 +368,7 @@ class ServerPart:
         r["test_keys"] = stats.test_keys
         r["test_keys_known"] = stats.test_keys_known
         r["held_peak"] = self.budget.peak
+        r["snapshots"] = server.timers.numbered
         margins, labels = np.empty(0), np.empty(0, np.float32)
         if server.scoring:
             margins, labels = server.scoring.results()

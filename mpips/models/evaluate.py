@@ -11,7 +11,7 @@ from ..data.inputs import format_mismatch, is_dataset
 from ..data.shards import CsrShard, open_shard
 from ..data.textfile import BIAS_KEY, Rows
 from ..kernels.logistic import held_out
-from ..storage.model_files import load_full_batch, load_model, model_info
+from ..storage.model_files import load_full_batch, load_model, model_info, written_whole
 from . import catalog
 
 log = logging.getLogger("mpips")
@@ -123,13 +123,9 @@ def score_snapshots(run_dir: str, rows: Rows, skipped: list, test: str | None = 
 def score_snapshot(snap: str, rows: Rows, test: str | None) -> dict | None:
     """A snapshot's entry (see score_snapshots); None if the run stopped before its servers
     had all written it."""
+    if not written_whole(snap):
+        return None    # the run stopped before or while the servers were writing this one
     paths = sorted(glob.glob(os.path.join(snap, "server-*.h5")))
-    if not paths:
-        return None    # the run stopped before any server wrote this one
-    with open_hdf5(paths[0]) as f:
-        n_servers = int(f.attrs["n_servers"])
-    if len(paths) < n_servers:
-        return None    # the run stopped while the servers were writing this one
     elapsed, slowest, trained = [], [], []
     for p in paths:
         with open_hdf5(p) as f:

@@ -45,6 +45,7 @@ RECORD = np.dtype([
     ("ranges_lost", "<i8"),   # servers: key ranges in no model file (see job/server_part)
     ("rows_abandoned", "<i8"),   # the lead: dead workers' rows no worker could take over
     ("epoch_entries", "<i8"),    # workers: epochs they trained rows of (job/part_result)
+    ("snapshots", "<i8"),     # servers: numbered snapshots taken (--snapshot-every)
     # Workers: their push filter's work (see pushfilter.FIGURES).
     ("push_rows", "<i8"), ("push_rows_held", "<i8"), ("residual_keys_dropped", "<i8"),
     ("residual_keys_flushed", "<i8"), ("residual_flushed", "<f8"),

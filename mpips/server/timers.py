@@ -27,6 +27,7 @@ class Timers:
         self._next_snapshot = float("inf")
         self._writing: list[ShardWrite] = []   # snapshots being written beside the loop
         self._said_waiting = False
+        self.numbered = 0   # numbered snapshots taken (the final one not counted)
         self.next_at = 0.0   # when tick has something to do (the loop calls it only then)
 
     def start(self, start: float) -> None:
@@ -110,6 +111,7 @@ class Timers:
                 self._said_waiting = True
             self._ended(self._writing.pop(0).wait(self.ctx.timeout))
         writing = self.ctx.hooks.snapshot(final)
+        self.numbered += not final
         if writing is not None:
             self._writing.append(writing)
         self.ctx.stats.busy_s += time.monotonic() - began

@@ -83,6 +83,16 @@ def shard_paths(model_dir: str) -> list:
     return paths
 
 
+def written_whole(model_dir: str) -> bool:
+    """Whether every server wrote its file in `model_dir` (as many files as the first one's
+    n_servers); False if none did."""
+    paths = _files(model_dir)
+    if not paths:
+        return False
+    with open_hdf5(paths[0]) as f:
+        return len(paths) >= int(f.attrs["n_servers"])
+
+
 def model_dir_of(path: str) -> str | None:
     """The model directory at `path`: a run's --out's model/, or `path` itself, whichever
     holds model files; None if neither does."""
