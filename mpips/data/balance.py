@@ -195,6 +195,48 @@ class Balance:
                 "handed": [[list(c) for c in h] for h in self.handed],
                 "at": list(self.at), "speed": list(self.speed)}
 
+    def copy(self) -> dict:
+        """All of the hand-out, for the server that would lead next (`take_copy`)."""
+        return {**self.state(), "units": list(self.units), "out": sorted(self.out),
+                "abandoned": [list(r) for r in self.abandoned]}
+
+    def take_copy(self, copy: dict) -> None:
+        """Become the hand-out `copy` (the lead's `copy()`); ValueError naming the field that
+        does not fit this job's epochs, workers and rows (nothing taken then)."""
+        def spans(field: str, items) -> list[tuple[int, int, int]]:
+            out = [_span(r) for r in items]
+            if not all(0 <= e < self.epochs and 0 <= a <= b <= self.total for e, a, b in out):
+                raise ValueError(f"{field}: a span outside {self.epochs} epochs of "
+                                 f"{self.total} rows")
+            return out
+
+        def per_worker(field: str, kind) -> list:
+            values = [kind(x) for x in copy[field]]
+            if len(values) != self.workers:
+                raise ValueError(f"{field}: {len(values)} entries for {self.workers} workers")
+            return values
+
+        try:
+            if int(copy["total"]) != self.total:
+                raise ValueError(f"total: {copy['total']} rows, not {self.total}")
+            taken = [int(t) for t in copy["taken"]]
+            if len(taken) != self.epochs or not all(0 <= t <= self.total for t in taken):
+                raise ValueError(f"taken: {taken} for {self.epochs} epochs of {self.total} rows")
+            handed = [spans("handed", h) for h in copy["handed"]]
+            if len(handed) != self.workers:
+                raise ValueError(f"handed: {len(handed)} entries for {self.workers} workers")
+            returned, abandoned = spans("returned", copy["returned"]), spans(
+                "abandoned", copy["abandoned"])
+            at, speed = per_worker("at", int), per_worker("speed", float)
+            units = per_worker("units", float)
+            out = {int(w) for w in copy["out"]}
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"not a hand-out: {type(e).__name__} {e}") from None
+        if not out <= set(range(self.workers)):
+            raise ValueError(f"out: {sorted(out)} for {self.workers} workers")
+        self.taken, self.handed, self.returned, self.abandoned = taken, handed, returned, abandoned
+        self.at, self.speed, self.units, self.out = at, speed, units, out
+
     @classmethod
     def of_state(cls, state: dict, epochs: int, workers: int, batch: int, multiple: int,
                  places: dict) -> "Balance":

@@ -73,7 +73,8 @@ class SharedWork:
     def _ask(self, epoch: int) -> Chunk:
         kv = self.lead.kv
         units = self.units / self.rows if self.rows else 0.0
-        answer = kv.wait(self.lead.work_chunk(epoch, self.speed.value, units))
+        answer = kv.wait(self.lead.work_chunk(epoch, self.speed.value, units,
+                                              len(self.chunks)))
         assert answer is not None, "the lead's answer is its int64 fields"
         chunk = Chunk(*(int(x) for x in answer))
         epochs = self.cfg.solver.epochs

@@ -22,15 +22,15 @@ FROM_WORKERS = {Op.PULL, Op.PUSH, Op.FINISH, Op.BYE, Op.STATUS, Op.ERROR, Op.STO
                 Op.DENSE}
 WORKERS_TO_LEAD = {Op.PLACEMENT, Op.SPLIT, Op.CHUNK, Op.WORK}
 FROM_SERVERS_TO_LEAD = {Op.SHARD_SAVED, Op.BYE, Op.ERROR, Op.STOP, Op.MOVE_CLOCK, Op.MOVED,
-                        Op.CHUNK}
+                        Op.CHUNK, Op.HANDOUT_HELD}
 FROM_LEAD = {Op.STOP_AT, Op.CHECKPOINT_AT, Op.ERROR, Op.DEATH, Op.MOVE_ASK, Op.MOVE_TO, Op.MOVE_AT,
-             Op.JOIN_AT}
+             Op.JOIN_AT, Op.HANDOUT}
 FROM_SERVERS = {Op.COPY, Op.ERROR, Op.GONE, Op.HAVE, Op.READ, Op.SCORED}   # any to any
 FLAGS = {Op.PULL: protocol.READ_ONLY | protocol.NEXT_CLOCK,
          Op.PUSH: (protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT | protocol.BACKUP
                    | protocol.HALF | protocol.INT8 | protocol.MASK),
          Op.FINISH: protocol.REPORT}
-TEXT_PAYLOAD = {Op.ERROR, Op.SHARD_SAVED, Op.MOVED}   # UTF-8 text of any length
+TEXT_PAYLOAD = {Op.ERROR, Op.SHARD_SAVED, Op.MOVED, Op.HANDOUT}   # UTF-8 text of any length
 # What each sender may send: (from a worker, to the lead, from the lead) -> ops.
 ALLOWED = {(worker, to_lead, from_lead): frozenset(
     FROM_WORKERS | (WORKERS_TO_LEAD if to_lead else set()) if worker else

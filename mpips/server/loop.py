@@ -373,6 +373,8 @@ class Server:
             log.warning("server %d leads from now on (checkpoints, progress, stopping, "
                         "mpips ctl)", self.roles.index)
             ctx.hooks.now_leads()
+        if ctx.handout:
+            ctx.handout.servers_died()
         ctx.forget_ranks(ranks)
         for server in gone:
             self.clocks.server_gone(server)

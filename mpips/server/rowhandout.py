@@ -2,29 +2,56 @@
 training rows and minibatch size (data.balance), takes back the chunks of a worker that dies
 or leaves, hands chunks again to one that joins (`mpips ctl add-worker`), and keeps the
 hand-out for checkpoints. A server that does not lead refuses WORK (admission); under
---balance static every server does. The hand-out is not copied: should the lead die, the
-server that leads next stops the job at the next WORK (a resume from a checkpoint goes on
-from the hand-out it kept).
+--balance static every server does.
+
+Under failover (ULFM, two servers or more) the hand-out has a copy on the server that would
+lead next (the standby): after each change the lead sends it the whole hand-out (HANDOUT, a
+numbered copy, JSON) and holds its answer to the worker until the standby says it holds that
+copy (HANDOUT_HELD). So every chunk a worker was told of is in the standby's copy, and should
+the lead die the standby goes on handing out from it. A worker whose question died with the
+lead asks the new lead again, saying how many chunks it holds: the same count as its last
+question's gets that question's answer again, from the copy. A worker that died or left
+while the lead died (its chunks given back in no copy) has them given back then. Should the
+lead and its standby both die, the next server holds no current copy and stops the job at
+the next WORK (a resume from a checkpoint goes on from the hand-out it kept).
 """
+import json
 import logging
+
+import numpy as np
 
 from ..base.errors import ProtocolError
 from ..data.balance import Balance, Refused
 from ..ranks.ulfm import CannotFailOver
 from ..wire import messages
+from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")
 
 
 class RowHandOut:
-    """`balance`: the lead's hand-out (None under --balance static: WORK is refused)."""
+    """`balance`: the hand-out (None under --balance static: WORK is refused); on every
+    server, the lead's the job's."""
 
     def __init__(self, ctx, balance: Balance | None):
         self.ctx = ctx
         self.balance = balance
-        self.led = ctx.lead   # the hand-out is the first lead's alone (not replicated)
-        ctx.register({Op.WORK: self.on_work})
+        self.led = ctx.lead   # this server hands out the rows (the first lead, or its heir)
+        # Copies kept on the standby: under failover, with another server alive.
+        self.copies = ctx.takeover is not None and balance is not None
+        # Whether this server's hand-out is the job's as of the last copy: the lead's; the
+        # first standby's at the start (the lead copies every change before it answers).
+        self.current = self.led or (self.copies and self._standby_of_lead() == ctx.roles.index)
+        self.number = 0          # the lead: copies sent; the standby: the latest held
+        self.standby: int | None = None   # the lead: the server it sent its copies to
+        self.held = 0            # the lead: the latest copy its standby holds
+        self.waiting: list[tuple[int, int, int, np.ndarray]] = []   # (copy, rank, ts, answer)
+        # worker -> (chunks it held when it last asked, the answer): to answer a question
+        # asked again of the next lead alike
+        self.answers: dict[int, tuple[int, list[int]]] = {}
+        ctx.register({Op.WORK: self.on_work, Op.HANDOUT: self.on_copy,
+                      Op.HANDOUT_HELD: self.on_held})
 
     @property
     def dynamic(self) -> bool:
@@ -38,16 +65,27 @@ class RowHandOut:
                                 f"(WORK), but this job hands out none (--balance static)")
         if not self.led:
             raise CannotFailOver("the lead server that handed out the training rows "
-                                 "(--balance dynamic) died, and its hand-out with it: the job "
-                                 "stops, to resume from its last checkpoint")
+                                 "(--balance dynamic) died, and its hand-out with it (no "
+                                 "living server holds a copy): the job stops, to resume "
+                                 "from its last checkpoint")
         worker = ctx.roles.worker_index(source)
         try:
             ask = messages.WorkAsk.of(buf)
-            chunk = self.balance.ask(worker, ask.epoch, ask.speed, ask.units)
+            last = self.answers.get(worker)
+            if last is not None and last[0] == ask.held:   # its answer died with a lead
+                answer = np.array(last[1], np.int64)
+            else:
+                answer = messages.work_answer(
+                    self.balance.ask(worker, ask.epoch, ask.speed, ask.units))
+                self.answers[worker] = (ask.held, answer.tolist())
+                self._copy()
         except (ValueError, Refused) as e:
             raise ProtocolError(f"{ctx.sender(source)} asked for {e}: refused, and the job "
                                 f"stops") from None
-        ctx.reply(messages.work_answer(chunk), source, request.header.ts)
+        if self.held < self.number:
+            self.waiting.append((self.number, source, request.header.ts, answer))
+        else:
+            ctx.reply(answer, source, request.header.ts)
 
     def worker_gone(self, worker: int, place: dict) -> None:
         """`worker` died or left where `place` (a checkpoint's position) says: the chunks it
@@ -59,6 +97,7 @@ class RowHandOut:
             done, offset = len(self.balance.handed[worker]), -1
         before = len(self.balance.abandoned)
         back = self.balance.give_back(worker, done, offset)
+        self._copy()
         if back:
             log.warning("worker %d's chunks of training rows not trained go to the next "
                         "workers that ask: %s", worker,
@@ -73,8 +112,8 @@ class RowHandOut:
 
     def state(self) -> dict | None:
         """What a checkpoint's manifest keeps of the hand-out now: {"balance": ...} under
-        --balance dynamic, {} under static; None on a server that leads since the first lead
-        died (the hand-out died with it)."""
+        --balance dynamic, {} under static; None on a lead that holds no current hand-out
+        (it died with the leads before it)."""
         if self.balance is None:
             return {}
         return {"balance": self.balance.state()} if self.led else None
@@ -89,6 +128,100 @@ class RowHandOut:
         checkpoint's position, updated): after the chunks it was handed, none started."""
         assert self.balance is not None, "a join under --balance dynamic"
         epoch = self.balance.join(worker)
+        self.answers.pop(worker, None)   # it asks anew, holding as many chunks as it did
+        self._copy()
         log.warning("worker %d asks for chunks of training rows again, from epoch %d",
                     worker, epoch)
         return dict(place, epoch=epoch, segment=len(self.balance.handed[worker]), offset=-1)
+
+    # The copy on the standby (under failover).
+    def _standby_of_lead(self) -> int | None:
+        """The server that would lead next: the first living one after the lead."""
+        living = self.ctx.placement.living
+        return living[1] if len(living) > 1 else None
+
+    def _copy(self) -> None:
+        """The lead: the whole hand-out to its standby (answers wait until it holds it)."""
+        ctx = self.ctx
+        if not (self.copies and self.led):
+            return
+        self.standby = self._standby_of_lead()
+        if self.standby is None:   # the last server: nobody to copy to
+            self.held = self.number
+            self._answer_waiting()
+            return
+        self.number += 1
+        text = json.dumps({"balance": self.balance.copy() if self.balance else {},
+                           "answers": {str(w): [held, answer] for w, (held, answer)
+                                       in self.answers.items()}})
+        ctx.send(messages.HandOutCopy(self.number, text).pack(),
+                 ctx.roles.servers[self.standby])
+
+    def on_copy(self, source: int, request, buf) -> None:
+        """The standby: the lead's copy, taken whole; it says it holds it."""
+        ctx = self.ctx
+        copy = messages.HandOutCopy.of(request.header, buf)
+        if self.balance is None or self.led:
+            raise ProtocolError(f"{ctx.sender(source)} sent a copy of the hand-out of "
+                                f"training rows (HANDOUT) to a server that "
+                                f"{'leads' if self.led else 'hands out none'}")
+        try:
+            record = json.loads(copy.text)
+            answers = {int(w): (int(held), [int(x) for x in answer])
+                       for w, (held, answer) in record["answers"].items()}
+            if not all(0 <= w < self.balance.workers and len(a) == 4
+                       for w, (_, a) in answers.items()):
+                raise ValueError("answers: to no such worker, or not four numbers")
+            self.balance.take_copy(record["balance"])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ProtocolError(f"{ctx.sender(source)} sent a copy of the hand-out of "
+                                f"training rows that does not fit this job: {e}") from None
+        self.answers, self.number, self.current = answers, copy.number, True
+        ctx.send(messages.HandOutHeld(copy.number).pack(), source)
+
+    def on_held(self, source: int, request, buf) -> None:
+        """The lead: its standby holds copy `number`: the answers that waited for it go."""
+        ctx = self.ctx
+        held = messages.HandOutHeld.of(request.header).number
+        if self.standby is None or source != ctx.roles.servers[self.standby]:
+            return   # a standby's before the last (it died, or another stands by now)
+        if not 0 < held <= self.number:
+            raise ProtocolError(f"{ctx.sender(source)} says it holds copy {held} of the "
+                                f"hand-out of training rows; {self.number} were sent")
+        self.held = max(self.held, held)
+        self._answer_waiting()
+
+    def _answer_waiting(self) -> None:
+        still = []
+        for number, rank, ts, answer in self.waiting:
+            if number <= self.held:
+                self.ctx.reply(answer, rank, ts)
+            else:
+                still.append((number, rank, ts, answer))
+        self.waiting = still
+
+    def servers_died(self) -> None:
+        """Servers died (the placement already without them): a standby that leads now takes
+        the hand-out from its copy; a lead whose standby died copies to the next."""
+        ctx = self.ctx
+        if not (self.copies and ctx.lead):
+            return
+        if not self.led:
+            if not self.current:
+                return   # no copy here: the next WORK stops the job (on_work)
+            self.led = True
+            log.warning("server %d hands out the training rows now, from the copy the lead "
+                        "kept here (number %d)", ctx.roles.index, self.number)
+            self._given_back_in_no_copy()
+        if self.standby is None or self.standby not in ctx.placement.living:
+            self._copy()   # answers waiting go once the new standby holds this copy
+
+    def _given_back_in_no_copy(self) -> None:
+        """The chunks of workers that died or left around the lead's death, which no copy
+        gave back: given back now, from their places."""
+        ctx, balance = self.ctx, self.balance
+        assert balance is not None, "copies under --balance dynamic"
+        for worker in range(balance.workers):
+            gone = worker in ctx.clocks.gone or ctx.clocks.done[worker] == FINISHED
+            if gone and worker not in balance.out and worker in ctx.ckpt.positions:
+                self.worker_gone(worker, ctx.ckpt.positions[worker])

@@ -308,24 +308,56 @@ class PlacementAnswer(NamedTuple):
 class WorkAsk(NamedTuple):
     """A worker to the lead (--balance dynamic): its next chunk of training rows, in epoch
     `epoch`, at its speed `speed` (rows per busy second), a row of its taking `units` units
-    of the file (bytes of text; 1 for binary shards); 0: not measured yet. The answer:
-    `work_answer`."""
+    of the file (bytes of text; 1 for binary shards; 0: not measured yet), `held` chunks
+    handed to it so far (an ask repeated to the next lead, whose answer died with the lead,
+    is answered alike). The answer: `work_answer`."""
     epoch: int
     speed: float
     units: float = 0.0
+    held: int = 0
 
     def fields(self) -> np.ndarray:
-        return np.array([self.epoch, round(self.speed * 1000), round(self.units * 1000)],
-                        np.int64)
+        return np.array([self.epoch, round(self.speed * 1000), round(self.units * 1000),
+                         self.held], np.int64)
 
     @staticmethod
     def of(buf: np.ndarray) -> "WorkAsk":
-        """ValueError unless the payload holds an epoch, a speed and a row's size."""
+        """ValueError unless the payload holds an epoch, a speed, a row's size and the
+        chunks held."""
         fields = _ints(buf)
-        if fields.shape[0] != 3:
-            raise ValueError(f"{fields.shape[0]} numbers where an epoch, a speed and a row's "
-                             f"size go")
-        return WorkAsk(int(fields[0]), int(fields[1]) / 1000, int(fields[2]) / 1000)
+        if fields.shape[0] != 4:
+            raise ValueError(f"{fields.shape[0]} numbers where an epoch, a speed, a row's "
+                             f"size and the chunks held go")
+        if fields[3] < 0:
+            raise ValueError(f"{fields[3]} chunks held")
+        return WorkAsk(int(fields[0]), int(fields[1]) / 1000, int(fields[2]) / 1000,
+                       int(fields[3]))
+
+
+class HandOutCopy(NamedTuple):
+    """The lead to the server that would lead next (under ULFM, --balance dynamic): the
+    hand-out of training rows as it stands, copy number `number`, as JSON text."""
+    number: int
+    text: str
+
+    def pack(self) -> np.ndarray:
+        return protocol.pack(Header(Op.HANDOUT, arg=self.number), protocol.text(self.text))
+
+    @staticmethod
+    def of(h: Header, buf: np.ndarray) -> "HandOutCopy":
+        return HandOutCopy(h.arg, protocol.text_of(buf))
+
+
+class HandOutHeld(NamedTuple):
+    """A server to the lead: it holds the hand-out's copy number `number`."""
+    number: int
+
+    def pack(self) -> np.ndarray:
+        return protocol.pack(Header(Op.HANDOUT_HELD, arg=self.number))
+
+    @staticmethod
+    def of(h: Header) -> "HandOutHeld":
+        return HandOutHeld(h.arg)
 
 
 def work_answer(chunk) -> np.ndarray:
@@ -385,7 +417,8 @@ TYPES = {Op.BYE: Bye, Op.ERROR: Error, Op.STOP: Stop, Op.SCORED: Scored, Op.STOP
          Op.CHECKPOINT_AT: CheckpointAt, Op.HAVE: Have, Op.SHARD_SAVED: ShardSaved,
          Op.GONE: Gone, Op.DEATH: Death, Op.SPLIT: Split, Op.JOIN_AT: JoinAt,
          Op.MOVE_ASK: MoveAsk, Op.MOVE_CLOCK: MoveClock, Op.MOVE_TO: MoveTo, Op.MOVE_AT: MoveAt,
-         Op.MOVED: Moved, Op.COPY: CopyHeader, Op.PLACEMENT: PlacementAsk}
+         Op.MOVED: Moved, Op.COPY: CopyHeader, Op.PLACEMENT: PlacementAsk,
+         Op.HANDOUT: HandOutCopy, Op.HANDOUT_HELD: HandOutHeld}
 
 # The data plane: requests whose payload a server reads as views of the receive buffer
 # (server.admission.Request: keys, values, a report), and the requests a worker sends the

@@ -116,8 +116,11 @@ class Op(IntEnum):
     # --balance dynamic (see data/balance):
     WORK = 27        # a worker to the lead: its next chunk of training rows (`nkeys` int64:
                      # its epoch, its speed in milli-rows per busy second, a row's size in
-                     # milli-units of the file). Reply: int64 epoch, start, stop, minibatch
-                     # rows (start == stop: none left)
+                     # milli-units of the file, the chunks it holds). Reply: int64 epoch,
+                     # start, stop, minibatch rows (start == stop: none left)
+    HANDOUT = 28     # under ULFM, the lead to the server that would lead next: the whole
+                     # hand-out as JSON text, copy number `arg` (see server/rowhandout)
+    HANDOUT_HELD = 29   # that server to the lead: it holds copy number `arg`
 
 
 CLOCK = 1        # PUSH flag: this push completes the sender's current clock

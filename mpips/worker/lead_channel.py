@@ -47,12 +47,12 @@ class LeadChannel:
         return self._ask(Op.CHUNK, np.empty(2, np.int64), "to hand out a chunk of the test "
                                                           "rows")
 
-    def work_chunk(self, epoch: int, speed: float, units: float) -> int:
+    def work_chunk(self, epoch: int, speed: float, units: float, held: int) -> int:
         """Start asking the lead for this worker's next chunk of training rows in `epoch`, at
-        its speed, a row taking `units` of the file (--balance dynamic, see data/balance);
-        kv.wait(ts) gives it, as int64 (epoch, start, stop, minibatch rows): start == stop
-        once none is left."""
-        fields = messages.WorkAsk(epoch, speed, units).fields()
+        its speed, a row taking `units` of the file, `held` chunks handed to it so far
+        (--balance dynamic, see data/balance); kv.wait(ts) gives it, as int64 (epoch, start,
+        stop, minibatch rows): start == stop once none is left."""
+        fields = messages.WorkAsk(epoch, speed, units, held).fields()
         return self._ask(Op.WORK, np.empty(4, np.int64), "to hand out a chunk of the training "
                          "rows", payload=(fields,))
 

@@ -21,8 +21,8 @@ def tiny(tmp_path_factory):
     return f"{prefix}.train.svm", f"{prefix}.test.svm"
 
 
-def train(tiny, run, workers: int, *extra, launcher=(), status=0):
-    job = run_job(1 + workers, "train", "--train", tiny[0], "--test", tiny[1], "--out", run,
+def train(tiny, run, workers: int, *extra, launcher=(), status=0, servers=1):
+    job = run_job(servers + workers, "train", "--train", tiny[0], "--test", tiny[1], "--out", run,
                   "--epochs", EPOCHS, "--batch-size", BATCH, "--balance", "dynamic",
                   "--timeout", 60, *extra, launcher=launcher)
     assert job.returncode == status, job.output
@@ -48,6 +48,20 @@ def test_a_dead_workers_chunks_are_handed_on(tiny, tmp_path):
     assert "worker 1's chunks of training rows not trained go to the next" in job.output
     assert s["train_examples"] == EPOCHS * ROWS, "every example once per epoch"
     assert s["failures"][0]["worker"] == 1
+
+
+def test_the_lead_dies_and_its_standby_goes_on_handing_out_the_rows(tiny, tmp_path):
+    """2 servers, each key on both: the lead (rank 0) dies in epoch 1 and server 1, which
+    held the copy of its hand-out, hands out the rest; every row still trains once per
+    epoch, and a worker whose question died with the lead gets its answer again."""
+    kill = "kill rank 0 at clock 40"   # 30 clocks of 20 rows an epoch (2 workers)
+    job, s = train(tiny, tmp_path / "run", 2, "--servers", 2, "--replicas", 2,
+                   "--test-event", kill, launcher=ULFM, servers=2)
+    fired(job, kill)
+    assert "server 1 hands out the training rows now, from the copy the lead kept" in job.output
+    per_epoch = np.array(s["rows_per_epoch"])
+    assert per_epoch.sum(axis=0).tolist() == [ROWS] * EPOCHS, per_epoch
+    assert s["train_examples"] == EPOCHS * ROWS and s["status"] == "complete"
 
 
 def test_a_leaving_workers_chunks_are_handed_on(tiny, tmp_path):

@@ -1,5 +1,8 @@
 """--balance dynamic's hand-out: every row once per epoch, shares that follow speed, chunks
 given back by a worker that dies or leaves, a checkpoint's state resumed."""
+import json
+import re
+
 import numpy as np
 import pytest
 
@@ -224,7 +227,7 @@ def test_a_join_is_refused_once_every_row_is_handed_out():
     from mpips.wire.clocks import ClockTable
 
     b = Balance(TOTAL, 1, 2, batch=10)
-    handout = RowHandOut(SimpleNamespace(lead=True, register=lambda handlers: None), b)
+    handout = RowHandOut(SimpleNamespace(lead=True, takeover=None, register=lambda handlers: None), b)
     clocks = ClockTable(2)
     clocks.finish(1)
     ctx = SimpleNamespace(roles=SimpleNamespace(workers=[1, 2]), losses=object(),
@@ -234,3 +237,37 @@ def test_a_join_is_refused_once_every_row_is_handed_out():
     assert moves.join_refusal(0) == "worker 0 is training"
     drain(b, {0: 1.0}, np.zeros((1, TOTAL), np.int64), {0: 0})
     assert "every row of every epoch is handed out already" in moves.join_refusal(1)
+
+
+def test_a_copy_of_the_hand_out_goes_on_as_the_hand_out_itself():
+    """The standby's copy (take_copy of copy()) hands out what the lead would have, after
+    asks, a worker's death and an abandoned span."""
+    lead = Balance(1000, 2, 3, batch=10)
+    for worker, speed in ((0, 0.0), (1, 0.0), (2, 0.0), (0, 50.0), (1, 150.0)):
+        lead.ask(worker, 0, speed, 4.0)
+    lead.give_back(2, 0, 3)
+    standby = Balance(1000, 2, 3, batch=10)
+    standby.take_copy(json.loads(json.dumps(lead.copy())))
+    assert standby.copy() == lead.copy()
+    for worker in (0, 1, 0, 1):
+        assert standby.ask(worker, 0, 80.0, 4.0) == lead.ask(worker, 0, 80.0, 4.0)
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("total", 999, "total: 999 rows, not 1000"),
+    ("taken", [0], "taken: [0] for 2 epochs of 1000 rows"),
+    ("handed", [[], [], [[0, 0, 10]]], "handed: 3 entries for 2 workers"),
+    ("handed", [[[5, 0, 10]], []], "handed: a span outside 2 epochs of 1000 rows"),
+    ("returned", [[0, 20, 10]], "returned: a span outside"),
+    ("speed", [1.0, "fast"], "could not convert string to float"),
+    ("out", [7], "out: [7] for 2 workers"),
+    ("at", None, "not a hand-out: TypeError"),
+])
+def test_a_damaged_copy_of_the_hand_out_is_refused_naming_the_field(field, value, says):
+    b = Balance(1000, 2, 2, batch=10)
+    b.ask(0, 0, 0.0)
+    before = b.copy()
+    damaged = dict(before, **{field: value})
+    with pytest.raises(ValueError, match=re.escape(says)):
+        b.take_copy(damaged)
+    assert b.copy() == before   # nothing taken

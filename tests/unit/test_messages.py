@@ -22,6 +22,7 @@ EXAMPLES = [
     messages.MoveClock(30, np.array([5, 0, 9], np.int64)),
     messages.MoveTo(6, np.array([0, 1, 1], np.int64)),
     messages.MoveAt(7, 31, np.array([1, 1, 0], np.int64)), messages.Moved('{"step": "took"}'),
+    messages.HandOutCopy(4, '{"balance": {}}'), messages.HandOutHeld(4),
 ]
 
 
