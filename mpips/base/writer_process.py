@@ -4,7 +4,8 @@ at a time, as a line of JSON with the file descriptors of the shared memory it r
 after the first task, and takes no copy-on-write faults on the pages it shared with it.
 
 Like a ForkedWrite's child (base.forked), it calls no MPI, runs no exit handlers, ignores the
-job's signals, lowers its priority and dies with its parent. After a task that failed it
+job's signals, lowers its priority, keeps none of its parent's descriptors but the standard
+three, and dies with its parent. After a task that failed it
 ends (HDF5, when a write fails under it, leaves objects a process must not go on with): the
 next task needs a new one. It ends too when its parent closes the socket (or dies).
 """
@@ -178,6 +179,7 @@ def _serve(work: Callable[[dict, list], dict], sock: socket.socket, parent: int)
     try:
         settle_child(parent)
         forget_inherited()
+        _close_inherited(keep=sock.fileno())
         said, fds = b"", []
         while True:
             data, got, _, _ = socket.recv_fds(sock, READ_BYTES, MAX_FDS)
@@ -203,3 +205,14 @@ def _serve(work: Callable[[dict, list], dict], sock: socket.socket, parent: int)
                     return
     finally:
         os._exit(code)
+
+
+def _close_inherited(keep: int) -> None:
+    """The parent's descriptors closed but the standard three and `keep`: a long-lived child
+    must hold no pipe its parent opened (a pipe whose reader waits for its end, as the
+    snapshot scorer waits for the lead's), nor a socket of the job's."""
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        fd = int(name)
+        if fd > 2 and fd != keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)

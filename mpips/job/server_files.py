@@ -35,37 +35,58 @@ from .snapshot_write import Resident, SnapshotWrite
 log = logging.getLogger("mpips")
 
 
+def resident_writer(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys) -> Resident:
+    """The server's resident writer (job.snapshot_write.Resident): a checkpoint's shard, or a
+    snapshot's (task["kind"]), from the copy of the table a task hands it. Forked as the server
+    starts when checkpoints are periodic, else at its first file."""
+    def work(task: dict, table) -> dict:
+        placement = Placement.of_record(task["placement"])   # the ranges as at the copy
+        keys = PrimaryKeys(table, placement, roles.index)
+        if task["kind"] == "snapshot":
+            return _snapshot_file(task, roles, keys)
+        return _checkpoint_file(cfg, roles, name, task["clock"], task["writer"], keys, True)
+
+    resident = Resident(own.store, work)
+    if cfg.checkpointing.on and not cfg.checkpointing.inline:
+        resident.ready()   # before the table is filled or loaded
+    return resident
+
+
+def _checkpoint_file(cfg: TrainConfig, roles: Roles, name: str, clock: int, writer: int,
+                     keys: PrimaryKeys, forked: bool) -> dict:
+    """Checkpoint `clock`'s file of `keys`, in the process that writes it (test events at its
+    midpoint); a forked writer streams it, block by block, which only a process about to end
+    may do."""
+    how = checkpoint.stream_shard if forked else checkpoint.write_shard
+    try:
+        return how(cfg.checkpoints, clock, roles.index, keys, {"run_id": name},
+                   ranges=keys.ranges(), midway=lambda: testevents.reached("writing", writer))
+    except SaveError as e:
+        return {"server": roles.index, "error": str(e)}
+
+
+def _snapshot_file(task: dict, roles: Roles, keys: PrimaryKeys) -> dict:
+    """A snapshot's file of `keys`: weights only, as the task says (its directory, the
+    file's attributes, the clocks done; "meta" is the copy's, job.snapshot_write)."""
+    try:
+        path = save_shard(task["directory"], roles.index, len(roles.servers), keys,
+                          task["attrs"], task["longest"], weights_only=True,
+                          ranges=keys.ranges(), n_ranges=keys.placement.n_ranges)
+    except SaveError as e:
+        return {"error": str(e)}
+    return {"file": path}
+
+
 def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys,
-                        trained_on: str | None) -> dict:
-    """The server's hooks that write a checkpoint: its shard, and (the lead) the manifest
-    (`trained_on`: the training data's format)."""
+                       trained_on: str | None, resident: Resident) -> dict:
+    """The server's hooks that write a checkpoint: its shard (by `resident` if idle), and
+    (the lead) the manifest (`trained_on`: the training data's format)."""
     root = cfg.checkpoints
     keep = cfg.checkpointing.keep
     assert keep is not None, "the job fills in --keep-checkpoints before any server starts"
     # What the workers read, as it was when this launch started: a resume compares it.
     inputs = {"train": fingerprint.of_input(cfg.data.train)}   # any server may come to lead
     started = []
-
-    def write(clock: int, writer: int, keys: PrimaryKeys, forked: bool) -> dict:
-        """The file of `keys`, in the process that writes it (test events at its midpoint); a
-        forked writer streams it, block by block, which only a process about to end may do."""
-        how = checkpoint.stream_shard if forked else checkpoint.write_shard
-        try:
-            return how(root, clock, roles.index, keys, {"run_id": name}, ranges=keys.ranges(),
-                       midway=lambda: testevents.reached("writing", writer))
-        except SaveError as e:
-            return {"server": roles.index, "error": str(e)}
-
-    def in_writer(task: dict, table) -> dict:
-        """The file of checkpoint task["clock"], in the writer (resident or forked), from
-        `table`, a store over the copy of this server's table taken at the clock."""
-        placement = Placement.of_record(task["placement"])   # the ranges as at the clock
-        return write(task["clock"], task["writer"], PrimaryKeys(table, placement, roles.index),
-                     True)
-
-    resident = Resident(own.store, in_writer)
-    if cfg.checkpointing.on and not cfg.checkpointing.inline:
-        resident.ready()   # before the table is filled or loaded
 
     def cleanup(clock: int, pid: int) -> None:
         """What a writer that did not finish left: its temporary file."""
@@ -77,10 +98,11 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
         writer = len(started)
         if cfg.checkpointing.inline:
             start = time.monotonic()
-            return Written(write(clock, writer, own, forked=False), start)
-        task = {"clock": clock, "writer": writer, "placement": own.placement.record()}
+            return Written(_checkpoint_file(cfg, roles, name, clock, writer, own, False), start)
+        task = {"kind": "checkpoint", "clock": clock, "writer": writer,
+                "placement": own.placement.record()}
         return SnapshotWrite(
-            own.store, lambda table: in_writer(task, table), f"server-{roles.index:04d}.h5",
+            own.store, lambda table: resident.work(task, table), f"server-{roles.index:04d}.h5",
             lambda pid: cleanup(clock, pid),
             # the events at its midpoint fire in the writer (a copy of this process as it was
             # when forked, with this one's events), not here
@@ -109,12 +131,13 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
 
 
 def snapshot_writer(cfg: TrainConfig, roles: Roles, own: PrimaryKeys, attrs: dict,
-                    clocks: ClockTable, examples: Callable[[], int],
-                    started: float) -> Callable[[bool], ShardWrite | None]:
+                    clocks: ClockTable, examples: Callable[[], int], started: float,
+                    resident: Resident) -> Callable[[bool], ShardWrite | None]:
     """The server's hook that writes the model as it is now, for learning curves
-    (--snapshot-every): weights only, to RUN_DIR/snapshots/NNNN, by a forked child from a
-    copy of the table taken now (job.snapshot_write); the last one (`final`, every worker
-    has finished) to snapshots/final, in the loop. `examples()`: those trained so far."""
+    (--snapshot-every): weights only, to RUN_DIR/snapshots/NNNN, from a copy of the table
+    taken now, by `resident` if idle or else a forked child (job.snapshot_write); the last one
+    (`final`, every worker has finished) to snapshots/final, in the loop. `examples()`: those
+    trained so far."""
     taken: list[float] = []
 
     def snapshot(final: bool) -> ShardWrite | None:
@@ -122,28 +145,20 @@ def snapshot_writer(cfg: TrainConfig, roles: Roles, own: PrimaryKeys, attrs: dic
         slowest = clocks.slowest()
         label = "final" if final else f"{len(taken) - 1:04d}"
         directory = os.path.join(cfg.run_dir, "snapshots", label)
-        meta = {**attrs, "complete": True, "elapsed_s": taken[-1],
-                "slowest_clock": -1 if slowest == FINISHED else slowest,
-                "examples": examples()}
-        longest, placement = clocks.longest, own.placement   # as they are now
-
-        def write(keys: PrimaryKeys) -> dict:
-            path = save_shard(directory, roles.index, len(roles.servers), keys, meta, longest,
-                              weights_only=True, ranges=keys.ranges(),
-                              n_ranges=placement.n_ranges)
-            return {"file": path}
-
-        if not final:
-            return SnapshotWrite(
-                own.store, lambda table: write(PrimaryKeys(table, placement, roles.index)),
-                f"snapshot {label}",
-                lambda pid: _remove(f"{shard_path(directory, roles.index)}.tmp-{pid}"),
-                forked=lambda: None)
-        try:
-            write(own)
-        except SaveError as e:
-            log.warning("snapshot %s not written: %s", label, e)
-        return None
+        task = {"kind": "snapshot", "directory": directory,
+                "attrs": {**attrs, "complete": True, "elapsed_s": taken[-1],
+                         "slowest_clock": -1 if slowest == FINISHED else slowest,
+                         "examples": examples()},
+                "longest": clocks.longest, "placement": own.placement.record()}   # as now
+        if final:
+            entry = _snapshot_file(task, roles, own)
+            if "error" in entry:
+                log.warning("snapshot %s not written: %s", label, entry["error"])
+            return None
+        return SnapshotWrite(
+            own.store, lambda table: resident.work(task, table), f"snapshot {label}",
+            lambda pid: _remove(f"{shard_path(directory, roles.index)}.tmp-{pid}"),
+            forked=lambda: None, resident=resident, task=task)
 
     return snapshot
 

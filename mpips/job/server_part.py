@@ -39,7 +39,13 @@ from .failing import log_failure, tell_servers_to_save
 from .livecurves import LiveCurves
 from .part_result import PartResult
 from .scoring import Scoring, core_to_spare
-from .server_files import checkpoint_writers, checkpoints_hint, snapshot_writer, write_for_the_dead
+from .server_files import (
+    checkpoint_writers,
+    checkpoints_hint,
+    resident_writer,
+    snapshot_writer,
+    write_for_the_dead,
+)
 from .snapshot_scorer import SnapshotScorer
 
 log = logging.getLogger("mpips")
@@ -188,11 +194,13 @@ class ServerPart:
             self.locks.take_over(f"server {self.roles.index} leads the run now")
             self._draw_curves()
 
-        return Hooks(**checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on),
+        resident = resident_writer(cfg, self.roles, self.name, self.own)
+        return Hooks(**checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on,
+                                          resident),
                      placement_changed=placement_changed,
                      snapshot=(snapshot_writer(
                          cfg, self.roles, self.own, self.attrs, self.clocks, self._examples,
-                         self.started) if cfg.diagnostics.snapshot_every else None),
+                         self.started, resident) if cfg.diagnostics.snapshot_every else None),
                      snapshot_every=cfg.diagnostics.snapshot_every or 0.0,
                      failed=another_rank_failed, stop_requested=signals.stop_requested,
                      reached=testevents.reached, now_leads=now_leads,

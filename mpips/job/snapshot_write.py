@@ -1,7 +1,8 @@
-"""A checkpoint's shard written from a copy of the table taken at its clock: the copy is made
-a span of rows per turn of the server's loop (server.table_snapshot) into shared memory, then
-the server's resident writer (base.writer_process: forked as the server starts, and kept)
-maps it and writes the file; the server only sends it a line of JSON. Without shared memory,
+"""A checkpoint's shard, or a snapshot's, written from a copy of the table taken at its clock
+or moment: the copy is made a span of rows per turn of the server's loop
+(server.table_snapshot) into shared memory, then the server's resident writer
+(base.writer_process: forked as the server starts, or at its first file, and kept) maps it
+and writes the file; the server only sends it a line of JSON. Without shared memory,
 or while the resident writer is busy, a child forked for the write (base.forked) writes it:
 the live table is kept out of it (base.forked.keep_from_children), so the server's writes
 after the fork copy no pages.
@@ -40,7 +41,8 @@ class Resident:
         if process is not None and not process.idle and process.ended is not None:
             process = None   # it failed, was stopped, or died between writes
         if process is None:
-            process = self._process = WriterProcess(self._in_child, "a checkpoint's file")
+            process = self._process = WriterProcess(self._in_child,
+                                                    "a checkpoint's or snapshot's file")
         return process if process.idle else None
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ from ..data.textfile import KeyIndexer, Rows
 from ..data.workplan import Handover, WorkPlan
 from ..ranks.bounded import wait_until
 from ..run.config import TrainConfig
-from ..wire.messages import GiveNotice
+from ..wire.notices import GiveNotice
 from ..worker.lead_channel import LeadChannel
 
 log = logging.getLogger("mpips")

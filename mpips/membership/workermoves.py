@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..base.errors import ProtocolError
-from ..wire import messages, tags
+from ..wire import messages, notices, tags
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
 from .context import Losses, MembershipContext
@@ -134,7 +134,7 @@ class WorkerMoves:
         donors = self._donors()
         self.joining = Join(request, worker, set(donors), time.monotonic())
         for w in donors:
-            s.send(messages.GiveNotice(worker, len(donors)).fields(),
+            s.send(notices.GiveNotice(worker, len(donors)).fields(),
                    s.roles.workers[w], tags.NOTICE_TAG)
 
     def on_split(self, source: int, r, buf) -> None:
@@ -184,7 +184,7 @@ class WorkerMoves:
         if self._dynamic:
             assert s.handout is not None, "_dynamic: the lead hands out the rows"
             s.ckpt.place(worker, s.handout.worker_joins(worker, s.ckpt.positions[worker]))
-        s.send(messages.JoinNotice(clock - 1).fields(), s.roles.workers[worker],
+        s.send(notices.JoinNotice(clock - 1).fields(), s.roles.workers[worker],
                tags.NOTICE_TAG)
         result = {"ok": True, "command": "add-worker", "target": worker, "clock": clock,
                   "seconds": round(time.monotonic() - j.began, 4), "from": j.given}
@@ -232,7 +232,7 @@ class WorkerMoves:
         s = self.ctx
         worker = request["target"]
         self.leaving[worker] = (request, time.monotonic())
-        s.send(messages.LeaveNotice().fields(), s.roles.workers[worker],
+        s.send(notices.LeaveNotice().fields(), s.roles.workers[worker],
                tags.NOTICE_TAG)
 
     def worker_gone(self, worker: int) -> None:

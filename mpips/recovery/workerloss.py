@@ -18,7 +18,7 @@ import time
 
 from ..base.errors import ProtocolError
 from ..data.workplan import Handover, WorkPlan
-from ..wire import messages, tags
+from ..wire import messages, notices, tags
 from ..wire.clocks import FINISHED
 from ..wire.protocol import Op
 from .context import RecoveryContext
@@ -200,7 +200,7 @@ class WorkerLosses:
         told = messages.Death(index, death).pack()
         for i in s.others():
             s.send(told, s.roles.servers[i])
-        notice = messages.HandoverNotice(index, death.fields()).fields()
+        notice = notices.HandoverNotice(index, death.fields()).fields()
         for w in range(len(s.roles.workers)):
             if w not in s.clocks.gone:
                 s.send(notice, s.roles.workers[w], tags.NOTICE_TAG)

@@ -7,7 +7,7 @@ op's message and packs it, a handler reads the message back with `of`, and so na
 number it uses. Pulls, pushes, reads and dense operations, the hot path, keep their header
 and payload views in protocol; their uses of `arg` are named here (same_keys_of,
 same_keys_push) and there (dense_rows). The lead's notices to a worker (on tags.NOTICE_TAG)
-are typed here too."""
+are typed in `notices`."""
 from typing import NamedTuple
 
 import numpy as np
@@ -364,52 +364,6 @@ def work_answer(chunk) -> np.ndarray:
     """The lead's answer to WORK: a data.balance.Chunk as int64 (epoch, start, stop,
     minibatch rows)."""
     return np.array(tuple(chunk), np.int64)
-
-
-class LeaveNotice(NamedTuple):
-    """Leave after this clock (mpips ctl remove-worker)."""
-
-    def fields(self) -> np.ndarray:
-        return np.array([protocol.LEAVE_NOTICE], np.int64)
-
-
-class GiveNotice(NamedTuple):
-    """Keep `weight` shares of the rows left, give worker `joiner` one."""
-    joiner: int
-    weight: int
-
-    def fields(self) -> np.ndarray:
-        return np.array([protocol.GIVE_NOTICE, self.joiner, self.weight], np.int64)
-
-
-class JoinNotice(NamedTuple):
-    """Train again (shares handed to it), from `clock` + 1."""
-    clock: int
-
-    def fields(self) -> np.ndarray:
-        return np.array([protocol.JOIN_NOTICE, self.clock], np.int64)
-
-
-class HandoverNotice(NamedTuple):
-    """A hand-over whose rows the worker shares: its number, and DEATH's payload (see
-    workplan.Handover.fields)."""
-    number: int
-    handover: np.ndarray   # Handover.fields()
-
-    def fields(self) -> np.ndarray:
-        return np.concatenate([np.array([self.number], np.int64), self.handover])
-
-
-def notice_of(fields: np.ndarray):
-    """The notice that int64 `fields` (one message on tags.NOTICE_TAG) hold."""
-    kind = int(fields[0]) if fields.shape[0] else 0
-    if kind == protocol.LEAVE_NOTICE and fields.shape[0] == 1:
-        return LeaveNotice()
-    if kind == protocol.GIVE_NOTICE and fields.shape[0] == 3 and fields[2] > 0:
-        return GiveNotice(int(fields[1]), int(fields[2]))
-    if kind == protocol.JOIN_NOTICE and fields.shape[0] == 2 and fields[1] >= 0:
-        return JoinNotice(int(fields[1]))
-    return HandoverNotice(int(fields[0]), fields[1:])
 
 
 # Every control op: its message type.

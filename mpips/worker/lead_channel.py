@@ -13,7 +13,7 @@ from ..base.errors import ProtocolError, WaitTimeout
 from ..data.workplan import Handover
 from ..ranks.ulfm import dead_ranks, is_failure
 from ..wire import messages, protocol, tags
-from ..wire.messages import GiveNotice, JoinNotice, LeaveNotice, notice_of
+from ..wire.notices import GiveNotice, JoinNotice, LeaveNotice, notice_of
 from ..wire.protocol import Op
 from .requests import Pending, Reply
 

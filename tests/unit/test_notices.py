@@ -3,16 +3,8 @@ import numpy as np
 import pytest
 
 from mpips.wire import protocol
-from mpips.wire.messages import (
-    GiveNotice,
-    HandoverNotice,
-    JoinNotice,
-    LeaveNotice,
-    PlacementAnswer,
-    notice_of,
-    placement_question,
-    same_keys_push,
-)
+from mpips.wire.messages import PlacementAnswer, placement_question, same_keys_push
+from mpips.wire.notices import GiveNotice, HandoverNotice, JoinNotice, LeaveNotice, notice_of
 from mpips.wire.placement import Placement
 
 

@@ -123,3 +123,61 @@ def test_a_resident_dead_between_writes_is_replaced_at_the_next():
         assert file.wait(BOUND_S)["same"] and file.pid != first
     finally:
         resident.close()
+
+
+def test_snapshots_are_written_by_the_resident_as_the_last_one_is_in_the_loop(tmp_path):
+    """--snapshot-every: each numbered snapshot's file by the one resident writer (no fork
+    per file), the same file as the final one written in the server's own process."""
+    from types import SimpleNamespace
+
+    import h5py
+
+    from mpips.job.server_files import resident_writer, snapshot_writer
+    from mpips.server.replicas import PrimaryKeys
+    from mpips.wire.clocks import ClockTable
+    from mpips.wire.placement import Placement
+
+    store, _ = trained_store(np.random.default_rng(9))
+    own = PrimaryKeys(store, Placement(1), 0)
+    roles = SimpleNamespace(index=0, servers=[0])
+    cfg = SimpleNamespace(run_dir=str(tmp_path), checkpoints=str(tmp_path / "checkpoints"),
+                          checkpointing=SimpleNamespace(on=False, inline=False))
+    resident = resident_writer(cfg, roles, "run", own)
+    snapshot = snapshot_writer(cfg, roles, own, {"run_id": "run"}, ClockTable(1, 0),
+                               lambda: 7, 0.0, resident)
+    try:
+        writes = [snapshot(False) for _ in range(2)]
+        entries = [w.wait(BOUND_S) for w in writes]
+        assert snapshot(True) is None
+    finally:
+        resident.close()
+    assert [e["file"] for e in entries] == [
+        str(tmp_path / "snapshots" / label / "server-0000.h5") for label in ("0000", "0001")]
+    assert writes[0].pid == writes[1].pid != os.getpid(), "one resident writer"
+    files = [h5py.File(tmp_path / "snapshots" / label / "server-0000.h5")
+             for label in ("0000", "0001", "final")]
+    for f in files:
+        assert f.attrs["examples"] == 7 and f.attrs["n_servers"] == 1 and f.attrs["complete"]
+        assert sorted(f) == ["keys", "weights"]
+        for name in ("keys", "weights"):
+            assert np.array_equal(f[name][()], files[-1][name][()])
+
+
+def test_the_resident_holds_none_of_its_parents_pipes():
+    """A pipe the server opened before the resident was forked (the snapshot scorer's stdin,
+    which it reads to its end): once the server closes its end, the reader sees the end,
+    though the resident lives on. Held open, the lead's wait for the scorer took its bound."""
+    import select
+
+    store, _ = trained_store(np.random.default_rng(8))
+    read, write_end = os.pipe()
+    resident = Resident(store, lambda task, table: {})
+    try:
+        assert resident.idle() is not None   # forked now, with the pipe open here
+        os.close(write_end)
+        readable, _, _ = select.select([read], [], [], BOUND_S)
+        assert readable and os.read(read, 1) == b"", "the pipe's end, seen"
+        assert resident.idle() is not None, "the resident still lives"
+    finally:
+        resident.close()
+        os.close(read)
