@@ -166,7 +166,8 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
                    for s in steps) - typical
         rows.append({"clock": c["clock"], "write_s": b - a, "take_s": c["taken"] - a,
                      "held_s": max(held, 0.0), "copy_turn_s": c.get("copy_turn_s", 0.0),
-                     "start_writer_s": c.get("start_writer_s", 0.0)})
+                     "start_writer_s": c.get("start_writer_s", 0.0),
+                     "spread_s": c.get("spread_s", 0.0)})
     # Clocks completed per second (both workers) while a file was being written, and outside.
     ends = np.concatenate([s[s[:, 1] >= begin, 1] for s in steps])
     in_windows = np.zeros(ends.shape[0], bool)
@@ -237,7 +238,9 @@ def report_serving(served: list) -> None:
               f"{r['throughput_during']:6.2f} {r['clocks_lost_per_checkpoint']:5.0f} "
               f"{r['memory_mb'] if r['with_writer_mb'] else float('nan'):9.0f}")
         held = " ".join(f"{c['held_s'] / c['write_s']:.3f}" for c in r["checkpoints"])
-        print(f"{'':8} held/write per checkpoint: {held}")
+        spread = max(c.get("spread_s", 0.0) for c in r["checkpoints"])
+        print(f"{'':8} held/write per checkpoint: {held}"
+              + (f" (each file spread over {spread:.1f} s at least, as jobs do)" if spread else ""))
     print("(write s, held s: the longest over the checkpoints; take ms: the longest the server "
           "took to take the state; span ms: its longest turn copying a span; start ms: its "
           "longest turn starting the writer (a fork, or the task sent); lost: the clocks a "

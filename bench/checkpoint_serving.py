@@ -25,6 +25,7 @@ from mpi4py import MPI
 
 from mpips.base import forked
 from mpips.base.forked import ForkedWrite, Written, keep_from_children
+from mpips.job.server_files import spread_of
 from mpips.job.snapshot_write import Resident, SnapshotWrite
 from mpips.models.optimizer import Optimizer
 from mpips.ranks.bounded import wait_all
@@ -93,7 +94,7 @@ class Timed:
 def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
     store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1), capacity=2 * n_keys)
     resident = Resident(store, lambda task, table: checkpoint.stream_shard(
-        root, task["clock"], 0, table, {}))
+        root, task["clock"], 0, table, {}, spread=task["spread"]))
     if mode == "resident":   # as a job's server does, before its table is filled
         resident.ready()
     keys = keys_of(n_keys)
@@ -105,13 +106,15 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
     import h5py  # noqa: F401 -- as a job's server does, before the first checkpoint
     records: list = []
 
-    def write_shard(clock: int):
+    def write_shard(clock: int, paced: bool = False):
         record = {"clock": clock, "take": time.monotonic()}
         records.append(record)
         if mode == "inline":
             file = Written(checkpoint.write_shard(root, clock, 0, store, {}), record["take"])
         elif mode in ("resident", "snapshot"):
-            task = {"clock": clock}
+            # spread out as a job's periodic checkpoint is (job.server_files.spread_of)
+            task = {"clock": clock, "spread": spread_of(every) if paced else 0.0}
+            record["spread_s"] = task["spread"]
             file = SnapshotWrite(store, lambda table: resident.work(task, table),
                                  "server-0000.h5", lambda pid: None,
                                  forked=lambda: record.update(forked=time.monotonic()),

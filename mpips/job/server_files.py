@@ -33,6 +33,8 @@ from ..wire.placement import Placement, describe_ranges
 from .snapshot_write import Resident, SnapshotWrite
 
 log = logging.getLogger("mpips")
+SPREAD_SHARE = 0.5    # of the time between periodic checkpoints (see spread_of)
+SPREAD_MOST_S = 10.0  # a stop waiting for a file being written waits this long at most
 
 
 def resident_writer(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys) -> Resident:
@@ -44,7 +46,8 @@ def resident_writer(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys)
         keys = PrimaryKeys(table, placement, roles.index)
         if task["kind"] == "snapshot":
             return _snapshot_file(task, roles, keys)
-        return _checkpoint_file(cfg, roles, name, task["clock"], task["writer"], keys, True)
+        return _checkpoint_file(cfg, roles, name, task["clock"], task["writer"], keys, True,
+                                task.get("spread", 0.0))
 
     resident = Resident(own.store, work)
     if cfg.checkpointing.on and not cfg.checkpointing.inline:
@@ -53,14 +56,20 @@ def resident_writer(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys)
 
 
 def _checkpoint_file(cfg: TrainConfig, roles: Roles, name: str, clock: int, writer: int,
-                     keys: PrimaryKeys, forked: bool) -> dict:
+                     keys: PrimaryKeys, forked: bool, spread: float = 0.0) -> dict:
     """Checkpoint `clock`'s file of `keys`, in the process that writes it (test events at its
-    midpoint); a forked writer streams it, block by block, which only a process about to end
-    may do."""
-    how = checkpoint.stream_shard if forked else checkpoint.write_shard
+    midpoint); a writer beside the loop streams it, block by block, over `spread` seconds at
+    least, which only a process about to end may do."""
+    def midway() -> None:
+        testevents.reached("writing", writer)
+
     try:
-        return how(cfg.checkpoints, clock, roles.index, keys, {"run_id": name},
-                   ranges=keys.ranges(), midway=lambda: testevents.reached("writing", writer))
+        if forked:
+            return checkpoint.stream_shard(cfg.checkpoints, clock, roles.index, keys,
+                                           {"run_id": name}, ranges=keys.ranges(),
+                                           midway=midway, spread=spread)
+        return checkpoint.write_shard(cfg.checkpoints, clock, roles.index, keys,
+                                      {"run_id": name}, ranges=keys.ranges(), midway=midway)
     except SaveError as e:
         return {"server": roles.index, "error": str(e)}
 
@@ -75,6 +84,16 @@ def _snapshot_file(task: dict, roles: Roles, keys: PrimaryKeys) -> dict:
     except SaveError as e:
         return {"error": str(e)}
     return {"file": path}
+
+
+def spread_of(seconds: float | None) -> float:
+    """Seconds a periodic checkpoint's file is written over, at least, for checkpoints every
+    `seconds` (0 or None: by clocks, not spread): SPREAD_SHARE of the time to the next, at
+    most SPREAD_MOST_S. The writer takes its blocks' CPU a little at a time, so the ranks on a
+    node with no core to spare are held for it less (as PostgreSQL spreads a checkpoint over
+    checkpoint_completion_target of its interval). A checkpoint that stops the job, or the
+    last one at its end, is written at once."""
+    return min(SPREAD_SHARE * seconds, SPREAD_MOST_S) if seconds and seconds > 0 else 0.0
 
 
 def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys,
@@ -93,14 +112,15 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
         with contextlib.suppress(OSError):
             os.remove(f"{checkpoint.shard_path(root, clock, roles.index)}.tmp-{pid}")
 
-    def write_shard(clock: int) -> ShardWrite:
+    def write_shard(clock: int, paced: bool) -> ShardWrite:
         started.append(clock)
         writer = len(started)
         if cfg.checkpointing.inline:
             start = time.monotonic()
             return Written(_checkpoint_file(cfg, roles, name, clock, writer, own, False), start)
         task = {"kind": "checkpoint", "clock": clock, "writer": writer,
-                "placement": own.placement.record()}
+                "placement": own.placement.record(),
+                "spread": spread_of(cfg.checkpointing.seconds) if paced else 0.0}
         return SnapshotWrite(
             own.store, lambda table: resident.work(task, table), f"server-{roles.index:04d}.h5",
             lambda pid: cleanup(clock, pid),

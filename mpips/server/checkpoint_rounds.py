@@ -64,9 +64,10 @@ class CheckpointRounds:
             later = now if self.copying else now + CHECK_WRITER_S
         self.next_check = min(self.next_timed, later)
 
-    def take(self, clock: int) -> None:
+    def take(self, clock: int, paced: bool = False) -> None:
         """Take this server's state for checkpoint `clock` (once): its file is written while
-        the server goes on, and the lead told once it is in."""
+        the server goes on (`paced`, a periodic one: spread out, see job.server_files), and
+        the lead told once it is in."""
         ctx = self.ctx
         ctx.pushes.apply_backups()   # a checkpoint is of the whole store at its clock
         if ctx.hooks.write_shard is None or not ctx.ckpt.begin(clock):
@@ -82,7 +83,7 @@ class CheckpointRounds:
             self._wait_for_file(f"checkpoint clock {clock} is due")
         standing = Standing(ctx.ckpt.positions_at(clock),   # before forget_before drops them
                             ctx.handout.state() if ctx.handout else {})
-        self.writing = Writing(clock, ctx.hooks.write_shard(clock), standing)
+        self.writing = Writing(clock, ctx.hooks.write_shard(clock, paced), standing)
         now = time.monotonic()
         self._check(now)   # written in the loop (--checkpoint-inline): done now
         self._schedule(now)

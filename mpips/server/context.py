@@ -74,7 +74,8 @@ class Hooks:
     """What a server asks of the job around it. Writers report a failure in what they return
     (a checkpoint that could not be written does not stop training by itself)."""
     # clock -> this server's file of the checkpoint at clock, its state taken now
-    write_shard: Callable[[int], ShardWrite] | None = None
+    # a checkpoint's shard: (clock, paced: a periodic one, its write spread out) -> the write
+    write_shard: Callable[[int, bool], ShardWrite] | None = None
     # the lead: clock, entries, where the job stood (Standing), deaths -> None, or why it
     # failed
     write_manifest: Callable[[int, list, Standing, list], str | None] | None = None

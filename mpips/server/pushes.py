@@ -200,7 +200,7 @@ class Pushes:
             ctx.losses.tell_what_is_here()
         if ckpt.planned:
             for clock in ckpt.reached(slowest):
-                ctx.rounds.take(clock)
+                ctx.rounds.take(clock, paced=True)
         stop_at = ckpt.stop_at
         # Here at the latest: STOP_AT may arrive after this server reached the clock (and no
         # worker reads past it: the lead refuses). If every worker has finished meanwhile,
@@ -226,7 +226,7 @@ class Pushes:
             for clock in range(self._slowest + 1, last + 1):
                 if ckpt.due(clock):
                     self._apply_until(clock)
-                    rounds.take(clock)
+                    rounds.take(clock, paced=True)
         self._apply_until(last)
         if slowest == FINISHED and ckpt.periodic:
             rounds.take(last)   # every worker has finished: the final state

@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -61,15 +62,17 @@ def write_shard(root: str, clock: int, server: int, store, attrs: dict,
 
 def stream_shard(root: str, clock: int, server: int, store, attrs: dict,
                  ranges: list | None = None, midway: Callable[[], object] | None = None,
-                 rows: int = 1 << 18) -> dict:
+                 rows: int = 1 << 18, spread: float = 0.0) -> dict:
     """`write_shard`'s file and entry (the same datasets, attributes and checksums), written
     straight to disk `rows` table rows at a time: a forked writer then holds a block, not
     the shard twice (its copy and the file's image). HDF5 makes the file, its datasets
     contiguous and their space allocated; the blocks are written into that space (pwrite:
-    one copy, hashed as they go). Not in a process that goes on after a failure: HDF5, when
-    a write fails under it, leaves objects that crash that process at exit (see
-    files.write_hdf5)."""
+    one copy, hashed as they go). `spread`: seconds the blocks are paced over at least, so
+    that a writer sharing the node's cores with the ranks takes a core a little at a time.
+    Not in a process that goes on after a failure: HDF5, when a write fails under it, leaves
+    objects that crash that process at exit (see files.write_hdf5)."""
     import h5py  # not at the top: as in base.files
+    began = time.monotonic()
     n = len(store)
     path = shard_path(root, clock, server)
     digests = {"keys": hashlib.sha256(), "state": hashlib.sha256()}
@@ -96,6 +99,8 @@ def stream_shard(root: str, clock: int, server: int, store, attrs: dict,
             if midway is not None and at < half <= at + keys.shape[0]:
                 midway()
             at += keys.shape[0]
+            if spread > 0:
+                time.sleep(max(0.0, began + spread * at / max(n, 1) - time.monotonic()))
         if at != n:
             raise RuntimeError(f"the table changed while written ({at:,} keys, not {n:,})")
     return {"file": os.path.basename(path), "server": server, "keys": n,

@@ -45,7 +45,7 @@ def test_a_backup_holds_its_primarys_bits_at_every_clock(push_filter):
         if roles.is_server:
             server = None
 
-            def write_shard(clock: int) -> Written:
+            def write_shard(clock: int, paced: bool = False) -> Written:
                 keys, state = server.store.items()
                 if push_filter is not None:
                     keys, state = keys[state.any(axis=1)], state[state.any(axis=1)]

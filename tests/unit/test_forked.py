@@ -13,6 +13,7 @@ import pytest
 
 from mpips.base.forked import ForkedWrite
 from mpips.base.processes import process_state
+from mpips.job.server_files import SPREAD_MOST_S, spread_of
 from mpips.models.optimizer import Optimizer
 from mpips.server.replicas import PrimaryKeys
 from mpips.server.store import KVStore
@@ -79,6 +80,24 @@ def test_a_streamed_shard_holds_what_write_shard_writes(tmp_path, replicas):
             assert a[dataset][()].tobytes() == b[dataset][()].tobytes()
         assert dict(a.attrs) == dict(b.attrs)
     assert 2**64 - 1 in checkpoint_keys(tmp_path / "streamed" / name) or replicas > 1
+
+
+def test_a_spread_out_shard_takes_its_time_and_is_the_same_file(tmp_path):
+    """A periodic checkpoint's file paced over `spread` seconds (job.server_files.spread_of):
+    no sooner, block by block, and byte for byte the file written at once."""
+    store = store_of(20_000, seed=5)
+    own = PrimaryKeys(store, Placement(1), 0)
+    at_once = checkpoint.stream_shard(str(tmp_path / "once"), 4, 0, own, {"run_id": "r"},
+                                      rows=1000)
+    began = time.monotonic()
+    spread = checkpoint.stream_shard(str(tmp_path / "spread"), 4, 0, own, {"run_id": "r"},
+                                     rows=1000, spread=0.5)
+    assert time.monotonic() - began >= 0.5
+    assert spread == at_once
+    name = os.path.join("clock-000000000004", "server-0000.h5")
+    assert (tmp_path / "once" / name).read_bytes() == (tmp_path / "spread" / name).read_bytes()
+    assert spread_of(3.0) == 1.5 and spread_of(600.0) == SPREAD_MOST_S
+    assert spread_of(0.0) == spread_of(None) == 0.0, "checkpoints by clocks: at once"
 
 
 def checkpoint_keys(path) -> set:

@@ -235,7 +235,7 @@ def writing_server(index: int = 1, servers: int = 2):
     from mpips.wire.placement import Placement
     files = []
 
-    def write_shard(clock: int) -> FakeWrite:
+    def write_shard(clock: int, paced: bool = False) -> FakeWrite:
         files.append(FakeWrite(clock))
         return files[-1]
 
