@@ -155,6 +155,8 @@ def work(roles, n_keys: int, seconds: float) -> dict:
         kv.wait(kv.pull(chosen))
         kv.wait(kv.push(chosen, np.full((chosen.shape[0], 1), 0.01, np.float32), clock=True))
         steps.append((start, time.monotonic()))
+    # FINISH first: a worker that stops a clock before the other would hold its pulls (BSP)
+    kv.finish()
     kv.close()
     return {"role": "worker", "steps": steps}
 

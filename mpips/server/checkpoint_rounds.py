@@ -10,6 +10,7 @@ import time
 from typing import NamedTuple
 
 from ..base.errors import ProtocolError
+from ..storage import checkpoint
 from ..wire import messages
 from ..wire.clocks import FINISHED
 from ..wire.placement import describe_ranges
@@ -80,7 +81,8 @@ class CheckpointRounds:
                         "already", clock, ctx.pushes.buffer.applied - 1)
             return
         if self.writing is not None:
-            self._wait_for_file(f"checkpoint clock {clock} is due")
+            self._wait_for_file(f"checkpoint clock {clock} is due", paced)
+        checkpoint.hurry(False)   # the new file keeps its pace, if it has one
         standing = Standing(ctx.ckpt.positions_at(clock),   # before forget_before drops them
                             ctx.handout.state() if ctx.handout else {})
         self.writing = Writing(clock, ctx.hooks.write_shard(clock, paced), standing)
@@ -100,6 +102,7 @@ class CheckpointRounds:
             return False
         if not self._said_ending:
             self._said_ending = True
+            checkpoint.hurry()   # a paced file now holds the end
             log.info("waiting for this server's file of checkpoint clock %d (process %d, up "
                      "to --timeout %g s) before ending", self.writing.clock,
                      self.writing.file.pid, self.ctx.timeout)
@@ -115,17 +118,20 @@ class CheckpointRounds:
             if "error" in entry:
                 log.error("checkpoint at clock %d is not complete: %s", clock, entry["error"])
 
-    def _wait_for_file(self, because: str) -> None:
-        """Hold the loop until the file being written is in, within --timeout."""
+    def _wait_for_file(self, because: str, paced: bool) -> None:
+        """Hold the loop until the file being written is in, within --timeout (a paced one
+        told to hurry); `paced`: the next is a periodic checkpoint, not a stop's."""
         assert self.writing is not None, "called while a file is being written"
         clock, file, _ = self.writing
-        # Said once as a warning (it is the interval that is too short), then quietly.
-        (log.info if self._said_waiting else log.warning)(
+        checkpoint.hurry()
+        # Said once as a warning (it is the interval that is too short), then quietly; for a
+        # stop's checkpoint, not as a warning.
+        (log.info if self._said_waiting or not paced else log.warning)(
             "%s: waiting for the file of checkpoint clock %d, still being written after "
             "%.1f s (process %d; up to --timeout %g s): checkpoints come faster than they are "
             "written, and workers wait; a longer --checkpoint-every avoids it", because, clock,
             time.monotonic() - file.started, file.pid, self.ctx.timeout)
-        self._said_waiting = True
+        self._said_waiting = self._said_waiting or paced
         file.wait(self.ctx.timeout)
         self._check(time.monotonic())
 

@@ -306,6 +306,9 @@ class Server:
         from_worker = source not in roles.servers
         if from_worker and roles.worker_index(source) in ctx.clocks.gone:
             return   # a dead worker's message still on its way: its clocks are settled
+        if (h and h.op == Op.HANDOUT and not from_worker
+                and roles.servers.index(source) in ctx.placement.dead):
+            return   # a dead lead's copy of the hand-out, on its way as this server took over
         if from_worker and h and ctx.members.refused_stale(h, source):
             return
         if ctx.takeover and h and h.placement > ctx.placement.version:

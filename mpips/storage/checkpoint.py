@@ -19,6 +19,7 @@ import glob
 import hashlib
 import json
 import logging
+import mmap
 import os
 import time
 from collections.abc import Callable
@@ -60,6 +61,25 @@ def write_shard(root: str, clock: int, server: int, store, attrs: dict,
             "sha256": {"keys": sha256(keys), "state": sha256(state)}}
 
 
+# Set by the server when it must wait for the file being written (a stop, the job's end, the
+# next checkpoint due): a paced write (stream_shard's `spread`) goes on at full speed. A page
+# shared with the writers the server forks (made at import, before any fork).
+_HURRY = mmap.mmap(-1, 1)
+PACE_CHECK_S = 0.02   # a paced writer looks at the flag this often
+
+
+def hurry(on: bool = True) -> None:
+    """A paced write in progress (in a writer forked from this process) to go at full speed
+    (`on`), or the next to keep its pace."""
+    _HURRY[0] = 1 if on else 0
+
+
+def _pace(until: float) -> None:
+    """Wait until `until` (a paced write's next block), unless told to hurry."""
+    while not _HURRY[0] and (left := until - time.monotonic()) > 0:
+        time.sleep(min(left, PACE_CHECK_S))
+
+
 def stream_shard(root: str, clock: int, server: int, store, attrs: dict,
                  ranges: list | None = None, midway: Callable[[], object] | None = None,
                  rows: int = 1 << 18, spread: float = 0.0) -> dict:
@@ -68,7 +88,8 @@ def stream_shard(root: str, clock: int, server: int, store, attrs: dict,
     the shard twice (its copy and the file's image). HDF5 makes the file, its datasets
     contiguous and their space allocated; the blocks are written into that space (pwrite:
     one copy, hashed as they go). `spread`: seconds the blocks are paced over at least, so
-    that a writer sharing the node's cores with the ranks takes a core a little at a time.
+    that a writer sharing the node's cores with the ranks takes a core a little at a time
+    (until its server says `hurry`).
     Not in a process that goes on after a failure: HDF5, when a write fails under it, leaves
     objects that crash that process at exit (see files.write_hdf5)."""
     import h5py  # not at the top: as in base.files
@@ -100,7 +121,7 @@ def stream_shard(root: str, clock: int, server: int, store, attrs: dict,
                 midway()
             at += keys.shape[0]
             if spread > 0:
-                time.sleep(max(0.0, began + spread * at / max(n, 1) - time.monotonic()))
+                _pace(began + spread * at / max(n, 1))
         if at != n:
             raise RuntimeError(f"the table changed while written ({at:,} keys, not {n:,})")
     return {"file": os.path.basename(path), "server": server, "keys": n,

@@ -100,6 +100,25 @@ def test_a_spread_out_shard_takes_its_time_and_is_the_same_file(tmp_path):
     assert spread_of(0.0) == spread_of(None) == 0.0, "checkpoints by clocks: at once"
 
 
+def test_a_paced_writer_told_to_hurry_goes_at_full_speed(tmp_path):
+    """A stop, or the job's end, waits for the paced file being written: the server says
+    `hurry`, and its writer (a forked child here, sharing the flag's page) stops pacing."""
+    store = store_of(20_000, seed=6)
+    own = PrimaryKeys(store, Placement(1), 0)
+    checkpoint.hurry(False)
+    began = time.monotonic()
+    child = ForkedWrite(lambda: checkpoint.stream_shard(str(tmp_path), 5, 0, own, {},
+                                                         rows=1000, spread=BOUND_S),
+                        "server-0000.h5")
+    try:
+        assert child.poll() is None, "pacing: 30 s for its blocks"
+        checkpoint.hurry()
+        entry = child.wait(BOUND_S)
+    finally:
+        checkpoint.hurry(False)
+    assert entry["keys"] == len(store) and time.monotonic() - began < BOUND_S / 2
+
+
 def checkpoint_keys(path) -> set:
     with h5py.File(path) as f:
         return set(f["keys"][()].tolist())
