@@ -34,7 +34,7 @@ from .snapshot_write import Resident, SnapshotWrite
 
 log = logging.getLogger("mpips")
 SPREAD_SHARE = 0.5    # of the time between periodic checkpoints (see spread_of)
-SPREAD_MOST_S = 10.0  # a stop waiting for a file being written waits this long at most
+SPREAD_MOST_S = 10.0  # ... and at most this long (a stop or the end makes it hurry)
 
 
 def resident_writer(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys) -> Resident:
@@ -47,7 +47,7 @@ def resident_writer(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys)
         if task["kind"] == "snapshot":
             return _snapshot_file(task, roles, keys)
         return _checkpoint_file(cfg, roles, name, task["clock"], task["writer"], keys, True,
-                                task.get("spread", 0.0))
+                                task["spread"])
 
     resident = Resident(own.store, work)
     if cfg.checkpointing.on and not cfg.checkpointing.inline:

@@ -142,16 +142,17 @@ class RowHandOut:
 
     def _copy(self) -> None:
         """The lead: the whole hand-out to its standby (answers wait until it holds it)."""
-        ctx = self.ctx
+        ctx, balance = self.ctx, self.balance
         if not (self.copies and self.led):
             return
+        assert balance is not None, "copies under --balance dynamic"
         self.standby = self._standby_of_lead()
         if self.standby is None:   # the last server: nobody to copy to
             self.held = self.number
             self._answer_waiting()
             return
         self.number += 1
-        text = json.dumps({"balance": self.balance.copy() if self.balance else {},
+        text = json.dumps({"balance": balance.copy(),
                            "answers": {str(w): [held, answer] for w, (held, answer)
                                        in self.answers.items()}})
         ctx.send(messages.HandOutCopy(self.number, text).pack(),
