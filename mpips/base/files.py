@@ -3,7 +3,11 @@ reading HDF5 files back so that a damaged one is named.
 
 Every file goes to a temporary name, is fsynced and renamed (`atomic_file`; `write_bytes`,
 `write_json` and `write_hdf5` for what is whole in memory): a reader sees the old file or
-the new one. When writing fails (a full disk, a quota, a read-only or vanished directory),
+the new one. With MPIPS_FSYNC=0 in the environment (scratch runs, test suites) nothing is
+fsynced: a rename still shows a whole file or none to every process, even after a process
+is killed; only a crash of the node's kernel or its power can then lose what was written.
+
+When writing fails (a full disk, a quota, a read-only or vanished directory),
 the temporary file is removed and SaveError names the file, the reason and, for a full
 disk, how many bytes were needed and how many are free. `keep_trying` holds what could
 not be written in memory and tries again, for a bounded time, while the user frees space.
@@ -21,14 +25,28 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .errors import DamagedFile, SaveError
+from .errors import ConfigError, DamagedFile, SaveError
 
 log = logging.getLogger("mpips")
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
+FSYNC = "MPIPS_FSYNC"
+DURABLE = os.environ.get(FSYNC, "1") != "0"   # files fsynced (check_fsync_setting: 0 or 1)
+
+
+def check_fsync_setting() -> None:
+    """Refuse a value of MPIPS_FSYNC other than 0 and 1, naming it."""
+    value = os.environ.get(FSYNC, "1")
+    if value not in ("0", "1"):
+        raise ConfigError(f"{FSYNC}={value!r} in the environment: set it to 1 (every file "
+                          f"written is fsynced, the default) or 0 (scratch runs, test suites)")
+
+
 def fsync_dir(path: str) -> None:
+    if not DURABLE:
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -101,7 +119,8 @@ def atomic_file(path: str, mode: str = "wb", tmp: str | None = None, size: int |
         with open(tmp, mode) as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if DURABLE:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(os.path.dirname(os.path.abspath(path)))
     except OSError as e:

@@ -83,7 +83,7 @@ def _leave(e: Exception, cfg, world, log) -> None:
         exit_together(2, f"mpips train: error: {e}"
                       if getattr(e, "reported", world.rank == 0) else None)
     # Not for a refused launch: job.ending loads numba.
-    from ..job.ending import JobStopped, NotScored
+    from ..job.ending import JobStopped, NotScored, how_to_go_on
     from ..ranks.ulfm import LOST, CannotFailOver, is_failure, leave_after_failure, what_died
     from ..run import signals
 
@@ -119,23 +119,6 @@ def _leave(e: Exception, cfg, world, log) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         world.Abort(1)
-
-
-def how_to_go_on(cfg) -> str:
-    """What a job stopped by a death can be continued from: its newest complete checkpoint
-    (or the one it resumed from), or, where there is none, a new start."""
-    from ..storage.checkpoint import complete_checkpoints
-    if cfg is None:
-        return "run it again"
-    for root in (cfg.checkpoints, cfg.checkpointing.resume):
-        if root and complete_checkpoints(root):
-            return f"continue from its last checkpoint with --resume {root}"
-    # The options as given (a resumed run's None is its checkpoint's, found above).
-    if not (cfg.checkpointing.every or cfg.checkpointing.seconds):
-        return ("checkpoints were off (--checkpoint-every): run it again from the start, "
-                "with checkpoints to keep what a job trains")
-    return (f"it died before its first checkpoint was complete (none in {cfg.checkpoints}): "
-            f"run it again from the start")
 
 
 def main(argv=None) -> None:

@@ -4,24 +4,32 @@ timeline.h5 and the live curves' last points; then the exit every rank ends with
 that lacks key ranges or rows refused, a stop for a checkpoint (JobStopped, 75), a model
 trained but not wholly scored (NotScored).
 """
+import logging
 import os
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 import numpy as np
 
 from ..base import timeline
-from ..base.errors import MpipsError
+from ..base.errors import MpipsError, WaitTimeout
 from ..models.lbfgs import Step
 from ..pipeline.schedule import logged_bubbles, theoretical_bubble
 from ..ranks.exits import NOT_SCORED
-from ..ranks.ulfm import CannotFailOver
+from ..ranks.ulfm import CannotFailOver, end_together
 from ..run import summary
 from ..run.config import TrainConfig
+from ..storage.checkpoint import complete_checkpoints
 from . import livecurves
 from .chunks import covered
 from .part_result import PartResult
 from .server_files import drop_unfinished_snapshots
+
+log = logging.getLogger("mpips")
+
+# How long the ranks that end together wait for each other once rank 0 has said why.
+SAID_BOUND_S = 10.0
 
 
 class JobStopped(MpipsError):
@@ -47,19 +55,50 @@ def _pipeline_figures(cfg, tasks: np.ndarray) -> dict:
             "bubble_theory": theoretical_bubble(cfg.pipeline.stages, cfg.pipeline.micro_batches)}
 
 
-def _refuse_a_model_that_lacks_some(records, comm) -> None:
+def _refuse_a_model_that_lacks_some(cfg: TrainConfig, records, comm) -> None:
     """CannotFailOver if the model lacks key ranges or rows that died with ranks (every rank
     sees the same records: all end alike)."""
-    if records["ranges_lost"].any():
-        error = CannotFailOver("the model written lacks key ranges whose every copy died "
-                               "before they were saved (see above)")
-        error.reported = comm.rank != 0
-        raise error
-    if records["rows_abandoned"].any():
-        error = CannotFailOver("rows of a worker that died or left could go to no living "
-                               "worker (see above): the model lacks them")
-        error.reported = comm.rank != 0
-        raise error
+    for lost, what in ((records["ranges_lost"], "the model written lacks key ranges whose "
+                        "every copy died before they were saved (see above)"),
+                       (records["rows_abandoned"], "rows of a worker that died or left could "
+                        "go to no living worker (see above): the model lacks them")):
+        if lost.any():
+            error = CannotFailOver(what)
+            _raise_together(error, comm, logging.ERROR,
+                            f"{error}: the job stops; {how_to_go_on(cfg)} (exit "
+                            f"{error.exit_status}, which the requeue template resumes)")
+
+
+def _raise_together(error: MpipsError, comm, level: int, said: str) -> NoReturn:
+    """Raise `error` on every rank of `comm`, rank 0 having said `said`, once all have got
+    here (or SAID_BOUND_S passed, or a rank died): the ranks leave on their own, and a launcher
+    could end rank 0 before its line was out had another left first (seen on a loaded
+    machine)."""
+    if comm.rank == 0:
+        log.log(level, "%s", said)
+    error.reported = True
+    try:
+        end_together(comm, SAID_BOUND_S)
+    except WaitTimeout:
+        pass   # a rank that never comes cannot be waited for: leave anyway
+    raise error
+
+
+def how_to_go_on(cfg) -> str:
+    """What a job stopped by a death can be continued from: its newest complete checkpoint
+    (or the one it resumed from), or, where there is none, a new start."""
+    if cfg is None:
+        return "run it again"
+    for root in (cfg.checkpoints, cfg.checkpointing.resume):
+        if root and complete_checkpoints(root):
+            return f"continue from its last checkpoint with --resume {root}"
+    # The options as given (a resumed run's None is its checkpoint's, found above).
+    if not (cfg.checkpointing.every or cfg.checkpointing.seconds):
+        return ("checkpoints were off (--checkpoint-every): run it again from the start, "
+                "with checkpoints to keep what a job trains")
+    return (f"it died before its first checkpoint was complete (none in {cfg.checkpoints}): "
+            f"run it again from the start")
+
 
 
 def finish(cfg, roles, name, part: PartResult, started, failures: list,
@@ -79,7 +118,7 @@ def finish(cfg, roles, name, part: PartResult, started, failures: list,
     record["samples"], record["tasks"] = samples.shape[0], tasks.shape[0]
     record["epoch_entries"] = part.epoch_rows.shape[0]
     records = summary.allgather(comm, record, cfg.faults.timeout)
-    _refuse_a_model_that_lacks_some(records, comm)
+    _refuse_a_model_that_lacks_some(cfg, records, comm)
     samples = summary.gather_to_root(comm, samples, records["samples"], cfg.faults.timeout,
                                      "the timelines")
     tasks = summary.gather_to_root(comm, tasks, records["tasks"], cfg.faults.timeout,
@@ -140,12 +179,10 @@ def _end_unless_done(cfg: TrainConfig, comm, stopped_at: int | None, scored: boo
         error = JobStopped(f"stopped at {cfg.solver.step} "
                            f"{stopped_at} after writing a checkpoint; continue with --resume "
                            f"{cfg.checkpoints}")
-        error.reported = comm.rank != 0
-        raise error
+        _raise_together(error, comm, logging.INFO, str(error))
     if not scored:
         error = NotScored(f"the model is trained and saved whole in {cfg.model_dir}, but the "
                           f"scores of part of --test {cfg.data.test} died with a rank (see above): "
                           f"score it with `python -m mpips score {cfg.data.out} "
                           f"--test {cfg.data.test}`")
-        error.reported = comm.rank != 0
-        raise error
+        _raise_together(error, comm, logging.ERROR, f"{error} (exit {error.exit_status})")

@@ -4,6 +4,7 @@ checkpoint a job resumes from (`check_resumable`). Each failure is a ConfigError
 the flags to change."""
 import os
 
+from ..base import files
 from ..base.errors import ConfigError
 from ..data import fingerprint
 from ..data.inputs import check_input, data_format, fields_of, format_mismatch
@@ -17,6 +18,7 @@ from .config_choices import Consistency, Solver
 def check(cfg: TrainConfig, n_ranks: int) -> None:
     """Raise ConfigError for anything wrong that every rank can see the same way."""
     layout, faults, solver = cfg.layout, cfg.faults, cfg.solver
+    files.check_fsync_setting()
     if faults.spares < 0:
         raise ConfigError(f"--spares must be 0 or more, got {faults.spares}")
     check_servers(cfg.server_ranks, n_ranks, faults.spares)

@@ -126,6 +126,14 @@ def test_a_bad_option_is_refused_naming_it(small_data, tmp_path, capsys, args, s
     assert not (tmp_path / "run").exists()
 
 
+def test_a_bad_mpips_fsync_in_the_environment_is_refused_naming_it(small_data, tmp_path,
+                                                                   capsys, monkeypatch):
+    monkeypatch.setenv("MPIPS_FSYNC", "off")
+    said = refusal(["--train", small_data[0], "--out", tmp_path / "run"], capsys)
+    assert "MPIPS_FSYNC='off' in the environment: set it to 1" in said
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.fixture(scope="module")
 def launched(small_data, tmp_path_factory) -> dict:
     """Each LAUNCHED case run once under mpiexec (4 ranks): its arguments -> (the job, its

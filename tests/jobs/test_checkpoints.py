@@ -11,7 +11,7 @@ import subprocess
 import h5py
 import numpy as np
 import pytest
-from support import (ASP_LOGLOSS_SLACK, close_logloss, fired, read_summary, run_here,
+from support import (ASP_LOGLOSS_SLACK, DURABLE, close_logloss, fired, read_summary, run_here,
                      run_job)
 from debian import ensure
 from watch import complete_checkpoints, rank_pids
@@ -48,10 +48,12 @@ def uninterrupted(small_data, tmp_path_factory):
 
 
 def test_a_stopped_and_resumed_run_ends_bitwise_equal(small_data, uninterrupted, tmp_path):
+    """Stopped and resumed with every file fsynced, as a user's job (the suite's other jobs
+    run with MPIPS_FSYNC=0, the uninterrupted one too)."""
     run = tmp_path / "run"
     # SIGUSR1, what Slurm's warning (forwarded by the job script) is, at clock 40.
     ended = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
-                    "--servers", 2, "--out", run, *TRAIN, "--test-event", STOP)
+                    "--servers", 2, "--out", run, *TRAIN, "--test-event", STOP, env=DURABLE)
     assert ended.returncode == 75, ended.output
     fired(ended, STOP)
     assert "after writing a checkpoint: continue with --resume" in ended.output
@@ -66,7 +68,7 @@ def test_a_stopped_and_resumed_run_ends_bitwise_equal(small_data, uninterrupted,
     # as the uninterrupted run's forked writers wrote.
     resumed = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
                       "--servers", 2, "--out", run, *TRAIN, "--resume", run / "checkpoints",
-                      "--checkpoint-inline")
+                      "--checkpoint-inline", env=DURABLE)
     assert resumed.returncode == 0, resumed.output
     assert f"resumed from checkpoint clock {stopped['stopped_at_clock']}" in resumed.output
     ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")

@@ -157,7 +157,7 @@ def test_a_job_trains_on_a_parquet_folder_as_on_its_conversion(tmp_path):
     for name, source in (("parquet", folder), ("shards", converted)):
         runs.append(tmp_path / name)
         job = run_job(3, "train", "--train", source, "--test", test, "--out", runs[-1],
-                      "--epochs", 2, "--lr", 0.1)
+                      "--epochs", 2, "--lr", 0.1, "--batch-size", 20)
         assert job.returncode == 0, job.output
     same_model(*runs)
     s = read_summary(runs[0])

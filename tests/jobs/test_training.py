@@ -82,7 +82,7 @@ def test_summary_and_model_files(small_data, tmp_path):
 def test_snapshots_make_a_learning_curve(small_data, tmp_path):
     run = tmp_path / "run"
     job = run_job(3, "train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
-                  "--out", run, "--epochs", 5, "--batch-size", 100, "--snapshot-every", 0.05,
+                  "--out", run, "--epochs", 5, "--batch-size", 100, "--snapshot-every", 0.1,
                   "--lr", 0.05)   # a rate at which every epoch improves the held-out loss
     assert job.returncode == 0, job.output
     scored = run_mpips("score", run, "--test", small_data[1], "--snapshots",
@@ -90,6 +90,7 @@ def test_snapshots_make_a_learning_curve(small_data, tmp_path):
     assert scored.returncode == 0, scored.output
     with open(tmp_path / "curve.json") as f:
         curve = json.load(f)
-    assert len(curve) >= 2, "snapshots every 0.05 s over 5 epochs"
+    # About 5 snapshots here unloaded (0.5 s of training), more on a loaded machine.
+    assert len(curve) >= 2, "snapshots every 0.1 s over 5 epochs"
     assert [c["elapsed_s"] for c in curve] == sorted(c["elapsed_s"] for c in curve)
     assert curve[0]["logloss"] > read_summary(run)["test_logloss"], "the model improved"

@@ -45,7 +45,7 @@ def test_a_stopped_job_resumes_to_the_uninterrupted_bits(data, tmp_path):
 def test_a_pipeline_of_two_stages_trains(data, tmp_path):
     job = run_job(4, "train", "--train", data[0], "--test", data[1], "--out", tmp_path / "run",
                   "--servers", 2, "--model", "widedeep", "--embedding-dim", 4, "--hidden", "8",
-                  "--stages", 2, "--epochs", 2)
+                  "--stages", 2, "--epochs", 2, "--batch-size", 50)
     assert job.returncode == 0, job.output
     assert read_summary(tmp_path / "run")["test_auc"] > 0.7
 

@@ -64,17 +64,22 @@ def trained(cluster, run_dir, template, *options, **env) -> str:
     return out
 
 
+# Minibatches of 200 rows: the templates' jobs run 50 clocks an epoch, not the default's 1,000
+# (what is tested is the launch: the ranks, nodes and options the templates give).
+QUICK = "--batch-size 200"
+
+
 def test_single_node_template(slurm, small_data, tmp_path):
     run = tmp_path / "run"
     out = trained(slurm, run, "train.sbatch", "--ntasks=3", TRAIN=small_data[0],
-                  TEST=small_data[1], SERVERS=1)
+                  TEST=small_data[1], SERVERS=1, EXTRA=QUICK)
     assert "launcher mpiexec" in out and summary(run)["workers"] == 2
 
 
 def test_ft_knob_launches_with_ulfm(slurm, small_data, tmp_path):
     run = tmp_path / "run"
     out = trained(slurm, run, "train.sbatch", "--ntasks=3", TRAIN=small_data[0],
-                  TEST=small_data[1], SERVERS=1, FT=1, FT_TIMEOUT=DETECTOR_S)
+                  TEST=small_data[1], SERVERS=1, FT=1, FT_TIMEOUT=DETECTOR_S, EXTRA=QUICK)
     assert "launcher mpiexec with ULFM (FT=1)" in out
     assert "hot failover is on: Open MPI" in out, out
 
@@ -82,7 +87,7 @@ def test_ft_knob_launches_with_ulfm(slurm, small_data, tmp_path):
 def test_multinode_template_spreading_servers(slurm, small_data, tmp_path):
     run = tmp_path / "run"
     trained(slurm, run, "multinode.sbatch", "--nodes=2", "--ntasks-per-node=2",
-            TRAIN=small_data[0], TEST=small_data[1], SERVERS=2, SPREAD=1)
+            TRAIN=small_data[0], TEST=small_data[1], SERVERS=2, SPREAD=1, EXTRA=QUICK)
     assert (summary(run)["servers"], summary(run)["workers"]) == (2, 2)
     assert sorted(summary(run)["nodes"]["servers"]) == ["ps1", "ps2"], "one server per node"
 
@@ -91,7 +96,8 @@ def test_heterogeneous_template_puts_servers_in_the_first_component(slurm, small
                                                                       tmp_path):
     run = tmp_path / "run"
     trained(slurm, run, "hetjob.sbatch", "--ntasks=1", "--constraint=bigmem", ":",
-            "--ntasks=2", "--constraint=standard", TRAIN=small_data[0], TEST=small_data[1])
+            "--ntasks=2", "--constraint=standard", TRAIN=small_data[0], TEST=small_data[1],
+            EXTRA=QUICK)
     assert (summary(run)["servers"], summary(run)["workers"]) == (1, 2)
     assert summary(run)["nodes"] == {"servers": ["ps1"], "workers": ["ps2", "ps2"]}
 

@@ -2,6 +2,7 @@
 writer: a failure leaves neither the file nor a temporary one, and names the file."""
 import errno
 import os
+import re
 
 import numpy as np
 import pytest
@@ -15,7 +16,53 @@ from mpips.data.synthetic import make_data
 def _full_disk(monkeypatch):
     def fsync(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(files, "DURABLE", True)   # the suite runs with MPIPS_FSYNC=0
     monkeypatch.setattr(files.os, "fsync", fsync)
+
+
+def _fsyncs(monkeypatch, durable: bool) -> list:
+    """The descriptors os.fsync is called on from now, with files.DURABLE set to `durable`."""
+    synced: list = []
+    monkeypatch.setattr(files, "DURABLE", durable)
+    monkeypatch.setattr(files.os, "fsync", synced.append)
+    return synced
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_file_and_its_directory_are_fsynced_unless_mpips_fsync_is_0(tmp_path, monkeypatch,
+                                                                      durable):
+    """By default a file written is fsynced, then its directory after the rename (2 calls);
+    with MPIPS_FSYNC=0 (files.DURABLE false) neither is, and the file is still whole under
+    its name, with no temporary file left."""
+    synced = _fsyncs(monkeypatch, durable)
+    files.write_bytes(str(tmp_path / "f.bin"), b"abc")
+    with files.atomic_file(str(tmp_path / "g.bin")) as f:
+        f.write(b"de")
+    assert len(synced) == (4 if durable else 0)
+    assert sorted(os.listdir(tmp_path)) == ["f.bin", "g.bin"]
+    assert (tmp_path / "f.bin").read_bytes() == b"abc"
+
+
+@pytest.mark.parametrize("value, durable", [(None, True), ("1", True), ("0", False)])
+def test_mpips_fsync_is_read_from_the_environment_at_import(value, durable):
+    """A fresh interpreter: the setting as a job's ranks read it."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != files.FSYNC}
+    if value is not None:
+        env[files.FSYNC] = value
+    done = subprocess.run([sys.executable, "-c", "from mpips.base import files; "
+                           "print(files.DURABLE)"], env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == str(durable), done.stderr
+
+
+@pytest.mark.parametrize("value", ["yes", "", "2"])
+def test_a_value_of_mpips_fsync_other_than_0_or_1_is_refused_naming_it(monkeypatch, value):
+    from mpips.base.errors import ConfigError
+    monkeypatch.setenv(files.FSYNC, value)
+    with pytest.raises(ConfigError, match=re.escape(f"MPIPS_FSYNC={value!r} in the "
+                                                    f"environment: set it to 1")):
+        files.check_fsync_setting()
 
 
 @pytest.mark.parametrize("options", [{}, {"fmt": "criteo"}, {"kind": "census"}])
