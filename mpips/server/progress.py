@@ -9,7 +9,8 @@ from ..base.log import say
 
 class Progress:
     """Latest figures per worker; logs a line every `every` seconds, and at each tenth of
-    an epoch (at most twice a second) so short runs show progress too."""
+    an epoch (the first at once, the others at most twice a second) so short runs show
+    progress too."""
 
     def __init__(self, n_workers: int, epochs: int, every: float):
         self.epochs = epochs
@@ -39,11 +40,13 @@ class Progress:
         self.done[worker] = header.progress
         if not say:
             return
+        if self.done.min() >= self.epochs:
+            return   # all done: the final line follows
         since = time.monotonic() - self._last[0]
-        if since < min(self.every, 0.5) or self.done.min() >= self.epochs:
-            return   # too soon for another line, or all done: the final line follows
         tenth = int(self.done.mean() * 10)
-        if since >= self.every or (tenth > self._tenth and since >= 0.5):
+        # The first tenth's line at once, however short the run: every run shows one.
+        first = self._tenth == 0 and tenth > 0
+        if since >= self.every or (tenth > self._tenth and (first or since >= 0.5)):
             self._tenth = tenth
             self.log()
 
