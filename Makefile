@@ -22,6 +22,8 @@ ROWS    ?= 500000
 RUN_DIR ?= runs/default
 FT      ?= 0
 FT_TIMEOUT ?= 10
+# What the kernels' build waits for: the venv of `make run`, or of `make test` (set by it).
+INSTALLED ?= $(VENV)/.installed
 FT_FLAGS := --with-ft ulfm --mca mpi_ft_detector true --mca mpi_ft_detector_period 0.2 \
             --mca mpi_ft_detector_timeout $(FT_TIMEOUT)
 LAUNCH_FLAGS := $(if $(filter 1,$(FT)),$(FT_FLAGS))
@@ -37,7 +39,7 @@ export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export OMPI_MCA_osc := ^ucx
 export OMPI_MCA_btl := ^ofi
 
-.PHONY: run test bench install data clean help kernels docs
+.PHONY: run test bench install data clean help kernels docs system-packages
 
 help:
 	@echo "make run    install into $(VENV), make the built-in dataset, train it with $(NP) ranks"
@@ -70,7 +72,7 @@ KERNEL_SOURCES := $(wildcard $(CHECKOUT)mpips/kernels/*.py) $(CHECKOUT)mpips/ker
 AHEAD := $(CHECKOUT)mpips/kernels/_ahead.json
 
 $(AHEAD): $(KERNEL_SOURCES) $(CHECKOUT)mpips/kernels/ahead_forms.json $(CHECKOUT)mpips/run/ahead_build.py \
-          | $(VENV)/.installed
+          | $(INSTALLED)
 	MPIPS_KERNELS=jit $(PY) -m mpips.run.ahead_build
 
 kernels: $(AHEAD)
@@ -94,12 +96,18 @@ run: $(VENV)/.installed $(AHEAD) $(DATA).train.svm
 # others' results, each within a bound, and names those that failed. tests/slurm starts a
 # real Slurm on this machine (installing it with apt-get as root), and skips, saying why,
 # where it cannot.
-# The test venv first, then the kernels' ahead build beside the MPICH venv's install (two
-# jobs: this machine's two cores).
+# The Debian packages of the tests (Slurm, h5dump, Chromium) install beside the test venv,
+# then beside the kernels' ahead build and the MPICH venv's install, which wait for the test
+# venv (three jobs: apt-get mostly waits for the network and the disk).
 test:
-	$(MAKE) --no-print-directory $(VENV)/.installed-test
-	$(MAKE) --no-print-directory -j2 kernels $(VENV_MPICH)/.installed
+	$(MAKE) --no-print-directory -j3 INSTALLED=$(VENV)/.installed-test \
+	    system-packages kernels $(VENV_MPICH)/.installed
 	tests/run-all
+
+# As root with apt-get, where missing (tests/debian.py): on a new machine the tests would
+# otherwise each wait for their own apt-get.
+system-packages:
+	$(PYTHON) tests/debian.py
 
 # MPICH (the `mpich` wheel) in a venv of its own, for the smoke run: what users of the
 # MPICH family run must keep working (without ULFM: hot failover is Open MPI's).

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from debian import ensure
+from debian import SLURM, ensure
 from support import cannot
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -116,7 +116,7 @@ def _start_munge() -> bool:
 def slurm_fixture(tmp_path_factory):
     if os.geteuid() != 0:
         cannot("needs root to start munge, slurmctld and slurmd")
-    ensure(["slurmctld", "slurmd", "munged"], ["slurm-wlm", "munge"])
+    ensure(SLURM)
     started_munge = _start_munge()
     base = str(tmp_path_factory.mktemp("slurm"))
     for sub in ("state", "spool-ps1", "spool-ps2", "jobs"):

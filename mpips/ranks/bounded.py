@@ -3,7 +3,11 @@
 Open MPI and MPICH busy-poll inside blocking calls. Polling here first yields the
 core between polls (another rank on the same core runs; an idle core answers at
 once), then, once a wait has lasted a while, sleeps a little longer each round,
-which leaves the cores to computation when ranks outnumber them.
+which leaves the cores to computation when ranks outnumber them. A wait that has
+lasted 50 ms (a rank waiting for another's start-up, reading or scoring, or for the
+failure detector to take a frozen rank for dead) sleeps up to a millisecond a round: a
+reply a millisecond late is little to such a wait, and five times fewer polls leave the
+cores to the ranks at work.
 """
 import os
 import time
@@ -16,10 +20,13 @@ from ..base.errors import WaitTimeout
 
 class Backoff:
     """Yield between polls for the first `spin` seconds of a wait, then sleep from `first`
-    up to `longest` seconds, doubling."""
+    up to `longest` seconds, doubling; past `patient_after` seconds of waiting, up to
+    `patient_longest`."""
 
-    def __init__(self, spin: float = 2e-3, first: float = 5e-5, longest: float = 2e-4):
+    def __init__(self, spin: float = 2e-3, first: float = 5e-5, longest: float = 2e-4,
+                 patient_after: float = 0.05, patient_longest: float = 1e-3):
         self.spin, self.first, self.longest = spin, first, longest
+        self.patient_after, self.patient_longest = patient_after, max(patient_longest, longest)
         self.reset()
 
     def reset(self) -> None:
@@ -30,11 +37,13 @@ class Backoff:
         now = time.monotonic()
         if self._since is None:
             self._since = now
-        if now - self._since < self.spin:
+        waited = now - self._since
+        if waited < self.spin:
             os.sched_yield()
             return
         time.sleep(self._delay)
-        self._delay = min(self._delay * 2, self.longest)
+        most = self.patient_longest if waited >= self.patient_after else self.longest
+        self._delay = min(self._delay * 2, most)
 
 
 def wait_all(requests: Sequence[MPI.Request], timeout: float, what: Callable[[], str],

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from support import (ASP_LOGLOSS_SLACK, DURABLE, close_logloss, fired, read_summary, run_here,
                      run_job)
-from debian import ensure
+from debian import H5DUMP, ensure
 from watch import complete_checkpoints, rank_pids
 
 from mpips.storage import checkpoint
@@ -421,7 +421,7 @@ def test_a_resume_keeps_the_checkpoint_settings_of_its_run(termed):
 
 
 def test_checkpoint_files_are_plain_hdf5(uninterrupted):
-    ensure(["h5dump"], ["hdf5-tools"])
+    ensure(H5DUMP)
     shard = glob.glob(str(uninterrupted / "checkpoints" / "clock-*" / "server-0000.h5"))[0]
     header = subprocess.run(["h5dump", "-H", shard], capture_output=True, text=True)
     assert header.returncode == 0

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from support import read_summary, run_here, run_job, run_mpips
-from debian import ensure
+from debian import CHROMIUM, ensure
 from watch import WatchedJob, wait_for_file
 
 from mpips.base import timeline
@@ -101,7 +101,7 @@ def test_every_rank_keeps_a_timeline_that_adds_up_to_its_summary(runs):
 
 
 def test_the_report_of_two_runs_shows_every_plot_in_a_browser(runs, tmp_path):
-    ensure(["chromium"], ["chromium"])
+    ensure(CHROMIUM)
     page = tmp_path / "both.html"
     job = run_here("report", *runs, "--out", page)
     assert job.returncode == 0, job.output
