@@ -18,9 +18,9 @@ import pytest
 
 # What the Makefile exports, so that `pytest` also works when run by hand (as root, on few
 # cores); events at a point of a job, which only tests may use; and no fsync: the tests kill
-# processes, never the node, and a rename is atomic without it. The suite's jobs write some
-# 5,000 files, and on a loaded disk an fsync took up to 0.6 s (one job: 30 s instead of 3).
-# The tests that launch with DURABLE fsync as users' jobs do (tests/jobs/test_checkpoints.py).
+# processes, never the node, and a rename is atomic without it. On the suite's loaded disk an
+# fsync took up to seconds: a job that checkpoints at every clock (488 fsyncs) took 30 s, not 3.
+# The tests that launch with FSYNC_ON fsync as users' jobs do (tests/jobs/test_checkpoints.py).
 for _name, _value in (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
                       ("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe"),
                       ("OMPI_MCA_osc", "^ucx"), ("OMPI_MCA_btl", "^ofi"),
@@ -62,7 +62,7 @@ class Job:
 
 
 # The environment of a launch that fsyncs every file, as a user's job does.
-DURABLE = {"MPIPS_FSYNC": "1"}
+FSYNC_ON = {"MPIPS_FSYNC": "1"}
 
 
 def launch(n_ranks: int, *args, launcher=(), env=None) -> subprocess.Popen:

@@ -5,7 +5,8 @@ Every file goes to a temporary name, is fsynced and renamed (`atomic_file`; `wri
 `write_json` and `write_hdf5` for what is whole in memory): a reader sees the old file or
 the new one. With MPIPS_FSYNC=0 in the environment (scratch runs, test suites) nothing is
 fsynced: a rename still shows a whole file or none to every process, even after a process
-is killed; only a crash of the node's kernel or its power can then lose what was written.
+is killed; only a crash of the node's kernel or its power can then lose what was written. The
+variable is read once, as mpips is imported.
 
 When writing fails (a full disk, a quota, a read-only or vanished directory),
 the temporary file is removed and SaveError names the file, the reason and, for a full

@@ -87,13 +87,9 @@ def _leave(e: Exception, cfg, world, log) -> None:
     from ..ranks.ulfm import LOST, CannotFailOver, is_failure, leave_after_failure, what_died
     from ..run import signals
 
-    if isinstance(e, JobStopped):
-        if not getattr(e, "reported", False):
-            log.info("%s", e)
+    if isinstance(e, JobStopped):   # said by rank 0 (job.ending)
         sys.exit(signals.RESUMABLE)
-    elif isinstance(e, NotScored):   # after a death: leave as after one (without finalizing)
-        if not e.reported:
-            log.error("%s (exit %d)", e, e.exit_status)
+    elif isinstance(e, NotScored):   # said by rank 0; leave as after a death (no finalizing)
         leave_after_failure(e.exit_status)
     elif isinstance(e, CannotFailOver):
         if not getattr(e, "reported", False):

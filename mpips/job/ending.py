@@ -28,9 +28,6 @@ from .server_files import drop_unfinished_snapshots
 
 log = logging.getLogger("mpips")
 
-# How long the ranks that end together wait for each other once rank 0 has said why.
-SAID_BOUND_S = 10.0
-
 
 class JobStopped(MpipsError):
     """Raised on every rank after a job stopped early with a checkpoint: exit status 75."""
@@ -64,21 +61,22 @@ def _refuse_a_model_that_lacks_some(cfg: TrainConfig, records, comm) -> None:
                         "go to no living worker (see above): the model lacks them")):
         if lost.any():
             error = CannotFailOver(what)
-            _raise_together(error, comm, logging.ERROR,
+            _raise_together(error, comm, cfg.faults.timeout, logging.ERROR,
                             f"{error}: the job stops; {how_to_go_on(cfg)} (exit "
                             f"{error.exit_status}, which the requeue template resumes)")
 
 
-def _raise_together(error: MpipsError, comm, level: int, said: str) -> NoReturn:
+def _raise_together(error: MpipsError, comm, timeout: float, level: int,
+                    said: str) -> NoReturn:
     """Raise `error` on every rank of `comm`, rank 0 having said `said`, once all have got
-    here (or SAID_BOUND_S passed, or a rank died): the ranks leave on their own, and a launcher
+    here (or --timeout passed, or a rank died): the ranks leave on their own, and a launcher
     could end rank 0 before its line was out had another left first (seen on a loaded
-    machine)."""
+    machine). Rank 0 may come late, from waiting for its snapshot scorer."""
     if comm.rank == 0:
         log.log(level, "%s", said)
     error.reported = True
     try:
-        end_together(comm, SAID_BOUND_S)
+        end_together(comm, timeout)
     except WaitTimeout:
         pass   # a rank that never comes cannot be waited for: leave anyway
     raise error
@@ -98,7 +96,6 @@ def how_to_go_on(cfg) -> str:
                 "with checkpoints to keep what a job trains")
     return (f"it died before its first checkpoint was complete (none in {cfg.checkpoints}): "
             f"run it again from the start")
-
 
 
 def finish(cfg, roles, name, part: PartResult, started, failures: list,
@@ -179,10 +176,11 @@ def _end_unless_done(cfg: TrainConfig, comm, stopped_at: int | None, scored: boo
         error = JobStopped(f"stopped at {cfg.solver.step} "
                            f"{stopped_at} after writing a checkpoint; continue with --resume "
                            f"{cfg.checkpoints}")
-        _raise_together(error, comm, logging.INFO, str(error))
+        _raise_together(error, comm, cfg.faults.timeout, logging.INFO, str(error))
     if not scored:
         error = NotScored(f"the model is trained and saved whole in {cfg.model_dir}, but the "
                           f"scores of part of --test {cfg.data.test} died with a rank (see above): "
                           f"score it with `python -m mpips score {cfg.data.out} "
                           f"--test {cfg.data.test}`")
-        _raise_together(error, comm, logging.ERROR, f"{error} (exit {error.exit_status})")
+        _raise_together(error, comm, cfg.faults.timeout, logging.ERROR,
+                        f"{error} (exit {error.exit_status})")

@@ -7,7 +7,8 @@ which leaves the cores to computation when ranks outnumber them. A wait that has
 lasted 50 ms (a rank waiting for another's start-up, reading or scoring, or for the
 failure detector to take a frozen rank for dead) sleeps up to a millisecond a round: a
 reply a millisecond late is little to such a wait, and five times fewer polls leave the
-cores to the ranks at work.
+cores to the ranks at work. The server's loop keeps the short sleeps (its Backoff is never
+patient): a request after a quiet spell is answered as fast as any.
 """
 import os
 import time

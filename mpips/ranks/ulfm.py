@@ -157,9 +157,11 @@ def leave_after_failure(status: int) -> None:
 
 
 def end_together(comm: MPI.Intracomm, timeout: float) -> None:
-    """Under ULFM, the last wait before finalizing, so that the ranks finalize together: a
-    rank that finalizes stops answering the failure detector, and ranks still at work then
-    take it for dead. A death found here changes nothing: the job's work is done."""
+    """Every rank of `comm` waits for the others. Under ULFM it is the last wait before
+    finalizing, so that the ranks finalize together: a rank that finalizes stops answering
+    the failure detector, and ranks still at work then take it for dead. It is also the wait
+    of ranks that leave together once rank 0 has said why (job.ending). A death found here
+    ends the wait: the job's work is done."""
     try:
         wait_all([comm.Ibarrier()], timeout, lambda: "every rank to finish")
     except MPI.Exception as e:

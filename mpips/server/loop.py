@@ -173,7 +173,7 @@ class Server:
         ctx = self.ctx
         self._buf = np.empty(1 << 16, np.uint8)
         self._probed = MPI.Status()
-        self._backoff = Backoff()
+        self._backoff = Backoff(patient_after=float("inf"))   # replies as fast after a lull
         start = self._quiet_since = ctx.gate.start = time.monotonic()
         ctx.watchdog.start(start)
         self._next_check = start

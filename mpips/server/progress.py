@@ -44,8 +44,9 @@ class Progress:
             return   # all done: the final line follows
         since = time.monotonic() - self._last[0]
         tenth = int(self.done.mean() * 10)
-        # The first tenth's line at once, however short the run: every run shows one.
-        first = self._tenth == 0 and tenth > 0
+        # The first tenth's line at once, however short the run: every run shows one (once
+        # every worker has said where it is: a resumed run's mean starts past zero).
+        first = self._tenth == 0 and tenth > 0 and self.done.min() > 0
         if since >= self.every or (tenth > self._tenth and (first or since >= 0.5)):
             self._tenth = tenth
             self.log()

@@ -131,7 +131,6 @@ def test_a_bad_mpips_fsync_in_the_environment_is_refused_naming_it(small_data, t
     monkeypatch.setenv("MPIPS_FSYNC", "off")
     said = refusal(["--train", small_data[0], "--out", tmp_path / "run"], capsys)
     assert "MPIPS_FSYNC='off' in the environment: set it to 1" in said
-    assert not (tmp_path / "run").exists()
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import subprocess
 import h5py
 import numpy as np
 import pytest
-from support import (ASP_LOGLOSS_SLACK, DURABLE, close_logloss, fired, read_summary, run_here,
-                     run_job)
+from support import (ASP_LOGLOSS_SLACK, FSYNC_ON, close_logloss, fired, read_summary,
+                     run_here, run_job)
 from debian import H5DUMP, ensure
 from watch import complete_checkpoints, rank_pids
 
@@ -53,10 +53,13 @@ def test_a_stopped_and_resumed_run_ends_bitwise_equal(small_data, uninterrupted,
     run = tmp_path / "run"
     # SIGUSR1, what Slurm's warning (forwarded by the job script) is, at clock 40.
     ended = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
-                    "--servers", 2, "--out", run, *TRAIN, "--test-event", STOP, env=DURABLE)
+                    "--servers", 2, "--out", run, *TRAIN, "--test-event", STOP, env=FSYNC_ON)
     assert ended.returncode == 75, ended.output
     fired(ended, STOP)
     assert "after writing a checkpoint: continue with --resume" in ended.output
+    # rank 0's word of the stop, once, before any rank left (job.ending._raise_together)
+    assert ended.output.count("after writing a checkpoint; continue with --resume") == 1, \
+        ended.output
     stopped = read_summary(run)
     assert stopped["status"] == "stopped" and stopped["stopped_at_clock"] == STOPPED_AT
     assert stopped["train_examples"] == STOPPED_AT * CLOCK_ROWS < EPOCHS * 20000, \
@@ -68,7 +71,7 @@ def test_a_stopped_and_resumed_run_ends_bitwise_equal(small_data, uninterrupted,
     # as the uninterrupted run's forked writers wrote.
     resumed = run_job(4, "train", "--train", small_data[0], "--test", small_data[1],
                       "--servers", 2, "--out", run, *TRAIN, "--resume", run / "checkpoints",
-                      "--checkpoint-inline", env=DURABLE)
+                      "--checkpoint-inline", env=FSYNC_ON)
     assert resumed.returncode == 0, resumed.output
     assert f"resumed from checkpoint clock {stopped['stopped_at_clock']}" in resumed.output
     ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")

@@ -25,7 +25,7 @@ def test_it_yields_then_sleeps_doubling_up_to_longest(monkeypatch):
 
 def test_a_wait_past_patient_after_sleeps_up_to_patient_longest(monkeypatch):
     sleeps, _ = rounds(monkeypatch, 40, 0.002)
-    before = sleeps[:23]   # rounds at 2 ms to 48 ms
+    before = sleeps[:23]   # the rounds from 2 ms to 46 ms
     assert max(before) == 2e-4
     assert sleeps[-1] == 1e-3 and max(sleeps) == 1e-3
 
