@@ -5,6 +5,7 @@ last); under ULFM, the key ranges of servers that died as the model was saved, w
 by their new primaries; and where the model is kept as of an earlier clock, for messages.
 """
 import contextlib
+import functools
 import glob
 import logging
 import os
@@ -60,16 +61,11 @@ def _checkpoint_file(cfg: TrainConfig, roles: Roles, name: str, clock: int, writ
     """Checkpoint `clock`'s file of `keys`, in the process that writes it (test events at its
     midpoint); a writer beside the loop streams it, block by block, over `spread` seconds at
     least, which only a process about to end may do."""
-    def midway() -> None:
-        testevents.reached("writing", writer)
-
+    how = (functools.partial(checkpoint.stream_shard, spread=spread) if forked
+           else checkpoint.write_shard)
     try:
-        if forked:
-            return checkpoint.stream_shard(cfg.checkpoints, clock, roles.index, keys,
-                                           {"run_id": name}, ranges=keys.ranges(),
-                                           midway=midway, spread=spread)
-        return checkpoint.write_shard(cfg.checkpoints, clock, roles.index, keys,
-                                      {"run_id": name}, ranges=keys.ranges(), midway=midway)
+        return how(cfg.checkpoints, clock, roles.index, keys, {"run_id": name},
+                   ranges=keys.ranges(), midway=lambda: testevents.reached("writing", writer))
     except SaveError as e:
         return {"server": roles.index, "error": str(e)}
 
