@@ -11,8 +11,8 @@ shard into an empty table.
 
 Then, serving (bench/checkpoint_serving.py, 1 server + 2 workers under mpiexec, AdaGrad,
 BSP, each worker reading and updating 10,000 of the keys a clock, a timed checkpoint every
---every seconds), with the file written as jobs do (`resident`: the table copied a span per
-turn of the loop into shared memory, then written by the server's resident writer, forked
+--every seconds), with the file written as jobs do (`resident`: the table copied a span at a
+time between requests into shared memory, then written by the server's resident writer, forked
 once), from that copy by a child forked for each file (`snapshot`, what jobs did before), by
 a child forked from the live table (`fork`: copy-on-write pages) and in the server's loop
 (`inline`, --checkpoint-inline): for each checkpoint the write time (from taking the
@@ -137,12 +137,18 @@ def watch_memory(proc, pid_file: str, timeout: float) -> dict:
     return {"server_mb": alone, "with_writer_mb": together}
 
 
+def _in_windows(server: dict, begin: float, end: float) -> list:
+    """The server's records of the checkpoints `analyse` measures (written within the
+    workers' run, without an error)."""
+    return [c for c in server["checkpoints"]
+            if begin <= c["take"] and c.get("done", end) <= end and not c.get("error")]
+
+
 def analyse(mode: str, server: dict, steps: list) -> dict:
     """Hold against write time, and clocks per second during writes against outside."""
     begin = max(s[0, 0] for s in steps) + WARMUP_S
     end = min(s[-1, 1] for s in steps)
-    windows = [(c["take"], c["done"]) for c in server["checkpoints"]
-               if begin <= c["take"] and c.get("done", end) <= end and not c.get("error")]
+    windows = [(c["take"], c["done"]) for c in _in_windows(server, begin, end)]
     if not windows:
         sys.exit(f"{mode}: no checkpoint fell within the workers' run: give more "
                  f"--serve-seconds or a smaller --every")
@@ -176,6 +182,20 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
     window_s = sum(min(b, end) - max(a, begin) for a, b in windows)
     rate_during = in_windows.sum() / window_s
     rate_without = (~in_windows).sum() / (end - begin - window_s)
+    # The same for the two phases of a write: the table's copy (a span at a time between
+    # the server's requests), then the file written from it (the writer).
+    phases = {}
+    for phase, spans in (("copy", [(a, c.get("copied", a)) for (a, b), c in
+                                   zip(windows, _in_windows(server, begin, end))]),
+                         ("file", [(c.get("copied", a), b) for (a, b), c in
+                                   zip(windows, _in_windows(server, begin, end))])):
+        inside = np.zeros(ends.shape[0], bool)
+        for a, b in spans:
+            inside |= (ends >= a) & (ends < b)
+        seconds = sum(b - a for a, b in spans)
+        phases[f"{phase}_s"] = seconds / len(spans)
+        phases[f"throughput_{phase}"] = (inside.sum() / seconds / rate_without
+                                         if seconds > 0 else None)
     write_s = max(r["write_s"] for r in rows)
     held_s = max(r["held_s"] for r in rows)
     return {"mode": mode, "keys": server["keys"], "table_mb": server["table_bytes"] / 1e6,
@@ -183,7 +203,7 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
             "typical_clock_s": typical, "write_s": write_s, "held_s": held_s,
             "held_of_write": held_s / write_s,
             "clocks_per_s_during": rate_during, "clocks_per_s_without": rate_without,
-            "throughput_during": rate_during / rate_without,
+            "throughput_during": rate_during / rate_without, **phases,
             # what a checkpoint costs the workers in all: the clocks they would have done
             "clocks_lost_per_checkpoint": (rate_without - rate_during) * window_s / len(windows)}
 
@@ -241,6 +261,10 @@ def report_serving(served: list) -> None:
         spread = max(c.get("spread_s", 0.0) for c in r["checkpoints"])
         print(f"{'':8} held/write per checkpoint: {held}"
               + (f" (each file spread over {spread:.1f} s at least, as jobs do)" if spread else ""))
+        if r.get("throughput_file") is not None and r["copy_s"] > 0:
+            print(f"{'':8} the table's copy {r['copy_s']:.2f} s at {r['throughput_copy']:.2f} "
+                  f"of the clocks/s without, then the file {r['file_s']:.2f} s at "
+                  f"{r['throughput_file']:.2f}")
     print("(write s, held s: the longest over the checkpoints; take ms: the longest the server "
           "took to take the state; span ms: its longest turn copying a span; start ms: its "
           "longest turn starting the writer (a fork, or the task sent); lost: the clocks a "

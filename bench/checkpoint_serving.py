@@ -1,8 +1,8 @@
 """One launch of bench/checkpoint.py's serving part: 1 server holding N keys (AdaGrad, BSP)
 and 2 workers pulling and pushing 10,000 of them a clock, with a timed checkpoint every few
-seconds, written as a job writes it (`resident`: the table copied a span per turn of the
-loop into shared memory, then written by the server's resident writer, forked at the start and
-kept), from the same copy by a child forked for each file (`snapshot`, what
+seconds, written as a job writes it (`resident`: the table copied a span at a time between
+requests into shared memory, then written by the server's resident writer, forked at the
+start and kept), from the same copy by a child forked for each file (`snapshot`, what
 jobs did before), by a child forked at the clock from the live table (`fork`: copy-on-write
 pages) or in the server's loop (`inline`).
 
@@ -78,6 +78,8 @@ class Timed:
         if copying:   # a span copied; the last one also starts the writer
             key = "copy_turn_s" if self.file.copying else "start_writer_s"
             self.record[key] = max(self.record.get(key, 0.0), took)
+            if not self.file.copying:
+                self.record["copied"] = time.monotonic()
         if entry is not None and "done" not in self.record:
             self.record["done"] = time.monotonic()
             self.record["error"] = entry.get("error")

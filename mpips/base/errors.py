@@ -7,6 +7,9 @@ class MpipsError(Exception):
     # Set where ranks agree which of them prints the error (True: printed or to be printed
     # there, not again by the command line); left unset, the handler decides.
     reported: bool
+    # Set where every rank of the job raised it together, having waited for the others
+    # (job.ending): they need not wait again before they leave.
+    raised_together: bool = False
 
 
 class ConfigError(MpipsError):

@@ -34,12 +34,13 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 FSYNC = "MPIPS_FSYNC"
-DURABLE = os.environ.get(FSYNC, "1") != "0"   # files fsynced (check_fsync_setting: 0 or 1)
+_SETTING = os.environ.get(FSYNC, "1")   # as mpips was imported: what DURABLE follows
+DURABLE = _SETTING != "0"   # files fsynced (check_fsync_setting: 0 or 1)
 
 
-def check_fsync_setting() -> None:
-    """Refuse a value of MPIPS_FSYNC other than 0 and 1, naming it."""
-    value = os.environ.get(FSYNC, "1")
+def check_fsync_setting(value: str = _SETTING) -> None:
+    """Refuse a value of MPIPS_FSYNC other than 0 and 1 (by default, the one read as mpips was
+    imported), naming it."""
     if value not in ("0", "1"):
         raise ConfigError(f"{FSYNC}={value!r} in the environment: set it to 1 (every file "
                           f"written is fsynced, the default) or 0 (scratch runs, test suites)")

@@ -79,6 +79,7 @@ def _raise_together(error: MpipsError, comm, timeout: float, level: int,
         end_together(comm, timeout)
     except WaitTimeout:
         pass   # a rank that never comes cannot be waited for: leave anyway
+    error.raised_together = True
     raise error
 
 

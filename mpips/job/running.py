@@ -10,6 +10,7 @@ import logging
 import time
 from dataclasses import replace
 
+from ..base.errors import MpipsError
 from ..base.log import setup
 from ..data.inputs import is_parquet
 from ..data.samples import sample_rows
@@ -81,12 +82,16 @@ def run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float,
         finishing = roles.survived() if ulfm else roles
         if finishing is not roles:
             _say_who_died_late(roles, finishing, failures)
+        together = False   # every rank raised the job's error together, having waited
         try:
             result = finish(cfg, finishing, name, part, started, failures, moves)
             ended = True
             return result
+        except MpipsError as e:
+            together = e.raised_together
+            raise
         finally:
-            if ulfm:   # see end_together
+            if ulfm and not together:   # see end_together
                 end_together(finishing.comm, cfg.faults.timeout)
             if finishing is not roles and ended:
                 finishing.comm.Free()

@@ -1,5 +1,5 @@
 """A checkpoint's shard, or a snapshot's, written from a copy of the table taken at its clock
-or moment: the copy is made a span of rows per turn of the server's loop
+or moment: the copy is made a span of rows at a time between the server's requests
 (server.table_snapshot) into shared memory, then the server's resident writer
 (base.writer_process: forked as the server starts, or at its first file, and kept) maps it
 and writes the file; the server only sends it a line of JSON. Without shared memory,

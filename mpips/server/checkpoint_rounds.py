@@ -17,6 +17,7 @@ from ..wire.placement import describe_ranges
 from ..wire.protocol import Op
 from .checkpoint_clocks import Standing
 from .context import ShardWrite
+from .table_snapshot import BUSY_SPAN_S
 
 log = logging.getLogger("mpips")
 
@@ -61,8 +62,8 @@ class CheckpointRounds:
     def _schedule(self, now: float) -> None:
         if self.writing is None:
             later = float("inf")
-        else:   # a table being copied: a span every turn (see job.snapshot_write)
-            later = now if self.copying else now + CHECK_WRITER_S
+        else:   # a table being copied: a span in every idle turn, and now and then in busy ones
+            later = now + (BUSY_SPAN_S if self.copying else CHECK_WRITER_S)
         self.next_check = min(self.next_timed, later)
 
     def take(self, clock: int, paced: bool = False) -> None:

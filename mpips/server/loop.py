@@ -69,15 +69,13 @@ class Server:
                  workers_fail_over: bool = False, epochs: int = 1, parts: Sequence = (),
                  deaths: tuple = (), dense: DenseTables | None = None,
                  run_dir: str | None = None, run_id: str | None = None, scoring=None):
-        """`checkpoints`: when to write them, and where each worker stood (when resuming);
-        by default none but those a stop asks for. `failover` (under ULFM): when another
-        server dies, go on with the living copies of its keys. With `parts` (each worker's own
-        part of the data), a worker's rows left (of `epochs`) go to the others when it leaves,
-        and with `workers_fail_over` (under ULFM) when it dies; `deaths`: those before a
-        resume. `dense`: the server's dense tables (by default, none yet: workers create
-        them). `run_dir`: where `mpips ctl` leaves requests for the lead (see membership).
-        `scoring`: makes, from the server's context, its share of the test rows to score (a
-        job.scoring.Scoring)."""
+        """`checkpoints`: when to write them, where each worker stood (when resuming); by
+        default only those a stop asks for. `failover` (ULFM): when another server dies, go on
+        with the living copies of its keys. With `parts` (each worker's part of the data), a
+        worker's rows left (of `epochs`) go to the others when it leaves, and with
+        `workers_fail_over` (ULFM) when it dies; `deaths`: those before a resume. `dense`: the
+        dense tables (default: none yet). `run_dir`: where `mpips ctl` leaves requests for the
+        lead. `scoring`: makes its share of the test rows to score (job.scoring.Scoring)."""
         self.roles, self.store, self.clocks, self.timeout = roles, store, clocks, timeout
         self.progress = progress
         self.stats = ServerStats()
@@ -270,7 +268,7 @@ class Server:
             self._dispatch(source, buf, h)
 
     def _idle(self, now: float) -> None:
-        """No message: now and then, the silence checks and the finished sends let go."""
+        """No message: the silence checks now and then; a span of a table's copy, or a wait."""
         ctx = self.ctx
         if now >= self._next_check:
             talking = ctx.watchdog.talking
@@ -283,8 +281,9 @@ class Server:
             ctx.outbox.reap()
             self._next_check = now + CHECK_S
         if ctx.rounds.copying or self.timers.copying:
-            return   # no wait: the next turn copies a span more (between looks for messages)
-        self._backoff.idle()
+            (ctx.rounds.poll if ctx.rounds.copying else self.timers.tick)(now)
+        else:
+            self._backoff.idle()
 
     def _overdue(self) -> WaitTimeout:
         """What the workers all gone, this server still waits for past --timeout."""

@@ -2,7 +2,8 @@
 seconds, and once at the end of training) and the samples of its timeline.
 
 A snapshot's file may be written beside the loop (the hook returns the write, a ShardWrite:
-its copy of the table is made a span per turn, then a forked child writes it). None is
+its copy of the table is made a span at a time between requests, then a forked child
+writes it). None is
 passed over, so that every server's snapshot N is of the same moment of the job (a copy not
 complete when the next is taken is completed then).
 """
@@ -12,6 +13,7 @@ import time
 from ..base.timeline import Timeline
 from ..wire.clocks import FINISHED
 from .context import ShardWrite
+from .table_snapshot import BUSY_SPAN_S
 
 log = logging.getLogger("mpips")
 WRITER_CHECK_S = 2e-3   # how often the loop asks whether a snapshot's writer has finished
@@ -55,7 +57,7 @@ class Timers:
         snapshot = float("inf") if self._final_taken else self._next_snapshot
         if self._writing:   # every turn while one copies, else now and then
             snapshot = min(snapshot,
-                           time.monotonic() + (0.0 if self.copying else WRITER_CHECK_S))
+                           time.monotonic() + (BUSY_SPAN_S if self.copying else WRITER_CHECK_S))
         self.next_at = min(snapshot, self._start + self.timeline.next_due)
 
     @property
