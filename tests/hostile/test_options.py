@@ -126,11 +126,14 @@ def test_a_bad_option_is_refused_naming_it(small_data, tmp_path, capsys, args, s
     assert not (tmp_path / "run").exists()
 
 
-def test_a_bad_mpips_fsync_in_the_environment_is_refused_naming_it(small_data, tmp_path,
-                                                                   capsys, monkeypatch):
-    monkeypatch.setenv("MPIPS_FSYNC", "off")
-    said = refusal(["--train", small_data[0], "--out", tmp_path / "run"], capsys)
-    assert "MPIPS_FSYNC='off' in the environment: set it to 1" in said
+def test_a_bad_mpips_fsync_in_the_environment_is_refused_naming_it(small_data, tmp_path):
+    """Read as mpips is imported: a launch with it set is refused before any work."""
+    job = run_job(2, "train", "--train", small_data[0], "--out", tmp_path / "run",
+                  env={"MPIPS_FSYNC": "off"}, timeout=60)
+    assert job.returncode == 2, job.output
+    assert "MPIPS_FSYNC='off' in the environment: set it to 1" in job.output
+    assert "Traceback" not in job.output
+    assert not (tmp_path / "run").exists(), "refused before anything was written"
 
 
 @pytest.fixture(scope="module")
