@@ -4,15 +4,17 @@ or leaves, hands chunks again to one that joins (`mpips ctl add-worker`), and ke
 hand-out for checkpoints. A server that does not lead refuses WORK (admission); under
 --balance static every server does.
 
-Under failover (ULFM, two servers or more) the hand-out has a copy on the server that would
-lead next (the standby): after each change the lead sends it the whole hand-out (HANDOUT, a
-numbered copy, JSON) and holds its answer to the worker until the standby says it holds that
-copy (HANDOUT_HELD). So every chunk a worker was told of is in the standby's copy, and should
-the lead die the standby goes on handing out from it. A worker whose question died with the
+Under failover (ULFM, --replicas R of 2 or more) the hand-out has copies on the servers that
+would lead next (the standbys: the first R - 1 living servers after the lead, as many as may
+die with it and leave every key a living copy): after each change the lead sends each the
+whole hand-out (HANDOUT, a numbered copy, JSON) and holds its answer to the worker until every
+standby says it holds that copy (HANDOUT_HELD). So every chunk a worker was told of is in
+every standby's copy, and should the lead die, with up to R - 2 of its standbys, the first
+living standby goes on handing out from its copy. A worker whose question died with the
 lead asks the new lead again, saying how many chunks it holds: the same count as its last
 question's gets that question's answer again, from the copy. A worker that died or left
 while the lead died (its chunks given back in no copy) has them given back then. Should the
-lead and its standby both die, the next server holds no current copy and stops the job at
+lead and all its standbys die, the next server holds no current copy and stops the job at
 the next WORK (a resume from a checkpoint goes on from the hand-out it kept).
 """
 import json
@@ -38,14 +40,14 @@ class RowHandOut:
         self.ctx = ctx
         self.balance = balance
         self.led = ctx.lead   # this server hands out the rows (the first lead, or its heir)
-        # Copies kept on the standby: under failover, with another server alive.
+        # Copies kept on the standbys: under failover, with another server alive.
         self.copies = ctx.takeover is not None and balance is not None
         # Whether this server's hand-out is the job's as of the last copy: the lead's; the
-        # first standby's at the start (the lead copies every change before it answers).
-        self.current = self.led or (self.copies and self._standby_of_lead() == ctx.roles.index)
-        self.number = 0          # the lead: copies sent; the standby: the latest held
-        self.standby: int | None = None   # the lead: the server it sent its copies to
-        self.held = 0            # the lead: the latest copy its standby holds
+        # first standbys' at the start (the lead copies every change before it answers).
+        self.current = self.led or (self.copies and ctx.roles.index in self._standbys_of_lead())
+        self.number = 0          # the lead: copies sent; a standby: the latest held
+        self.standbys: list[int] = []   # the lead: the servers it sends its copies to
+        self.held: dict[int, int] = {}  # the lead: the latest copy each standby holds
         self.waiting: list[tuple[int, int, int, np.ndarray]] = []   # (copy, rank, ts, answer)
         # worker -> (chunks it held when it last asked, the answer): to answer a question
         # asked again of the next lead alike
@@ -82,7 +84,7 @@ class RowHandOut:
         except (ValueError, Refused) as e:
             raise ProtocolError(f"{ctx.sender(source)} asked for {e}: refused, and the job "
                                 f"stops") from None
-        if self.held < self.number:
+        if self._held_by_all() < self.number:
             self.waiting.append((self.number, source, request.header.ts, answer))
         else:
             ctx.reply(answer, source, request.header.ts)
@@ -134,29 +136,34 @@ class RowHandOut:
                     worker, epoch)
         return dict(place, epoch=epoch, segment=len(self.balance.handed[worker]), offset=-1)
 
-    # The copy on the standby (under failover).
-    def _standby_of_lead(self) -> int | None:
-        """The server that would lead next: the first living one after the lead."""
-        living = self.ctx.placement.living
-        return living[1] if len(living) > 1 else None
+    # The copies on the standbys (under failover).
+    def _standbys_of_lead(self) -> list[int]:
+        """The servers that would lead next, in turn: the first living ones after the lead,
+        as many as may die with it and leave every key a living copy (--replicas - 1)."""
+        placement = self.ctx.placement
+        return list(placement.living[1:placement.replicas])
+
+    def _held_by_all(self) -> int:
+        """The lead: the latest copy every standby holds (all it sent, with none)."""
+        return min((self.held.get(s, 0) for s in self.standbys), default=self.number)
 
     def _copy(self) -> None:
-        """The lead: the whole hand-out to its standby (answers wait until it holds it)."""
+        """The lead: the whole hand-out to its standbys (answers wait until all hold it)."""
         ctx, balance = self.ctx, self.balance
         if not (self.copies and self.led):
             return
         assert balance is not None, "copies under --balance dynamic"
-        self.standby = self._standby_of_lead()
-        if self.standby is None:   # the last server: nobody to copy to
-            self.held = self.number
+        self.standbys = self._standbys_of_lead()
+        if not self.standbys:   # the last server: nobody to copy to
             self._answer_waiting()
             return
         self.number += 1
-        text = json.dumps({"balance": balance.copy(),
-                           "answers": {str(w): [held, answer] for w, (held, answer)
-                                       in self.answers.items()}})
-        ctx.send(messages.HandOutCopy(self.number, text).pack(),
-                 ctx.roles.servers[self.standby])
+        copy = messages.HandOutCopy(self.number, json.dumps({
+            "balance": balance.copy(),
+            "answers": {str(w): [held, answer] for w, (held, answer) in self.answers.items()},
+        })).pack()
+        for standby in self.standbys:
+            ctx.send(copy, ctx.roles.servers[standby])
 
     def on_copy(self, source: int, request, buf) -> None:
         """The standby: the lead's copy, taken whole; it says it holds it."""
@@ -181,21 +188,23 @@ class RowHandOut:
         ctx.send(messages.HandOutHeld(copy.number).pack(), source)
 
     def on_held(self, source: int, request, buf) -> None:
-        """The lead: its standby holds copy `number`: the answers that waited for it go."""
+        """The lead: a standby holds copy `number`: the answers that waited for every standby
+        to hold it go."""
         ctx = self.ctx
         held = messages.HandOutHeld.of(request.header).number
-        if self.standby is None or source != ctx.roles.servers[self.standby]:
-            return   # a standby's before the last (it died, or another stands by now)
+        standby = next((s for s in self.standbys if ctx.roles.servers[s] == source), None)
+        if standby is None:
+            return   # a former standby's (it died, or another stands by now)
         if not 0 < held <= self.number:
             raise ProtocolError(f"{ctx.sender(source)} says it holds copy {held} of the "
                                 f"hand-out of training rows; {self.number} were sent")
-        self.held = max(self.held, held)
+        self.held[standby] = max(self.held.get(standby, 0), held)
         self._answer_waiting()
 
     def _answer_waiting(self) -> None:
-        still = []
+        held, still = self._held_by_all(), []
         for number, rank, ts, answer in self.waiting:
-            if number <= self.held:
+            if number <= held:
                 self.ctx.reply(answer, rank, ts)
             else:
                 still.append((number, rank, ts, answer))
@@ -203,7 +212,7 @@ class RowHandOut:
 
     def servers_died(self) -> None:
         """Servers died (the placement already without them): a standby that leads now takes
-        the hand-out from its copy; a lead whose standby died copies to the next."""
+        the hand-out from its copy; a lead whose standbys changed copies to them all."""
         ctx = self.ctx
         if not (self.copies and ctx.lead):
             return
@@ -214,8 +223,8 @@ class RowHandOut:
             log.warning("server %d hands out the training rows now, from the copy the lead "
                         "kept here (number %d)", ctx.roles.index, self.number)
             self._given_back_in_no_copy()
-        if self.standby is None or self.standby not in ctx.placement.living:
-            self._copy()   # answers waiting go once the new standby holds this copy
+        if self.standbys != self._standbys_of_lead() or not self.standbys:
+            self._copy()   # answers waiting go once the new standbys hold this copy
 
     def _given_back_in_no_copy(self) -> None:
         """The chunks of workers that died or left around the lead's death, which no copy

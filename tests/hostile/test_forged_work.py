@@ -47,17 +47,18 @@ def test_a_worker_asking_the_lead_is_admitted():
 
 class Lead:
     """What RowHandOut reads of its server: server `index` of `servers` (at ranks 10, 11,
-    ...), workers at ranks 2 and 3, under failover or not; what it sends and replies kept."""
+    ...), workers at ranks 2 and 3, under failover (each key on `replicas` servers: 2 by
+    default) or not; what it sends and replies kept."""
 
     def __init__(self, lead: bool = True, index: int | None = None, servers: int = 2,
-                 failover: bool = False):
+                 failover: bool = False, replicas: int | None = None):
         self.handlers: dict = {}
         self.replies: list = []
         self.sent: list = []
         self.roles = self
         self.index = (0 if lead else 1) if index is None else index
         self.servers = [10 + i for i in range(servers)]
-        self.placement = Placement(servers)
+        self.placement = Placement(servers, replicas or (2 if failover else 1))
         self.takeover = object() if failover else None
         self.clocks = SimpleNamespace(gone=set(), done=[0, 0])
         self.ckpt = SimpleNamespace(positions={})
@@ -190,6 +191,40 @@ def test_a_lead_whose_standby_died_copies_to_the_next_one_before_it_answers():
     deliver(lead.sent[1], third)
     deliver(third.sent[0], lead)
     assert len(lead.replies) == 1 and third_rows.current
+
+
+def test_with_three_copies_of_each_key_the_lead_and_its_first_standby_may_die_together():
+    """--replicas 3, 4 servers: the lead copies the hand-out to servers 1 and 2 and answers
+    only once both hold the copy. Then servers 0 and 1 die together: server 2 leads from its
+    copy, answers the question asked again alike, and copies on to server 3 before it answers
+    the next."""
+    servers = [Lead(index=i, servers=4, failover=True, replicas=3) for i in range(4)]
+    rows = [RowHandOut(s, Balance(1000, 2, 2, batch=10)) for s in servers]
+    assert [r.current for r in rows] == [True, True, True, False]
+    ask(rows[0], 2, work(0, 0.0))
+    assert [dest for _, dest in servers[0].sent] == [11, 12] and not servers[0].replies
+    for i in (1, 2):
+        deliver(servers[0].sent[i - 1], servers[i], source=10)
+    deliver(servers[1].sent[0], servers[0], source=11)
+    assert not servers[0].replies, "held until every standby holds the copy"
+    deliver(servers[2].sent[0], servers[0], source=12)
+    [(first, dest, _)] = servers[0].replies
+    assert dest == 2
+    for s in servers[2:]:
+        s.placement = s.placement.without({0, 1})
+    rows[2].servers_died()
+    assert rows[2].led and rows[2].standbys == [3]
+    assert not rows[3].current and [dest for _, dest in servers[2].sent] == [10, 13]
+    ask(rows[2], 2, work(0, 0.0))   # its answer died with the lead: asked again
+    ask(rows[2], 2, work(0, 50.0, 4.0, held=1))
+    assert not servers[2].replies, "held until server 3 holds the copy"
+    for copy in servers[2].sent[1:]:   # the copy at its takeover, and after the next chunk
+        deliver(copy, servers[3], source=12)
+    deliver(servers[3].sent[0], servers[2], source=13)
+    assert len(servers[2].replies) == 1, "the next answer waits for the copy with its chunk"
+    deliver(servers[3].sent[1], servers[2], source=13)
+    [(again, _, _), (then, _, _)] = servers[2].replies
+    assert again == first and then[1] == first[2] and rows[3].current
 
 
 def test_a_forged_or_damaged_copy_of_the_hand_out_is_refused_naming_the_sender():

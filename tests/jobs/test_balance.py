@@ -64,6 +64,20 @@ def test_the_lead_dies_and_its_standby_goes_on_handing_out_the_rows(tiny, tmp_pa
     assert s["train_examples"] == EPOCHS * ROWS and s["status"] == "complete"
 
 
+def test_the_lead_and_its_first_standby_die_together_and_the_second_goes_on(tiny, tmp_path):
+    """3 servers, each key on all 3 (--replicas 3): the lead copies its hand-out to both
+    others. Servers 0 and 1 die together in epoch 1; server 2 hands out the rest from its
+    copy, and every row still trains once per epoch."""
+    kill = "kill ranks 0,1 at clock 40"
+    job, s = train(tiny, tmp_path / "run", 2, "--servers", 3, "--replicas", 3,
+                   "--test-event", kill, launcher=ULFM, servers=3)
+    fired(job, kill)
+    assert "server 2 hands out the training rows now, from the copy the lead kept" in job.output
+    per_epoch = np.array(s["rows_per_epoch"])
+    assert per_epoch.sum(axis=0).tolist() == [ROWS] * EPOCHS, per_epoch
+    assert s["train_examples"] == EPOCHS * ROWS and s["status"] == "complete"
+
+
 def test_a_leaving_workers_chunks_are_handed_on(tiny, tmp_path):
     """2 workers, worker 0 slowed 3x: worker 1 leaves at clock 20, in epoch 0."""
     leave = "ctl remove-worker 1 at clock 20"
