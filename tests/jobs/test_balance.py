@@ -50,29 +50,21 @@ def test_a_dead_workers_chunks_are_handed_on(tiny, tmp_path):
     assert s["failures"][0]["worker"] == 1
 
 
-def test_the_lead_dies_and_its_standby_goes_on_handing_out_the_rows(tiny, tmp_path):
-    """2 servers, each key on both: the lead (rank 0) dies in epoch 1 and server 1, which
-    held the copy of its hand-out, hands out the rest; every row still trains once per
-    epoch, and a worker whose question died with the lead gets its answer again."""
-    kill = "kill rank 0 at clock 40"   # 30 clocks of 20 rows an epoch (2 workers)
-    job, s = train(tiny, tmp_path / "run", 2, "--servers", 2, "--replicas", 2,
-                   "--test-event", kill, launcher=ULFM, servers=2)
+@pytest.mark.parametrize("servers, dead", [(2, [0]), (3, [0, 1])],
+                         ids=["the lead", "the lead and its first standby"])
+def test_the_lead_dies_and_a_standby_goes_on_handing_out_the_rows(tiny, tmp_path, servers,
+                                                                   dead):
+    """Each key on every server (--replicas = servers): the lead copies its hand-out to the
+    others. The lead, or the lead and the first of them together, die in epoch 1 and the next
+    living server hands out the rest from its copy; every row still trains once per epoch,
+    and a worker whose question died with the lead gets its answer again."""
+    kill = f"kill rank{'s' * (len(dead) > 1)} {','.join(map(str, dead))} at clock 40"
+    job, s = train(tiny, tmp_path / "run", 2, "--servers", servers, "--replicas", servers,
+                   "--test-event", kill, launcher=ULFM, servers=servers)   # 30 clocks an epoch
     fired(job, kill)
-    assert "server 1 hands out the training rows now, from the copy the lead kept" in job.output
-    per_epoch = np.array(s["rows_per_epoch"])
-    assert per_epoch.sum(axis=0).tolist() == [ROWS] * EPOCHS, per_epoch
-    assert s["train_examples"] == EPOCHS * ROWS and s["status"] == "complete"
-
-
-def test_the_lead_and_its_first_standby_die_together_and_the_second_goes_on(tiny, tmp_path):
-    """3 servers, each key on all 3 (--replicas 3): the lead copies its hand-out to both
-    others. Servers 0 and 1 die together in epoch 1; server 2 hands out the rest from its
-    copy, and every row still trains once per epoch."""
-    kill = "kill ranks 0,1 at clock 40"
-    job, s = train(tiny, tmp_path / "run", 2, "--servers", 3, "--replicas", 3,
-                   "--test-event", kill, launcher=ULFM, servers=3)
-    fired(job, kill)
-    assert "server 2 hands out the training rows now, from the copy the lead kept" in job.output
+    heir = len(dead)
+    assert f"server {heir} hands out the training rows now, from the copy the lead kept" \
+        in job.output
     per_epoch = np.array(s["rows_per_epoch"])
     assert per_epoch.sum(axis=0).tolist() == [ROWS] * EPOCHS, per_epoch
     assert s["train_examples"] == EPOCHS * ROWS and s["status"] == "complete"
