@@ -63,6 +63,8 @@ class Balance:
         self.handed: list[list[tuple[int, int, int]]] = [[] for _ in range(workers)]
         self.out: set[int] = set()          # workers dead, gone or done: not sharing
         self.abandoned: list[tuple[int, int, int]] = []   # returned when none could take it
+        # per worker: its chunks unchanged since the standbys' last copy (see `copy`)
+        self._unchanged = [0] * workers
 
     def ask(self, worker: int, epoch: int, speed: float, units: float = 0.0) -> Chunk:
         """The next chunk for `worker`, in epoch `epoch` (the one it is in), its speed
@@ -159,6 +161,7 @@ class Balance:
             if start < stop:
                 back.append((e, start, stop))
         self.handed[worker] = kept
+        self._unchanged[worker] = min(self._unchanged[worker], done)
         self.returned = sorted(self.returned + back)
         if not gone:
             return back
@@ -173,6 +176,7 @@ class Balance:
         this launch numbered from 0)."""
         self.out.discard(worker)
         self.handed[worker] = []
+        self._unchanged[worker] = 0
         self.at[worker] = min(epoch, self.epochs)
 
     def join(self, worker: int) -> int:
@@ -190,19 +194,33 @@ class Balance:
 
     def state(self) -> dict:
         """What a checkpoint keeps (see `of_state`)."""
+        return {**self._numbers(), "handed": [[list(c) for c in h] for h in self.handed]}
+
+    def _numbers(self) -> dict:
+        """What a checkpoint keeps but the chunks handed to each worker."""
         return {"total": self.total, "taken": list(self.taken),
                 "returned": [list(r) for r in self.returned],
-                "handed": [[list(c) for c in h] for h in self.handed],
                 "at": list(self.at), "speed": list(self.speed)}
 
-    def copy(self) -> dict:
-        """All of the hand-out, for the server that would lead next (`take_copy`)."""
-        return {**self.state(), "units": list(self.units), "out": sorted(self.out),
-                "abandoned": [list(r) for r in self.abandoned]}
+    def copy(self, whole: bool = True) -> dict:
+        """The hand-out, for the servers that would lead next (`take_copy`): all of it, or
+        (not `whole`) each worker's chunks only from the first that changed since `copied`
+        (`handed_from`: where its list goes on; the other fields are a few numbers per worker
+        or epoch, and go whole). A copy of every change then costs a few chunks, not all
+        those of the job so far."""
+        since = [0] * self.workers if whole else list(self._unchanged)
+        return {**self._numbers(), "units": list(self.units), "out": sorted(self.out),
+                "abandoned": [list(r) for r in self.abandoned], "handed_from": since,
+                "handed": [[list(c) for c in h[k:]] for h, k in zip(self.handed, since)]}
+
+    def copied(self) -> None:
+        """The standbys hold the hand-out as it is now: a copy not whole starts from here."""
+        self._unchanged = [len(h) for h in self.handed]
 
     def take_copy(self, copy: dict) -> None:
-        """Become the hand-out `copy` (the lead's `copy()`); ValueError naming the field that
-        does not fit this job's epochs, workers and rows (nothing taken then)."""
+        """Become the hand-out `copy` (the lead's `copy()`, whole, or the changes since the
+        last one taken); ValueError naming the field that does not fit this job's epochs,
+        workers and rows, or the chunks held here (nothing taken then)."""
         def spans(field: str, items) -> list[tuple[int, int, int]]:
             out = [_span(r) for r in items]
             if not all(0 <= e < self.epochs and 0 <= a <= b <= self.total for e, a, b in out):
@@ -222,9 +240,14 @@ class Balance:
             taken = [int(t) for t in copy["taken"]]
             if len(taken) != self.epochs or not all(0 <= t <= self.total for t in taken):
                 raise ValueError(f"taken: {taken} for {self.epochs} epochs of {self.total} rows")
-            handed = [spans("handed", h) for h in copy["handed"]]
-            if len(handed) != self.workers:
-                raise ValueError(f"handed: {len(handed)} entries for {self.workers} workers")
+            since = per_worker("handed_from", int)
+            if not all(0 <= k <= len(h) for k, h in zip(since, self.handed)):
+                raise ValueError(f"handed_from: {since}, past the chunks held here "
+                                 f"({[len(h) for h in self.handed]})")
+            tails = [spans("handed", h) for h in copy["handed"]]
+            if len(tails) != self.workers:
+                raise ValueError(f"handed: {len(tails)} entries for {self.workers} workers")
+            handed = [h[:k] + tail for h, k, tail in zip(self.handed, since, tails)]
             returned, abandoned = spans("returned", copy["returned"]), spans(
                 "abandoned", copy["abandoned"])
             at, speed = per_worker("at", int), per_worker("speed", float)

@@ -6,16 +6,18 @@ hand-out for checkpoints. A server that does not lead refuses WORK (admission); 
 
 Under failover (ULFM, --replicas R of 2 or more) the hand-out has copies on the servers that
 would lead next (the standbys: the first R - 1 living servers after the lead, as many as may
-die with it and leave every key a living copy): after each change the lead sends each the
-whole hand-out (HANDOUT, a numbered copy, JSON) and holds its answer to the worker until every
-standby says it holds that copy (HANDOUT_HELD). So every chunk a worker was told of is in
-every standby's copy, and should the lead die, with up to R - 2 of its standbys, the first
-living standby goes on handing out from its copy. A worker whose question died with the
-lead asks the new lead again, saying how many chunks it holds: the same count as its last
-question's gets that question's answer again, from the copy. A worker that died or left
-while the lead died (its chunks given back in no copy) has them given back then. Should the
-lead and all its standbys die, the next server holds no current copy and stops the job at
-the next WORK (a resume from a checkpoint goes on from the hand-out it kept).
+die with it and leave every key a living copy): after each change the lead sends each a
+numbered copy (HANDOUT, JSON: the whole hand-out to a new standby, then the chunks handed or
+changed since the last copy, with the few numbers per worker and epoch) and holds its answer
+to the worker until every standby says it holds that copy (HANDOUT_HELD). So every chunk a
+worker was told of is in every standby's copy, and should the lead die, with up to R - 2 of
+its standbys, the first living standby goes on handing out from its copy. A worker whose
+question died with the lead asks the new lead again, saying how many chunks it holds: the
+same count as its last question's gets that question's answer again, from the copy. A worker
+that died or left while the lead died (its chunks given back in no copy) has them given back
+then. Should the lead and all its standbys die, the next server holds no current copy and
+stops the job at the next WORK (a resume from a checkpoint goes on from the hand-out it
+kept).
 """
 import json
 import logging
@@ -153,16 +155,19 @@ class RowHandOut:
         if not (self.copies and self.led):
             return
         assert balance is not None, "copies under --balance dynamic"
-        self.standbys = self._standbys_of_lead()
-        if not self.standbys:   # the last server: nobody to copy to
+        standbys = self._standbys_of_lead()
+        whole = standbys != self.standbys   # new standbys: no copy yet to go on from
+        self.standbys = standbys
+        if not standbys:   # the last server: nobody to copy to
             self._answer_waiting()
             return
         self.number += 1
         copy = messages.HandOutCopy(self.number, json.dumps({
-            "balance": balance.copy(),
+            "balance": balance.copy(whole),
             "answers": {str(w): [held, answer] for w, (held, answer) in self.answers.items()},
         })).pack()
-        for standby in self.standbys:
+        balance.copied()
+        for standby in standbys:
             ctx.send(copy, ctx.roles.servers[standby])
 
     def on_copy(self, source: int, request, buf) -> None:

@@ -335,8 +335,9 @@ class WorkAsk(NamedTuple):
 
 
 class HandOutCopy(NamedTuple):
-    """The lead to the server that would lead next (under ULFM, --balance dynamic): the
-    hand-out of training rows as it stands, copy number `number`, as JSON text."""
+    """The lead to a server that would lead next (under ULFM, --balance dynamic): copy
+    number `number` of the hand-out of training rows, as JSON text (all of it, or what
+    changed since the copy before: server.rowhandout)."""
     number: int
     text: str
 

@@ -253,6 +253,37 @@ def test_a_copy_of_the_hand_out_goes_on_as_the_hand_out_itself():
         assert standby.ask(worker, 0, 80.0, 4.0) == lead.ask(worker, 0, 80.0, 4.0)
 
 
+def test_a_copy_of_the_changes_since_the_last_brings_a_standby_to_the_whole_hand_out():
+    """After a whole copy, each copy holds only the chunks handed or changed since the last
+    (an ask: the new chunk; a death: the dead worker's from its place on; a rejoin: its
+    list anew), and the standby taking them in order holds the lead's whole hand-out."""
+    lead, standby = (Balance(1_000_000, 3, 3, batch=10) for _ in range(2))
+
+    def copy(whole: bool = False) -> dict:
+        out = json.loads(json.dumps(lead.copy(whole)))
+        lead.copied()
+        standby.take_copy(out)
+        assert standby.copy() == lead.copy()
+        return out
+
+    for worker in (0, 1, 2, 0, 1):
+        lead.ask(worker, 0, 10.0 * (worker + 1), 4.0)
+    copy(whole=True)
+    for _ in range(20):
+        for worker in (0, 1, 2):
+            lead.ask(worker, lead.at[worker], 10.0 * (worker + 1), 4.0)
+            delta = copy()
+            assert [len(h) for h in delta["handed"]] == [int(w == worker) for w in range(3)]
+    assert len(json.dumps(delta)) * 5 < len(json.dumps(lead.copy())), "a few chunks, not all"
+    lead.give_back(1, 3, -1)   # worker 1 died, 3 of its chunks done
+    assert copy()["handed_from"][1] == 3
+    lead.rejoin(1, lead.at[1])
+    assert copy()["handed_from"][1] == 0
+    for worker in (0, 1, 2, 0):
+        assert standby.ask(worker, lead.at[worker], 5.0, 4.0) == \
+            lead.ask(worker, lead.at[worker], 5.0, 4.0)
+
+
 @pytest.mark.parametrize("field, value, says", [
     ("total", 999, "total: 999 rows, not 1000"),
     ("taken", [0], "taken: [0] for 2 epochs of 1000 rows"),
@@ -262,6 +293,8 @@ def test_a_copy_of_the_hand_out_goes_on_as_the_hand_out_itself():
     ("speed", [1.0, "fast"], "could not convert string to float"),
     ("out", [7], "out: [7] for 2 workers"),
     ("at", None, "not a hand-out: TypeError"),
+    ("handed_from", [2, 0], "handed_from: [2, 0], past the chunks held here ([1, 0])"),
+    ("handed_from", [0], "handed_from: 1 entries for 2 workers"),
 ])
 def test_a_damaged_copy_of_the_hand_out_is_refused_naming_the_field(field, value, says):
     b = Balance(1000, 2, 2, batch=10)

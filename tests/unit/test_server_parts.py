@@ -266,6 +266,21 @@ def test_a_file_is_reported_only_once_written_and_one_is_written_at_a_time():
     assert ctx.outbox.messages[1:] == [(Op.SHARD_SAVED, 30, 0)]
 
 
+def test_a_table_being_copied_is_polled_within_a_busy_span_then_its_file_less_often():
+    """While the state is copied the loop comes back within BUSY_SPAN_S however busy (its
+    idle turns copy too: Server._idle); once the writer has it, every CHECK_WRITER_S."""
+    from mpips.server.checkpoint_rounds import CHECK_WRITER_S
+    ctx, rounds, files = writing_server()
+    rounds.take(15)
+    files[0].copying = True
+    now = time.monotonic()
+    rounds.poll(now)
+    assert rounds.copying and rounds.next_check == now + BUSY_SPAN_S
+    files[0].copying = False
+    rounds.poll(now)
+    assert not rounds.copying and rounds.next_check == now + CHECK_WRITER_S
+
+
 def test_a_writer_that_fails_or_outlives_the_timeout_reports_a_failed_file():
     ctx, rounds, files = writing_server()
     rounds.take(15)
