@@ -108,7 +108,25 @@ def what_died(comm: MPI.Intracomm, e: MPI.Exception) -> str:
     except MPI.Exception:
         dead = []
     who = f"rank(s) {dead} died" if dead else "a rank died"
+    if revoked(e):
+        return f"{who}, and another rank stopped the job, which cannot go on (its reason above)"
     return f"{who} (MPI: {e.Get_error_string()})"
+
+
+def revoked(e: BaseException) -> bool:
+    """Whether `e` is MPI saying that another rank revoked the communicator (stop_the_others):
+    the job stops, and nothing more can be said to the others over it."""
+    return isinstance(e, MPI.Exception) and e.Get_error_class() == MPI.ERR_REVOKED
+
+
+def stop_the_others(comm: MPI.Intracomm) -> None:
+    """This rank found that the job cannot go on (CannotFailOver) and leaves: `comm` revoked,
+    so that the other ranks' waits on it end at once (MPI_ERR_REVOKED) instead of when the
+    failure detector finds this rank gone (its whole timeout later)."""
+    try:
+        comm.Revoke()
+    except (MPI.Exception, NotImplementedError):
+        pass   # no ULFM: the job ends by MPI_Abort
 
 
 def survivors(comm: MPI.Intracomm) -> MPI.Intracomm | None:

@@ -160,6 +160,9 @@ def test_losing_every_copy_of_a_range_stops_for_a_resume(small_data, uninterrupt
     assert (f"every whole copy of key range(s) {SERVER_1_RANGES} died with server(s) [1, 2]"
             in ended.output)
     assert "continue from its last checkpoint with --resume" in ended.output
+    # The workers learn it from server 0 (it revokes the job's communicator), not a detector's
+    # timeout after it left.
+    assert "and another rank stopped the job, which cannot go on" in ended.output
     assert [os.path.basename(os.path.dirname(p)) for p in
             complete_checkpoints(run / "checkpoints")] == ["clock-000000000050"], \
         "clock 100's checkpoint never completed"
