@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from support import ctl_answers, fired, read_summary, run_here, run_job
+from support import ctl_answers, fired, read_summary, run_here, run_job, run_mpips
 
 from mpips.job.scoring import core_to_spare
 
@@ -18,19 +18,34 @@ def spare_core(ranks_on_node: int) -> bool:
     return core_to_spare(SimpleNamespace(ranks_on_node=lambda: ranks_on_node))
 
 
+TEST_ROWS = 100_000
+
+
+@pytest.fixture(scope="module")
+def long_test(tmp_path_factory):
+    """small_data's kind of rows, with a test file long enough (tens of milliseconds to
+    score) that a worker scheduled late on a loaded machine still finds chunks left: with a
+    spare core a server takes chunks too, and scored 10,000 rows alone once."""
+    prefix = tmp_path_factory.mktemp("long_test") / "s"
+    job = run_mpips("make-data", "--rows", 20000, "--test-rows", TEST_ROWS, "--features",
+                    2000, "--nnz", 10, "--seed", 3, prefix)
+    assert job.returncode == 0, job.output
+    return f"{prefix}.train.svm", f"{prefix}.test.svm"
+
+
 @pytest.mark.parametrize("servers, workers", [(1, 1), (2, 2)])
-def test_every_row_is_scored_once_and_as_the_saved_model_scores_it(small_data, tmp_path,
+def test_every_row_is_scored_once_and_as_the_saved_model_scores_it(long_test, tmp_path,
                                                                    servers, workers):
     runs = []
     for attempt in range(2):
         run = tmp_path / f"run{attempt}"
-        job = run_job(servers + workers, "train", "--train", small_data[0], "--test",
-                      small_data[1], "--servers", servers, "--out", run, *ARGS)
+        job = run_job(servers + workers, "train", "--train", long_test[0], "--test",
+                      long_test[1], "--servers", servers, "--out", run, *ARGS)
         assert job.returncode == 0, job.output
         runs.append(read_summary(run))
     s = runs[0]
     by_rank = s["test_examples_by_rank"]
-    assert len(by_rank) == servers + workers and sum(by_rank) == s["test_examples"] == 10000
+    assert len(by_rank) == servers + workers and sum(by_rank) == s["test_examples"] == TEST_ROWS
     assert all(n > 0 for n in by_rank[servers:]), by_rank
     if spare_core(servers + workers):
         assert all(n > 0 for n in by_rank[:servers]), f"servers with a core score: {by_rank}"
@@ -38,7 +53,7 @@ def test_every_row_is_scored_once_and_as_the_saved_model_scores_it(small_data, t
         assert by_rank[:servers] == [0] * servers, f"oversubscribed, servers do not: {by_rank}"
     # Whichever rank scored which chunk, the figures are the same bits (summed in one order).
     assert runs[1]["test_logloss"] == s["test_logloss"] and runs[1]["test_auc"] == s["test_auc"]
-    offline = run_here("score", tmp_path / "run0", "--test", small_data[1], "--json",
+    offline = run_here("score", tmp_path / "run0", "--test", long_test[1], "--json",
                         tmp_path / "score.json")
     assert offline.returncode == 0, offline.output
     with open(tmp_path / "score.json") as f:
