@@ -10,7 +10,7 @@ from mpi4py import MPI
 from ..base.errors import ConfigError, Interrupted, MpipsError, said_by
 from ..ranks.bounded import wait_until
 from ..ranks.roles import Roles
-from ..ranks.ulfm import CannotFailOver, is_failure, revoked, stop_the_others, what_died
+from ..ranks.ulfm import CannotFailOver, is_failure, revoked, what_died
 from ..wire import messages, protocol, tags
 from ..wire.protocol import Op
 
@@ -41,14 +41,13 @@ def saving_on_failure(roles: Roles, placement, timeout: float):
         if isinstance(e, ConfigError):
             raise   # every rank stops with it, before training
         reason = said_by(f"worker {roles.index}", log_failure(e))
-        if isinstance(e, CannotFailOver):
-            stop_the_others(roles.comm)
-        elif not (isinstance(e, Interrupted) or revoked(e)):
+        if not (isinstance(e, (Interrupted, CannotFailOver)) or revoked(e)):
             living = [roles.servers[i] for i in placement.living]
             try:
                 tell_servers_to_save(roles.comm, living, reason, timeout)
             except (MpipsError, MPI.Exception) as again:
-                log.error("could not reach the servers to save the model: %s", again)
+                if not revoked(again):   # (another rank stopped the job meanwhile)
+                    log.error("could not reach the servers to save the model: %s", again)
         raise
 
 

@@ -18,7 +18,7 @@ from ..data.inputs import data_format
 from ..data.shards import distinct_keys, spans
 from ..models.lbfgs import Step
 from ..ranks.roles import Roles
-from ..ranks.ulfm import CannotFailOver, revoked, stop_the_others
+from ..ranks.ulfm import CannotFailOver, revoked
 from ..run import signals, summary, testevents
 from ..run.config import TrainConfig
 from ..run.startup import process_age, ready
@@ -283,15 +283,14 @@ class ServerPart:
             self.save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.faults.disk_wait)
             others = [roles.servers[i] for i in server.placement.others(roles.index)]
             # A death no server can take over: every server detects it and saves its shard.
-            if isinstance(e, CannotFailOver):
-                stop_the_others(roles.comm)
-            elif others and not (isinstance(e, Interrupted) or revoked(e)):
+            if others and not (isinstance(e, (Interrupted, CannotFailOver)) or revoked(e)):
                 try:
                     tell_servers_to_save(roles.comm, others, reason, cfg.faults.timeout,
                                          answering=True)
                 except (MpipsError, MPI.Exception) as again:
-                    log.error("the other servers did not confirm saving their shards: %s",
-                              again)
+                    if not revoked(again):   # (another rank stopped the job meanwhile)
+                        log.error("the other servers did not confirm saving their shards: %s",
+                                  again)
             raise
         self.train_s = time.monotonic() - t0
         if self.curves:

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from ..base.errors import ConfigError
 from .bounded import wait_all
-from .ulfm import know_neighbours, survivors
+from .ulfm import job_communicator, know_neighbours, survivors
 
 MEET_S = 120.0   # split's bound on the wait for every rank
 
@@ -101,6 +101,7 @@ def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD,
     # a 4-rank launch on 2 cores there.
     wait_all([comm.Ibarrier()], timeout, lambda: "every rank to take its role")
     ps = comm.Dup()
+    job_communicator(ps)   # what a rank leaving after a failure revokes
     is_server = ps.rank < n_servers
     # An intracommunicator split gives intracommunicators; mpi4py types it as any Comm.
     group = cast(MPI.Intracomm, ps.Split(color=0 if is_server else 1, key=ps.rank))

@@ -120,9 +120,9 @@ def revoked(e: BaseException) -> bool:
 
 
 def stop_the_others(comm: MPI.Intracomm) -> None:
-    """This rank found that the job cannot go on (CannotFailOver) and leaves: `comm` revoked,
-    so that the other ranks' waits on it end at once (MPI_ERR_REVOKED) instead of when the
-    failure detector finds this rank gone (its whole timeout later)."""
+    """This rank leaves a job that cannot go on: `comm` revoked, so that the other ranks'
+    waits on it end at once (MPI_ERR_REVOKED) instead of when the failure detector finds this
+    rank gone (its whole timeout later)."""
     try:
         comm.Revoke()
     except (MPI.Exception, NotImplementedError):
@@ -164,11 +164,23 @@ def agreed_dead(comm: MPI.Intracomm) -> set:
     return set(range(comm.size)) - set(kept)
 
 
+_job_comm: list[MPI.Intracomm] = []   # the job's communicator, once its ranks have roles
+
+
+def job_communicator(comm: MPI.Intracomm) -> None:
+    """`comm` is the communicator the job's ranks talk and wait on (Roles.comm): a rank that
+    leaves after a failure revokes it (leave_after_failure)."""
+    _job_comm[:] = [comm]
+
+
 def leave_after_failure(status: int) -> None:
     """End this rank after a death the job cannot go on from. Under ULFM each rank leaves on
     its own, without MPI_Abort (several ranks aborting at once left Open MPI's launcher
-    waiting with no rank left) and without finalizing (which can wait on the dead rank);
-    the others learn of it as of any death and leave too."""
+    waiting with no rank left) and without finalizing (which can wait on the dead rank).
+    It revokes the job's communicator first (stop_the_others): the others' waits end at
+    once, and they leave too, rather than when the failure detector finds this rank gone."""
+    for comm in _job_comm:
+        stop_the_others(comm)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
