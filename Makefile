@@ -96,9 +96,9 @@ run: $(VENV)/.installed $(AHEAD) $(DATA).train.svm
 # others' results, each within a bound, and names those that failed. tests/slurm starts a
 # real Slurm on this machine (installing it with apt-get as root), and skips, saying why,
 # where it cannot.
-# The Debian packages of the tests (Slurm, h5dump, Chromium) install beside the test venv,
-# then beside the kernels' ahead build and the MPICH venv's install, which wait for the test
-# venv (three jobs: apt-get mostly waits for the network and the disk).
+# The Debian packages of the tests (Slurm, h5dump, Chromium) and the MPICH venv's
+# dependencies install beside the test venv; the kernels' ahead build and mpips in the MPICH
+# venv wait for it (three jobs: apt-get mostly waits for the network and the disk).
 test:
 	$(MAKE) --no-print-directory -j3 INSTALLED=$(VENV)/.installed-test \
 	    system-packages kernels $(VENV_MPICH)/.installed
@@ -111,11 +111,16 @@ system-packages:
 
 # MPICH (the `mpich` wheel) in a venv of its own, for the smoke run: what users of the
 # MPICH family run must keep working (without ULFM: hot failover is Open MPI's).
-# After the test venv's install (order only): two editable installs at once would both write
-# the checkout's build metadata.
-$(VENV_MPICH)/.installed: pyproject.toml | $(VENV)/.installed-test
+# Its dependencies install beside the test venv's (pip keeps one core busy; this takes the
+# other), mpips itself after the test venv's (order only): two editable installs at once
+# would both write the checkout's build metadata.
+$(VENV_MPICH)/.dependencies: pyproject.toml tests/dependencies.py
 	$(PYTHON) -m venv $(VENV_MPICH)
-	$(VENV_MPICH)/bin/python -m pip install --quiet -e '.[mpich,smoke]'
+	$(VENV_MPICH)/bin/python -m pip install --quiet $$($(PYTHON) tests/dependencies.py mpich smoke)
+	@touch $@
+
+$(VENV_MPICH)/.installed: $(VENV_MPICH)/.dependencies | $(VENV)/.installed-test
+	$(VENV_MPICH)/bin/python -m pip install --quiet --no-deps -e .
 	@touch $@
 
 # The user guide as a static site in site/ (mkdocs.yml): strict, so a broken link, anchor or
