@@ -17,11 +17,10 @@ from ..wire.placement import describe_ranges
 from ..wire.protocol import Op
 from .checkpoint_clocks import Standing
 from .context import ShardWrite
-from .table_snapshot import BUSY_SPAN_S
+from .table_snapshot import next_look
 
 log = logging.getLogger("mpips")
 
-CHECK_WRITER_S = 2e-3   # how often the loop asks whether the file being written is in
 
 
 class Writing(NamedTuple):
@@ -60,10 +59,7 @@ class CheckpointRounds:
         self._schedule(now)
 
     def _schedule(self, now: float) -> None:
-        if self.writing is None:
-            later = float("inf")
-        else:   # a table being copied: a span in every idle turn, and now and then in busy ones
-            later = now + (BUSY_SPAN_S if self.copying else CHECK_WRITER_S)
+        later = float("inf") if self.writing is None else next_look(now, self.copying)
         self.next_check = min(self.next_timed, later)
 
     def take(self, clock: int, paced: bool = False) -> None:

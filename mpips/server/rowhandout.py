@@ -150,7 +150,8 @@ class RowHandOut:
         return min((self.held.get(s, 0) for s in self.standbys), default=self.number)
 
     def _copy(self) -> None:
-        """The lead: the whole hand-out to its standbys (answers wait until all hold it)."""
+        """The lead: a copy of the hand-out to its standbys, whole to a new set of them, else
+        what changed since the last (answers wait until all hold it)."""
         ctx, balance = self.ctx, self.balance
         if not (self.copies and self.led):
             return
@@ -171,7 +172,8 @@ class RowHandOut:
             ctx.send(copy, ctx.roles.servers[standby])
 
     def on_copy(self, source: int, request, buf) -> None:
-        """The standby: the lead's copy, taken whole; it says it holds it."""
+        """A standby: the lead's copy (whole, or the changes since the last), taken if it
+        fits; it says it holds it."""
         ctx = self.ctx
         copy = messages.HandOutCopy.of(request.header, buf)
         if self.balance is None or self.led:
@@ -228,7 +230,7 @@ class RowHandOut:
             log.warning("server %d hands out the training rows now, from the copy the lead "
                         "kept here (number %d)", ctx.roles.index, self.number)
             self._given_back_in_no_copy()
-        if self.standbys != self._standbys_of_lead() or not self.standbys:
+        if self.standbys != self._standbys_of_lead():
             self._copy()   # answers waiting go once the new standbys hold this copy
 
     def _given_back_in_no_copy(self) -> None:

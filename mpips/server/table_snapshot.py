@@ -24,6 +24,13 @@ LOG_SPAN = 1 << 14   # logged rows written into the copy a turn
 # often while requests keep coming: the copy takes the server's idle turns first, and
 # under a steady load at most about a tenth of its time (a span is about 0.1 ms).
 BUSY_SPAN_S = 1e-3
+WRITER_CHECK_S = 2e-3   # ... and, once copied, how often it asks whether the file is in
+
+
+def next_look(now: float, copying: bool) -> float:
+    """When the loop next looks at a file being written from a copy of the table: within
+    BUSY_SPAN_S while the copy is made (its idle turns copy too), else WRITER_CHECK_S on."""
+    return now + (BUSY_SPAN_S if copying else WRITER_CHECK_S)
 
 
 class TableSnapshot:

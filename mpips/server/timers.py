@@ -3,9 +3,8 @@ seconds, and once at the end of training) and the samples of its timeline.
 
 A snapshot's file may be written beside the loop (the hook returns the write, a ShardWrite:
 its copy of the table is made a span at a time between requests, then a forked child
-writes it). None is
-passed over, so that every server's snapshot N is of the same moment of the job (a copy not
-complete when the next is taken is completed then).
+writes it). None is passed over, so that every server's snapshot N is of the same moment of
+the job (a copy not complete when the next is taken is completed then).
 """
 import logging
 import time
@@ -13,10 +12,9 @@ import time
 from ..base.timeline import Timeline
 from ..wire.clocks import FINISHED
 from .context import ShardWrite
-from .table_snapshot import BUSY_SPAN_S
+from .table_snapshot import next_look
 
 log = logging.getLogger("mpips")
-WRITER_CHECK_S = 2e-3   # how often the loop asks whether a snapshot's writer has finished
 MOST_WRITING = 2   # snapshots written at once at most (each holds a copy of the table)
 
 
@@ -55,9 +53,8 @@ class Timers:
 
     def _plan(self) -> None:
         snapshot = float("inf") if self._final_taken else self._next_snapshot
-        if self._writing:   # every turn while one copies, else now and then
-            snapshot = min(snapshot,
-                           time.monotonic() + (BUSY_SPAN_S if self.copying else WRITER_CHECK_S))
+        if self._writing:
+            snapshot = min(snapshot, next_look(time.monotonic(), self.copying))
         self.next_at = min(snapshot, self._start + self.timeline.next_due)
 
     @property

@@ -268,8 +268,8 @@ def test_a_file_is_reported_only_once_written_and_one_is_written_at_a_time():
 
 def test_a_table_being_copied_is_polled_within_a_busy_span_then_its_file_less_often():
     """While the state is copied the loop comes back within BUSY_SPAN_S however busy (its
-    idle turns copy too: Server._idle); once the writer has it, every CHECK_WRITER_S."""
-    from mpips.server.checkpoint_rounds import CHECK_WRITER_S
+    idle turns copy too: Server._idle); once the writer has it, every WRITER_CHECK_S."""
+    from mpips.server.table_snapshot import WRITER_CHECK_S
     ctx, rounds, files = writing_server()
     rounds.take(15)
     files[0].copying = True
@@ -278,7 +278,7 @@ def test_a_table_being_copied_is_polled_within_a_busy_span_then_its_file_less_of
     assert rounds.copying and rounds.next_check == now + BUSY_SPAN_S
     files[0].copying = False
     rounds.poll(now)
-    assert not rounds.copying and rounds.next_check == now + CHECK_WRITER_S
+    assert not rounds.copying and rounds.next_check == now + WRITER_CHECK_S
 
 
 def test_a_writer_that_fails_or_outlives_the_timeout_reports_a_failed_file():
