@@ -10,7 +10,7 @@ from mpi4py import MPI
 from ..base.errors import ConfigError, Interrupted, MpipsError, said_by
 from ..ranks.bounded import wait_until
 from ..ranks.roles import Roles
-from ..ranks.ulfm import CannotFailOver, is_failure, revoked, what_died
+from ..ranks.ulfm import CannotFailOver, dead_ranks, is_failure, revoked, what_died
 from ..wire import messages, protocol, tags
 from ..wire.protocol import Op
 
@@ -42,13 +42,22 @@ def saving_on_failure(roles: Roles, placement, timeout: float):
             raise   # every rank stops with it, before training
         reason = said_by(f"worker {roles.index}", log_failure(e))
         if not (isinstance(e, (Interrupted, CannotFailOver)) or revoked(e)):
-            living = [roles.servers[i] for i in placement.living]
+            living = not_known_dead(roles.comm, [roles.servers[i] for i in placement.living], e)
             try:
                 tell_servers_to_save(roles.comm, living, reason, timeout)
             except (MpipsError, MPI.Exception) as again:
                 if not revoked(again):   # (another rank stopped the job meanwhile)
                     log.error("could not reach the servers to save the model: %s", again)
         raise
+
+
+def not_known_dead(comm: MPI.Intracomm, servers: list, e: Exception) -> list:
+    """`servers` (ranks of `comm`) but those MPI knows to be dead when `e` tells of a death:
+    none of them would answer the ERROR a failing rank sends."""
+    if not is_failure(e):
+        return servers
+    dead = dead_ranks(comm)
+    return [rank for rank in servers if rank not in dead]
 
 
 def tell_servers_to_save(comm: MPI.Intracomm, servers, reason: str, timeout: float,

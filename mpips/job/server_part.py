@@ -35,7 +35,7 @@ from ..storage.rundir import RunLocks
 from ..wire.clocks import ClockTable
 from ..wire.placement import Placement
 from .chunks import shared
-from .failing import log_failure, tell_servers_to_save
+from .failing import log_failure, not_known_dead, tell_servers_to_save
 from .livecurves import LiveCurves
 from .part_result import PartResult
 from .scoring import Scoring, core_to_spare
@@ -281,7 +281,8 @@ class ServerPart:
             reason = said_by(f"server {roles.index}", log_failure(e))
             # A second signal stops at once: no wait for space.
             self.save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.faults.disk_wait)
-            others = [roles.servers[i] for i in server.placement.others(roles.index)]
+            others = not_known_dead(roles.comm, [roles.servers[i] for i in
+                                                 server.placement.others(roles.index)], e)
             # A death no server can take over: every server detects it and saves its shard.
             if others and not (isinstance(e, (Interrupted, CannotFailOver)) or revoked(e)):
                 try:

@@ -26,6 +26,7 @@ log = logging.getLogger("mpips")
 
 _FAILURES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
 LOST = 75   # exit status of a job that lost every copy of some keys: resume from a checkpoint
+_job_comm: list[MPI.Intracomm] = []   # the job's communicator, once its ranks have roles
 
 
 class CannotFailOver(MpipsError):
@@ -35,8 +36,9 @@ class CannotFailOver(MpipsError):
 
 
 def is_failure(e: BaseException) -> TypeGuard[MPI.Exception]:
-    """Whether `e` is MPI telling of a dead rank (directly, or as the error of one request
-    of several: then only if MPI knows of a dead rank)."""
+    """Whether `e` is MPI telling of a dead rank, or of the job's communicator revoked by a
+    rank that left after one (directly, or as the error of one request of several: then only
+    if MPI knows of a dead rank, or the communicator is revoked)."""
     if not isinstance(e, MPI.Exception):
         return False
     if e.Get_error_class() in _FAILURES:
@@ -44,7 +46,7 @@ def is_failure(e: BaseException) -> TypeGuard[MPI.Exception]:
     if e.Get_error_class() != MPI.ERR_IN_STATUS:
         return False
     try:
-        return bool(dead_ranks(MPI.COMM_WORLD))
+        return bool(dead_ranks(MPI.COMM_WORLD)) or _job_revoked()
     except (MPI.Exception, NotImplementedError):
         return False
 
@@ -109,14 +111,28 @@ def what_died(comm: MPI.Intracomm, e: MPI.Exception) -> str:
         dead = []
     who = f"rank(s) {dead} died" if dead else "a rank died"
     if revoked(e):
-        return f"{who}, and another rank stopped the job, which cannot go on (its reason above)"
+        stopped = "another rank stopped the job, which cannot go on (its reason above)"
+        return f"{who}, and {stopped}" if dead else stopped
     return f"{who} (MPI: {e.Get_error_string()})"
 
 
 def revoked(e: BaseException) -> bool:
     """Whether `e` is MPI saying that another rank revoked the communicator (stop_the_others):
-    the job stops, and nothing more can be said to the others over it."""
-    return isinstance(e, MPI.Exception) and e.Get_error_class() == MPI.ERR_REVOKED
+    the job stops, and nothing more can be said to the others over it. A wait on several
+    requests (Testall) says MPI_ERR_IN_STATUS instead, the revocation in a request's status:
+    then the job's communicator is asked."""
+    if not isinstance(e, MPI.Exception):
+        return False
+    return e.Get_error_class() == MPI.ERR_REVOKED or (
+        e.Get_error_class() == MPI.ERR_IN_STATUS and _job_revoked())
+
+
+def _job_revoked() -> bool:
+    """Whether the job's communicator (job_communicator) is revoked."""
+    try:
+        return any(comm.Is_revoked() for comm in _job_comm)
+    except (MPI.Exception, NotImplementedError):
+        return False
 
 
 def stop_the_others(comm: MPI.Intracomm) -> None:
@@ -162,9 +178,6 @@ def agreed_dead(comm: MPI.Intracomm) -> set:
     finally:
         living.Free()
     return set(range(comm.size)) - set(kept)
-
-
-_job_comm: list[MPI.Intracomm] = []   # the job's communicator, once its ranks have roles
 
 
 def job_communicator(comm: MPI.Intracomm) -> None:

@@ -60,3 +60,45 @@ def test_ulfm_without_the_detector_says_off_and_why(tiny, tmp_path):
     lines = ft_lines(job)
     assert len(lines) == 1, job.stderr
     assert "hot failover is off: launched with ULFM but without its failure detector" in lines[0]
+
+
+# Rank 0 revokes the job's communicator, as a rank leaving after a failure does; rank 1 waits
+# on a receive from it with Testall, as a worker does without failover, and says what mpips
+# makes of the error, then tells rank 0 over a communicator made before (not revoked).
+REVOKED = """
+import os, sys
+import numpy as np
+from mpi4py import MPI
+from mpips.ranks import ulfm
+from mpips.ranks.bounded import wait_all
+world = MPI.COMM_WORLD
+comm, beside = world.Dup(), world.Dup()
+ulfm.job_communicator(comm)
+done = np.zeros(1, np.int64)
+if world.rank == 0:
+    ulfm.stop_the_others(comm)
+    beside.Recv(done, source=1)
+else:
+    try:
+        wait_all([comm.Irecv(np.zeros(1, np.int64), source=0)], 60, lambda: "rank 0")
+        print("the wait ended without an error")
+    except MPI.Exception as e:
+        print(MPI.Get_error_string(e.Get_error_class()).split(":")[0],
+              "revoked" if ulfm.revoked(e) else "not revoked",
+              "a failure" if ulfm.is_failure(e) else "not a failure")
+    beside.Send(done, dest=0)
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def test_a_wait_on_a_revoked_communicator_is_read_as_the_job_stopped_by_another_rank():
+    """MPI says MPI_ERR_IN_STATUS, not MPI_ERR_REVOKED, to a wait on several requests: read as
+    the job stopped by another rank (ulfm.revoked) all the same, a worker then leaves with the
+    job's exit 75 instead of a traceback and MPI_Abort."""
+    proc = subprocess.Popen([mpiexec_path(), *ULFM, "-n", "2", sys.executable, "-c", REVOKED],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    job = finish(proc, timeout=120)
+    assert job.returncode == 0, job.output
+    assert job.stdout.strip() == "MPI_ERR_IN_STATUS revoked a failure", job.output
