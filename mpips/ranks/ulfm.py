@@ -69,6 +69,14 @@ def dead_ranks(comm: MPI.Intracomm) -> set:
         failed.Free()
 
 
+def _any_dead() -> bool:
+    """Whether MPI knows of a dead rank of the job (False where it cannot say: no ULFM)."""
+    try:
+        return bool(dead_ranks(MPI.COMM_WORLD))
+    except (MPI.Exception, NotImplementedError):
+        return False
+
+
 # The other ranks on this rank's node, by rank of MPI_COMM_WORLD.
 _neighbours: dict = {}   # rank -> processes.Process
 _deaths_seen = False   # whether this rank has learned of a dead rank
@@ -247,9 +255,10 @@ class KeepAlive:
             self._thread.join()
         sys.stdout.flush()
         sys.stderr.flush()
-        if _deaths_seen and kind in (None, SystemExit):
+        if kind in (None, SystemExit) and (_deaths_seen or _any_dead()):
             # After a death ULFM's finalize now and then waits for the dead rank until the
-            # alarm below (30 s of a launch that has done its work): leave without it.
+            # alarm below (30 s of a launch that has done its work): leave without it. MPI is
+            # asked too: a failure it reported directly (MPI_ERR_PROC_FAILED) did not.
             code = 0 if error is None else error.code
             if isinstance(code, str):
                 print(code, file=sys.stderr, flush=True)
