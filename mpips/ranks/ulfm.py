@@ -45,10 +45,7 @@ def is_failure(e: BaseException) -> TypeGuard[MPI.Exception]:
         return True
     if e.Get_error_class() != MPI.ERR_IN_STATUS:
         return False
-    try:
-        return bool(dead_ranks(MPI.COMM_WORLD)) or _job_revoked()
-    except (MPI.Exception, NotImplementedError):
-        return False
+    return _any_dead() or _job_revoked()
 
 
 def dead_ranks(comm: MPI.Intracomm) -> set:
@@ -258,7 +255,8 @@ class KeepAlive:
         if kind in (None, SystemExit) and (_deaths_seen or _any_dead()):
             # After a death ULFM's finalize now and then waits for the dead rank until the
             # alarm below (30 s of a launch that has done its work): leave without it. MPI is
-            # asked too: a failure it reported directly (MPI_ERR_PROC_FAILED) did not.
+            # asked as well: a failure a wait reported directly (MPI_ERR_PROC_FAILED) leaves
+            # _deaths_seen unset.
             code = 0 if error is None else error.code
             if isinstance(code, str):
                 print(code, file=sys.stderr, flush=True)

@@ -70,7 +70,10 @@ def test_outputs_of_another_run_are_refused_and_of_the_same_run_replaced(tmp_pat
     rundir.check_outputs(str(out), str(ckpt), True, "B")
 
 
-def test_a_lock_names_its_holder_and_stale_ones_are_taken_over(tmp_path):
+def test_a_lock_names_its_holder_and_stale_ones_are_taken_over(tmp_path, monkeypatch):
+    # The holder is this process, which does not end: the lock waits out LINGER_S for it
+    # before it refuses (0.2 s here, not 5).
+    monkeypatch.setattr(rundir, "LINGER_S", 0.2)
     first = rundir.DirectoryLock(str(tmp_path), "run-1", "--out")
     first.acquire()
     with pytest.raises(ConfigError, match=f"in use by run run-1 on host {socket.gethostname()}"):
