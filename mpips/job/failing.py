@@ -41,23 +41,30 @@ def saving_on_failure(roles: Roles, placement, timeout: float):
         if isinstance(e, ConfigError):
             raise   # every rank stops with it, before training
         reason = said_by(f"worker {roles.index}", log_failure(e))
-        if not (isinstance(e, (Interrupted, CannotFailOver)) or revoked(e)):
-            living = not_known_dead(roles.comm, [roles.servers[i] for i in placement.living], e)
-            try:
-                tell_servers_to_save(roles.comm, living, reason, timeout)
-            except (MpipsError, MPI.Exception) as again:
-                if not revoked(again):   # (another rank stopped the job meanwhile)
-                    log.error("could not reach the servers to save the model: %s", again)
+        others_save(roles.comm, [roles.servers[i] for i in placement.living], e, reason, timeout,
+                    "could not reach the servers to save the model")
         raise
 
 
-def not_known_dead(comm: MPI.Intracomm, servers: list, e: Exception) -> list:
-    """`servers` (ranks of `comm`) but those MPI knows to be dead when `e` tells of a death:
-    none of them would answer the ERROR a failing rank sends."""
-    if not is_failure(e):
-        return servers
-    dead = dead_ranks(comm)
-    return [rank for rank in servers if rank not in dead]
+def others_save(comm: MPI.Intracomm, servers: list, e: Exception, reason: str, timeout: float,
+                unconfirmed: str, answering: bool = False) -> None:
+    """This rank failed with `e` (said as `reason`): `servers` (ranks of `comm`), but those
+    MPI knows to be dead, are told to save their shards (tell_servers_to_save), unless `e`
+    is a second signal, a failure every rank stops on by itself (CannotFailOver) or another
+    rank's stop (the job's communicator revoked). If they do not confirm, `unconfirmed` is
+    logged, with why (not when another rank stopped the job meanwhile)."""
+    if isinstance(e, (Interrupted, CannotFailOver)) or revoked(e):
+        return
+    if is_failure(e):   # none of the dead would answer
+        dead = dead_ranks(comm)
+        servers = [rank for rank in servers if rank not in dead]
+    if not servers:
+        return
+    try:
+        tell_servers_to_save(comm, servers, reason, timeout, answering)
+    except (MpipsError, MPI.Exception) as again:
+        if not revoked(again):
+            log.error("%s: %s", unconfirmed, again)
 
 
 def tell_servers_to_save(comm: MPI.Intracomm, servers, reason: str, timeout: float,

@@ -8,17 +8,15 @@ import os
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 from ..base.budget import Budget, OverBudget
-from ..base.errors import ConfigError, Interrupted, MpipsError, SaveError, said_by
+from ..base.errors import ConfigError, Interrupted, SaveError, said_by
 from ..base.files import keep_trying, write_hdf5
 from ..data.balance import Balance
 from ..data.inputs import data_format
 from ..data.shards import distinct_keys, spans
 from ..models.lbfgs import Step
 from ..ranks.roles import Roles
-from ..ranks.ulfm import CannotFailOver, revoked
 from ..run import signals, summary, testevents
 from ..run.config import TrainConfig
 from ..run.startup import process_age, ready
@@ -35,7 +33,7 @@ from ..storage.rundir import RunLocks
 from ..wire.clocks import ClockTable
 from ..wire.placement import Placement
 from .chunks import shared
-from .failing import log_failure, not_known_dead, tell_servers_to_save
+from .failing import log_failure, others_save
 from .livecurves import LiveCurves
 from .part_result import PartResult
 from .scoring import Scoring, core_to_spare
@@ -281,17 +279,10 @@ class ServerPart:
             reason = said_by(f"server {roles.index}", log_failure(e))
             # A second signal stops at once: no wait for space.
             self.save_partial(reason, 0 if isinstance(e, Interrupted) else cfg.faults.disk_wait)
-            others = not_known_dead(roles.comm, [roles.servers[i] for i in
-                                                 server.placement.others(roles.index)], e)
             # A death no server can take over: every server detects it and saves its shard.
-            if others and not (isinstance(e, (Interrupted, CannotFailOver)) or revoked(e)):
-                try:
-                    tell_servers_to_save(roles.comm, others, reason, cfg.faults.timeout,
-                                         answering=True)
-                except (MpipsError, MPI.Exception) as again:
-                    if not revoked(again):   # (another rank stopped the job meanwhile)
-                        log.error("the other servers did not confirm saving their shards: %s",
-                                  again)
+            others = [roles.servers[i] for i in server.placement.others(roles.index)]
+            others_save(roles.comm, others, e, reason, cfg.faults.timeout,
+                        "the other servers did not confirm saving their shards", answering=True)
             raise
         self.train_s = time.monotonic() - t0
         if self.curves:

@@ -14,7 +14,7 @@ from mpips.server.context import ServerContext
 from mpips.server.pushes import ClockPushes
 from mpips.server.readgate import HOLD, REFUSE, SERVE, Pull, ReadGate
 from mpips.server.rowcache import KEEP, RowCache
-from mpips.server.table_snapshot import BUSY_SPAN_S
+from mpips.server.table_snapshot import BUSY_SPAN_S, WRITER_CHECK_S
 from mpips.wire import protocol
 from mpips.wire.clocks import ClockTable
 from mpips.wire.protocol import Op, Report
@@ -269,7 +269,6 @@ def test_a_file_is_reported_only_once_written_and_one_is_written_at_a_time():
 def test_a_table_being_copied_is_polled_within_a_busy_span_then_its_file_less_often():
     """While the state is copied the loop comes back within BUSY_SPAN_S however busy (its
     idle turns copy too: Server._idle); once the writer has it, every WRITER_CHECK_S."""
-    from mpips.server.table_snapshot import WRITER_CHECK_S
     ctx, rounds, files = writing_server()
     rounds.take(15)
     files[0].copying = True
