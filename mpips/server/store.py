@@ -181,15 +181,20 @@ class KVStore:
                 return slots, -1
             # Rows found so far have moved: look them up again, with room for all the keys
             # not yet looked at, so that a large batch (a resume) rebuilds the table once.
-            self._grow(at_least=len(self) + n - done)
+            # Sized for them alone, it would be as full as it may be (its probes longest,
+            # twice those at 72%) and grow again at the next new key: it is left as full as
+            # `growth` leaves a table.
+            self._grow(at_least=len(self) + n - done, spare=self.growth)
 
-    def _grow(self, at_least: int) -> None:
+    def _grow(self, at_least: int, spare: float = 1.0) -> None:
+        """Room for `at_least` keys, `spare` times over, or as a growth makes (rows
+        renumbered)."""
         self._settle_snapshot()
         cap = self.capacity
         # Small tables double (fewer rebuilds); large ones grow by `growth` (less memory).
         grown = int(cap * (2.0 if cap < 1 << 20 else self.growth)) + 1
         old = self._rows
-        self._allocate(max(grown, int(at_least / self.max_load) + 1))
+        self._allocate(max(grown, int(at_least * spare / self.max_load) + 1))
         table.rehash(old, self._rows)
         self.budget.release(old.nbytes)
         self.generation += 1

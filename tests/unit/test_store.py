@@ -73,6 +73,24 @@ def test_reading_stored_keys_never_grows_the_table():
     assert len(store) / store.capacity > 0.7
 
 
+def test_a_table_grown_for_a_batch_is_left_as_full_as_a_growth_leaves_it():
+    """Not as full as it may be: its probes would be their longest, and the next new key would
+    grow it again."""
+    store = KVStore(width=1, optimizer=Optimizer("sgd", lr=1.0))
+    store.find(np.arange(50_000, dtype=np.uint64))
+    assert store.max_load / store.growth - 0.01 <= len(store) / store.capacity
+    assert len(store) / store.capacity <= store.max_load / store.growth
+    capacity = store.capacity
+    store.find(np.arange(50_000, 50_100, dtype=np.uint64))
+    assert store.capacity == capacity
+
+
+def test_reserve_makes_room_for_the_keys_said_and_no_more():
+    store = KVStore(width=1, optimizer=Optimizer("sgd", lr=1.0))
+    store.reserve(50_000)
+    assert store.capacity == int(50_000 / store.max_load) + 1
+
+
 def test_load_puts_back_exactly_what_items_gave():
     store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1))
     rng = np.random.default_rng(4)
