@@ -24,6 +24,7 @@ ARGS = ("--servers", 3, "--replicas", 2, "--epochs", EPOCHS, "--batch-size", 200
         "--checkpoint-every", 50, "--keep-checkpoints", 10, "--log-every", 0.2, "--timeout", 60)
 ROWS = 20000
 KILL_1 = "kill rank 1 at clock 60"
+WORKER_RANKS = (3, 4)   # after the 3 servers
 # The key ranges server 1 answers for, as the jobs place them (3 servers, 2 copies).
 SERVER_1_RANGES = describe_ranges(np.flatnonzero(
     Placement(3, 2, vnodes=LayoutConfig.vnodes).primary_ranges(1)))
@@ -160,9 +161,15 @@ def test_losing_every_copy_of_a_range_stops_for_a_resume(small_data, uninterrupt
     assert (f"every whole copy of key range(s) {SERVER_1_RANGES} died with server(s) [1, 2]"
             in ended.output)
     assert "continue from its last checkpoint with --resume" in ended.output
-    # The workers learn it from server 0 (it revokes the job's communicator), not a detector's
-    # timeout after it left.
-    assert "and another rank stopped the job, which cannot go on" in ended.output
+    # Each worker stops at once: told by server 0 (it revokes the job's communicator) or, if
+    # MPI tells it of the deaths first, by its own failover finding no copy left; never by a
+    # detector's timeout after server 0 left (which would count rank 0 dead).
+    for worker, rank in enumerate(WORKER_RANKS):
+        said = [line for line in ended.output.splitlines()
+                if f"mpips rank {rank} (worker {worker}): ERROR" in line]
+        assert any("another rank stopped the job, which cannot go on" in line
+                   or "died with server(s) [1, 2]" in line for line in said), ended.output
+    assert "rank(s) [0" not in ended.output
     assert [os.path.basename(os.path.dirname(p)) for p in
             complete_checkpoints(run / "checkpoints")] == ["clock-000000000050"], \
         "clock 100's checkpoint never completed"
