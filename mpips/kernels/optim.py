@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .jit import njit
-from .prefetch import AHEAD, prefetch
+from .prefetch import UPDATE_AHEAD, prefetch
 
 
 @njit(cache=True, nogil=True)
@@ -26,8 +26,8 @@ def sgd_update(state, slots, grads, lr, l2, span, averaged):
     many times."""
     width = grads.shape[1]
     for i in range(slots.shape[0]):
-        if i + AHEAD < slots.shape[0]:
-            prefetch(state, slots[i + AHEAD])
+        if i + UPDATE_AHEAD < slots.shape[0]:
+            prefetch(state, slots[i + UPDATE_AHEAD])
         s = slots[i]
         covered = np.float64(state[s, 2 * width]) if averaged else 0.0
         if averaged and span > covered:
@@ -63,8 +63,8 @@ def adagrad_update(state, slots, grads, lr, l2, eps):
     """n += g^2; w -= lr * g / (sqrt(n) + eps), with g = grad + l2 * w"""
     width = grads.shape[1]
     for i in range(slots.shape[0]):
-        if i + AHEAD < slots.shape[0]:
-            prefetch(state, slots[i + AHEAD])
+        if i + UPDATE_AHEAD < slots.shape[0]:
+            prefetch(state, slots[i + UPDATE_AHEAD])
         s = slots[i]
         for j in range(width):
             w = np.float64(state[s, j])
@@ -79,8 +79,8 @@ def ftrl_update(state, slots, grads, alpha, beta, l1, l2):
     """FTRL-Proximal: per-coordinate rate alpha / (beta + sqrt(n)), L1 and L2 in closed form."""
     width = grads.shape[1]
     for i in range(slots.shape[0]):
-        if i + AHEAD < slots.shape[0]:
-            prefetch(state, slots[i + AHEAD])
+        if i + UPDATE_AHEAD < slots.shape[0]:
+            prefetch(state, slots[i + UPDATE_AHEAD])
         s = slots[i]
         for j in range(width):
             w = np.float64(state[s, j])
@@ -107,8 +107,8 @@ def adam_update(state, slots, grads, lr, l2, beta1, beta2, eps):
     v / (1 - b2^t)."""
     width = grads.shape[1]
     for i in range(slots.shape[0]):
-        if i + AHEAD < slots.shape[0]:
-            prefetch(state, slots[i + AHEAD])
+        if i + UPDATE_AHEAD < slots.shape[0]:
+            prefetch(state, slots[i + UPDATE_AHEAD])
         s = slots[i]
         t = np.float64(state[s, 3 * width]) + 1.0
         state[s, 3 * width] = t

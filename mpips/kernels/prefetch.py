@@ -5,7 +5,11 @@ rows of keys a few places ahead lets those misses overlap with the work on this 
 """
 from .jit import intrinsic
 
-AHEAD = 16   # rows asked for ahead of the one worked on: enough to overlap the misses
+AHEAD = 16   # rows a lookup asks for ahead of the one it probes: enough to overlap the misses
+# An update does less a row than a probe, so more rows go by while one arrives: it asks
+# twice as far ahead (AdaGrad over a minibatch's 18,335 rows of a 64 MB table, 0.22 -> 0.18
+# ms; a lookup gains nothing past 16).
+UPDATE_AHEAD = 2 * AHEAD
 
 
 @intrinsic
