@@ -7,7 +7,7 @@ goes to admission, which names the fault; nothing of it is stored or counted fir
 """
 import numpy as np
 
-from .hashing import PLACEMENT_SALT, key_range, mix64
+from .hashing import PLACEMENT_SALT, first_misplaced, key_range, mix64
 from .jit import njit
 from .table import home_of, probe_and_read
 
@@ -67,14 +67,8 @@ def checked_homes(src, bounds, allowed, counts, cap, keys, slots):
 
 @njit(cache=True, nogil=True)
 def _first_failing(src, bounds, allowed):
-    """The index of the first key of `src` out of strictly increasing order or in a range
-    not allowed (see `checked_homes`), or -1."""
-    for i in range(src.shape[0]):
-        if i > 0 and src[i] <= src[i - 1]:
-            return i
-        if not allowed[key_range(mix64(src[i] ^ PLACEMENT_SALT), bounds)]:
-            return i
-    return -1
+    """The index of the first key of `src` that breaks `checked_homes`' rules, or -1."""
+    return first_misplaced(src, bounds, PLACEMENT_SALT, allowed, np.empty(0, np.int64))[0]
 
 
 @njit(cache=True, nogil=True)
