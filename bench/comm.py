@@ -18,8 +18,9 @@ Right after each, the same exchange with plain blocking MPI Send/Recv of
 preallocated uint8 buffers of those sizes (no packing, table or optimizer), on a
 communicator of its own. Prints the median time per round, keys/s, the ratio
 mpips / raw, the server's handling time per round (its thread's CPU time in the turns
-of its loop that received a message: `handling_cpu_s`) and the
-messages it received per round, and writes bench/results/comm.json. The targets (issue 32):
+of its loop that received a message: `handling_cpu_s`), the
+messages it received per round and how full its table is (keys / rows: a lookup's probes
+grow with it), and writes bench/results/comm.json. The targets (issue 32):
 a 10-key round in at most 15 us, a 10,000-key one at most 3x its raw exchange.
 """
 import os
@@ -84,10 +85,10 @@ def handling_cpu_s(server: Server) -> float:
 
 def serve(roles, store: KVStore) -> tuple:
     """Server: answer one worker session (until it says BYE); (CPU seconds spent handling
-    it, messages received)."""
+    it, messages received, how full its table is: keys / rows)."""
     clocks = ClockTable(len(roles.workers), staleness=None)
     server = Server(roles, store, clocks, timeout=TIMEOUT)
-    return handling_cpu_s(server), server.stats.requests
+    return handling_cpu_s(server), server.stats.requests, len(store) / store.capacity
 
 
 def mpips_rounds(roles, keys: np.ndarray, variant: str, rounds: int) -> np.ndarray:
@@ -175,23 +176,25 @@ def worker_side(roles, comm: MPI.Intracomm) -> list:
                          "bytes_per_round": sum(wire(n, variant)),
                          "mpips_us": mpips_s * 1e6, "raw_us": raw_s * 1e6,
                          "ratio": mpips_s / raw_s, "keys_per_s": n / mpips_s})
-    measured = np.empty((len(rows), 2))
+    measured = np.empty((len(rows), 3))
     comm.Recv(measured, source=SERVER)
-    for row, (busy_s, messages) in zip(rows, measured.tolist()):
+    for row, (busy_s, messages, load) in zip(rows, measured.tolist()):
         row["server_us"] = busy_s / row["rounds"] * 1e6
         row["messages_per_round"] = messages / row["rounds"]   # FINISH and BYE included
+        row["table_load"] = load
     return rows
 
 
 def report(rows: list) -> None:
     """Print the table and the target's verdict; write the JSON result."""
     print(f"{'keys':>7} {'push':>5} {'rounds':>6} {'bytes/round':>11} {'raw us':>9} "
-          f"{'mpips us':>9} {'ratio':>6} {'Mkeys/s':>8} {'server us':>9} {'msgs':>5}")
+          f"{'mpips us':>9} {'ratio':>6} {'Mkeys/s':>8} {'server us':>9} {'msgs':>5} "
+          f"{'load':>5}")
     for r in rows:
         print(f"{r['keys']:>7,} {r['push']:>5} {r['rounds']:>6} {r['bytes_per_round']:>11,} "
               f"{r['raw_us']:>9.1f} {r['mpips_us']:>9.1f} {r['ratio']:>5.2f}x "
               f"{r['keys_per_s'] / 1e6:>8.2f} {r['server_us']:>9.1f} "
-              f"{r['messages_per_round']:>5.2f}")
+              f"{r['messages_per_round']:>5.2f} {r['table_load']:>5.0%}")
     targets = []
     for variant in ("reuse", "fused"):
         small = next(r for r in rows if r["keys"] == SMALL_KEYS and r["push"] == variant)
@@ -211,8 +214,8 @@ def report(rows: list) -> None:
          key_counts=list(SIZES), warmup_rounds=WARMUP,
          note="per round: median microseconds; ratio = mpips_us / raw_us; "
               "server_us = the server's CPU time in the turns that received a message / rounds; "
-              "messages_per_round: received by "
-              "the server",
+              "messages_per_round: received by the server; table_load: the server's keys / "
+              "its table's rows",
          targets=targets, results=rows)
 
 
