@@ -24,7 +24,7 @@ from ..run import testevents
 from ..run.config import TrainConfig
 from ..run.startup import compile_per_node
 from ..run.warmup import CompileWatch
-from ..storage import rundir
+from ..storage import checkpoint, rundir
 from ..wire.placement import Placement, dealt
 from .ending import finish
 from .part_result import PartResult
@@ -203,7 +203,7 @@ def _say_what_is_left(cfg: TrainConfig, resume) -> None:
     """When a checkpoint has no training left under --epochs, say so (the model is saved and
     scored all the same)."""
     directory, manifest = resume
-    epochs = [p["epoch"] for p in manifest["positions"].values()]
+    epochs = [p.epoch for p in checkpoint.positions(resume).values()]
     if min(epochs) < cfg.solver.epochs:
         return
     beyond = max(epochs) > cfg.solver.epochs

@@ -133,7 +133,7 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
                 servers=len(roles.servers), workers=len(roles.workers),
                 consistency=cfg.consistency.mode, inputs=inputs, data_format=trained_on,
                 placement=own.placement.describe(),
-                positions={str(w): p for w, p in sorted(standing.positions.items())},
+                positions={str(w): p.as_dict() for w, p in sorted(standing.positions.items())},
                 deaths=deaths, **(standing.handed_out or {}),
                 worker_random_state=None,   # workers draw no random numbers (file order)
                 written=time.strftime("%Y-%m-%d %H:%M:%S"))

@@ -99,7 +99,7 @@ class ServerPart:
         self.clocks = ClockTable(len(roles.workers), staleness=cfg.consistency.max_staleness)
         self.positions = checkpoint.positions(resume)
         for worker, p in self.positions.items():
-            self.clocks.resume(worker, p["clock"])
+            self.clocks.resume(worker, p.clock)
         self.handout: RowHandOut | None = None   # made with the server's loop
         self.dense_written: list[int] = []
         self.dense.checkpointer = self.write_dense
@@ -228,6 +228,7 @@ class ServerPart:
         elastic = hot or (cfg.pipeline.stages == 1 and minibatch)
         # A full-batch job's checkpoints are by iterations, asked for by its driver.
         by_clocks = cfg.checkpointing.every if minibatch else 0
+        balance = self._balance()   # (before the checkpoints take the positions: it moves them)
         checkpoints = Checkpoints(by_clocks, cfg.checkpointing.seconds, len(roles.servers),
                                   cfg.consistency.max_staleness == 0, self.positions)
         scoring = ((lambda s: Scoring(s, cfg, core_to_spare(roles) and not hot, hot))
@@ -240,7 +241,7 @@ class ServerPart:
                         parts=spans(cfg.data.train, len(roles.workers)) if elastic else (),
                         deaths=checkpoint.deaths(self.resume), run_dir=cfg.data.out,
                         run_id=self.name, scoring=scoring)
-        server.ctx.handout = self.handout = RowHandOut(server.ctx, self._balance())
+        server.ctx.handout = self.handout = RowHandOut(server.ctx, balance)
         return server
 
     def _balance(self) -> Balance | None:
@@ -257,10 +258,8 @@ class ServerPart:
             return Balance(total, epochs, workers, cfg.solver.batch_size)
         # Each worker goes on from its place in the checkpoint holding no chunk: the rest of
         # those it held goes back to the pool, and its place starts over in this launch.
-        places = {w: (p["epoch"], p.get("segment", 0), p["offset"])
-                  for w, p in self.positions.items()}
-        for p in self.positions.values():
-            p["segment"], p["offset"] = 0, -1
+        places = {w: (p.epoch, p.segment, p.offset) for w, p in self.positions.items()}
+        self.positions = {w: p.but(segment=0, offset=-1) for w, p in self.positions.items()}
         return Balance.of_state(state, epochs, workers, cfg.solver.batch_size, 1, places)
 
     def run(self, server: Server):

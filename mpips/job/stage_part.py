@@ -30,6 +30,7 @@ from ..ranks.bounded import wait_all
 from ..run import signals, summary, testevents
 from ..run.config_checks import check_stages
 from ..run.startup import process_age, ready
+from ..wire.position import Position
 from ..wire.tags import (
     STAGE_HEADER,
     STAGE_LABELS,
@@ -279,7 +280,7 @@ class Front:
                                                    "is over")
 
 
-def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None,
+def follow(cfg, roles, kv, pipe: Pipe, model, position: Position | None,
            wait_for_others) -> PartResult:
     """A stage after the first: for each minibatch stage 0 announces, pull this stage's rows,
     run its tasks, push their gradients; then finish with the other workers. Returns what
@@ -290,10 +291,10 @@ def follow(cfg, roles, kv, pipe: Pipe, model, position: dict | None,
 class Follower:
     """A stage after the first of a pipeline, minibatch by minibatch as stage 0 sends them."""
 
-    def __init__(self, cfg, roles, kv, pipe: Pipe, model, position: dict | None):
+    def __init__(self, cfg, roles, kv, pipe: Pipe, model, position: Position | None):
         self.cfg, self.roles, self.kv, self.pipe, self.model = cfg, roles, kv, pipe, model
         if position:
-            kv.clock = position["clock"]
+            kv.clock = position.clock
         self.clock_before = kv.clock
         self.keys = model.reserved_keys(pipe.layers)
         self.layers = pipe.stage_layers(model)

@@ -22,6 +22,7 @@ from ..run.config import TrainConfig
 from ..run.startup import process_age, ready
 from ..storage import checkpoint
 from ..wire.placement import Placement
+from ..wire.position import Position
 from ..worker.kvworker import KVWorker
 from ..worker.pushfilter import Plain, PushFilter
 from .failing import saving_on_failure
@@ -87,7 +88,7 @@ class WorkerLoop:
     rows handed over as the lead says (taken, left, split, joined again); then its share of
     the test file scored."""
 
-    def __init__(self, cfg: TrainConfig, roles: Roles, kv: KVWorker, position: dict | None,
+    def __init__(self, cfg: TrainConfig, roles: Roles, kv: KVWorker, position: Position | None,
                  deaths: tuple = (), hot: bool = False, part: tuple | None = None,
                  front: Front | None = None):
         """`part`: (this worker's part of the data, parts) if not (its index, the workers);
@@ -115,8 +116,8 @@ class WorkerLoop:
         self.t0 = self.mark = self.startup_s = 0.0
         self.position = position      # where a checkpoint says this worker stood
         if position:
-            kv.clock = position["clock"]
-            self.examples, self.loss = position["examples"], position["loss"]
+            kv.clock = position.clock
+            self.examples, self.loss = position.examples, position.loss
         self.examples_before, self.clock_before = self.examples, kv.clock
 
     def run(self) -> PartResult:
@@ -140,8 +141,8 @@ class WorkerLoop:
             epoch, segment, offset, taken = 0, 0, -1, []
             if self.position:
                 p = self.position
-                epoch, segment, offset = p["epoch"], p.get("segment", 0), p["offset"]
-                taken = list(p.get("taken", []))
+                epoch, segment, offset = p.epoch, p.segment, p.offset
+                taken = list(p.taken)
             if self.shared:
                 opened.append((open_shared(cfg, self.lead, self.model.reserved_keys(),
                                            self.speed), (epoch, 0, -1)))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ..base.errors import ProtocolError
 from ..wire import messages, notices, tags
 from ..wire.clocks import FINISHED
+from ..wire.position import Position
 from ..wire.protocol import Op
 from .context import Losses, MembershipContext
 
@@ -216,7 +217,7 @@ class WorkerMoves:
             # splits follow its own rows: see workplan), not finished at the clock it left at.
             place = s.ckpt.positions.get(worker)
             if place is not None:
-                s.ckpt.positions[worker] = dict(place, clock=clock - 1, finished=False)
+                s.ckpt.positions[worker] = place.but(clock=clock - 1, finished=False)
         self.members.ranges.agreed()
         s.reads.release()
 
@@ -244,8 +245,9 @@ class WorkerMoves:
         j = self.joining
         if j is not None and worker == j.worker and j.given:
             # The shares given to it go on as a finished worker's would (see workerloss).
-            losses, place = self._losses, self.ctx.ckpt.positions.get(worker, {})
-            losses.finished(worker, 0, {"epoch": losses.epochs, "taken": place.get("taken", [])})
+            losses, place = self._losses, self.ctx.ckpt.positions.get(worker)
+            losses.finished(worker, 0, Position(0, epoch=losses.epochs,
+                                                taken=place.taken if place else ()))
         if j is not None and worker in j.waiting:
             j.waiting.discard(worker)
             self._split_done()

@@ -12,6 +12,7 @@ import numpy as np
 from ..ranks.roles import Roles
 from ..wire.clocks import ClockTable
 from ..wire.placement import Placement
+from ..wire.position import Position
 
 if TYPE_CHECKING:
     from .rangecopies import RangeCopies
@@ -63,9 +64,9 @@ class ServerStore(Protocol):
 class WorkerPositions(Protocol):
     """Where each worker stands (server.checkpoint_clocks.Checkpoints)."""
     @property
-    def positions(self) -> dict: ...
-    def position_after(self, worker: int, clock: int, /) -> dict: ...
-    def note_lost(self, worker: int, place: dict, /) -> None: ...
+    def positions(self) -> dict[int, Position]: ...
+    def position_after(self, worker: int, clock: int, /) -> Position: ...
+    def note_lost(self, worker: int, place: Position, /) -> None: ...
 
 
 class WorkerChanges(Protocol):
@@ -84,7 +85,7 @@ class RowsHandedOut(Protocol):
     """The lead's hand-out of training rows (server.rowhandout.RowHandOut)."""
     @property
     def dynamic(self) -> bool: ...
-    def worker_gone(self, worker: int, place: dict, /) -> None: ...
+    def worker_gone(self, worker: int, place: Position, /) -> None: ...
 
 
 class RecoveryContext(Protocol):

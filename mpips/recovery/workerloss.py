@@ -20,6 +20,7 @@ from ..base.errors import ProtocolError
 from ..data.workplan import Handover, WorkPlan
 from ..wire import messages, notices, tags
 from ..wire.clocks import FINISHED
+from ..wire.position import Position
 from ..wire.protocol import Op
 from .context import RecoveryContext
 
@@ -111,7 +112,8 @@ class WorkerLosses:
     def _held_here(self, worker: int) -> int:
         done = self.ctx.clocks.done[worker]
         if done == FINISHED:   # it had finished: its last clock
-            return int(self.ctx.ckpt.positions.get(worker, {}).get("clock", 0))
+            place = self.ctx.ckpt.positions.get(worker)
+            return place.clock if place else 0
         return done
 
     def known(self) -> set:
@@ -159,24 +161,24 @@ class WorkerLosses:
                 s.scoring.worker_gone(worker)
         s.pushes.advance()
 
-    def _hand_on(self, worker: int, clock: int, place: dict) -> None:
+    def _hand_on(self, worker: int, clock: int, place: Position) -> None:
         """The lead: the dead worker's rows left go to the living workers still training."""
-        self.examples += int(place.get("examples", 0))
+        self.examples += place.examples
         if self.ctx.handout and self.ctx.handout.dynamic:   # the next that ask take them
             self.ctx.handout.worker_gone(worker, place)
             return
-        if place.get("finished") or place["epoch"] >= self.epochs:
+        if place.finished or place.epoch >= self.epochs:
             log.warning("worker %d had finished its rows: nothing to hand over", worker)
             return
         survivors = self.training(but=worker)
         if not survivors:
             self._abandon(f"worker {worker} died with rows left to train (epoch "
-                          f"{place['epoch']}) and every other worker had finished")
+                          f"{place.epoch}) and every other worker had finished")
             return
-        self.announce(Handover(worker, clock, place["epoch"], place.get("segment", 0),
-                             place["offset"], tuple(place.get("taken", ())), survivors))
+        self.announce(Handover(worker, clock, place.epoch, place.segment, place.offset,
+                               place.taken, survivors))
         log.warning("worker %d's rows left (from epoch %d, clock %d) go to worker(s) %s",
-                    worker, place["epoch"], clock, list(survivors))
+                    worker, place.epoch, clock, list(survivors))
 
     def _abandon(self, why: str) -> None:
         """Rows nobody can train: the job ends as usual (the other servers do not know), and
@@ -205,16 +207,16 @@ class WorkerLosses:
             if w not in s.clocks.gone:
                 s.send(notice, s.roles.workers[w], tags.NOTICE_TAG)
 
-    def finished(self, worker: int, clock: int, place: dict) -> Handover | None:
+    def finished(self, worker: int, clock: int, place: Position) -> Handover | None:
         """The lead: `worker` said FINISH, its next minibatch at `place` (a checkpoint's
         position). The rows it has not trained go on to the workers still training, as a
         dead worker's would: those from `place` if it left before its end (`mpips ctl
         remove-worker`), and shares handed to it after it asked whether there were any (they
         crossed on the wire), from the end of its plan. Returns the hand-over, if any."""
-        taken = place["taken"]
+        taken = place.taken
         given = [d for d in self.deaths if worker in d.survivors]
         # (a full-batch solver's worker says no epoch: it left only if it was asked to)
-        leaving = worker in self.ctx.members.leaving and place["epoch"] < self.epochs
+        leaving = worker in self.ctx.members.leaving and place.epoch < self.epochs
         if self.ctx.handout and self.ctx.handout.dynamic:
             if self.ctx.lead and leaving:   # its chunks left go to the next that ask
                 self.ctx.handout.worker_gone(worker, place)
@@ -222,7 +224,7 @@ class WorkerLosses:
         if not self.ctx.lead or (len(taken) >= len(given) and not leaving):
             return None
         if leaving:   # shares it had not taken yet join the epoch it left in
-            epoch, segment, offset = place["epoch"], place["segment"], place["offset"]
+            epoch, segment, offset = place.epoch, place.segment, place.offset
         else:
             epoch, offset = self.epochs - 1, -1
             segment = len(WorkPlan(self.parts, self.epochs, tuple(self.deaths))
@@ -232,7 +234,7 @@ class WorkerLosses:
             self._abandon(f"worker {worker} ended with rows left to train (epoch {epoch}) and "
                           f"every other worker had finished")
             return None
-        full = tuple(taken) + (epoch,) * (len(given) - len(taken))
+        full = taken + (epoch,) * (len(given) - len(taken))
         death = Handover(worker, clock, epoch, segment, offset, full, survivors, dead=False)
         self.announce(death)
         log.warning("worker %d %s: its rows left go to worker(s) %s", worker,

@@ -10,6 +10,7 @@ import logging
 from typing import NamedTuple
 
 from ..base.errors import CheckpointsFailing
+from ..wire.position import Position
 
 log = logging.getLogger("mpips")
 
@@ -39,9 +40,9 @@ class Checkpoints:
         self.living = set(range(n_servers))   # the servers whose files a checkpoint needs
         # Where each worker's next minibatch starts, from its latest clock push; under BSP
         # also by the clock it had reached, for checkpoints of earlier clocks.
-        self.positions: dict[int, dict] = dict(positions or {})
-        self._history: dict[int, dict[int, dict]] = {
-            w: {p["clock"]: p} for w, p in self.positions.items()}
+        self.positions: dict[int, Position] = dict(positions or {})
+        self._history: dict[int, dict[int, Position]] = {
+            w: {p.clock: p} for w, p in self.positions.items()}
         self.stop_at: int | None = None   # the clock to checkpoint and stop at, once named
         self.planned: set[int] = set()    # clocks named for timed checkpoints
         self.written: set[int] = set()    # clocks this server has written (or tried to write) at
@@ -57,30 +58,29 @@ class Checkpoints:
     def note(self, worker: int, clock: int, report, finished: bool) -> None:
         """Where `worker` stands after `clock` clocks (its latest report)."""
         before = self.positions.get(worker)
-        taken = before.get("taken", []) if before else []   # never changed in place: shared
+        taken = before.taken if before else ()
         if report.taken > len(taken):
-            taken = taken + [report.taken_epoch] * (report.taken - len(taken))
-        position = {"clock": clock, "epoch": report.epoch, "segment": report.segment,
-                    "offset": report.offset, "examples": report.examples, "loss": report.loss,
-                    "finished": finished, "taken": taken}
+            taken = taken + (report.taken_epoch,) * (report.taken - len(taken))
+        position = Position(clock, report.epoch, report.segment, report.offset,
+                            report.examples, report.loss, finished, taken)
         self.positions[worker] = position
         if not finished:
             self._history.setdefault(worker, {})[clock] = position
 
-    def place(self, worker: int, position: dict) -> None:
-        """Where `worker` stands after position["clock"] clocks, said by the lead, not by the
+    def place(self, worker: int, position: Position) -> None:
+        """Where `worker` stands after position.clock clocks, said by the lead, not by the
         worker (it joins again): as its report would be."""
         self.positions[worker] = position
-        self._history.setdefault(worker, {})[position["clock"]] = position
+        self._history.setdefault(worker, {})[position.clock] = position
 
     def positions_at(self, clock: int) -> dict:
         """Where each worker stood at `clock` (see the module's docstring)."""
         if not self.bsp:
-            return {w: dict(p) for w, p in self.positions.items()}
-        return {w: dict(self._history.get(w, {}).get(clock, latest))
+            return dict(self.positions)
+        return {w: self._history.get(w, {}).get(clock, latest)
                 for w, latest in self.positions.items()}
 
-    def position_after(self, worker: int, clock: int) -> dict:
+    def position_after(self, worker: int, clock: int) -> Position:
         """Where `worker` stood once it had completed `clock` clocks (a dead worker's place,
         at the clocks every server holds): from its push of that clock (kept under BSP until
         every worker has passed it; under SSP and ASP the nearest this server still knows),
@@ -88,18 +88,15 @@ class Checkpoints:
         seen = self._history.get(worker, {})
         earlier = [c for c in seen if c <= clock]
         if earlier:
-            return dict(seen[max(earlier)])
-        if worker in self.positions:
-            return dict(self.positions[worker])
-        return {"clock": clock, "epoch": 0, "segment": 0, "offset": -1, "examples": 0,
-                "loss": 0.0, "finished": False, "taken": []}
+            return seen[max(earlier)]
+        return self.positions.get(worker, Position(clock))
 
-    def note_lost(self, worker: int, place: dict) -> None:
+    def note_lost(self, worker: int, place: Position) -> None:
         """`worker` died where `place` says (its clocks after it were dropped): checkpoints
         from now on record it there."""
-        self.positions[worker] = dict(place, lost=True)
+        self.positions[worker] = place.but(lost=True)
         seen = self._history.get(worker, {})
-        for c in [c for c in seen if c > place["clock"]]:
+        for c in [c for c in seen if c > place.clock]:
             del seen[c]
 
     def forget_before(self, clock: int) -> None:
@@ -109,13 +106,13 @@ class Checkpoints:
 
     def last_clock(self, slowest_before: int) -> int:
         """The last clock any worker completed, once all have finished."""
-        return max([p["clock"] for p in self.positions.values()] + [slowest_before])
+        return max([p.clock for p in self.positions.values()] + [slowest_before])
 
     def first_clock(self) -> int:
         """The clock training starts from: 0, or the checkpoint's when resuming. Workers that
         had finished, or left, stand at the clock they stopped at, before it: not counted."""
-        going = [p["clock"] for p in self.positions.values() if not p.get("finished")]
-        return min(going or [p["clock"] for p in self.positions.values()] or [0])
+        going = [p.clock for p in self.positions.values() if not p.finished]
+        return min(going or [p.clock for p in self.positions.values()] or [0])
 
     def due(self, clock: int) -> bool:
         return bool((self.every and clock % self.every == 0) or clock == self.stop_at

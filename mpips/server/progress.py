@@ -26,7 +26,7 @@ class Progress:
         """Start the clock (when training starts, after set-up), from where each worker
         stands (a resume: its examples and loss so far, which rates leave out)."""
         for w, p in (positions or {}).items():
-            self.examples[w], self.loss[w] = p["examples"], p["loss"]
+            self.examples[w], self.loss[w] = p.examples, p.loss
         self._start = time.monotonic()
         self._first = self._last = (self._start, int(self.examples.sum()),
                                     float(self.loss.sum()))

@@ -29,6 +29,7 @@ from ..data.balance import Balance, Refused
 from ..ranks.ulfm import CannotFailOver
 from ..wire import messages
 from ..wire.clocks import FINISHED
+from ..wire.position import Position
 from ..wire.protocol import Op
 
 log = logging.getLogger("mpips")
@@ -91,13 +92,13 @@ class RowHandOut:
         else:
             ctx.reply(answer, source, request.header.ts)
 
-    def worker_gone(self, worker: int, place: dict) -> None:
+    def worker_gone(self, worker: int, place: Position) -> None:
         """`worker` died or left where `place` (a checkpoint's position) says: the chunks it
         had not trained go back to the pool, to the next workers that ask."""
         if self.balance is None:
             return
-        done, offset = int(place.get("segment", 0)), int(place.get("offset", -1))
-        if place.get("epoch", 0) >= self.balance.epochs:   # it had trained all it was handed
+        done, offset = place.segment, place.offset
+        if place.epoch >= self.balance.epochs:   # it had trained all it was handed
             done, offset = len(self.balance.handed[worker]), -1
         before = len(self.balance.abandoned)
         back = self.balance.give_back(worker, done, offset)
@@ -126,7 +127,7 @@ class RowHandOut:
         """Rows of every epoch not yet handed out, or given back (0 under --balance static)."""
         return self.balance.left() if self.balance else 0
 
-    def worker_joins(self, worker: int, place: dict) -> dict:
+    def worker_joins(self, worker: int, place: Position) -> Position:
         """`worker`, which had left or had none left, trains again (`mpips ctl add-worker`):
         it asks for chunks again from the epoch it was in. Returns its place (`place`, a
         checkpoint's position, updated): after the chunks it was handed, none started."""
@@ -136,7 +137,7 @@ class RowHandOut:
         self._copy()
         log.warning("worker %d asks for chunks of training rows again, from epoch %d",
                     worker, epoch)
-        return dict(place, epoch=epoch, segment=len(self.balance.handed[worker]), offset=-1)
+        return place.but(epoch=epoch, segment=len(self.balance.handed[worker]), offset=-1)
 
     # The copies on the standbys (under failover).
     def _standbys_of_lead(self) -> list[int]:

@@ -30,6 +30,7 @@ import numpy as np
 from ..base.errors import DamagedFile
 from ..base.files import atomic_file, mismatched, open_hdf5, sha256, write_hdf5, write_json
 from ..data.workplan import Handover
+from ..wire.position import Position
 from .dense_files import read_blocks
 from .rundir import remove_checkpoint
 
@@ -197,6 +198,10 @@ def verify(directory: str) -> str | None:
             return f"manifest lacks {', '.join(missing)}"
     except (OSError, ValueError, KeyError, TypeError) as e:
         return f"no readable manifest ({type(e).__name__}: {e})"
+    try:
+        read_positions(manifest)
+    except ValueError as e:
+        return f"{MANIFEST}: {e}"
     for file, digests in shards.items():
         try:
             with open_hdf5(os.path.join(directory, file)) as f:
@@ -278,9 +283,25 @@ class Resume(NamedTuple):
 
 
 def positions(resume: Resume | None) -> dict:
-    """Worker -> where it stood in a checkpoint (clock, epoch, offset, examples, loss), or {}
-    when not resuming."""
-    return {int(w): p for w, p in resume.manifest["positions"].items()} if resume else {}
+    """Worker -> where it stood in a checkpoint (a Position), or {} when not resuming."""
+    return read_positions(resume.manifest) if resume else {}
+
+
+def read_positions(manifest: dict) -> dict:
+    """Worker -> the Position a manifest keeps of it; ValueError naming the worker and the
+    field of one it does not hold."""
+    positions = manifest["positions"]
+    if not isinstance(positions, dict):
+        raise ValueError(f"positions is a {type(positions).__name__}, not a JSON object")
+    out = {}
+    for w, p in positions.items():
+        if not w.isdigit():
+            raise ValueError(f"positions names worker {w!r}, not a number")
+        try:
+            out[int(w)] = Position.from_dict(p)
+        except ValueError as e:
+            raise ValueError(f"worker {w}'s position: {e}") from None
+    return out
 
 
 def deaths(resume: Resume | None) -> tuple:
@@ -327,11 +348,11 @@ def describe(root: str, every: bool = False) -> tuple[str, bool]:
             copied = f", backed up on server(s) {backups}" if backups else ""
             lines.append(f"  server {shard['server']}: {shard['keys']:,} keys, weights L2 norm "
                          f"{norm:.4g}, largest {biggest:.4g}{copied}  ({shard['file']})")
-        for worker, p in sorted(m["positions"].items(), key=lambda kv: int(kv[0])):
-            where = ("done" if p["epoch"] >= c["epochs"] else
-                     f"epoch {p['epoch']}, next minibatch at "
-                     f"{'its start' if p['offset'] < 0 else p['offset']}")
-            lines.append(f"  worker {worker}: clock {p['clock']}, {p['examples']:,} examples, "
+        for worker, p in sorted(read_positions(m).items()):
+            where = ("done" if p.epoch >= c["epochs"] else
+                     f"epoch {p.epoch}, next minibatch at "
+                     f"{'its start' if p.offset < 0 else p.offset}")
+            lines.append(f"  worker {worker}: clock {p.clock}, {p.examples:,} examples, "
                          f"{where}")
         o = c["optimizer"]
         lines.append(f"  config: --train {c['train']} --epochs {c['epochs']} --batch-size "

@@ -107,7 +107,7 @@ def test_a_finished_worker_does_not_hold_back_the_others():
             assert late.shape[0] == 16, "worker 1 read for each of its clocks 4 to 19"
             # Worker 0 finished after clock 3: from then on worker 1 is the slowest itself.
             np.testing.assert_array_equal(late["slowest"], late["clock"])
-            assert [server.positions[w]["clock"] for w in (0, 1)] == [3, 20]
+            assert [server.positions[w].clock for w in (0, 1)] == [3, 20]
         else:
             kv = KVWorker(roles, timeout=30)
             keys = np.arange(10, dtype=np.uint64)

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from mpips.server import progress
+from mpips.wire.position import Position
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def test_no_line_before_a_tenth_nor_a_second_tenth_within_half_a_second(said, cl
 
 def test_a_resumed_run_says_its_first_line_once_every_worker_has_said_where_it_is(said, clock):
     p = progress.Progress(n_workers=2, epochs=3, every=5.0)
-    p.start({0: {"examples": 100, "loss": 50.0}, 1: {"examples": 100, "loss": 50.0}})
+    p.start({0: Position(10, examples=100, loss=50.0), 1: Position(10, examples=100, loss=50.0)})
     clock[0] += 0.01
     p.update(0, header(110, 1.5))
     assert said == [], "worker 1 has not said where it is: the mean would be 0.75"

@@ -10,6 +10,7 @@ import pytest
 
 from mpips.base.errors import CheckpointsFailing, ProtocolError
 from mpips.server.checkpoint_clocks import FAILURES_IN_A_ROW, Checkpoints, Standing
+from mpips.wire.position import Position
 from mpips.server.context import ServerContext
 from mpips.server.pushes import ClockPushes
 from mpips.server.readgate import HOLD, REFUSE, SERVE, Pull, ReadGate
@@ -115,19 +116,31 @@ def test_checkpoints_keep_each_workers_place_by_clock_under_bsp():
     ckpt.note(0, 11, report(1, 600), finished=False)   # worker 0 pushed past clock 10
     ckpt.note(1, 10, report(1, 700), finished=False)
     assert ckpt.positions_at(10) == {
-        0: {"clock": 10, "epoch": 1, "segment": 0, "offset": 500, "examples": 100, "loss": 1.0,
-            "finished": False, "taken": []},
-        1: {"clock": 10, "epoch": 1, "segment": 0, "offset": 700, "examples": 100, "loss": 1.0,
-            "finished": False, "taken": []}}
+        0: Position(clock=10, epoch=1, segment=0, offset=500, examples=100, loss=1.0),
+        1: Position(clock=10, epoch=1, segment=0, offset=700, examples=100, loss=1.0)}
     ckpt.note(1, 11, report(1, 800)._replace(segment=2, taken=2, taken_epoch=1), False)
-    assert ckpt.positions_at(11)[1]["taken"] == [1, 1], "two shares taken at epoch 1"
-    assert ckpt.positions_at(11)[1]["segment"] == 2
+    assert ckpt.positions_at(11)[1].taken == (1, 1), "two shares taken at epoch 1"
+    assert ckpt.positions_at(11)[1].segment == 2
+    ckpt.note(1, 12, report(1, 900)._replace(taken=3, taken_epoch=2), False)
+    assert ckpt.positions_at(12)[1].taken == (1, 1, 2), "the shares taken before are kept"
     ckpt.forget_before(11)
-    assert ckpt.positions_at(10)[0]["offset"] == 600, "forgotten: the latest"
+    assert ckpt.positions_at(10)[0].offset == 600, "forgotten: the latest"
     asp = Checkpoints(every=10, seconds=0, n_servers=1, bsp=False)
     asp.note(0, 10, report(1, 500), False)
     asp.note(0, 11, report(1, 600), False)
-    assert asp.positions_at(10)[0]["offset"] == 600, "SSP/ASP: each worker's latest"
+    assert asp.positions_at(10)[0].offset == 600, "SSP/ASP: each worker's latest"
+
+
+def test_a_lost_worker_stays_where_it_died_and_its_later_clocks_are_forgotten():
+    ckpt = Checkpoints(every=10, seconds=0, n_servers=1, bsp=True)
+    for clock, offset in [(10, 500), (11, 600), (12, 700)]:
+        ckpt.note(0, clock, report(1, offset), False)
+    place = ckpt.position_after(0, 10)
+    assert place.offset == 500
+    ckpt.note_lost(0, place)
+    assert ckpt.positions[0] == place.but(lost=True)
+    assert ckpt.position_after(0, 12) == place, "clocks 11 and 12 were dropped"
+    assert ckpt.position_after(1, 7) == Position(7), "a worker never heard of: its start"
 
 
 def test_server_0_completes_a_checkpoint_once_every_server_reported():
@@ -314,7 +327,7 @@ def test_a_manifest_keeps_the_hand_out_as_it_was_at_the_checkpoints_clock():
     ctx, rounds, files, manifests = leading_with_a_hand_out()
     at_clock = ctx.handout.state()
     rounds.take(15)
-    ctx.handout.worker_gone(1, {"epoch": 0, "segment": 0, "offset": 6})   # left at clock 16
+    ctx.handout.worker_gone(1, Position(16, epoch=0, segment=0, offset=6))   # left at clock 16
     assert ctx.handout.state() != at_clock, "the leave gave rows back"
     files[0].entry = {"server": 0, "keys": 5}
     rounds.poll(time.monotonic())
