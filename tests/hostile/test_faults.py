@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from support import ULFM, fired, read_summary, run_job, ulfm
+from support import DETECTOR_S, ULFM, fired, read_summary, run_job
 from watch import WatchedJob, complete_checkpoints, ended_with_a_frozen_rank
 
 from mpips.storage.model_files import load_model
@@ -237,13 +237,14 @@ def test_a_death_before_any_checkpoint_does_not_advise_a_resume(small_data, tmp_
 
 def test_a_rank_busy_outside_mpi_past_the_detectors_bound_is_not_taken_for_dead(small_data,
                                                                                tmp_path):
-    """ULFM's detector declares a rank silent for 2 s dead; a worker computes for 8 s without
-    calling MPI, as a compile or the parse of a big chunk does. mpips's own thread answers
-    the detector for it (failover.KeepAlive): no death."""
+    """ULFM's detector declares a rank silent for 6 s dead; a worker computes for 12 s
+    without calling MPI, as a compile or the parse of a big chunk does. mpips's own thread
+    answers the detector for it (failover.KeepAlive): no death. (The suite's detector: a
+    shorter one could take a live rank of this loaded machine for dead.)"""
     run = tmp_path / "run"
-    busy = "busy rank 3 for 8 s at clock 30"
+    busy = f"busy rank 3 for {2 * DETECTOR_S} s at clock 30"
     job = run_job(4, "train", "--train", small_data[0], "--out", run, *ARGS, "--replicas", 2,
-                  "--test-event", busy, launcher=ulfm(2))
+                  "--test-event", busy, launcher=ULFM)
     assert job.returncode == 0, job.output
     fired(job, busy)
     assert read_summary(run)["failures"] == [], job.output

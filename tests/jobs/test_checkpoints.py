@@ -14,7 +14,7 @@ import pytest
 from support import (ASP_LOGLOSS_SLACK, FSYNC_ON, close_logloss, fired, read_summary,
                      run_here, run_job)
 from debian import H5DUMP, ensure
-from watch import complete_checkpoints, rank_pids
+from watch import WatchedJob, complete_checkpoints, rank_pids, wait_for_file
 
 from mpips.storage import checkpoint
 from mpips.models import catalog as models
@@ -261,12 +261,21 @@ def test_a_killed_rank_then_resume_finishes_as_well(small_data, uninterrupted, t
     args = ("train", "--train", small_data[0], "--test", small_data[1], "--servers", 2,
             "--out", run, *TRAIN)
     # Worker 1 (rank 3) dies once its push of clock 55 is acknowledged: the servers never
-    # reach clock 56, so checkpoint 60 never falls due; 45 is the newest.
-    kill_clock = 55
-    kill = f"kill rank 3 at clock {kill_clock}"
-    killed = run_job(4, *args, "--test-event", kill)
+    # reach clock 56, so checkpoint 60 never falls due; 45 is the newest. Worker 0 waits at
+    # clock 50 until checkpoint 45 is complete (its file is written beside the serving, and
+    # under load could still be on its way at clock 55); under BSP worker 1 waits with it.
+    kill_clock, go = 55, tmp_path / "go"
+    kill, pause = f"kill rank 3 at clock {kill_clock}", f"pause rank 2 until {go} at clock 50"
+    job = WatchedJob(4, *args, "--test-event", pause, "--test-event", kill)
+    wait_for_file(job, f"{go}.reached")
+    job.wait_until(lambda: complete_checkpoints(run / "checkpoints")[-1:] ==
+                   [str(run / "checkpoints" / "clock-000000000045" / "manifest.json")],
+                   "checkpoint 45 to be complete", timeout=300, recheck=0.05)
+    go.write_text("")
+    killed = job.finish(timeout=300)
     assert killed.returncode != 0, "the launcher reports the failure"
     fired(killed, kill)
+    fired(killed, pause)
     assert f"test event: {kill} (reached clock {kill_clock})" in killed.output
     assert rank_pids(run) == [], "no rank outlives the failed job"
     assert clocks(run / "checkpoints") == [15, 30, 45]

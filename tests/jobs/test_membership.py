@@ -352,8 +352,8 @@ def test_a_worker_leaves_and_joins_again_and_every_row_is_trained_once(leaving):
     # Parked after its clock 10 (the word to leave sent meanwhile), worker 1 pushes clock 11
     # and looks for the lead's word at the top of its next minibatch: it ends with that one
     # (12), or, as MPI brings in a message only when a probe that found nothing progresses,
-    # with the next (13).
-    assert left["clock"] in (12, 13), left
+    # with one of the next (13, or 14 on a loaded machine).
+    assert 12 <= left["clock"] <= 14, left
     assert left["handed_to"] == [0, 2] and left["from_epoch"] == 0, left
     assert joined["ok"] and joined["command"] == "add-worker" and joined["target"] == 1, joined
     assert sorted(joined["from"]) == [0, 2] and joined["clock"] > 40, joined

@@ -46,10 +46,12 @@ def test_every_row_is_scored_once_and_as_the_saved_model_scores_it(long_test, tm
     s = runs[0]
     by_rank = s["test_examples_by_rank"]
     assert len(by_rank) == servers + workers and sum(by_rank) == s["test_examples"] == TEST_ROWS
-    assert all(n > 0 for n in by_rank[servers:]), by_rank
-    if spare_core(servers + workers):
-        assert all(n > 0 for n in by_rank[:servers]), f"servers with a core score: {by_rank}"
-    else:
+    # The chunks go to whoever asks: a rank scheduled late on a loaded machine may find none
+    # left, so only that the rows were shared is asked (each rank's share is shown by
+    # test_worker_failover, whose ranks wait for each other at a chunk).
+    scorers = by_rank if spare_core(servers + workers) else by_rank[servers:]
+    assert sum(n > 0 for n in scorers) >= min(2, len(scorers)), by_rank
+    if not spare_core(servers + workers):
         assert by_rank[:servers] == [0] * servers, f"oversubscribed, servers do not: {by_rank}"
     # Whichever rank scored which chunk, the figures are the same bits (summed in one order).
     assert runs[1]["test_logloss"] == s["test_logloss"] and runs[1]["test_auc"] == s["test_auc"]

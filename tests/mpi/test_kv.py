@@ -128,7 +128,7 @@ def test_a_server_that_hears_nothing_names_the_silent_worker_that_holds_the_othe
     try:
         keys = np.arange(5, dtype=np.uint64)
         if roles.is_server:
-            server = server_for(roles, timeout=2.0)
+            server = server_for(roles, timeout=6.0)   # (worker 1's push must come first)
             with pytest.raises(WaitTimeout) as silence:
                 server.run()
             said = str(silence.value)
