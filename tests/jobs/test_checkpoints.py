@@ -4,6 +4,7 @@ re-sharding, damaged checkpoints, and a rank killed outright.
 Signals and kills come from the ranks themselves at a named point (`--test-event`, see
 mpips/run/testevents.py), so the clock a job stops at, and its newest checkpoint, are known."""
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -254,6 +255,32 @@ def test_a_damaged_checkpoint_is_passed_over(small_data, uninterrupted, tmp_path
     os.truncate(os.path.join(previous, "server-0000.h5"), 1000)   # and a truncated file
     report = run_here("inspect", ckpt, "--all")
     assert report.returncode == 0 and "server-0000.h5: cut short (1,000 of its" in report.stdout
+
+
+def test_a_manifest_with_a_damaged_place_is_passed_over_naming_it(small_data, tmp_path,
+                                                                   uninterrupted):
+    """The newest manifest's record of where worker 1 stood, damaged (its offset a string):
+    `inspect` and a resume name the worker and the field, and the resume takes the
+    checkpoint before it, with no traceback."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(uninterrupted / "checkpoints", ckpt)
+    newest, previous = [os.path.dirname(p) for p in complete_checkpoints(ckpt)[::-1][:2]]
+    manifest = os.path.join(newest, "manifest.json")
+    with open(manifest) as f:
+        kept = json.load(f)
+    kept["positions"]["1"]["offset"] = "1234"
+    with open(manifest, "w") as f:
+        json.dump(kept, f)
+    said = "manifest.json: worker 1's position: a position's offset is '1234', not an integer"
+    report = run_here("inspect", ckpt)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert f"{os.path.basename(newest)}  NOT USABLE: {said}" in report.stdout, report.stdout
+    job = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--out",
+                  tmp_path / "run", *TRAIN, "--resume", ckpt)
+    assert job.returncode == 0, job.output
+    assert f"checkpoint {newest} is damaged or incomplete ({said}" in job.output
+    assert f"resumed from checkpoint clock {read_manifest(previous)['clock']}" in job.output
+    assert "Traceback" not in job.output
 
 
 def test_a_killed_rank_then_resume_finishes_as_well(small_data, uninterrupted, tmp_path):
