@@ -188,7 +188,7 @@ class KVWorker(Link):
     def wait(self, ts: int) -> np.ndarray | None:
         """Complete request `ts`; for a pull, return the values in the order of its keys."""
         pending = self._pending[ts]
-        if any(self._held.get(send.server) is send for send in pending.sends):
+        if self._held and any(self._held.get(send.server) is send for send in pending.sends):
             self.send_held()   # a pull held for a push that has not come: alone
         while True:
             if pending.version != self._placement.version:
