@@ -46,6 +46,7 @@ def compile_kernels(model=None, optimizer: str | None = None,
         lr = catalog.LogisticRegression()
         is_sorted_unique(keys)
         Placement(2).by_server(keys)
+        Placement(2).ranges_of(keys)   # (a push's backed-up parts, admission, range copies)
         lr.gradient(batch, cols, bias_col, weights)
         lr.margins(batch, cols, bias_col, weights)
         wide = np.zeros((keys.shape[0], 2), np.float32)[:, :1]   # a wider row's first column

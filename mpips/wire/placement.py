@@ -315,7 +315,7 @@ class Placement:
         in key order. perm is None when there is one server (no reordering needed)."""
         if self.n_servers == 1:
             return None, np.array([0, keys.shape[0]], np.int64)
-        return hashing.group_by_owner(self.owners(keys), self.n_servers)
+        return hashing.split_by_owner(keys, self.bounds, _SALT, self._primary, self.n_servers)
 
     def allowed(self, server: int, as_primary: bool) -> np.ndarray:
         """bool[n_ranges]: the ranges whose keys `server` takes, as primary (reads) or as

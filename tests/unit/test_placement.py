@@ -3,6 +3,7 @@ ring (vnodes); a join or leave moves about 1/n of them and keeps the shares even
 import numpy as np
 import pytest
 
+from mpips.kernels import hashing
 from mpips.wire.placement import Placement, by_range, dealt, describe_ranges, load_spread, moved, rebalanced, ring_holders, with_server, without_server
 
 
@@ -22,16 +23,32 @@ def test_balanced(n_servers, pattern):
     assert np.abs(counts / n - 1 / n_servers).max() < 0.01, counts
 
 
-def test_split_groups_keys_by_owner_in_order():
-    keys = np.unique(np.random.default_rng(1).integers(0, 2**63, 5000, dtype=np.uint64))
-    p = Placement(3)
+@pytest.mark.parametrize("n_servers", [2, 3, 5])
+@pytest.mark.parametrize("n_keys", [0, 1, 2, 10, 5000])
+def test_split_groups_keys_by_owner_in_order(n_servers, n_keys):
+    keys = np.unique(np.random.default_rng(n_keys).integers(0, 2**63, n_keys, dtype=np.uint64))
+    p = Placement(n_servers)
     perm, offsets = p.by_server(keys)
     owner = p.owners(keys)
     assert sorted(perm.tolist()) == list(range(keys.shape[0]))
-    for s in range(3):
+    assert offsets.tolist() == [0, *np.cumsum(np.bincount(owner, minlength=n_servers))]
+    for s in range(n_servers):
         part = perm[offsets[s]:offsets[s + 1]]
         assert (owner[part] == s).all()
         assert (np.diff(part) > 0).all(), "stable: each server's keys stay sorted"
+
+
+@pytest.mark.parametrize("n_groups", [1, 2, 3, 7])
+def test_grouping_by_owner_is_a_stable_sort_whatever_the_number_of_groups(n_groups):
+    """The two-group pass and the counting sort give what a stable sort gives, runs of one
+    owner and a group left empty included."""
+    rng = np.random.default_rng(n_groups)
+    for owner in (rng.integers(0, n_groups, 1000), np.zeros(50, int),
+                  np.repeat(np.arange(n_groups), 3)[::-1], np.full(7, n_groups - 1)):
+        owner = owner.astype(np.int32)
+        perm, offsets = hashing.group_by_owner(owner, n_groups)
+        np.testing.assert_array_equal(perm, np.argsort(owner, kind="stable"))
+        assert offsets.tolist() == [0, *np.cumsum(np.bincount(owner, minlength=n_groups))]
 
 
 def test_one_server_needs_no_permutation():
