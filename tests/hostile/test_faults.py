@@ -7,12 +7,15 @@ To add a case: name the point where a rank is signalled, frozen or killed with
 the job ends. A frozen rank stays frozen to the end of the job (the launcher ends it).
 """
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from support import DETECTOR_S, ULFM, fired, read_summary, run_job
+from support import DETECTOR_S, ULFM, fired, mpiexec_path, read_summary, run_job
 from watch import WatchedJob, complete_checkpoints, ended_with_a_frozen_rank
 
+from mpips.ranks import ulfm
 from mpips.storage.model_files import load_model
 
 # 2 servers + 2 workers (ranks 2, 3): 100 clocks an epoch each, a checkpoint every 25.
@@ -248,3 +251,25 @@ def test_a_rank_busy_outside_mpi_past_the_detectors_bound_is_not_taken_for_dead(
     assert job.returncode == 0, job.output
     fired(job, busy)
     assert read_summary(run)["failures"] == [], job.output
+
+
+LEAVING_RANKS = """
+from mpi4py import MPI
+from mpips.ranks import ulfm
+ulfm.job_communicator(MPI.COMM_WORLD)
+MPI.COMM_WORLD.Barrier()
+ulfm.leave_after_failure(ulfm.LOST)   # every rank at once, as after a death none survives
+"""
+
+
+def test_ranks_that_all_leave_after_a_failure_at_once_end_the_launch(tmp_path):
+    """Open MPI's launcher under ULFM now and then waited forever once 5 ranks had all left
+    with an error at the same moment (7 of 60 launches of this script, before a node's ranks
+    left 20 ms apart). Each of 20 launches ends (in well under a second), with the job's
+    status."""
+    script = tmp_path / "leave.py"
+    script.write_text(LEAVING_RANKS)
+    for attempt in range(20):
+        ended = subprocess.run([mpiexec_path(), *ULFM, "-n", "5", sys.executable, str(script)],
+                               capture_output=True, text=True, timeout=20)
+        assert ended.returncode == ulfm.LOST, (attempt, ended.stdout + ended.stderr)
