@@ -35,12 +35,12 @@ class Position(NamedTuple):
         (a field missing, of the wrong type, or out of range)."""
         if not isinstance(d, dict):
             raise ValueError(f"a position is a JSON object, not {type(d).__name__}")
+        if "clock" not in d:
+            raise ValueError("a position lacks its clock")
         ints = {}
         for name, least in (("clock", 0), ("epoch", 0), ("segment", 0), ("offset", -1),
                             ("examples", 0)):
             value = d.get(name, cls._field_defaults.get(name))
-            if name == "clock" and name not in d:
-                raise ValueError("a position lacks its clock")
             if type(value) is not int or value < least:
                 raise ValueError(f"a position's {name} is {value!r}, not an integer >= {least}")
             ints[name] = value
