@@ -167,3 +167,20 @@ def test_reserve_makes_room_once():
     generation = s.generation
     s.push(np.arange(100_000, dtype=np.uint64), np.ones((100_000, 1), np.float32), 0)
     assert s.generation == generation, "no growth on the way"
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64, 1 << 18])
+def test_blocks_give_what_items_gives_in_the_same_order(rows):
+    """A table written a block at a time (a checkpoint's shard) holds what items() gives:
+    every stored key once, the EMPTY-valued one too, with its state row, in row order."""
+    store = KVStore(width=2, optimizer=Optimizer("adagrad", lr=0.1), capacity=64)
+    rng = np.random.default_rng(3)
+    keys = np.unique(np.concatenate([rng.integers(0, 2**64 - 1, 500, dtype=np.uint64,
+                                                  endpoint=True), [EMPTY]]).astype(np.uint64))
+    store.push(keys, rng.normal(size=(keys.shape[0], 2)).astype(np.float32), 0)
+    stored, state = store.items()
+    blocks = list(store.blocks(rows))
+    assert np.array_equal(np.concatenate([k for k, _ in blocks]), stored)
+    assert np.array_equal(np.concatenate([s for _, s in blocks]).view(np.uint32),
+                          state.view(np.uint32))
+    assert all(s is None for _, s in store.blocks(rows, state=False))
