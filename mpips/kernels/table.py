@@ -138,18 +138,20 @@ def rehash(old_rows, new_rows):
 def stored(rows, meta):
     """(slots, keys) of every stored key, in row order (the EMPTY-valued key's row last)."""
     cap = rows.shape[0] - 1
-    slots = np.empty(meta[0], np.int64)
-    keys = np.empty(meta[0], np.uint64)
+    # One entry more than stored: each row is written at n, as in `gather` (no branch).
+    slots = np.empty(meta[0] + 1, np.int64)
+    keys = np.empty(meta[0] + 1, np.uint64)
     n = 0
     for i in range(cap):
-        if not (rows[i, 0] == _ONES and rows[i, 1] == _ONES):
-            slots[n] = i
-            keys[n] = np.uint64(rows[i, 0]) | (np.uint64(rows[i, 1]) << _S32)
-            n += 1
+        a = rows[i, 0]
+        b = rows[i, 1]
+        slots[n] = i
+        keys[n] = np.uint64(a) | (np.uint64(b) << _S32)
+        n += not (a == _ONES and b == _ONES)
     if meta[1] == 1:
         slots[n] = cap
         keys[n] = EMPTY
-    return slots, keys
+    return slots[:meta[0]], keys[:meta[0]]
 
 
 @njit(cache=True, nogil=True)
