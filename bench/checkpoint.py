@@ -2,27 +2,28 @@
 what a checkpoint costs the workers while the server serves, three ways of writing it.
 
     python bench/checkpoint.py [--keys 10000000] [--dir bench/out/checkpoint]
-                               [--serve-seconds 24] [--every 3]
+                               [--serve-seconds 24] [--every 3] [--workers 2]
 
 Fills one server's table (KVStore) with random 64-bit keys, then times, as a job does:
 writing its shard (HDF5 to a temporary name, fsynced, renamed) and the manifest; verifying
 the checkpoint's SHA-256 checksums (what --resume does before choosing it); and loading the
 shard into an empty table.
 
-Then, serving (bench/checkpoint_serving.py, 1 server + 2 workers under mpiexec, AdaGrad,
-BSP, each worker reading and updating 10,000 of the keys a clock, a timed checkpoint every
---every seconds), with the file written as jobs do (`resident`: the table copied a span at a
-time between requests into shared memory, then written by the server's resident writer, forked
-once), from that copy by a child forked for each file (`snapshot`, what jobs did before), by
-a child forked from the live table (`fork`: copy-on-write pages) and in the server's loop
-(`inline`, --checkpoint-inline): for each checkpoint the write time (from taking the
-state to the file in) against the longest a worker was held because of it (its longest
-clock from the moment the state is taken to the file's arrival, less the median clock
-outside checkpoints), and the server's longest turn on it (a span's copy; the turn that
-started the writer: the fork, or the task sent); the workers' clocks per second while a
-file is being written against outside; and the memory of server and writers at most beyond
-the server's before any checkpoint (proportional set sizes: copy-on-write pages counted
-once). Writes bench/results/checkpoint.json.
+Then, serving (bench/checkpoint_serving.py, 1 server + --workers workers under mpiexec,
+AdaGrad, BSP, each worker reading and updating 10,000 of the keys a clock, a timed
+checkpoint every --every seconds), with the file written as jobs do (`resident`: the table
+copied a span at a time between requests into shared memory, then written by the server's
+resident writer, forked once), from that copy by a child forked for each file (`snapshot`,
+what jobs did before), by a child forked from the live table (`fork`: copy-on-write pages)
+and in the server's loop (`inline`, --checkpoint-inline): for each checkpoint the write
+time (from taking the state to the file in) against the longest a worker was held because
+of it (its longest clock from the moment the state is taken to the file's arrival, less the
+median clock outside checkpoints), and the server's longest turn on it (a span's copy; the
+turn that started the writer: the fork, or the task sent); the workers' clocks per second
+while a file is being written against outside, and the writer's CPU seconds for each; and
+the memory of server and writers at most beyond the server's before any checkpoint
+(proportional set sizes: copy-on-write pages counted once). Writes
+bench/results/checkpoint.json.
 """
 import argparse
 import json
@@ -79,12 +80,14 @@ def measure(name: str, n_keys: int, root: str) -> dict:
             "read_s": verify_s + load_s}
 
 
-def serving(mode: str, n_keys: int, seconds: float, every: float, root: str) -> dict:
-    """One launch of checkpoint_serving.py: the figures of its checkpoints taken while the
-    workers ran."""
+def serving(mode: str, n_keys: int, seconds: float, every: float, root: str,
+            workers: int = 2) -> dict:
+    """One launch of checkpoint_serving.py (1 server and `workers` workers): the figures of
+    its checkpoints taken while the workers ran."""
     out = tempfile.mkdtemp(prefix=f"serving-{mode}-", dir=root)
-    cmd = [mpiexec(), "-n", "3", sys.executable, os.path.join(HERE, "checkpoint_serving.py"),
-           mode, str(n_keys), str(seconds), str(every), out]
+    cmd = [mpiexec(), "-n", str(workers + 1), sys.executable,
+           os.path.join(HERE, "checkpoint_serving.py"), mode, str(n_keys), str(seconds),
+           str(every), out]
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
         memory = watch_memory(proc, os.path.join(out, "server.pid"), 600 + 4 * seconds)
@@ -92,7 +95,7 @@ def serving(mode: str, n_keys: int, seconds: float, every: float, root: str) -> 
         if proc.returncode != 0:
             sys.exit(f"failed: {' '.join(cmd)}\n{log.read()}")
     ranks = []
-    for r in range(3):
+    for r in range(workers + 1):
         with open(os.path.join(out, f"rank-{r}.json")) as f:
             ranks.append(json.load(f))
     shutil.rmtree(out, ignore_errors=True)
@@ -173,7 +176,8 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
         rows.append({"clock": c["clock"], "write_s": b - a, "take_s": c["taken"] - a,
                      "held_s": max(held, 0.0), "copy_turn_s": c.get("copy_turn_s", 0.0),
                      "start_writer_s": c.get("start_writer_s", 0.0),
-                     "spread_s": c.get("spread_s", 0.0)})
+                     "spread_s": c.get("spread_s", 0.0),
+                     "writer_cpu_s": c.get("writer_cpu_s")})
     # Clocks completed per second (both workers) while a file was being written, and outside.
     ends = np.concatenate([s[s[:, 1] >= begin, 1] for s in steps])
     in_windows = np.zeros(ends.shape[0], bool)
@@ -198,7 +202,14 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
                                          if seconds > 0 else None)
     write_s = max(r["write_s"] for r in rows)
     held_s = max(r["held_s"] for r in rows)
-    return {"mode": mode, "keys": server["keys"], "table_mb": server["table_bytes"] / 1e6,
+    cpu = [r["writer_cpu_s"] for r in rows if r["writer_cpu_s"] is not None]
+    phases["writer_cpu_s"] = float(np.median(cpu)) if cpu else None
+    # The share of the node's cores the writing process took while the file was written: on
+    # a node whose ranks leave no core idle, about what the ranks lose then.
+    phases["writer_core_share"] = (phases["writer_cpu_s"] / (os.cpu_count() * phases["file_s"])
+                                   if cpu and phases["file_s"] > 0 else None)
+    return {"mode": mode, "workers": len(steps), "keys": server["keys"],
+            "table_mb": server["table_bytes"] / 1e6,
             "server_pss_mb": server["pss_kb"] / 1e3, "checkpoints": rows,
             "typical_clock_s": typical, "write_s": write_s, "held_s": held_s,
             "held_of_write": held_s / write_s,
@@ -216,13 +227,16 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(HERE, "results", "checkpoint.json"))
     parser.add_argument("--serve-seconds", type=float, default=24.0)
     parser.add_argument("--every", type=float, default=3.0)
+    parser.add_argument("--workers", type=int, default=2,
+                        help="workers serving beside the server (default %(default)s: with "
+                             "the server, more ranks than this machine's 2 cores)")
     parser.add_argument("--writers", default="resident,snapshot,fork,inline",
                         help="the ways of writing measured serving (default: %(default)s)")
     parser.add_argument("--serving-only", action="store_true",
                         help="skip the table of write and read times per optimizer")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
-    served = [serving(mode, args.keys, args.serve_seconds, args.every, args.dir)
+    served = [serving(mode, args.keys, args.serve_seconds, args.every, args.dir, args.workers)
               for mode in args.writers.split(",")]
     report_serving(served)
     rows = [] if args.serving_only else [measure(name, args.keys, args.dir) for name in NAMES]
@@ -234,7 +248,7 @@ def main() -> None:
               f"{r['read_s']:7.2f}")
     save(args.out, "checkpoint", rows=rows, serving=served,
          note="rows: one server's shard; read_s = verify_s (checksums) + load_s. serving: "
-              "1 server + 2 workers, AdaGrad, BSP, a timed checkpoint every "
+              f"1 server + {args.workers} workers, AdaGrad, BSP, a timed checkpoint every "
               f"{args.every:g} s; held_s: the longest a worker was held because of a "
               "checkpoint (its longest clock during the write less the median clock), "
               "write_s: from taking the state to the file in; memory_mb: server and "
@@ -264,7 +278,10 @@ def report_serving(served: list) -> None:
         if r.get("throughput_file") is not None and r["copy_s"] > 0:
             print(f"{'':8} the table's copy {r['copy_s']:.2f} s at {r['throughput_copy']:.2f} "
                   f"of the clocks/s without, then the file {r['file_s']:.2f} s at "
-                  f"{r['throughput_file']:.2f}")
+                  f"{r['throughput_file']:.2f}"
+                  + (f" (its writer {r['writer_cpu_s']:.2f} CPU-s a file, "
+                     f"{r['writer_core_share']:.0%} of the node's {os.cpu_count()} cores then)"
+                     if r.get("writer_core_share") else ""))
     print("(write s, held s: the longest over the checkpoints; take ms: the longest the server "
           "took to take the state; span ms: its longest turn copying a span; start ms: its "
           "longest turn starting the writer (a fork, or the task sent); lost: the clocks a "

@@ -83,6 +83,7 @@ class Timed:
         if entry is not None and "done" not in self.record:
             self.record["done"] = time.monotonic()
             self.record["error"] = entry.get("error")
+            self.record["writer_cpu_s"] = entry.get("cpu_s")
         return entry
 
     def wait(self, timeout: float):
@@ -93,10 +94,17 @@ class Timed:
         return self.file.stop(why)
 
 
+def with_cpu(write) -> dict:
+    """`write()`'s entry, with the CPU seconds the process that wrote it spent on it."""
+    start = time.process_time()
+    entry = write()
+    return {**entry, "cpu_s": time.process_time() - start}
+
+
 def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
     store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1), capacity=2 * n_keys)
-    resident = Resident(store, lambda task, table: checkpoint.stream_shard(
-        root, task["clock"], 0, table, {}, spread=task["spread"]))
+    resident = Resident(store, lambda task, table: with_cpu(lambda: checkpoint.stream_shard(
+        root, task["clock"], 0, table, {}, spread=task["spread"])))
     if mode == "resident":   # as a job's server does, before its table is filled
         resident.ready()
     keys = keys_of(n_keys)
@@ -112,7 +120,8 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
         record = {"clock": clock, "take": time.monotonic()}
         records.append(record)
         if mode == "inline":
-            file = Written(checkpoint.write_shard(root, clock, 0, store, {}), record["take"])
+            file = Written(with_cpu(lambda: checkpoint.write_shard(root, clock, 0, store, {})),
+                           record["take"])
         elif mode in ("resident", "snapshot"):
             # spread out as a job's periodic checkpoint is (job.server_files.spread_of)
             task = {"clock": clock, "spread": spread_of(every) if paced else 0.0}
@@ -122,8 +131,8 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
                                  forked=lambda: record.update(forked=time.monotonic()),
                                  resident=resident if mode == "resident" else None, task=task)
         else:
-            file = ForkedWrite(lambda: checkpoint.stream_shard(root, clock, 0, store, {}),
-                               "server-0000.h5")
+            file = ForkedWrite(lambda: with_cpu(lambda: checkpoint.stream_shard(
+                root, clock, 0, store, {})), "server-0000.h5")
         record["taken"] = time.monotonic()
         return Timed(file, record)
 
