@@ -10,6 +10,7 @@ huge page's 2 MB at once).
 import numpy as np
 
 from .jit import njit
+from .prefetch import UPDATE_AHEAD, prefetch
 
 _ONES = np.uint32(0xFFFFFFFF)
 
@@ -33,7 +34,13 @@ def copy_span(src, dst, copied, start, stop):
 def log_before_write(src, copied, at, rows, log_rows, log_values, n):
     """Rows `rows` of `src` (-1: none) about to change, not yet copied or logged: appended
     to the log at n (room for len(rows) more). Returns the log's new length."""
-    for i in range(rows.shape[0]):
+    # A push's rows are anywhere in the table: each one's flag and row asked for ahead, as an
+    # update asks for its rows (20,000 rows of a 20M-row table: 1.5-2.4 ms, 0.9-1.1 so).
+    m = rows.shape[0]
+    for i in range(m):
+        if i + UPDATE_AHEAD < m and rows[i + UPDATE_AHEAD] >= at:
+            prefetch(copied, rows[i + UPDATE_AHEAD])
+            prefetch(src, rows[i + UPDATE_AHEAD])
         r = rows[i]
         if r >= at and not copied[r]:
             log_rows[n] = r
