@@ -134,25 +134,32 @@ def test_scoring_a_chunk_longer_than_the_timeout_is_no_timeout(monkeypatch, held
     """A server asks for its next chunk as it starts one; scoring that one may take longer
     than --timeout (a slow model): only a wait still unanswered counts, not the time a
     chunk answered long ago waited to be used. Here every batch server 1 scores takes
-    0.25 s more (slowed on purpose; the lead, which hands out the chunks, is not), a
-    server's chunk is 8 batches (2 s) and the timeout 1.5 s: server 1 answers the lead's
-    reads between its batches, within 0.3 s on a loaded machine (5x under the timeout)."""
+    0.5 s more (slowed on purpose; the lead, which hands out the chunks, is not), a
+    server's chunk is 8 batches (4 s) and the timeout 3 s: server 1 answers the lead's
+    reads between its batches, within 0.6 s on a loaded machine (5x under the timeout).
+    The workers' FINISH is sent before the servers' loops start: a worker slow to start
+    on a loaded machine (4 ranks and 2 busy processes on 2 cores) once left a server
+    hearing nothing from it for 2 s."""
     rows = 32 * 8 * 2000   # a server's chunk: 1/8 of a rank's share of them
     roles = split(2, MPI.COMM_WORLD)
     cfg = TrainConfig(data=DataConfig(train="", test=held_out_file(rows)),
                       model=ModelConfig(bias=False),
-                      faults=FaultToleranceConfig(timeout=1.5))
+                      faults=FaultToleranceConfig(timeout=3.0))
     slow = Scoring._score
 
     def slowed(self, batch):
         if self.server.roles.index == 1:
-            time.sleep(0.25)
+            time.sleep(0.5)
         slow(self, batch)
+
+    def finish_sent():
+        wait_all([roles.comm.Ibarrier()], 60, lambda: "the workers' FINISH sent")
     try:
         if roles.is_server:
             monkeypatch.setattr(Scoring, "_score", slowed)
-            server = server_for(roles, capacity=1 << 13, timeout=1.5,
+            server = server_for(roles, capacity=1 << 13, timeout=3.0,
                                 scoring=lambda s: Scoring(s, cfg, takes_chunks=True))
+            finish_sent()
             server.run()
             margins, _ = server.scoring.results()
             if roles.index == 1:
@@ -160,6 +167,7 @@ def test_scoring_a_chunk_longer_than_the_timeout_is_no_timeout(monkeypatch, held
         else:
             kv = KVWorker(roles, timeout=60)
             kv.finish()
+            finish_sent()
             wait_all([roles.group.Ibarrier()], 60, lambda: "both workers to finish")
             margins = worker_share(cfg, roles, kv).margins
             kv.close()
