@@ -125,10 +125,14 @@ def test_a_server_that_hears_nothing_names_the_silent_worker_that_holds_the_othe
     """The servers' own bound: when no worker has sent anything for --timeout, they name the
     slowest worker first (not only every worker's state), and can then serve on."""
     roles = split(2, MPI.COMM_WORLD)
+
+    def sent():   # worker 1's push and pull, before the servers' silence bound starts
+        wait_all([MPI.COMM_WORLD.Ibarrier()], 30, lambda: "worker 1's push and pull sent")
     try:
         keys = np.arange(5, dtype=np.uint64)
         if roles.is_server:
-            server = server_for(roles, timeout=6.0)   # (worker 1's push must come first)
+            server = server_for(roles, timeout=3.0)
+            sent()
             with pytest.raises(WaitTimeout) as silence:
                 server.run()
             said = str(silence.value)
@@ -142,6 +146,7 @@ def test_a_server_that_hears_nothing_names_the_silent_worker_that_holds_the_othe
             if roles.index == 1:
                 kv.wait(kv.push(keys, np.ones(5, np.float32), clock=True))
                 ts = kv.pull(keys)   # clock 1: held until worker 0 finishes clock 0
+            sent()
             wait_all([MPI.COMM_WORLD.Ibarrier()], 30, lambda: "every rank")
             if roles.index == 0:     # silent until the servers gave up waiting for it
                 kv.wait(kv.push(keys, np.ones(5, np.float32), clock=True))

@@ -105,10 +105,15 @@ def test_a_server_that_answers_no_reads_is_named_within_the_timeout(held_out_fil
     cfg = TrainConfig(data=DataConfig(train="", test=held_out_file()),
                       model=ModelConfig(bias=False),
                       faults=FaultToleranceConfig(timeout=3))
+    def workers_done():
+        # Before server 0's loop starts: a worker slow to start on a loaded machine would
+        # race server 0's bound with its own silence.
+        wait_all([roles.comm.Ibarrier()], 60, lambda: "the workers' FINISH and BYE sent")
     try:
         if roles.is_server and roles.index == 0:
             server = server_for(roles, capacity=1 << 13, timeout=3,
                                 scoring=lambda s: Scoring(s, cfg, takes_chunks=True))
+            workers_done()
             with pytest.raises(WaitTimeout, match=r"server rank\(s\) \[1\] did not answer this "
                                                   r"server's reads of test keys within "
                                                   r"--timeout 3 s"):
@@ -119,6 +124,9 @@ def test_a_server_that_answers_no_reads_is_named_within_the_timeout(held_out_fil
             # Done, so that server 0 waits on server 1 alone: workers silent (as they would be
             # with their reads stuck at server 1 too) would race its bound with their own.
             kv.close()
+            workers_done()
+        else:
+            workers_done()
         # Server 1 is frozen to the others: it never answers, and only takes the messages
         # sent to it once server 0 has given up.
         wait_all([roles.comm.Ibarrier()], 60, lambda: "server 0 to give up")
