@@ -105,6 +105,7 @@ def test_a_server_that_answers_no_reads_is_named_within_the_timeout(held_out_fil
     cfg = TrainConfig(data=DataConfig(train="", test=held_out_file()),
                       model=ModelConfig(bias=False),
                       faults=FaultToleranceConfig(timeout=3))
+
     def workers_done():
         # Before server 0's loop starts: a worker slow to start on a loaded machine would
         # race server 0's bound with its own silence.
