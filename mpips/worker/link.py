@@ -158,10 +158,8 @@ class Link:
         timeout = pending.timeout or self.timeout
         if not self.failover:
             statuses = [p.status if isinstance(p, Reply) else _UNREAD for p in parts]
-            requests = [p.request for p in parts]
-            # (most often done already: a push's send, a reply that came during the minibatch)
-            waited = (0.0 if MPI.Request.Testall(requests, statuses) else
-                      wait_all(requests, timeout, pending.said, statuses=statuses))
+            waited = wait_all([p.request for p in parts], timeout, pending.said,
+                              statuses=statuses)
             for p in parts:
                 p.done = True
             return waited
