@@ -22,6 +22,7 @@ from ..base.errors import MpipsError
 from ..base.processes import Process, process_state
 from ..wire.tags import KEEPALIVE_TAG
 from .bounded import wait_all
+from .ulfm_launch import detector_timeout
 
 log = logging.getLogger("mpips")
 
@@ -233,6 +234,19 @@ def end_together(comm: MPI.Intracomm, timeout: float) -> None:
             raise
 
 
+def silence(late_s: float, detector_s: float) -> str | None:
+    """What a rank says when it reached MPI `late_s` seconds later than it meant to (its
+    keep-alive thread was not run: the node's cores were taken, or the process stopped): a
+    warning from a third of the way to being taken for dead, so that a death declared of a
+    live rank can be told from a real one."""
+    if late_s < detector_s / 3:
+        return None
+    return (f"this rank did not reach MPI for {late_s:.1f} s (the failure detector declares a "
+            f"rank silent for {detector_s:g} s dead): its process was not run, on a node whose "
+            f"cores are taken or that stopped it. Run fewer processes a node, or launch with "
+            f"a longer --mca mpi_ft_detector_timeout")
+
+
 class KeepAlive:
     """ULFM's failure detector has no thread of its own here: a rank that makes no MPI call
     for the detector's timeout (compiling kernels, reading a sample, writing a file) counts
@@ -247,11 +261,18 @@ class KeepAlive:
     def __init__(self, every: float = 0.05, finalize_s: float = 30.0):
         self._every = every
         self._finalize_s = finalize_s
+        self._detector_s = detector_timeout(os.environ)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mpips-keepalive", daemon=True)
 
     def _run(self) -> None:
+        last = time.monotonic()
         while not self._stop.wait(self._every):
+            now = time.monotonic()
+            said = silence(now - last - self._every, self._detector_s)
+            if said:
+                log.warning("%s", said)
+            last = now
             try:
                 MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, KEEPALIVE_TAG)
             except MPI.Exception:

@@ -109,9 +109,17 @@ def judge(library_version: str, env: Mapping[str, str], missing_calls: str = "")
     if not mca_true(env.get("OMPI_MCA_mpi_ft_detector")):
         return Verdict(False, "launched with ULFM but without its failure detector, so a frozen "
                               f"rank would never count as failed ({HOW})")
-    timeout = env.get("OMPI_MCA_mpi_ft_detector_timeout", "10")
     return Verdict(True, f"{lib.name} with ULFM and its failure detector (a rank silent for "
-                         f"{timeout} s counts as failed)")
+                         f"{detector_timeout(env):g} s counts as failed)")
+
+
+def detector_timeout(env: Mapping[str, str]) -> float:
+    """The seconds of silence after which ULFM's failure detector declares a rank dead, as the
+    launcher passed them (Open MPI's default, 10 s, if it did not)."""
+    try:
+        return float(env.get("OMPI_MCA_mpi_ft_detector_timeout", "10"))
+    except ValueError:
+        return 10.0
 
 
 def local_verdict() -> Verdict:

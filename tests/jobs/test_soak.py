@@ -13,13 +13,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOAK = os.path.join(HERE, "..", "..", "bench", "soak.py")
 
 
+def what_the_ranks_said(work) -> str:
+    """The lines of each launch's log but its progress lines: what a failed trial's ranks
+    warned of, in order (the soak's own table says only how the trial ended)."""
+    said = []
+    for log in sorted(work.glob("trial-*.log")):
+        with open(log, errors="replace") as f:
+            lines = [line for line in f
+                     if "] training:" not in line and "] checkpoint at clock" not in line]
+        said.append(f"\n--- {log.name}:\n" + "".join(lines[-80:]))
+    return "".join(said)
+
+
 def test_a_short_soak_has_no_hang_and_no_wrong_model(tmp_path):
     proc = subprocess.run([sys.executable, SOAK, "--trials", "1", "--seed", "3",
                            "--epochs", "4", "--detector", str(DETECTOR_S), "--load", "0",
                            "--timeout", "120", "--work", str(tmp_path / "work"),
                            "--out", str(tmp_path / "soak.json")],
                           capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr + what_the_ranks_said(tmp_path / "work")
     with open(tmp_path / "soak.json") as f:
         result = json.load(f)
     for failure in ("hung", "wrong", "short", "false death", "not killed"):

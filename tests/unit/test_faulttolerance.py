@@ -1,7 +1,13 @@
 """Whether hot failover can work: the MPI library's version text and the launcher's environment."""
+import os
+import re
+import subprocess
+import sys
+
 import pytest
 
-from mpips.ranks.ulfm_launch import judge, mca_true, parse_library
+from mpips.ranks.ulfm import silence
+from mpips.ranks.ulfm_launch import detector_timeout, judge, mca_true, parse_library
 
 OPEN_MPI = ("Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11, "
             "repo rev: v5.0.11rc1, Sep 16, 2026")
@@ -77,3 +83,41 @@ def test_off_under_srun_and_for_an_mpi4py_without_ulfm_calls():
 def test_every_sentence_is_one_sentence():
     for verdict in (judge(OPEN_MPI, ULFM), judge(OPEN_MPI, PLAIN), judge(MPICH, {})):
         assert "\n" not in verdict.sentence and verdict.sentence.count(": ") >= 1
+
+
+@pytest.mark.parametrize("value, seconds", [("6", 6.0), ("0.5", 0.5), (None, 10.0), ("x", 10.0)])
+def test_the_detector_timeout_as_the_launcher_passed_it(value, seconds):
+    env = {} if value is None else {"OMPI_MCA_mpi_ft_detector_timeout": value}
+    assert detector_timeout(env) == seconds
+
+
+def test_a_silence_is_said_from_a_third_of_the_detector_timeout():
+    assert silence(1.9, 6) is None
+    said = silence(2.0, 6)
+    assert said is not None and "did not reach MPI for 2.0 s" in said and "6 s dead" in said
+
+
+STOPPED_RANK = """
+import logging, os, signal, subprocess, sys, time
+logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout)
+from mpips.ranks.ulfm import KeepAlive
+with KeepAlive():
+    time.sleep(0.2)
+    subprocess.Popen([sys.executable, "-c", "import os, signal, time; time.sleep(1.5); "
+                      f"os.kill({os.getpid()}, signal.SIGCONT)"])
+    os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(0.2)
+"""
+
+
+def test_a_rank_stopped_a_while_says_how_long_it_did_not_reach_mpi(tmp_path):
+    """A process stopped (SIGSTOP) for 1.5 s, with a detector of 3 s: its keep-alive thread
+    runs 1.5 s late, past a third of the detector's timeout, and the rank says so."""
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED_RANK)
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "OMPI_MCA_mpi_ft_detector_timeout": "3"})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    late = re.search(r"this rank did not reach MPI for ([\d.]+) s \(the failure detector "
+                     r"declares a rank silent for 3 s dead\)", ran.stdout)
+    assert late and float(late[1]) >= 1.4, ran.stdout + ran.stderr
