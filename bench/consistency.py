@@ -14,8 +14,9 @@ servers snapshot the model every --every seconds; each snapshot is scored on the
 draw held-out logloss against wall time. Prints, per run, the time per epoch, the time to
 reach the target logloss (by default 0.5% above the best final logloss of all runs;
 interpolated between snapshots), the final logloss and the time workers spent waiting, as
-medians over --repeats runs; writes bench/results/consistency.json and consistency.png (the
-first run's curves).
+medians over --repeats runs (a run's epoch against the ideal: the median of each repeat's
+against the same repeat's no-straggler run, since the machine drifts between repeats);
+writes bench/results/consistency.json and consistency.png (the first run's curves).
 """
 import argparse
 import json
@@ -148,12 +149,16 @@ def main() -> None:
                      "curve": ts[0]["curve"]})
     base, bsp = runs[0]["time_to_target_s"], runs[0]["final_logloss"]
     alone = next(r["epoch_s"] for r in runs if r["straggler"] == NONE)
+    # Each repeat's run against the same repeat's ideal: the machine's speed drifts between
+    # repeats (the no-straggler epoch alone moved by 30% between launches), less within one.
+    alone_each = next(r["epoch_each_s"] for r in runs if r["straggler"] == NONE)
     print(f"target held-out logloss {target:.4f}; worker 0 slowed {args.slowdown:g}x (on/off: "
           f"for {args.period} clocks in every {2 * args.period}); 1 server, {WORKERS} workers, "
           f"{args.rows:,} rows, {args.epochs} epoch(s), minibatches of "
           f"{args.batch_size or 'the default'}; medians of {args.repeats} runs")
     print("ideal: the epoch time with no straggler, scaled to the workers' summed speed; "
-          "'held' is time pulls were held for the clocks; 'wait' adds round trips")
+          "/ideal: the median of each repeat's epoch against that repeat's ideal; "
+          "'held' is time pulls were held for the clocks")
     print(f"{'':>22} {'epoch s':>7} {'ideal s':>7} {'/ideal':>6} {'to target s':>11} "
           f"{'vs BSP':>7} {'final':>7} {'vs BSP':>7} {'max gap':>7} {'held s fast':>11} "
           f"{'slow rows':>9}")
@@ -161,8 +166,11 @@ def main() -> None:
     for r in runs:
         t = r["time_to_target_s"]
         r["speedup_vs_bsp"] = base / t if t and base else None
-        r["ideal_epoch_s"] = alone * WORKERS / summed_speed(r["straggler"], args.slowdown)
-        r["epoch_vs_ideal"] = r["epoch_s"] / r["ideal_epoch_s"]
+        scale = WORKERS / summed_speed(r["straggler"], args.slowdown)
+        r["ideal_epoch_s"] = alone * scale
+        r["epoch_vs_ideal_each"] = [e / (a * scale) for e, a in zip(r["epoch_each_s"],
+                                                                      alone_each)]
+        r["epoch_vs_ideal"] = statistics.median(r["epoch_vs_ideal_each"])
         r["logloss_vs_bsp"] = r["final_logloss"] / bsp - 1
         print(f"{r['label']:>22} {r['epoch_s']:>7.2f} {r['ideal_epoch_s']:>7.2f} "
               f"{r['epoch_vs_ideal']:>6.2f} {t or nan:>11.2f} {r['speedup_vs_bsp'] or nan:>6.2f}x "
