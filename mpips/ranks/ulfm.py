@@ -262,23 +262,24 @@ class KeepAlive:
         self._every = every
         self._finalize_s = finalize_s
         self._detector_s = detector_timeout(os.environ)
+        self._last = time.monotonic()   # when the thread last called MPI
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mpips-keepalive", daemon=True)
 
     def _run(self) -> None:
-        last = time.monotonic()
         while not self._stop.wait(self._every):
             now = time.monotonic()
-            said = silence(now - last - self._every, self._detector_s)
+            said = silence(now - self._last - self._every, self._detector_s)
             if said:
                 log.warning("%s", said)
-            last = now
+            self._last = now
             try:
                 MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, KEEPALIVE_TAG)
             except MPI.Exception:
                 pass   # a dead rank, which the job's own calls deal with
 
     def __enter__(self):
+        self._last = time.monotonic()   # a stop before the thread first runs counts too
         if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
             self._thread.start()
         return self

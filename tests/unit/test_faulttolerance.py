@@ -98,15 +98,20 @@ def test_a_silence_is_said_from_a_third_of_the_detector_timeout():
 
 
 STOPPED_RANK = """
-import logging, os, signal, subprocess, sys, time
-logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout)
+import logging, os, signal, subprocess, sys, threading
+said = threading.Event()
+class Said(logging.Handler):
+    def emit(self, record):
+        print(record.getMessage(), flush=True)
+        said.set()
+logging.getLogger("mpips").addHandler(Said())
 from mpips.ranks.ulfm import KeepAlive
 with KeepAlive():
-    time.sleep(0.2)
     subprocess.Popen([sys.executable, "-c", "import os, signal, time; time.sleep(1.5); "
                       f"os.kill({os.getpid()}, signal.SIGCONT)"])
     os.kill(os.getpid(), signal.SIGSTOP)
-    time.sleep(0.2)
+    if not said.wait(30):
+        sys.exit("the keep-alive thread said nothing within 30 s of the thaw")
 """
 
 
