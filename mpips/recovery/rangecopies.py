@@ -188,7 +188,7 @@ class RangeCopies:
             s.send(protocol.pack(
                 messages.CopyHeader(copy.range, mine.shape[0], s.store.columns,
                                     s.placement.version).header(),
-                keys[mine], s.store.state(rows[mine]), self.rebuilds.last_ts),
+                keys[mine], s.store.state(rows[mine]), np.array(self.rebuilds.last_ts, np.int64)),
                 s.roles.servers[copy.to])
         self.keys_sent += int(n)
         self.send_s += time.monotonic() - began

@@ -13,6 +13,7 @@ from ..base.errors import CheckpointsFailing
 from ..wire.position import Position
 
 log = logging.getLogger("mpips")
+_new = tuple.__new__
 
 # Checkpoints that fail one after another (a full or read-only disk) stop the job after this
 # many: training on without a way back is a risk the user did not choose.
@@ -56,16 +57,22 @@ class Checkpoints:
         return bool(self.every or self.seconds)
 
     def note(self, worker: int, clock: int, report, finished: bool) -> None:
-        """Where `worker` stands after `clock` clocks (its latest report)."""
+        """Where `worker` stands after `clock` clocks (its latest report). (Made for every
+        push of a clock: the record is built as a plain tuple, twice as fast as through the
+        NamedTuple's own constructor.)"""
         before = self.positions.get(worker)
         taken = before.taken if before else ()
         if report.taken > len(taken):
             taken = taken + (report.taken_epoch,) * (report.taken - len(taken))
-        position = Position(clock, report.epoch, report.segment, report.offset,
-                            report.examples, report.loss, finished, taken)
+        position = _new(Position, (clock, report.epoch, report.segment, report.offset,
+                                   report.examples, report.loss, finished, taken, False))
         self.positions[worker] = position
         if not finished:
-            self._history.setdefault(worker, {})[clock] = position
+            seen = self._history.get(worker)
+            if seen is None:
+                self._history[worker] = {clock: position}
+            else:
+                seen[clock] = position
 
     def place(self, worker: int, position: Position) -> None:
         """Where `worker` stands after position.clock clocks, said by the lead, not by the
@@ -100,9 +107,13 @@ class Checkpoints:
             del seen[c]
 
     def forget_before(self, clock: int) -> None:
+        """The positions kept by clock before `clock` are no longer asked for."""
         for seen in self._history.values():
-            for c in [c for c in seen if c < clock]:
-                del seen[c]
+            while seen:   # (called at every clock, a key or two to drop: no list made)
+                oldest = min(seen)
+                if oldest >= clock:
+                    break
+                del seen[oldest]
 
     def last_clock(self, slowest_before: int) -> int:
         """The last clock any worker completed, once all have finished."""
