@@ -13,6 +13,8 @@ KillWait (30 s by default) between SIGTERM and SIGKILL.
 
 SIGUSR2 asks nothing: the rank writes where each of its threads is (Python's stacks) to its
 standard error and goes on, to see where a rank that seems stuck waits (`kill -USR2 PID`).
+A rank that crashes (a segmentation fault, an abort in a library) writes them too before it
+dies: MPI would say only that the rank died.
 """
 import faulthandler
 import signal
@@ -27,6 +29,7 @@ def install() -> None:
     for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _handle)
     faulthandler.register(signal.SIGUSR2, all_threads=True)
+    faulthandler.enable(all_threads=True)
 
 
 def _handle(signum, frame) -> None:
