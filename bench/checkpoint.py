@@ -102,8 +102,9 @@ def serving(mode: str, n_keys: int, seconds: float, every: float, root: str,
     server = next(r for r in ranks if r["role"] == "server")
     steps = [np.array(r["steps"]) for r in ranks if r["role"] == "worker"]
     figures = analyse(mode, server, steps)
+    compiled = sorted({name for r in ranks for name in r["compiled"]})
     return {**figures, **memory, "memory_mb": memory["with_writer_mb"] - figures["server_pss_mb"]
-            if memory["with_writer_mb"] else 0.0}
+            if memory["with_writer_mb"] else 0.0, "compiled": compiled}
 
 
 def pss_mb(pid: int) -> float:
@@ -275,6 +276,9 @@ def report_serving(served: list) -> None:
         spread = max(c.get("spread_s", 0.0) for c in r["checkpoints"])
         print(f"{'':8} held/write per checkpoint: {held}"
               + (f" (each file spread over {spread:.1f} s at least, as jobs do)" if spread else ""))
+        if r["compiled"]:
+            print(f"{'':8} kernels compiled while serving (a rank held that long; `make "
+                  f"kernels` builds them ahead): {', '.join(r['compiled'])}")
         if r.get("throughput_file") is not None and r["copy_s"] > 0:
             print(f"{'':8} the table's copy {r['copy_s']:.2f} s at {r['throughput_copy']:.2f} "
                   f"of the clocks/s without, then the file {r['file_s']:.2f} s at "

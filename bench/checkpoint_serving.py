@@ -12,8 +12,10 @@ Each rank writes its figures to OUT_DIR/rank-R.json (time.monotonic, the same cl
 every process of a node): a worker the start and end of each clock (pull, push); the server,
 for each checkpoint, when it took the state, when the state was taken (the server serves
 again), when the file was in, the longest turn of the loop spent on it (a span's copy) and
-the turn that started its writer (the fork, or the task sent); and its pid in OUT_DIR/server.pid, for bench/checkpoint.py
-to read the memory of server and writer from /proc.
+the turn that started its writer (the fork, or the task sent); every rank the kernels it
+compiled while serving (none where the ahead build is current: `make kernels`); and the
+server its pid in OUT_DIR/server.pid, for bench/checkpoint.py to read the memory of server
+and writer from /proc.
 """
 import json
 import os
@@ -30,6 +32,7 @@ from mpips.job.snapshot_write import Resident, SnapshotWrite
 from mpips.models.optimizer import Optimizer
 from mpips.ranks.bounded import wait_all
 from mpips.ranks.roles import split
+from mpips.run.warmup import CompileWatch
 from mpips.server.checkpoint_clocks import Checkpoints
 from mpips.server.loop import Hooks, Server
 from mpips.server.store import KVStore
@@ -183,10 +186,13 @@ def main() -> None:
         forked.NICE = int(os.environ["MPIPS_WRITER_NICE"])
     roles = split(1, MPI.COMM_WORLD)
     root = os.path.join(out, "checkpoints")
-    if roles.is_server:
-        figures = serve(roles, mode, int(n_keys), float(every), root)
-    else:
-        figures = work(roles, int(n_keys), float(seconds))
+    watch = CompileWatch()   # a kernel compiled while serving holds its rank that long
+    with watch.watching():
+        if roles.is_server:
+            figures = serve(roles, mode, int(n_keys), float(every), root)
+        else:
+            figures = work(roles, int(n_keys), float(seconds))
+    figures["compiled"] = watch.compiled
     with open(os.path.join(out, f"rank-{MPI.COMM_WORLD.rank}.json"), "w") as f:
         json.dump(figures, f)
 
