@@ -1,4 +1,5 @@
-"""Whether hot failover can work: the MPI library's version text and the launcher's environment."""
+"""Whether hot failover can work (the MPI library's version text and the launcher's
+environment), and a rank's word that it was kept from MPI long enough to be taken for dead."""
 import os
 import re
 import subprocess
