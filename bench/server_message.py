@@ -7,11 +7,11 @@ server's own code, and in its running loop.
 In process: a fresh server (1 of 1, AdaGrad) is handed recorded messages of 1, 2, 3 and 4
 workers, BSP and ASP, as its loop hands them over, with its sends left out: the fewest us a
 message of 12 replays of 300 clocks, after 600 messages to warm up (the handling alone).
-In the loop (`mpiexec -n 2`, this script with --loop): a server serves one worker's
---rounds messages after a session of 3,000 to warm up; its thread's CPU time in the turns of
-its loop that received a message (`comm.handling_cpu_s`: the receive, the handling and the
-reply's send), per message, over 3 launches. Prints both and writes
-bench/results/server_message.json.
+In the loop (`mpiexec -n 2`, this script with --loop; bench/scale_model.py's probe): a
+server serves one worker's --rounds messages after a session of 3,000 to warm up; its
+thread's CPU time in the turns of its loop that received a message (`comm.handling_cpu_s`:
+the receive, the handling and the reply's send), per message, over 3 launches. Prints both
+and writes bench/results/server_message.json.
 """
 import argparse
 import json
@@ -89,45 +89,23 @@ def in_process(workers: int, staleness, n_keys: int) -> float:
 
 
 def loop_rank(out: str, rounds: int, n_keys: int) -> None:
-    """Under mpiexec -n 2: rank 0 serves, rank 1 sends; rank 0 writes its figure to `out`."""
-    from comm import handling_cpu_s
+    """Under mpiexec -n 2: rank 0 serves, rank 1 sends (the scale model's probe, one share of
+    `rounds` messages of the same keys); rank 0 writes its figure to `out`."""
     from mpi4py import MPI
+    from scale_model import EPOCHS, probe_server, probe_worker
 
-    from mpips.models.optimizer import Optimizer
     from mpips.ranks.roles import split
-    from mpips.server.loop import Server
-    from mpips.server.store import KVStore
-    from mpips.wire.clocks import ClockTable
-    from mpips.worker.kvworker import KVWorker
     roles = split(1, MPI.COMM_WORLD)
-
-    def a_server():
-        return Server(roles, KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.05)),
-                      ClockTable(1, staleness=0), timeout=TIMEOUT)
     if roles.is_server:
-        a_server().run()   # the warm-up session
-        server = a_server()
-        cpu = handling_cpu_s(server)
+        probe_server(roles)   # the warm-up session
+        cpu = probe_server(roles)
         with open(out, "w") as f:
-            json.dump({"us_per_message": cpu / server.stats.requests * 1e6,
-                       "messages": server.stats.requests}, f)
+            json.dump({"us_per_message": cpu / rounds * 1e6}, f)
     else:
         keys = np.sort(np.random.default_rng(0).choice(1 << 40, n_keys, replace=False)
                        .astype(np.uint64))
-        grads = np.full((n_keys, 1), 1e-3, np.float32)
         for n in (3000, rounds):   # the warm-up session, then the measured one
-            kv = KVWorker(roles, width=1, timeout=TIMEOUT)
-            pull, push = kv.pull(keys), None
-            for i in range(n):   # as training sends them: the next pull with this push
-                ahead = kv.pull(keys, with_push=True) if i + 1 < n else None
-                kv.wait(pull)
-                if push is not None:
-                    kv.wait(push)
-                push = kv.push(keys, grads, clock=True)
-                pull = ahead
-            kv.wait(push)
-            kv.finish()
-            kv.close()
+            probe_worker(roles, [keys] * (n // EPOCHS))
     roles.free()
 
 
@@ -152,6 +130,7 @@ def main() -> None:
     parser.add_argument("--loop", metavar="OUT", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=OUT)
     args = parser.parse_args()
+    args.rounds -= args.rounds % 2   # the probe sends its keys over 2 epochs
     if args.loop:
         loop_rank(args.loop, args.rounds, args.keys)
         return
