@@ -53,8 +53,6 @@ def wait_all(requests: Sequence[MPI.Request], timeout: float, what: Callable[[],
     """Complete all requests or raise WaitTimeout naming `what()`. Returns seconds waited.
     `progress` and `check_every` as for wait_until. With `statuses` (MPI.Status objects, one
     per request), they are filled in."""
-    if MPI.Request.Testall(requests, statuses):   # (often so: a send done, a reply come)
-        return 0.0
     return wait_until(lambda: MPI.Request.Testall(requests, statuses), timeout, what,
                       progress, check_every)
 
