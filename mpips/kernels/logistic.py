@@ -86,7 +86,7 @@ def mean_logloss(margins, labels):
     return total / max(margins.shape[0], 1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def roc_auc(scores, labels):
     """Area under the ROC curve, ties counted as half (Mann-Whitney U). NaN without both classes."""
     order = np.argsort(scores, kind="mergesort")

@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from mpips.run.warmup import CompileWatch
 from support import cannot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BOUND_S = 60.0
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +57,38 @@ def test_a_kernel_compiled_ahead_gives_numbas_bits():
     for f, s in zip((optim.adagrad_update, jit.twin("optim").adagrad_update), state):
         f(s, rows_, grad, 0.1, 0.0, 1e-6)
     assert state[0].tobytes() == state[1].tobytes()
+
+
+def test_a_kernel_compiled_ahead_lets_other_threads_run_while_it_does():
+    """As numba's JIT with nogil=True: a rank's keep-alive thread (ranks.ulfm.KeepAlive) goes
+    on calling MPI while a long kernel runs (a table grown, a test set's AUC), or the failure
+    detector would take the rank for dead. Here a thread notes the time as often as it can
+    while one call of 0.2 s or more runs: it is never kept waiting half the call."""
+    n = 1 << 22
+    scores = np.random.default_rng(3).random(n)
+    labels = (np.arange(n) % 3 == 0).astype(np.float32)
+    ticks, running = [], threading.Event()
+
+    def note():
+        running.set()
+        while not done.is_set():
+            ticks.append(time.monotonic())
+
+    done = threading.Event()
+    thread = threading.Thread(target=note)
+    thread.start()
+    running.wait(BOUND_S)
+    hits = logistic.roc_auc.hits
+    began = time.monotonic()
+    logistic.roc_auc(scores, labels)
+    ended = time.monotonic()
+    done.set()
+    thread.join(BOUND_S)
+    assert logistic.roc_auc.hits == hits + 1, "the export ran it"
+    assert ended - began >= 0.2, f"a call of {ended - began:.3f} s is too short to tell"
+    inside = np.array([began] + [t for t in ticks if began < t < ended] + [ended])
+    assert np.diff(inside).max() < (ended - began) / 2, \
+        f"the thread waited {np.diff(inside).max():.2f} s of a {ended - began:.2f} s call"
 
 
 def test_arguments_of_another_kind_go_to_numba_not_to_the_export():
