@@ -3,6 +3,7 @@ what a checkpoint costs the workers while the server serves, three ways of writi
 
     python bench/checkpoint.py [--keys 10000000] [--dir bench/out/checkpoint]
                                [--serve-seconds 24] [--every 3] [--workers 2]
+                               [--writers resident,...] [--repeats 1]
 
 Fills one server's table (KVStore) with random 64-bit keys, then times, as a job does:
 writing its shard (HDF5 to a temporary name, fsynced, renamed) and the manifest; verifying
@@ -15,15 +16,19 @@ checkpoint every --every seconds), with the file written as jobs do (`resident`:
 copied a span at a time between requests into shared memory, then written by the server's
 resident writer, forked once), from that copy by a child forked for each file (`snapshot`,
 what jobs did before), by a child forked from the live table (`fork`: copy-on-write pages)
-and in the server's loop (`inline`, --checkpoint-inline): for each checkpoint the write
+and in the server's loop (`inline`, --checkpoint-inline), and if asked, parts of the
+resident's write (`sleep`: its writer only waits as long as it paces a file, the cost of the
+copy alone; `hash`: it reads the copy and hashes it as for a file, and writes nothing): for
+each checkpoint the write
 time (from taking the state to the file in) against the longest a worker was held because
 of it (its longest clock from the moment the state is taken to the file's arrival, less the
 median clock outside checkpoints), and the server's longest turn on it (a span's copy; the
 turn that started the writer: the fork, or the task sent); the workers' clocks per second
 while a file is being written against outside, and the writer's CPU seconds for each; and
 the memory of server and writers at most beyond the server's before any checkpoint
-(proportional set sizes: copy-on-write pages counted once). Writes
-bench/results/checkpoint.json.
+(proportional set sizes: copy-on-write pages counted once). With --repeats N the ways are
+run N times in turn, and the medians of each way's figures close the report (this machine's
+neighbours load it for seconds at a time). Writes bench/results/checkpoint.json.
 """
 import argparse
 import json
@@ -187,6 +192,17 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
     window_s = sum(min(b, end) - max(a, begin) for a, b in windows)
     rate_during = in_windows.sum() / window_s
     rate_without = (~in_windows).sum() / (end - begin - window_s)
+    # Each write against the stretch without one just before it (from the last file in, or
+    # the start): the load this node's neighbours put on it comes and goes over seconds, and
+    # one ratio pooled over a run moved 0.78-0.88 between runs of the same code; the median
+    # of these paired ones moves less.
+    paired, last = [], begin
+    for a, b in windows:
+        if a - last >= 0.5 and b <= end:
+            before = ((ends >= last) & (ends < a)).sum() / (a - last)
+            inside = ((ends >= a) & (ends < b)).sum() / (b - a)
+            paired.append(float(inside / before))
+        last = b
     # The same for the two phases of a write: the table's copy (a span at a time between
     # the server's requests), then the file written from it (the writer).
     phases = {}
@@ -215,7 +231,9 @@ def analyse(mode: str, server: dict, steps: list) -> dict:
             "typical_clock_s": typical, "write_s": write_s, "held_s": held_s,
             "held_of_write": held_s / write_s,
             "clocks_per_s_during": rate_during, "clocks_per_s_without": rate_without,
-            "throughput_during": rate_during / rate_without, **phases,
+            "throughput_during": rate_during / rate_without,
+            "throughput_paired": paired, "throughput_paired_median":
+                float(np.median(paired)) if paired else None, **phases,
             # what a checkpoint costs the workers in all: the clocks they would have done
             "clocks_lost_per_checkpoint": (rate_without - rate_during) * window_s / len(windows)}
 
@@ -233,13 +251,16 @@ def main() -> None:
                              "the server, more ranks than this machine's 2 cores)")
     parser.add_argument("--writers", default="resident,snapshot,fork,inline",
                         help="the ways of writing measured serving (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run the ways this many times in turn (default %(default)s)")
     parser.add_argument("--serving-only", action="store_true",
                         help="skip the table of write and read times per optimizer")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     served = [serving(mode, args.keys, args.serve_seconds, args.every, args.dir, args.workers)
-              for mode in args.writers.split(",")]
+              for _ in range(args.repeats) for mode in args.writers.split(",")]
     report_serving(served)
+    medians = report_medians(served) if args.repeats > 1 else []
     rows = [] if args.serving_only else [measure(name, args.keys, args.dir) for name in NAMES]
     print(f"{'':8} {'keys':>11} {'MB':>7} {'write s':>8} {'MB/s':>6} {'verify s':>8} "
           f"{'load s':>7} {'read s':>7}")
@@ -247,7 +268,7 @@ def main() -> None:
         print(f"{r['optimizer']:8} {r['keys']:>11,} {r['bytes'] / 1e6:7.0f} {r['write_s']:8.2f} "
               f"{r['write_mb_per_s']:6.0f} {r['verify_s']:8.2f} {r['load_s']:7.2f} "
               f"{r['read_s']:7.2f}")
-    save(args.out, "checkpoint", rows=rows, serving=served,
+    save(args.out, "checkpoint", rows=rows, serving=served, medians=medians,
          note="rows: one server's shard; read_s = verify_s (checksums) + load_s. serving: "
               f"1 server + {args.workers} workers, AdaGrad, BSP, a timed checkpoint every "
               f"{args.every:g} s; held_s: the longest a worker was held because of a "
@@ -255,6 +276,28 @@ def main() -> None:
               "write_s: from taking the state to the file in; memory_mb: server and "
               "writers together at most (Pss, read from /proc every 0.1 s) beyond the server "
               "before any checkpoint")
+
+
+MEDIANS = ("held_of_write", "throughput_during", "throughput_paired_median", "throughput_copy",
+           "throughput_file", "clocks_lost_per_checkpoint")
+
+
+def report_medians(served: list) -> list:
+    """Each way's median of its runs' figures (MEDIANS), printed; returned as rows."""
+    rows = []
+    print(f"medians over the repeats: {'way':8} {'runs':>4} "
+          + " ".join(f"{m:>{max(len(m), 6)}}" for m in MEDIANS))
+    for mode in dict.fromkeys(r["mode"] for r in served):
+        runs = [r for r in served if r["mode"] == mode]
+        row = {"mode": mode, "runs": len(runs)}
+        for m in MEDIANS:
+            got = [r[m] for r in runs if r.get(m) is not None]
+            row[m] = float(np.median(got)) if got else None
+        rows.append(row)
+        print(f"{'':25} {mode:8} {len(runs):>4} " + " ".join(
+            f"{row[m]:>{max(len(m), 6)}.3f}" if row[m] is not None else f"{'-':>{max(len(m), 6)}}"
+            for m in MEDIANS))
+    return rows
 
 
 def report_serving(served: list) -> None:
@@ -272,6 +315,10 @@ def report_serving(served: list) -> None:
               f"{r['clocks_per_s_during']:15.1f} {r['clocks_per_s_without']:8.1f} "
               f"{r['throughput_during']:6.2f} {r['clocks_lost_per_checkpoint']:5.0f} "
               f"{r['memory_mb'] if r['with_writer_mb'] else float('nan'):9.0f}")
+        if r["throughput_paired"]:
+            print(f"{'':8} clocks/s during each write against the stretch before it: "
+                  f"{' '.join(f'{x:.2f}' for x in r['throughput_paired'])} (median "
+                  f"{r['throughput_paired_median']:.2f})")
         held = " ".join(f"{c['held_s'] / c['write_s']:.3f}" for c in r["checkpoints"])
         spread = max(c.get("spread_s", 0.0) for c in r["checkpoints"])
         print(f"{'':8} held/write per checkpoint: {held}"
@@ -291,7 +338,7 @@ def report_serving(served: list) -> None:
           "longest turn starting the writer (a fork, or the task sent); lost: the clocks a "
           "checkpoint cost the workers, (without - during) x its write time; memory: server and "
           "writers at most beyond the server before any checkpoint, Pss; targets for resident "
-          "(what jobs do): held/write <= 0.05, ratio >= 0.90)")
+          "(what jobs do): held/write <= 0.05, ratio (and the paired median) >= 0.90)")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ seconds, written as a job writes it (`resident`: the table copied a span at a ti
 requests into shared memory, then written by the server's resident writer, forked at the
 start and kept), from the same copy by a child forked for each file (`snapshot`, what
 jobs did before), by a child forked at the clock from the live table (`fork`: copy-on-write
-pages) or in the server's loop (`inline`).
+pages) or in the server's loop (`inline`); or parts of the resident's write (`only_part`:
+`sleep`, the copy alone; `hash`, the copy read and hashed, no file).
 
     mpiexec -n 3 python bench/checkpoint_serving.py MODE KEYS SECONDS EVERY OUT_DIR
 
@@ -17,6 +18,7 @@ compiled while serving (none where the ahead build is current: `make kernels`); 
 server its pid in OUT_DIR/server.pid, for bench/checkpoint.py to read the memory of server
 and writer from /proc.
 """
+import hashlib
 import json
 import os
 import sys
@@ -104,10 +106,29 @@ def with_cpu(write) -> dict:
     return {**entry, "cpu_s": time.process_time() - start}
 
 
+def only_part(part: str, task: dict, table) -> dict:
+    """What the resident's work costs without the rest of a file's write: `sleep`, none (it
+    waits its spread: the copy's cost alone); `hash`, the blocks read from the copy and
+    hashed as `stream_shard` reads and hashes them, paced as it paces them, nothing written."""
+    began, at, n = time.monotonic(), 0, len(table)
+    if part == "sleep":
+        time.sleep(task["spread"])
+    else:
+        for keys, state in table.blocks(1 << 15):
+            hashlib.sha256(np.ascontiguousarray(keys).data).digest()
+            hashlib.sha256(np.ascontiguousarray(state).data).digest()
+            at += keys.shape[0]
+            checkpoint._pace(began + task["spread"] * at / max(n, 1))
+    return {"file": "-", "server": 0, "keys": n, "ranges": [0], "sha256": {}}
+
+
 def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
     store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1), capacity=2 * n_keys)
-    resident = Resident(store, lambda task, table: with_cpu(lambda: checkpoint.stream_shard(
-        root, task["clock"], 0, table, {}, spread=task["spread"])))
+    part = mode if mode in ("sleep", "hash") else None
+    mode = "resident" if part else mode
+    resident = Resident(store, lambda task, table: with_cpu(
+        lambda: only_part(part, task, table) if part else checkpoint.stream_shard(
+            root, task["clock"], 0, table, {}, spread=task["spread"])))
     if mode == "resident":   # as a job's server does, before its table is filled
         resident.ready()
     keys = keys_of(n_keys)
