@@ -10,8 +10,9 @@ message of 12 replays of 300 clocks, after 600 messages to warm up (the handling
 In the loop (`mpiexec -n 2`, this script with --loop; bench/scale_model.py's probe): a
 server serves one worker's --rounds messages after a session of 3,000 to warm up; its
 thread's CPU time in the turns of its loop that received a message (`comm.handling_cpu_s`:
-the receive, the handling and the reply's send), per message, over 3 launches. Prints both
-and writes bench/results/server_message.json.
+the receive, the handling and the reply's send), per message, over 3 launches. Between them,
+the kernels of a message on their own (`kernel_parts`). Prints all three and writes
+bench/results/server_message.json.
 """
 import argparse
 import json
@@ -88,6 +89,50 @@ def in_process(workers: int, staleness, n_keys: int) -> float:
     return best / (per * workers) * 1e6
 
 
+def best_us(call, reps: int) -> float:
+    """The fewest us a call of `call()` over 5 runs of `reps` calls."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(reps):
+            call()
+        best = min(best, (time.perf_counter() - start) / reps)
+    return best * 1e6
+
+
+def kernel_parts(n_keys: int) -> dict:
+    """The kernels of a message's handling on their own, each over the message's keys in a
+    table that holds them (a server's store after its first pull), in us: where the
+    in-process figure goes as the keys grow."""
+    from mpips.kernels import requests
+    from mpips.models.optimizer import Optimizer
+    from mpips.server.store import KVStore
+    from mpips.wire.placement import Placement
+    store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1))
+    keys = np.sort(np.random.default_rng(0).choice(1 << 40, n_keys, replace=False)
+                   .astype(np.uint64))
+    grads = np.full((n_keys, 1), 1e-3, np.float32)
+    store.push(keys, grads, 0)
+    pull = protocol.pack(Header(Op.PULL, ts=0, nkeys=n_keys), keys)
+    bounds, allowed, counts = Placement(1).key_check(0, True, None)
+    copied, slots = np.empty(n_keys, np.uint64), np.empty(n_keys, np.int64)
+    out, fresh = np.empty((n_keys, 1), np.float32), np.empty(n_keys, np.uint8)
+    start = protocol.HEADER_BYTES
+    reps = max(10, 300_000 // n_keys)
+
+    def pull_rows():
+        requests.pull_rows(pull, start, bounds, allowed, counts, store._rows, store._meta, True,
+                           store._limit, copied, slots, out, fresh)
+    pull_rows()   # (slots: the keys' rows, for the update)
+    return {
+        "pull_rows": best_us(pull_rows, reps),
+        "key_checks": best_us(lambda: requests.pull_keys(pull, start, bounds, allowed, counts,
+                                                         copied), reps),
+        "update": best_us(lambda: store.update(slots, grads, 1), reps),
+        "first_not_finite": best_us(lambda: requests.first_not_finite(grads), reps),
+        "values_copy": best_us(grads.copy, reps)}
+
+
 def loop_rank(out: str, rounds: int, n_keys: int) -> None:
     """Under mpiexec -n 2: rank 0 serves, rank 1 sends (the scale model's probe, one share of
     `rounds` messages of the same keys); rank 0 writes its figure to `out`."""
@@ -141,6 +186,11 @@ def main() -> None:
         bsp, asp = in_process(workers, 0, args.keys), in_process(workers, None, args.keys)
         rows.append({"workers": workers, "bsp_us": bsp, "asp_us": asp})
         print(f"{workers:>7} {bsp:7.2f} {asp:7.2f}", flush=True)
+    parts = kernel_parts(args.keys)
+    print(f"its kernels on their own ({args.keys} keys, us; ns a key): " + ", ".join(
+        f"{name} {us:.1f} ({us * 1e3 / args.keys:.1f})" for name, us in parts.items())
+        + " (pull_rows: the checks, hash, probe and read; key_checks: the checks alone; "
+          "update: AdaGrad's, through the store)")
     loops = [in_loop(args.rounds, args.keys) for _ in range(3)]
     print(f"in the running loop (mpiexec -n 2, 1 worker, BSP): "
           f"{', '.join(f'{u:.1f}' for u in loops)} us a message (median "
@@ -148,7 +198,7 @@ def main() -> None:
           f"{statistics.median(loops) - rows[0]['bsp_us']:.1f} us (the receive, the reply's "
           f"send and the loop's own turn)")
     save(args.out, "server_message", keys=args.keys, rounds=args.rounds,
-         in_process=rows, in_loop_us=loops)
+         in_process=rows, kernels_us=parts, in_loop_us=loops)
 
 
 if __name__ == "__main__":
