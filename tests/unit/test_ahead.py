@@ -62,7 +62,7 @@ def test_a_kernel_compiled_ahead_gives_numbas_bits():
 def test_a_kernel_compiled_ahead_lets_other_threads_run_while_it_does():
     """As numba's JIT with nogil=True: a rank's keep-alive thread (ranks.ulfm.KeepAlive) goes
     on calling MPI while a long kernel runs (a table grown, a test set's AUC), or the failure
-    detector would take the rank for dead. Here a thread notes the time as often as it can
+    detector would take the rank for dead. Here a thread notes the time every millisecond
     while one call of 0.2 s or more runs: it is never kept waiting half the call."""
     n = 1 << 22
     scores = np.random.default_rng(3).random(n)
@@ -73,6 +73,7 @@ def test_a_kernel_compiled_ahead_lets_other_threads_run_while_it_does():
         running.set()
         while not done.is_set():
             ticks.append(time.monotonic())
+            time.sleep(1e-3)   # (sleeping, it asks for the GIL again a thousand times a second)
 
     done = threading.Event()
     thread = threading.Thread(target=note)
