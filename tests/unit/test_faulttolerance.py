@@ -98,7 +98,23 @@ def test_a_silence_is_said_from_a_third_of_the_detector_timeout():
     assert said is not None and "did not reach MPI for 2.0 s" in said and "6 s dead" in said
 
 
-STOPPED_RANK = """
+# The thaw, in a process of its own: 1.5 s (the stop's length, what the test is about) from
+# the moment it sees the rank stopped, not from its own start, which a loaded machine may
+# delay past the rank's SIGSTOP or not.
+THAW = """
+import os, signal, sys, time
+pid, deadline = int(sys.argv[1]), time.monotonic() + 30
+def state():
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+while state() != "T" and time.monotonic() < deadline:
+    time.sleep(0.01)
+time.sleep(1.5)
+os.kill(pid, signal.SIGCONT)
+"""
+
+STOPPED_RANK = f"""
+THAW = {THAW!r}
 import logging, os, signal, subprocess, sys, threading
 said = threading.Event()
 class Said(logging.Handler):
@@ -108,8 +124,7 @@ class Said(logging.Handler):
 logging.getLogger("mpips").addHandler(Said())
 from mpips.ranks.ulfm import KeepAlive
 with KeepAlive():
-    subprocess.Popen([sys.executable, "-c", "import os, signal, time; time.sleep(1.5); "
-                      f"os.kill({os.getpid()}, signal.SIGCONT)"])
+    subprocess.Popen([sys.executable, "-c", THAW, str(os.getpid())])
     os.kill(os.getpid(), signal.SIGSTOP)
     if not said.wait(30):
         sys.exit("the keep-alive thread said nothing within 30 s of the thaw")
