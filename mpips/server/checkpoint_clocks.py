@@ -58,8 +58,9 @@ class Checkpoints:
 
     def note(self, worker: int, clock: int, report, finished: bool) -> None:
         """Where `worker` stands after `clock` clocks (its latest report). (Made for every
-        push of a clock: the record is built as a plain tuple, twice as fast as through the
-        NamedTuple's own constructor.)"""
+        push of a clock: the record is built as a plain tuple in Position's field order, the
+        last, `lost`, False: twice as fast as through the NamedTuple's own constructor.
+        tests/unit/test_server_parts.py compares it with a Position made by its fields.)"""
         before = self.positions.get(worker)
         taken = before.taken if before else ()
         if report.taken > len(taken):
