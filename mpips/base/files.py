@@ -15,7 +15,6 @@ not be written in memory and tries again, for a bounded time, while the user fre
 """
 import contextlib
 import errno
-import hashlib
 import io
 import json
 import logging
@@ -23,8 +22,6 @@ import os
 import re
 import time
 from collections.abc import Callable
-
-import numpy as np
 
 from .errors import ConfigError, DamagedFile, SaveError
 
@@ -165,21 +162,6 @@ def write_hdf5(path: str, datasets: dict, attrs: dict,
             # A str enum (a configuration's choice) as its plain string: h5py stores only str.
             f.attrs[name] = str(value) if isinstance(value, str) else value
     write_bytes(path, image.getbuffer(), midway=midway)
-
-
-def sha256(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).view(np.uint8).data).hexdigest()
-
-
-def mismatched(f, digests: dict) -> str | None:
-    """What of the open HDF5 file `f` does not match `digests` (dataset name -> SHA-256), or
-    None if every dataset named matches."""
-    for name, digest in digests.items():
-        if name not in f:
-            return f"dataset {name} is missing"
-        if sha256(f[name][()]) != digest:
-            return f"dataset {name} does not match its checksum"
-    return None
 
 
 @contextlib.contextmanager

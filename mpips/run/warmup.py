@@ -10,6 +10,7 @@ import tempfile
 
 import numpy as np
 
+from ..base import checksums
 from ..data.textfile import BIAS_KEY, KeyIndexer, Rows, TextShard
 from ..kernels import distinct, jit
 from ..kernels.csr import first_bad_label, first_bad_pointer
@@ -174,9 +175,13 @@ def _checkpoint_copy(keys: np.ndarray, grad: np.ndarray) -> None:
     while not taken.step():
         pass
     reader = store.snapshot_of(taken)
-    for state in (True, False):   # a checkpoint's file; the keys of a move
-        for _ in reader.blocks(state=state):
-            pass
+    digest = checksums.stream(checksums.Algorithm.XXH64)
+    for state in (True, False):   # a checkpoint's file, its blocks hashed; the keys of a move
+        for block in reader.blocks(state=state):
+            if state:
+                digest.update(block[0])
+                digest.update(block[1])
+    digest.hexdigest()
     store.end_snapshot()
     store.give_back(taken)
 

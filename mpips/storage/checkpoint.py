@@ -3,7 +3,7 @@
     CKPT_DIR/clock-000000001200/server-0000.h5   keys (uint64), state (float32: weights, then
                                                  optimizer state), one file per server
     CKPT_DIR/clock-000000001200/manifest.json    clock, configuration, key placement, where
-                                                 each worker stands, a SHA-256 per dataset
+                                                 each worker stands, an XXH64 per dataset
 
 One HDF5 file per server, because each server writes its own shard at its own pace
 (no parallel HDF5 needed, no server waits for another to write), and a resume with
@@ -16,7 +16,6 @@ worker's epoch and offset are its whole state; the manifest records that as
 "worker_random_state": null.
 """
 import glob
-import hashlib
 import json
 import logging
 import mmap
@@ -27,8 +26,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..base import checksums
+from ..base.checksums import Algorithm
 from ..base.errors import DamagedFile
-from ..base.files import atomic_file, mismatched, open_hdf5, sha256, write_hdf5, write_json
+from ..base.files import atomic_file, open_hdf5, write_hdf5, write_json
 from ..data.workplan import Handover
 from ..wire.position import Position
 from .dense_files import read_blocks
@@ -37,6 +38,8 @@ from .rundir import remove_checkpoint
 log = logging.getLogger("mpips")
 MANIFEST = "manifest.json"
 FORMAT = "mpips-checkpoint"
+VERSION = 2       # 2: datasets checked by XXH64 (1: SHA-256)
+CHECKSUM = Algorithm.XXH64
 
 
 def clock_dir(root: str, clock: int) -> str:
@@ -59,7 +62,8 @@ def write_shard(root: str, clock: int, server: int, store, attrs: dict,
                 "optimizer": store.optimizer.name, **attrs}, midway=midway)
     return {"file": name, "server": server, "keys": int(keys.shape[0]),
             "ranges": [server] if ranges is None else ranges,
-            "sha256": {"keys": sha256(keys), "state": sha256(state)}}
+            CHECKSUM.value: {"keys": checksums.of(keys, CHECKSUM),
+                             "state": checksums.of(state, CHECKSUM)}}
 
 
 # Set by the server when it must wait for the file being written (a stop, the job's end, the
@@ -99,7 +103,7 @@ def stream_shard(root: str, clock: int, server: int, store, attrs: dict,
     began = time.monotonic()
     n = len(store)
     path = shard_path(root, clock, server)
-    digests = {"keys": hashlib.sha256(), "state": hashlib.sha256()}
+    digests = {"keys": checksums.stream(CHECKSUM), "state": checksums.stream(CHECKSUM)}
     with atomic_file(path, "w+b", size=n * (8 + 4 * store.columns)) as f:
         with h5py.File(f, "w") as h5:
             space = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
@@ -129,7 +133,7 @@ def stream_shard(root: str, clock: int, server: int, store, attrs: dict,
             raise RuntimeError(f"the table changed while written ({at:,} keys, not {n:,})")
     return {"file": os.path.basename(path), "server": server, "keys": n,
             "ranges": [server] if ranges is None else ranges,
-            "sha256": {name: d.hexdigest() for name, d in digests.items()}}
+            CHECKSUM.value: {name: d.hexdigest() for name, d in digests.items()}}
 
 
 def _write_at(fd: int, data: memoryview, offset: int) -> None:
@@ -148,7 +152,7 @@ def write_dense_shard(root: str, clock: int, server: int, datasets: dict, attrs:
     write_hdf5(os.path.join(directory, name), datasets,
                {"clock": clock, "server": server, **attrs})
     entry = {"file": name, "server": server, "keys": 0, "ranges": [],
-             "sha256": {k: sha256(v) for k, v in datasets.items()}}
+             CHECKSUM.value: {k: checksums.of(v, CHECKSUM) for k, v in datasets.items()}}
     write_json(os.path.join(directory, f"server-{server:04d}.json"), entry)
     return entry
 
@@ -174,7 +178,7 @@ def load_dense(directory: str, manifest: dict, tables) -> int:
 def write_manifest(root: str, clock: int, shards: list, **fields) -> str:
     """Make checkpoint `clock` complete: its manifest, written last and atomically."""
     directory = clock_dir(root, clock)
-    manifest = {"format": FORMAT, "version": 1, "clock": clock,
+    manifest = {"format": FORMAT, "version": VERSION, "clock": clock,
                 "shards": sorted(shards, key=lambda s: s["server"]), **fields}
     write_json(os.path.join(directory, MANIFEST), manifest)
     return directory
@@ -185,6 +189,10 @@ def read_manifest(directory: str) -> dict:
         manifest = json.load(f)
     if manifest.get("format") != FORMAT:
         raise ValueError(f"format is {manifest.get('format')!r}, not {FORMAT!r}")
+    version = manifest.get("version")
+    if not isinstance(version, int) or not 1 <= version <= VERSION:
+        raise ValueError(f"version {version!r}: this mpips reads checkpoints of versions 1 to "
+                         f"{VERSION} (a newer mpips wrote it? resume with that one)")
     return manifest
 
 
@@ -192,7 +200,8 @@ def verify(directory: str) -> str | None:
     """None if the checkpoint is complete and every dataset matches its checksum, else why not."""
     try:
         manifest = read_manifest(directory)
-        shards = {s["file"]: dict(s["sha256"]) for s in manifest["shards"]}
+        shards = {s["file"]: (algorithm := checksums.algorithm_of(s), dict(s[algorithm.value]))
+                  for s in manifest["shards"]}
         missing = [f for f in ("clock", "positions", "config") if f not in manifest]
         if missing:
             return f"manifest lacks {', '.join(missing)}"
@@ -202,10 +211,10 @@ def verify(directory: str) -> str | None:
         read_positions(manifest)
     except ValueError as e:
         return f"{MANIFEST}: {e}"
-    for file, digests in shards.items():
+    for file, (algorithm, digests) in shards.items():
         try:
             with open_hdf5(os.path.join(directory, file)) as f:
-                problem = mismatched(f, digests)
+                problem = checksums.mismatched(f, digests, algorithm)
             if problem:
                 return f"{file}: {problem}"
         except DamagedFile as e:

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..base import checksums
 from ..base.errors import DamagedFile
-from ..base.files import mismatched, open_hdf5, sha256, write_hdf5
+from ..base.files import open_hdf5, write_hdf5
 from ..wire.placement import describe_ranges
 from .dense_files import read_table
 
 log = logging.getLogger("mpips")
-CHECKSUMS = "sha256"   # the attribute of a shard's checksums
+CHECKSUMS = checksums.Algorithm.SHA256.value   # the attribute of a shard's checksums
 
 
 def shard_path(model_dir: str, server: int) -> str:
@@ -50,7 +51,7 @@ def save_shard(model_dir: str, server: int, n_servers: int, store, attrs: dict,
     datasets.update(dense or {})
     write_hdf5(
         path, datasets,
-        {CHECKSUMS: json.dumps({name: sha256(data) for name, data in datasets.items()}),
+        {CHECKSUMS: json.dumps({name: checksums.of(data) for name, data in datasets.items()}),
          "server": server, "n_servers": n_servers, "width": store.width,
          "ranges": np.array([server] if ranges is None else ranges, np.int64),
          "n_ranges": n_servers if n_ranges is None else n_ranges,
@@ -123,7 +124,7 @@ def verify_shard(f) -> str | None:
         digests = json.loads(f.attrs[CHECKSUMS])
     except ValueError:
         return f"its checksums (attribute {CHECKSUMS}) are not JSON"
-    return mismatched(f, digests)
+    return checksums.mismatched(f, digests)
 
 
 def checked_paths(model_dir: str, allow_partial: bool = False) -> list:

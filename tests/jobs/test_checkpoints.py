@@ -465,3 +465,44 @@ def test_checkpoint_files_are_plain_hdf5(uninterrupted):
     header = subprocess.run(["h5dump", "-H", shard], capture_output=True, text=True)
     assert header.returncode == 0
     assert 'DATASET "keys"' in header.stdout and 'DATASET "state"' in header.stdout
+
+
+def test_a_checkpoints_checksums_are_the_reference_xxh64_and_older_sha256_ones_still_verify(
+        uninterrupted, tmp_path):
+    """A checkpoint's datasets carry XXH64 digests any xxHash tool computes from the dataset's
+    bytes (version 2); one of version 1, with SHA-256 digests, still verifies and is still
+    refused when a dataset changes; a manifest of a version this mpips does not know is
+    refused, naming it."""
+    import hashlib
+
+    import xxhash
+    newest = os.path.dirname(complete_checkpoints(uninterrupted / "checkpoints")[-1])
+    manifest = read_manifest(newest)
+    assert manifest["version"] == 2
+    for shard in manifest["shards"]:
+        assert "sha256" not in shard
+        with h5py.File(os.path.join(newest, shard["file"])) as f:
+            assert shard["xxh64"] == {name: xxhash.xxh64(f[name][()].tobytes()).hexdigest()
+                                      for name in ("keys", "state")}
+    old = tmp_path / "old"
+    shutil.copytree(newest, old)
+    for shard in manifest["shards"]:
+        with h5py.File(old / shard["file"]) as f:
+            shard["sha256"] = {name: hashlib.sha256(f[name][()].tobytes()).hexdigest()
+                               for name in shard.pop("xxh64")}
+    with open(old / "manifest.json", "w") as f:
+        json.dump({**manifest, "version": 1}, f)
+    assert checkpoint.verify(str(old)) is None
+    shard = old / manifest["shards"][0]["file"]
+    with h5py.File(shard, "r+") as f:
+        f["state"][0, 0] += 1
+    assert checkpoint.verify(str(old)) == \
+        f"{shard.name}: dataset state does not match its checksum"
+    with open(old / "manifest.json", "w") as f:
+        json.dump({**manifest, "version": 3}, f)
+    assert "version 3: this mpips reads checkpoints of versions 1 to 2" in \
+        checkpoint.verify(str(old))
+    del manifest["shards"][1]["sha256"]   # a file's entry with no checksums at all
+    with open(old / "manifest.json", "w") as f:
+        json.dump({**manifest, "version": 2}, f)
+    assert "checksums (one of sha256, xxh64)" in checkpoint.verify(str(old))

@@ -10,21 +10,25 @@ import pytest
 from mpips.data.textfile import Rows
 from mpips.storage.dense_files import read_table
 from mpips.models.evaluate import known_fraction
-from mpips.base.files import mismatched, sha256, write_hdf5
+from mpips.base import checksums
+from mpips.base.files import write_hdf5
 from mpips.data.inputs import data_format, format_mismatch
 
 CRITEO_LINE = "1\t" + "\t".join(["5"] * 13 + ["68fd1e64"] * 26) + "\n"
 
 
-def test_a_dataset_changed_after_its_checksum_is_named(tmp_path):
+@pytest.mark.parametrize("algorithm", list(checksums.Algorithm))
+def test_a_dataset_changed_after_its_checksum_is_named(tmp_path, algorithm):
     data = {"keys": np.arange(5, dtype=np.uint64), "weights": np.ones((5, 2), np.float32)}
-    digests = {name: sha256(v) for name, v in data.items()}
+    digests = {name: checksums.of(v, algorithm) for name, v in data.items()}
     write_hdf5(str(tmp_path / "a.h5"), data, {})
     with h5py.File(tmp_path / "a.h5", "r+") as f:
-        assert mismatched(f, digests) is None
+        assert checksums.mismatched(f, digests, algorithm) is None
         f["weights"][0, 0] = np.float32(1.9e37)
-        assert mismatched(f, digests) == "dataset weights does not match its checksum"
-        assert mismatched(f, {"state": digests["keys"]}) == "dataset state is missing"
+        assert (checksums.mismatched(f, digests, algorithm)
+                == "dataset weights does not match its checksum")
+        assert (checksums.mismatched(f, {"state": digests["keys"]}, algorithm)
+                == "dataset state is missing")
 
 
 def blocks_file(path, blocks: list, n: int = 10, block_rows: int = 4) -> None:
