@@ -7,7 +7,7 @@ what a checkpoint costs the workers while the server serves, three ways of writi
 
 Fills one server's table (KVStore) with random 64-bit keys, then times, as a job does:
 writing its shard (HDF5 to a temporary name, fsynced, renamed) and the manifest; verifying
-the checkpoint's SHA-256 checksums (what --resume does before choosing it); and loading the
+the checkpoint's XXH64 checksums (what --resume does before choosing it); and loading the
 shard into an empty table.
 
 Then, serving (bench/checkpoint_serving.py, 1 server + --workers workers under mpiexec,
