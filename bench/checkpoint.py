@@ -18,7 +18,8 @@ resident writer, forked once), from that copy by a child forked for each file (`
 what jobs did before), by a child forked from the live table (`fork`: copy-on-write pages)
 and in the server's loop (`inline`, --checkpoint-inline), and if asked, parts of the
 resident's write (`sleep`: its writer only waits as long as it paces a file, the cost of the
-copy alone; `hash`: it reads the copy and hashes it as for a file, and writes nothing): for
+copy alone; `gather`: it reads the copy as for a file, and hashes and writes nothing; `hash`:
+it also hashes it): for
 each checkpoint the write
 time (from taking the state to the file in) against the longest a worker was held because
 of it (its longest clock from the moment the state is taken to the file's arrival, less the
@@ -51,6 +52,7 @@ from workers import mpiexec
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARMUP_S = 1.0   # the workers' first second (caches, first growth) is left out
 SAMPLE_S = 0.1   # how often the memory of the serving bench's server and writer is read
+WAYS = ("resident", "snapshot", "fork", "inline", "sleep", "gather", "hash")   # of serving
 
 
 def filled(name: str, n_keys: int) -> KVStore:
@@ -250,12 +252,16 @@ def main() -> None:
                         help="workers serving beside the server (default %(default)s: with "
                              "the server, more ranks than this machine's 2 cores)")
     parser.add_argument("--writers", default="resident,snapshot,fork,inline",
-                        help="the ways of writing measured serving (default: %(default)s)")
+                        help="the ways of writing measured serving, of "
+                             f"{','.join(WAYS)} (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run the ways this many times in turn (default %(default)s)")
     parser.add_argument("--serving-only", action="store_true",
                         help="skip the table of write and read times per optimizer")
     args = parser.parse_args()
+    unknown = sorted(set(args.writers.split(",")) - set(WAYS))
+    if unknown:
+        parser.error(f"--writers: no way named {', '.join(unknown)} (the ways: {', '.join(WAYS)})")
     os.makedirs(args.dir, exist_ok=True)
     served = [serving(mode, args.keys, args.serve_seconds, args.every, args.dir, args.workers)
               for _ in range(args.repeats) for mode in args.writers.split(",")]

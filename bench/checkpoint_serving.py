@@ -5,7 +5,7 @@ requests into shared memory, then written by the server's resident writer, forke
 start and kept), from the same copy by a child forked for each file (`snapshot`, what
 jobs did before), by a child forked at the clock from the live table (`fork`: copy-on-write
 pages) or in the server's loop (`inline`); or parts of the resident's write (`only_part`:
-`sleep`, the copy alone; `hash`, the copy read and hashed, no file).
+`sleep`, the copy alone; `gather`, the copy read, no file; `hash`, read and hashed, no file).
 
     mpiexec -n 3 python bench/checkpoint_serving.py MODE KEYS SECONDS EVERY OUT_DIR
 
@@ -107,24 +107,26 @@ def with_cpu(write) -> dict:
 
 def only_part(part: str, task: dict, table) -> dict:
     """What the resident's work costs without the rest of a file's write: `sleep`, none (it
-    waits its spread: the copy's cost alone); `hash`, the blocks read from the copy and
-    hashed as `stream_shard` reads and hashes them, paced as it paces them, nothing written."""
+    waits its spread: the copy's cost alone); `gather`, the blocks read from the copy as
+    `stream_shard` reads them, paced as it paces them, nothing hashed or written; `hash`,
+    those blocks also hashed as it hashes them."""
     began, at, n = time.monotonic(), 0, len(table)
     if part == "sleep":
         time.sleep(task["spread"])
     else:
         digests = [checksums.stream(checkpoint.CHECKSUM) for _ in range(2)]
         for keys, state in table.blocks(1 << 15):
-            digests[0].update(np.ascontiguousarray(keys).reshape(-1).view(np.uint8).data)
-            digests[1].update(np.ascontiguousarray(state).reshape(-1).view(np.uint8).data)
+            if part == "hash":
+                digests[0].update(np.ascontiguousarray(keys).reshape(-1).view(np.uint8).data)
+                digests[1].update(np.ascontiguousarray(state).reshape(-1).view(np.uint8).data)
             at += keys.shape[0]
             checkpoint._pace(began + task["spread"] * at / max(n, 1))
-    return {"file": "-", "server": 0, "keys": n, "ranges": [0], "sha256": {}}
+    return {"file": "-", "server": 0, "keys": n, "ranges": [0], checkpoint.CHECKSUM.value: {}}
 
 
 def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
     store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1), capacity=2 * n_keys)
-    part = mode if mode in ("sleep", "hash") else None
+    part = mode if mode in ("sleep", "gather", "hash") else None
     mode = "resident" if part else mode
     resident = Resident(store, lambda task, table: with_cpu(
         lambda: only_part(part, task, table) if part else checkpoint.stream_shard(
