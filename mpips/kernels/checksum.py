@@ -80,7 +80,7 @@ def update(acc, pending, data):
         _stripes(acc, pending.view(np.uint64))
         have = 0
     whole = (n - at) // STRIPE * STRIPE
-    if whole:
+    if whole:   # the stripes read as native uint64: XXH64's little-endian words on x86, ARM
         _stripes(acc, data[at:at + whole].view(np.uint64))
     at += whole
     pending[:n - at] = data[at:]
