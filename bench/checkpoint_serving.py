@@ -18,6 +18,7 @@ compiled while serving (none where the ahead build is current: `make kernels`); 
 server its pid in OUT_DIR/server.pid, for bench/checkpoint.py to read the memory of server
 and writer from /proc.
 """
+import gc
 import json
 import os
 import sys
@@ -199,8 +200,10 @@ def work(roles, n_keys: int, seconds: float) -> dict:
 
 
 def ready(roles) -> None:
-    """Every rank set up (the server's table filled) before the workers start the clock."""
+    """Every rank set up (the server's table filled) before the workers start the clock; what
+    set-up made kept out of later collections, as a job's ranks do (run.startup.ready)."""
     wait_all([roles.comm.Ibarrier()], TIMEOUT, lambda: "every rank to have set up")
+    gc.freeze()
 
 
 def main() -> None:
