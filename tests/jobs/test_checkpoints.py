@@ -4,6 +4,7 @@ re-sharding, damaged checkpoints, and a rank killed outright.
 Signals and kills come from the ranks themselves at a named point (`--test-event`, see
 mpips/run/testevents.py), so the clock a job stops at, and its newest checkpoint, are known."""
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import h5py
 import numpy as np
 import pytest
+import xxhash
 from support import (ASP_LOGLOSS_SLACK, FSYNC_ON, close_logloss, fired, read_summary,
                      run_here, run_job)
 from debian import H5DUMP, ensure
@@ -473,9 +475,6 @@ def test_a_checkpoints_checksums_are_the_reference_xxh64_and_older_sha256_ones_s
     bytes (version 2); one of version 1, with SHA-256 digests, still verifies and is still
     refused when a dataset changes; a manifest of a version this mpips does not know is
     refused, naming it."""
-    import hashlib
-
-    import xxhash
     newest = os.path.dirname(complete_checkpoints(uninterrupted / "checkpoints")[-1])
     manifest = read_manifest(newest)
     assert manifest["version"] == 2
