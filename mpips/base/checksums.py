@@ -27,10 +27,8 @@ class Xxh64:
         self._acc, self._pending = checksum.start()
 
     def update(self, data) -> None:
-        """Feed `data`: a contiguous buffer, or an array (its bytes in C order)."""
-        self._kernels.update(self._acc, self._pending,
-                             np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray)
-                             else data.reshape(-1).view(np.uint8))
+        """Feed `data`, a contiguous buffer or array (as hashlib's `update` takes)."""
+        self._kernels.update(self._acc, self._pending, np.frombuffer(data, np.uint8))
 
     def hexdigest(self) -> str:
         return f"{int(self._kernels.digest(self._acc, self._pending)):016x}"

@@ -176,12 +176,12 @@ def _checkpoint_copy(keys: np.ndarray, grad: np.ndarray) -> None:
         pass
     reader = store.snapshot_of(taken)
     digest = checksums.stream(checksums.Algorithm.XXH64)
-    for state in (True, False):   # a checkpoint's file, its blocks hashed; the keys of a move
-        for block in reader.blocks(state=state):
-            if state:
-                digest.update(block[0])
-                digest.update(block[1])
+    for keys, state in reader.blocks():   # a checkpoint's file, its blocks hashed
+        digest.update(keys)
+        digest.update(state)
     digest.hexdigest()
+    for _ in reader.blocks(state=False):   # the keys of a move
+        pass
     store.end_snapshot()
     store.give_back(taken)
 
