@@ -12,10 +12,12 @@ shard into an empty table.
 
 Then, serving (bench/checkpoint_serving.py, 1 server + --workers workers under mpiexec,
 AdaGrad, BSP, each worker reading and updating 10,000 of the keys a clock, a timed
-checkpoint every --every seconds), with the file written as jobs do (`resident`: the table
-copied a span at a time between requests into shared memory, then written by the server's
-resident writer, forked once), from that copy by a child forked for each file (`snapshot`,
-what jobs did before), by a child forked from the live table (`fork`: copy-on-write pages)
+checkpoint every --every seconds), with the file written as jobs do (`resident`: by the
+server's resident writer, forked once, which reads the live table in place while the server
+logs the rows it changes until it has), by the resident from a copy of the table made a span
+at a time between requests into shared memory (`copied`: what jobs did before, and do where a
+process may not read another's memory), from that copy by a child forked for each file
+(`snapshot`), by a child forked from the live table (`fork`: copy-on-write pages)
 and in the server's loop (`inline`, --checkpoint-inline), and if asked, parts of the
 resident's write (`sleep`: its writer only waits as long as it paces a file, the cost of the
 copy alone; `gather`: it reads the copy as for a file, and hashes and writes nothing; `hash`:
@@ -52,7 +54,8 @@ from workers import mpiexec
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARMUP_S = 1.0   # the workers' first second (caches, first growth) is left out
 SAMPLE_S = 0.1   # how often the memory of the serving bench's server and writer is read
-WAYS = ("resident", "snapshot", "fork", "inline", "sleep", "gather", "hash")   # of serving
+WAYS = ("resident", "copied", "snapshot", "fork", "inline", "sleep", "gather",
+        "hash")   # of serving
 
 
 def filled(name: str, n_keys: int) -> KVStore:
@@ -251,7 +254,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2,
                         help="workers serving beside the server (default %(default)s: with "
                              "the server, more ranks than this machine's 2 cores)")
-    parser.add_argument("--writers", default="resident,snapshot,fork,inline",
+    parser.add_argument("--writers", default="resident,copied,snapshot,fork,inline",
                         help="the ways of writing measured serving, of "
                              f"{','.join(WAYS)} (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=1,

@@ -1,18 +1,21 @@
 """One launch of bench/checkpoint.py's serving part: 1 server holding N keys (AdaGrad, BSP)
 and 2 workers pulling and pushing 10,000 of them a clock, with a timed checkpoint every few
-seconds, written as a job writes it (`resident`: the table copied a span at a time between
-requests into shared memory, then written by the server's resident writer, forked at the
-start and kept), from the same copy by a child forked for each file (`snapshot`, what
-jobs did before), by a child forked at the clock from the live table (`fork`: copy-on-write
+seconds, written as a job writes it (`resident`: by the server's resident writer, forked at
+the start and kept, which reads the live table in place, the server logging the rows it
+changes until it has), by the resident from a copy of the table made a span at a time
+between requests into shared memory (`copied`, what jobs did before, and still do where a
+process may not read another's memory), from that copy by a child forked for each file
+(`snapshot`), by a child forked at the clock from the live table (`fork`: copy-on-write
 pages) or in the server's loop (`inline`); or parts of the resident's write (`only_part`:
-`sleep`, the copy alone; `gather`, the copy read, no file; `hash`, read and hashed, no file).
+`sleep`, none; `gather`, the table read, no file; `hash`, read and hashed, no file).
 
     mpiexec -n 3 python bench/checkpoint_serving.py MODE KEYS SECONDS EVERY OUT_DIR
 
 Each rank writes its figures to OUT_DIR/rank-R.json (time.monotonic, the same clock for
 every process of a node): a worker the start and end of each clock (pull, push); the server,
 for each checkpoint, when it took the state, when the state was taken (the server serves
-again), when the file was in, the longest turn of the loop spent on it (a span's copy) and
+again), when the copy was complete or the writer had read the table, when the file was in,
+the longest turn of the loop spent on it (a span's copy) and
 the turn that started its writer (the fork, or the task sent); every rank the kernels it
 compiled while serving (none where the ahead build is current: `make kernels`); and the
 server its pid in OUT_DIR/server.pid, for bench/checkpoint.py to read the memory of server
@@ -36,6 +39,7 @@ from mpips.ranks.bounded import wait_all
 from mpips.ranks.roles import split
 from mpips.run.warmup import CompileWatch
 from mpips.server.checkpoint_clocks import Checkpoints
+from mpips.server.live_snapshot import LiveSnapshot
 from mpips.server.loop import Hooks, Server
 from mpips.server.store import KVStore
 from mpips.storage import checkpoint
@@ -62,10 +66,11 @@ def pss_kb(pid: int) -> int:
 
 class Timed:
     """A ShardWrite whose end is noted (its memory is read from outside: bench/checkpoint.py
-    reads /proc, which costs the server nothing)."""
+    reads /proc, which costs the server nothing); `live`: the table read in place, whose read
+    ends the server's part (as a copy's last span does)."""
 
-    def __init__(self, file, record: dict):
-        self.file, self.record = file, record
+    def __init__(self, file, record: dict, live: LiveSnapshot | None = None):
+        self.file, self.record, self.live = file, record, live
         self.started = file.started
 
     @property
@@ -77,6 +82,8 @@ class Timed:
         return self.file.copying
 
     def poll(self):
+        if self.live is not None and self.live.read and "copied" not in self.record:
+            self.record["copied"] = time.monotonic()
         copying, start = self.file.copying, time.monotonic()
         entry = self.file.poll()
         took = time.monotonic() - start
@@ -128,10 +135,11 @@ def only_part(part: str, task: dict, table) -> dict:
 def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
     store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.1), capacity=2 * n_keys)
     part = mode if mode in ("sleep", "gather", "hash") else None
-    mode = "resident" if part else mode
+    copied = mode == "copied"
+    mode = "resident" if part or copied else mode
     resident = Resident(store, lambda task, table: with_cpu(
         lambda: only_part(part, task, table) if part else checkpoint.stream_shard(
-            root, task["clock"], 0, table, {}, spread=task["spread"])))
+            root, task["clock"], 0, table, {}, spread=task["spread"])), live=not copied)
     if mode == "resident":   # as a job's server does, before its table is filled
         resident.ready()
     keys = keys_of(n_keys)
@@ -161,7 +169,8 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
             file = ForkedWrite(lambda: with_cpu(lambda: checkpoint.stream_shard(
                 root, clock, 0, store, {})), "server-0000.h5")
         record["taken"] = time.monotonic()
-        return Timed(file, record)
+        live = store.snapshot if isinstance(store.snapshot, LiveSnapshot) else None
+        return Timed(file, record, live)
 
     def write_manifest(clock, shards, positions, deaths):
         checkpoint.write_manifest(root, clock, shards, servers=1, positions={}, config={})

@@ -171,7 +171,7 @@ def reap(pid: int, timeout: float) -> tuple[int, int]:
 # Arrays this size and larger are mappings of their own (glibc's malloc maps anything over
 # 32 MB apart), so none of the heap that a child goes on using lies in their pages.
 APART_BYTES = 64 << 20
-_MADV_DONTFORK, _MADV_DOFORK = 10, 11   # Linux
+_MADV_DONTFORK, _MADV_DOFORK, _MADV_NOHUGEPAGE = 10, 11, 15   # Linux
 
 
 def keep_from_children(array, keep: bool = True) -> bool:
@@ -179,15 +179,25 @@ def keep_from_children(array, keep: bool = True) -> bool:
     that writing to it after a fork copies no page; a child must never read it (`keep`
     False: share them again). Only for arrays of APART_BYTES or more; whether it was
     done."""
-    if array.nbytes < APART_BYTES:
-        return False
+    return array.nbytes >= APART_BYTES and _advise(array, _MADV_DONTFORK if keep
+                                                   else _MADV_DOFORK)
+
+
+def small_pages(array) -> bool:
+    """Back `array` with 4 KB pages, not transparent huge pages (madvise MADV_NOHUGEPAGE),
+    for memory first touched a little at a time on a path that must not stall: a huge
+    page's first touch zeroes 2 MB, and may wait for the kernel to compact memory. Only for
+    arrays of APART_BYTES or more (numpy asks huge pages for them); whether it was done."""
+    return array.nbytes >= APART_BYTES and _advise(array, _MADV_NOHUGEPAGE)
+
+
+def _advise(array, advice: int) -> bool:
     page = os.sysconf("SC_PAGE_SIZE")
     start = -(-array.ctypes.data // page) * page   # whole pages inside it
     end = (array.ctypes.data + array.nbytes) // page * page
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
-                            _MADV_DONTFORK if keep else _MADV_DOFORK) == 0
+        return libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), advice) == 0
     except (OSError, AttributeError):
         return False
 

@@ -63,11 +63,13 @@ def forget_inherited() -> None:
     _OPEN.clear()
 
 
-def mapped(fd: int, shape: tuple, dtype) -> np.ndarray:
+def mapped(fd: int, shape: tuple, dtype, shared: bool = False) -> np.ndarray:
     """The array another process shares through memfd `fd`, copy-on-write here: what this
     process writes stays its own (numba's kernels take it as any array, not a read-only
-    one). The mapping keeps the pages once `fd` is closed."""
+    one); with `shared`, what it writes the other process sees. The mapping keeps the pages
+    once `fd` is closed."""
     dtype = np.dtype(dtype)
     count = int(np.prod(shape))
-    view = mmap.mmap(fd, max(count * dtype.itemsize, 1), access=mmap.ACCESS_COPY)
+    view = mmap.mmap(fd, max(count * dtype.itemsize, 1),
+                     access=mmap.ACCESS_WRITE if shared else mmap.ACCESS_COPY)
     return np.frombuffer(view, dtype, count).reshape(shape)

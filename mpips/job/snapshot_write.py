@@ -1,34 +1,56 @@
-"""A checkpoint's shard, or a snapshot's, written from a copy of the table taken at its clock
-or moment: the copy is made a span of rows at a time between the server's requests
-(server.table_snapshot) into shared memory, then the server's resident writer
-(base.writer_process: forked as the server starts, or at its first file, and kept) maps it
-and writes the file; the server only sends it a line of JSON. Without shared memory,
-or while the resident writer is busy, a child forked for the write (base.forked) writes it:
-the live table is kept out of it (base.forked.keep_from_children), so the server's writes
-after the fork copy no pages.
+"""A checkpoint's shard, or a snapshot's, written from the table as it was at its clock or
+moment, by the server's resident writer (base.writer_process: forked as the server starts,
+or at its first file, and kept); the server only sends it a line of JSON.
+
+The writer reads the live table in place (server.live_snapshot), where this system lets a
+child read its parent's memory: the writer finds out with a small read as it starts. Else
+the table is copied a span of rows at a time between the server's requests
+(server.table_snapshot) into shared memory, which the writer maps. Without shared memory,
+or while the resident writer is busy, a child forked for the write (base.forked) writes it
+from the copy: the live table is kept out of it (base.forked.keep_from_children), so the
+server's writes after the fork copy no pages.
 """
+import logging
 import os
 import time
 from collections.abc import Callable
 
 import numpy as np
 
+from ..base import process_memory
 from ..base.budget import OverBudget
-from ..base.forked import ForkedWrite, keep_from_children
+from ..base.forked import POLL_S, ForkedWrite, keep_from_children
 from ..base.shared_memory import mapped
 from ..base.writer_process import WriterProcess
+from ..server.live_snapshot import LiveSnapshot, read_table
 from ..server.store import KVStore
 from ..server.table_snapshot import TableSnapshot
+
+log = logging.getLogger("mpips")
+
+# How long the server waits, at most, for its writer to have read the table before the table
+# is rebuilt (it grows, or keys are removed) during the read: 10^7 keys take 0.05-0.2 s.
+READ_WAIT_S = 60.0
+PROBE_WAIT_S = 10.0   # ... and for a writer just forked to say whether it can read the table
 
 
 class Resident:
     """A server's resident writer: `work(task, table)` run in a process forked at the start
     (`ready`) or the first write, and kept (another one forked if it ended), over a store
-    reading the copy that the task's shared memory holds."""
+    reading the table as the task's moment left it: read in place from this process (`live`)
+    or mapped from a copy in shared memory."""
 
-    def __init__(self, store: KVStore, work: Callable[[dict, KVStore], dict]):
+    def __init__(self, store: KVStore, work: Callable[[dict, KVStore], dict],
+                 live: bool = True):
+        """`live`: read the live table where this system allows it (else always a copy)."""
         self._store, self.work = store, work
         self._process: WriterProcess | None = None
+        # Whether the process reads this one's memory (asked as it is forked), and why not.
+        self.live, self.why_not_live = False, "" if live else "not asked to"
+        self._ask = live
+        self._said = False   # why it does not read in place, said once
+        self._probe = np.arange(64, dtype=np.uint64)   # what it reads to find out
+        self._rows: np.ndarray | None = None   # in the process: the table it read last
 
     def ready(self) -> None:
         """The process forked now (at the start, while the server is small: a cheap fork,
@@ -43,7 +65,30 @@ class Resident:
         if process is None:
             process = self._process = WriterProcess(self._in_child,
                                                     "a checkpoint's or snapshot's file")
+            if self._ask:
+                self.live, self.why_not_live = self._reads_here(process)
+                if not self.live and not self._said:
+                    self._said = True
+                    log.warning("checkpoints copy this server's table: its writer may not read "
+                                "the server's memory in place (%s)", self.why_not_live)
         return process if process.idle else None
+
+    def reads_live(self) -> WriterProcess | None:
+        """The process, ready for a task, if it reads the live table; else None."""
+        if not self._ask:
+            return None
+        process = self.idle()
+        return process if process is not None and self.live else None
+
+    def _reads_here(self, process: WriterProcess) -> tuple[bool, str]:
+        """Whether a process just forked reads this one's memory (its first task, a small
+        read, waited for: a few ms), and why not."""
+        if not process_memory.available():
+            return False, "this system has no process_vm_readv"
+        process_memory.allow_reader(process.pid)
+        process.start({"probe": self._probe.ctypes.data}, [])
+        answer = process.wait(PROBE_WAIT_S)
+        return bool(answer.get("live")), answer.get("why", answer.get("error", ""))
 
     def close(self) -> None:
         """The process ends (between writes)."""
@@ -52,8 +97,27 @@ class Resident:
             self._process = None
 
     def _in_child(self, task: dict, fds: list) -> dict:
-        rows = mapped(fds[0], tuple(task["shape"]), task["dtype"])
-        return self.work(task, self._store.reading(rows, np.array(task["meta"], np.int64)))
+        if "probe" in task:
+            return self._read_probe(task["probe"])
+        if "live" in task:
+            live = task["live"]
+            rows = self._rows = read_table(live, fds[0], self._rows)
+            meta = live["meta"]
+        else:
+            rows, meta = mapped(fds[0], tuple(task["shape"]), task["dtype"]), task["meta"]
+        return self.work(task, self._store.reading(rows, np.array(meta, np.int64)))
+
+    def _read_probe(self, address: int) -> dict:
+        """In the process: whether it reads its parent's copy of `_probe` (the same as its
+        own, forked from it)."""
+        seen = np.zeros_like(self._probe)
+        try:
+            process_memory.read_into(os.getppid(), address, seen)
+        except OSError as e:
+            return {"live": False, "why": str(e)}
+        if not np.array_equal(seen, self._probe):
+            return {"live": False, "why": "it read other values than its parent holds"}
+        return {"live": True}
 
 
 class SnapshotWrite:
@@ -64,8 +128,9 @@ class SnapshotWrite:
     def __init__(self, store: KVStore, write: Callable[[KVStore], dict], what: str,
                  cleanup: Callable[[int], None], forked: Callable[[], None],
                  resident: Resident | None = None, task: dict | None = None):
-        """`resident`: the process that writes it if idle and the copy is in shared memory,
-        `task` what it is told (JSON; `write` is then resident.work over the task)."""
+        """`resident`: the process that writes it if idle (reading the live table, or the
+        copy in shared memory), `task` what it is told (JSON; `write` is then resident.work
+        over the task)."""
         self.started = time.monotonic()   # the state is the table's now
         self.pid = os.getpid()            # the writer's, once forked
         self._store, self._write, self._what = store, write, what
@@ -74,13 +139,61 @@ class SnapshotWrite:
         self._file: ForkedWrite | WriterProcess | None = None
         self._entry: dict | None = None   # before a writer, or none: why
         self._done: dict | None = None    # the write's entry, once it has ended
-        self._taken: TableSnapshot | None = None   # the copy, given back once not read
+        self._answer: dict | None = None  # the writer's, if it came while the read was awaited
+        self.how = "copied"   # how the writer took the table: "read in place" or "copied"
+        # the copy, given back once not read; or the live table's log
+        self._taken: TableSnapshot | LiveSnapshot | None = None
+        process = resident.reads_live() if resident is not None and task is not None else None
+        if process is not None and self._read_live(process):
+            return
         try:
             self._taken = store.take_snapshot()
         except (OverBudget, MemoryError) as e:
             self._entry = {"error": f"no memory for a copy of this server's table to write "
                                     f"{what} from ({e or 'the machine refused it'}); "
                                     f"training goes on, the checkpoint is not complete"}
+
+    def _read_live(self, process: WriterProcess) -> bool:
+        """The resident writer told to read the live table; False if it cannot be (no shared
+        block for its flag, no room for the log): a copy is made instead."""
+        assert self._task is not None, "a task for the resident writer"
+        try:
+            live = self._taken = self._store.take_live(self._await_read)
+        except (OSError, MemoryError):
+            self._store.end_snapshot(complete=False)
+            return False
+        process.start({**self._task, "live": live.task()}, [live.shared.fd], self._cleanup,
+                      self._what)
+        self._file, self.pid = process, process.pid
+        self.how = "read in place"
+        self._forked()
+        return True
+
+    def _await_read(self, live: LiveSnapshot) -> None:
+        """Until the writer has read the live table (the table is about to be rebuilt), or
+        has ended; within READ_WAIT_S, else it is stopped."""
+        assert isinstance(self._file, WriterProcess), "the resident writer reads it"
+        deadline = time.monotonic() + READ_WAIT_S
+        while not live.read:
+            answer = self._file.poll()
+            if answer is None and time.monotonic() > deadline:
+                answer = self._file.stop(f"the writer of {self._what} (process {self.pid}) "
+                                         f"had not read the table {READ_WAIT_S:g} s after the "
+                                         f"server had to rebuild it (it grows, or keys go) and "
+                                         f"was stopped; training goes on, the checkpoint is "
+                                         f"not complete")
+            if answer is not None:
+                self._answer = answer
+                return
+            time.sleep(POLL_S)
+
+    def _writer_answer(self, wait: float | None = None) -> dict | None:
+        """The writer's answer: as it came while the read was awaited, or polled (waited for
+        up to `wait` s)."""
+        if self._answer is not None:
+            return self._answer
+        assert self._file is not None, "a writer was started"
+        return self._file.poll() if wait is None else self._file.wait(wait)
 
     @property
     def copying(self) -> bool:
@@ -97,8 +210,7 @@ class SnapshotWrite:
             if not self._taken.step():
                 return None
             self._fork()
-        assert self._file is not None, "forked once the copy is complete"
-        return self._ended(self._file.poll())
+        return self._ended(self._writer_answer())
 
     def wait(self, timeout: float) -> dict:
         if self._done is not None:
@@ -110,11 +222,13 @@ class SnapshotWrite:
         if self._file is None:
             assert self._entry is not None, "stopped before it was forked"
             return self._entry
-        return self._ended(self._file.wait(timeout))
+        return self._ended(self._writer_answer(timeout))
 
     def stop(self, why: str) -> dict:
         if self._done is not None:
             return self._done
+        if self._answer is not None:
+            return self._ended(self._answer)
         if self._file is not None:
             return self._ended(self._file.stop(why))
         if self._entry is None:
@@ -125,16 +239,17 @@ class SnapshotWrite:
     def _ended(self, entry):
         """`entry`, and if the write has ended, the copy given back to the store."""
         if entry is not None:
-            self._done = entry
+            self._done = entry if "error" in entry else {**entry, "table": self.how}
             if self._taken is not None:
                 self._release()
-                self._store.give_back(self._taken)
+                if isinstance(self._taken, TableSnapshot):
+                    self._store.give_back(self._taken)
                 self._taken = None
-        return entry
+        return self._done
 
     def _fork(self) -> None:
         """The copy complete: the resident writer told to write it, or a child forked."""
-        assert self._taken is not None, "a copy was made"
+        assert isinstance(self._taken, TableSnapshot), "a copy was made"
         self._release()
         shared = self._taken.shared
         process = (self._resident.idle() if self._resident is not None and shared is not None
@@ -152,7 +267,7 @@ class SnapshotWrite:
         self._forked()
 
     def _fork_child(self) -> ForkedWrite:
-        assert self._taken is not None, "a copy was made"
+        assert isinstance(self._taken, TableSnapshot), "a copy was made"
         view = self._store.snapshot_of(self._taken)
         # (the copy's pages are the child's and this process's alike until one writes them:
         # neither does, and this one reuses them once the child has ended; no other child

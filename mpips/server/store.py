@@ -11,11 +11,12 @@ import copy
 import numpy as np
 
 from ..base.budget import Budget
-from ..base.forked import keep_from_children
+from ..base.forked import keep_from_children, small_pages
 from ..base.shared_memory import SharedArray, array_of
 from ..kernels import requests, table
 from ..models import updates
 from ..models.optimizer import Optimizer
+from .live_snapshot import LiveSnapshot
 from .table_snapshot import TableSnapshot
 
 
@@ -34,7 +35,11 @@ class KVStore:
         self.columns = optimizer.state_columns(width)
         self.generation = 0          # rows are renumbered when this changes (the table grew)
         self._meta = np.zeros(2, np.int64)
-        self.snapshot: TableSnapshot | None = None   # a copy being made (take_snapshot)
+        # the table as at a checkpoint's clock: a copy being made (take_snapshot), or read in
+        # place by another process (take_live)
+        self.snapshot: TableSnapshot | LiveSnapshot | None = None
+        # a LiveSnapshot's log (rows, values) and flags, kept for the next (see take_live)
+        self._live_log: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         # a copy's array given back, for the next (in shared memory if it could be made)
         self._spare: SharedArray | np.ndarray | None = None
         self._allocate(max(int(capacity), 16))
@@ -76,6 +81,25 @@ class KVStore:
         self.snapshot = TableSnapshot(self._rows, self._meta, into=spare)
         return self.snapshot
 
+    def take_live(self, wait_read) -> LiveSnapshot:
+        """The table as it is now, for a writer that reads it in place (server.live_snapshot;
+        `wait_read` as LiveSnapshot's); until it has, the rows that change are logged first.
+        One at a time. The log has room for every row (each is logged once at most): its
+        pages are reserved, not touched, but those of the longest log so far, kept for the
+        next with the flags of the rows logged (cleared again). OSError if the shared block
+        cannot be made."""
+        self.end_snapshot()
+        rows = self._rows
+        log = self._live_log
+        if log is None or log[1].shape != rows.shape:
+            log = self._live_log = (np.empty(rows.shape[0], np.int64), np.empty_like(rows),
+                                    np.zeros(rows.shape[0], np.uint8))
+            for array in log:   # touched as rows are logged, in the server's turns
+                small_pages(array)
+                keep_from_children(array)
+        self.snapshot = LiveSnapshot(rows, self._meta, *log, wait_read)
+        return self.snapshot
+
     def _copy_array(self) -> SharedArray | np.ndarray:
         """An array for a copy of the table: in shared memory if it can be made."""
         try:
@@ -94,10 +118,10 @@ class KVStore:
 
     def end_snapshot(self, complete: bool = True) -> None:
         """The store no longer keeps the copy being made up to date; `complete`: what is left
-        of it is copied first (its writer will read it), else it is given up."""
+        of it is copied first (its writer will read it), else it is given up. (A table read in
+        place logs nothing more.)"""
         if self.snapshot is not None:
-            if complete:
-                self.snapshot.finish()
+            self.snapshot.end(complete)
             self.snapshot = None
 
     def snapshot_of(self, taken: TableSnapshot) -> "KVStore":
@@ -121,7 +145,8 @@ class KVStore:
         self._state = rows.view(np.float32)[:, table.KEY_WORDS:]
 
     def _settle_snapshot(self) -> None:
-        """The table is about to be rebuilt or its rows moved: a copy being made is made now."""
+        """The table is about to be rebuilt or its rows moved: a copy being made is made now,
+        a writer reading it in place is waited for."""
         if self.snapshot is not None:
             self.snapshot.finish()
 

@@ -79,6 +79,11 @@ class TableSnapshot:
         while not self.step(1 << 62):
             pass
 
+    def end(self, complete: bool) -> None:
+        """No longer kept up to date: completed first if `complete`, else given up."""
+        if complete:
+            self.finish()
+
     def before_write(self, rows: np.ndarray) -> None:
         """The table's rows `rows` are about to change (-1: none)."""
         if self._source is not None and self._at < self._source.shape[0]:

@@ -1,16 +1,19 @@
 """A server's resident writer (base.writer_process, job.snapshot_write.Resident): forked once,
-it writes each checkpoint from the table's copy in shared memory; one killed mid-write, or
-frozen, is reported and the next checkpoint gets a new one; without shared memory the
-checkpoint is written by a forked child as before."""
+it writes each checkpoint from the live table it reads in place or from the table's copy in
+shared memory (each test both ways where both apply); one killed mid-write, or frozen, is
+reported and the next checkpoint gets a new one; without shared memory the checkpoint is
+written by a forked child as before."""
 import os
 import signal
 
 import numpy as np
+import pytest
 
 from mpips.base import shared_memory
 from mpips.base.budget import Budget
 from mpips.base.writer_process import WriterProcess
 from mpips.job.snapshot_write import Resident, SnapshotWrite
+from mpips.server.live_snapshot import LiveSnapshot
 from unit.test_forked import BOUND_S, gone, wait_for
 from unit.test_table_snapshot import sorted_items, trained_store
 
@@ -35,14 +38,21 @@ def write(store, resident, task=None, forks=None):
                          else None, resident=resident, task=task or {})
 
 
-def test_the_resident_writes_each_copy_and_is_forked_once():
+WAYS = pytest.mark.parametrize("live", [True, False], ids=["read-in-place", "copied"])
+
+
+@WAYS
+def test_the_resident_writes_each_table_and_is_forked_once(live):
     rng = np.random.default_rng(5)
     store, keys = trained_store(rng)
     want = sorted_items(store)
-    resident = Resident(store, same_as(want))
+    resident = Resident(store, same_as(want), live=live)
     try:
         first = write(store, resident)
-        assert first.copying and first._taken.shared is not None, "the copy in shared memory"
+        if live:
+            assert not first.copying and isinstance(first._taken, LiveSnapshot)
+        else:
+            assert first.copying and first._taken.shared is not None, "the copy in shared memory"
         store.push(keys[:50], np.ones((50, 2), np.float32), 1)   # after the take: not in it
         one = first.wait(BOUND_S)
         assert one["same"] and one["pid"] == first.pid != os.getpid()
@@ -57,14 +67,16 @@ def test_the_resident_writes_each_copy_and_is_forked_once():
     assert gone(one["pid"])
 
 
-def test_a_resident_killed_mid_write_is_reported_and_replaced():
+@WAYS
+def test_a_resident_killed_mid_write_is_reported_and_replaced(live):
     store, _ = trained_store(np.random.default_rng(6))
-    resident = Resident(store, same_as(sorted_items(store)))
+    resident = Resident(store, same_as(sorted_items(store)), live=live)
     try:
         file = write(store, resident, {"die": True})
         entry = file.wait(BOUND_S)
         assert "was killed by signal 9 (SIGKILL) before it finished" in entry["error"]
-        assert store.snapshot is None and store._spare is not None, "the copy given back"
+        assert store.snapshot is None, "nothing logged or copied any more"
+        assert (store._spare is None) == live, "a copy given back"
         again = write(store, resident)
         entry = again.wait(BOUND_S)
         assert entry["same"] and again.pid != file.pid, "a new resident"
@@ -72,9 +84,10 @@ def test_a_resident_killed_mid_write_is_reported_and_replaced():
         resident.close()
 
 
-def test_a_frozen_resident_is_stopped_at_the_bound_and_replaced():
+@WAYS
+def test_a_frozen_resident_is_stopped_at_the_bound_and_replaced(live):
     store, _ = trained_store(np.random.default_rng(7))
-    resident = Resident(store, same_as(sorted_items(store)))
+    resident = Resident(store, same_as(sorted_items(store)), live=live)
     removed: list = []
     try:
         file = SnapshotWrite(store, lambda table: {}, "server-0000.h5", removed.append,
@@ -95,32 +108,41 @@ def test_a_failed_write_ends_the_resident():
     assert process.ended is not None and gone(process.pid)
 
 
-def test_without_shared_memory_a_forked_child_writes_it(monkeypatch):
+@WAYS
+def test_without_shared_memory_a_forked_child_writes_it(monkeypatch, live):
+    """(Reading in place needs a shared block for the writer's flag: a copy is made.)"""
     def refused(*args):
         raise OSError(12, "Cannot allocate memory")
 
     monkeypatch.setattr(shared_memory.os, "memfd_create", refused)
     store, _ = trained_store(np.random.default_rng(8))
     store.budget = Budget(limit=None)
-    resident = Resident(store, same_as(sorted_items(store)))
+    resident = Resident(store, same_as(sorted_items(store)), live=live)
     forks: list = []
-    file = write(store, resident, forks=forks)
-    assert file._taken.shared is None and store.budget.held == store.nbytes
-    entry = file.wait(BOUND_S)
-    assert entry["same"] and forks == [1] and resident._process is None, "no resident made"
+    try:
+        file = write(store, resident, forks=forks)
+        assert file._taken.shared is None and store.budget.held == store.nbytes
+        entry = file.wait(BOUND_S)
+        assert entry["same"] and entry["table"] == "copied" and forks == [1]
+        assert (resident._process is None) != live, "a resident made only to ask"
+    finally:
+        resident.close()
 
 
-def test_a_resident_dead_between_writes_is_replaced_at_the_next():
+@WAYS
+def test_a_resident_dead_between_writes_is_replaced_at_the_next(live):
     """Killed while idle (the out-of-memory killer): the next write forks another."""
     store, _ = trained_store(np.random.default_rng(9))
-    resident = Resident(store, same_as(sorted_items(store)))
+    resident = Resident(store, same_as(sorted_items(store)), live=live)
     try:
         resident.ready()
         first = resident._process.pid
         os.kill(first, signal.SIGKILL)
         wait_for(lambda: gone(first), "the resident to die")
         file = write(store, resident)
-        assert file.wait(BOUND_S)["same"] and file.pid != first
+        entry = file.wait(BOUND_S)
+        assert entry["same"] and file.pid != first
+        assert entry["table"] == ("read in place" if live else "copied")
     finally:
         resident.close()
 

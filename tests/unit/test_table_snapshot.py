@@ -117,13 +117,13 @@ def test_a_snapshot_write_forks_once_copied_and_its_array_serves_the_next():
     deadline = time.monotonic() + 60
     while (entry := file.poll()) is None:
         assert time.monotonic() < deadline, "the writer did not end within 60 s"
-    assert entry == {"same": True} and forks == [1] and not file.copying
+    assert entry == {"same": True, "table": "copied"} and forks == [1] and not file.copying
     assert store.snapshot is None and store.budget.held == held + store.nbytes
     want = sorted_items(store)
     again = SnapshotWrite(store, write, "server-0000.h5", lambda pid: None,
                           forked=lambda: forks.append(2))
     assert store.budget.held == held + store.nbytes, "the same array again"
-    assert again.wait(60) == {"same": True} and forks == [1, 2]
+    assert again.wait(60) == {"same": True, "table": "copied"} and forks == [1, 2]
 
 
 def test_no_memory_for_the_copy_fails_the_file_not_the_server():
@@ -151,4 +151,4 @@ def test_a_large_copy_goes_to_its_own_writer_only():
     copy = store.snapshot.rows
     assert copy.nbytes >= APART_BYTES
     assert not mapped_in_a_child(copy.ctypes.data + copy.nbytes // 2), "another child has the copy"
-    assert file.wait(60) == {"same": True}, "its own writer read it"
+    assert file.wait(60) == {"same": True, "table": "copied"}, "its own writer read it"

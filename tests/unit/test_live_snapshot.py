@@ -1,0 +1,267 @@
+"""A table read in place by another process as of a moment (server.live_snapshot): whatever
+the server changes before, during or after the read, the reader gets the table as taken, bit
+for bit; a table that must grow waits for the read, within its bound; a reader that dies or
+freezes leaves the server serving and logging nothing more. Real processes: a forked reader
+reads this one's memory with process_vm_readv; the steps meet at events (pipes), not times."""
+import contextlib
+import logging
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from mpips.base import process_memory
+from mpips.job import snapshot_write
+from mpips.job.snapshot_write import Resident, SnapshotWrite
+from mpips.server.live_snapshot import LiveSnapshot, read_table
+from unit.test_forked import BOUND_S, gone, wait_for
+from unit.test_resident_writer import same_as
+from unit.test_table_snapshot import sorted_items, trained_store
+
+WHEN = ("before the read", "between the read and the flag", "after the flag")
+
+
+def change(store, keys, rng, clock: int) -> None:
+    """Pushes to stored keys and new ones, new keys stored by a pull, the EMPTY-valued key."""
+    old = rng.choice(keys, 50)
+    new = rng.integers(0, 2**64 - 1, 20, dtype=np.uint64, endpoint=True)
+    some = np.unique(np.concatenate([old, new]))
+    store.push(some, rng.normal(size=(some.shape[0], 2)).astype(np.float32), clock)
+    fresh = np.unique(rng.integers(0, 2**64 - 1, 20, dtype=np.uint64, endpoint=True))
+    store.pull(fresh, np.empty((fresh.shape[0], 2), np.float32))
+    if clock % 2:
+        store.push(np.array([2**64 - 1], np.uint64), np.ones((1, 2), np.float32), clock)
+
+
+def unlimited_room(store, keys: int) -> None:
+    """No growth while the reader may read (a growth waits for it: another test)."""
+    store.reserve(len(store) + keys)
+
+
+def reader(store, taken: LiveSnapshot, out: str, steps: tuple | None = None) -> int:
+    """A child that reads `taken` (read_table) and saves what it read, sorted, to `out`;
+    with `steps` (a pipe to say, one to wait on), it says when it has read the table and
+    waits before it raises its flag."""
+    task, fd = taken.task(), taken.shared.fd
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        if steps is not None:
+            said, go = steps
+            read_into = process_memory.read_into
+            calls = []
+
+            def paused(*args):
+                read_into(*args)
+                calls.append(1)
+                if len(calls) == 1:   # the table: the flag is raised after this returns
+                    os.write(said, b"r")
+                    assert os.read(go, 1) == b"g"
+            process_memory.read_into = paused
+        rows = read_table(task, fd, None)
+        keys, state = sorted_items(store.reading(rows, np.array(task["meta"], np.int64)))
+        np.save(out + ".keys.npy", keys)
+        np.save(out + ".state.npy", state)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def read_back(out: str) -> tuple:
+    return (np.load(out + ".keys.npy", allow_pickle=False),
+            np.load(out + ".state.npy", allow_pickle=False))
+
+
+def exited(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+@contextlib.contextmanager
+def reaped(pid: int):
+    """The reader killed and reaped if a test ends before it has (a failed assertion)."""
+    try:
+        yield pid
+    finally:
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("when", [*WHEN, "throughout"])
+def test_the_reader_gets_the_table_as_taken_whenever_it_changes(tmp_path, when):
+    rng = np.random.default_rng(len(when))
+    store, keys = trained_store(rng)
+    unlimited_room(store, 1000)
+    want = sorted_items(store)
+    taken = store.take_live(lambda live: pytest.fail("no growth here"))
+    said_r, said_w = os.pipe()
+    go_r, go_w = os.pipe()
+    clock = 1
+
+    def changes(phase):
+        nonlocal clock
+        if when in (phase, "throughout"):
+            for _ in range(5):
+                change(store, keys, rng, clock)
+                clock += 1
+
+    changes("before the read")
+    with reaped(reader(store, taken, str(tmp_path / "read"), (said_w, go_r))) as pid:
+        assert os.read(said_r, 1) == b"r", "the reader read the table"
+        changes("between the read and the flag")
+        assert not taken.read
+        os.write(go_w, b"g")
+        assert exited(pid) == 0
+    assert taken.read, "the reader raised its flag"
+    logged = taken._logged
+    changes("after the flag")
+    assert taken._logged == logged, "nothing logged once read"
+    got = read_back(str(tmp_path / "read"))
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    if when != "after the flag":
+        assert logged > 0, "rows changed before the flag were logged"
+    live = sorted_items(store)
+    assert live[0].shape != want[0].shape or not np.array_equal(live[1], want[1]), \
+        "the live table moved on meanwhile"
+    store.end_snapshot()
+    assert not store._live_log[2].any(), "the flags cleared for the next"
+
+
+@pytest.mark.parametrize("round_", range(4))
+def test_reads_racing_the_servers_changes_still_get_the_table_as_taken(tmp_path, round_):
+    """No pause: the reader reads a 40 MB table while this process changes it as fast as
+    it can, until the flag is up and a little after; each interleaving must give the same."""
+    rng = np.random.default_rng(100 + round_)
+    store, keys = trained_store(rng, n=1_500_000)
+    unlimited_room(store, 200_000)
+    want = sorted_items(store)
+    taken = store.take_live(lambda live: pytest.fail("no growth here"))
+    clock, after = 1, 0
+    with reaped(reader(store, taken, str(tmp_path / "read"))) as pid:
+        while after < 3:
+            some = np.unique(rng.choice(keys, 2000))
+            store.push(some, rng.normal(size=(some.shape[0], 2)).astype(np.float32), clock)
+            fresh = np.unique(rng.integers(0, 2**64 - 1, 50, dtype=np.uint64, endpoint=True))
+            store.pull(fresh, np.empty((fresh.shape[0], 2), np.float32))
+            clock += 1
+            after += taken.read
+            assert clock < 10_000, "the reader never raised its flag"
+        assert exited(pid) == 0
+    got = read_back(str(tmp_path / "read"))
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def stopped_resident(store, want, live_ok=True):
+    resident = Resident(store, same_as(want))
+    resident.ready()
+    assert resident.live is live_ok, resident.why_not_live
+    os.kill(resident._process.pid, signal.SIGSTOP)
+    return resident
+
+
+def grow(store, rng) -> None:
+    many = np.unique(rng.integers(0, 2**64 - 1, 4 * store.capacity, dtype=np.uint64))
+    store.push(many, np.ones((many.shape[0], 2), np.float32), 1)
+
+
+def test_a_table_that_must_grow_waits_for_the_read(monkeypatch):
+    """The writer frozen before it reads; the table must grow: the server waits (and the
+    writer goes on then, at that event), and the file is the table as taken."""
+    rng = np.random.default_rng(7)
+    store, _ = trained_store(rng)
+    want = sorted_items(store)
+    resident = stopped_resident(store, want)
+    waited = []
+    await_read = SnapshotWrite._await_read
+
+    def resumed(self, live):
+        waited.append(live.read)
+        os.kill(self.pid, signal.SIGCONT)
+        await_read(self, live)
+    monkeypatch.setattr(SnapshotWrite, "_await_read", resumed)
+    try:
+        file = SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
+                             forked=lambda: None, resident=resident, task={})
+        generation = store.generation
+        grow(store, rng)
+        assert store.generation > generation and waited == [False], "waited for the read"
+        entry = file.wait(BOUND_S)
+        assert entry["same"] and entry["table"] == "read in place"
+        assert store.snapshot is None
+    finally:
+        resident.close()
+
+
+def test_a_writer_that_never_reads_is_stopped_at_the_bound(monkeypatch):
+    rng = np.random.default_rng(8)
+    store, _ = trained_store(rng)
+    want = sorted_items(store)
+    resident = stopped_resident(store, want)
+    monkeypatch.setattr(snapshot_write, "READ_WAIT_S", 0.3)
+    try:
+        file = SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
+                             forked=lambda: None, resident=resident, task={})
+        writer = file.pid
+        grow(store, rng)
+        assert gone(writer), "the frozen writer was stopped"
+        assert store.snapshot.read, "nothing is logged any more"
+        entry = file.poll()
+        assert "had not read the table 0.3 s after the server had to rebuild it" in entry["error"]
+        assert store.snapshot is None
+        again = SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
+                              forked=lambda: None, resident=resident, task={})
+        entry = again.wait(BOUND_S)
+        assert again.pid != writer and entry["table"] == "read in place"
+        assert not entry["same"], "the table as it is now, grown"
+    finally:
+        resident.close()
+
+
+def test_a_writer_killed_before_it_reads_leaves_the_server_logging_nothing():
+    rng = np.random.default_rng(9)
+    store, keys = trained_store(rng)
+    want = sorted_items(store)
+    resident = stopped_resident(store, want)
+    try:
+        file = SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
+                             forked=lambda: None, resident=resident, task={})
+        taken = store.snapshot
+        os.kill(file.pid, signal.SIGKILL)
+        wait_for(lambda: file.poll() is not None, "the writer's end to be seen")
+        assert "was killed by signal 9 (SIGKILL)" in file.poll()["error"]
+        assert store.snapshot is None and taken.read, "given up: nothing logged"
+        change(store, keys, rng, 1)
+        assert taken._logged == 0
+        assert write_now(store, resident)["table"] == "read in place", "a new writer reads it"
+    finally:
+        resident.close()
+
+
+def write_now(store, resident) -> dict:
+    return SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
+                         forked=lambda: None, resident=resident, task={}).wait(BOUND_S)
+
+
+def test_where_the_writer_may_not_read_this_process_the_table_is_copied(monkeypatch, caplog):
+    """As where Yama's ptrace_scope forbids it (EPERM): the writer says so as it starts, and
+    every checkpoint is written from a copy."""
+    def refused(pid, address, out):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(process_memory, "read_into", refused)   # (the writer forked after)
+    store, _ = trained_store(np.random.default_rng(10))
+    resident = Resident(store, same_as(sorted_items(store)))
+    try:
+        with caplog.at_level(logging.WARNING, logger="mpips"):
+            resident.ready()
+        assert resident.live is False and "not permitted" in resident.why_not_live
+        assert "writer may not read the server's memory in place" in caplog.text
+        entry = write_now(store, resident)
+        assert entry["same"] and entry["table"] == "copied"
+    finally:
+        resident.close()
