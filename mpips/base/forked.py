@@ -143,9 +143,9 @@ def killed(what: str, pid: int, sig: int) -> str:
 
 
 def waited(write, timeout: float) -> dict:
-    """The entry of `write` (a ForkedWrite, or a writer_process.WriterProcess's task: `poll`,
-    `stop`, `what`, `pid`), waiting up to `timeout` s; past it, its process is stopped and the
-    entry says so."""
+    """The entry of `write` (a ForkedWrite, a writer_process.WriterProcess's task or a
+    job.snapshot_write.SnapshotWrite: `poll`, `stop`, `what`, `pid`), waiting up to `timeout`
+    s; past it, its process is stopped and the entry says so."""
     deadline = time.monotonic() + timeout
     while (entry := write.poll()) is None:
         if time.monotonic() > deadline:

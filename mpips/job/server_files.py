@@ -31,7 +31,7 @@ from ..storage import checkpoint
 from ..storage.model_files import save_shard, shard_path, written_whole
 from ..wire.clocks import FINISHED, ClockTable
 from ..wire.placement import Placement, describe_ranges
-from .snapshot_write import Resident, SnapshotWrite
+from .snapshot_write import READ_WAIT_S, Resident, SnapshotWrite
 
 log = logging.getLogger("mpips")
 SPREAD_SHARE = 0.5    # of the time between periodic checkpoints (see spread_of)
@@ -50,7 +50,11 @@ def resident_writer(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKeys)
         return _checkpoint_file(cfg, roles, name, task["clock"], task["writer"], keys, True,
                                 task["spread"])
 
-    resident = Resident(own.store, work)
+    def before_read(task: dict) -> None:
+        if task["kind"] == "checkpoint":
+            testevents.reached("reading", task["writer"])
+
+    resident = Resident(own.store, work, before_read=before_read)
     if cfg.checkpointing.on and not cfg.checkpointing.inline:
         resident.ready()   # before the table is filled or loaded
     return resident
@@ -108,6 +112,10 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
         with contextlib.suppress(OSError):
             os.remove(f"{checkpoint.shard_path(root, clock, roles.index)}.tmp-{pid}")
 
+    def handed_over(writer: int) -> None:
+        for point in ("reading", "writing"):
+            testevents.handed_over(point, writer)
+
     def write_shard(clock: int, paced: bool) -> ShardWrite:
         started.append(clock)
         writer = len(started)
@@ -120,10 +128,10 @@ def checkpoint_writers(cfg: TrainConfig, roles: Roles, name: str, own: PrimaryKe
         return SnapshotWrite(
             own.store, lambda table: resident.work(task, table), f"server-{roles.index:04d}.h5",
             lambda pid: cleanup(clock, pid),
-            # the events at its midpoint fire in the writer (a copy of this process as it was
-            # when forked, with this one's events), not here
-            forked=lambda: testevents.handed_over("writing", writer), resident=resident,
-            task=task)
+            # the events at its start and midpoint fire in the writer (a copy of this process as
+            # it was when forked, with this one's events), not here
+            forked=lambda: handed_over(writer), resident=resident, task=task,
+            read_within=min(READ_WAIT_S, cfg.faults.timeout / 10))
 
     def write_manifest(clock: int, shards: list, standing: Standing,
                        deaths: list) -> str | None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..base import process_memory
 from ..base.budget import OverBudget
-from ..base.forked import POLL_S, ForkedWrite, keep_from_children
+from ..base.forked import POLL_S, ForkedWrite, keep_from_children, waited
 from ..base.shared_memory import mapped
 from ..base.writer_process import WriterProcess
 from ..server.live_snapshot import LiveSnapshot, read_table
@@ -28,8 +28,8 @@ from ..server.table_snapshot import TableSnapshot
 
 log = logging.getLogger("mpips")
 
-# How long the server waits, at most, for its writer to have read the table before the table
-# is rebuilt (it grows, or keys are removed) during the read: 10^7 keys take 0.05-0.2 s.
+# How long a writer may take to read the live table (the server logs the rows it changes
+# meanwhile, and a table to be rebuilt waits for it): 10^7 keys take 0.05-0.2 s.
 READ_WAIT_S = 60.0
 PROBE_WAIT_S = 10.0   # ... and for a writer just forked to say whether it can read the table
 
@@ -41,9 +41,10 @@ class Resident:
     or mapped from a copy in shared memory."""
 
     def __init__(self, store: KVStore, work: Callable[[dict, KVStore], dict],
-                 live: bool = True):
-        """`live`: read the live table where this system allows it (else always a copy)."""
-        self._store, self.work = store, work
+                 live: bool = True, before_read: Callable[[dict], None] = lambda task: None):
+        """`live`: read the live table where this system allows it (else always a copy);
+        `before_read(task)`: called in the process before it reads the live table."""
+        self._store, self.work, self._before_read = store, work, before_read
         self._process: WriterProcess | None = None
         # Whether the process reads this one's memory (asked as it is forked), and why not.
         self.live, self.why_not_live = False, "" if live else "not asked to"
@@ -101,6 +102,7 @@ class Resident:
             return self._read_probe(task["probe"])
         if "live" in task:
             live = task["live"]
+            self._before_read(task)
             rows = self._rows = read_table(live, fds[0], self._rows)
             meta = live["meta"]
         else:
@@ -127,15 +129,17 @@ class SnapshotWrite:
 
     def __init__(self, store: KVStore, write: Callable[[KVStore], dict], what: str,
                  cleanup: Callable[[int], None], forked: Callable[[], None],
-                 resident: Resident | None = None, task: dict | None = None):
+                 resident: Resident | None = None, task: dict | None = None,
+                 read_within: float = READ_WAIT_S):
         """`resident`: the process that writes it if idle (reading the live table, or the
         copy in shared memory), `task` what it is told (JSON; `write` is then resident.work
-        over the task)."""
+        over the task); `read_within`: how long a writer may take to read the live table
+        (the server logs the rows it changes meanwhile), else it is stopped."""
         self.started = time.monotonic()   # the state is the table's now
         self.pid = os.getpid()            # the writer's, once forked
-        self._store, self._write, self._what = store, write, what
+        self._store, self._write, self.what = store, write, what
         self._cleanup, self._forked = cleanup, forked
-        self._resident, self._task = resident, task
+        self._resident, self._task, self._read_within = resident, task, read_within
         self._file: ForkedWrite | WriterProcess | None = None
         self._entry: dict | None = None   # before a writer, or none: why
         self._done: dict | None = None    # the write's entry, once it has ended
@@ -163,7 +167,7 @@ class SnapshotWrite:
             self._store.end_snapshot(complete=False)
             return False
         process.start({**self._task, "live": live.task()}, [live.shared.fd], self._cleanup,
-                      self._what)
+                      self.what)
         self._file, self.pid = process, process.pid
         self.how = "read in place"
         self._forked()
@@ -173,27 +177,35 @@ class SnapshotWrite:
         """Until the writer has read the live table (the table is about to be rebuilt), or
         has ended; within READ_WAIT_S, else it is stopped."""
         assert isinstance(self._file, WriterProcess), "the resident writer reads it"
-        deadline = time.monotonic() + READ_WAIT_S
         while not live.read:
-            answer = self._file.poll()
-            if answer is None and time.monotonic() > deadline:
-                answer = self._file.stop(f"the writer of {self._what} (process {self.pid}) "
-                                         f"had not read the table {READ_WAIT_S:g} s after the "
-                                         f"server had to rebuild it (it grows, or keys go) and "
-                                         f"was stopped; training goes on, the checkpoint is "
-                                         f"not complete")
+            answer = self._file.poll() or self._read_overdue("the server had to rebuild it "
+                                                             "(it grows, or keys go)")
             if answer is not None:
                 self._answer = answer
                 return
             time.sleep(POLL_S)
 
-    def _writer_answer(self, wait: float | None = None) -> dict | None:
-        """The writer's answer: as it came while the read was awaited, or polled (waited for
-        up to `wait` s)."""
+    def _read_overdue(self, waiting: str) -> dict | None:
+        """The writer stopped if it has not read the live table within its bound (the entry
+        then says so, and what waited for it), else None."""
+        if time.monotonic() - self.started <= self._read_within:
+            return None
+        assert self._file is not None, "a writer was started"
+        return self._file.stop(f"the writer of {self.what} (process {self.pid}) had not read "
+                               f"the table within {self._read_within:g} s while {waiting}, and "
+                               f"was stopped; training goes on, the checkpoint is not complete")
+
+    def _writer_answer(self) -> dict | None:
+        """The writer's answer: as it came while the read was awaited, or polled (the writer
+        stopped if overdue with its read)."""
         if self._answer is not None:
             return self._answer
         assert self._file is not None, "a writer was started"
-        return self._file.poll() if wait is None else self._file.wait(wait)
+        answer = self._file.poll()
+        live = self._taken if isinstance(self._taken, LiveSnapshot) else None
+        if answer is None and live is not None and not live.read:
+            answer = self._read_overdue("the server logged the rows it changed")
+        return answer
 
     @property
     def copying(self) -> bool:
@@ -222,7 +234,7 @@ class SnapshotWrite:
         if self._file is None:
             assert self._entry is not None, "stopped before it was forked"
             return self._entry
-        return self._ended(self._writer_answer(timeout))
+        return waited(self, timeout)
 
     def stop(self, why: str) -> dict:
         if self._done is not None:
@@ -259,7 +271,7 @@ class SnapshotWrite:
             rows = self._taken.rows
             process.start({**self._task, "shape": list(rows.shape), "dtype": rows.dtype.str,
                            "meta": self._taken.meta.tolist()}, [shared.fd], self._cleanup,
-                          self._what)
+                          self.what)
             self._file = process
         else:
             self._file = self._fork_child()
@@ -273,7 +285,7 @@ class SnapshotWrite:
         # neither does, and this one reuses them once the child has ended; no other child
         # gets them: see KVStore.take_snapshot)
         keep_from_children(self._taken.rows, keep=False)
-        child = ForkedWrite(lambda: self._write(view), self._what, self._cleanup)
+        child = ForkedWrite(lambda: self._write(view), self.what, self._cleanup)
         keep_from_children(self._taken.rows)
         return child
 

@@ -33,6 +33,10 @@ Points:
                 temporary name): the event acts in the process that writes it, the forked
                 writer (`kill rank N` kills the writer, `busy rank N` makes it slow), or the
                 rank itself with --checkpoint-inline
+  reading K     a server's K-th checkpoint of this launch, its resident writer about to read
+                the live table in place (not where the table is copied): the event acts in
+                the writer, before the server's part is over (`freeze rank N` leaves the
+                server logging the rows it changes until its bound)
   iteration I   --solver lbfgs: the driver (worker 0) has finished iteration I; it signals
                 rank N by its process id (ranks on its own node only)
   scoring       the rank starts its part of scoring the test file
@@ -69,8 +73,8 @@ FROM_ENVIRONMENT = "MPIPS_TEST_EVENTS"
 RECORDS = "test-events"   # in the run's directory: the events fired so far
 SIGNALS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "stop": signal.SIGUSR1,
            "term": signal.SIGTERM}
-POINTS = ("clock", "epoch", "checkpoint", "writing", "iteration", "scoring", "saving", "chunk",
-          "move")
+POINTS = ("clock", "epoch", "checkpoint", "writing", "reading", "iteration", "scoring",
+          "saving", "chunk", "move")
 UNNUMBERED = ("scoring", "saving")   # points reached once, without a number
 
 _EVENT = re.compile(
@@ -169,7 +173,7 @@ def check(texts, n_ranks: int, n_servers: int, full_batch: bool) -> None:
         if e.together and len({r < n_servers for r in e.ranks()}) > 1:
             raise EventError(f"--test-event {text!r}: ranks killed together are all servers "
                              f"or all workers (they reach the same points)")
-        if e.together and e.point in ("iteration", "writing"):
+        if e.together and e.point in ("iteration", "writing", "reading"):
             raise EventError(f"--test-event {text!r}: ranks are killed together at a point "
                              f"each of them reaches itself")
         server = e.rank is not None and e.rank < n_servers
@@ -183,7 +187,7 @@ def check(texts, n_ranks: int, n_servers: int, full_batch: bool) -> None:
         if e.point == "chunk" and server:
             raise EventError(f"--test-event {text!r}: rank {e.rank} is a server, which is "
                              f"handed no chunks under ULFM: name a worker")
-        if e.point in ("checkpoint", "writing") and not server:
+        if e.point in ("checkpoint", "writing", "reading") and not server:
             raise EventError(f"--test-event {text!r}: only servers write checkpoints")
         if e.point == "move" and not server:
             raise EventError(f"--test-event {text!r}: only servers are asked about a move")

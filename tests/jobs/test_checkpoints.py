@@ -328,32 +328,42 @@ def test_a_killed_rank_then_resume_finishes_as_well(small_data, uninterrupted, t
     assert abs(ours - theirs) / theirs < 0.005
 
 
-def test_a_killed_writer_fails_its_checkpoint_and_the_last_file_is_waited_for(
+def test_a_killed_or_frozen_writer_fails_its_checkpoint_and_the_last_file_is_waited_for(
         small_data, uninterrupted, tmp_path):
     """Server 0's second writer is killed halfway through its file: checkpoint 30 is not
-    complete, 15 stays the newest until 45, the job says so and trains on (one failure).
-    Server 1's last writer (the final checkpoint, its 11th: every 15 clocks and the last) is
-    kept busy 2 s: the job ends only once it is in, the final checkpoint complete."""
+    complete, 15 stays the newest until 45, the job says so and trains on. Server 1's fourth
+    writer is frozen before it reads the live table: the server logs the rows it changes
+    until the writer's bound (--timeout / 10), then stops it, and checkpoint 60 is not
+    complete either (two failures, not in a row). Server 1's last writer (the final
+    checkpoint, its 11th: every 15 clocks and the last) is kept busy 2 s: the job ends only
+    once it is in, the final checkpoint complete, the model as if nothing had failed."""
     run = tmp_path / "run"
-    kill, slow = "kill rank 0 at writing 2", "busy rank 1 for 2 s at writing 11"
+    kill, freeze = "kill rank 0 at writing 2", "freeze rank 1 at reading 4"
+    slow = "busy rank 1 for 2 s at writing 11"
     job = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--out", run, *TRAIN,
-                  "--keep-checkpoints", 100, "--test-event", kill, "--test-event", slow)
+                  "--keep-checkpoints", 100, "--timeout", 30, "--test-event", kill,
+                  "--test-event", freeze, "--test-event", slow)
     assert job.returncode == 0, job.output
-    fired(job, kill)
-    fired(job, slow)
+    for event in (kill, freeze, slow):
+        fired(job, event)
     assert "checkpoint at clock 30 was not written (server 0: the writer of server-0000.h5 " \
            "(process " in job.output
     assert "was killed by signal 9 (SIGKILL) before it finished" in job.output
+    assert ("had not read the table within 3 s while the server logged the rows it changed, "
+            "and was stopped") in job.output
     assert "training goes on, and stops if 3 in a row fail" in job.output
     last = clocks(uninterrupted / "checkpoints")[-1]
     every = sorted({*range(15, last + 1, 15), last})
     assert len(every) == 11, "the final checkpoint is server 1's 11th"
-    assert clocks(run / "checkpoints") == [c for c in every if c != 30]
+    assert clocks(run / "checkpoints") == [c for c in every if c not in (30, 60)]
     failed = run / "checkpoints" / "clock-000000000030"
     assert not (failed / "manifest.json").exists()
     assert os.listdir(failed) == ["server-0001.h5"], "server 0's temporary file removed"
+    assert os.listdir(run / "checkpoints" / "clock-000000000060") == ["server-0000.h5"]
     assert f"waiting for this server's file of checkpoint clock {last}" in job.output
-    assert checkpoint.verify(str(run / "checkpoints" / f"clock-{last:012d}")) is None
+    directory = run / "checkpoints" / f"clock-{last:012d}"
+    assert checkpoint.verify(str(directory)) is None
+    assert {s["table"] for s in read_manifest(str(directory))["shards"]} == {"read in place"}
     ours, theirs = load_model(run / "model"), load_model(uninterrupted / "model")
     np.testing.assert_array_equal(ours[1], theirs[1])
 

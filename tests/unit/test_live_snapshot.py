@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from mpips.base import process_memory
-from mpips.job import snapshot_write
 from mpips.job.snapshot_write import Resident, SnapshotWrite
 from mpips.server.live_snapshot import LiveSnapshot, read_table
 from unit.test_forked import BOUND_S, gone, wait_for
@@ -197,27 +196,35 @@ def test_a_table_that_must_grow_waits_for_the_read(monkeypatch):
         resident.close()
 
 
-def test_a_writer_that_never_reads_is_stopped_at_the_bound(monkeypatch):
+@pytest.mark.parametrize("grows", [True, False], ids=["the table grows", "it serves on"])
+def test_a_writer_that_never_reads_is_stopped_at_its_bound(grows):
+    """Frozen before it reads: the server stops it within the bound, whether it waits for
+    the read (a growth) or polls the write between requests (logging rows meanwhile)."""
     rng = np.random.default_rng(8)
-    store, _ = trained_store(rng)
+    store, keys = trained_store(rng)
     want = sorted_items(store)
     resident = stopped_resident(store, want)
-    monkeypatch.setattr(snapshot_write, "READ_WAIT_S", 0.3)
     try:
         file = SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
-                             forked=lambda: None, resident=resident, task={})
-        writer = file.pid
-        grow(store, rng)
+                             forked=lambda: None, resident=resident, task={}, read_within=0.3)
+        writer, taken = file.pid, store.snapshot
+        if grows:
+            grow(store, rng)
+            entry = file.poll()
+        else:
+            change(store, keys, rng, 1)
+            wait_for(lambda: file.poll() is not None, "the bound")
+            entry = file.poll()
         assert gone(writer), "the frozen writer was stopped"
-        assert store.snapshot.read, "nothing is logged any more"
-        entry = file.poll()
-        assert "had not read the table 0.3 s after the server had to rebuild it" in entry["error"]
-        assert store.snapshot is None
+        assert taken.read and store.snapshot is None, "nothing is logged any more"
+        waited = ("the server had to rebuild it" if grows
+                  else "the server logged the rows it changed")
+        assert f"had not read the table within 0.3 s while {waited}" in entry["error"]
         again = SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
                               forked=lambda: None, resident=resident, task={})
         entry = again.wait(BOUND_S)
         assert again.pid != writer and entry["table"] == "read in place"
-        assert not entry["same"], "the table as it is now, grown"
+        assert not entry["same"], "the table as it is now"
     finally:
         resident.close()
 
