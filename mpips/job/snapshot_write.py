@@ -177,7 +177,7 @@ class SnapshotWrite:
         """Until the writer has read the live table (the table is about to be rebuilt), or
         has ended; within READ_WAIT_S, else it is stopped."""
         assert isinstance(self._file, WriterProcess), "the resident writer reads it"
-        while not live.read:
+        while not live.acknowledge():
             answer = self._file.poll() or self._read_overdue("the server had to rebuild it "
                                                              "(it grows, or keys go)")
             if answer is not None:
@@ -201,8 +201,10 @@ class SnapshotWrite:
         if self._answer is not None:
             return self._answer
         assert self._file is not None, "a writer was started"
-        answer = self._file.poll()
         live = self._taken if isinstance(self._taken, LiveSnapshot) else None
+        if live is not None:
+            live.acknowledge()   # (a turn of the server's loop: between two requests)
+        answer = self._file.poll()
         if answer is None and live is not None and not live.read:
             answer = self._read_overdue("the server logged the rows it changed")
         return answer

@@ -2,30 +2,38 @@
 the server goes on serving: nothing is copied on the server's side.
 
 Taken at the clock in no time: the writer reads the live table from this process
-(base.process_memory), then says so in a flag of a small block of shared memory. Until
-the flag is up, the store logs a row's value just before it first changes it (as a
-TableSnapshot's does, `kernels.snapshot`), into a log whose place in memory never moves and
-whose length is in the shared block; once up, it logs nothing more. The writer then reads
-the log and writes each logged value over the row it read: the table as it was when taken.
+(base.process_memory), then says so in a flag of a small block of shared memory. Until the
+server has seen the flag, between two requests (`acknowledge`), the store logs a row's value
+as it first changes it (as a TableSnapshot's does, `kernels.snapshot`), into a log whose
+place in memory never moves and whose length is in the shared block; then it says it has
+seen the flag, and logs nothing more. The writer waits for that, reads the log and writes
+each logged value over the row it read: the table as it was when taken.
 
 Why that holds on x86 (whose stores are seen in order, and loads not passed by later
-stores): the server logs a row before it changes it and stores the log's length in
-between, so a writer that read any part of a change reads, afterwards, a length that covers
-its entry. A change the writer's length does not cover came after that load, hence after
-every read of the table before it. A change made once the flag was seen came after the
-flag, which the writer raised after its reads. Before the table is rebuilt (it grows, or
-keys are removed in place), the server waits until the writer has read it (`finish`).
+stores): every change the writer's read of the table may have seen was made before the
+writer raised its flag, so in a request the server finished before it saw the flag, and
+that request logged the row (a push before it changes it, a new key just after the table's
+kernel stored it) and stored the log's length before the server said it had seen the flag;
+the writer reads the length after. A row logged after the writer's read holds what the read
+saw (the flags log a row once, at its first change). Before the table is rebuilt (it grows,
+or keys are removed in place), the server waits until the writer has read it (`finish`).
 """
 import os
+import time
 from collections.abc import Callable
 
 import numpy as np
 
 from ..base import process_memory
+from ..base.forked import POLL_S
 from ..base.shared_memory import SharedArray, mapped
 from ..kernels import snapshot
 
-READ, LOGGED = 0, 1   # the shared block: the writer's flag, the log's length
+# The shared block: the writer's flag, the log's length, and the server's word that it has
+# seen the flag (it logs nothing more).
+READ, LOGGED, SEEN = 0, 1, 2
+SEEN_WAIT_S = 600.0   # the writer's bound on waiting for SEEN (the server answers between
+                      # two requests, or its --timeout ends the job)
 
 
 class LiveSnapshot:
@@ -40,7 +48,7 @@ class LiveSnapshot:
         once the writer has read the table, or has ended (see `finish`). OSError if the
         shared block cannot be made."""
         self.rows, self.meta = rows, meta.copy()
-        self.shared = SharedArray((2,), np.int64)
+        self.shared = SharedArray((3,), np.int64)
         self._block = self.shared.array
         self._log_rows, self._log_values = log_rows, log_values
         self._copied = logged
@@ -50,8 +58,18 @@ class LiveSnapshot:
 
     @property
     def read(self) -> bool:
-        """Whether the writer has read the table (or the snapshot was given up)."""
-        return self.given_up or bool(self._block[READ])
+        """Whether the writer has read the table and the server has seen it (or the snapshot
+        was given up): nothing more is logged."""
+        return self.given_up or bool(self._block[SEEN])
+
+    def acknowledge(self) -> bool:
+        """If the writer has read the table, tell it the server has seen that (nothing more
+        is logged); whether it has. Anywhere but inside a lookup that stores keys, between
+        the table's kernel and `stored_in` (the loop's turns, the end of a request, a
+        growth)."""
+        if not self.given_up and not self._block[SEEN] and self._block[READ]:
+            self._block[SEEN] = 1
+        return self.read
 
     def task(self) -> dict:
         """What the writer needs to read the table and the log (JSON; `read_table`)."""
@@ -79,8 +97,9 @@ class LiveSnapshot:
         return self.read
 
     def finish(self) -> None:
-        """The table is about to be rebuilt: not before the writer has read it."""
-        if not self.read:
+        """The table is about to be rebuilt (what the request has stored so far is logged):
+        not before the writer has read it (`wait_read` acknowledges it)."""
+        if not self.acknowledge():
             self._wait_read(self)
         self.give_up()
 
@@ -106,8 +125,14 @@ def read_table(task: dict, block_fd: int, into: np.ndarray | None) -> np.ndarray
         into = np.empty(shape, dtype)
     pid = task["pid"]
     process_memory.read_into(pid, task["rows"], into)
-    block = mapped(block_fd, (2,), np.int64, shared=True)
+    block = mapped(block_fd, (3,), np.int64, shared=True)
     block[READ] = 1
+    deadline = time.monotonic() + SEEN_WAIT_S
+    while not block[SEEN]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the server (process {pid}) did not say it had seen this "
+                               f"writer's read of its table within {SEEN_WAIT_S:g} s")
+        time.sleep(POLL_S)
     logged = int(block[LOGGED])
     log_rows = np.empty(logged, np.int64)
     log_values = np.empty((logged, shape[1]), dtype)

@@ -13,12 +13,13 @@ import pytest
 
 from mpips.base import process_memory
 from mpips.job.snapshot_write import Resident, SnapshotWrite
-from mpips.server.live_snapshot import LiveSnapshot, read_table
+from mpips.server.live_snapshot import READ, LiveSnapshot, read_table
 from unit.test_forked import BOUND_S, gone, wait_for
 from unit.test_resident_writer import same_as
 from unit.test_table_snapshot import sorted_items, trained_store
 
-WHEN = ("before the read", "between the read and the flag", "after the flag")
+WHEN = ("before the read", "between the read and the flag", "between the flag and its sight",
+        "once seen")
 
 
 def change(store, keys, rng, clock: int) -> None:
@@ -38,16 +39,19 @@ def unlimited_room(store, keys: int) -> None:
     store.reserve(len(store) + keys)
 
 
-def reader(store, taken: LiveSnapshot, out: str, steps: tuple | None = None) -> int:
+def reader(store, taken: LiveSnapshot, out: str, steps: tuple | None = None,
+           first: int | None = None) -> int:
     """A child that reads `taken` (read_table) and saves what it read, sorted, to `out`;
     with `steps` (a pipe to say, one to wait on), it says when it has read the table and
-    waits before it raises its flag."""
+    waits before it raises its flag; with `first` (a pipe), it waits on it before it reads."""
     task, fd = taken.task(), taken.shared.fd
     pid = os.fork()
     if pid:
         return pid
     code = 1
     try:
+        if first is not None:
+            assert os.read(first, 1) == b"g"
         if steps is not None:
             said, go = steps
             read_into = process_memory.read_into
@@ -113,17 +117,19 @@ def test_the_reader_gets_the_table_as_taken_whenever_it_changes(tmp_path, when):
     with reaped(reader(store, taken, str(tmp_path / "read"), (said_w, go_r))) as pid:
         assert os.read(said_r, 1) == b"r", "the reader read the table"
         changes("between the read and the flag")
-        assert not taken.read
         os.write(go_w, b"g")
+        wait_for(lambda: taken._block[READ], "the reader's flag")
+        changes("between the flag and its sight")
+        assert not taken.read, "logging until the server has seen the flag"
+        assert taken.acknowledge() and taken.read
         assert exited(pid) == 0
-    assert taken.read, "the reader raised its flag"
     logged = taken._logged
-    changes("after the flag")
-    assert taken._logged == logged, "nothing logged once read"
+    changes("once seen")
+    assert taken._logged == logged, "nothing logged once the flag was seen"
     got = read_back(str(tmp_path / "read"))
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
-    if when != "after the flag":
-        assert logged > 0, "rows changed before the flag were logged"
+    if when != "once seen":
+        assert logged > 0, "rows changed before the flag was seen were logged"
     live = sorted_items(store)
     assert live[0].shape != want[0].shape or not np.array_equal(live[1], want[1]), \
         "the live table moved on meanwhile"
@@ -148,8 +154,36 @@ def test_reads_racing_the_servers_changes_still_get_the_table_as_taken(tmp_path,
             fresh = np.unique(rng.integers(0, 2**64 - 1, 50, dtype=np.uint64, endpoint=True))
             store.pull(fresh, np.empty((fresh.shape[0], 2), np.float32))
             clock += 1
-            after += taken.read
+            after += taken.acknowledge()   # (between two "requests")
             assert clock < 10_000, "the reader never raised its flag"
+        assert exited(pid) == 0
+    got = read_back(str(tmp_path / "read"))
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_keys_stored_as_the_writer_reads_are_logged_before_it_reads_the_log(tmp_path):
+    """A lookup stores new keys (the table's kernel), then logs their rows as empty: the
+    writer reads the table, keys and all, and raises its flag in between. It reads the log
+    only once the server has seen the flag, after the lookup: the new keys are not in what
+    it writes (taking the flag itself as the end of logging, it wrote them)."""
+    rng = np.random.default_rng(11)
+    store, keys = trained_store(rng)
+    unlimited_room(store, 100)
+    want = sorted_items(store)
+    taken = store.take_live(lambda live: pytest.fail("no growth here"))
+    go_r, go_w = os.pipe()
+    stored_in = taken.stored_in
+
+    def in_the_window(rows, fresh):
+        os.write(go_w, b"g")   # the keys are stored: the writer reads now
+        wait_for(lambda: taken._block[READ], "the reader's flag")
+        stored_in(rows, fresh)
+    taken.stored_in = in_the_window
+    with reaped(reader(store, taken, str(tmp_path / "read"), first=go_r)) as pid:
+        new = np.unique(rng.integers(0, 2**64 - 1, 30, dtype=np.uint64, endpoint=True))
+        store.pull(new, np.empty((new.shape[0], 2), np.float32))
+        assert taken._logged >= new.shape[0], "the new keys' rows logged, as empty"
+        wait_for(taken.acknowledge, "the reader's flag to be seen")
         assert exited(pid) == 0
     got = read_back(str(tmp_path / "read"))
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
