@@ -255,7 +255,7 @@ class SnapshotWrite:
         if entry is not None:
             self._done = entry if "error" in entry else {**entry, "table": self.how}
             if self._taken is not None:
-                self._release()
+                self._release(complete=False)   # (a copy's was complete when handed over)
                 if isinstance(self._taken, TableSnapshot):
                     self._store.give_back(self._taken)
                 self._taken = None

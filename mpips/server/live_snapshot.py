@@ -97,15 +97,20 @@ class LiveSnapshot:
         return self.read
 
     def finish(self) -> None:
-        """The table is about to be rebuilt (what the request has stored so far is logged):
-        not before the writer has read it (`wait_read` acknowledges it)."""
+        """The table is about to be rebuilt (what the request has stored so far is logged),
+        or another snapshot taken: not before the writer has read it (`wait_read`
+        acknowledges it)."""
         if not self.acknowledge():
             self._wait_read(self)
         self.give_up()
 
     def end(self, complete: bool) -> None:
-        """No longer kept up to date: the writer has read the table, or is given up."""
-        self.give_up()
+        """No longer kept up to date: once the writer has read the table if `complete` (it
+        will write it; another snapshot is taken), else now (it has ended)."""
+        if complete:
+            self.finish()
+        else:
+            self.give_up()
 
     def give_up(self) -> None:
         """Nothing more is logged (the writer has read the table, or ended); the flags are
