@@ -146,6 +146,7 @@ def serve(roles, mode: str, n_keys: int, every: float, root: str) -> dict:
     store.push(keys, np.random.default_rng(1).normal(size=(keys.shape[0], 1)).astype(
         np.float32), 0)
     del keys
+    resident.prepare()   # as a job's server does once its table is reserved or loaded
     if mode == "fork":   # the child reads the live table (store.py leaves it out)
         keep_from_children(store._rows, keep=False)
     import h5py  # noqa: F401 -- as a job's server does, before the first checkpoint

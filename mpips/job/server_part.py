@@ -45,6 +45,7 @@ from .server_files import (
     write_for_the_dead,
 )
 from .snapshot_scorer import SnapshotScorer
+from .snapshot_write import Resident
 
 log = logging.getLogger("mpips")
 
@@ -114,6 +115,7 @@ class ServerPart:
         self.started = time.monotonic()
         self.curves: LiveCurves | None = None
         self.scorer: SnapshotScorer | None = None
+        self.resident: Resident | None = None   # the checkpoints' writer (made with the hooks)
         if roles.index == 0:   # the lead, at the start
             self._draw_curves()
         self.reasons: list[str] = []
@@ -192,7 +194,7 @@ class ServerPart:
             self.locks.take_over(f"server {self.roles.index} leads the run now")
             self._draw_curves()
 
-        resident = resident_writer(cfg, self.roles, self.name, self.own)
+        resident = self.resident = resident_writer(cfg, self.roles, self.name, self.own)
         return Hooks(**checkpoint_writers(cfg, self.roles, self.name, self.own, self.trained_on,
                                           resident),
                      placement_changed=placement_changed,
@@ -267,6 +269,8 @@ class ServerPart:
         what this server holds saved, and the other servers told to save theirs."""
         cfg, roles = self.cfg, self.roles
         t0 = self.started = ready(roles.comm, cfg.faults.startup_timeout, self.load)
+        if self.resident is not None:
+            self.resident.prepare()   # the table reserved or loaded: its size known
         self.startup_s = process_age()
         if self.progress:
             self.progress.start(self.positions)

@@ -51,6 +51,7 @@ class Resident:
         self._ask = live
         self._said = False   # why it does not read in place, said once
         self._probe = np.arange(64, dtype=np.uint64)   # what it reads to find out
+        self._preparing = False   # its array for the table being made (see prepare)
         self._rows: np.ndarray | None = None   # in the process: the table it read last
 
     def ready(self) -> None:
@@ -58,9 +59,23 @@ class Resident:
         and none at the first checkpoint)."""
         self.idle()
 
+    def prepare(self) -> None:
+        """If the process reads the live table: it makes its array for the table as it is
+        now, every page touched, while it has nothing else to do (once the table is filled
+        or loaded), so that the first checkpoint does not touch them as it reads. A table
+        grown since takes a new array at its next checkpoint. Nothing if none was forked
+        (`ready`): jobs without checkpoints fork none."""
+        process = self.reads_live() if self._process is not None else None
+        if process is not None:
+            shape, dtype = self._store.layout
+            process.start({"prepare": {"shape": list(shape), "dtype": dtype.str}}, [])
+            self._preparing = True
+
     def idle(self) -> WriterProcess | None:
         """The process, ready for a task (forked now if none lives); None if it is busy."""
         process = self._process
+        if process is not None and self._preparing and process.busy:
+            self._preparing = process.poll() is None
         if process is not None and not process.idle and process.ended is not None:
             process = None   # it failed, was stopped, or died between writes
         if process is None:
@@ -100,6 +115,11 @@ class Resident:
     def _in_child(self, task: dict, fds: list) -> dict:
         if "probe" in task:
             return self._read_probe(task["probe"])
+        if "prepare" in task:
+            layout = task["prepare"]
+            self._rows = np.empty(tuple(layout["shape"]), np.dtype(layout["dtype"]))
+            self._rows.fill(0)   # (np.zeros would leave the pages untouched)
+            return {"prepared": layout["shape"]}
         if "live" in task:
             live = task["live"]
             self._before_read(task)

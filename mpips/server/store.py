@@ -158,6 +158,11 @@ class KVStore:
     def nbytes(self) -> int:
         return self._rows.nbytes
 
+    @property
+    def layout(self) -> tuple[tuple, np.dtype]:
+        """The shape and type of the table's rows (what a writer reading it in place holds)."""
+        return self._rows.shape, self._rows.dtype
+
     def find(self, keys: np.ndarray, insert: bool = True, out: np.ndarray | None = None):
         """Row of each key (new array); unknown keys are stored if `insert`, else -1. Rows stay
         valid while `generation` is unchanged. With `out`, also reads the keys' weights into

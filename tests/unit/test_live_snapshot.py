@@ -306,3 +306,21 @@ def test_where_the_writer_may_not_read_this_process_the_table_is_copied(monkeypa
         assert entry["same"] and entry["table"] == "copied"
     finally:
         resident.close()
+
+
+def test_a_prepared_writer_reads_into_the_array_it_made_ahead(tmp_path):
+    """prepare: the writer makes and touches its array for the table as it is (once the
+    table is filled), and the first checkpoint's read goes into it; none is forked for it."""
+    store, _ = trained_store(np.random.default_rng(12))
+    resident = Resident(store, lambda task, table: {"keys": len(table)})
+    try:
+        resident.prepare()
+        assert resident._process is None, "no writer forked to prepare"
+        resident.ready()
+        resident.prepare()
+        assert resident.idle() is None or not resident._preparing
+        wait_for(lambda: resident.idle() is not None, "the array to be made")
+        entry = write_now(store, resident)
+        assert entry == {"keys": len(store), "table": "read in place"}
+    finally:
+        resident.close()
