@@ -137,12 +137,12 @@ def test_the_reader_gets_the_table_as_taken_whenever_it_changes(tmp_path, when):
     assert not store._live_log[2].any(), "the flags cleared for the next"
 
 
-@pytest.mark.parametrize("round_", range(4))
+@pytest.mark.parametrize("round_", range(2))
 def test_reads_racing_the_servers_changes_still_get_the_table_as_taken(tmp_path, round_):
-    """No pause: the reader reads a 40 MB table while this process changes it as fast as
+    """No pause: the reader reads a 27 MB table while this process changes it as fast as
     it can, until the flag is up and a little after; each interleaving must give the same."""
     rng = np.random.default_rng(100 + round_)
-    store, keys = trained_store(rng, n=1_500_000)
+    store, keys = trained_store(rng, n=1_000_000)
     unlimited_room(store, 200_000)
     want = sorted_items(store)
     taken = store.take_live(lambda live: pytest.fail("no growth here"))
