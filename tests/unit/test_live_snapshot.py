@@ -189,6 +189,13 @@ def test_keys_stored_as_the_writer_reads_are_logged_before_it_reads_the_log(tmp_
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 
+def start_write(store, resident, **bounds) -> SnapshotWrite:
+    """A checkpoint's write by `resident` (its work: the resident's own), as a server starts
+    one."""
+    return SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
+                         forked=lambda: None, resident=resident, task={}, **bounds)
+
+
 def stopped_resident(store, want, live_ok=True):
     resident = Resident(store, same_as(want))
     resident.ready()
@@ -218,8 +225,7 @@ def test_a_table_that_must_grow_waits_for_the_read(monkeypatch):
         await_read(self, live)
     monkeypatch.setattr(SnapshotWrite, "_await_read", resumed)
     try:
-        file = SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
-                             forked=lambda: None, resident=resident, task={})
+        file = start_write(store, resident)
         generation = store.generation
         grow(store, rng)
         assert store.generation > generation and waited == [False], "waited for the read"
@@ -239,8 +245,7 @@ def test_a_writer_that_never_reads_is_stopped_at_its_bound(grows):
     want = sorted_items(store)
     resident = stopped_resident(store, want)
     try:
-        file = SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
-                             forked=lambda: None, resident=resident, task={}, read_within=0.3)
+        file = start_write(store, resident, read_within=0.3)
         writer, taken = file.pid, store.snapshot
         if grows:
             grow(store, rng)
@@ -254,8 +259,7 @@ def test_a_writer_that_never_reads_is_stopped_at_its_bound(grows):
         waited = ("the server had to rebuild it" if grows
                   else "the server logged the rows it changed")
         assert f"had not read the table within 0.3 s while {waited}" in entry["error"]
-        again = SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
-                              forked=lambda: None, resident=resident, task={})
+        again = start_write(store, resident)
         entry = again.wait(BOUND_S)
         assert again.pid != writer and entry["table"] == "read in place"
         assert not entry["same"], "the table as it is now"
@@ -269,8 +273,7 @@ def test_a_writer_killed_before_it_reads_leaves_the_server_logging_nothing():
     want = sorted_items(store)
     resident = stopped_resident(store, want)
     try:
-        file = SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
-                             forked=lambda: None, resident=resident, task={})
+        file = start_write(store, resident)
         taken = store.snapshot
         os.kill(file.pid, signal.SIGKILL)
         wait_for(lambda: file.poll() is not None, "the writer's end to be seen")
@@ -284,8 +287,7 @@ def test_a_writer_killed_before_it_reads_leaves_the_server_logging_nothing():
 
 
 def write_now(store, resident) -> dict:
-    return SnapshotWrite(store, lambda table: {}, "server-0000.h5", lambda pid: None,
-                         forked=lambda: None, resident=resident, task={}).wait(BOUND_S)
+    return start_write(store, resident).wait(BOUND_S)
 
 
 def test_where_the_writer_may_not_read_this_process_the_table_is_copied(monkeypatch, caplog):
