@@ -22,7 +22,7 @@ from ..base.budget import OverBudget
 from ..base.forked import POLL_S, ForkedWrite, keep_from_children, waited
 from ..base.shared_memory import mapped
 from ..base.writer_process import WriterProcess
-from ..server.live_snapshot import LiveSnapshot, read_table
+from ..server.live_snapshot import LiveSnapshot, read_table, why_not_here
 from ..server.store import KVStore
 from ..server.table_snapshot import TableSnapshot
 
@@ -101,6 +101,9 @@ class Resident:
         read, waited for: a few ms), and why not."""
         if not process_memory.available():
             return False, "this system has no process_vm_readv"
+        why = why_not_here()
+        if why:
+            return False, why
         process_memory.allow_reader(process.pid)
         process.start({"probe": self._probe.ctypes.data}, [])
         answer = process.wait(PROBE_WAIT_S)

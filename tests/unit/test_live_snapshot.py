@@ -13,6 +13,7 @@ import pytest
 
 from mpips.base import process_memory
 from mpips.job.snapshot_write import Resident, SnapshotWrite
+from mpips.server import live_snapshot
 from mpips.server.live_snapshot import READ, LiveSnapshot, read_table
 from unit.test_forked import BOUND_S, gone, wait_for
 from unit.test_resident_writer import same_as
@@ -324,5 +325,21 @@ def test_a_prepared_writer_reads_into_the_array_it_made_ahead(tmp_path):
         wait_for(lambda: resident.idle() is not None, "the array to be made")
         entry = write_now(store, resident)
         assert entry == {"keys": len(store), "table": "read in place"}
+    finally:
+        resident.close()
+
+
+def test_on_a_cpu_that_reorders_stores_the_table_is_copied(monkeypatch, caplog):
+    """The ordering the read relies on is x86's: on ARM or POWER the writer copies."""
+    monkeypatch.setattr(live_snapshot.platform, "machine", lambda: "aarch64")
+    store, _ = trained_store(np.random.default_rng(13))
+    resident = Resident(store, same_as(sorted_items(store)))
+    try:
+        with caplog.at_level(logging.WARNING, logger="mpips"):
+            resident.ready()
+        assert resident.live is False and "aarch64 CPU" in resident.why_not_live
+        assert "aarch64 CPU does not keep the order of its stores" in caplog.text
+        entry = write_now(store, resident)
+        assert entry["same"] and entry["table"] == "copied"
     finally:
         resident.close()
