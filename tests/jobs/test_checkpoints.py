@@ -333,7 +333,7 @@ def test_a_killed_or_frozen_writer_fails_its_checkpoint_and_the_last_file_is_wai
     """Server 0's second writer is killed halfway through its file: checkpoint 30 is not
     complete, 15 stays the newest until 45, the job says so and trains on. Server 1's fourth
     writer is frozen before it reads the live table: the server logs the rows it changes
-    until the writer's bound (--timeout / 10), then stops it, and checkpoint 60 is not
+    until the writer's bound (--timeout / 10: 2 s here), then stops it, and checkpoint 60 is not
     complete either (two failures, not in a row). Server 1's last writer (the final
     checkpoint, its 11th: every 15 clocks and the last) is kept busy 2 s: the job ends only
     once it is in, the final checkpoint complete, the model as if nothing had failed."""
@@ -341,7 +341,7 @@ def test_a_killed_or_frozen_writer_fails_its_checkpoint_and_the_last_file_is_wai
     kill, freeze = "kill rank 0 at writing 2", "freeze rank 1 at reading 4"
     slow = "busy rank 1 for 2 s at writing 11"
     job = run_job(4, "train", "--train", small_data[0], "--servers", 2, "--out", run, *TRAIN,
-                  "--keep-checkpoints", 100, "--timeout", 30, "--test-event", kill,
+                  "--keep-checkpoints", 100, "--timeout", 20, "--test-event", kill,
                   "--test-event", freeze, "--test-event", slow)
     assert job.returncode == 0, job.output
     for event in (kill, freeze, slow):
@@ -349,7 +349,7 @@ def test_a_killed_or_frozen_writer_fails_its_checkpoint_and_the_last_file_is_wai
     assert "checkpoint at clock 30 was not written (server 0: the writer of server-0000.h5 " \
            "(process " in job.output
     assert "was killed by signal 9 (SIGKILL) before it finished" in job.output
-    assert ("had not read the table within 3 s while the server logged the rows it changed, "
+    assert ("had not read the table within 2 s while the server logged the rows it changed, "
             "and was stopped") in job.output
     assert "training goes on, and stops if 3 in a row fail" in job.output
     last = clocks(uninterrupted / "checkpoints")[-1]
