@@ -291,20 +291,28 @@ def write_now(store, resident) -> dict:
     return start_write(store, resident).wait(BOUND_S)
 
 
-def test_where_the_writer_may_not_read_this_process_the_table_is_copied(monkeypatch, caplog):
-    """As where Yama's ptrace_scope forbids it (EPERM): the writer says so as it starts, and
-    every checkpoint is written from a copy."""
-    def refused(pid, address, out):
-        raise OSError(1, "Operation not permitted")
-
-    monkeypatch.setattr(process_memory, "read_into", refused)   # (the writer forked after)
+@pytest.mark.parametrize("refused", ["EPERM", "aarch64"])
+def test_where_the_writer_may_not_read_in_place_the_table_is_copied(monkeypatch, caplog,
+                                                                     refused):
+    """As where Yama's ptrace_scope forbids the read (EPERM), or on a CPU whose store order
+    the read cannot rely on (ARM, POWER): the writer says why as it starts, and every
+    checkpoint is written from a copy."""
+    if refused == "EPERM":
+        def read_into(pid, address, out):
+            raise OSError(1, "Operation not permitted")
+        monkeypatch.setattr(process_memory, "read_into", read_into)   # (the writer forked after)
+        why = "not permitted"
+    else:
+        monkeypatch.setattr(live_snapshot.platform, "machine", lambda: "aarch64")
+        why = "aarch64 CPU does not keep the order of its stores"
     store, _ = trained_store(np.random.default_rng(10))
     resident = Resident(store, same_as(sorted_items(store)))
     try:
         with caplog.at_level(logging.WARNING, logger="mpips"):
             resident.ready()
-        assert resident.live is False and "not permitted" in resident.why_not_live
+        assert resident.live is False and why in resident.why_not_live
         assert "writer may not read the server's memory in place" in caplog.text
+        assert why in caplog.text
         entry = write_now(store, resident)
         assert entry["same"] and entry["table"] == "copied"
     finally:
@@ -325,21 +333,5 @@ def test_a_prepared_writer_reads_into_the_array_it_made_ahead(tmp_path):
         wait_for(lambda: resident.idle() is not None, "the array to be made")
         entry = write_now(store, resident)
         assert entry == {"keys": len(store), "table": "read in place"}
-    finally:
-        resident.close()
-
-
-def test_on_a_cpu_that_reorders_stores_the_table_is_copied(monkeypatch, caplog):
-    """The ordering the read relies on is x86's: on ARM or POWER the writer copies."""
-    monkeypatch.setattr(live_snapshot.platform, "machine", lambda: "aarch64")
-    store, _ = trained_store(np.random.default_rng(13))
-    resident = Resident(store, same_as(sorted_items(store)))
-    try:
-        with caplog.at_level(logging.WARNING, logger="mpips"):
-            resident.ready()
-        assert resident.live is False and "aarch64 CPU" in resident.why_not_live
-        assert "aarch64 CPU does not keep the order of its stores" in caplog.text
-        entry = write_now(store, resident)
-        assert entry["same"] and entry["table"] == "copied"
     finally:
         resident.close()
