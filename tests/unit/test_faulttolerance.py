@@ -98,24 +98,22 @@ def test_a_silence_is_said_from_a_third_of_the_detector_timeout():
     assert said is not None and "did not reach MPI for 2.0 s" in said and "6 s dead" in said
 
 
-# The thaw, in a process of its own: 1.5 s (the stop's length, what the test is about) from
-# the moment it sees the rank stopped, not from its own start, which a loaded machine may
-# delay past the rank's SIGSTOP or not.
+# The rank's parent thaws it: it learns of the stop as an event (waitpid's WUNTRACED), and
+# the stop then lasts 1.5 s, the length the test is about, counted from that event.
 THAW = """
-import os, signal, sys, time
-pid, deadline = int(sys.argv[1]), time.monotonic() + 30
-def state():
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-while state() != "T" and time.monotonic() < deadline:
-    time.sleep(0.01)
+import os, signal, subprocess, sys, time
+rank = subprocess.Popen([sys.executable, sys.argv[1]])
+_, status = os.waitpid(rank.pid, os.WUNTRACED)
+if not os.WIFSTOPPED(status):
+    sys.exit(f"the rank ended (status {status}) before it stopped")
 time.sleep(1.5)
-os.kill(pid, signal.SIGCONT)
+os.kill(rank.pid, signal.SIGCONT)
+_, status = os.waitpid(rank.pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
 """
 
-STOPPED_RANK = f"""
-THAW = {THAW!r}
-import logging, os, signal, subprocess, sys, threading
+STOPPED_RANK = """
+import logging, os, signal, sys, threading
 said = threading.Event()
 class Said(logging.Handler):
     def emit(self, record):
@@ -124,7 +122,6 @@ class Said(logging.Handler):
 logging.getLogger("mpips").addHandler(Said())
 from mpips.ranks.ulfm import KeepAlive
 with KeepAlive():
-    subprocess.Popen([sys.executable, "-c", THAW, str(os.getpid())])
     os.kill(os.getpid(), signal.SIGSTOP)
     if not said.wait(30):
         sys.exit("the keep-alive thread said nothing within 30 s of the thaw")
@@ -134,9 +131,10 @@ with KeepAlive():
 def test_a_rank_stopped_a_while_says_how_long_it_did_not_reach_mpi(tmp_path):
     """A process stopped (SIGSTOP) for 1.5 s, with a detector of 3 s: its keep-alive thread
     runs 1.5 s late, past a third of the detector's timeout, and the rank says so."""
-    script = tmp_path / "stopped.py"
+    script, thaw = tmp_path / "stopped.py", tmp_path / "thaw.py"
     script.write_text(STOPPED_RANK)
-    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+    thaw.write_text(THAW)
+    ran = subprocess.run([sys.executable, str(thaw), str(script)], capture_output=True, text=True,
                          timeout=60, env={**os.environ, "OMPI_MCA_mpi_ft_detector_timeout": "3"})
     assert ran.returncode == 0, ran.stdout + ran.stderr
     late = re.search(r"this rank did not reach MPI for ([\d.]+) s \(the failure detector "
