@@ -198,7 +198,7 @@ class SnapshotWrite:
 
     def _await_read(self, live: LiveSnapshot) -> None:
         """Until the writer has read the live table (the table is about to be rebuilt), or
-        has ended; within READ_WAIT_S, else it is stopped."""
+        has ended; within `read_within` of the take, else it is stopped."""
         assert isinstance(self._file, WriterProcess), "the resident writer reads it"
         while not live.acknowledge():
             answer = self._file.poll() or self._read_overdue("the server had to rebuild it "
@@ -243,7 +243,7 @@ class SnapshotWrite:
         if self._file is None:
             if self._entry is not None:
                 return self._entry
-            assert self._taken is not None, "a copy is being made"
+            assert isinstance(self._taken, TableSnapshot), "a copy is being made"
             if not self._taken.step():
                 return None
             self._fork()

@@ -52,8 +52,6 @@ def why_not_here() -> str | None:
 
 
 class LiveSnapshot:
-    complete = False   # (as TableSnapshot's: the writer reads the table, not this process)
-
     def __init__(self, rows: np.ndarray, meta: np.ndarray, log_rows: np.ndarray,
                  log_values: np.ndarray, logged: np.ndarray,
                  wait_read: Callable[["LiveSnapshot"], None]):
@@ -107,9 +105,6 @@ class LiveSnapshot:
             self._logged = snapshot.log_empty(self._copied, 0, rows, fresh, self._log_rows,
                                               self._log_values, self._logged)
             self._block[LOGGED] = self._logged
-
-    def step(self, rows: int | None = None) -> bool:
-        return self.read
 
     def finish(self) -> None:
         """The table is about to be rebuilt (what the request has stored so far is logged),
