@@ -111,3 +111,65 @@ def first_not_finite(values):
         if not np.isfinite(flat[i]):
             return i
     return -1
+
+
+# The header's and the report's layouts (wire.protocol's, which this module may not import):
+# int64 words of the header after its first two int32 (op, flags) ...
+_OP_FLAGS, _TS, _CLOCK, _NKEYS, _WIDTH_PLACEMENT = 0, 1, 2, 3, 4
+HEADER_WORDS, REPORT_WORDS = 6, 8
+PUSH, CLOCK, SAME_KEYS, REPORT = 2, 1, 4, 16
+SHORT_PUSH = CLOCK | SAME_KEYS | REPORT   # the flags of a push the short way takes
+MAX_SHARES_TAKEN = 1 << 16                # (server.admission's)
+
+
+@njit(cache=True, nogil=True)
+def _words(buf, at, count):
+    """`count` little-endian int64 words from buf[at:], at any alignment."""
+    out = np.empty(count, np.int64)
+    out.view(np.uint8)[:] = buf[at:at + 8 * count]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _report_ok(words):
+    """admission.report_ok of a Report's words (epoch, offset, examples, loss, progress,
+    segment, taken, taken_epoch)."""
+    floats = words.view(np.float64)
+    loss, progress = floats[3], floats[4]
+    return (0.0 <= loss < np.inf and 0.0 <= progress < np.inf and words[0] >= 0
+            and words[1] >= -1 and words[2] >= 0 and words[5] >= 0
+            and 0 <= words[6] <= MAX_SHARES_TAKEN and words[7] >= 0)
+
+
+@njit(cache=True, nogil=True)
+def short_push(buf, at, width, version, values):
+    """A PUSH request at buf[at:] (the whole of the rest of `buf`) checked as the short way
+    takes it, and its values copied into `values` (float32[nkeys, width] of its header):
+    op PUSH, no flag but CLOCK, SAME_KEYS and REPORT, split by placement `version`, figures
+    not negative, the table's `width`, the payload exactly as long as the header makes it,
+    every value finite and the report's figures as admission.report_ok wants them. Returns
+    the offset of its keys (uint64, which the caller checks against the placement) if it
+    carries any, else 0; -1 if it is not one to take (`values` is then left undefined)."""
+    size = buf.shape[0] - at
+    if size < 8 * HEADER_WORDS:
+        return -1
+    h = _words(buf, at, HEADER_WORDS)
+    op, flags = h[_OP_FLAGS] & 0xFFFFFFFF, h[_OP_FLAGS] >> 32
+    n = h[_NKEYS]
+    if (op != PUSH or flags & ~SHORT_PUSH or (h[_WIDTH_PLACEMENT] >> 32) != version
+            or (h[_WIDTH_PLACEMENT] & 0xFFFFFFFF) != width or h[_TS] < 0 or h[_CLOCK] < 0
+            or n != values.shape[0] or width != values.shape[1]):
+        return -1
+    start = 8 * HEADER_WORDS if flags & SAME_KEYS else 8 * (HEADER_WORDS + n)
+    end = start + 4 * n * width
+    if size != (end + 8 * REPORT_WORDS if flags & REPORT else end):
+        return -1
+    flat = values.reshape(-1)
+    flat.view(np.uint8)[:] = buf[at + start:at + end]
+    bad = False
+    for i in range(flat.shape[0]):   # (no branch: it vectorizes)
+        x = flat[i]
+        bad |= x - x != 0             # NaN for infinities and NaN, 0 for the others
+    if bad or (flags & REPORT and not _report_ok(_words(buf, at + end, REPORT_WORDS))):
+        return -1
+    return 0 if flags & SAME_KEYS else at + 8 * HEADER_WORDS

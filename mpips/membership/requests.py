@@ -39,7 +39,7 @@ class Membership:
         self.worker_gone = self.workers.worker_gone
         self.worker_finished = self.workers.worker_finished
         self.idle_joining = self.workers.idle_joining
-        self._next_poll = 0.0
+        self.next_poll = 0.0   # when the loop next calls poll
         ctx.register(self.handlers())
 
     def handlers(self) -> dict:
@@ -54,14 +54,14 @@ class Membership:
 
     def poll_soon(self) -> None:
         """Look for requests at the next turn of the loop (one was just made)."""
-        self._next_poll = 0.0
+        self.next_poll = 0.0
 
     def poll(self, now: float) -> None:
         """The lead: the requests waiting, oldest first, until one starts a change."""
-        if now < self._next_poll or not self.run_dir:
+        if now < self.next_poll:
             return
-        self._next_poll = now + POLL_S
-        if not self.ctx.lead:   # (asked here, not by the loop on every turn)
+        self.next_poll = now + POLL_S
+        if not self.run_dir or not self.ctx.lead:   # (asked here, not by the loop every turn)
             return
         while self.move_lead.request is None and self.workers.joining is None:
             request = control.take(self.run_dir, self.run_id)

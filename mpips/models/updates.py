@@ -3,6 +3,7 @@ registered by Optimizer name (`register`, `RULES`), as the servers' dense operat
 `update` applies an Optimizer's, `weights` makes the final model of state rows."""
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -35,12 +36,24 @@ def update(opt: Optimizer, state: np.ndarray, slots: np.ndarray, grads: np.ndarr
            clock: int = 0) -> None:
     """Apply one pushed gradient (rows aligned with `slots`), pushed at the worker's
     `clock`, to the state in place, by `opt`'s rule."""
-    if opt.lr is None:
-        raise ValueError("no learning rate: set lr, or call with_default_lr first")
+    applier(opt)(state, slots, grads, clock)
+
+
+def applier(opt: Optimizer) -> Callable[[np.ndarray, np.ndarray, np.ndarray, int], None]:
+    """`update` by `opt`'s rule with its settings checked and its rule found once (a server
+    applies it to every push): (state, slots, grads, clock) -> None."""
     rule = RULES[opt.name]
+    if opt.lr is None:
+        return _refuse("no learning rate: set lr, or call with_default_lr first")
     if "beta" in rule.parameters and opt.beta is None:
-        raise ValueError("no FTRL beta: set beta (see defaults.damping)")
-    rule.apply(opt, state, slots, grads, clock)
+        return _refuse("no FTRL beta: set beta (see defaults.damping)")
+    return partial(rule.apply, opt)
+
+
+def _refuse(why: str) -> Callable:
+    def refused(state, slots, grads, clock) -> None:
+        raise ValueError(why)
+    return refused
 
 
 def weights(opt: Optimizer, state: np.ndarray, width: int, clocks: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from ..kernels import distinct, jit
 from ..kernels.csr import first_bad_label, first_bad_pointer
 from ..kernels.hashing import is_sorted_unique
 from ..kernels.logistic import mean_logloss, roc_auc
-from ..kernels.requests import first_not_finite, pull_keys
+from ..kernels.requests import first_not_finite, pull_keys, short_push
 from ..models import catalog, defaults, updates
 from ..models.optimizer import NAMES, Optimizer
 from ..wire import dense_request, protocol
@@ -151,6 +151,7 @@ def _server_table(keys: np.ndarray, optimizer: str | None) -> None:
         bounds, allowed, counts = check
         pull_keys(pull, protocol.HEADER_BYTES, bounds, allowed, counts,
                   np.empty_like(keys))   # ... of a pull the clocks hold
+        short_push(message, 0, 1, 0, np.empty((keys.shape[0], 1), np.float32))   # a push's
         first_not_finite(wire_values)
         first_not_finite(np.zeros(2))   # a DENSE request's
         store.model_weights(store.find(wire_keys), clocks=2)

@@ -42,8 +42,11 @@ class Checkpoints:
         # Where each worker's next minibatch starts, from its latest clock push; under BSP
         # also by the clock it had reached, for checkpoints of earlier clocks.
         self.positions: dict[int, Position] = dict(positions or {})
-        self._history: dict[int, dict[int, Position]] = {
-            w: {p.clock: p} for w, p in self.positions.items()}
+        # clock -> worker -> its position after that clock (by clock: each clock's entries
+        # are dropped together once no checkpoint can be taken before it)
+        self._history: dict[int, dict[int, Position]] = {}
+        for w, p in self.positions.items():
+            self._history.setdefault(p.clock, {})[w] = p
         self.stop_at: int | None = None   # the clock to checkpoint and stop at, once named
         self.planned: set[int] = set()    # clocks named for timed checkpoints
         self.written: set[int] = set()    # clocks this server has written (or tried to write) at
@@ -69,49 +72,48 @@ class Checkpoints:
                                    report.examples, report.loss, finished, taken, False))
         self.positions[worker] = position
         if not finished:
-            seen = self._history.get(worker)
-            if seen is None:
-                self._history[worker] = {clock: position}
+            at = self._history.get(clock)
+            if at is None:
+                self._history[clock] = {worker: position}
             else:
-                seen[clock] = position
+                at[worker] = position
 
     def place(self, worker: int, position: Position) -> None:
         """Where `worker` stands after position.clock clocks, said by the lead, not by the
         worker (it joins again): as its report would be."""
         self.positions[worker] = position
-        self._history.setdefault(worker, {})[position.clock] = position
+        self._history.setdefault(position.clock, {})[worker] = position
 
     def positions_at(self, clock: int) -> dict:
         """Where each worker stood at `clock` (see the module's docstring)."""
         if not self.bsp:
             return dict(self.positions)
-        return {w: self._history.get(w, {}).get(clock, latest)
-                for w, latest in self.positions.items()}
+        at = self._history.get(clock, {})
+        return {w: at.get(w, latest) for w, latest in self.positions.items()}
 
     def position_after(self, worker: int, clock: int) -> Position:
         """Where `worker` stood once it had completed `clock` clocks (a dead worker's place,
         at the clocks every server holds): from its push of that clock (kept under BSP until
         every worker has passed it; under SSP and ASP the nearest this server still knows),
         else the place it started from."""
-        seen = self._history.get(worker, {})
-        earlier = [c for c in seen if c <= clock]
+        earlier = [c for c, at in self._history.items() if c <= clock and worker in at]
         if earlier:
-            return seen[max(earlier)]
+            return self._history[max(earlier)][worker]
         return self.positions.get(worker, Position(clock))
 
     def note_lost(self, worker: int, place: Position) -> None:
         """`worker` died where `place` says (its clocks after it were dropped): checkpoints
         from now on record it there."""
         self.positions[worker] = place.but(lost=True)
-        seen = self._history.get(worker, {})
-        for c in [c for c in seen if c > place.clock]:
-            del seen[c]
+        for c, at in self._history.items():
+            if c > place.clock:
+                at.pop(worker, None)
 
     def forget_before(self, clock: int) -> None:
         """The positions kept by clock before `clock` are no longer asked for."""
-        for seen in self._history.values():
-            for c in [c for c in seen if c < clock]:
-                del seen[c]
+        history = self._history
+        for c in [c for c in history if c < clock]:
+            del history[c]
 
     def last_clock(self, slowest_before: int) -> int:
         """The last clock any worker completed, once all have finished."""

@@ -1,8 +1,9 @@
 """The requests most of a server's time goes to, taken the short way: a worker's pull, its
 push of float32 values without a backed-up part, and the two in one message (a push, then
 the next clock's pull: protocol.WITH_PUSH). One compiled call checks a pull's keys and looks
-them up (kernels.requests), or, if the clocks hold the pull, checks and keeps them; a push's
-values and figures are checked, then the push goes to `pushes` as any other.
+them up (kernels.requests), or, if the clocks hold the pull, checks and keeps them; one checks
+a push (its header, length, values and figures) and copies its values out of the receive
+buffer, then the push goes to `pushes` as any other.
 
 Anything else goes the general way (`loop`: `admission`, then the operation's handler): a
 request that breaks a rule (admission names the fault), a pull the clocks refuse, a
@@ -15,15 +16,13 @@ from enum import IntEnum
 
 import numpy as np
 
-from ..kernels.requests import first_not_finite
+from ..kernels.requests import short_push
 from ..wire import protocol
 from ..wire.clocks import FINISHED
 from ..wire.protocol import HEADER_BYTES, REPORT_BYTES, Op
-from .admission import report_ok
 from .readgate import HOLD, SERVE
 
 PULL_FLAGS = protocol.READ_ONLY | protocol.NEXT_CLOCK
-PUSH_FLAGS = protocol.CLOCK | protocol.SAME_KEYS | protocol.REPORT
 _NO_KEYS = np.empty(0, np.uint64)
 
 
@@ -61,7 +60,7 @@ class HotPath:
         if h.op == Op.PULL:
             taken = self._pull(worker, source, buf, h, h.flags)
         elif h.op == Op.PUSH:
-            taken = self._push(worker, buf, h)
+            taken = self._push(worker, buf, 0, h)
         else:
             return False
         if taken:
@@ -75,10 +74,7 @@ class HotPath:
         worker = self._worker(source, h)
         if worker is None or cut + HEADER_BYTES > buf.shape[0]:
             return Taken.NONE
-        push = buf[cut:]
-        push_h = protocol.header(push)
-        if (push_h.op != Op.PUSH or push_h.placement != h.placement or push_h.ts < 0
-                or push_h.clock < 0 or push_h.nkeys < 0 or not self._push(worker, push, push_h)):
+        if not self._push(worker, buf, cut, protocol.header(buf, cut)):
             return Taken.NONE
         ctx = self.ctx
         ctx.watchdog.message_from(worker)
@@ -102,29 +98,24 @@ class HotPath:
             return ctx.reads.serve_checked(worker, source, h, buf, clock)
         return verdict == HOLD and ctx.reads.hold_checked(worker, source, h, buf, clock)
 
-    def _push(self, worker: int, buf: np.ndarray, h) -> bool:
+    def _push(self, worker: int, buf: np.ndarray, at: int, h) -> bool:
+        """The push at buf[at:] (header `h`, read unchecked), checked and its values copied
+        by one compiled call (kernels.requests.short_push), then taken."""
         ctx = self.ctx
-        n, width, flags = h.nkeys, h.width, h.flags
-        if flags & ~PUSH_FLAGS or width != ctx.store.width:
+        n, width = h.nkeys, ctx.store.width
+        if n < 0 or 4 * n * width > buf.shape[0]:   # (checked before its values are made)
             return False
-        # (protocol.payload_bytes for these flags: float32 values, keys unless SAME_KEYS)
-        start = HEADER_BYTES if flags & protocol.SAME_KEYS else HEADER_BYTES + 8 * n
-        end = start + 4 * n * width
-        nbytes = buf.shape[0]
-        if nbytes != (end + REPORT_BYTES if flags & protocol.REPORT else end):
+        values = np.empty((n, width), np.float32)
+        keys_at = short_push(buf, at, width, ctx.placement.version, values)
+        if keys_at < 0:
             return False
-        values = np.ndarray((n, width), np.float32, buf, start)   # (a view: buf[start:end])
-        if first_not_finite(values) >= 0:
+        keys = buf[keys_at:keys_at + 8 * n].view(np.uint64) if keys_at else _NO_KEYS
+        if n and keys_at and ctx.placement.first_misplaced(keys, ctx.roles.index, False)[0] >= 0:
             return False
         report = None
-        if flags & protocol.REPORT:
-            report = protocol.report_at(buf, end)
-            if not report_ok(report):
-                return False
-        keys = buf[HEADER_BYTES:start].view(np.uint64) if start > HEADER_BYTES else _NO_KEYS
-        if keys.shape[0] and ctx.placement.first_misplaced(keys, ctx.roles.index, False)[0] >= 0:
-            return False
-        if report is not None and self.progress:
-            self.progress.update(worker, report, say=ctx.lead)
-        ctx.pushes.take_own(worker, h, keys, values, report, nbytes)
+        if h.flags & protocol.REPORT:
+            report = protocol.report_at(buf, buf.shape[0] - REPORT_BYTES)
+            if self.progress:
+                self.progress.update(worker, report, say=ctx.lead)
+        ctx.pushes.take_own(worker, h, keys, values, report, buf.shape[0] - at, owned=True)
         return True

@@ -223,8 +223,9 @@ class Server:
         # Timed work is checked here, without a call, on every turn: a turn is microseconds.
         if now >= self.timers.next_at:
             self.timers.tick(now)
-        ctx.stopping.poll()
-        ctx.members.poll(now)
+        ctx.stopping.poll()   # on every turn: a stop is named at the clock it is seen
+        if now >= ctx.members.next_poll:
+            ctx.members.poll(now)
         if now >= ctx.rounds.next_check:   # timed checkpoints, the file being written
             ctx.rounds.poll(now)
         if ctx.copies.sending:   # a few ranges a turn

@@ -40,8 +40,11 @@ class Outbox:
         self.send(buf, dest, protocol.reply_tag(ts, self._reply_tags))
 
     def reap(self) -> None:
-        if self._sending:
-            self._sending = [(r, b, d) for r, b, d in self._sending if not r.Test()]
+        if self._sending:   # (one MPI call for them all: a Test each took 0.3 us a send)
+            done = MPI.Request.Testsome([r for r, _, _ in self._sending])
+            if done:
+                finished = set(done)
+                self._sending = [s for i, s in enumerate(self._sending) if i not in finished]
 
     def forget(self, ranks: set) -> None:
         """Dead ranks: the sends to them are not waited for."""

@@ -55,9 +55,10 @@ class ClockPushes:
         ready: list = []
         pending = self._pending
         if pending:
-            clocks = [c for c in pending if c < clock]
-            if len(clocks) > 1:
-                clocks.sort()
+            if len(pending) == 1:   # (the common case, asked of every clock)
+                clocks = list(pending) if next(iter(pending)) < clock else []
+            else:
+                clocks = sorted(c for c in pending if c < clock)
             for c in clocks:
                 by_worker = pending.pop(c)
                 if len(by_worker) == 1:   # (the common case, asked of every clock)
@@ -102,22 +103,25 @@ class Pushes:
         self.take_own(worker, r.header, r.keys, r.values, r.report, nbytes, r.rows_sent)
 
     def take_own(self, worker: int, h, keys: np.ndarray, values: np.ndarray, report,
-                 nbytes: int, rows_sent: np.ndarray | None = None) -> None:
+                 nbytes: int, rows_sent: np.ndarray | None = None, owned: bool = False) -> None:
         """`worker`'s push (header `h`, `nbytes` on the wire) without a part for ranges this
         server backs up, or the rest of one: `take` of its fields (the short way's, which
-        makes no Request)."""
+        makes no Request). `owned`: `values` is a copy, not a view of the receive buffer."""
         ctx = self.ctx
         ctx.stats.push_bytes += nbytes
-        self._take(worker, h, keys, values, report, rows_sent)
+        self._take(worker, h, keys, values, report, rows_sent, owned=owned)
         ctx.copies.send_copies()
 
     def _take(self, worker: int, h, keys: np.ndarray, values: np.ndarray, report,
-              rows_sent: np.ndarray | None, backup: bool = False) -> None:
-        """`backup`: the part for ranges this server backs up (no read needs it at once)."""
+              rows_sent: np.ndarray | None, backup: bool = False, owned: bool = False) -> None:
+        """`backup`: the part for ranges this server backs up (no read needs it at once);
+        `owned`: as take_own's."""
         ctx = self.ctx
         clocks = ctx.clocks
         clock = clocks.done[worker]
         bsp = clocks.staleness == 0
+        if bsp and not owned:   # kept past this message: the receive buffer is reused
+            values = values.copy()
         push = ctx.copies.route(worker, clock, h.ts, h.placement,
                                 self._push_of(worker, h, keys, values, rows_sent, copy=bsp))
         if bsp:
@@ -142,7 +146,7 @@ class Pushes:
 
     def _push_of(self, worker: int, h, keys: np.ndarray, values: np.ndarray,
                  rows_sent: np.ndarray | None, copy: bool) -> Push:
-        values = values.copy() if copy else values
+        """`copy`: the keys (not the values) are copied out of the receive buffer."""
         if not h.flags & protocol.SAME_KEYS:
             return Push((keys.copy() if copy else keys), None, -1, values)
         if not h.nkeys:

@@ -30,6 +30,7 @@ class KVStore:
         self.init = init
         self.budget = budget or Budget()
         self.optimizer = optimizer
+        self._apply = updates.applier(optimizer)
         self.max_load = max_load
         self.growth = growth
         self.columns = optimizer.state_columns(width)
@@ -239,7 +240,7 @@ class KVStore:
         at a worker's `clock`."""
         if self.snapshot is not None:
             self.snapshot.before_write(slots)
-        updates.update(self.optimizer, self._state, slots, grads, clock)
+        self._apply(self._state, slots, grads, clock)
 
     def pull(self, keys: np.ndarray, out: np.ndarray, insert: bool = True) -> np.ndarray:
         """Weights of `keys` into out[len(keys), width]. Unknown keys are stored (at zero)

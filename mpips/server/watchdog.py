@@ -16,12 +16,13 @@ class Watchdog:
     def __init__(self, ctx):
         self.ctx = ctx
         self.talking = set(ctx.roles.workers)   # workers (ranks) that have not said BYE
-        # When each worker last sent something.
-        self._last_message_at = np.zeros(len(ctx.roles.workers))
+        # When each worker last sent something (a list: set on every request, where a numpy
+        # array's element is slower to set).
+        self._last_message_at = [0.0] * len(ctx.roles.workers)
         ctx.register({Op.STATUS: self.on_status})
 
     def start(self, now: float) -> None:
-        self._last_message_at[:] = now
+        self._last_message_at = [now] * len(self._last_message_at)
 
     def message_from(self, worker: int) -> None:
         """`worker` sent something (or trains again: it joins): its silence counts from now."""

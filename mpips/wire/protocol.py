@@ -188,8 +188,9 @@ def pack(header: Header, *payload: np.ndarray, report: Report | None = None,
     return buf
 
 
-def header(buf: np.ndarray) -> Header:
-    return _new(Header, _header_fields(buf, 0))
+def header(buf: np.ndarray, at: int = 0) -> Header:
+    """The header of the request at buf[at:]."""
+    return _new(Header, _header_fields(buf, at))
 
 
 def backup_count(buf: np.ndarray) -> int:
