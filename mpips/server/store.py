@@ -35,6 +35,7 @@ class KVStore:
         self.growth = growth
         self.columns = optimizer.state_columns(width)
         self.generation = 0          # rows are renumbered when this changes (the table grew)
+        self._fresh = np.empty(1 << 10, np.uint8)   # per key looked up: whether it was stored
         self._meta = np.zeros(2, np.int64)
         # the table as at a checkpoint's clock: a copy being made (take_snapshot), or read in
         # place by another process (take_live)
@@ -181,7 +182,9 @@ class KVStore:
     def _find(self, keys: np.ndarray, insert: bool, out: np.ndarray | None, src) -> tuple:
         n = keys.shape[0]
         slots = np.empty(n, np.int64)
-        fresh = np.empty(n, np.uint8)
+        fresh = self._fresh   # (the kernels set fresh[:n] only: not made anew each request)
+        if fresh.shape[0] < n:
+            fresh = self._fresh = np.empty(max(n, 2 * fresh.shape[0]), np.uint8)
         inserted = None   # over the passes a growth restarts
         if out is None:
             out = np.empty((n, 0), np.float32)
