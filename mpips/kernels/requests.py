@@ -165,10 +165,11 @@ def short_push(buf, at, width, version, values):
     if size != (end + 8 * REPORT_WORDS if flags & REPORT else end):
         return -1
     flat = values.reshape(-1)
-    flat.view(np.uint8)[:] = buf[at + start:at + end]
+    src = buf[at + start:at + end].view(np.float32)
     bad = False
-    for i in range(flat.shape[0]):   # (no branch: it vectorizes)
-        x = flat[i]
+    for i in range(flat.shape[0]):   # copied and checked in one pass without a branch
+        x = src[i]
+        flat[i] = x
         bad |= x - x != 0             # NaN for infinities and NaN, 0 for the others
     if bad or (flags & REPORT and not _report_ok(_words(buf, at + end, REPORT_WORDS))):
         return -1
