@@ -4,7 +4,11 @@
  * rank, layout or a read-only one would be read or written as if it were the declared
  * kind. A Guarded kernel holds a kernel's exports, each with the kinds of its arguments,
  * and calls the first whose kinds the arguments have, checking in C (about what numba's own
- * dispatcher costs); arguments no export takes go to a Python fallback (numba's JIT).
+ * dispatcher costs); arguments no export takes go to a Python fallback (numba's JIT). An
+ * export with a direct entry (run/ahead_natives: written for each build and compiled with
+ * this file as `mpips_entries`) is called through it, into the kernel's native function,
+ * instead of through numba's wrapper; a kernel that raised is called again through the
+ * wrapper, which raises its exception.
  *
  * An argument's kind is 4 bytes: what (0 array, 1 scalar), numpy's type character
  * ('i', 'u', 'f', 'b'), the item size, and for an array its rank in the low 4 bits of the
@@ -13,8 +17,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL mpips_guard_ARRAY_API
 #include <numpy/arrayobject.h>
 #include <structmember.h>
+#include <dlfcn.h>
+
+typedef PyObject *(*entry_t)(void *, PyObject *const *);
+extern entry_t mpips_entries[];
+extern const Py_ssize_t mpips_entry_count;
 
 #define C_CONTIGUOUS 0x10
 #define F_CONTIGUOUS 0x20
@@ -25,8 +35,11 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *name;
-    PyObject *exports;   /* tuple of (callable, bytes of kinds) */
+    PyObject *exports;   /* tuple of (callable, bytes of kinds[, file, native symbol, entry]) */
     PyObject *fallback;  /* callable(*args, **kwargs) */
+    void **natives;      /* per export: its native function, or NULL */
+    entry_t *entries;    /* per export: the direct entry that calls it */
+    Py_ssize_t direct;   /* exports called through a direct entry */
     PyObject *py_func;   /* the kernel's Python source function */
     Py_ssize_t hits;
     Py_ssize_t misses;
@@ -94,12 +107,43 @@ static PyObject *guarded_call(PyObject *self_, PyObject *const *args, size_t nar
                 continue;
             if (takes((const unsigned char *)PyBytes_AS_STRING(kinds), args, n)) {
                 self->hits++;
+                if (self->natives[e] != NULL) {
+                    PyObject *result = self->entries[e](self->natives[e], args);
+                    if (result != NULL || PyErr_Occurred())
+                        return result;
+                }
                 return PyObject_Vectorcall(PyTuple_GET_ITEM(pair, 0), args, nargsf, NULL);
             }
         }
     }
     self->misses++;
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+/* The native function and direct entry of an export (callable, kinds, file, symbol, entry):
+ * NULL where it has none, where its file is not loaded or the symbol is not in it (the
+ * export's wrapper is called). -1 on an error. */
+static int find_native(PyObject *pair, void **native, entry_t *entry)
+{
+    *native = NULL;
+    if (PyTuple_GET_SIZE(pair) != 5)
+        return 0;
+    Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 4));
+    if (index == -1 && PyErr_Occurred())
+        return -1;
+    if (index < 0 || index >= mpips_entry_count)
+        return 0;
+    const char *file = PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 2));
+    const char *symbol = PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 3));
+    if (file == NULL || symbol == NULL)
+        return -1;
+    void *handle = dlopen(file, RTLD_NOW | RTLD_NOLOAD);   /* (loaded: its module is) */
+    if (handle == NULL)
+        return 0;
+    *native = dlsym(handle, symbol);
+    *entry = mpips_entries[index];
+    dlclose(handle);   /* (the count dlopen added: the module keeps it loaded) */
+    return 0;
 }
 
 static PyObject *guarded_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -109,14 +153,21 @@ static PyObject *guarded_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO!OO:Guarded", names, &name, &PyTuple_Type,
                                      &exports, &fallback, &py_func))
         return NULL;
-    for (Py_ssize_t e = 0; e < PyTuple_GET_SIZE(exports); e++) {
+    Py_ssize_t count = PyTuple_GET_SIZE(exports);
+    for (Py_ssize_t e = 0; e < count; e++) {
         PyObject *pair = PyTuple_GET_ITEM(exports, e);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2
+        if (!PyTuple_Check(pair)
+                || (PyTuple_GET_SIZE(pair) != 2 && PyTuple_GET_SIZE(pair) != 5)
                 || !PyCallable_Check(PyTuple_GET_ITEM(pair, 0))
                 || !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))
-                || PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 1)) % 4) {
+                || PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 1)) % 4
+                || (PyTuple_GET_SIZE(pair) == 5
+                    && (!PyUnicode_Check(PyTuple_GET_ITEM(pair, 2))
+                        || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 3))
+                        || !PyLong_Check(PyTuple_GET_ITEM(pair, 4))))) {
             PyErr_SetString(PyExc_TypeError,
-                            "exports: a tuple of (callable, bytes of 4 per argument)");
+                            "exports: a tuple of (callable, bytes of 4 per argument[, file, "
+                            "native symbol, entry])");
             return NULL;
         }
     }
@@ -127,6 +178,19 @@ static PyObject *guarded_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Guarded *self = (Guarded *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
+    self->natives = PyMem_Calloc(count + 1, sizeof(void *));
+    self->entries = PyMem_Calloc(count + 1, sizeof(entry_t));
+    if (self->natives == NULL || self->entries == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t e = 0; e < count; e++)
+        if (find_native(PyTuple_GET_ITEM(exports, e), &self->natives[e], &self->entries[e])) {
+            Py_DECREF(self);
+            return NULL;
+        } else if (self->natives[e] != NULL) {
+            self->direct++;
+        }
     self->vectorcall = guarded_call;
     Py_INCREF(name);
     Py_INCREF(exports);
@@ -160,6 +224,8 @@ static void guarded_dealloc(Guarded *self)
 {
     PyObject_GC_UnTrack(self);
     guarded_clear(self);
+    PyMem_Free(self->natives);
+    PyMem_Free(self->entries);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -178,6 +244,8 @@ static PyMemberDef guarded_members[] = {
     {"py_func", T_OBJECT, offsetof(Guarded, py_func), READONLY,
      "the Python function the kernel was compiled from"},
     {"hits", T_PYSSIZET, offsetof(Guarded, hits), READONLY, "calls an export took"},
+    {"direct", T_PYSSIZET, offsetof(Guarded, direct), READONLY,
+     "exports called through a direct entry into their native function"},
     {"misses", T_PYSSIZET, offsetof(Guarded, misses), READONLY, "calls the fallback took"},
     {NULL},
 };

@@ -77,10 +77,12 @@ def _load() -> tuple["_Build | None", str]:
         kernels = {}
         for name, entries in manifest["kernels"].items():
             exports = []
-            for module, export, kinds in entries:
+            for module, export, kinds, native, entry in entries:
                 if module not in modules:
                     modules[module] = importlib.import_module(f"{__package__}.{module}")
-                exports.append((getattr(modules[module], export), bytes.fromhex(kinds)))
+                loaded = modules[module]
+                exports.append((getattr(loaded, export), bytes.fromhex(kinds))
+                               + ((loaded.__file__, native, entry) if entry >= 0 else ()))
             kernels[name] = tuple(exports)
     except (ImportError, AttributeError, KeyError, TypeError, ValueError) as e:
         return None, f"the ahead build does not load: {e}"

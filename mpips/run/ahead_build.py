@@ -5,8 +5,9 @@ miniature runs (warmup.compile_kernels, every role, model and option, and make-d
 from Python, with the kinds of its arguments and its result's type, and the groups of
 kernels modules that numba's ahead compiler compiles together. Each group becomes an
 extension module, `kernels/_ahead_N*.so`, compiled by a process of its own, side by side,
-with the call guard (kernels/guard.c) beside them; `kernels/_ahead.json` lists the exports
-and the kinds each takes, written last: a build cut short is not used.
+with the call guard (kernels/guard.c) beside them, compiled with the direct entries into
+each export's native function (ahead_natives); `kernels/_ahead.json` lists the exports, the
+kinds each takes and its entry, written last: a build cut short is not used.
 
     MPIPS_KERNELS=jit python -m mpips.run.ahead_build            (make kernels)
     MPIPS_KERNELS=jit python -m mpips.run.ahead_build --forms    (the forms found again)
@@ -28,6 +29,7 @@ import time
 import numpy as np
 
 from ..kernels import jit
+from . import ahead_natives
 
 _KERNELS = os.path.dirname(jit.MANIFEST)
 _LAYOUT_FLAG = {"C": 0x10, "F": 0x20, "A": 0}
@@ -180,11 +182,16 @@ def build(forms: dict, groups: list | None = None, directory: str = _KERNELS,
                 print(f"mpips: kernels.{group[0]} does not compile ahead: "
                       f"{last[0] if last else 'exit ' + str(child.returncode)}")
     kernels: dict[str, list] = {}
+    direct: list[tuple[str, str]] = []   # the forms with a direct entry (ahead_natives)
     for module, extension in built.items():
-        for i, (name, taken, _) in enumerate(forms[module]):
+        for i, (name, taken, result) in enumerate(forms[module]):
+            export, entry = f"{module}__{name}__{i}", -1
+            if ahead_natives.has_entry(taken, result):
+                entry = len(direct)
+                direct.append((taken, result))
             kernels.setdefault(f"{module}.{name}", []).append(
-                [extension, f"{module}__{name}__{i}", taken])
-    _compile_guard(directory)
+                [extension, export, taken, ahead_natives.native_symbol(export), entry])
+    _compile_guard(directory, ahead_natives.entries(direct))
     manifest = {"stamp": jit.stamp(), "kernels": kernels,
                 "exports": sum(len(v) for v in kernels.values()), "failed": failed}
     with open(manifest_path + ".tmp", "w") as f:
@@ -245,6 +252,7 @@ def _build_group(extension: str, modules: dict, directory: str) -> None:
     from numba.core import types
     from numba.pycc import CC
     _release_the_gil()
+    ahead_natives.keep_natives()
     cc = CC(extension)
     cc.target_cpu = "host"   # as numba's JIT compiles: the stamp ties the build to this CPU
     names = {**vars(types), "bool": types.boolean}
@@ -295,13 +303,19 @@ def _numba_type(kind: bytes):
                        readonly=bool(kind[3] & 0x80))
 
 
-def _compile_guard(directory: str) -> None:
-    """kernels/guard.c as the extension module _guard, with this Python's compiler."""
+def _compile_guard(directory: str, entries: str) -> None:
+    """kernels/guard.c with the C source of the build's direct `entries` (ahead_natives) as
+    the extension module _guard, with this Python's compiler."""
     compiler = (sysconfig.get_config_var("CC") or "cc").split()
     target = os.path.join(directory, "_guard" + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run([*compiler, "-shared", "-fPIC", "-O2",
-                    f"-I{sysconfig.get_paths()['include']}", f"-I{np.get_include()}",
-                    os.path.join(_KERNELS, "guard.c"), "-o", target + ".tmp"], check=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        written = os.path.join(scratch, "entries.c")
+        with open(written, "w") as f:
+            f.write(entries)
+        subprocess.run([*compiler, "-shared", "-fPIC", "-O2",
+                        f"-I{sysconfig.get_paths()['include']}", f"-I{np.get_include()}",
+                        os.path.join(_KERNELS, "guard.c"), written, "-o", target + ".tmp"],
+                       check=True)
     os.replace(target + ".tmp", target)
 
 

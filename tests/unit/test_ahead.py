@@ -134,6 +134,84 @@ def test_a_call_the_build_does_not_take_is_reported_by_the_compile_watch():
     assert quiet.compiled == []
 
 
+def _through_wrapper(kernel, *args):
+    """`kernel` called through numba's wrapper of the export that takes `args` (not through
+    its direct entry)."""
+    hits = kernel.hits
+    kernel(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])   # which export
+    assert kernel.hits == hits + 1
+    for export in kernel.exports:
+        try:
+            return export[0](*args)
+        except TypeError:   # (another form's)
+            continue
+    raise AssertionError(f"no export of {kernel.name} takes these arguments")
+
+
+def _alike(kernel, *args) -> None:
+    """`kernel` gives the same result and leaves the same arrays through its direct entry as
+    through numba's wrapper, each on its own copy of `args`."""
+    mine = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    theirs = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    result = kernel(*mine)
+    expected = _through_wrapper(kernel, *theirs)
+    assert type(result) is type(expected) and result == expected, kernel.name
+    for a, b in zip(mine, theirs):
+        if isinstance(a, np.ndarray):
+            assert a.tobytes() == b.tobytes(), kernel.name
+
+
+def test_a_server_messages_kernels_run_through_their_native_functions_as_through_numbas():
+    """The direct entries (run/ahead_natives) of the kernels a server's message calls, and of
+    each kind of result (int64, uint64, float64, bool, None): their native functions give
+    what numba's wrappers of them give, arrays written alike."""
+    from mpips.kernels import checksum, fm, hashing, requests
+    from mpips.models.optimizer import Optimizer
+    from mpips.server.store import KVStore
+    from mpips.wire import protocol
+    from mpips.wire.placement import Placement
+    for kernel in (requests.short_push, requests.pull_rows, optim.adagrad_update,
+                   checksum.digest, hashing.is_sorted_unique, logistic.roc_auc, fm.fm_gradient):
+        assert kernel.direct == len(kernel.exports), f"{kernel.name}: not every export"
+    rng = np.random.default_rng(5)
+    keys = np.unique(rng.integers(1, 1 << 40, 300, dtype=np.uint64))
+    n = keys.shape[0]
+    push = protocol.pack(protocol.Header(protocol.Op.PUSH, ts=3, nkeys=n, width=2,
+                                         flags=protocol.SAME_KEYS | protocol.CLOCK),
+                         rng.normal(size=(n, 2)).astype(np.float32))
+    _alike(requests.short_push, push, 0, 2, 0, np.empty((n, 2), np.float32))
+    store = KVStore(1, Optimizer("adagrad", lr=0.1), capacity=1 << 10)
+    pull = protocol.pack(protocol.Header(protocol.Op.PULL, ts=4, nkeys=n), keys)
+    bounds, allowed, counts = Placement(1).key_check(0, True, np.zeros(1, np.int64))
+    rows, meta = store._rows, store._meta   # (the table as the server's lookup reads it)
+    _alike(requests.pull_rows, pull, protocol.HEADER_BYTES, bounds, allowed, counts, rows,
+           meta, True, 1000, np.empty(n, np.uint64), np.empty(n, np.int64),
+           np.empty((n, 1), np.float32), np.empty(n, np.uint8))
+    state = rng.random((n, 2)).astype(np.float32)
+    _alike(optim.adagrad_update, state, np.arange(n, dtype=np.int64),
+           rng.normal(size=(n, 1)).astype(np.float32), 0.1, 0.0, 1e-6)
+    acc, pending = checksum.start()
+    checksum.update(acc, pending, rng.integers(0, 256, 1000, dtype=np.uint8))
+    _alike(checksum.digest, acc, pending)
+    _alike(hashing.is_sorted_unique, keys)
+    _alike(hashing.is_sorted_unique, keys[::-1].copy())
+    _alike(logistic.roc_auc, rng.random(500), (rng.random(500) < 0.4).astype(np.float32))
+
+
+def test_a_kernel_that_raises_through_its_native_function_raises_as_numbas_wrapper_does():
+    """A status that says the kernel raised sends the call to numba's wrapper, which raises
+    the exception (here numba's for an array of negative size: a factorization machine's
+    weights of no factor columns)."""
+    from mpips.kernels import fm
+    rows = np.array([0, 1], np.int64)
+    hits = fm.fm_gradient.hits
+    with pytest.raises(ValueError, match="negative"):
+        fm.fm_gradient(rows, np.zeros(1, np.int64), np.ones(1, np.float32),
+                       np.ones(1, np.float32), 0, np.zeros((1, 0), np.float32),
+                       np.zeros((1, 0), np.float32))
+    assert fm.fm_gradient.hits == hits + 1, "an export took it"
+
+
 def test_a_guard_refuses_exports_it_cannot_check():
     from mpips.kernels._guard import Guarded
     with pytest.raises(TypeError):

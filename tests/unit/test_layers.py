@@ -121,14 +121,18 @@ PUBLIC_UNDERSCORED = {"_replace", "_fields", "_asdict", "_make", "_field_default
 
 
 def private_attributes_touched() -> list:
-    """Every `obj._name` in mpips where obj is not self or cls."""
+    """Every `obj._name` in mpips where obj is not self, cls or super() (an override calling
+    the implementation it extends)."""
     touched = []
     for path in sources():
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
                     and not node.attr.startswith("__") and node.attr not in PUBLIC_UNDERSCORED
                     and not (isinstance(node.value, ast.Name)
-                             and node.value.id in ("self", "cls"))):
+                             and node.value.id in ("self", "cls"))
+                    and not (isinstance(node.value, ast.Call)
+                             and isinstance(node.value.func, ast.Name)
+                             and node.value.func.id == "super")):
                 touched.append(f"{path.relative_to(MPIPS.parent)}:{node.lineno}: "
                                f"{ast.unparse(node)}")
     return touched

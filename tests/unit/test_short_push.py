@@ -33,7 +33,7 @@ def push(n: int = 3, same_keys: bool = True, report: Report | None = REPORT, fla
 def taken(buf: np.ndarray, at: int = 0, version: int = 0):
     """(short_push's verdict, the values it copied) of the push at buf[at:]."""
     h = protocol.header(buf, at)
-    n = h.nkeys if 0 <= h.nkeys and 4 * h.nkeys * WIDTH <= buf.shape[0] else 0
+    n = h.nkeys if h.nkeys >= 0 and 4 * h.nkeys * WIDTH <= buf.shape[0] else 0
     values = np.empty((n, WIDTH), np.float32)
     return short_push(buf, at, WIDTH, version, values), values
 
