@@ -146,3 +146,13 @@ def test_random_damage_never_makes_it_take_what_admission_refuses():
         assert request is not None, f"trial {trial}: taken, but admission refuses it"
         np.testing.assert_array_equal(values, request.values)
     assert takes > 200   # damage to the values alone leaves most of them good
+
+
+def test_the_kernels_copies_of_the_wire_layout_are_the_wires():
+    """kernels may not import wire or server: their copies of the layout and limits."""
+    from mpips.kernels import requests
+    assert requests.HEADER_WORDS * 8 == HEADER_BYTES
+    assert requests.REPORT_WORDS * 8 == protocol.REPORT_BYTES
+    assert (requests.PUSH, requests.CLOCK, requests.SAME_KEYS, requests.REPORT) == (
+        Op.PUSH, protocol.CLOCK, protocol.SAME_KEYS, protocol.REPORT)
+    assert requests.MAX_SHARES_TAKEN == MAX_SHARES_TAKEN
