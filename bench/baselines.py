@@ -5,7 +5,11 @@ import math
 import numpy as np
 from numba import njit
 
-from mpips.kernels.synth import write_uint
+from mpips.kernels import jit, synth
+
+# numba's own kernel, which the functions here call from compiled code (where the kernels are
+# compiled ahead, synth's is their call guard, which numba cannot call)
+write_uint = jit.twin("synth").write_uint if jit.AHEAD else synth.write_uint
 
 
 @njit(cache=True)
