@@ -66,6 +66,7 @@ assert HEADER_BYTES == 48
 _REPORT = struct.Struct("<qqqddqqq")
 REPORT_BYTES = _REPORT.size
 _report_fields: Callable[[Any, int], tuple] = _REPORT.unpack_from
+_FLAGS = struct.Struct("<i")   # a header's flags, at byte 4
 
 
 class Op(IntEnum):
@@ -174,14 +175,16 @@ def pack(header: Header, *payload: np.ndarray, report: Report | None = None,
     buf = np.empty(size, np.uint8)
     out = buf.data   # (copies through memoryviews take half numpy's time)
     if behind is not None:
-        buf[:pos] = behind
-        _mark_with_push(buf)
+        out[:pos] = behind.data
+        _FLAGS.pack_into(out, 4, _FLAGS.unpack_from(out, 4)[0] | WITH_PUSH)
     _LAYOUT.pack_into(out, pos, *header)
     pos += HEADER_BYTES
     for p in payload:
         if p.nbytes:
-            out[pos:pos + p.nbytes] = (p if p.flags.c_contiguous
-                                       else np.ascontiguousarray(p)).data.cast("B")
+            view = p.data   # (a memoryview's flag is read faster than the array's flags)
+            if not view.c_contiguous:
+                view = np.ascontiguousarray(p).data
+            out[pos:pos + p.nbytes] = view.cast("B")
             pos += p.nbytes
     if report is not None:
         _REPORT.pack_into(out, pos, *report)
