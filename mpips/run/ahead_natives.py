@@ -23,7 +23,7 @@ kernel raised sends the call to numba's wrapper, which raises the exception as n
 
 NATIVE_SUFFIX = "__native"
 # results an entry returns (numba's type name -> C type, the Python object made of it)
-RESULTS = {"none": ("int64_t", "(Py_INCREF(Py_None), Py_None)"),
+RESULTS = {"none": ("int64_t", "Py_NewRef(Py_None)"),
            "int64": ("int64_t", "PyLong_FromLongLong(ret)"),
            "uint64": ("uint64_t", "PyLong_FromUnsignedLongLong(ret)"),
            "float64": ("double", "PyFloat_FromDouble(ret)"),

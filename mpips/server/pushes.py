@@ -120,10 +120,9 @@ class Pushes:
         clocks = ctx.clocks
         clock = clocks.done[worker]
         bsp = clocks.staleness == 0
-        if bsp and not owned:   # kept past this message: the receive buffer is reused
-            values = values.copy()
         push = ctx.copies.route(worker, clock, h.ts, h.placement,
-                                self._push_of(worker, h, keys, values, rows_sent, copy=bsp))
+                                self._push_of(worker, h, keys, values, rows_sent, keep=bsp,
+                                              owned=owned))
         if bsp:
             # Deferred (see _apply_until) only while the ranges stay backed up here: split by
             # a placement with this one's primaries, and still when the clock completes.
@@ -145,10 +144,13 @@ class Pushes:
                                                deferrable))
 
     def _push_of(self, worker: int, h, keys: np.ndarray, values: np.ndarray,
-                 rows_sent: np.ndarray | None, copy: bool) -> Push:
-        """`copy`: the keys (not the values) are copied out of the receive buffer."""
+                 rows_sent: np.ndarray | None, keep: bool, owned: bool) -> Push:
+        """`keep`: the push is kept past this message (BSP), so what of it is a view of the
+        receive buffer, which is reused, is copied: its keys, and its values unless `owned`."""
+        if keep and not owned:
+            values = values.copy()
         if not h.flags & protocol.SAME_KEYS:
-            return Push((keys.copy() if copy else keys), None, -1, values)
+            return Push((keys.copy() if keep else keys), None, -1, values)
         if not h.nkeys:
             return Push(keys, None, -1, values)
         keys, rows, generation = self.ctx.rows.take(worker, messages.same_keys_of(h), h.nkeys)
