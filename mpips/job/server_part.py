@@ -203,7 +203,8 @@ class ServerPart:
                          self.started, resident) if cfg.diagnostics.snapshot_every else None),
                      snapshot_every=cfg.diagnostics.snapshot_every or 0.0,
                      failed=another_rank_failed, stop_requested=signals.stop_requested,
-                     reached=testevents.reached, now_leads=now_leads,
+                     reached=testevents.reached if testevents.armed() else None,
+                     now_leads=now_leads,
                      sampled=self._sampled if cfg.diagnostics.tensorboard else None)
 
     def _draw_curves(self) -> None:

@@ -94,7 +94,7 @@ class RangeMoves:
     def on_ask(self, source: int, r, buf) -> None:
         s = self.ctx
         self.asks += 1
-        s.hooks.reached("move", self.asks, s.lead)
+        s.reached("move", self.asks)
         highest, load = self.figures(hold=messages.MoveAsk.of(r.header).hold)
         s.send(messages.MoveClock(highest + 1, load).pack(), source)
 

@@ -352,6 +352,11 @@ def arm(texts, rank: int, server: bool, pids: dict | None = None, run_dir: str |
     _events = Events(texts, rank, server, pids, run_dir, timeout, driver, run_id, checkpoints)
 
 
+def armed() -> bool:
+    """Whether any event waits for its point on this rank."""
+    return bool(_events)
+
+
 def reached(point: str, value: int = 0, lead: bool = False) -> bool:
     return _events.reached(point, value, lead)
 

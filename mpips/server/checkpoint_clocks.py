@@ -43,10 +43,13 @@ class Checkpoints:
         # also by the clock it had reached, for checkpoints of earlier clocks.
         self.positions: dict[int, Position] = dict(positions or {})
         # clock -> worker -> its position after that clock (by clock: each clock's entries
-        # are dropped together once no checkpoint can be taken before it)
+        # are dropped together once no checkpoint can be taken before it). A new clock is
+        # mostly the next one a worker reaches, after those kept: while they stay in ascending
+        # order (`_sorted`), forget_before drops from the front.
         self._history: dict[int, dict[int, Position]] = {}
+        self._sorted, self._newest = True, -1
         for w, p in self.positions.items():
-            self._history.setdefault(p.clock, {})[w] = p
+            self._at(p.clock)[w] = p
         self.stop_at: int | None = None   # the clock to checkpoint and stop at, once named
         self.planned: set[int] = set()    # clocks named for timed checkpoints
         self.written: set[int] = set()    # clocks this server has written (or tried to write) at
@@ -72,17 +75,24 @@ class Checkpoints:
                                    report.examples, report.loss, finished, taken, False))
         self.positions[worker] = position
         if not finished:
-            at = self._history.get(clock)
-            if at is None:
-                self._history[clock] = {worker: position}
-            else:
-                at[worker] = position
+            self._at(clock)[worker] = position
 
     def place(self, worker: int, position: Position) -> None:
         """Where `worker` stands after position.clock clocks, said by the lead, not by the
         worker (it joins again): as its report would be."""
         self.positions[worker] = position
-        self._history.setdefault(position.clock, {})[worker] = position
+        self._at(position.clock)[worker] = position
+
+    def _at(self, clock: int) -> dict:
+        """The positions kept for `clock`, made if new."""
+        at = self._history.get(clock)
+        if at is None:
+            at = self._history[clock] = {}
+            if clock < self._newest:
+                self._sorted = False
+            else:
+                self._newest = clock
+        return at
 
     def positions_at(self, clock: int) -> dict:
         """Where each worker stood at `clock` (see the module's docstring)."""
@@ -112,8 +122,14 @@ class Checkpoints:
     def forget_before(self, clock: int) -> None:
         """The positions kept by clock before `clock` are no longer asked for."""
         history = self._history
-        for c in [c for c in history if c < clock]:
-            del history[c]
+        if not self._sorted:
+            history = self._history = dict(sorted(history.items()))
+            self._sorted = True
+        while history:
+            oldest = next(iter(history))
+            if oldest >= clock:
+                break
+            del history[oldest]
 
     def last_clock(self, slowest_before: int) -> int:
         """The last clock any worker completed, once all have finished."""

@@ -159,7 +159,7 @@ class CheckpointRounds:
             self.written += 1
             log.info("wrote %d keys of checkpoint clock %d in %.2f s%s", entry.get("keys", 0),
                      clock, seconds, f" (the table {entry['table']})" if "table" in entry else "")
-            ctx.hooks.reached("checkpoint", self.written, ctx.lead)
+            ctx.reached("checkpoint", self.written)
         if ctx.lead:
             self._shard_in(clock, entry, standing)
         else:

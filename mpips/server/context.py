@@ -87,8 +87,9 @@ class Hooks:
     placement_changed: Callable[[Placement], None] = lambda placement: None   # a server died
     now_leads: Callable[[], None] = lambda: None   # this server leads after the lead died
     # The job reached a point here (testevents): point, value, whether this server leads ->
-    # whether a ctl request was made meanwhile.
-    reached: Callable[[str, int, bool], bool] = lambda point, value, lead: False
+    # whether a ctl request was made meanwhile. None: no event is armed (see
+    # ServerContext.reached).
+    reached: Callable[[str, int, bool], bool] | None = None
     # The lead's serving figures as the timeline samples them ({name: value}), for live
     # curves (--tensorboard); None: not wanted.
     sampled: Callable[[dict, bool], None] | None = None
@@ -183,6 +184,12 @@ class ServerContext:
                 if source in self.roles.servers else
                 f"worker {self.roles.worker_index(source)} (rank {source})")
         return name
+
+    def reached(self, point: str, value: int) -> bool:
+        """The job reached `point` `value` here (hooks.reached, if an event is armed);
+        whether a ctl request was made meanwhile."""
+        reached = self.hooks.reached
+        return reached is not None and reached(point, value, self.lead)
 
     # Messages out (see outbox).
     def send(self, buf, dest: int, tag: int = tags.REQUEST_TAG) -> None:

@@ -342,7 +342,7 @@ class Server:
         ctx.pushes.advance()
         ctx.copies.send_copies()
         if self.clocks.all_finished:
-            ctx.hooks.reached("scoring", 0, ctx.lead)
+            ctx.reached("scoring", 0)
             self.stats.train_bytes_sent = self.stats.bytes_sent
             self.stats.train_requests = self.stats.train_requests or self.stats.requests
             self.timers.final_snapshot()

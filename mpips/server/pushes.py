@@ -13,9 +13,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ..recovery.context import Push
-from ..wire import messages, protocol
 from ..wire.clocks import FINISHED
-from ..wire.protocol import Op, Report
+from ..wire.messages import same_keys_of
+from ..wire.protocol import CLOCK, SAME_KEYS, Op, Report, backup_part_header
 
 _NO_REPORT = Report()
 
@@ -98,7 +98,7 @@ class Pushes:
     def take(self, worker: int, r, nbytes: int) -> None:
         """`worker`'s push `r` (an admission.Request of `nbytes` bytes on the wire)."""
         if r.backup_keys.shape[0]:   # first the part for ranges this server backs up
-            h = protocol.backup_part_header(r.header, r.backup_keys.shape[0])
+            h = backup_part_header(r.header, r.backup_keys.shape[0])
             self._take(worker, h, r.backup_keys, r.backup_values, None, None, backup=True)
         self.take_own(worker, r.header, r.keys, r.values, r.report, nbytes, r.rows_sent)
 
@@ -121,8 +121,7 @@ class Pushes:
         clock = clocks.done[worker]
         bsp = clocks.staleness == 0
         push = ctx.copies.route(worker, clock, h.ts, h.placement,
-                                self._push_of(worker, h, keys, values, rows_sent, keep=bsp,
-                                              owned=owned))
+                                self._push_of(worker, h, keys, values, rows_sent, bsp, owned))
         if bsp:
             # Deferred (see _apply_until) only while the ranges stay backed up here: split by
             # a placement with this one's primaries, and still when the clock completes.
@@ -132,7 +131,7 @@ class Pushes:
         else:
             self._apply(push, clock)
             self._applied(worker, h.ts)
-        if h.flags & protocol.CLOCK:
+        if h.flags & CLOCK:
             clocks.tick(worker)
             ctx.ckpt.note(worker, clock + 1, report or _NO_REPORT, False)
             self.advance()
@@ -149,11 +148,11 @@ class Pushes:
         receive buffer, which is reused, is copied: its keys, and its values unless `owned`."""
         if keep and not owned:
             values = values.copy()
-        if not h.flags & protocol.SAME_KEYS:
+        if not h.flags & SAME_KEYS:
             return Push((keys.copy() if keep else keys), None, -1, values)
         if not h.nkeys:
             return Push(keys, None, -1, values)
-        keys, rows, generation = self.ctx.rows.take(worker, messages.same_keys_of(h), h.nkeys)
+        keys, rows, generation = self.ctx.rows.take(worker, same_keys_of(h), h.nkeys)
         if rows_sent is not None:   # a filtered push: values for these of the pull's keys
             keys, rows = keys[rows_sent], rows[rows_sent]
         return Push(keys, rows, generation, values)
@@ -238,5 +237,5 @@ class Pushes:
             rounds.take(last)   # every worker has finished: the final state
         self._slowest = slowest
         ckpt.forget_before(slowest)
-        if slowest != FINISHED and ctx.hooks.reached("clock", slowest, ctx.lead):
+        if slowest != FINISHED and ctx.reached("clock", slowest):
             ctx.members.poll_soon()

@@ -32,6 +32,7 @@ class Pull:
     since: float | None = None   # when it started waiting for other workers' clocks
     owned: bool = False    # `keys` is a copy, not a view of the receive buffer
     version: int = 0       # the placement its keys were split by
+    held_under: tuple | None = None   # BSP: what its last HOLD was decided under (see release)
 
 
 class ReadGate:
@@ -91,21 +92,37 @@ class ReadGate:
         self.held.append(pull)
 
     def release(self) -> tuple[list, list]:
-        """(pulls to serve, pulls to refuse) now, oldest first; the others stay held."""
+        """(pulls to serve, pulls to refuse) now, oldest first; the others stay held.
+
+        Asked after every clock push, while each of n workers' pulls waits for the slowest:
+        under BSP a pull held under the same `_hold_reasons` as now is held still, and only
+        its own worker's clock is looked at, so that a clock costs O(n), not O(n^2)."""
         serve: list[Pull] = []
         refuse: list[Pull] = []
         still: deque[Pull] = deque()
+        reasons = self._hold_reasons() if self.clocks.staleness == 0 else None
         for pull in self.held:
-            verdict = self.verdict(pull.worker, pull.clock, pull.version)
+            if reasons is not None and pull.held_under == reasons:
+                verdict = HOLD
+            else:
+                verdict = self.verdict(pull.worker, pull.clock, pull.version)
             if verdict == SERVE:
                 serve.append(pull)
             elif verdict == REFUSE:
                 refuse.append(pull)
             else:
+                pull.held_under = reasons
                 self._start_waiting(pull)
                 still.append(pull)
         self.held = still
         return serve, refuse
+
+    def _hold_reasons(self) -> tuple:
+        """Under BSP, all a held pull's verdict may change with: the slowest clock, the stop, a
+        move's switch, the ceiling. Not its own worker's clock: that is never behind the
+        slowest, so may_read is the slowest's alone; nor its worker finishing: a finished
+        worker's read waits for the final clock or a stop, both counted here."""
+        return self.clocks.slowest(), self.stopped, self.moving, self.ceiling
 
     def served(self, pull: Pull) -> None:
         """Account for a pull being served: time held, the largest clock gap, the record."""

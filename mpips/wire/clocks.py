@@ -102,9 +102,13 @@ class ClockTable:
     def slowest(self) -> int:
         """The smallest clock among workers still training, on every server (FINISHED if none
         is)."""
-        if self._slowest is None:
-            self._slowest = min([self.here(), *self.elsewhere.values()])
-        return self._slowest
+        slowest = self._slowest
+        if slowest is None:
+            slowest = self.here()
+            if self.elsewhere:
+                slowest = min(slowest, *self.elsewhere.values())
+            self._slowest = slowest
+        return slowest
 
     def read_clock(self, worker: int, next_clock: bool = False) -> int:
         """The clock a read by `worker` is for: its own, or the next one (a read sent ahead of

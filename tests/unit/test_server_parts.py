@@ -17,7 +17,8 @@ from mpips.server.readgate import HOLD, REFUSE, SERVE, Pull, ReadGate
 from mpips.server.rowcache import KEEP, RowCache
 from mpips.server.table_snapshot import BUSY_SPAN_S, WRITER_CHECK_S
 from mpips.wire import protocol
-from mpips.wire.clocks import ClockTable
+from mpips.wire.clocks import FINISHED, ClockTable
+from mpips.wire.placement import Switch
 from mpips.wire.protocol import Op, Report
 
 KEYS = np.arange(4, dtype=np.uint64)
@@ -82,6 +83,54 @@ def test_a_stopped_gate_refuses_training_reads_and_serves_finished_workers():
     assert gate.arrive(pull(0), next_clock=False) == REFUSE
 
 
+class EveryVerdict(ReadGate):
+    """The gate without release's shortcut: each held pull's verdict made again each time."""
+    def _hold_reasons(self) -> tuple:
+        return (object(),)   # equal to nothing a pull was held under
+
+
+def drive(gate: ReadGate, rng: np.random.Generator, steps: int) -> list:
+    """Random clocks, finishes, stops, moves and ceilings of 4 workers under BSP, with pulls
+    arriving and released after each step: what the gate did, step by step."""
+    clocks = gate.clocks
+    seen, n = [], 0
+    for step in range(steps):
+        w = int(rng.integers(4))
+        event = rng.choice(["arrive", "tick", "tick", "finish", "stop", "ceiling", "move"],
+                           p=[0.4, 0.2, 0.2, 0.02, 0.01, 0.1, 0.07])
+        training = clocks.done[w] != FINISHED
+        if event == "arrive":
+            n += 1
+            p = Pull(w, 10 + w, n, KEYS, True, version=int(rng.integers(2)))
+            seen.append(("arrive", n, gate.arrive(p, next_clock=bool(rng.integers(2)))))
+        elif event == "tick" and training:
+            clocks.tick(w)
+        elif event == "finish" and training and step > 0.8 * steps:
+            clocks.finish(w)
+        elif event == "stop" and step > 0.9 * steps:   # (a stopped gate serves no training)
+            gate.stopped = True
+        elif event == "ceiling":
+            gate.ceiling = None if rng.integers(2) else int(rng.integers(clocks.longest + 3))
+        elif event == "move":
+            gate.moving = Switch(int(rng.integers(clocks.longest + 3)), int(rng.integers(2)))
+        serve, refuse = gate.release()
+        seen.append(([p.ts for p in serve], [p.ts for p in refuse],
+                     [(p.ts, p.since is None) for p in gate.held], gate.pulls_held))
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_release_under_bsp_decides_as_if_every_held_pull_were_judged_again(seed):
+    """release() passes over a held pull whose reasons to wait have not changed: over random
+    clocks, finishes, stops, moves and ceilings it serves, refuses and holds what judging
+    every held pull again does, and starts the same waits."""
+    shortcut = drive(ReadGate(ClockTable(4, staleness=0)), np.random.default_rng(seed), 3000)
+    every = drive(EveryVerdict(ClockTable(4, staleness=0)), np.random.default_rng(seed), 3000)
+    assert shortcut == every
+    served = sum(len(step[0]) for step in every if len(step) == 4)
+    assert served > 200, "the walk served pulls held for the clocks"
+
+
 def test_the_row_cache_gives_each_pull_to_one_push_and_forgets_old_ones():
     cache = RowCache(2)
     for ts in range(1, KEEP + 2):
@@ -107,6 +156,43 @@ def test_clock_pushes_come_out_in_clock_then_worker_order_whatever_the_arrival()
 
 def report(epoch, offset=0):
     return Report(epoch=epoch, offset=offset, examples=100 * epoch, loss=1.0, progress=epoch)
+
+
+class ForgetByScan(Checkpoints):
+    """Checkpoints forgetting every clock kept before the one given, looked for one by one."""
+    def forget_before(self, clock: int) -> None:
+        for c in [c for c in self._history if c < clock]:
+            del self._history[c]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_positions_kept_by_clock_are_forgotten_whatever_order_the_clocks_came_in(seed):
+    """Clocks reached, places given at other clocks (joins, a resume's) and forgetting: each
+    worker's position at each clock is what forgetting by a scan of every clock leaves."""
+    rng = np.random.default_rng(seed)
+    start = {0: Position(3, offset=7), 1: Position(1, offset=8)}   # a resume's places
+    ckpts = [Checkpoints(0, 0, 1, bsp=True, positions=start),
+             ForgetByScan(0, 0, 1, bsp=True, positions=start)]
+    at, floor = [3, 1, 0], 0
+    for step in range(600):
+        w, event = int(rng.integers(3)), rng.choice(["note", "note", "place", "forget"])
+        if event == "note":
+            at[w] += 1
+            for c in ckpts:
+                c.note(w, at[w], report(1, step), False)
+        elif event == "place":
+            at[w] = max(floor, at[w] + int(rng.integers(-4, 5)))
+            for c in ckpts:
+                c.place(w, Position(at[w], offset=step))
+        else:
+            floor = max(floor, min(at) - int(rng.integers(3)))
+            for c in ckpts:
+                c.forget_before(floor)
+        for clock in range(floor, max(at) + 2):
+            assert ckpts[0].positions_at(clock) == ckpts[1].positions_at(clock)
+            for worker in range(3):
+                assert (ckpts[0].position_after(worker, clock)
+                        == ckpts[1].position_after(worker, clock))
 
 
 def test_checkpoints_keep_each_workers_place_by_clock_under_bsp():
