@@ -158,7 +158,7 @@ class ServerPart:
 
     def _examples(self) -> int:
         """The examples trained so far, as the workers' reports say (-1: not counted)."""
-        return int(self.progress.examples.sum()) if self.progress else -1
+        return self.progress.examples_sum if self.progress else -1
 
     def save_partial(self, reason: str, wait_s: float) -> None:
         """After an error: on a full disk, tried again for `wait_s`. A rank that told this one
@@ -220,7 +220,7 @@ class ServerPart:
 
     def _sampled(self, figures: dict, force: bool) -> None:
         if self.curves and self.progress:
-            self.curves.sample(int(self.progress.examples.sum()), figures, force)
+            self.curves.sample(self.progress.examples_sum, figures, force)
 
     def server(self, failover: bool, hot: bool) -> Server:
         """The server's loop over this part's store and tables."""

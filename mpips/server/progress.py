@@ -2,8 +2,6 @@
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from ..base.log import say
 
 
@@ -15,9 +13,10 @@ class Progress:
     def __init__(self, n_workers: int, epochs: int, every: float):
         self.epochs = epochs
         self.every = every
-        self.examples = np.zeros(n_workers, np.int64)
-        self.loss = np.zeros(n_workers)
-        self.done = np.zeros(n_workers)   # fractional epochs per worker
+        # (lists: set from every push, where a numpy array's element is slower to set)
+        self.examples = [0] * n_workers
+        self.loss = [0.0] * n_workers
+        self.done = [0.0] * n_workers   # fractional epochs per worker
         # Each line's figures, for live curves: (examples, recent loss, rate, epochs done).
         self.curves: Callable[[int, float, float, float], None] | None = None
         self.start()
@@ -28,9 +27,17 @@ class Progress:
         for w, p in (positions or {}).items():
             self.examples[w], self.loss[w] = p.examples, p.loss
         self._start = time.monotonic()
-        self._first = self._last = (self._start, int(self.examples.sum()),
-                                    float(self.loss.sum()))
+        self._first = self._last = (self._start, self.examples_sum, float(sum(self.loss)))
         self._tenth = 0
+
+    @property
+    def examples_sum(self) -> int:
+        return int(sum(self.examples))
+
+    @property
+    def epochs_done(self) -> float:
+        """Epochs done, the workers' mean."""
+        return sum(self.done) / len(self.done)
 
     def update(self, worker: int, header, say: bool = True) -> None:
         """A worker's latest figures; a line if one is due and `say` (on the lead server:
@@ -40,13 +47,15 @@ class Progress:
         self.done[worker] = header.progress
         if not say:
             return
-        if self.done.min() >= self.epochs:
-            return   # all done: the final line follows
         since = time.monotonic() - self._last[0]
-        tenth = int(self.done.mean() * 10)
+        if self._tenth and since < 0.5 and since < self.every:
+            return   # no line can be due (asked of every push: the figures are not summed)
+        if min(self.done) >= self.epochs:
+            return   # all done: the final line follows
+        tenth = int(self.epochs_done * 10)
         # The first tenth's line at once, however short the run: every run shows one (once
         # every worker has said where it is: a resumed run's mean starts past zero).
-        first = self._tenth == 0 and tenth > 0 and self.done.min() > 0
+        first = self._tenth == 0 and tenth > 0 and min(self.done) > 0
         if since >= self.every or (tenth > self._tenth and (first or since >= 0.5)):
             self._tenth = tenth
             self.log()
@@ -54,17 +63,17 @@ class Progress:
     def log(self, final: bool = False) -> None:
         now = time.monotonic()
         t0, ex0, loss0 = self._last
-        examples, loss = int(self.examples.sum()), float(self.loss.sum())
+        examples, loss = self.examples_sum, float(sum(self.loss))
         if examples == ex0 and not final:
             return
         recent = (loss - loss0) / max(examples - ex0, 1)
         rate = (examples - ex0) / max(now - t0, 1e-9)
         if self.curves and examples > ex0:   # the last line's window too: a short run's only
-            self.curves(examples, recent, rate, float(self.done.mean()))
+            self.curves(examples, recent, rate, self.epochs_done)
         if final:
             recent = loss / max(examples, 1)
             rate = (examples - self._first[1]) / max(now - self._start, 1e-9)
-        say(f"{'trained' if final else 'training'}: epoch {self.done.mean():.2f}/{self.epochs}"
+        say(f"{'trained' if final else 'training'}: epoch {self.epochs_done:.2f}/{self.epochs}"
             f"  {examples:,} examples  {rate / 1e3:,.1f}k examples/s"
             f"  train logloss {recent:.4f}{' (whole run)' if final else ''}")
         self._last = (now, examples, loss)

@@ -1,7 +1,5 @@
 """The rows a server found for a worker's recent pulls, so that a push of the same keys
 (SAME_KEYS) needs neither the keys on the wire again nor a second lookup in the table."""
-from collections import OrderedDict
-
 from ..base.errors import ProtocolError
 
 KEEP = 4   # pulls remembered per worker; the client reuses only its last two
@@ -9,7 +7,8 @@ KEEP = 4   # pulls remembered per worker; the client reuses only its last two
 
 class RowCache:
     def __init__(self, n_workers: int):
-        self._pulled: list[OrderedDict[int, tuple]] = [OrderedDict() for _ in range(n_workers)]
+        # per worker: ts -> (keys, rows, generation), oldest first (a dict keeps the order)
+        self._pulled: list[dict[int, tuple]] = [{} for _ in range(n_workers)]
 
     def remember(self, worker: int, ts: int, keys, rows, generation: int) -> None:
         """Pull `ts` of `worker` found `keys` at `rows` while the table was at `generation`
@@ -17,7 +16,7 @@ class RowCache:
         pulled = self._pulled[worker]
         pulled[ts] = (keys, rows, generation)
         while len(pulled) > KEEP:
-            pulled.popitem(last=False)
+            del pulled[next(iter(pulled))]
 
     def take(self, worker: int, ts: int, n_keys: int):
         """(keys, rows, generation) of pull `ts`, for a push over its `n_keys` keys; each pull
