@@ -60,7 +60,7 @@ class Timers:
     @property
     def copying(self) -> bool:
         """Whether a snapshot's copy of the table is being made."""
-        return any(w.copying for w in self._writing)
+        return bool(self._writing) and any(w.copying for w in self._writing)
 
     @staticmethod
     def _ended(entry: dict | None) -> bool:
