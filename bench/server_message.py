@@ -4,7 +4,7 @@ server's own code, and in its running loop.
 
     python bench/server_message.py [--keys 10] [--rounds 20000]
 
-In process: a fresh server (1 of 1, AdaGrad) is handed recorded messages of 1, 2, 3 and 4
+In process: a fresh server (1 of 1, AdaGrad) is handed recorded messages of 1, 2, 3, 4 and 8
 workers, BSP and ASP, as its loop hands them over, with its sends left out: the fewest us a
 message of 12 replays of 300 clocks, after 600 messages to warm up (the handling alone).
 In the loop (`mpiexec -n 2`, this script with --loop; bench/scale_model.py's probe): a
@@ -182,7 +182,7 @@ def main() -> None:
     rows = []
     print(f"a server's CPU per message (a push of a clock and the next pull, {args.keys} keys)")
     print(f"{'workers':>7} {'BSP us':>7} {'ASP us':>7}   (in process: the handling alone)")
-    for workers in (1, 2, 3, 4):
+    for workers in (1, 2, 3, 4, 8):
         bsp, asp = in_process(workers, 0, args.keys), in_process(workers, None, args.keys)
         rows.append({"workers": workers, "bsp_us": bsp, "asp_us": asp})
         print(f"{workers:>7} {bsp:7.2f} {asp:7.2f}", flush=True)
