@@ -112,7 +112,8 @@ class ReadGate:
                 refuse.append(pull)
             else:
                 pull.held_under = reasons
-                self._start_waiting(pull)
+                if pull.since is None:   # (asked of every held pull at every release)
+                    self._start_waiting(pull)
                 still.append(pull)
         self.held = still
         return serve, refuse
