@@ -239,6 +239,7 @@ class Placement:
         self._primary = np.array([h[0] if h else -1 for h in self.holders], np.int32)
         self._held = np.zeros((n_servers, q), np.bool_)   # [server, range]
         self._allowed: dict = {}   # (server, as primary) -> its ranges (first_misplaced's)
+        self._whole: tuple = (-1, None)   # by_server's last (count, offsets) with one server
         for r, h in enumerate(self.holders):
             self._held[list(h), r] = True
 
@@ -314,7 +315,13 @@ class Placement:
         """(perm, offsets): keys[perm[offsets[s]:offsets[s + 1]]] have server s for primary,
         in key order. perm is None when there is one server (no reordering needed)."""
         if self.n_servers == 1:
-            return None, np.array([0, keys.shape[0]], np.int64)
+            # (asked of every pull: the offsets of the last count kept, read-only)
+            n, offsets = self._whole
+            if n != keys.shape[0]:
+                offsets = np.array([0, keys.shape[0]], np.int64)
+                offsets.flags.writeable = False
+                self._whole = (keys.shape[0], offsets)
+            return None, offsets
         return hashing.split_by_owner(keys, self.bounds, _SALT, self._primary, self.n_servers)
 
     def allowed(self, server: int, as_primary: bool) -> np.ndarray:
