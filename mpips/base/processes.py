@@ -21,6 +21,34 @@ def process_state(pid: int) -> ProcessState | None:
     return ProcessState(fields[0], fields[19]) if len(fields) > 19 else None
 
 
+def siblings_before(variable: str, mine: int) -> list[int]:
+    """The running processes with this one's parent (the ranks a launcher started on this
+    node) whose environment sets `variable` to a number below `mine`."""
+    parent, found = os.getppid(), []
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if len(fields) < 2 or int(fields[1]) != parent or fields[0] in ("Z", "X"):
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except (OSError, ValueError):
+            continue   # gone meanwhile, or not ours to read
+        prefix = variable.encode() + b"="
+        for entry in environ:
+            if entry.startswith(prefix):
+                value = entry[len(prefix):]
+                if value.isdigit() and int(value) < mine:
+                    found.append(pid)
+                break
+    return found
+
+
 def start_time(pid: int) -> str | None:
     """The process's start time; None if it is not running (no such process, or one that
     has exited and not been reaped)."""

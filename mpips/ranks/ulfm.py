@@ -19,7 +19,7 @@ from typing import TypeGuard, cast
 from mpi4py import MPI
 
 from ..base.errors import MpipsError
-from ..base.processes import Process, process_state
+from ..base.processes import Process, process_state, siblings_before
 from ..wire.tags import KEEPALIVE_TAG
 from .bounded import wait_all
 from .ulfm_launch import detector_timeout
@@ -29,6 +29,7 @@ log = logging.getLogger("mpips")
 _FAILURES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
 LOST = 75   # exit status of a job that lost every copy of some keys: resume from a checkpoint
 LEAVE_APART_S = 0.02   # between the exits of a node's ranks leaving after a failure
+LEAVE_WAIT_S = 2.0     # the most a rank waits for the node's ranks before it to have left
 _job_comm: list[MPI.Intracomm] = []   # the job's communicator, once its ranks have roles
 
 
@@ -204,21 +205,37 @@ def leave_after_failure(status: int) -> None:
         stop_the_others(comm)
     sys.stdout.flush()
     sys.stderr.flush()
-    # The ranks of a node leave in turn: Open MPI's launcher (5.0.11, under ULFM) now and then
-    # waits forever once its ranks have all exited with an error at the same moment (5 ranks
-    # leaving at once: 5 of 120 launches never ended; 20 ms apart: none of 60).
-    time.sleep(LEAVE_APART_S * min(_local_rank(), 64))
+    _leave_in_turn()
     os._exit(status)
 
 
-def _local_rank() -> int:
-    """This rank's number among the job's ranks on its node, as the launcher says (0 if
-    it does not)."""
+def _leave_in_turn() -> None:
+    """The ranks of a node leave in turn: Open MPI's launcher (5.0.11, under ULFM) now and then
+    waits forever once its ranks have all exited with an error at the same moment (5 ranks
+    leaving at once: 5 of 120 launches never ended; 20 ms apart: none of 60). A rank leaves
+    LEAVE_APART_S after the node's ranks before it have (seen in /proc: the launcher's other
+    children), within LEAVE_WAIT_S; and never sooner than LEAVE_APART_S per rank before it,
+    as where they are not its siblings (a rank started through a wrapper): spaced by their
+    order, not by when each learned of the failure, which a loaded node spreads apart."""
+    began = time.monotonic()
+    local, variable = _local_rank()
+    if not local:
+        return
+    while (siblings_before(variable, local)
+           and time.monotonic() - began < LEAVE_WAIT_S + LEAVE_APART_S * min(local, 64)):
+        time.sleep(0.005)
+    spaced = LEAVE_APART_S * min(local, 64) - (time.monotonic() - began)
+    time.sleep(max(spaced, LEAVE_APART_S))
+
+
+def _local_rank() -> tuple[int, str]:
+    """This rank's number among the job's ranks on its node, as the launcher says, and the
+    variable that says it ((0, "") if none does)."""
     for name in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
         value = os.environ.get(name, "")
         if value.isdigit():
-            return int(value)
-    return 0
+            return int(value), name
+    return 0, ""
 
 
 def end_together(comm: MPI.Intracomm, timeout: float) -> None:

@@ -254,19 +254,25 @@ def test_a_rank_busy_outside_mpi_past_the_detectors_bound_is_not_taken_for_dead(
 
 
 LEAVING_RANKS = """
+import os, time
 from mpi4py import MPI
 from mpips.ranks import ulfm
 ulfm.job_communicator(MPI.COMM_WORLD)
 MPI.COMM_WORLD.Barrier()
-ulfm.leave_after_failure(ulfm.LOST)   # every rank at once, as after a death none survives
+# Every rank leaves, as after a death none survives, each learning of it the later the lower
+# its rank on the node (as a loaded node spreads them): spaced only by their order, all 5
+# would exit at the same moment.
+time.sleep((4 - int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"])) * ulfm.LEAVE_APART_S)
+ulfm.leave_after_failure(ulfm.LOST)
 """
 
 
 def test_ranks_that_all_leave_after_a_failure_at_once_end_the_launch(tmp_path):
     """Open MPI's launcher under ULFM now and then waited forever once 5 ranks had all left
-    with an error at the same moment (7 of 60 launches of this script, before a node's ranks
-    left 20 ms apart). Each of 20 launches ends (in well under a second), with the job's
-    status."""
+    with an error at the same moment (7 of 60 launches, before a node's ranks left 20 ms
+    apart; with them learning of the failure in reverse order, which undid that spacing, 3
+    of 120, before each waited for those before it to have left). Each of 20 launches ends
+    (in well under a second), with the job's status."""
     script = tmp_path / "leave.py"
     script.write_text(LEAVING_RANKS)
     for attempt in range(20):
