@@ -9,6 +9,7 @@ from typing import NamedTuple
 class ProcessState(NamedTuple):
     state: str   # as in /proc/PID/stat: R, S, D, T (stopped), Z (a zombie), X (dead), ...
     start: str   # clock ticks since boot at which the process started
+    parent: int  # its parent's pid
 
 
 def process_state(pid: int) -> ProcessState | None:
@@ -18,28 +19,26 @@ def process_state(pid: int) -> ProcessState | None:
             fields = f.read().rsplit(")", 1)[1].split()   # the name, in (), may hold spaces
     except OSError:
         return None
-    return ProcessState(fields[0], fields[19]) if len(fields) > 19 else None
+    return ProcessState(fields[0], fields[19], int(fields[1])) if len(fields) > 19 else None
 
 
 def siblings_before(variable: str, mine: int) -> list[int]:
     """The running processes with this one's parent (the ranks a launcher started on this
     node) whose environment sets `variable` to a number below `mine`."""
-    parent, found = os.getppid(), []
+    parent, prefix, found = os.getppid(), variable.encode() + b"=", []
     try:
         pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
         return []
     for pid in pids:
+        state = process_state(pid)
+        if state is None or state.parent != parent or state.state in ("Z", "X"):
+            continue
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if len(fields) < 2 or int(fields[1]) != parent or fields[0] in ("Z", "X"):
-                continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 environ = f.read().split(b"\0")
-        except (OSError, ValueError):
+        except OSError:
             continue   # gone meanwhile, or not ours to read
-        prefix = variable.encode() + b"="
         for entry in environ:
             if entry.startswith(prefix):
                 value = entry[len(prefix):]

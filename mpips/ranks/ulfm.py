@@ -221,11 +221,11 @@ def _leave_in_turn() -> None:
     local, variable = _local_rank()
     if not local:
         return
+    spacing = LEAVE_APART_S * min(local, 64)
     while (siblings_before(variable, local)
-           and time.monotonic() - began < LEAVE_WAIT_S + LEAVE_APART_S * min(local, 64)):
+           and time.monotonic() - began < LEAVE_WAIT_S + spacing):
         time.sleep(0.005)
-    spaced = LEAVE_APART_S * min(local, 64) - (time.monotonic() - began)
-    time.sleep(max(spaced, LEAVE_APART_S))
+    time.sleep(max(spacing - (time.monotonic() - began), LEAVE_APART_S))
 
 
 def _local_rank() -> tuple[int, str]:
