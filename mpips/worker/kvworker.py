@@ -21,7 +21,6 @@ import logging
 from collections import deque
 
 import numpy as np
-from mpi4py import MPI
 
 from ..base.errors import Stopped, WaitTimeout
 from ..kernels.hashing import is_sorted_unique
@@ -37,6 +36,10 @@ from .pushfilter import Outgoing, Plain
 from .requests import Pending, Pulled
 
 log = logging.getLogger("mpips")
+
+
+_NO_PARTS: list = []
+_NO_FIELDS: dict = {}
 
 
 class KVWorker(Link):
@@ -80,18 +83,17 @@ class KVWorker(Link):
             with_push, next_clock = False, True
         ts = self.new_ts()
         perm, offsets, skeys = self._by_server(keys)
+        version = self._placement.version
         if not read_only:
-            self._pulled.append(Pulled(ts, keys, perm, offsets, self._placement.version))
+            self._pulled.append(Pulled(ts, keys, perm, offsets, version))
         flags = ((protocol.READ_ONLY if read_only else 0)
                  | (protocol.NEXT_CLOCK if next_clock else 0))
         out = np.empty((keys.shape[0], self.width), np.float32)
-        pending = Pending(what=lambda: self._pull_said(pending, ts, keys,
-                                                       next_clock or with_push), out=out,
-                          perm=perm, keys=skeys, flags=flags,
-                          clock=self.clock, version=self._placement.version,
-                          sent_by=self._placement.version)
-        for s in self.living():
-            a, b = offsets[s], offsets[s + 1]
+        pending = Pending(lambda: self._pull_said(pending, ts, keys, next_clock or with_push),
+                          [], [], out, perm, skeys, flags, self.clock, version, version)
+        bounds = offsets.tolist()
+        for s in self._placement.living:
+            a, b = bounds[s], bounds[s + 1]
             if a < b:
                 pending.sends.append(self.send(s, Op.PULL, (skeys[a:b],), nkeys=b - a,
                                                flags=flags, hold=with_push))
@@ -110,14 +112,15 @@ class KVWorker(Link):
         """(the latest completed pull of this very key array, if recent and split as a push
         now is, else None; its values, if recent, wherever the keys are now). Its values are
         the ones the pushed values were computed from. Each pull's keys serve one push."""
-        found = [i for i, p in enumerate(self._pulled) if p.keys is keys and p.completed]
-        if not found:
-            return None, None
-        pulled = self._pulled[found[-1]]
-        del self._pulled[found[-1]]
-        if pulled.version != self._placement.version:
-            return None, pulled.values   # a server died since: the rows are elsewhere now
-        return pulled, pulled.values
+        recent = self._pulled
+        for i in range(len(recent) - 1, -1, -1):
+            pulled = recent[i]
+            if pulled.keys is keys and pulled.completed:
+                del recent[i]
+                if pulled.version != self._placement.version:
+                    return None, pulled.values   # a server died since: the rows are elsewhere
+                return pulled, pulled.values
+        return None, None
 
     def push(self, keys: np.ndarray, values: np.ndarray, clock: bool = False,
              flush: bool = False) -> int:
@@ -141,39 +144,43 @@ class KVWorker(Link):
             skeys = keys if perm is None else keys[perm]
         if skeys is not None and out.skept is not None:   # the keys of the rows sent
             skeys = skeys[out.skept]
-        pending = Pending(what=f"push #{ts} to be sent", version=self._placement.version)
+        pending = Pending(lambda: f"push #{ts} to be sent", version=self._placement.version)
         backups = {}
         if self._placement.has_backups:
             kept = slice(None) if out.kept is None else out.kept
             backups = self._backups.of(self._placement, self.living(), keys[kept],
                                        out.values[kept], skeys, out.svalues, out.offsets)
-        for s in self.living():
-            pending.sends += self._push_to(s, pulled, slice(offsets[s], offsets[s + 1]), out,
-                                           skeys, backups.get(s, []), clock)
+        bounds, sbounds = offsets.tolist(), out.offsets.tolist()
+        for s in self._placement.living:
+            pending.sends += self._push_to(s, pulled, bounds[s], bounds[s + 1], out,
+                                           sbounds[s], sbounds[s + 1], skeys,
+                                           backups.get(s, _NO_PARTS), clock)
         if clock:
             self.clock += 1
         self._pending[ts] = pending
         return ts
 
-    def _push_to(self, s: int, pulled: Pulled | None, own: slice, out: Outgoing, skeys,
-                 parts: list, clock: bool) -> list:
-        """The messages of a push to server `s`: the part of `out` (what the push filter
-        sends) of its rows `own` of the push, the `parts` it backs up (see backups), and the
-        clock."""
+    def _push_to(self, s: int, pulled: Pulled | None, a: int, b: int, out: Outgoing,
+                 sa: int, sb: int, skeys, parts: list, clock: bool) -> list:
+        """The messages of a push to server `s`: what the push filter sends (`out`) of the
+        push's rows a:b, rows sa:sb of what it sends (in server order), the `parts` it backs
+        up (see backups), and the clock."""
         sends = []
-        sa, sb = out.offsets[s], out.offsets[s + 1]
         for bkeys, bvalues in parts[1:]:   # (several primaries backed up: R > 2)
             sends.append(self.send(s, Op.PUSH, (bkeys, bvalues), nkeys=bkeys.shape[0],
                                    width=self.width))
         if sa == sb and not clock and not parts:
             return sends
         encoding, own_values = out.parts[s]
-        n = own.stop - own.start
-        own_keys, nkeys = ((skeys[sa:sb],), sb - sa) if pulled is None else ((), n)
-        if pulled is not None and sb - sa < n:   # some rows held back
-            assert out.skept is not None, "a push filter that holds rows back says which"
-            own_keys, encoding = (protocol.bitmap(out.skept[own]),), encoding | protocol.MASK
-        payload = (*own_keys, own_values)
+        own_keys: tuple
+        if pulled is None:
+            own_keys, nkeys, fields = (skeys[sa:sb],), sb - sa, _NO_FIELDS
+        else:
+            own_keys, nkeys, fields = (), b - a, same_keys_push(pulled.ts)
+            if sb - sa < nkeys:   # some rows held back
+                assert out.skept is not None, "a push filter that holds rows back says which"
+                own_keys, encoding = (protocol.bitmap(out.skept[a:b]),), encoding | protocol.MASK
+        payload: tuple = (*own_keys, own_values)
         if parts:   # one message: the backed-up part first (see protocol.unpack)
             bkeys, bvalues = parts[0]
             payload = (np.array([bkeys.shape[0]], np.int64), bkeys, *own_keys, bvalues,
@@ -181,15 +188,17 @@ class KVWorker(Link):
         flags = ((0 if pulled is None else protocol.SAME_KEYS) | encoding
                  | (protocol.CLOCK if clock else 0) | (protocol.BACKUP if parts else 0))
         sends.append(self.send(s, Op.PUSH, payload, report=clock, nkeys=nkeys, width=self.width,
-                               flags=flags,
-                               **({} if pulled is None else same_keys_push(pulled.ts))))
+                               flags=flags, **fields))
         return sends
 
     def wait(self, ts: int) -> np.ndarray | None:
         """Complete request `ts`; for a pull, return the values in the order of its keys."""
         pending = self._pending[ts]
-        if self._held and any(self._held.get(send.server) is send for send in pending.sends):
-            self.send_held()   # a pull held for a push that has not come: alone
+        if self._held:
+            for send in pending.sends:
+                if self._held.get(send.server) is send:
+                    self.send_held()   # a pull held for a push that has not come: alone
+                    break
         while True:
             if pending.version != self._placement.version:
                 self._repair(pending)
@@ -202,8 +211,7 @@ class KVWorker(Link):
                     raise
                 slow = "" if pending.to_lead else self.lead.who_is_slow()
                 raise WaitTimeout(f"{e}; {self._silent(pending)}{slow}") from None
-            if pending.out is not None and any(r.status.Get_count(MPI.FLOAT) == 0
-                                               for r in pending.replies):
+            if pending.out is not None and self.refused(pending):
                 # Refused: key ranges moved (read again from their owners), or the job stopped.
                 if not self._moved_on(pending.sent_by):
                     del self._pending[ts]

@@ -14,7 +14,7 @@ from ..wire.placement import Placement, describe_ranges
 from ..wire.protocol import Op
 from .requests import Pending, Reply, Send
 
-_UNREAD = MPI.Status()   # where a send's status goes (never read: one for all)
+_FLOAT = MPI.FLOAT
 
 
 class Link:
@@ -76,41 +76,43 @@ class Link:
         self._pending[ts] = pending
 
     def send(self, server_index: int, op: Op, payload=(), report: bool = False,
-             hold: bool = False, **fields) -> Send:
-        """One message of request `self._ts` to a server. `hold` (a PULL): it travels with
-        this worker's next PUSH that completes a clock to that server, in front of it
-        (protocol.bundle: the server takes the push first), or alone if `send_held` is
-        called first or another pull is held for that server."""
+             hold: bool = False, flags: int = 0, nkeys: int = 0, width: int = 0,
+             arg: int = 0) -> Send:
+        """One message of request `self._ts` to a server (the header's fields but those the
+        link knows). `hold` (a PULL): it travels with this worker's next PUSH that completes
+        a clock to that server, in front of it (protocol.bundle: the server takes the push
+        first), or alone if `send_held` is called first or another pull is held for that
+        server."""
         figures = self._report if report else None
         if figures is not None:   # (set here: the header is not made twice)
-            fields["flags"] = fields.get("flags", 0) | protocol.REPORT
-        h = protocol.Header(op, ts=self._ts, clock=self.clock,
-                            placement=self._placement.version, **fields)
-        rank = self.servers[server_index]
+            flags |= protocol.REPORT
+        buf = protocol.message(protocol.header_of(op, flags, self._ts, self.clock, nkeys,
+                                                  width, self._placement.version, arg),
+                               *payload, report=figures)
+        self.bytes_sent += len(buf)
         if hold:
-            buf = protocol.pack(h, *payload, report=figures)
-            self.bytes_sent += buf.nbytes
             earlier = self._held.pop(server_index, None)
             if earlier is not None:   # one pull rides a push: an earlier one goes alone
-                earlier.request = self.comm.Isend(earlier.buffer, rank, tags.REQUEST_TAG)
+                self._send_alone(earlier)
             send = self._held[server_index] = Send(MPI.REQUEST_NULL, buf, server_index)
             return send
-        clocked = op == Op.PUSH and fields.get("flags", 0) & protocol.CLOCK
+        clocked = op == Op.PUSH and flags & protocol.CLOCK
         pull = self._held.pop(server_index, None) if clocked else None
-        if pull is not None:   # packed behind the pull (protocol.bundle)
-            buf = protocol.pack(h, *payload, report=figures, behind=pull.buffer)
-            self.bytes_sent += buf.nbytes - pull.buffer.nbytes
-            pull.buffer = buf
-            pull.request = self.comm.Isend(buf, rank, tags.REQUEST_TAG)
-            return Send(pull.request, buf, server_index)
-        buf = protocol.pack(h, *payload, report=figures)
-        self.bytes_sent += buf.nbytes
-        return Send(self.comm.Isend(buf, rank, tags.REQUEST_TAG), buf, server_index)
+        if pull is not None:   # behind the pull (protocol.bundle)
+            pull.buffer = protocol.bundled(pull.buffer, buf)
+            pull.request = self.comm.Isend(pull.buffer, self.servers[server_index],
+                                           tags.REQUEST_TAG)
+            return Send(pull.request, pull.buffer, server_index)
+        return Send(self.comm.Isend(buf, self.servers[server_index], tags.REQUEST_TAG), buf,
+                    server_index)
+
+    def _send_alone(self, held: Send) -> None:
+        held.request = self.comm.Isend(held.buffer, self.servers[held.server], tags.REQUEST_TAG)
 
     def send_held(self) -> None:
         """Send the pulls held for a push alone (no push is coming before they are needed)."""
-        for server, send in self._held.items():
-            send.request = self.comm.Isend(send.buffer, self.servers[server], tags.REQUEST_TAG)
+        for send in self._held.values():
+            self._send_alone(send)
         self._held.clear()
 
     def reply_into(self, into: np.ndarray, server_index: int, rows=None,
@@ -154,12 +156,16 @@ class Link:
         is polled on its own: a part that involves a dead server raises at once (a Testall
         would hide the failure until every other part is done), and the others stay
         pending."""
-        parts = [p for p in pending.sends + pending.replies if not p.done]
-        timeout = pending.timeout or self.timeout
+        parts = [p for p in pending.sends if not p.done]
+        parts += [p for p in pending.replies if not p.done]
         if not self.failover:
-            statuses = [p.status if isinstance(p, Reply) else _UNREAD for p in parts]
-            waited = wait_all([p.request for p in parts], timeout, pending.said,
-                              statuses=statuses)
+            requests, statuses = [p.request for p in parts], [p.status for p in parts]
+            # (done at once, as a send and a reply most often are by the time they are
+            # waited for: the bounded wait is not set up)
+            waited = 0.0
+            if not MPI.Request.Testall(requests, statuses):
+                waited = wait_all(requests, pending.timeout or self.timeout, pending.said,
+                                  statuses=statuses)
             for p in parts:
                 p.done = True
             return waited
@@ -167,9 +173,18 @@ class Link:
         def poll() -> bool:
             for p in parts:
                 if not p.done:
-                    p.done = p.request.Test(p.status if isinstance(p, Reply) else None)
+                    p.done = p.request.Test(p.status)
             return all(p.done for p in parts)
-        return wait_until(poll, timeout, pending.said)
+        return wait_until(poll, pending.timeout or self.timeout, pending.said)
+
+    def refused(self, pending: Pending) -> bool:
+        """Whether a server answered a completed request's read with no values (refused:
+        key ranges moved, or the job stopped)."""
+        for r in pending.replies:  # noqa: SIM110 (any() of a generator: twice the time)
+            if r.status.Get_count(_FLOAT) == 0:
+                return True
+        return False
+
     def _complete_unless_failed(self, pending: Pending) -> float | None:
         """`_complete`, or None when a server died meanwhile (under failover: learned, the
         placement moved on, for the caller to repair the request)."""

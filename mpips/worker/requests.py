@@ -3,6 +3,7 @@ leaves behind for the push that follows it.
 """
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from mpi4py import MPI
@@ -12,9 +13,10 @@ from mpi4py import MPI
 class Send:
     """One message of a request, on its way to a server."""
     request: MPI.Request
-    buffer: np.ndarray
+    buffer: bytes                 # the message (protocol.message), kept until sent
     server: int                   # index of the server it goes to
     done: bool = False
+    status: ClassVar[MPI.Status] = MPI.Status()   # where its status goes: never read
 
 
 @dataclass(slots=True)

@@ -84,20 +84,34 @@ def test_every_op_is_typed_or_on_the_data_plane():
     assert typed | data == set(Op)
 
 
-def test_a_push_packed_behind_its_pull_is_the_bundle_of_the_two():
-    """What a worker sends (protocol.pack with `behind`) is what protocol.bundle makes of the
-    two requests packed apart; payloads not contiguous or empty pack as their bytes."""
+def test_what_a_worker_sends_of_a_push_behind_its_pull_is_the_bundle_of_the_two():
+    """What a worker sends (protocol.bundled of two `message`s) is what protocol.bundle makes
+    of the two requests packed apart; payloads not contiguous or empty go as their bytes."""
     keys = np.arange(5, dtype=np.uint64) * 3
-    pull = protocol.pack(protocol.Header(Op.PULL, nkeys=5), keys)
+    pull = protocol.message(protocol.Header(Op.PULL, nkeys=5), keys)
     values = np.arange(10, dtype=np.float32).reshape(5, 2)[:, :1]   # a strided column
     report = protocol.Report(1, 2, 300, 4.5, 0.5, 6, 0, 0)
     push = protocol.Header(Op.PUSH, flags=protocol.CLOCK, nkeys=5, width=1)
-    packed = protocol.pack(push, np.empty(0, np.uint64), values, report=report, behind=pull)
-    bundled = protocol.bundle(pull, protocol.pack(push, values, report=report))
-    assert packed.tobytes() == bundled.tobytes()
+    sent = protocol.bundled(pull, protocol.message(push, np.empty(0, np.uint64), values,
+                                                   report=report))
+    bundled = protocol.bundle(np.frombuffer(pull, np.uint8),
+                              protocol.pack(push, values, report=report))
+    assert sent == bundled.tobytes()
+    packed = np.frombuffer(sent, np.uint8)
     h = protocol.header(packed)
-    assert h.op == Op.PULL and h.flags & protocol.WITH_PUSH
-    push_h = protocol.header(packed[pull.shape[0]:])
+    assert h.op == Op.PULL and h.flags == protocol.WITH_PUSH
+    assert protocol.header(pull).flags == 0   # the pull alone is left as it was
+    push_h = protocol.header(packed[len(pull):])
     assert push_h.flags == protocol.CLOCK | protocol.REPORT
-    assert np.array_equal(packed[pull.shape[0] + protocol.HEADER_BYTES:][:20].view(np.float32),
+    assert np.array_equal(packed[len(pull) + protocol.HEADER_BYTES:][:20].view(np.float32),
                           values.ravel())
+    assert protocol.report_at(packed, len(sent) - protocol.REPORT_BYTES) == report
+
+
+def test_a_packed_request_is_an_array_of_its_own():
+    """protocol.pack's buffer is writable and shares nothing with the arrays packed."""
+    keys = np.arange(4, dtype=np.uint64)
+    buf = protocol.pack(protocol.Header(Op.PULL, nkeys=4), keys)
+    buf[protocol.HEADER_BYTES:] = 0
+    assert np.array_equal(keys, np.arange(4, dtype=np.uint64))
+    assert protocol.unpack(buf)[1].sum() == 0
