@@ -53,7 +53,8 @@ class RangeCopies:
         """A push as the server received it: noted (the rebuild waits for every worker to
         split by the new map), and without the part kept aside for ranges this server waits
         for a copy of."""
-        self.rebuilds.pushed(worker, clock, version)
+        if self.rebuilds.outgoing:   # (a plan names who switched anew: none is asked before)
+            self.rebuilds.pushed(worker, clock, version)
         if push.rows is not None:   # SAME_KEYS: ranges this server answers reads for only
             return push
         if self.covered:
