@@ -89,7 +89,8 @@ class KVWorker(Link):
         flags = ((protocol.READ_ONLY if read_only else 0)
                  | (protocol.NEXT_CLOCK if next_clock else 0))
         out = np.empty((keys.shape[0], self.width), np.float32)
-        pending = Pending(lambda: self._pull_said(pending, ts, keys, next_clock or with_push),
+        ahead = next_clock or with_push
+        pending = Pending(lambda p: self._pull_said(p, ts, keys, ahead),
                           [], [], out, perm, skeys, flags, self.clock, version, version)
         bounds = offsets.tolist()
         for s in self._placement.living:
@@ -144,7 +145,7 @@ class KVWorker(Link):
             skeys = keys if perm is None else keys[perm]
         if skeys is not None and out.skept is not None:   # the keys of the rows sent
             skeys = skeys[out.skept]
-        pending = Pending(lambda: f"push #{ts} to be sent", version=self._placement.version)
+        pending = Pending(lambda _: f"push #{ts} to be sent", version=self._placement.version)
         backups = {}
         if self._placement.has_backups:
             kept = slice(None) if out.kept is None else out.kept

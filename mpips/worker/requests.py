@@ -34,8 +34,11 @@ class Reply:
 @dataclass(slots=True)
 class Pending:
     """A request not yet waited for (one timestamp): its messages and replies."""
-    what: str | Callable[[], str]    # what a wait for it waits for, for messages (or what
-                                     # makes it, asked only if a wait fails: see `said`)
+    what: str | Callable[["Pending"], str]   # what a wait for it waits for, for messages (or
+                                     # what makes it of the request, asked only if a wait
+                                     # fails: see `said`; given the request, so that it holds
+                                     # none: a request in a cycle of its own waits for the
+                                     # garbage collector, which then runs every few rounds)
     sends: list = field(default_factory=list)     # Send
     replies: list = field(default_factory=list)   # Reply
     out: np.ndarray | None = None    # where the replies go (a pull's values, a lead's answer)
@@ -56,7 +59,7 @@ class Pending:
 
     def said(self) -> str:
         """What a wait for it waits for."""
-        return self.what if isinstance(self.what, str) else self.what()
+        return self.what if isinstance(self.what, str) else self.what(self)
 
 
 @dataclass(slots=True)

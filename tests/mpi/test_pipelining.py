@@ -1,6 +1,8 @@
 """Pulls sent ahead (NEXT_CLOCK), pulls that travel with the next push (with_push: one message
 per server per clock) and pushes that reuse a pull's keys (SAME_KEYS), against real servers:
 2 servers + 2 workers. Run with mpiexec -n 4 python -m pytest --with-mpi."""
+import gc
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -85,6 +87,59 @@ def test_a_pull_held_for_a_push_that_does_not_come_goes_alone():
         np.testing.assert_array_equal(kv.wait(first), 0.0)
         kv.wait(kv.push(keys, np.ones(keys.shape[0], np.float32), clock=True))   # + second
         np.testing.assert_array_equal(kv.wait(second)[:, 0], -1.0)   # SGD, lr 1: its push
+        kv.finish()
+        kv.close()
+    finally:
+        roles.free()
+
+
+def test_a_held_pull_reads_the_keys_it_was_made_with_not_what_its_array_holds_later():
+    """A pull held for the next push is made into its message at once: a caller that changes
+    the key array before the push (its mistake) does not change what the servers read."""
+    roles = split(2, MPI.COMM_WORLD)
+    try:
+        if roles.is_server:
+            serve(roles, staleness=0)
+            return
+        kv = KVWorker(roles, timeout=60)
+        trained = np.arange(roles.index, 100, 2, dtype=np.uint64)   # disjoint per worker
+        kv.wait(kv.pull(trained))
+        keys = trained.copy()
+        held = kv.pull(keys, with_push=True)
+        keys += 1000                                        # keys no push ever reaches
+        kv.wait(kv.push(trained, np.ones(trained.shape[0], np.float32), clock=True))
+        np.testing.assert_array_equal(kv.wait(held)[:, 0], -1.0)   # SGD, lr 1: trained's
+        kv.finish()
+        kv.close()
+    finally:
+        roles.free()
+
+
+def test_the_training_loops_requests_leave_nothing_for_the_garbage_collector():
+    """A request is freed as it completes (none holds itself through what its wait says):
+    otherwise the cyclic collector runs every few rounds of a worker's loop."""
+    roles = split(2, MPI.COMM_WORLD)
+    try:
+        if roles.is_server:
+            serve(roles, staleness=0)
+            return
+        kv = KVWorker(roles, timeout=60)
+        keys = np.arange(roles.index, 4000, 2, dtype=np.uint64)
+        ones = np.ones(keys.shape[0], np.float32)
+        pull = kv.pull(keys)
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(CLOCKS):
+                following = keys.copy()
+                ahead = kv.pull(following, with_push=True)
+                kv.wait(pull)
+                kv.wait(kv.push(keys, ones, clock=True))
+                pull, keys = ahead, following
+            kv.wait(pull)
+            assert gc.collect() == 0, "requests left in cycles of their own"
+        finally:
+            gc.enable()
         kv.finish()
         kv.close()
     finally:
