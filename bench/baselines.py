@@ -5,6 +5,7 @@ import math
 import numpy as np
 from numba import njit
 
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from mpips.kernels import jit, synth
 
 # numba's own kernel, which the functions here call from compiled code (where the kernels are

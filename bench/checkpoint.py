@@ -44,6 +44,7 @@ import time
 
 import numpy as np
 
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from mpips.storage import checkpoint
 from mpips.models.optimizer import NAMES, Optimizer
 from mpips.wire.placement import Placement

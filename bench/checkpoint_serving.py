@@ -30,6 +30,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from mpips.base import checksums, forked
 from mpips.base.forked import ForkedWrite, Written, keep_from_children
 from mpips.job.server_files import spread_of

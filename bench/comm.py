@@ -30,6 +30,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from mpips.worker.kvworker import KVWorker
 from mpips.wire.clocks import ClockTable
 from mpips.models.optimizer import Optimizer

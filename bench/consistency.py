@@ -26,6 +26,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from workers import dataset, mpiexec, run  # noqa: E402
 
 from mpips.models.evaluate import read_rows, score_snapshots  # noqa: E402

@@ -31,6 +31,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "defaults")
 sys.path.insert(0, HERE)
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from report import save  # noqa: E402
 from workers import mpiexec, run  # noqa: E402
 

@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+import checkout  # noqa: F401  (this checkout's mpips: see checkout.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 L2, DIM = 1e-4, 1 << 12
 

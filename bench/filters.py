@@ -22,6 +22,7 @@ import sys
 
 import numpy as np
 
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from mpips.storage.model_files import load_model
 from mpips.worker.pushfilter import FIGURES
 from report import save

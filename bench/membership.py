@@ -29,6 +29,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from mpips.membership import channel as control  # noqa: E402
 
 BATCH = 20_000

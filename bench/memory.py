@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from mpips.models.optimizer import NAMES, Optimizer
 from mpips.server.store import KVStore
 from report import save

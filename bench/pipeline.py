@@ -24,6 +24,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from report import save  # noqa: E402
 
 from mpips.pipeline.schedule import theoretical_bubble  # noqa: E402

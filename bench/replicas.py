@@ -15,6 +15,7 @@ import platform
 import statistics
 import sys
 
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from report import save
 from workers import dataset, mpiexec, run
 

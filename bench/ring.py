@@ -15,6 +15,7 @@ import sys
 import time
 
 import numpy as np
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from report import save
 from workers import dataset
 

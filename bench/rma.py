@@ -62,6 +62,7 @@ def mpi_said():
 with mpi_said():
     from mpi4py import MPI
 
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from report import save  # noqa: E402
 
 from mpips.models.optimizer import Optimizer  # noqa: E402

@@ -52,6 +52,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from report import save  # noqa: E402
 from workers import mpiexec, run  # noqa: E402
 

@@ -27,7 +27,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))   # this checkout's mpips (another's, side by side)
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from report import save  # noqa: E402
 from workers import mpiexec  # noqa: E402
 

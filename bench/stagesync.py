@@ -21,6 +21,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from mpips.ranks.bounded import wait_all
 from mpips.worker.kvworker import KVWorker
 from mpips.wire.clocks import ClockTable

@@ -47,6 +47,7 @@ DATA = os.path.join(HERE, "data")
 PREFIX = os.path.join(DATA, "big")
 ROWS, TEST_ROWS, NNZ, BITS = 2_000_000, 400_000, 40, 22
 sys.path.insert(0, HERE)
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from workers import mpiexec, run  # noqa: E402
 from report import save  # noqa: E402
 

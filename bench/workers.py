@@ -14,6 +14,7 @@ import platform
 import subprocess
 import sys
 
+import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from report import save
 
 HERE = os.path.dirname(os.path.abspath(__file__))
