@@ -6,7 +6,7 @@ import gc
 import numpy as np
 import pytest
 from mpi4py import MPI
-from serving import serve
+from serving import kv_worker, serve
 
 from mpips.ranks.bounded import wait_all
 from mpips.worker.kvworker import KVWorker
@@ -96,35 +96,26 @@ def test_a_pull_held_for_a_push_that_does_not_come_goes_alone():
 def test_a_held_pull_reads_the_keys_it_was_made_with_not_what_its_array_holds_later():
     """A pull held for the next push is made into its message at once: a caller that changes
     the key array before the push (its mistake) does not change what the servers read."""
-    roles = split(2, MPI.COMM_WORLD)
-    try:
-        if roles.is_server:
-            serve(roles, staleness=0)
+    with kv_worker() as kv:
+        if kv is None:
             return
-        kv = KVWorker(roles, timeout=60)
-        trained = np.arange(roles.index, 100, 2, dtype=np.uint64)   # disjoint per worker
+        worker = kv.comm.rank - len(kv.servers)
+        trained = np.arange(worker, 100, 2, dtype=np.uint64)   # disjoint per worker
         kv.wait(kv.pull(trained))
         keys = trained.copy()
         held = kv.pull(keys, with_push=True)
         keys += 1000                                        # keys no push ever reaches
         kv.wait(kv.push(trained, np.ones(trained.shape[0], np.float32), clock=True))
         np.testing.assert_array_equal(kv.wait(held)[:, 0], -1.0)   # SGD, lr 1: trained's
-        kv.finish()
-        kv.close()
-    finally:
-        roles.free()
 
 
 def test_the_training_loops_requests_leave_nothing_for_the_garbage_collector():
     """A request is freed as it completes (none holds itself through what its wait says):
     otherwise the cyclic collector runs every few rounds of a worker's loop."""
-    roles = split(2, MPI.COMM_WORLD)
-    try:
-        if roles.is_server:
-            serve(roles, staleness=0)
+    with kv_worker() as kv:
+        if kv is None:
             return
-        kv = KVWorker(roles, timeout=60)
-        keys = np.arange(roles.index, 4000, 2, dtype=np.uint64)
+        keys = np.arange(0, 4000, 2, dtype=np.uint64)
         ones = np.ones(keys.shape[0], np.float32)
         pull = kv.pull(keys)
         gc.collect()
@@ -140,10 +131,6 @@ def test_the_training_loops_requests_leave_nothing_for_the_garbage_collector():
             assert gc.collect() == 0, "requests left in cycles of their own"
         finally:
             gc.enable()
-        kv.finish()
-        kv.close()
-    finally:
-        roles.free()
 
 
 def test_a_push_reusing_keys_after_the_table_grew_updates_the_right_keys():
