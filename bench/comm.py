@@ -20,7 +20,9 @@ communicator of its own. Prints the median time per round, keys/s, the ratio
 mpips / raw, the server's handling time per round (its thread's CPU time in the turns
 of its loop that received a message: `handling_cpu_s`), the
 messages it received per round and how full its table is (keys / rows: a lookup's probes
-grow with it), and writes bench/results/comm.json. The targets (issue 32):
+grow with it); then fused 10-key rounds against a server that only answers each pull with
+zeros (bare mpi4py: the worker's own part of a round, the rest is the server's), and writes
+bench/results/comm.json. The targets (issue 32):
 a 10-key round in at most 15 us, a 10,000-key one at most 3x its raw exchange.
 """
 import os
@@ -34,6 +36,7 @@ import checkout  # noqa: E402,F401  (this checkout's mpips: see checkout.py)
 from mpips.worker.kvworker import KVWorker
 from mpips.wire.clocks import ClockTable
 from mpips.models.optimizer import Optimizer
+from mpips.wire import protocol, tags
 from mpips.wire.protocol import HEADER_BYTES
 from mpips.ranks.roles import split
 from mpips.server.loop import Server
@@ -159,8 +162,23 @@ def raw_rounds(comm: MPI.Intracomm, n: int, variant: str, rounds: int) -> np.nda
     return times[WARMUP:]
 
 
+def echo(roles, sessions: int) -> None:
+    """A server that only answers: each pull gets as many zeros as it has keys (bare mpi4py,
+    no table, no clocks), until `sessions` BYEs; what is left of a round is the worker's."""
+    buf, status, zeros = np.empty(1 << 16, np.uint8), MPI.Status(), np.zeros(1 << 14, np.float32)
+    n_tags = protocol.reply_tags(roles.comm.Get_attr(MPI.TAG_UB))
+    while sessions:
+        roles.comm.Recv(buf, MPI.ANY_SOURCE, tags.REQUEST_TAG, status)
+        h = protocol.header(buf)
+        if h.op == protocol.Op.PULL:
+            roles.comm.Send(zeros[:h.nkeys], status.Get_source(),
+                            protocol.reply_tag(h.ts, n_tags))
+        sessions -= h.op == protocol.Op.BYE
+
+
 def server_side(roles, comm: MPI.Intracomm) -> None:
-    """Rank 0: serve each phase the worker runs, then send it the handling times."""
+    """Rank 0: serve each phase the worker runs, then send it the handling times; then
+    only answer (`echo`) a warm-up and a measured session."""
     measured = []
     for n in SIZES:
         store = KVStore(width=1, optimizer=Optimizer("adagrad", lr=0.05))
@@ -169,6 +187,7 @@ def server_side(roles, comm: MPI.Intracomm) -> None:
             measured.append(serve(roles, store))     # the measured one
             raw_server(comm, n, variant)
     comm.Send(np.array(measured, np.float64), WORKER)
+    echo(roles, sessions=2)
 
 
 def worker_side(roles, comm: MPI.Intracomm) -> list:
@@ -194,8 +213,19 @@ def worker_side(roles, comm: MPI.Intracomm) -> list:
     return rows
 
 
-def report(rows: list) -> None:
-    """Print the table and the target's verdict; write the JSON result."""
+def worker_alone(roles) -> dict:
+    """Rank 1: fused 10-key rounds against `echo` (the worker's own part of a round)."""
+    keys = make_keys(SMALL_KEYS)
+    warm = mpips_rounds(roles, keys, "fused", 1000)
+    rounds = max(MIN_ROUNDS, int(PHASE_S / np.median(warm)))
+    times = mpips_rounds(roles, keys, "fused", rounds)
+    return {"keys": SMALL_KEYS, "push": "fused", "rounds": rounds,
+            "us": float(np.median(times)) * 1e6, "mean_us": float(times.mean()) * 1e6}
+
+
+def report(rows: list, alone: dict) -> None:
+    """Print the table, the worker's part of a round and the target's verdict; write the
+    JSON result."""
     print(f"{'keys':>7} {'push':>5} {'rounds':>6} {'bytes/round':>11} {'raw us':>9} "
           f"{'mpips us':>9} {'ratio':>6} {'Mkeys/s':>8} {'server us':>9} {'msgs':>5} "
           f"{'load':>5}")
@@ -204,6 +234,11 @@ def report(rows: list) -> None:
               f"{r['raw_us']:>9.1f} {r['mpips_us']:>9.1f} {r['ratio']:>5.2f}x "
               f"{r['keys_per_s'] / 1e6:>8.2f} {r['server_us']:>9.1f} "
               f"{r['messages_per_round']:>5.2f} {r['table_load']:>5.0%}")
+    fused = next(r for r in rows if r["keys"] == SMALL_KEYS and r["push"] == "fused")
+    print(f"a fused {SMALL_KEYS}-key round against a server that only answers (the worker's "
+          f"own part): {alone['us']:.1f} us (mean {alone['mean_us']:.1f}); the rest of the "
+          f"{fused['mpips_us']:.1f} us round, {fused['mpips_us'] - alone['us']:.1f} us, "
+          f"waits for the server")
     targets = []
     for variant in ("reuse", "fused"):
         small = next(r for r in rows if r["keys"] == SMALL_KEYS and r["push"] == variant)
@@ -225,7 +260,7 @@ def report(rows: list) -> None:
               "server_us = the server's CPU time in the turns that received a message / rounds; "
               "messages_per_round: received by the server; table_load: the server's keys / "
               "its table's rows",
-         targets=targets, results=rows)
+         targets=targets, results=rows, worker_alone=alone)
 
 
 def main() -> None:
@@ -236,7 +271,8 @@ def main() -> None:
     if roles.is_server:
         server_side(roles, comm)
     else:
-        report(worker_side(roles, comm))
+        rows = worker_side(roles, comm)
+        report(rows, worker_alone(roles))
     comm.Free()
     roles.free()
 
