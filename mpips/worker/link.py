@@ -86,9 +86,18 @@ class Link:
         figures = self._report if report else None
         if figures is not None:   # (set here: the header is not made twice)
             flags |= protocol.REPORT
-        buf = protocol.message(protocol.header_of(op, flags, self._ts, self.clock, nkeys,
-                                                  width, self._placement.version, arg),
-                               *payload, report=figures)
+        h = protocol.header_of(op, flags, self._ts, self.clock, nkeys, width,
+                               self._placement.version, arg)
+        clocked = op == Op.PUSH and flags & protocol.CLOCK
+        pull = self._held.pop(server_index, None) if clocked else None
+        if pull is not None:   # behind the pull (protocol.bundle)
+            held = len(pull.buffer)
+            pull.buffer = protocol.bundled(pull.buffer, h, *payload, report=figures)
+            self.bytes_sent += len(pull.buffer) - held
+            pull.request = self.comm.Isend(pull.buffer, self.servers[server_index],
+                                           tags.REQUEST_TAG)
+            return Send(pull.request, pull.buffer, server_index)
+        buf = protocol.message(h, *payload, report=figures)
         self.bytes_sent += len(buf)
         if hold:
             earlier = self._held.pop(server_index, None)
@@ -96,13 +105,6 @@ class Link:
                 self._send_alone(earlier)
             send = self._held[server_index] = Send(MPI.REQUEST_NULL, buf, server_index)
             return send
-        clocked = op == Op.PUSH and flags & protocol.CLOCK
-        pull = self._held.pop(server_index, None) if clocked else None
-        if pull is not None:   # behind the pull (protocol.bundle)
-            pull.buffer = protocol.bundled(pull.buffer, buf)
-            pull.request = self.comm.Isend(pull.buffer, self.servers[server_index],
-                                           tags.REQUEST_TAG)
-            return Send(pull.request, pull.buffer, server_index)
         return Send(self.comm.Isend(buf, self.servers[server_index], tags.REQUEST_TAG), buf,
                     server_index)
 

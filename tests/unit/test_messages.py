@@ -92,8 +92,7 @@ def test_what_a_worker_sends_of_a_push_behind_its_pull_is_the_bundle_of_the_two(
     values = np.arange(10, dtype=np.float32).reshape(5, 2)[:, :1]   # a strided column
     report = protocol.Report(1, 2, 300, 4.5, 0.5, 6, 0, 0)
     push = protocol.Header(Op.PUSH, flags=protocol.CLOCK, nkeys=5, width=1)
-    sent = protocol.bundled(pull, protocol.message(push, np.empty(0, np.uint64), values,
-                                                   report=report))
+    sent = protocol.bundled(pull, push, np.empty(0, np.uint64), values, report=report)
     bundled = protocol.bundle(np.frombuffer(pull, np.uint8),
                               protocol.pack(push, values, report=report))
     assert sent == bundled.tobytes()
