@@ -19,6 +19,8 @@ import pytest
 from debian import SLURM, ensure
 from support import cannot
 
+from mpips.base.processes import start_time
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
@@ -53,6 +55,10 @@ NodeName=ps1 NodeHostname=ps1 NodeAddr=127.0.0.1 Port=16818 CPUs=4 RealMemory=80
 NodeName=ps2 NodeHostname=ps2 NodeAddr=127.0.0.1 Port=16819 CPUs=4 RealMemory=8000 Feature=standard State=UNKNOWN
 PartitionName=debug Nodes=ps1,ps2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
+
+
+DAEMONS = ("slurmctld", "slurmd")
+STOP_S = 30   # a daemon's bound to end once told to (shutdown, then SIGTERM, then SIGKILL)
 
 
 @dataclass
@@ -99,6 +105,47 @@ class Cluster:
             return f.read()
 
 
+def _test_daemons(conf: str | None = None) -> list[int]:
+    """The running slurmctld and slurmd started with `conf`, or with any slurm.conf in
+    pytest's temporary directories (a test cluster's): a session that ended without stopping
+    its own leaves them holding the cluster's ports, and they, not the next session's, would
+    take its jobs."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue   # gone meanwhile
+        if os.path.basename(argv[0]) not in DAEMONS or "-f" not in argv[:-1]:
+            continue
+        used = argv[argv.index("-f") + 1]
+        if used == conf or (conf is None and "/pytest-of-" in used):
+            found.append(int(name))
+    return found
+
+
+def _stop(pids: list[int], why: str) -> None:
+    """End these processes: SIGTERM, then SIGKILL to those still running STOP_S seconds on;
+    fails, naming them, if any outlives that."""
+    started = {pid: start_time(pid) for pid in pids}   # (a pid reused meanwhile is not them)
+
+    def running() -> list[int]:
+        return [p for p, t in started.items() if t is not None and start_time(p) == t]
+    for signal in ("TERM", "KILL"):
+        if not running():
+            return
+        subprocess.run(["kill", f"-{signal}", *map(str, running())], capture_output=True)
+        deadline = time.monotonic() + STOP_S
+        while running() and time.monotonic() < deadline:
+            time.sleep(0.1)   # (polling /proc for the processes to end, bounded)
+    if running():
+        pytest.fail(f"Slurm daemon(s) {running()} ({why}) did not end on SIGKILL within "
+                    f"{STOP_S} s")
+
+
 def _start_munge() -> bool:
     """Start munged unless one answers already; whether this started it."""
     if subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0:
@@ -118,6 +165,7 @@ def slurm_fixture(tmp_path_factory):
         cannot("needs root to start munge, slurmctld and slurmd")
     ensure(SLURM)
     started_munge = _start_munge()
+    _stop(_test_daemons(), "an earlier session's test cluster, still running")
     base = str(tmp_path_factory.mktemp("slurm"))
     for sub in ("state", "spool-ps1", "spool-ps2", "jobs"):
         os.makedirs(os.path.join(base, sub))
@@ -137,8 +185,16 @@ def slurm_fixture(tmp_path_factory):
             if time.monotonic() > deadline:
                 pytest.fail(f"the Slurm nodes did not come up in 60 s; see {base}/*.log")
             time.sleep(0.5)
+        ours = _test_daemons(conf)
+        if len(ours) != 3:
+            pytest.fail(f"this session's slurmctld and 2 slurmd are not all running (pids "
+                        f"{ours}): does another process hold the cluster's ports "
+                        f"16817-16819? see {base}/*.log")
         yield Cluster(env=env, dir=os.path.join(base, "jobs"))
     finally:
         subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True, timeout=60)
+        # `scontrol shutdown` asks the controller to stop the slurmd too; one it never
+        # reached (seen once, beside a CPU hog) would hold the ports for the next session.
+        _stop(_test_daemons(conf), "this session's test cluster, after scontrol shutdown")
         if started_munge:
             subprocess.run(["pkill", "-x", "munged"], capture_output=True)
