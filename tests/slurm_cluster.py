@@ -19,7 +19,9 @@ import pytest
 from debian import SLURM, ensure
 from support import cannot
 
+from mpips.base.errors import WaitTimeout
 from mpips.base.processes import start_time
+from mpips.ranks.bounded import wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -138,12 +140,13 @@ def _stop(pids: list[int], why: str) -> None:
         if not running():
             return
         subprocess.run(["kill", f"-{signal}", *map(str, running())], capture_output=True)
-        deadline = time.monotonic() + STOP_S
-        while running() and time.monotonic() < deadline:
-            time.sleep(0.1)   # (polling /proc for the processes to end, bounded)
-    if running():
-        pytest.fail(f"Slurm daemon(s) {running()} ({why}) did not end on SIGKILL within "
-                    f"{STOP_S} s")
+        try:
+            wait_until(lambda: not running(), STOP_S, lambda: f"Slurm daemon(s) {running()}")
+            return
+        except WaitTimeout:
+            continue
+    pytest.fail(f"Slurm daemon(s) {running()} ({why}) did not end on SIGKILL within "
+                f"{STOP_S} s")
 
 
 def _start_munge() -> bool:

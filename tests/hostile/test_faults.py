@@ -254,17 +254,22 @@ def test_a_rank_busy_outside_mpi_past_the_detectors_bound_is_not_taken_for_dead(
 
 
 LEAVING_RANKS = """
-import os, time
+import os, sys
 from mpi4py import MPI
 from mpips.ranks import ulfm
+from mpips.ranks.bounded import wait_until
 ulfm.job_communicator(MPI.COMM_WORLD)
 MPI.COMM_WORLD.Barrier()
-# Every rank leaves, as after a death none survives, each learning of it the later the lower
-# its rank on the node (as a loaded node spreads them): spaced only by their order, all 5
-# would exit at the same moment. The sleep only shapes when each arrives: no verdict waits
-# on it, and what the test asks (every launch ends, with the job's status) holds however
-# long it lasts, since each rank leaves once those before it have gone.
-time.sleep((4 - int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"])) * ulfm.LEAVE_APART_S)
+# Every rank leaves, as after a death none survives, each learning of it only once the next
+# rank on the node has (the reverse of their order, as a loaded node may spread them): the
+# first ranks to leave must wait for those before them to arrive and go. An event, not a
+# moment: each rank arrives once the next one's file says it has.
+here = sys.argv[1]
+local = int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"])
+if local + 1 < int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]):
+    wait_until(lambda: os.path.exists(f"{here}/arrived-{local + 1}"), 10,
+               lambda: f"local rank {local + 1} to arrive")
+open(f"{here}/arrived-{local}", "w").close()
 ulfm.leave_after_failure(ulfm.LOST)
 """
 
@@ -273,11 +278,14 @@ def test_ranks_that_all_leave_after_a_failure_at_once_end_the_launch(tmp_path):
     """Open MPI's launcher under ULFM now and then waited forever once 5 ranks had all left
     with an error at the same moment (7 of 60 launches, before a node's ranks left 20 ms
     apart; with them learning of the failure in reverse order, which undid that spacing, 3
-    of 120, before each waited for those before it to have left). Each of 20 launches ends
-    (in well under a second), with the job's status."""
+    of 120, before each waited for those before it to have left). Here they learn of it in
+    reverse order, each once the next has. Each of 20 launches ends (in well under a
+    second), with the job's status."""
     script = tmp_path / "leave.py"
     script.write_text(LEAVING_RANKS)
     for attempt in range(20):
-        ended = subprocess.run([mpiexec_path(), *ULFM, "-n", "5", sys.executable, str(script)],
-                               capture_output=True, text=True, timeout=20)
+        arrivals = tmp_path / f"launch-{attempt}"
+        arrivals.mkdir()
+        ended = subprocess.run([mpiexec_path(), *ULFM, "-n", "5", sys.executable, str(script),
+                                str(arrivals)], capture_output=True, text=True, timeout=20)
         assert ended.returncode == ulfm.LOST, (attempt, ended.stdout + ended.stderr)

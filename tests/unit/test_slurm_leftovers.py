@@ -8,9 +8,10 @@ import sys
 import pytest
 from slurm_cluster import _stop, _test_daemons
 
-# A process that stays until killed, ignoring SIGTERM as a hung daemon might.
-STUBBORN = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
-           "print('up', flush=True); time.sleep(600)"
+# A process that stays until killed (its stdin is never closed), ignoring SIGTERM as a hung
+# daemon might.
+STUBBORN = "import signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
+           "print('up', flush=True); sys.stdin.read()"
 
 
 def named(tmp_path, name: str, conf: str) -> subprocess.Popen:
@@ -18,8 +19,8 @@ def named(tmp_path, name: str, conf: str) -> subprocess.Popen:
     link = tmp_path / name
     if not link.exists():
         link.symlink_to(sys.executable)
-    proc = subprocess.Popen([str(link), "-c", STUBBORN, "-f", conf], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([str(link), "-c", STUBBORN, "-f", conf], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "up\n"
     return proc
 
