@@ -85,7 +85,12 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> Job:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         pytest.fail(f"job did not finish within {timeout} s: {' '.join(proc.args)}\n{out}\n{err}")
-    return Job(proc.returncode, out, err)
+    _last_job[:] = [Job(proc.returncode, out, err)]
+    return _last_job[0]
+
+
+# The job this process (a test worker) last finished: what a missing summary.json is shown with.
+_last_job: list[Job] = []
 
 
 # Open MPI's launcher, started many times in a row, now and then fails to start before any
@@ -151,7 +156,12 @@ def run_here(*args) -> Job:
 
 
 def read_summary(run_dir) -> dict:
-    with open(os.path.join(run_dir, "summary.json")) as f:
+    path = os.path.join(run_dir, "summary.json")
+    if not os.path.exists(path):
+        said = (f"exit {_last_job[0].returncode}:\n{_last_job[0].output}" if _last_job
+                else "no job was launched by this process")
+        pytest.fail(f"no {path}; the last job launched here ended with {said}")
+    with open(path) as f:
         return json.load(f)
 
 
