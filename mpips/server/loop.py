@@ -61,6 +61,9 @@ _NO_REPORT = Report()
 CHECK_S = 0.5   # how often an idle server checks for silence and reaps finished sends
 
 
+PROBES = 8   # probes again at once while the loop's wait is new (Backoff.eager)
+
+
 class Server:
     def __init__(self, roles, store: KVStore, clocks: ClockTable, timeout: float,
                  hooks: Hooks | None = None, progress: Progress | None = None,
@@ -230,7 +233,13 @@ class Server:
             ctx.rounds.poll(now)
         if ctx.copies.sending:   # a few ranges a turn
             ctx.copies.send_copies()
-        msg = ctx.roles.comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, self._probed)
+        comm, probed = ctx.roles.comm, self._probed
+        msg = comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, probed)
+        if msg is None and self._backoff.eager():
+            for _ in range(PROBES):
+                msg = comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, probed)
+                if msg is not None:
+                    break
         if msg is None and ctx.scoring and ctx.scoring.poll():   # test rows when idle
             self._backoff.reset()
             self._quiet_since = now

@@ -1,16 +1,17 @@
-"""A wait's polling: it yields the core for the first `spin` seconds, then sleeps from `first`
-doubling up to `longest`, and once it has lasted `patient_after`, up to `patient_longest`."""
+"""A wait's polling: its first `busy` polls follow each other at once, then it yields the
+core for the first `spin` seconds, then sleeps from `first` doubling up to `longest`, and
+once it has lasted `patient_after`, up to `patient_longest`."""
 from mpips.ranks import bounded
 
 
-def rounds(monkeypatch, n: int, step: float) -> tuple:
+def rounds(monkeypatch, n: int, step: float, busy: int = 0) -> tuple:
     """(the sleeps, the yields) of n rounds of one wait, the clock going `step` a round."""
     now, sleeps, yields = [0.0], [], []
     monkeypatch.setattr(bounded.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(bounded.time, "sleep", sleeps.append)
     monkeypatch.setattr(bounded.os, "sched_yield", lambda: yields.append(now[0]))
-    backoff = bounded.Backoff(spin=0.002, first=5e-5, longest=2e-4, patient_after=0.05,
-                              patient_longest=1e-3)
+    backoff = bounded.Backoff(busy=busy, spin=0.002, first=5e-5, longest=2e-4,
+                              patient_after=0.05, patient_longest=1e-3)
     for _ in range(n):
         backoff.idle()
         now[0] += step
@@ -36,7 +37,7 @@ def test_reset_starts_a_new_wait(monkeypatch):
     monkeypatch.setattr(bounded.time, "sleep", lambda s: None)
     yielded = []
     monkeypatch.setattr(bounded.os, "sched_yield", lambda: yielded.append(now[0]))
-    backoff = bounded.Backoff()
+    backoff = bounded.Backoff(busy=0)
     now[0] = 0.0
     backoff.idle()
     now[0] = 1.0
@@ -44,3 +45,26 @@ def test_reset_starts_a_new_wait(monkeypatch):
     backoff.reset()
     backoff.idle()   # a new wait: yields again
     assert yielded == [0.0, 1.0]
+
+
+def test_the_first_polls_of_a_wait_neither_yield_nor_sleep(monkeypatch):
+    """A reply due in microseconds is polled for at once: `busy` polls before the first
+    yield, and again after a reset."""
+    now, calls = [0.0], []
+    monkeypatch.setattr(bounded.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(bounded.time, "sleep", lambda s: calls.append(("sleep", s)))
+    monkeypatch.setattr(bounded.os, "sched_yield", lambda: calls.append(("yield", now[0])))
+    backoff = bounded.Backoff(busy=3)
+    for _ in range(3):
+        assert backoff.eager()
+        backoff.idle()
+    assert calls == [] and not backoff.eager()
+    backoff.idle()
+    assert calls == [("yield", 0.0)]
+    backoff.reset()
+    assert backoff.eager()
+    for _ in range(3):
+        backoff.idle()
+    assert calls == [("yield", 0.0)]
+    sleeps, yields = rounds(monkeypatch, 12, 0.001, busy=4)
+    assert len(yields) == 2 and len(sleeps) == 6, "the busy polls come first, then as before"
