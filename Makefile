@@ -149,6 +149,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) bench/scale_model.py
 	$(PY) bench/server_message.py
 	$(MPIEXEC) -n 2 $(PY) bench/comm.py
+	$(MPIEXEC) -n 2 $(PY) bench/compiled_floor.py
 	$(MPIEXEC) -n 3 $(PY) bench/stagesync.py
 	$(PY) bench/memory.py
 	$(PY) bench/checkpoint.py
