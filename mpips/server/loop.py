@@ -235,15 +235,15 @@ class Server:
             ctx.copies.send_copies()
         comm, probed = ctx.roles.comm, self._probed
         msg = comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, probed)
-        if msg is None and self._backoff.eager():
-            for _ in range(PROBES):
-                msg = comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, probed)
-                if msg is not None:
-                    break
         if msg is None and ctx.scoring and ctx.scoring.poll():   # test rows when idle
             self._backoff.reset()
             self._quiet_since = now
             return
+        if msg is None and self._backoff.eager():   # (after the idle work: not instead of it)
+            for _ in range(PROBES):
+                msg = comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, probed)
+                if msg is not None:
+                    break
         if msg is None:
             self._idle(now)
             return
