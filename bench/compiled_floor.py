@@ -40,7 +40,7 @@ from mpips.wire import messages, protocol, tags
 from mpips.wire.clocks import ClockTable
 from mpips.wire.placement import Placement
 from mpips.wire.protocol import HEADER_BYTES, REPORT_BYTES, Header, Op, Report
-from mpips.worker.kvworker import KVWorker
+from comm import mpips_rounds
 from report import save
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "compiled_floor.json")
@@ -133,25 +133,6 @@ def template_of(keys: np.ndarray) -> tuple:
     return whole, push_at, push_at + HEADER_BYTES
 
 
-def kv_rounds(roles, keys: np.ndarray, rounds: int) -> np.ndarray:
-    """KVWorker's fused rounds (as bench/comm.py times them): seconds each."""
-    kv = KVWorker(roles, width=1, timeout=TIMEOUT)
-    grads = np.full((keys.shape[0], 1), 1e-3, np.float32)
-    times = np.empty(rounds)
-    pull = kv.pull(keys)
-    for i in range(rounds):
-        start = time.perf_counter()
-        ahead = kv.pull(keys, with_push=True)
-        kv.wait(pull)
-        kv.wait(kv.push(keys, grads, clock=True))
-        pull = ahead
-        times[i] = time.perf_counter() - start
-    kv.wait(pull)
-    kv.finish()
-    kv.close()
-    return times
-
-
 def packed_rounds(roles, keys: np.ndarray, rounds: int) -> np.ndarray:
     """Fused rounds packed by `pack` and sent with Isend, their replies received with Irecv:
     seconds each."""
@@ -216,7 +197,7 @@ def main() -> None:
                 else:
                     compiled_server(roles, args.keys, sessions=1)
                 continue
-            times = (kv_rounds(roles, keys, total) if row in ("mpips", "server") else
+            times = (mpips_rounds(roles, keys, "fused", total) if row in ("mpips", "server") else
                      packed_rounds(roles, keys, total) if row == "both" else
                      raw_rounds(raw, args.keys, total))
             medians[row].append(float(np.median(times[WARMUP:])) * 1e6)
