@@ -17,8 +17,8 @@ two variants:
 Right after each, the same exchange with plain blocking MPI Send/Recv of
 preallocated uint8 buffers of those sizes (no packing, table or optimizer), on a
 communicator of its own. Prints the median time per round, keys/s, the ratio
-mpips / raw, the server's handling time per round (its thread's CPU time in the turns
-of its loop that received a message: `handling_cpu_s`), the
+mpips / raw, the server's handling time per round (its thread's CPU time receiving,
+handling and answering requests: `handling_cpu_s`), the
 messages it received per round and how full its table is (keys / rows: a lookup's probes
 grow with it); then fused 10-key rounds against a server that only answers each pull with
 zeros (bare mpi4py: the worker's own part of a round, the rest is the server's), and writes
@@ -71,18 +71,17 @@ def make_keys(n: int) -> np.ndarray:
 
 
 def handling_cpu_s(server: Server) -> float:
-    """Run `server` until its workers are done; the CPU seconds its thread spent in the turns
-    of its loop that received a message (Server.stats.busy_s, but CPU time: on a machine
-    shared with other jobs wall time also counts theirs), less what the two clock reads add
-    to each (`clock_reads_ns`)."""
-    step, stats, cpu, reads = server._step, server.stats, [0], clock_reads_ns()
+    """Run `server` until its workers are done; the CPU seconds its thread spent receiving,
+    handling and answering requests (`Server._receive`: Server.stats.busy_s, but CPU time:
+    on a machine shared with other jobs wall time also counts theirs), less what the two
+    clock reads add to each (`clock_reads_ns`). Not the probes that waited for them."""
+    receive, cpu, reads = server._receive, [0], clock_reads_ns()
 
-    def timed_step() -> None:
-        before, start = stats.requests, time.thread_time_ns()
-        step()
-        if stats.requests != before:
-            cpu[0] += time.thread_time_ns() - start - reads
-    server._step = timed_step
+    def timed_receive(msg, now: float) -> None:
+        start = time.thread_time_ns()
+        receive(msg, now)
+        cpu[0] += time.thread_time_ns() - start - reads
+    server._receive = timed_receive
     server.run()
     return cpu[0] / 1e9
 
@@ -257,7 +256,8 @@ def report(rows: list, alone: dict) -> None:
          mpi=MPI.Get_library_version().replace("\0", "").splitlines()[0],
          key_counts=list(SIZES), warmup_rounds=WARMUP,
          note="per round: median microseconds; ratio = mpips_us / raw_us; "
-              "server_us = the server's CPU time in the turns that received a message / rounds; "
+              "server_us = the server's CPU time receiving, handling and answering requests / "
+              "rounds; "
               "messages_per_round: received by the server; table_load: the server's keys / "
               "its table's rows",
          targets=targets, results=rows, worker_alone=alone)

@@ -9,7 +9,7 @@ workers, BSP and ASP, as its loop hands them over, with its sends left out: the 
 message of 12 replays of 300 clocks, after 600 messages to warm up (the handling alone).
 In the loop (`mpiexec -n 2`, this script with --loop; bench/scale_model.py's probe): a
 server serves one worker's --rounds messages after a session of 3,000 to warm up; its
-thread's CPU time in the turns of its loop that received a message (`comm.handling_cpu_s`:
+thread's CPU time receiving, handling and answering the messages (`comm.handling_cpu_s`:
 the receive, the handling and the reply's send), per message, over 3 launches. Between them,
 the kernels of a message on their own (`kernel_parts`). Prints all three and writes
 bench/results/server_message.json.

@@ -61,7 +61,7 @@ _NO_REPORT = Report()
 CHECK_S = 0.5   # how often an idle server checks for silence and reaps finished sends
 
 
-PROBES = 8   # probes again at once while the loop's wait is new (Backoff.eager)
+PROBES = 8   # probes more at once while the loop's wait is new (Server._idle)
 
 
 class Server:
@@ -233,20 +233,20 @@ class Server:
             ctx.rounds.poll(now)
         if ctx.copies.sending:   # a few ranges a turn
             ctx.copies.send_copies()
-        comm, probed = ctx.roles.comm, self._probed
-        msg = comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, probed)
+        msg = ctx.roles.comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, self._probed)
         if msg is None and ctx.scoring and ctx.scoring.poll():   # test rows when idle
             self._backoff.reset()
             self._quiet_since = now
             return
-        if msg is None and self._backoff.eager():   # (after the idle work: not instead of it)
-            for _ in range(PROBES):
-                msg = comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, probed)
-                if msg is not None:
-                    break
         if msg is None:
-            self._idle(now)
-            return
+            msg = self._idle(now)
+            if msg is None:
+                return
+            now = time.monotonic()   # (the probes that found it were the wait)
+        self._receive(msg, now)
+
+    def _receive(self, msg: MPI.Message, now: float) -> None:
+        """A request probed at `now`: received, handled and answered."""
         self._backoff.reset()
         nbytes = self._probed.Get_count(MPI.BYTE)
         if self._buf.shape[0] < nbytes:
@@ -277,8 +277,10 @@ class Server:
         if h is None or not self.hot.take(source, buf, h):
             self._dispatch(source, buf, h)
 
-    def _idle(self, now: float) -> None:
-        """No message: the silence checks now and then; a span of a table's copy, or a wait."""
+    def _idle(self, now: float) -> MPI.Message | None:
+        """No message: the silence checks now and then; a span of a table's copy, or a wait.
+        While the wait is new (Backoff.eager), PROBES probes more at once first: a request
+        due in microseconds is taken sooner than after a yield; the one that came, if any."""
         ctx = self.ctx
         if now >= self._next_check:
             talking = ctx.watchdog.talking
@@ -292,8 +294,15 @@ class Server:
             self._next_check = now + CHECK_S
         if ctx.rounds.copying or self.timers.copying:
             (ctx.rounds.poll if ctx.rounds.copying else self.timers.tick)(now)
-        else:
-            self._backoff.idle()
+            return None
+        if self._backoff.eager():
+            comm, probed = ctx.roles.comm, self._probed
+            for _ in range(PROBES):
+                msg = comm.Improbe(MPI.ANY_SOURCE, tags.REQUEST_TAG, probed)
+                if msg is not None:
+                    return msg
+        self._backoff.idle()
+        return None
 
     def _overdue(self) -> WaitTimeout:
         """What the workers all gone, this server still waits for past --timeout."""
