@@ -89,13 +89,13 @@ def _leave(e: Exception, cfg, world, log) -> None:
 
     if isinstance(e, JobStopped):   # said by rank 0 (job.ending)
         sys.exit(signals.RESUMABLE)
-    elif isinstance(e, NotScored):   # said by rank 0; leave as after a death (no finalizing)
-        leave_after_failure(e.exit_status)
+    elif isinstance(e, NotScored):   # said once; leave as after a death (no finalizing)
+        leave_after_failure(e.exit_status, e.raised_together)
     elif isinstance(e, CannotFailOver):
         if not getattr(e, "reported", False):
             log.error("%s: the job stops; %s (exit %d, which the requeue template resumes)",
                       e, how_to_go_on(cfg), e.exit_status)
-        leave_after_failure(e.exit_status)
+        leave_after_failure(e.exit_status, e.raised_together)
     elif isinstance(e, Interrupted):
         # A second signal: leave at once, without MPI_Abort (which could kill a server while
         # it saves its shard) and without MPI_Finalize (which waits for the other ranks).

@@ -4,6 +4,7 @@ timeline.h5 and the live curves' last points; then the exit every rank ends with
 that lacks key ranges or rows refused, a stop for a checkpoint (JobStopped, 75), a model
 trained but not wholly scored (NotScored).
 """
+import json
 import logging
 import os
 import time
@@ -17,8 +18,8 @@ from ..base.errors import MpipsError, WaitTimeout
 from ..models.lbfgs import Step
 from ..pipeline.schedule import logged_bubbles, theoretical_bubble
 from ..ranks.exits import NOT_SCORED
-from ..ranks.ulfm import CannotFailOver, end_together
-from ..run import summary
+from ..ranks.ulfm import CannotFailOver, end_together, world_rank
+from ..run import summary, testevents
 from ..run.config import TrainConfig
 from ..storage.checkpoint import complete_checkpoints
 from . import livecurves
@@ -156,6 +157,7 @@ def finish(cfg, roles, name, part: PartResult, started, failures: list,
                if cfg.solver.full_batch else {}))
         if cfg.pipeline.stages > 1:
             result["pipeline"] = _pipeline_figures(cfg, tasks)
+        testevents.reached("summary")
         timeline.write(cfg.data.out, samples, records["samples"], len(roles.servers), name, tasks)
         summary.print_lines(result, summary.write(cfg.data.out, result))
         if cfg.diagnostics.tensorboard:
@@ -166,6 +168,34 @@ def finish(cfg, roles, name, part: PartResult, started, failures: list,
         part.scorer.finish(cfg.faults.timeout / 2)
     _end_unless_done(cfg, comm, stopped_at if stopped else None, scored)
     return result
+
+
+def summary_lost(cfg: TrainConfig, comm, run_id: str, dead: set) -> NotScored | None:
+    """The error a rank of `comm` leaves with when the ranks' last wait found `dead` (ranks of
+    `comm`) and among them rank 0, which writes summary.json, before it did: the figures and
+    test scores gathered to it died with it, the model is saved. None if no such death, on
+    rank 0 itself, or if this run's summary.json is there (it died after writing it). The
+    first rank left says so."""
+    if 0 not in dead or comm.rank == 0:
+        return None
+    assert cfg.data.out is not None, "train() gives --out its default before this"
+    path = os.path.join(cfg.data.out, "summary.json")
+    try:
+        with open(path) as f:
+            if json.load(f).get("run_id") == run_id:
+                return None
+    except (OSError, ValueError):
+        pass   # not written (or not seen from this node)
+    score = (f"; score it with `python -m mpips score {cfg.data.out} --test {cfg.data.test}`"
+             if cfg.data.test else "")
+    error = NotScored(f"rank {world_rank(comm, 0)}, which writes summary.json, died at the "
+                      f"job's end before it wrote {path}: the figures and test scores gathered "
+                      f"to it died with it. The model is trained and saved whole in "
+                      f"{cfg.model_dir}{score}")
+    if comm.rank == min(set(range(comm.size)) - dead):
+        log.error("%s (exit %d)", error, error.exit_status)
+    error.reported = error.raised_together = True   # (each rank left finds it dead)
+    return error
 
 
 def _end_unless_done(cfg: TrainConfig, comm, stopped_at: int | None, scored: bool) -> None:

@@ -26,7 +26,7 @@ from ..run.startup import compile_per_node
 from ..run.warmup import CompileWatch
 from ..storage import checkpoint, rundir
 from ..wire.placement import Placement, dealt
-from .ending import finish
+from .ending import finish, summary_lost
 from .part_result import PartResult
 
 # A server's, a worker's and a full-batch solver's modules are imported by the ranks that
@@ -72,7 +72,6 @@ def run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float,
         with watch.watching():
             part = _play_part(cfg, roles, name, resume, placement, failover, failures, locks,
                               hot, moves, ulfm)
-        testevents.unfired()
         if watch.compiled:
             log.warning("numba compiled during the job, after warm-up: %s",
                         "; ".join(watch.compiled))
@@ -85,6 +84,7 @@ def run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float,
         together = False   # every rank raised the job's error together, having waited
         try:
             result = finish(cfg, finishing, name, part, started, failures, moves)
+            testevents.unfired()
             ended = True
             return result
         except MpipsError as e:
@@ -92,7 +92,12 @@ def run(cfg: TrainConfig, comm, name: str, resume, started: float, bound: float,
             raise
         finally:
             if ulfm and not together:   # see end_together
-                end_together(finishing.comm, cfg.faults.timeout)
+                dead = end_together(finishing.comm, cfg.faults.timeout)
+                if dead:   # (communicators that span a dead rank are not freed: see below)
+                    lost = summary_lost(cfg, finishing.comm, name, dead) if ended else None
+                    ended = False
+                    if lost:
+                        raise lost
             if finishing is not roles and ended:
                 finishing.comm.Free()
     finally:

@@ -70,6 +70,16 @@ def dead_ranks(comm: MPI.Intracomm) -> set:
         failed.Free()
 
 
+def world_rank(comm: MPI.Intracomm, rank: int) -> int:
+    """The rank in MPI_COMM_WORLD of rank `rank` of `comm` (a local call, dead or alive)."""
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        return MPI.Group.Translate_ranks(group, [rank], world)[0]
+    finally:
+        group.Free()
+        world.Free()
+
+
 def _any_dead() -> bool:
     """Whether MPI knows of a dead rank of the job (False where it cannot say: no ULFM)."""
     try:
@@ -195,13 +205,15 @@ def job_communicator(comm: MPI.Intracomm) -> None:
     _job_comm[:] = [comm]
 
 
-def leave_after_failure(status: int) -> None:
+def leave_after_failure(status: int, together: bool = False) -> None:
     """End this rank after a death the job cannot go on from. Under ULFM each rank leaves on
     its own, without MPI_Abort (several ranks aborting at once left Open MPI's launcher
     waiting with no rank left) and without finalizing (which can wait on the dead rank).
     It revokes the job's communicator first (stop_the_others): the others' waits end at
-    once, and they leave too, rather than when the failure detector finds this rank gone."""
-    for comm in _job_comm:
+    once, and they leave too, rather than when the failure detector finds this rank gone.
+    Not if every rank leaves `together` on its own: a revocation would end the others' last
+    wait before they saw what this rank saw."""
+    for comm in [] if together else _job_comm:
         stop_the_others(comm)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -238,17 +250,19 @@ def _local_rank() -> tuple[int, str]:
     return 0, ""
 
 
-def end_together(comm: MPI.Intracomm, timeout: float) -> None:
+def end_together(comm: MPI.Intracomm, timeout: float) -> set:
     """Every rank of `comm` waits for the others. Under ULFM it is the last wait before
     finalizing, so that the ranks finalize together: a rank that finalizes stops answering
     the failure detector, and ranks still at work then take it for dead. It is also the wait
     of ranks that leave together once rank 0 has said why (job.ending). A death found here
-    ends the wait: the job's work is done."""
+    ends the wait: the ranks of `comm` this rank knows dead (none if the wait ended)."""
     try:
         wait_all([comm.Ibarrier()], timeout, lambda: "every rank to finish")
     except MPI.Exception as e:
         if not is_failure(e):
             raise
+        return dead_ranks(comm)
+    return set()
 
 
 def silence(late_s: float, detector_s: float) -> str | None:

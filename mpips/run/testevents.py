@@ -42,6 +42,9 @@ Points:
   scoring       the rank starts its part of scoring the test file
   saving        a server: training and scoring are over and it is about to write its part of
                 the final model (no file of it written yet)
+  summary       the rank that writes summary.json (the first of the ranks that finish): every
+                rank's figures and test scores are gathered to it and it is about to write
+                the run's files (the model is saved)
   move K        a server other than the lead has been asked, for the K-th time in this
                 launch, for its figures of a move of key ranges (MOVE_ASK) and has not yet
                 answered
@@ -74,8 +77,8 @@ RECORDS = "test-events"   # in the run's directory: the events fired so far
 SIGNALS = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "stop": signal.SIGUSR1,
            "term": signal.SIGTERM}
 POINTS = ("clock", "epoch", "checkpoint", "writing", "reading", "iteration", "scoring",
-          "saving", "chunk", "move")
-UNNUMBERED = ("scoring", "saving")   # points reached once, without a number
+          "saving", "chunk", "move", "summary")
+UNNUMBERED = ("scoring", "saving", "summary")   # points reached once, without a number
 
 _EVENT = re.compile(
     r"^(?:(?P<signal>kill|freeze|stop|term) rank (?P<rank>\d+)(?: for (?P<seconds>[\d.]+) ?s)?"

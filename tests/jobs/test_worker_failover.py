@@ -179,6 +179,31 @@ def test_scores_lost_with_the_lead_end_the_job_trained_not_scored(small_data, un
                                                     uninterrupted["test_auc"])
 
 
+def test_the_rank_that_writes_the_summary_dies_and_the_launch_says_what_is_saved(
+        small_data, uninterrupted, tmp_path):
+    """Rank 0 dies with every figure and test score gathered to it, before it writes
+    summary.json: the others, done, find it dead in their last wait. The launch does not end
+    0 without a summary: it exits 76, saying once that the model is saved whole and how to
+    score it; scoring it gives the uninterrupted run's figures."""
+    run = tmp_path / "run"
+    kill = "kill rank 0 at summary"
+    ended = launch(small_data, run, "--test-event", kill).finish(timeout=300)
+    assert ended.returncode == NOT_SCORED, ended.output
+    fired(ended, kill)
+    said = [line for line in ended.output.splitlines() if "which writes summary.json" in line]
+    assert len(said) == 1, ended.output
+    assert f"died at the job's end before it wrote {run / 'summary.json'}" in said[0]
+    assert f"score it with `python -m mpips score {run} --test {small_data[1]}`" in said[0]
+    assert "Traceback" not in ended.output
+    assert not (run / "summary.json").exists()
+    scored = run_mpips("score", run, "--test", small_data[1], "--json", tmp_path / "score.json")
+    assert scored.returncode == 0, scored.output
+    with open(tmp_path / "score.json") as f:
+        figures = json.load(f)
+    assert (figures["logloss"], figures["auc"]) == (uninterrupted["test_logloss"],
+                                                    uninterrupted["test_auc"])
+
+
 def test_a_worker_dead_with_rows_nobody_left_can_take_stops_every_rank(small_data, tmp_path):
     """Under ASP the others finish their rows before a frozen worker counts as dead: its
     rows left can go to nobody. Only the lead sees that; the job ends as usual, and then
