@@ -156,6 +156,16 @@ def test_a_worker_dead_while_scoring_leaves_its_chunks_to_the_others(small_data,
                                                   uninterrupted["test_auc"])
 
 
+def scores_as_uninterrupted(run, test, uninterrupted, tmp_path) -> None:
+    """`mpips score RUN --test TEST` gives the uninterrupted run's figures, bit for bit."""
+    scored = run_mpips("score", run, "--test", test, "--json", tmp_path / "score.json")
+    assert scored.returncode == 0, scored.output
+    with open(tmp_path / "score.json") as f:
+        figures = json.load(f)
+    assert (figures["logloss"], figures["auc"]) == (uninterrupted["test_logloss"],
+                                                    uninterrupted["test_auc"])
+
+
 def test_scores_lost_with_the_lead_end_the_job_trained_not_scored(small_data, uninterrupted,
                                                                   tmp_path):
     """The lead dies as training ends (--replicas 2: its keys live on): the next lead does
@@ -171,12 +181,7 @@ def test_scores_lost_with_the_lead_end_the_job_trained_not_scored(small_data, un
     s = read_summary(run)
     assert s["status"] == "not scored" and s["test_logloss"] is None
     assert s["train_examples"] == EPOCHS * ROWS
-    scored = run_mpips("score", run, "--test", small_data[1], "--json", tmp_path / "score.json")
-    assert scored.returncode == 0, scored.output
-    with open(tmp_path / "score.json") as f:
-        figures = json.load(f)
-    assert (figures["logloss"], figures["auc"]) == (uninterrupted["test_logloss"],
-                                                    uninterrupted["test_auc"])
+    scores_as_uninterrupted(run, small_data[1], uninterrupted, tmp_path)
 
 
 def test_the_rank_that_writes_the_summary_dies_and_the_launch_says_what_is_saved(
@@ -196,12 +201,7 @@ def test_the_rank_that_writes_the_summary_dies_and_the_launch_says_what_is_saved
     assert f"score it with `python -m mpips score {run} --test {small_data[1]}`" in said[0]
     assert "Traceback" not in ended.output
     assert not (run / "summary.json").exists()
-    scored = run_mpips("score", run, "--test", small_data[1], "--json", tmp_path / "score.json")
-    assert scored.returncode == 0, scored.output
-    with open(tmp_path / "score.json") as f:
-        figures = json.load(f)
-    assert (figures["logloss"], figures["auc"]) == (uninterrupted["test_logloss"],
-                                                    uninterrupted["test_auc"])
+    scores_as_uninterrupted(run, small_data[1], uninterrupted, tmp_path)
 
 
 def test_a_worker_dead_with_rows_nobody_left_can_take_stops_every_rank(small_data, tmp_path):
