@@ -30,7 +30,7 @@ from mpips.job.worker_scoring import worker_share
 pytestmark = pytest.mark.mpi(min_size=4)
 
 ROWS, FEATURES = 30000, 3000
-GO_TAG = 999   # the test's own word from rank 0 to the workers
+GO_TAG = 999   # the test's own word from a server to the workers
 
 
 @pytest.fixture
@@ -68,6 +68,20 @@ def margins_of_saved_model(path: str) -> np.ndarray:
     return margins
 
 
+class SaysWhenItAsks(Scoring):
+    """A server's scoring that tells the workers (GO_TAG) once it has asked for its first
+    chunk: they ask for theirs only after both servers have, so that each server is handed
+    one, by that order rather than by whose loop was idle first."""
+    told = False
+
+    def _ask_chunk(self) -> None:
+        super()._ask_chunk()
+        if not self.told:
+            self.told = True
+            for worker in self.server.roles.workers:
+                self.server.roles.comm.Send(np.zeros(1, np.int64), worker, GO_TAG)
+
+
 def test_every_rank_scores_each_row_once_with_the_trained_model(held_out_file):
     roles = split(2, MPI.COMM_WORLD)
     cfg = TrainConfig(data=DataConfig(train="", test=held_out_file()),
@@ -76,7 +90,7 @@ def test_every_rank_scores_each_row_once_with_the_trained_model(held_out_file):
     try:
         if roles.is_server:
             server = server_for(roles, capacity=1 << 13,
-                                scoring=lambda s: Scoring(s, cfg, takes_chunks=True))
+                                scoring=lambda s: SaysWhenItAsks(s, cfg, takes_chunks=True))
             server.run()
             margins, labels = server.scoring.results()
             assert margins.shape[0] > 0, "a server with chunks to take scores some"
@@ -86,6 +100,8 @@ def test_every_rank_scores_each_row_once_with_the_trained_model(held_out_file):
             kv.wait(kv.push(keys, grad if roles.index == 0 else 0 * grad, clock=True))
             kv.finish()
             wait_all([roles.group.Ibarrier()], 60, lambda: "both workers to finish")
+            wait_all([roles.comm.Irecv(np.zeros(1, np.int64), server, GO_TAG)
+                      for server in roles.servers], 60, lambda: "both servers to ask for chunks")
             share = worker_share(cfg, roles, kv)
             margins = share.margins
             assert share.bad_lines == 0
