@@ -18,7 +18,7 @@ from ..base.errors import MpipsError, WaitTimeout
 from ..models.lbfgs import Step
 from ..pipeline.schedule import logged_bubbles, theoretical_bubble
 from ..ranks.exits import NOT_SCORED
-from ..ranks.ulfm import CannotFailOver, end_together, world_rank
+from ..ranks.ulfm import CannotFailOver, end_together, world_ranks
 from ..run import summary, testevents
 from ..run.config import TrainConfig
 from ..storage.checkpoint import complete_checkpoints
@@ -188,7 +188,7 @@ def summary_lost(cfg: TrainConfig, comm, run_id: str, dead: set) -> NotScored | 
         pass   # not written (or not seen from this node)
     score = (f"; score it with `python -m mpips score {cfg.data.out} --test {cfg.data.test}`"
              if cfg.data.test else "")
-    error = NotScored(f"rank {world_rank(comm, 0)}, which writes summary.json, died at the "
+    error = NotScored(f"rank {world_ranks(comm, [0])[0]}, which writes summary.json, died at the "
                       f"job's end before it wrote {path}: the figures and test scores gathered "
                       f"to it died with it. The model is trained and saved whole in "
                       f"{cfg.model_dir}{score}")

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from ..base.errors import ConfigError
 from .bounded import wait_all
-from .ulfm import job_communicator, know_neighbours, survivors
+from .ulfm import job_communicator, know_neighbours, survivors, world_ranks
 
 MEET_S = 120.0   # split's bound on the wait for every rank
 
@@ -108,10 +108,7 @@ def split(n_servers: int, comm: MPI.Intracomm = MPI.COMM_WORLD,
     nodes, pids = whereabouts(ps)
     roles = Roles(comm=ps, group=group, servers=tuple(range(n_servers)),
                   workers=tuple(range(n_servers, ps.size)), nodes=nodes, pids=pids)
-    ours, world = ps.Get_group(), MPI.COMM_WORLD.Get_group()
-    in_world = ours.Translate_ranks(list(range(ps.size)), world)
-    ours.Free()
-    world.Free()
+    in_world = world_ranks(ps, range(ps.size))
     know_neighbours({in_world[r]: pid for r, pid in roles.pids_on_node().items()})
     return roles
 

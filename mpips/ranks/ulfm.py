@@ -70,11 +70,11 @@ def dead_ranks(comm: MPI.Intracomm) -> set:
         failed.Free()
 
 
-def world_rank(comm: MPI.Intracomm, rank: int) -> int:
-    """The rank in MPI_COMM_WORLD of rank `rank` of `comm` (a local call, dead or alive)."""
+def world_ranks(comm: MPI.Intracomm, ranks) -> list:
+    """The ranks in MPI_COMM_WORLD of these ranks of `comm` (a local call, dead or alive)."""
     group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
     try:
-        return MPI.Group.Translate_ranks(group, [rank], world)[0]
+        return MPI.Group.Translate_ranks(group, list(ranks), world)
     finally:
         group.Free()
         world.Free()
@@ -213,8 +213,9 @@ def leave_after_failure(status: int, together: bool = False) -> None:
     once, and they leave too, rather than when the failure detector finds this rank gone.
     Not if every rank leaves `together` on its own: a revocation would end the others' last
     wait before they saw what this rank saw."""
-    for comm in [] if together else _job_comm:
-        stop_the_others(comm)
+    if not together:
+        for comm in _job_comm:
+            stop_the_others(comm)
     sys.stdout.flush()
     sys.stderr.flush()
     _leave_in_turn()

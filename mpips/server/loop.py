@@ -59,9 +59,7 @@ __all__ = ["Hooks", "Server", "ServerStats", "serve"]
 
 _NO_REPORT = Report()
 CHECK_S = 0.5   # how often an idle server checks for silence and reaps finished sends
-
-
-PROBES = 8   # probes more at once while the loop's wait is new (Server._idle)
+PROBES = 8      # probes more at once while the loop's wait is new (Server._idle)
 
 
 class Server:

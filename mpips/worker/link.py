@@ -148,8 +148,7 @@ class Link:
             del replies[server]
     def _silent(self, pending: Pending) -> str:
         """Which servers have not answered a request, for a message about a wait."""
-        for r in pending.replies:
-            r.done = r.done or r.request.Test(r.status)
+        _tested(pending.replies)
         silent = [self.servers[r.server] for r in pending.replies if not r.done]
         return f"no reply yet from server rank(s) {silent}"
 
